@@ -135,10 +135,7 @@ bool Daemon::start_all(std::vector<Slot>* slots, std::string* error) {
 }
 
 void Daemon::stop_all() {
-  for (auto& slot : slots_) {
-    slot.plugin->stop();
-    metrics_.forget(slot.plugin->config().full_name());
-  }
+  for (auto& slot : slots_) slot.plugin->stop();
   slots_.clear();
 }
 
@@ -151,6 +148,12 @@ void Daemon::reload() {
     metrics_.count_reload(false);
     spdlog::error("reload rejected, keeping the running configuration: {}", e.what());
     return;
+  }
+  // Counters survive a reload; only resources that left the config are dropped.
+  for (const auto& old : config_.resources) {
+    bool kept = false;
+    for (const auto& rc : fresh.resources) kept = kept || rc.full_name() == old.full_name();
+    if (!kept) metrics_.forget(old.full_name());
   }
   stop_all();
   config_ = fresh;

@@ -135,7 +135,9 @@ void ResourcePlugin::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  // Streams leave as soon as they see stopping_; the deadline only bounds a
+  // handler stuck in a write to a dead peer.
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server_->Wait();
   server_.reset();
   service_.reset();
