@@ -1,0 +1,40 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+# Both install what is missing, build, and then run.
+BUILD_DIR ?= build
+BUILD_TYPE ?= RelWithDebInfo
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build test unit integration demo bench clean format
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD_DIR)/CMakeCache.txt: | deps
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DFREEFLOW_WERROR=ON $(CMAKE_FLAGS) >/dev/null
+
+build: deps $(BUILD_DIR)/CMakeCache.txt
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure --timeout 900
+
+unit: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -L unit
+
+integration: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -L integration
+
+demo: build
+	@scripts/demo.sh $(BUILD_DIR)
+
+bench: build
+	@bench/run.sh $(BUILD_DIR)
+
+format:
+	@clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	@rm -rf $(BUILD_DIR)

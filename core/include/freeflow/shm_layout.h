@@ -1,0 +1,163 @@
+// Layouts of the shared-memory segments that freeflow processes map.
+//
+// Ownership rules (who writes what) are stated on every field. Peers are not trusted:
+// every value read from a segment another process can write is validated before use,
+// so a hostile peer can at worst corrupt traffic addressed to itself.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "freeflow/tunables.h"
+
+namespace ff {
+
+inline constexpr uint32_t kQpSegMagic = 0x46465150;  // "FFQP"
+
+// Receive credits of one receive queue (a QP's own RQ or an SRQ). A sender may place a
+// message that consumes a receive WQE only after it claimed a credit: that is how a
+// SEND that finds no posted receive is detected (RNR) without the receiver running.
+struct RecvCredits {
+  // Written by the receive queue's owner only (plain release store): total WQEs posted.
+  alignas(kCacheLine) std::atomic<uint64_t> posted{0};
+  // Written by senders (compare-and-swap, so many senders can share an SRQ): total
+  // WQEs claimed. claimed <= posted whenever every sender is honest.
+  alignas(kCacheLine) std::atomic<uint64_t> claimed{0};
+};
+static_assert(sizeof(RecvCredits) == 2 * kCacheLine);
+
+// Single-producer single-consumer byte ring of records. The producer is the one peer QP
+// the router assigned to this ring; the consumer is the owning (receiving) process.
+struct RingHeader {
+  // Producer-owned: bytes published. Release store after the record bytes are written.
+  alignas(kCacheLine) std::atomic<uint64_t> tail{0};
+  // Consumer-owned: bytes consumed. Release store after the record was copied out.
+  alignas(kCacheLine) std::atomic<uint64_t> head{0};
+};
+static_assert(sizeof(RingHeader) == 2 * kCacheLine);
+
+// One record in a ring. Records are 64-byte aligned and never wrap: a producer that
+// reaches the end of the ring writes a kPad record over the remainder.
+enum RecordKind : uint8_t {
+  kRecPad = 1,
+  kRecSend = 2,      // SEND / SEND_WITH_IMM payload fragment
+  kRecWriteImm = 3,  // completion of an RDMA_WRITE_WITH_IMM (payload already placed)
+};
+enum RecordFlags : uint8_t {
+  kRecFirst = 1,
+  kRecLast = 2,
+  kRecImm = 4,
+  kRecSolicited = 8,
+};
+struct RecordHeader {
+  uint32_t total;     // bytes of this record including the header, multiple of 64
+  uint8_t kind;       // RecordKind
+  uint8_t flags;      // RecordFlags
+  uint16_t reserved;
+  uint32_t msg_len;   // whole message length (valid on the first fragment)
+  uint32_t imm;       // immediate data, network byte order, when kRecImm
+  uint32_t src_qpn;   // sending QP
+  uint32_t src_ip;    // sending pod's overlay address, network byte order (UD GRH)
+  uint32_t frag_len;  // payload bytes that follow this header
+  uint32_t qkey;      // UD only: the Q_Key the sender used
+};
+static_assert(sizeof(RecordHeader) == 32);
+
+inline constexpr uint32_t RecordBytes(uint32_t payload) {
+  return (static_cast<uint32_t>(sizeof(RecordHeader)) + payload + kCacheLine - 1) &
+         ~static_cast<uint32_t>(kCacheLine - 1);
+}
+
+// Head of a QP segment: one memfd per QP created by the QP's owner and shared (through
+// the router) with the peers that send to it. Rings follow the header.
+struct QpSegmentHeader {
+  uint32_t magic;      // owner, at creation
+  uint32_t abi;        // owner, at creation
+  uint32_t num_rings;  // owner, at creation
+  uint32_t ring_bytes; // owner, at creation; power of two
+  // Owner: the RNR timer a sender waits between retries (IB encoding 0..31).
+  std::atomic<uint32_t> min_rnr_timer{0};
+  // Owner: the QP's ibv_access_flags (remote write/read/atomic must be enabled on the
+  // target QP as well as on the MR).
+  std::atomic<uint32_t> qp_access{0};
+  uint32_t reserved[10];
+  RecvCredits credits;  // used when the QP has no SRQ
+};
+static_assert(sizeof(QpSegmentHeader) % kCacheLine == 0);
+
+inline constexpr size_t RingStride(uint32_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
+inline constexpr size_t QpSegmentBytes(uint32_t num_rings, uint32_t ring_bytes) {
+  return sizeof(QpSegmentHeader) + static_cast<size_t>(num_rings) * RingStride(ring_bytes);
+}
+inline RingHeader* QpRing(void* seg, uint32_t index, uint32_t ring_bytes) {
+  return reinterpret_cast<RingHeader*>(static_cast<char*>(seg) + sizeof(QpSegmentHeader) +
+                                       index * RingStride(ring_bytes));
+}
+inline char* RingData(RingHeader* ring) { return reinterpret_cast<char*>(ring + 1); }
+
+// An SRQ segment is just its credits.
+struct SrqSegment {
+  RecvCredits credits;
+};
+
+// Completion-event word of one CQ with a completion channel. Lives in the owning
+// context's notify segment, which connected peers map so they can wake the owner.
+struct NotifySlot {
+  // Owner sets 1 in req_notify_cq; whoever adds a completion (or a record that becomes
+  // one) exchanges it to 0 and, if it was 1, raises `fired` and writes the eventfd.
+  alignas(kCacheLine) std::atomic<uint32_t> armed{0};
+  std::atomic<uint32_t> fired{0};
+};
+static_assert(sizeof(NotifySlot) == kCacheLine);
+inline constexpr size_t kNotifySegmentBytes = sizeof(NotifySlot) * kNotifySlots;
+
+// One registered memory region as published by the router. Written only by the router
+// under a sequence lock (odd while being changed); read by the owner and its peers.
+struct MrEntry {
+  std::atomic<uint32_t> seq{0};
+  std::atomic<uint32_t> key{0};     // full lkey/rkey; 0 when the slot is free
+  std::atomic<uint32_t> access{0};  // ibv_access_flags
+  std::atomic<uint32_t> region{0};  // owner-chosen id of the memfd that backs it
+  std::atomic<uint64_t> addr{0};    // application virtual address of the first byte
+  std::atomic<uint64_t> length{0};
+  std::atomic<uint64_t> region_offset{0};  // offset of `addr` inside the region memfd
+  uint64_t reserved[3];
+};
+static_assert(sizeof(MrEntry) == kCacheLine);
+inline constexpr size_t kMrTableBytes = sizeof(MrEntry) * kMrTableSlots;
+
+inline constexpr uint32_t MrSlotOfKey(uint32_t key) { return key >> 8; }
+
+// A consistent copy of an MrEntry, read under its sequence lock.
+struct MrView {
+  uint32_t key;
+  uint32_t access;
+  uint32_t region;
+  uint64_t addr;
+  uint64_t length;
+  uint64_t region_offset;
+};
+
+// Reads slot `key`'s entry; false when the key does not name a live registration.
+inline bool ReadMrEntry(const MrEntry* table, uint32_t key, MrView* out) {
+  const uint32_t slot = MrSlotOfKey(key);
+  if (slot >= kMrTableSlots || key == 0) return false;
+  const MrEntry& e = table[slot];
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const uint32_t s1 = e.seq.load(std::memory_order_acquire);
+    if (s1 & 1) continue;
+    out->key = e.key.load(std::memory_order_relaxed);
+    out->access = e.access.load(std::memory_order_relaxed);
+    out->region = e.region.load(std::memory_order_relaxed);
+    out->addr = e.addr.load(std::memory_order_relaxed);
+    out->length = e.length.load(std::memory_order_relaxed);
+    out->region_offset = e.region_offset.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e.seq.load(std::memory_order_relaxed) != s1) continue;
+    return out->key == key;
+  }
+  return false;
+}
+
+}  // namespace ff

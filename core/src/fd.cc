@@ -1,0 +1,120 @@
+#include "freeflow/fd.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ff {
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) {
+    const int saved = errno;
+    ::close(fd_);
+    errno = saved;
+  }
+  fd_ = fd;
+}
+
+void Mapping::reset() {
+  if (addr_ != nullptr) {
+    const int saved = errno;
+    ::munmap(addr_, len_);
+    errno = saved;
+  }
+  addr_ = nullptr;
+  len_ = 0;
+}
+
+int CreateSegment(const char* name, size_t size, UniqueFd* out) {
+  UniqueFd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) return -errno;
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) return -errno;
+  // Peers map the segment at this size: forbid shrinking it under them (SIGBUS).
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) return -errno;
+  *out = std::move(fd);
+  return 0;
+}
+
+int MapSegment(int fd, size_t size, bool writable, Mapping* out) {
+  const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+  void* p = ::mmap(nullptr, size, prot, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return -errno;
+  *out = Mapping(p, size);
+  return 0;
+}
+
+int64_t SegmentSize(int fd) {
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) return -errno;
+  return st.st_size;
+}
+
+int SendWithFds(int sock, const void* buf, size_t len, const int* fds, int nfds, int flags) {
+  struct iovec iov{const_cast<void*>(buf), len};
+  struct msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
+  if (nfds > 16) return -EINVAL;
+  if (nfds > 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+  }
+  for (;;) {
+    const ssize_t n = ::sendmsg(sock, &msg, MSG_NOSIGNAL | flags);
+    if (n >= 0) return n == static_cast<ssize_t>(len) ? 0 : -EMSGSIZE;
+    if (errno != EINTR) return -errno;
+  }
+}
+
+ssize_t RecvWithFds(int sock, void* buf, size_t cap, UniqueFd* fds, int max_fds, int* nfds,
+                    int flags) {
+  struct iovec iov{buf, cap};
+  struct msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t n;
+  for (;;) {
+    n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags);
+    if (n >= 0) break;
+    if (errno != EINTR) return -errno;
+  }
+  int got = 0;
+  bool overflow = false;
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (got < max_fds) {
+        fds[got++].reset(fd);
+      } else {
+        ::close(fd);
+        overflow = true;
+      }
+    }
+  }
+  *nfds = got;
+  if (overflow || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+    for (int i = 0; i < got; ++i) fds[i].reset();
+    *nfds = 0;
+    return -EMSGSIZE;
+  }
+  return n;
+}
+
+}  // namespace ff

@@ -1,0 +1,103 @@
+// ffrouter: the per-node freeflow router daemon.
+#include <limits.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "router.h"
+
+namespace {
+
+ff::router::Router* g_router = nullptr;
+
+void OnSignal(int) {
+  if (g_router != nullptr) g_router->Stop();
+}
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+// The container library is built next to the router (build tree) or installed under
+// ../lib/freeflow (install tree).
+std::string DefaultLibrary() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  for (const auto& candidate : {exe.parent_path() / "../verbs/libffverbs.so",
+                                exe.parent_path() / "libffverbs.so",
+                                exe.parent_path() / "../lib/freeflow/libffverbs.so"}) {
+    if (std::filesystem::exists(candidate, ec)) return std::filesystem::canonical(candidate, ec);
+  }
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ffrouter: per-node freeflow router (virtual RDMA for containers)"};
+  ff::router::RouterConfig config;
+  config.dir = EnvOr("FREEFLOW_DIR", "/freeflow");
+  config.name = EnvOr("FFR_NAME", "ffrouter");
+  std::string prefix = EnvOr("VNET_PREFIX", "");
+  std::string library = DefaultLibrary();
+  std::string log_level = "info";
+  char host[HOST_NAME_MAX + 1] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  config.node_name = EnvOr("NODE_NAME", host);
+
+  app.add_option("--dir", config.dir, "shared folder mounted into pods (env FREEFLOW_DIR)")
+      ->capture_default_str();
+  app.add_option("--name", config.name, "router name; socket is <dir>/<name>.sock (env FFR_NAME)")
+      ->capture_default_str();
+  app.add_option("--vnet-prefix", prefix, "overlay (pod) network prefix, e.g. 10.244.0.0/16 "
+                 "(env VNET_PREFIX)");
+  app.add_option("--library", library, "container library to install as <dir>/libffverbs.so")
+      ->capture_default_str();
+  app.add_option("--node-name", config.node_name, "node name reported to pods (env NODE_NAME)")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ ffrouter: %v");
+  if (prefix.empty()) {
+    spdlog::error("no overlay prefix: pass --vnet-prefix or set VNET_PREFIX (e.g. 10.244.0.0/16)");
+    return 2;
+  }
+  auto parsed = ff::Ipv4Prefix::Parse(prefix);
+  if (!parsed) {
+    spdlog::error("--vnet-prefix '{}' is not an IPv4 prefix like 10.244.0.0/16", prefix);
+    return 2;
+  }
+  config.overlay = *parsed;
+  if (library.empty()) {
+    spdlog::error("cannot find libffverbs.so next to ffrouter; pass --library PATH");
+    return 2;
+  }
+  config.library_source = library;
+
+  ff::router::Router router(config, ff::router::MakeNetnsIdentityResolver(*parsed));
+  std::string error;
+  if (!router.Start(&error)) {
+    spdlog::error("{}", error);
+    return 1;
+  }
+  g_router = &router;
+  struct sigaction sa{};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  router.Run();
+  g_router = nullptr;
+  return 0;
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs every Debian package freeflow needs to build, test, benchmark and demo.
+# Idempotent and quiet when everything is already there; run as root (or via sudo).
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake pkg-config git
+  # libraries
+  libibverbs-dev librdmacm-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # real clients and baselines used by tests, demo and benchmarks
+  perftest ibverbs-utils rdmacm-utils iperf3 sockperf
+  # namespaces, bridges, processes
+  iproute2 procps util-linux psmisc
+  # control plane used by later tests
+  etcd-server etcd-client
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+  SUDO=sudo
+else
+  SUDO=
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,194 @@
+// The ibv_wr_* post-send API (ibv_qp_to_qp_ex): work requests are collected between
+// wr_start and wr_complete and then posted through the same path as ibv_post_send.
+#include <cerrno>
+#include <cstring>
+
+#include "exports.h"
+
+namespace ffv {
+namespace {
+
+constexpr size_t kNoInline = ~size_t{0};
+
+Qp* FromEx(ibv_qp_ex* q) { return reinterpret_cast<Qp*>(q); }
+
+ibv_send_wr* NewWr(ibv_qp_ex* q, ibv_wr_opcode op) {
+  Qp* qp = FromEx(q);
+  qp->wr_batch.push_back(ibv_send_wr{});
+  qp->wr_sge_begin.push_back(qp->wr_sges.size());
+  qp->wr_inline_begin.push_back(kNoInline);
+  ibv_send_wr& wr = qp->wr_batch.back();
+  wr.wr_id = q->wr_id;
+  wr.send_flags = q->wr_flags;
+  wr.opcode = op;
+  return &wr;
+}
+
+ibv_send_wr* Last(ibv_qp_ex* q) {
+  Qp* qp = FromEx(q);
+  if (qp->wr_batch.empty()) {
+    qp->wr_error = EINVAL;
+    return nullptr;
+  }
+  return &qp->wr_batch.back();
+}
+
+void Start(ibv_qp_ex* q) {
+  Qp* qp = FromEx(q);
+  qp->wr_batch.clear();
+  qp->wr_sges.clear();
+  qp->wr_inline.clear();
+  qp->wr_sge_begin.clear();
+  qp->wr_inline_begin.clear();
+  qp->wr_error = 0;
+}
+
+int Complete(ibv_qp_ex* q) {
+  Qp* qp = FromEx(q);
+  int rc = qp->wr_error;
+  if (rc == 0 && !qp->wr_batch.empty()) {
+    // Vectors are stable now: point every WR at its SGEs and inline bytes.
+    for (size_t i = 0; i < qp->wr_batch.size(); ++i) {
+      ibv_send_wr& wr = qp->wr_batch[i];
+      if (qp->wr_inline_begin[i] != kNoInline) {
+        const size_t begin = qp->wr_inline_begin[i];
+        size_t end = qp->wr_inline.size();
+        for (size_t j = i + 1; j < qp->wr_batch.size(); ++j) {
+          if (qp->wr_inline_begin[j] != kNoInline) {
+            end = qp->wr_inline_begin[j];
+            break;
+          }
+        }
+        qp->wr_sges.push_back(ibv_sge{reinterpret_cast<uintptr_t>(qp->wr_inline.data() + begin),
+                                      static_cast<uint32_t>(end - begin), 0});
+        qp->wr_sge_begin[i] = qp->wr_sges.size() - 1;
+        wr.num_sge = 1;
+        wr.send_flags |= IBV_SEND_INLINE;
+      }
+    }
+    for (size_t i = 0; i < qp->wr_batch.size(); ++i) {
+      ibv_send_wr& wr = qp->wr_batch[i];
+      wr.sg_list = wr.num_sge > 0 ? &qp->wr_sges[qp->wr_sge_begin[i]] : nullptr;
+      wr.next = i + 1 < qp->wr_batch.size() ? &qp->wr_batch[i + 1] : nullptr;
+    }
+    ibv_send_wr* bad = nullptr;
+    rc = PostSend(&q->qp_base, qp->wr_batch.data(), &bad);
+  }
+  Start(q);
+  return rc;
+}
+
+void Abort(ibv_qp_ex* q) { Start(q); }
+
+void Send(ibv_qp_ex* q) { NewWr(q, IBV_WR_SEND); }
+void SendImm(ibv_qp_ex* q, __be32 imm) { NewWr(q, IBV_WR_SEND_WITH_IMM)->imm_data = imm; }
+void Write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
+  ibv_send_wr* wr = NewWr(q, IBV_WR_RDMA_WRITE);
+  wr->wr.rdma.rkey = rkey;
+  wr->wr.rdma.remote_addr = addr;
+}
+void WriteImm(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, __be32 imm) {
+  ibv_send_wr* wr = NewWr(q, IBV_WR_RDMA_WRITE_WITH_IMM);
+  wr->wr.rdma.rkey = rkey;
+  wr->wr.rdma.remote_addr = addr;
+  wr->imm_data = imm;
+}
+void Read(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
+  ibv_send_wr* wr = NewWr(q, IBV_WR_RDMA_READ);
+  wr->wr.rdma.rkey = rkey;
+  wr->wr.rdma.remote_addr = addr;
+}
+void CmpSwp(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
+  ibv_send_wr* wr = NewWr(q, IBV_WR_ATOMIC_CMP_AND_SWP);
+  wr->wr.atomic.rkey = rkey;
+  wr->wr.atomic.remote_addr = addr;
+  wr->wr.atomic.compare_add = compare;
+  wr->wr.atomic.swap = swap;
+}
+void FetchAdd(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t add) {
+  ibv_send_wr* wr = NewWr(q, IBV_WR_ATOMIC_FETCH_AND_ADD);
+  wr->wr.atomic.rkey = rkey;
+  wr->wr.atomic.remote_addr = addr;
+  wr->wr.atomic.compare_add = add;
+}
+void Unsupported(ibv_qp_ex* q) { FromEx(q)->wr_error = EOPNOTSUPP; }
+void BindMw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { Unsupported(q); }
+void LocalInv(ibv_qp_ex* q, uint32_t) { Unsupported(q); }
+void SendInv(ibv_qp_ex* q, uint32_t) { Unsupported(q); }
+void SendTso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { Unsupported(q); }
+void SetXrc(ibv_qp_ex* q, uint32_t) { Unsupported(q); }
+void AtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { Unsupported(q); }
+
+void SetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t qpn, uint32_t qkey) {
+  if (ibv_send_wr* wr = Last(q)) {
+    wr->wr.ud.ah = ah;
+    wr->wr.ud.remote_qpn = qpn;
+    wr->wr.ud.remote_qkey = qkey;
+  }
+}
+void SetSge(ibv_qp_ex* q, uint32_t lkey, uint64_t addr, uint32_t length) {
+  if (ibv_send_wr* wr = Last(q)) {
+    Qp* qp = FromEx(q);
+    qp->wr_sges.push_back(ibv_sge{addr, length, lkey});
+    wr->num_sge = 1;
+  }
+}
+void SetSgeList(ibv_qp_ex* q, size_t n, const ibv_sge* list) {
+  if (ibv_send_wr* wr = Last(q)) {
+    Qp* qp = FromEx(q);
+    qp->wr_sges.insert(qp->wr_sges.end(), list, list + n);
+    wr->num_sge = static_cast<int>(n);
+  }
+}
+void SetInline(ibv_qp_ex* q, void* addr, size_t length) {
+  if (Last(q) != nullptr) {
+    Qp* qp = FromEx(q);
+    qp->wr_inline_begin.back() = qp->wr_inline.size();
+    const char* p = static_cast<const char*>(addr);
+    qp->wr_inline.insert(qp->wr_inline.end(), p, p + length);
+  }
+}
+void SetInlineList(ibv_qp_ex* q, size_t n, const ibv_data_buf* bufs) {
+  if (Last(q) != nullptr) {
+    Qp* qp = FromEx(q);
+    qp->wr_inline_begin.back() = qp->wr_inline.size();
+    for (size_t i = 0; i < n; ++i) {
+      const char* p = static_cast<const char*>(bufs[i].addr);
+      qp->wr_inline.insert(qp->wr_inline.end(), p, p + bufs[i].length);
+    }
+  }
+}
+
+}  // namespace
+
+void InitQpEx(Qp* qp) {
+  ibv_qp_ex& x = qp->qpx;
+  x.comp_mask = 0;
+  x.wr_atomic_cmp_swp = CmpSwp;
+  x.wr_atomic_fetch_add = FetchAdd;
+  x.wr_bind_mw = BindMw;
+  x.wr_local_inv = LocalInv;
+  x.wr_rdma_read = Read;
+  x.wr_rdma_write = Write;
+  x.wr_rdma_write_imm = WriteImm;
+  x.wr_send = Send;
+  x.wr_send_imm = SendImm;
+  x.wr_send_inv = SendInv;
+  x.wr_send_tso = SendTso;
+  x.wr_set_ud_addr = SetUdAddr;
+  x.wr_set_xrc_srqn = SetXrc;
+  x.wr_set_inline_data = SetInline;
+  x.wr_set_inline_data_list = SetInlineList;
+  x.wr_set_sge = SetSge;
+  x.wr_set_sge_list = SetSgeList;
+  x.wr_start = Start;
+  x.wr_complete = Complete;
+  x.wr_abort = Abort;
+  x.wr_atomic_write = AtomicWrite;
+}
+
+}  // namespace ffv
+
+extern "C" FFV_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  return qp != nullptr ? &ffv::ToQp(qp)->qpx : nullptr;
+}
