@@ -108,6 +108,9 @@ bool ResourcePlugin::start(std::string* error) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + path, grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());
+  // kubelet is the only client: one completion queue is plenty, and each
+  // extra queue brings threads that cost resident memory.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
   if (opts_.plugins_registry) {
     registry_service_ = std::make_unique<RegistryService>(this);
     builder.RegisterService(registry_service_.get());
