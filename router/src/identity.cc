@@ -47,8 +47,8 @@ bool AddressInNamespace(int nsfd, const Ipv4Prefix& overlay, uint32_t* out, std:
     }
     ::freeifaddrs(list);
     if (!found) {
-      err = "the client's network namespace has no IPv4 address inside the overlay prefix " +
-            overlay.ToString() + " (set --vnet-prefix / VNET_PREFIX to the pod network)";
+      err = "no IPv4 address inside the overlay prefix " +
+            overlay.ToString() + " in its network namespace";
     }
   });
   worker.join();

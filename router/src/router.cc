@@ -179,14 +179,10 @@ void Router::Accept() {
     auto s = std::make_unique<Session>();
     std::string error;
     if (!identity_->Resolve(c.get(), &s->who, &error)) {
-      // Tell the client why before hanging up: it reads this as its HELLO answer.
+      // Keep the connection until the client's HELLO arrives, so that it reads the reason
+      // as its answer instead of a reset connection.
       spdlog::warn("refusing a client: {}", error);
-      proto::Response r{};
-      r.h.op = proto::Op::kHello;
-      r.status = EACCES;
-      std::snprintf(r.u.hello.node, sizeof(r.u.hello.node), "%s", error.c_str());
-      SendWithFds(c.get(), &r, sizeof(r), nullptr, 0, MSG_DONTWAIT);
-      continue;
+      s->refusal = error;
     }
     s->id = next_session_++;
     if (next_session_ == 0) next_session_ = 1;
@@ -195,8 +191,10 @@ void Router::Accept() {
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = s->id;
     ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, s->sock.get(), &ev);
-    spdlog::info("client {} connected: pid {} address {}", s->id, s->who.pid,
-                 FormatIpv4(s->who.ip));
+    if (s->refusal.empty()) {
+      spdlog::info("client {} connected: pid {} address {}", s->id, s->who.pid,
+                   FormatIpv4(s->who.ip));
+    }
     sessions_[s->id] = std::move(s);
   }
 }
@@ -255,6 +253,12 @@ bool Router::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, in
   int status = 0;
   auto no_fds = [&] { return nfds == 0; };
   if (!s.hello && h.op != proto::Op::kHello) return false;
+  if (!s.refusal.empty()) {
+    r.status = EACCES;
+    std::snprintf(r.u.hello.node, sizeof(r.u.hello.node), "%s", s.refusal.c_str());
+    Reply(s, r);
+    return false;
+  }
 
   switch (h.op) {
     case proto::Op::kHello: {

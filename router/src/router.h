@@ -64,6 +64,7 @@ class Router {
     UniqueFd events;
     PodIdentity who;
     bool hello = false;
+    std::string refusal;  // set when the client is not a pod of the overlay
     UniqueFd notify_seg;
     UniqueFd mr_table_fd;     // read-write, router only
     UniqueFd mr_table_ro_fd;  // what the owner and peers get

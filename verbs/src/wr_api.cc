@@ -2,6 +2,7 @@
 // wr_start and wr_complete and then posted through the same path as ibv_post_send.
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "exports.h"
 
@@ -45,6 +46,8 @@ void Start(ibv_qp_ex* q) {
 
 int Complete(ibv_qp_ex* q) {
   Qp* qp = FromEx(q);
+  static std::once_flag traced;
+  std::call_once(traced, [] { LogDebug("work requests arrive through the ibv_wr_* API"); });
   int rc = qp->wr_error;
   if (rc == 0 && !qp->wr_batch.empty()) {
     // Vectors are stable now: point every WR at its SGEs and inline bytes.

@@ -149,7 +149,7 @@ struct HelloReply {
   uint16_t lid;
   uint16_t reserved;
   uint32_t prefix_len;
-  char node[64];
+  char node[128];  // node name, or on refusal the reason
 };
 struct CreateQpReply {
   uint32_t qpn;
@@ -189,7 +189,7 @@ struct Response {
     ConnectReply connect;
     RegMrReply reg_mr;
     GetRegionReply region;
-    char raw[96];
+    char raw[160];
   } u;
 };
 

@@ -78,7 +78,11 @@ pod_run() {
 # pod_bg I CMD...: like pod_run in the background; the PID is appended to FF_PIDS and
 # stored in FF_LAST_PID.
 pod_bg() {
-  pod_run "$@" &
+  local i=$1
+  shift
+  # ip netns exec and env both exec: $! is the PID of the program itself.
+  ip netns exec "$(ff_pod_ns "$i")" env FREEFLOW_DIR="$FF_DIR" FFR_NAME=ffrouter \
+    LD_PRELOAD="$FF_DIR/libffverbs.so" "$@" &
   FF_LAST_PID=$!
   FF_PIDS+=("$FF_LAST_PID")
 }

@@ -1,0 +1,381 @@
+// A small, ordinary verbs program (linked against the system libibverbs, run under the
+// freeflow preload) that checks the error semantics a verbs programmer relies on:
+// access violations, deregistration, RNR, and what happens when the peer, the router or
+// a hostile client misbehaves. Server and client meet over TCP like perftest does.
+//
+//   verbs_faults server PORT
+//   verbs_faults client SERVER_IP PORT TEST     TEST: access | dereg | rnr | peer_gone
+//   verbs_faults hostile SOCKET_PATH
+//   verbs_faults hold                            (creates resources, prints READY, sleeps)
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr size_t kBuf = 64 * 1024;
+constexpr uint8_t kPattern = 0x5a;
+
+struct Wire {
+  uint32_t qpn;
+  uint32_t rkey_a;
+  uint32_t rkey_b;
+  uint32_t reserved;
+  uint64_t addr_a;
+  uint64_t addr_b;
+  uint8_t gid[16];
+};
+
+[[noreturn]] void Die(const char* what) {
+  std::fprintf(stderr, "verbs_faults: %s: %s\n", what, std::strerror(errno));
+  std::exit(2);
+}
+
+void WriteAll(int fd, const void* p, size_t n) {
+  if (::send(fd, p, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n)) Die("tcp send");
+}
+void ReadAll(int fd, void* p, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::recv(fd, static_cast<char*>(p) + got, n - got, 0);
+    if (r <= 0) Die("tcp recv");
+    got += static_cast<size_t>(r);
+  }
+}
+
+struct Verbs {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_mr* mr_a = nullptr;  // remote read/write/atomic
+  ibv_mr* mr_b = nullptr;  // local write only
+  char* a = nullptr;
+  char* b = nullptr;
+  ibv_gid gid{};
+
+  void Open() {
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    if (list == nullptr || n == 0) Die("no RDMA device");
+    ctx = ibv_open_device(list[0]);
+    ibv_free_device_list(list);
+    if (ctx == nullptr) Die("open device");
+    pd = ibv_alloc_pd(ctx);
+    cq = ibv_create_cq(ctx, 256, nullptr, nullptr, 0);
+    a = static_cast<char*>(aligned_alloc(4096, kBuf));
+    b = static_cast<char*>(aligned_alloc(4096, kBuf));
+    std::memset(a, kPattern, kBuf);
+    std::memset(b, kPattern, kBuf);
+    mr_a = ibv_reg_mr(pd, a, kBuf,
+                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                          IBV_ACCESS_REMOTE_ATOMIC);
+    mr_b = ibv_reg_mr(pd, b, kBuf, IBV_ACCESS_LOCAL_WRITE);
+    if (pd == nullptr || cq == nullptr || mr_a == nullptr || mr_b == nullptr) Die("resources");
+    ibv_qp_init_attr init{};
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap = {64, 64, 1, 1, 0};
+    qp = ibv_create_qp(pd, &init);
+    if (qp == nullptr) Die("create qp");
+    if (ibv_query_gid(ctx, 1, 1, &gid) != 0) Die("query gid");
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    attr.qp_access_flags =
+        IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    if (ibv_modify_qp(qp, &attr,
+                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+      Die("INIT");
+  }
+
+  Wire Local() const {
+    Wire w{};
+    w.qpn = qp->qp_num;
+    w.rkey_a = mr_a->rkey;
+    w.rkey_b = mr_b->rkey;
+    w.addr_a = reinterpret_cast<uintptr_t>(a);
+    w.addr_b = reinterpret_cast<uintptr_t>(b);
+    std::memcpy(w.gid, gid.raw, 16);
+    return w;
+  }
+
+  void Connect(const Wire& peer, uint8_t rnr_retry) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_RTR;
+    attr.path_mtu = IBV_MTU_4096;
+    attr.dest_qp_num = peer.qpn;
+    attr.max_dest_rd_atomic = 4;
+    attr.min_rnr_timer = 1;  // 10 us between RNR retries
+    attr.ah_attr.is_global = 1;
+    std::memcpy(attr.ah_attr.grh.dgid.raw, peer.gid, 16);
+    attr.ah_attr.grh.sgid_index = 1;
+    attr.ah_attr.port_num = 1;
+    if (ibv_modify_qp(qp, &attr,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                          IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+      Die("RTR");
+    attr.qp_state = IBV_QPS_RTS;
+    attr.timeout = 14;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = rnr_retry;
+    attr.max_rd_atomic = 4;
+    if (ibv_modify_qp(qp, &attr,
+                      IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                          IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
+      Die("RTS");
+  }
+
+  // Posts one signaled WR and waits (bounded) for its completion.
+  ibv_wc_status Post(ibv_wr_opcode op, uint32_t rkey, uint64_t raddr, uint32_t len,
+                     double timeout_s = 5.0) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(b), len, mr_b->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 7;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = raddr;
+    wr.wr.rdma.rkey = rkey;
+    ibv_send_wr* bad = nullptr;
+    if (ibv_post_send(qp, &wr, &bad) != 0) Die("post_send");
+    return Wait(timeout_s);
+  }
+
+  ibv_wc_status Wait(double timeout_s) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    ibv_wc wc{};
+    while (std::chrono::steady_clock::now() < end) {
+      const int n = ibv_poll_cq(cq, 1, &wc);
+      if (n < 0) Die("poll_cq");
+      if (n == 1) return wc.status;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    return static_cast<ibv_wc_status>(-1);
+  }
+};
+
+int Listen(int port) {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(s, 1) != 0)
+    Die("listen");
+  const int c = ::accept(s, nullptr, nullptr);
+  ::close(s);
+  return c;
+}
+
+int Dial(const char* ip, int port) {
+  for (int i = 0; i < 100; ++i) {
+    int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    ::inet_pton(AF_INET, ip, &a.sin_addr);
+    if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return s;
+    ::close(s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  Die("connect");
+}
+
+bool Untouched(const char* p, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (static_cast<uint8_t>(p[i]) != kPattern) return false;
+  return true;
+}
+
+// Server: answers one-byte commands. 'c' = are buffers untouched? 'd' = dereg A,
+// 'p' = post nothing, 'q' = quit.
+int Server(int port) {
+  Verbs v;
+  v.Open();
+  const int sock = Listen(port);
+  Wire mine = v.Local(), peer{};
+  WriteAll(sock, &mine, sizeof(mine));
+  ReadAll(sock, &peer, sizeof(peer));
+  v.Connect(peer, 7);
+  for (;;) {
+    char cmd;
+    ReadAll(sock, &cmd, 1);
+    char reply = 1;
+    if (cmd == 'c') {
+      reply = Untouched(v.a, kBuf) && Untouched(v.b, kBuf) ? 1 : 0;
+    } else if (cmd == 'w') {  // did the last legal write land?
+      reply = v.a[100] == 0x11 ? 1 : 0;
+    } else if (cmd == 'r') {  // restore the pattern
+      std::memset(v.a, kPattern, kBuf);
+    } else if (cmd == 'd') {
+      reply = ibv_dereg_mr(v.mr_a) == 0 ? 1 : 0;
+    } else if (cmd == 'q') {
+      WriteAll(sock, &reply, 1);
+      return 0;
+    }
+    WriteAll(sock, &reply, 1);
+  }
+}
+
+char Ask(int sock, char cmd) {
+  char r = 0;
+  WriteAll(sock, &cmd, 1);
+  ReadAll(sock, &r, 1);
+  return r;
+}
+
+int Fail(const char* what, ibv_wc_status got) {
+  std::fprintf(stderr, "FAIL %s (completion status %d: %s)\n", what, static_cast<int>(got),
+               static_cast<int>(got) >= 0 ? ibv_wc_status_str(got) : "timeout");
+  return 1;
+}
+
+int Client(const char* ip, int port, const std::string& test) {
+  Verbs v;
+  v.Open();
+  const int sock = Dial(ip, port);
+  Wire mine = v.Local(), peer{};
+  ReadAll(sock, &peer, sizeof(peer));
+  WriteAll(sock, &mine, sizeof(mine));
+  v.Connect(peer, test == "rnr" ? 2 : 7);
+  int failures = 0;
+  ibv_wc_status st;
+  if (test == "access") {
+    st = v.Post(IBV_WR_RDMA_WRITE, peer.rkey_a ^ 0x5500, peer.addr_a, 64);
+    if (st != IBV_WC_REM_ACCESS_ERR) failures += Fail("forged rkey must give REM_ACCESS_ERR", st);
+    if (!Ask(sock, 'c')) failures += Fail("forged-rkey write touched memory", st);
+    // The QP is now in error: further work is flushed.
+    st = v.Post(IBV_WR_RDMA_WRITE, peer.rkey_a, peer.addr_a, 64);
+    if (st != IBV_WC_WR_FLUSH_ERR) failures += Fail("a QP in error must flush", st);
+    std::puts(failures == 0 ? "PASS forged rkey" : "FAIL forged rkey");
+  } else if (test == "oob") {
+    st = v.Post(IBV_WR_RDMA_WRITE, peer.rkey_a, peer.addr_a + kBuf - 8, 64);
+    if (st != IBV_WC_REM_ACCESS_ERR) failures += Fail("out-of-bounds write", st);
+    if (!Ask(sock, 'c')) failures += Fail("out-of-bounds write touched memory", st);
+    std::puts(failures == 0 ? "PASS out-of-bounds write" : "FAIL out-of-bounds write");
+  } else if (test == "noaccess") {
+    st = v.Post(IBV_WR_RDMA_WRITE, peer.rkey_b, peer.addr_b, 64);
+    if (st != IBV_WC_REM_ACCESS_ERR) failures += Fail("write to MR without REMOTE_WRITE", st);
+    if (!Ask(sock, 'c')) failures += Fail("write without access touched memory", st);
+    std::puts(failures == 0 ? "PASS missing access flag" : "FAIL missing access flag");
+  } else if (test == "dereg") {
+    std::memset(v.b, 0x11, 256);
+    st = v.Post(IBV_WR_RDMA_WRITE, peer.rkey_a, peer.addr_a, 256);
+    if (st != IBV_WC_SUCCESS || !Ask(sock, 'w')) failures += Fail("legal write", st);
+    Ask(sock, 'r');
+    if (!Ask(sock, 'd')) failures += Fail("server dereg", st);
+    st = v.Post(IBV_WR_RDMA_WRITE, peer.rkey_a, peer.addr_a, 256);
+    if (st != IBV_WC_REM_ACCESS_ERR) failures += Fail("write with a deregistered rkey", st);
+    if (!Ask(sock, 'c')) failures += Fail("write after dereg touched memory", st);
+    std::puts(failures == 0 ? "PASS dereg revokes" : "FAIL dereg revokes");
+  } else if (test == "rnr") {
+    // The server posted no receive: with rnr_retry=2 the SEND must fail, not hang.
+    const auto t0 = std::chrono::steady_clock::now();
+    st = v.Post(IBV_WR_SEND, 0, 0, 16, 10.0);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (st != IBV_WC_RNR_RETRY_EXC_ERR) failures += Fail("SEND without receive", st);
+    std::printf("%s RNR retry exceeded after %.3f s\n", failures == 0 ? "PASS" : "FAIL", s);
+  } else if (test == "peer_gone") {
+    // Post a receive and wait: the harness kills the server (or the router). The
+    // receive must complete in error within the bound, not hang.
+    ibv_sge sge{reinterpret_cast<uintptr_t>(v.b), 64, v.mr_b->lkey};
+    ibv_recv_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    if (ibv_post_recv(v.qp, &wr, &bad) != 0) Die("post_recv");
+    std::puts("READY");
+    std::fflush(stdout);
+    const auto t0 = std::chrono::steady_clock::now();
+    st = v.Wait(10.0);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (static_cast<int>(st) < 0 || st == IBV_WC_SUCCESS) failures += Fail("peer gone", st);
+    // A send after that fails too.
+    const ibv_wc_status st2 = v.Post(IBV_WR_SEND, 0, 0, 16, 10.0);
+    if (static_cast<int>(st2) < 0 || st2 == IBV_WC_SUCCESS) failures += Fail("send to gone peer", st2);
+    std::printf("%s error completion %.3f s after READY (%s, then %s)\n",
+                failures == 0 ? "PASS" : "FAIL", s,
+                static_cast<int>(st) >= 0 ? ibv_wc_status_str(st) : "timeout",
+                static_cast<int>(st2) >= 0 ? ibv_wc_status_str(st2) : "timeout");
+    return failures == 0 ? 0 : 1;
+  }
+  Ask(sock, 'q');
+  return failures == 0 ? 0 : 1;
+}
+
+// Sends malformed and hostile messages to the router socket. Exit 0 when the router
+// disconnected us after each one (and did not crash).
+int Hostile(const char* path) {
+  struct Case {
+    const char* name;
+    std::vector<char> bytes;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"empty datagram", {}});
+  cases.push_back({"short header", {1, 0}});
+  cases.push_back({"unknown op", std::vector<char>(64, 0x7f)});
+  std::vector<char> before_hello(16, 0);
+  before_hello[0] = 8;  // CreateQp before Hello
+  cases.push_back({"request before HELLO", before_hello});
+  std::vector<char> big_hello(200, 0);
+  big_hello[0] = 1;
+  cases.push_back({"HELLO of the wrong size", big_hello});
+  std::vector<char> hello(16, 0);
+  hello[0] = 1;
+  cases.push_back({"HELLO without descriptors", hello});
+  int failures = 0;
+  for (const Case& c : cases) {
+    const int s = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+    if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) Die("connect router");
+    ::send(s, c.bytes.data(), c.bytes.size(), MSG_NOSIGNAL);
+    timeval tv{5, 0};
+    ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[256];
+    const ssize_t n = ::recv(s, buf, sizeof(buf), 0);
+    const bool dropped = n == 0 || (n < 0 && errno == ECONNRESET);
+    std::printf("%s hostile %s: %s\n", dropped ? "PASS" : "FAIL", c.name,
+                dropped ? "disconnected" : "still connected");
+    failures += dropped ? 0 : 1;
+    ::close(s);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+int Hold() {
+  Verbs v;
+  v.Open();
+  std::puts("READY");
+  std::fflush(stdout);
+  for (int i = 0; i < 600; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "server" && argc == 3) return Server(std::atoi(argv[2]));
+  if (mode == "client" && argc == 5) return Client(argv[2], std::atoi(argv[3]), argv[4]);
+  if (mode == "hostile" && argc == 3) return Hostile(argv[2]);
+  if (mode == "hold") return Hold();
+  std::fprintf(stderr, "usage: verbs_faults server PORT | client IP PORT TEST | hostile SOCK | hold\n");
+  return 2;
+}

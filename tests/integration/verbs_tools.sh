@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Integration: unmodified ibverbs utilities and perftest between two pods of one node,
+# over the real router and the preloaded library. Usage: verbs_tools.sh [devices|pingpong|perftest|perftest-mlx5]
+set -uo pipefail
+source "$(dirname "$0")/lib/cluster.sh"
+trap cluster_down EXIT
+cluster_up 2
+router_up || exit 1
+SERVER=$(ff_pod_ip 0)
+failures=0
+
+check() {  # check NAME STATUS
+  if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1 (status $2)"; failures=$((failures + 1)); fi
+}
+
+# pair NAME VENDOR CMD...: server in pod 0, client in pod 1, both must exit 0.
+pair() {
+  local name=$1 vendor=$2
+  shift 2
+  pod_bg 0 env FFV_VENDOR="$vendor" FFV_LOG=debug "$@" >"$FF_DIR/server.log" 2>&1
+  local spid=$FF_LAST_PID i
+  for ((i = 0; i < 100; i++)); do  # wait until the server listens for its peer
+    ip netns exec "$(ff_pod_ns 0)" ss -ltn 2>/dev/null | grep -qE ':(18515|18516|18517) ' && break
+    sleep 0.05
+  done
+  pod_run 1 env FFV_VENDOR="$vendor" FFV_LOG=debug timeout 60 "$@" "$SERVER" >"$FF_DIR/client.log" 2>&1
+  local c=$?
+  wait_pid "$spid" 30
+  local s=$?
+  local st=$((c != 0 || s != 0))
+  if [[ $st -ne 0 ]]; then
+    echo "--- server"; tail -n 15 "$FF_DIR/server.log"; echo "--- client"; tail -n 15 "$FF_DIR/client.log"
+  fi
+  if [[ $vendor == mlx5 && $st -eq 0 ]] && ! grep -q "ibv_wr_\* API" "$FF_DIR/client.log"; then
+    echo "--- client did not use the ibv_wr_* API"; st=1
+  fi
+  check "$name" $st
+}
+
+case ${1:-all} in
+  devices)
+    out=$(pod_run 0 ibv_devices 2>&1); echo "$out"
+    grep -q freeflow0 <<<"$out"; check "ibv_devices lists freeflow0" $?
+    out=$(pod_run 1 ibv_devinfo -v 2>&1); echo "$out" | head -20
+    grep -q "PORT_ACTIVE" <<<"$out" && grep -q "link_layer:.*Ethernet" <<<"$out" &&
+      grep -q "GID\[  1\]:.*::ffff:$(ff_pod_ip 1)" <<<"$out"
+    check "ibv_devinfo -v shows an active Ethernet port with the pod's IPv4-mapped GID" $?
+    ;;
+  pingpong)
+    for t in rc uc ud srq; do
+      for e in "" "-e"; do pair "ibv_${t}_pingpong $e" "" "ibv_${t}_pingpong" -g 1 $e -n 500; done
+    done
+    pair "ibv_rc_pingpong by LID (no GID)" "" ibv_rc_pingpong -n 200
+    ;;
+  perftest | perftest-mlx5)
+    vendor=""; [[ $1 == perftest-mlx5 ]] && vendor=mlx5
+    pair "ib_send_bw RC" "$vendor" ib_send_bw -n 2000
+    pair "ib_send_bw UC" "$vendor" ib_send_bw -c UC -n 2000
+    pair "ib_send_bw UD" "$vendor" ib_send_bw -c UD -n 2000
+    pair "ib_send_bw -a" "$vendor" ib_send_bw -a -n 50
+    pair "ib_send_bw -e" "$vendor" ib_send_bw -e -n 2000
+    pair "ib_send_bw -b" "$vendor" ib_send_bw -b -n 2000
+    pair "ib_send_bw --use-srq" "$vendor" ib_send_bw --use-srq -n 2000
+    pair "ib_write_bw -q 4" "$vendor" ib_write_bw -q 4 -n 2000
+    pair "ib_write_bw -D 2" "$vendor" ib_write_bw -D 2
+    pair "ib_read_bw -q 30" "$vendor" ib_read_bw -q 30 -n 500
+    pair "ib_atomic_bw CMP_AND_SWAP" "$vendor" ib_atomic_bw -A CMP_AND_SWAP -n 2000
+    pair "ib_atomic_bw FETCH_AND_ADD" "$vendor" ib_atomic_bw -A FETCH_AND_ADD -n 2000
+    pair "ib_send_lat" "$vendor" ib_send_lat -n 2000
+    pair "ib_write_lat" "$vendor" ib_write_lat -n 2000
+    pair "ib_read_lat" "$vendor" ib_read_lat -n 2000
+    pair "ib_atomic_lat" "$vendor" ib_atomic_lat -n 2000
+    ;;
+esac
+echo "$((failures == 0 ? 1 : 0)) passed, $failures failed" >/dev/null
+[[ $failures -eq 0 ]]
