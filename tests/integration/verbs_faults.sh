@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Integration: isolation and failure semantics between pods, with the real router.
 set -uo pipefail
-source "$(dirname "$0")/lib/cluster.sh"
+source "$(dirname "$0")/../../scripts/lib/cluster.sh"
 FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs_faults}
 trap cluster_down EXIT
 cluster_up 3

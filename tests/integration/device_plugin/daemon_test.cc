@@ -92,7 +92,9 @@ class DaemonTest : public ::testing::Test {
     nlohmann::json cfg = {
         {"healthCheckIntervalMs", 200},
         {"configList",
-         {{{"resourceName", "hca"}, {"rdmaHcaMax", hca_max}, {"selectors", {{"linkTypes", {"infiniband"}}}}},
+         {{{"resourceName", "hca"},
+           {"rdmaHcaMax", hca_max},
+           {"selectors", {{"linkTypes", {"infiniband"}}}}},
           {{"resourceName", "sriov_vf"}, {"mode", "sriov"}, {"pfNetdevices", {"ens1f0"}}},
           {{"resourceName", "vrdma"},
            {"mode", "virtual"},
@@ -103,9 +105,9 @@ class DaemonTest : public ::testing::Test {
   }
 
   void start_daemon(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--config", config_path_, "--kubelet-dir", kubelet_dir_,
-                                     "--sysfs-root", sysfs_.sys_root(), "--dev-root", sysfs_.dev_root(),
-                                     "--log-level", "debug"};
+    std::vector<std::string> args = {
+        "--config",        config_path_, "--kubelet-dir",   kubelet_dir_,  "--sysfs-root",
+        sysfs_.sys_root(), "--dev-root", sysfs_.dev_root(), "--log-level", "debug"};
     args.insert(args.end(), extra.begin(), extra.end());
     daemon_ = std::make_unique<DaemonProcess>(FFDP_BINARY, args, root_ + "/daemon.log");
   }
@@ -138,20 +140,23 @@ TEST_F(DaemonTest, RegistersEveryResourceWithTheRightFields) {
 TEST_F(DaemonTest, ListAndWatchPerMode) {
   start_daemon();
   expect_registered_all();
-  auto hca = kubelet_->wait_list(kHca, [](auto& l) { return all_health(l, "Healthy", 5); }, milliseconds(3000));
+  auto hca = kubelet_->wait_list(
+      kHca, [](auto& l) { return all_health(l, "Healthy", 5); }, milliseconds(3000));
   ASSERT_TRUE(hca);
   EXPECT_EQ(hca->list.devices(0).id(), "hca-0");
   ASSERT_EQ(hca->list.devices(0).topology().nodes_size(), 1);
   EXPECT_EQ(hca->list.devices(0).topology().nodes(0).id(), 0);
 
-  auto vf = kubelet_->wait_list(kSriov, [](auto& l) { return all_health(l, "Healthy", 4); }, milliseconds(3000));
+  auto vf = kubelet_->wait_list(
+      kSriov, [](auto& l) { return all_health(l, "Healthy", 4); }, milliseconds(3000));
   ASSERT_TRUE(vf);
   EXPECT_EQ(vf->list.devices(0).id(), "0000:5e:00.2");
   EXPECT_EQ(vf->list.devices(3).id(), "0000:af:00.3");
   EXPECT_EQ(vf->list.devices(3).topology().nodes(0).id(), 1);
 
   // No router yet: virtual devices are advertised but Unhealthy.
-  auto v = kubelet_->wait_list(kVirtual, [](auto& l) { return all_health(l, "Unhealthy", 3); }, milliseconds(3000));
+  auto v = kubelet_->wait_list(
+      kVirtual, [](auto& l) { return all_health(l, "Unhealthy", 3); }, milliseconds(3000));
   ASSERT_TRUE(v);
   EXPECT_EQ(v->list.devices(0).topology().nodes_size(), 0);
 }
@@ -224,7 +229,8 @@ TEST_F(DaemonTest, AllocateAnswersPerMode) {
 TEST_F(DaemonTest, PreferredAllocationStaysOnOneNumaNode) {
   start_daemon();
   expect_registered_all();
-  ASSERT_TRUE(kubelet_->wait_list(kSriov, [](auto& l) { return l.devices_size() == 4; }, milliseconds(3000)));
+  ASSERT_TRUE(kubelet_->wait_list(
+      kSriov, [](auto& l) { return l.devices_size() == 4; }, milliseconds(3000)));
   auto stub = kubelet_->plugin(kSriov);
   v1beta1::PreferredAllocationRequest req;
   auto* c = req.add_container_requests();
@@ -243,35 +249,45 @@ TEST_F(DaemonTest, PreferredAllocationStaysOnOneNumaNode) {
 TEST_F(DaemonTest, HealthChangesReachListAndWatchWithinTwoSeconds) {
   start_daemon();
   expect_registered_all();
-  ASSERT_TRUE(kubelet_->wait_list(kHca, [](auto& l) { return all_health(l, "Healthy", 5); }, milliseconds(3000)));
+  ASSERT_TRUE(kubelet_->wait_list(
+      kHca, [](auto& l) { return all_health(l, "Healthy", 5); }, milliseconds(3000)));
 
   auto t0 = Clock::now();
   sysfs_.set_port_state("mlx5_0", 1, 1);
-  auto down = kubelet_->wait_list(kHca, [](auto& l) { return all_health(l, "Unhealthy", 5); }, milliseconds(2000));
+  auto down = kubelet_->wait_list(
+      kHca, [](auto& l) { return all_health(l, "Unhealthy", 5); }, milliseconds(2000));
   ASSERT_TRUE(down) << "port down did not reach ListAndWatch within 2 s";
   EXPECT_LT(down->at - t0, milliseconds(2000));
 
   t0 = Clock::now();
   sysfs_.set_port_state("mlx5_0", 1, 4);
-  auto up = kubelet_->wait_list(kHca, [](auto& l) { return all_health(l, "Healthy", 5); }, milliseconds(2000));
+  auto up = kubelet_->wait_list(
+      kHca, [](auto& l) { return all_health(l, "Healthy", 5); }, milliseconds(2000));
   ASSERT_TRUE(up) << "port up did not reach ListAndWatch within 2 s";
 
   // VF port down marks only that VF.
   sysfs_.set_port_state("mlx5_3", 1, 1);
-  ASSERT_TRUE(kubelet_->wait_list(kSriov, [](auto& l) {
-    return l.devices_size() == 4 && l.devices(1).health() == "Unhealthy" && l.devices(0).health() == "Healthy";
-  }, milliseconds(2000)));
+  ASSERT_TRUE(kubelet_->wait_list(
+      kSriov,
+      [](auto& l) {
+        return l.devices_size() == 4 && l.devices(1).health() == "Unhealthy" &&
+               l.devices(0).health() == "Healthy";
+      },
+      milliseconds(2000)));
 
   // Virtual: router comes and goes.
   {
     RouterStandIn router(ff_dir_ + "/ffr.sock");
-    ASSERT_TRUE(kubelet_->wait_list(kVirtual, [](auto& l) { return all_health(l, "Healthy", 3); }, milliseconds(2000)));
+    ASSERT_TRUE(kubelet_->wait_list(
+        kVirtual, [](auto& l) { return all_health(l, "Healthy", 3); }, milliseconds(2000)));
   }
-  ASSERT_TRUE(kubelet_->wait_list(kVirtual, [](auto& l) { return all_health(l, "Unhealthy", 3); }, milliseconds(2000)));
+  ASSERT_TRUE(kubelet_->wait_list(
+      kVirtual, [](auto& l) { return all_health(l, "Unhealthy", 3); }, milliseconds(2000)));
 
   // HCA disappearing entirely.
   sysfs_.remove_hca("mlx5_0");
-  ASSERT_TRUE(kubelet_->wait_list(kHca, [](auto& l) { return all_health(l, "Unhealthy", 5); }, milliseconds(2000)));
+  ASSERT_TRUE(kubelet_->wait_list(
+      kHca, [](auto& l) { return all_health(l, "Unhealthy", 5); }, milliseconds(2000)));
 }
 
 TEST_F(DaemonTest, KubeletRestartLeadsToRegistrationWithinOneSecond) {
@@ -284,12 +300,36 @@ TEST_F(DaemonTest, KubeletRestartLeadsToRegistrationWithinOneSecond) {
       ASSERT_TRUE(reg) << r << " did not re-register in round " << round;
       EXPECT_LT(reg->at - created, milliseconds(1000)) << r << " round " << round;
       const std::string sock = kubelet_dir_ + "/" + reg->request.endpoint();
-      for (int i = 0; i < 40 && !fs::is_socket(sock); ++i) std::this_thread::sleep_for(milliseconds(25));
+      for (int i = 0; i < 40 && !fs::is_socket(sock); ++i)
+        std::this_thread::sleep_for(milliseconds(25));
       EXPECT_TRUE(fs::is_socket(sock)) << sock;
     }
   }
   // The restarted kubelet gets a full, healthy list again: allocatable is not stuck at zero.
-  ASSERT_TRUE(kubelet_->wait_list(kHca, [](auto& l) { return all_health(l, "Healthy", 5); }, milliseconds(3000)));
+  ASSERT_TRUE(kubelet_->wait_list(
+      kHca, [](auto& l) { return all_health(l, "Healthy", 5); }, milliseconds(3000)));
+}
+
+TEST_F(DaemonTest, RegistersAsSoonAsKubeletComesUp) {
+  kubelet_->stop(true);
+  // A stale kubelet.sock nobody listens on, as a crashed kubelet leaves behind.
+  {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", (kubelet_dir_ + "/kubelet.sock").c_str());
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    ::close(fd);
+  }
+  start_daemon();
+  std::this_thread::sleep_for(milliseconds(700));
+  ASSERT_TRUE(daemon_->alive());
+  auto created = kubelet_->restart();
+  for (const char* r : {kHca, kSriov, kVirtual}) {
+    auto reg = kubelet_->wait_registration_since(r, created, milliseconds(3000));
+    ASSERT_TRUE(reg) << r;
+    EXPECT_LT(reg->at - created, milliseconds(1000)) << r;
+  }
 }
 
 TEST_F(DaemonTest, SighupWithBadConfigKeepsServingAndGoodConfigApplies) {
@@ -314,23 +354,28 @@ TEST_F(DaemonTest, SighupWithBadConfigKeepsServingAndGoodConfigApplies) {
   write_config(7);
   daemon_->signal(SIGHUP);
   ASSERT_TRUE(kubelet_->wait_registration(kHca, 2, milliseconds(3000)));
-  ASSERT_TRUE(kubelet_->wait_list(kHca, [](auto& l) { return all_health(l, "Healthy", 7); }, milliseconds(3000)));
+  ASSERT_TRUE(kubelet_->wait_list(
+      kHca, [](auto& l) { return all_health(l, "Healthy", 7); }, milliseconds(3000)));
 
   // Counters are updated right after the RPC returns; poll briefly.
   std::string metrics;
   for (int i = 0; i < 40; ++i) {
     metrics = http_get(port, "/metrics");
-    if (metrics.find("freeflow_dp_registrations_total{resource=\"freeflow/vrdma\",result=\"ok\"} 2") !=
+    if (metrics.find(
+            "freeflow_dp_registrations_total{resource=\"freeflow/vrdma\",result=\"ok\"} 2") !=
         std::string::npos)
       break;
     std::this_thread::sleep_for(milliseconds(50));
   }
-  EXPECT_NE(metrics.find("freeflow_dp_devices{resource=\"rdma/hca\",health=\"Healthy\"} 7"), std::string::npos)
+  EXPECT_NE(metrics.find("freeflow_dp_devices{resource=\"rdma/hca\",health=\"Healthy\"} 7"),
+            std::string::npos)
       << metrics;
-  EXPECT_NE(metrics.find("freeflow_dp_config_reloads_total{result=\"error\"} 1"), std::string::npos);
-  EXPECT_NE(metrics.find("freeflow_dp_config_reloads_total{result=\"ok\"} 1"), std::string::npos);
-  EXPECT_NE(metrics.find("freeflow_dp_registrations_total{resource=\"freeflow/vrdma\",result=\"ok\"} 2"),
+  EXPECT_NE(metrics.find("freeflow_dp_config_reloads_total{result=\"error\"} 1"),
             std::string::npos);
+  EXPECT_NE(metrics.find("freeflow_dp_config_reloads_total{result=\"ok\"} 1"), std::string::npos);
+  EXPECT_NE(
+      metrics.find("freeflow_dp_registrations_total{resource=\"freeflow/vrdma\",result=\"ok\"} 2"),
+      std::string::npos);
   EXPECT_NE(metrics.find("freeflow_dp_allocations_total{resource=\"rdma/hca\",result=\"ok\"} 1"),
             std::string::npos);
 }
@@ -339,7 +384,8 @@ TEST_F(DaemonTest, SigtermStopsCleanlyAndRemovesSockets) {
   start_daemon();
   expect_registered_all();
   EXPECT_EQ(daemon_->stop(), 0);
-  for (const char* s : {"freeflow-rdma_hca.sock", "freeflow-rdma_sriov_vf.sock", "freeflow-freeflow_vrdma.sock"})
+  for (const char* s :
+       {"freeflow-rdma_hca.sock", "freeflow-rdma_sriov_vf.sock", "freeflow-freeflow_vrdma.sock"})
     EXPECT_FALSE(fs::exists(kubelet_dir_ + "/" + s)) << s;
   EXPECT_TRUE(fs::exists(kubelet_dir_ + "/kubelet.sock"));
 }
@@ -359,7 +405,8 @@ TEST_F(DaemonTest, LegacyHcaConfigMapAndCdi) {
   fs::create_directories(cdi);
   start_daemon({"--cdi-dir", cdi});
   ASSERT_TRUE(kubelet_->wait_registration(kHca, 1, milliseconds(5000)));
-  ASSERT_TRUE(kubelet_->wait_list(kHca, [](auto& l) { return all_health(l, "Healthy", 1000); }, milliseconds(3000)));
+  ASSERT_TRUE(kubelet_->wait_list(
+      kHca, [](auto& l) { return all_health(l, "Healthy", 1000); }, milliseconds(3000)));
   auto stub = kubelet_->plugin(kHca);
   v1beta1::AllocateRequest req;
   req.add_container_requests()->add_devices_ids("hca-999");
@@ -379,7 +426,8 @@ TEST_F(DaemonTest, PluginsRegistryPath) {
   std::ofstream(config_path_) << R"({"mode":"hca"})";
   start_daemon({"--registration", "plugins-registry", "--plugins-registry-dir", reg_dir});
   const std::string sock = reg_dir + "/freeflow-rdma_hca.sock";
-  for (int i = 0; i < 100 && !fs::is_socket(sock); ++i) std::this_thread::sleep_for(milliseconds(50));
+  for (int i = 0; i < 100 && !fs::is_socket(sock); ++i)
+    std::this_thread::sleep_for(milliseconds(50));
   ASSERT_TRUE(fs::is_socket(sock));
   auto channel = grpc::CreateChannel("unix:" + sock, grpc::InsecureChannelCredentials());
   auto reg = pluginregistration::Registration::NewStub(channel);
@@ -398,7 +446,8 @@ TEST_F(DaemonTest, PluginsRegistryPath) {
   EXPECT_EQ(kubelet_->registrations(kHca), 0u);  // no Register call on this path
   // Socket deleted (kubelet restart) -> served again.
   fs::remove(sock);
-  for (int i = 0; i < 40 && !fs::is_socket(sock); ++i) std::this_thread::sleep_for(milliseconds(25));
+  for (int i = 0; i < 40 && !fs::is_socket(sock); ++i)
+    std::this_thread::sleep_for(milliseconds(25));
   EXPECT_TRUE(fs::is_socket(sock));
 }
 

@@ -19,10 +19,12 @@ namespace fs = std::filesystem;
 class KubeletStandIn::Service final : public v1beta1::Registration::Service {
  public:
   explicit Service(KubeletStandIn* k) : k_(k) {}
-  grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* req, v1beta1::Empty*) override {
+  grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* req,
+                        v1beta1::Empty*) override {
     // Same checks as kubelet: supported version, extended resource name.
     if (req->version() != "v1beta1")
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unsupported version " + req->version());
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "unsupported version " + req->version());
     if (req->resource_name().find('/') == std::string::npos)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not an extended resource name");
     k_->on_register(*req);
@@ -85,12 +87,14 @@ void KubeletStandIn::on_register(const v1beta1::RegisterRequest& req) {
   grpc::ClientContext* raw = ctx.get();
   std::lock_guard<std::mutex> lock(mu_);
   regs_.push_back({req, Clock::now()});
-  watches_.push_back({std::move(ctx), std::thread(&KubeletStandIn::watch_loop, this, req.resource_name(),
-                                                  dir_ + "/" + req.endpoint(), raw)});
+  watches_.push_back(
+      {std::move(ctx), std::thread(&KubeletStandIn::watch_loop, this, req.resource_name(),
+                                   dir_ + "/" + req.endpoint(), raw)});
   cv_.notify_all();
 }
 
-void KubeletStandIn::watch_loop(std::string resource, std::string endpoint, grpc::ClientContext* ctx) {
+void KubeletStandIn::watch_loop(std::string resource, std::string endpoint,
+                                grpc::ClientContext* ctx) {
   auto channel = grpc::CreateChannel("unix:" + endpoint, grpc::InsecureChannelCredentials());
   auto stub = v1beta1::DevicePlugin::NewStub(channel);
   ctx->set_wait_for_ready(true);
@@ -112,8 +116,8 @@ size_t KubeletStandIn::registrations(const std::string& resource) const {
   return n;
 }
 
-std::optional<Registration> KubeletStandIn::wait_registration(const std::string& resource, size_t count,
-                                                              std::chrono::milliseconds timeout) const {
+std::optional<Registration> KubeletStandIn::wait_registration(
+    const std::string& resource, size_t count, std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
   std::optional<Registration> found;
   cv_.wait_for(lock, timeout, [&] {
@@ -129,9 +133,8 @@ std::optional<Registration> KubeletStandIn::wait_registration(const std::string&
   return found;
 }
 
-std::optional<Registration> KubeletStandIn::wait_registration_since(const std::string& resource,
-                                                                    Clock::time_point since,
-                                                                    std::chrono::milliseconds timeout) const {
+std::optional<Registration> KubeletStandIn::wait_registration_since(
+    const std::string& resource, Clock::time_point since, std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
   std::optional<Registration> found;
   cv_.wait_for(lock, timeout, [&] {
@@ -147,7 +150,8 @@ std::optional<Registration> KubeletStandIn::wait_registration_since(const std::s
 }
 
 std::optional<ListUpdate> KubeletStandIn::wait_list(
-    const std::string& resource, const std::function<bool(const v1beta1::ListAndWatchResponse&)>& pred,
+    const std::string& resource,
+    const std::function<bool(const v1beta1::ListAndWatchResponse&)>& pred,
     std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
   std::optional<ListUpdate> found;
@@ -165,7 +169,8 @@ std::optional<ListUpdate> KubeletStandIn::wait_list(
   return found;
 }
 
-std::unique_ptr<v1beta1::DevicePlugin::Stub> KubeletStandIn::plugin(const std::string& resource) const {
+std::unique_ptr<v1beta1::DevicePlugin::Stub> KubeletStandIn::plugin(
+    const std::string& resource) const {
   std::string endpoint;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -53,11 +53,13 @@ class KubeletStandIn {
   std::optional<Registration> wait_registration(const std::string& resource, size_t count,
                                                 std::chrono::milliseconds timeout) const;
   // Waits until the latest list of `resource` satisfies pred; returns it.
-  std::optional<ListUpdate> wait_list(const std::string& resource,
-                                      const std::function<bool(const v1beta1::ListAndWatchResponse&)>& pred,
-                                      std::chrono::milliseconds timeout) const;
+  std::optional<ListUpdate> wait_list(
+      const std::string& resource,
+      const std::function<bool(const v1beta1::ListAndWatchResponse&)>& pred,
+      std::chrono::milliseconds timeout) const;
   // Waits for a registration of `resource` made at or after `since`.
-  std::optional<Registration> wait_registration_since(const std::string& resource, Clock::time_point since,
+  std::optional<Registration> wait_registration_since(const std::string& resource,
+                                                      Clock::time_point since,
                                                       std::chrono::milliseconds timeout) const;
   // A stub on the endpoint `resource` registered with.
   std::unique_ptr<v1beta1::DevicePlugin::Stub> plugin(const std::string& resource) const;
@@ -84,7 +86,8 @@ class KubeletStandIn {
 // The real daemon as a child process, stopped by its PID only.
 class DaemonProcess {
  public:
-  DaemonProcess(const std::string& binary, const std::vector<std::string>& args, const std::string& log_path);
+  DaemonProcess(const std::string& binary, const std::vector<std::string>& args,
+                const std::string& log_path);
   ~DaemonProcess();
   pid_t pid() const { return pid_; }
   void signal(int sig) const;

@@ -7,7 +7,7 @@
 # Everything created is recorded and removed by cluster_down (also on EXIT when the
 # caller traps it). Processes are only ever stopped by the PID this file started.
 
-FF_BUILD=${FF_BUILD:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)/build}
+FF_BUILD=${FF_BUILD:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build}
 FF_TAG=${FF_TAG:-$$}
 FF_NET=${FF_NET:-$(( (FF_TAG % 200) + 20 ))}
 FF_NODE=ff${FF_TAG}n

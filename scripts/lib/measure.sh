@@ -1,0 +1,57 @@
+# Measurement helpers shared by the demo and the benchmark. Each prints one number.
+# Requires scripts/lib/cluster.sh to be sourced and a cluster with a router to be up.
+
+# perftest_run POD_SERVER POD_CLIENT FIELD TOOL ARGS...: runs an unmodified perftest
+# tool between two pods over freeflow and prints one column of its result line
+# (FIELD: bw = BW average [Gbit/s], mpps = MsgRate, typical = t_typical [usec]).
+perftest_run() {
+  local s=$1 c=$2 field=$3
+  shift 3
+  pod_bg "$s" "$@" >"$FF_DIR/pt-server.log" 2>&1
+  local spid=$FF_LAST_PID i
+  for ((i = 0; i < 100; i++)); do
+    ip netns exec "$(ff_pod_ns "$s")" ss -ltn 2>/dev/null | grep -q ':18515 ' && break
+    sleep 0.05
+  done
+  pod_run "$c" timeout 60 "$@" "$(ff_pod_ip "$s")" >"$FF_DIR/pt-client.log" 2>&1
+  wait_pid "$spid" 30 >/dev/null || true
+  local line
+  line=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$FF_DIR/pt-client.log" | tail -n 1)
+  case $field in
+    bw) awk '{printf "%.2f\n", $4 * 1048576 * 8 / 1e9}' <<<"$line" ;;
+    mpps) awk '{printf "%.3f\n", $5}' <<<"$line" ;;
+    typical) awk '{printf "%.3f\n", $5}' <<<"$line" ;;
+  esac
+}
+
+# iperf3_gbps POD_SERVER POD_CLIENT SECONDS: single-stream TCP between two pods.
+iperf3_gbps() {
+  ip netns exec "$(ff_pod_ns "$1")" iperf3 -s -1 -p 5201 >/dev/null 2>&1 &
+  local spid=$!
+  FF_PIDS+=("$spid")
+  sleep 0.3
+  ip netns exec "$(ff_pod_ns "$2")" iperf3 -c "$(ff_pod_ip "$1")" -p 5201 -t "$3" -f g 2>/dev/null |
+    awk '/receiver/ {printf "%.2f\n", $7}'
+  wait_pid "$spid" 10 >/dev/null || true
+}
+
+# sockperf_half_rtt_us POD_SERVER POD_CLIENT SECONDS: TCP ping-pong, p50 of half the
+# round trip (what sockperf reports), in microseconds.
+sockperf_half_rtt_us() {
+  ip netns exec "$(ff_pod_ns "$1")" sockperf sr --tcp -i "$(ff_pod_ip "$1")" -p 11111 >/dev/null 2>&1 &
+  local spid=$!
+  FF_PIDS+=("$spid")
+  sleep 0.3
+  ip netns exec "$(ff_pod_ns "$2")" sockperf pp --tcp -i "$(ff_pod_ip "$1")" -p 11111 -t "$3" -m 14 2>/dev/null |
+    awk '/percentile 50.000 =/ {printf "%.3f\n", $NF}'
+  kill "$spid" 2>/dev/null || true
+  wait "$spid" 2>/dev/null || true
+}
+
+# stats V1 V2 ...: "median min max" of the numbers.
+stats() {
+  printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {
+    if (NR == 0) { print "n/a n/a n/a"; exit }
+    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "%.3f %.3f %.3f\n", m, v[1], v[NR] }'
+}
