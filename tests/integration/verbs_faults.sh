@@ -27,6 +27,9 @@ for t in access oob noaccess dereg rnr; do
   result "verbs_faults $t" $c
 done
 
+pod_run 2 timeout 30 "$FAULTS" overlap
+result "overlapping registrations merge and keep their keys" $?
+
 # A killed peer and a killed router turn into error completions, not hangs.
 fd_count() { ls "/proc/$FF_ROUTER_PID/fd" | wc -l; }
 for victim in peer router; do
