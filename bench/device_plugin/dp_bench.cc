@@ -68,7 +68,8 @@ RunResult one_run(int allocations) {
                          root + "/daemon.log");
     const char* hca = "rdma/hca";
     if (!kubelet.wait_registration(hca, 1, milliseconds(5000)) ||
-        !kubelet.wait_list(hca, [](auto& l) { return all_health(l, "Healthy"); }, milliseconds(5000))) {
+        !kubelet.wait_list(
+            hca, [](auto& l) { return all_health(l, "Healthy"); }, milliseconds(5000))) {
       fmt::print(stderr, "daemon did not come up; log:\n{}\n", read_text(root + "/daemon.log"));
       fs::remove_all(root);
       return out;
@@ -99,7 +100,8 @@ RunResult one_run(int allocations) {
         auto t0 = Clock::now();
         sysfs.set_port_state("mlx5_0", 1, state);
         const char* want = state == 4 ? "Healthy" : "Unhealthy";
-        auto u = kubelet.wait_list(hca, [&](auto& l) { return all_health(l, want); }, milliseconds(5000));
+        auto u = kubelet.wait_list(
+            hca, [&](auto& l) { return all_health(l, want); }, milliseconds(5000));
         if (u) health.push_back(ms(u->at - t0));
       }
     }
@@ -143,8 +145,10 @@ int main(int argc, char** argv) {
   std::vector<RunResult> results;
   for (int r = 0; r < runs; ++r) {
     auto res = one_run(allocations);
-    fmt::print("run {}: allocate p50 {:.1f} us p99 {:.1f} us | health {:.1f} ms | re-register {:.1f} ms | rss {:.1f} MB\n",
-               r + 1, res.alloc_p50_us, res.alloc_p99_us, res.health_ms, res.rereg_ms, res.rss_mb);
+    fmt::print(
+        "run {}: allocate p50 {:.1f} us p99 {:.1f} us | health {:.1f} ms | re-register {:.1f} ms | "
+        "rss {:.1f} MB\n",
+        r + 1, res.alloc_p50_us, res.alloc_p99_us, res.health_ms, res.rereg_ms, res.rss_mb);
     if (res.alloc_p50_us < 0) return 1;
     results.push_back(res);
   }
@@ -156,8 +160,10 @@ int main(int argc, char** argv) {
   fmt::print("\nover {} runs ({} Allocate calls each):\n", runs, allocations);
   summary("Allocate p50", "us", col([](auto& r) { return r.alloc_p50_us; }), "-");
   summary("Allocate p99", "us", col([](auto& r) { return r.alloc_p99_us; }), "< 1000 us");
-  summary("health change -> ListAndWatch", "ms", col([](auto& r) { return r.health_ms; }), "< 2000 ms");
-  summary("kubelet restart -> registered", "ms", col([](auto& r) { return r.rereg_ms; }), "< 1000 ms");
+  summary("health change -> ListAndWatch", "ms", col([](auto& r) { return r.health_ms; }),
+          "< 2000 ms");
+  summary("kubelet restart -> registered", "ms", col([](auto& r) { return r.rereg_ms; }),
+          "< 1000 ms");
   summary("daemon RSS", "MB", col([](auto& r) { return r.rss_mb; }), "< 20 MB");
   return 0;
 }

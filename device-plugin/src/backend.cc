@@ -30,7 +30,8 @@ DeviceNode char_node(const std::string& host_dev_root, const std::string& name) 
 }
 
 void add_unique(std::vector<DeviceNode>* nodes, DeviceNode node) {
-  if (std::find(nodes->begin(), nodes->end(), node) == nodes->end()) nodes->push_back(std::move(node));
+  if (std::find(nodes->begin(), nodes->end(), node) == nodes->end())
+    nodes->push_back(std::move(node));
 }
 
 // Shared HCA mode: rdmaHcaMax interchangeable IDs, each giving every char
@@ -106,7 +107,8 @@ class HcaBackend final : public DeviceBackend {
 // SR-IOV mode: one device per VF, its PCI address as ID.
 class SriovBackend final : public DeviceBackend {
  public:
-  SriovBackend(ResourceConfig cfg, BackendContext ctx) : cfg_(std::move(cfg)), ctx_(std::move(ctx)) {}
+  SriovBackend(ResourceConfig cfg, BackendContext ctx)
+      : cfg_(std::move(cfg)), ctx_(std::move(ctx)) {}
 
   std::vector<PluginDevice> scan() override {
     SysfsDiscovery disc(*ctx_.sys, *ctx_.dev);
@@ -129,8 +131,9 @@ class SriovBackend final : public DeviceBackend {
           names.insert(names.end(), d.char_devices.begin(), d.char_devices.end());
         }
         // A VF that cannot open verbs is useless to an RDMA pod.
-        healthy = healthy && std::any_of(names.begin(), names.end(),
-                                         [](const std::string& n) { return n.starts_with("uverbs"); });
+        healthy = healthy && std::any_of(names.begin(), names.end(), [](const std::string& n) {
+                    return n.starts_with("uverbs");
+                  });
         PluginDevice dev{vf.pci_address, healthy, {}, vf.pci_parent};
         if (vf.numa_node) dev.numa_nodes.push_back(*vf.numa_node);
         out.push_back(std::move(dev));
@@ -154,7 +157,9 @@ class SriovBackend final : public DeviceBackend {
       nlohmann::json rdma = nlohmann::json::object();
       for (const auto& n : it->second) {
         add_unique(&edits.devices, char_node(ctx_.host_dev_root, n));
-        std::string kind = n.starts_with("uverbs") ? "uverbs" : n.starts_with("umad") ? "umad" : "issm";
+        std::string kind = n.starts_with("uverbs") ? "uverbs"
+                           : n.starts_with("umad") ? "umad"
+                                                   : "issm";
         rdma[kind] = "/dev/infiniband/" + n;
       }
       if (rdma_cm_) rdma["rdma_cm"] = "/dev/infiniband/rdma_cm";
@@ -182,20 +187,25 @@ class SriovBackend final : public DeviceBackend {
 // Virtual mode: N devices backed by the node's freeflow router.
 class VirtualBackend final : public DeviceBackend {
  public:
-  VirtualBackend(ResourceConfig cfg, BackendContext ctx) : cfg_(std::move(cfg)), ctx_(std::move(ctx)) {
+  VirtualBackend(ResourceConfig cfg, BackendContext ctx)
+      : cfg_(std::move(cfg)), ctx_(std::move(ctx)) {
     socket_path_ = cfg_.freeflow_dir + "/" + cfg_.router_name + ".sock";
   }
 
   std::vector<PluginDevice> scan() override {
-    bool up = ctx_.router_probe ? ctx_.router_probe(socket_path_) : probe_router_socket(socket_path_);
+    bool up =
+        ctx_.router_probe ? ctx_.router_probe(socket_path_) : probe_router_socket(socket_path_);
     if (up != last_up_) {
-      if (up) spdlog::info("{}: router at {} answers", cfg_.full_name(), socket_path_);
-      else spdlog::warn("{}: router at {} does not answer", cfg_.full_name(), socket_path_);
+      if (up)
+        spdlog::info("{}: router at {} answers", cfg_.full_name(), socket_path_);
+      else
+        spdlog::warn("{}: router at {} does not answer", cfg_.full_name(), socket_path_);
       last_up_ = up;
     }
     std::vector<PluginDevice> out;
     out.reserve(cfg_.virtual_devices);
-    for (int i = 0; i < cfg_.virtual_devices; ++i) out.push_back({fmt::format("vrdma-{}", i), up, {}, ""});
+    for (int i = 0; i < cfg_.virtual_devices; ++i)
+      out.push_back({fmt::format("vrdma-{}", i), up, {}, ""});
     return out;
   }
 
@@ -225,8 +235,10 @@ class VirtualBackend final : public DeviceBackend {
 bool selectors_match(const Selectors& s, const RdmaDevice& d) {
   const std::string vendor = normalize_hex(d.vendor);
   const std::string device = normalize_hex(d.device_id);
-  return any_or_empty(s.vendors, [&](const std::string& v) { return normalize_hex(v) == vendor; }) &&
-         any_or_empty(s.device_ids, [&](const std::string& v) { return normalize_hex(v) == device; }) &&
+  return any_or_empty(s.vendors,
+                      [&](const std::string& v) { return normalize_hex(v) == vendor; }) &&
+         any_or_empty(s.device_ids,
+                      [&](const std::string& v) { return normalize_hex(v) == device; }) &&
          any_or_empty(s.drivers, [&](const std::string& v) { return v == d.driver; }) &&
          any_or_empty(s.if_names,
                       [&](const std::string& v) {
@@ -264,9 +276,12 @@ bool probe_router_socket(const std::string& socket_path) {
 
 std::unique_ptr<DeviceBackend> make_backend(const ResourceConfig& cfg, const BackendContext& ctx) {
   switch (cfg.mode) {
-    case Mode::kHca: return std::make_unique<HcaBackend>(cfg, ctx);
-    case Mode::kSriov: return std::make_unique<SriovBackend>(cfg, ctx);
-    case Mode::kVirtual: return std::make_unique<VirtualBackend>(cfg, ctx);
+    case Mode::kHca:
+      return std::make_unique<HcaBackend>(cfg, ctx);
+    case Mode::kSriov:
+      return std::make_unique<SriovBackend>(cfg, ctx);
+    case Mode::kVirtual:
+      return std::make_unique<VirtualBackend>(cfg, ctx);
   }
   return nullptr;
 }

@@ -39,8 +39,9 @@ std::string render_cdi_spec(const std::string& kind, const std::vector<PluginDev
     if (!edits.devices.empty()) {
       e["deviceNodes"] = nlohmann::json::array();
       for (const auto& n : edits.devices)
-        e["deviceNodes"].push_back(
-            {{"path", n.container_path}, {"hostPath", n.host_path}, {"permissions", n.permissions}});
+        e["deviceNodes"].push_back({{"path", n.container_path},
+                                    {"hostPath", n.host_path},
+                                    {"permissions", n.permissions}});
     }
     if (!edits.mounts.empty()) {
       e["mounts"] = nlohmann::json::array();

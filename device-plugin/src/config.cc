@@ -24,8 +24,8 @@ std::string get_string(const json& obj, const std::string& key, const std::strin
   return it->get<std::string>();
 }
 
-int get_int(const json& obj, const std::string& key, const std::string& path, int fallback,
-            int min, int max) {
+int get_int(const json& obj, const std::string& key, const std::string& path, int fallback, int min,
+            int max) {
   auto it = obj.find(key);
   if (it == obj.end()) return fallback;
   if (!it->is_number_integer()) fail(path + key, "must be an integer");
@@ -99,8 +99,7 @@ ResourceConfig parse_entry(const json& entry, const std::string& path) {
   if (!entry.is_object()) fail(path.substr(0, path.size() - 1), "must be an object");
   check_known_keys(entry,
                    {"resourceName", "resourcePrefix", "rdmaHcaMax", "selectors", "mode",
-                    "pfNetdevices", "virtualDevices", "freeflowDir", "routerName",
-                    "containerDir"},
+                    "pfNetdevices", "virtualDevices", "freeflowDir", "routerName", "containerDir"},
                    path);
   ResourceConfig rc;
   rc.mode = parse_mode(get_string(entry, "mode", path, "hca"), path + "mode");
@@ -113,14 +112,15 @@ ResourceConfig parse_entry(const json& entry, const std::string& path) {
                      rc.resource_name));
   rc.resource_prefix =
       get_string(entry, "resourcePrefix", path, rc.mode == Mode::kVirtual ? "freeflow" : "rdma");
-  if (!valid_name_part(rc.resource_prefix, true) || rc.resource_prefix.find('_') != std::string::npos)
-    fail(path + "resourcePrefix",
-         fmt::format("'{}' is not a valid DNS name", rc.resource_prefix));
+  if (!valid_name_part(rc.resource_prefix, true) ||
+      rc.resource_prefix.find('_') != std::string::npos)
+    fail(path + "resourcePrefix", fmt::format("'{}' is not a valid DNS name", rc.resource_prefix));
   if (rc.resource_prefix == "kubernetes.io" || rc.resource_prefix.ends_with(".kubernetes.io"))
     fail(path + "resourcePrefix", "the kubernetes.io domain is reserved");
 
   rc.rdma_hca_max = get_int(entry, "rdmaHcaMax", path, 1000, 1, 100000);
-  if (entry.contains("selectors")) rc.selectors = parse_selectors(entry["selectors"], path + "selectors.");
+  if (entry.contains("selectors"))
+    rc.selectors = parse_selectors(entry["selectors"], path + "selectors.");
   rc.pf_netdevices = get_strings(entry, "pfNetdevices", path);
   rc.virtual_devices = get_int(entry, "virtualDevices", path, 100, 1, 100000);
   rc.freeflow_dir = get_string(entry, "freeflowDir", path, rc.freeflow_dir);
@@ -132,11 +132,13 @@ ResourceConfig parse_entry(const json& entry, const std::string& path) {
       if (!rc.pf_netdevices.empty()) fail(path + "pfNetdevices", "only valid with mode sriov");
       break;
     case Mode::kSriov:
-      if (rc.pf_netdevices.empty()) fail(path + "pfNetdevices", "sriov mode needs at least one PF netdevice");
+      if (rc.pf_netdevices.empty())
+        fail(path + "pfNetdevices", "sriov mode needs at least one PF netdevice");
       for (size_t i = 0; i < rc.pf_netdevices.size(); ++i) {
         const auto& n = rc.pf_netdevices[i];
         if (n.empty() || n.find('/') != std::string::npos || n == "." || n == "..")
-          fail(fmt::format("{}pfNetdevices[{}]", path, i), fmt::format("'{}' is not an interface name", n));
+          fail(fmt::format("{}pfNetdevices[{}]", path, i),
+               fmt::format("'{}' is not an interface name", n));
       }
       break;
     case Mode::kVirtual:
@@ -155,9 +157,12 @@ ResourceConfig parse_entry(const json& entry, const std::string& path) {
 
 const char* mode_name(Mode mode) {
   switch (mode) {
-    case Mode::kHca: return "hca";
-    case Mode::kSriov: return "sriov";
-    case Mode::kVirtual: return "virtual";
+    case Mode::kHca:
+      return "hca";
+    case Mode::kSriov:
+      return "sriov";
+    case Mode::kVirtual:
+      return "virtual";
   }
   return "?";
 }
@@ -180,8 +185,8 @@ PluginConfig parse_config(const std::string& json_text) {
 
   PluginConfig cfg;
   cfg.periodic_update_interval_s = get_int(root, "periodicUpdateInterval", "", 60, 0, 86400);
-  cfg.health_interval = std::chrono::milliseconds(
-      get_int(root, "healthCheckIntervalMs", "", 500, 50, 1900));
+  cfg.health_interval =
+      std::chrono::milliseconds(get_int(root, "healthCheckIntervalMs", "", 500, 50, 1900));
 
   const bool legacy = root.contains("mode");
   const bool list = root.contains("configList");
@@ -190,7 +195,8 @@ PluginConfig parse_config(const std::string& json_text) {
 
   if (legacy) {
     // Mellanox sriov plugin format, as in the Alibaba Cloud ConfigMap.
-    check_known_keys(root, {"mode", "pfNetdevices", "periodicUpdateInterval", "healthCheckIntervalMs"}, "");
+    check_known_keys(
+        root, {"mode", "pfNetdevices", "periodicUpdateInterval", "healthCheckIntervalMs"}, "");
     if (!root["mode"].is_string()) fail("mode", "must be a string");
     json entry = json::object();
     entry["mode"] = root["mode"];

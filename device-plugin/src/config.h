@@ -28,11 +28,11 @@ const char* mode_name(Mode mode);
 // Values within one selector are OR'd; selectors are AND'd; an empty selector
 // matches everything.
 struct Selectors {
-  std::vector<std::string> vendors;    // "15b3" (with or without 0x)
-  std::vector<std::string> device_ids; // "1017"
-  std::vector<std::string> drivers;    // "mlx5_core"
-  std::vector<std::string> if_names;   // netdev names of the PCI function
-  std::vector<std::string> link_types; // "infiniband" | "ethernet" (any port)
+  std::vector<std::string> vendors;     // "15b3" (with or without 0x)
+  std::vector<std::string> device_ids;  // "1017"
+  std::vector<std::string> drivers;     // "mlx5_core"
+  std::vector<std::string> if_names;    // netdev names of the PCI function
+  std::vector<std::string> link_types;  // "infiniband" | "ethernet" (any port)
 };
 
 struct ResourceConfig {
@@ -46,9 +46,9 @@ struct ResourceConfig {
   std::vector<std::string> pf_netdevices;
   // virtual mode
   int virtual_devices = 100;
-  std::string freeflow_dir = "/freeflow";  // host folder of the router
-  std::string router_name = "ffrouter";    // socket is <freeflow_dir>/<router_name>.sock
-  std::string container_dir = "/freeflow"; // where pods see the folder
+  std::string freeflow_dir = "/freeflow";   // host folder of the router
+  std::string router_name = "ffrouter";     // socket is <freeflow_dir>/<router_name>.sock
+  std::string container_dir = "/freeflow";  // where pods see the folder
 
   std::string full_name() const { return resource_prefix + "/" + resource_name; }
   // Bare socket file name used in the kubelet folder.

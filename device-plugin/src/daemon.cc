@@ -70,7 +70,8 @@ bool Daemon::check_environment(std::string* error) const {
     return false;
   }
   if (opts_.registration == RegistrationMode::kPluginsRegistry && !is_dir(opts_.registry_dir)) {
-    *error = "plugins_registry folder '" + opts_.registry_dir + "' does not exist (see --plugins-registry-dir)";
+    *error = "plugins_registry folder '" + opts_.registry_dir +
+             "' does not exist (see --plugins-registry-dir)";
     return false;
   }
   if (!is_dir(opts_.sysfs_root)) {
@@ -212,8 +213,10 @@ void Daemon::ensure_sockets() {
   std::string error;
   for (const std::string& dir : {opts_.kubelet_dir, socket_dir()}) {
     if (!watcher_->watching(dir) && is_dir(dir)) {
-      if (watcher_->watch(dir, &error)) spdlog::info("watching {} again", dir);
-      else spdlog::error("{}", error);
+      if (watcher_->watch(dir, &error))
+        spdlog::info("watching {} again", dir);
+      else
+        spdlog::error("{}", error);
     }
   }
   if (dir_lost_ && is_dir(socket_dir())) dir_lost_ = false;
@@ -243,7 +246,8 @@ void Daemon::try_registrations() {
       metrics_.count_registration(name, true);
       slot.need_register = false;
     } else {
-      spdlog::warn("{}: registration failed, retrying in {} ms: {}", name, slot.backoff.count(), error);
+      spdlog::warn("{}: registration failed, retrying in {} ms: {}", name, slot.backoff.count(),
+                   error);
       metrics_.count_registration(name, false);
       slot.next_attempt = Clock::now() + slot.backoff;
       slot.backoff = std::min(slot.backoff * 2, kMaxBackoff);

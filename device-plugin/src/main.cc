@@ -21,11 +21,13 @@ int main(int argc, char** argv) {
 
   CLI::App app{"Kubernetes device plugin for RDMA HCAs, SR-IOV VFs and freeflow virtual devices"};
   app.add_option("--config", opts.config_path, "JSON config file")->required();
-  app.add_option("--kubelet-dir", opts.kubelet_dir, "kubelet device-plugin folder")->capture_default_str();
+  app.add_option("--kubelet-dir", opts.kubelet_dir, "kubelet device-plugin folder")
+      ->capture_default_str();
   app.add_option("--sysfs-root", opts.sysfs_root, "where sysfs is mounted")->capture_default_str();
   app.add_option("--dev-root", opts.dev_root, "where /dev is mounted (for existence checks)")
       ->capture_default_str();
-  app.add_option("--host-dev-root", opts.host_dev_root, "the node's /dev, as written into DeviceSpecs")
+  app.add_option("--host-dev-root", opts.host_dev_root,
+                 "the node's /dev, as written into DeviceSpecs")
       ->capture_default_str();
   app.add_option("--registration", registration, "kubelet (Register call) or plugins-registry")
       ->check(CLI::IsMember({"kubelet", "plugins-registry"}))
@@ -35,8 +37,10 @@ int main(int argc, char** argv) {
   app.add_option("--register-timeout-ms", register_timeout_ms, "deadline of one Register call")
       ->check(CLI::Range(50, 60000))
       ->capture_default_str();
-  app.add_option("--metrics-address", opts.metrics_address, "host:port for Prometheus /metrics (off if empty)");
-  app.add_option("--cdi-dir", opts.cdi_dir, "write CDI specs here and name CDI devices in Allocate");
+  app.add_option("--metrics-address", opts.metrics_address,
+                 "host:port for Prometheus /metrics (off if empty)");
+  app.add_option("--cdi-dir", opts.cdi_dir,
+                 "write CDI specs here and name CDI devices in Allocate");
   app.add_flag("--cdi-only", opts.cdi_only, "with --cdi-dir: Allocate returns only cdi_devices");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))

@@ -44,20 +44,26 @@ std::string Metrics::render() const {
   out += "# HELP freeflow_dp_devices Devices advertised to kubelet, by health.\n";
   out += "# TYPE freeflow_dp_devices gauge\n";
   for (const auto& [name, r] : resources_) {
-    out += fmt::format("freeflow_dp_devices{{resource=\"{}\",health=\"Healthy\"}} {}\n", name, r.healthy);
-    out += fmt::format("freeflow_dp_devices{{resource=\"{}\",health=\"Unhealthy\"}} {}\n", name, r.unhealthy);
+    out += fmt::format("freeflow_dp_devices{{resource=\"{}\",health=\"Healthy\"}} {}\n", name,
+                       r.healthy);
+    out += fmt::format("freeflow_dp_devices{{resource=\"{}\",health=\"Unhealthy\"}} {}\n", name,
+                       r.unhealthy);
   }
   out += "# HELP freeflow_dp_allocations_total Allocate calls per container request.\n";
   out += "# TYPE freeflow_dp_allocations_total counter\n";
   for (const auto& [name, r] : resources_) {
-    out += fmt::format("freeflow_dp_allocations_total{{resource=\"{}\",result=\"ok\"}} {}\n", name, r.alloc_ok);
-    out += fmt::format("freeflow_dp_allocations_total{{resource=\"{}\",result=\"error\"}} {}\n", name, r.alloc_err);
+    out += fmt::format("freeflow_dp_allocations_total{{resource=\"{}\",result=\"ok\"}} {}\n", name,
+                       r.alloc_ok);
+    out += fmt::format("freeflow_dp_allocations_total{{resource=\"{}\",result=\"error\"}} {}\n",
+                       name, r.alloc_err);
   }
   out += "# HELP freeflow_dp_registrations_total Registrations with kubelet.\n";
   out += "# TYPE freeflow_dp_registrations_total counter\n";
   for (const auto& [name, r] : resources_) {
-    out += fmt::format("freeflow_dp_registrations_total{{resource=\"{}\",result=\"ok\"}} {}\n", name, r.reg_ok);
-    out += fmt::format("freeflow_dp_registrations_total{{resource=\"{}\",result=\"error\"}} {}\n", name, r.reg_err);
+    out += fmt::format("freeflow_dp_registrations_total{{resource=\"{}\",result=\"ok\"}} {}\n",
+                       name, r.reg_ok);
+    out += fmt::format("freeflow_dp_registrations_total{{resource=\"{}\",result=\"error\"}} {}\n",
+                       name, r.reg_err);
   }
   out += "# HELP freeflow_dp_config_reloads_total SIGHUP reloads.\n";
   out += "# TYPE freeflow_dp_config_reloads_total counter\n";
@@ -86,8 +92,10 @@ bool MetricsServer::start(const std::string& address, std::string* error) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(port));
-  if (host.empty() || host == "0.0.0.0") sa.sin_addr.s_addr = htonl(INADDR_ANY);
-  else if (host == "localhost") sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (host.empty() || host == "0.0.0.0")
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  else if (host == "localhost")
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   else if (inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) {
     *error = fmt::format("metrics host '{}' is not an IPv4 address", host);
     return false;

@@ -92,7 +92,10 @@ class ResourcePlugin::RegistryService final : public pluginregistration::Registr
 
 ResourcePlugin::ResourcePlugin(ResourceConfig cfg, std::unique_ptr<DeviceBackend> backend,
                                ServeOptions opts, Metrics* metrics)
-    : cfg_(std::move(cfg)), backend_(std::move(backend)), opts_(std::move(opts)), metrics_(metrics) {}
+    : cfg_(std::move(cfg)),
+      backend_(std::move(backend)),
+      opts_(std::move(opts)),
+      metrics_(metrics) {}
 
 ResourcePlugin::~ResourcePlugin() { stop(); }
 
@@ -165,7 +168,8 @@ bool ResourcePlugin::refresh() {
     if (version_ != 0 && fresh == devices_) return false;
     devices_ = std::move(fresh);
     ++version_;
-    if (metrics_) metrics_->set_devices(cfg_.full_name(), healthy, static_cast<int>(devices_.size()) - healthy);
+    if (metrics_)
+      metrics_->set_devices(cfg_.full_name(), healthy, static_cast<int>(devices_.size()) - healthy);
   }
   cv_.notify_all();
   return true;
@@ -221,7 +225,8 @@ std::string ResourcePlugin::allocate(const v1beta1::AllocateRequest& req,
     }
     auto* cresp = resp->add_container_responses();
     if (!opts_.cdi_dir.empty()) {
-      for (const auto& id : ids) cresp->add_cdi_devices()->set_name(cdi_qualified_name(cdi_kind(), id));
+      for (const auto& id : ids)
+        cresp->add_cdi_devices()->set_name(cdi_qualified_name(cdi_kind(), id));
     }
     if (opts_.cdi_dir.empty() || !opts_.cdi_only) {
       for (const auto& n : edits.devices) {
@@ -247,11 +252,13 @@ void ResourcePlugin::prefer(const v1beta1::PreferredAllocationRequest& req,
                             v1beta1::PreferredAllocationResponse* resp) const {
   std::vector<PluginDevice> known = devices();
   for (const auto& creq : req.container_requests()) {
-    std::vector<std::string> avail(creq.available_deviceids().begin(), creq.available_deviceids().end());
+    std::vector<std::string> avail(creq.available_deviceids().begin(),
+                                   creq.available_deviceids().end());
     std::vector<std::string> must(creq.must_include_deviceids().begin(),
                                   creq.must_include_deviceids().end());
     auto* out = resp->add_container_responses();
-    for (auto& id : preferred_allocation(known, avail, must, creq.allocation_size())) out->add_deviceids(id);
+    for (auto& id : preferred_allocation(known, avail, must, creq.allocation_size()))
+      out->add_deviceids(id);
   }
 }
 
@@ -267,8 +274,10 @@ v1beta1::RegisterRequest ResourcePlugin::register_request() const {
 
 void ResourcePlugin::set_registry_status(bool registered, const std::string& error) {
   if (metrics_) metrics_->count_registration(cfg_.full_name(), registered);
-  if (registered) spdlog::info("{}: kubelet plugin watcher registered us", cfg_.full_name());
-  else spdlog::error("{}: kubelet plugin watcher rejected us: {}", cfg_.full_name(), error);
+  if (registered)
+    spdlog::info("{}: kubelet plugin watcher registered us", cfg_.full_name());
+  else
+    spdlog::error("{}: kubelet plugin watcher rejected us: {}", cfg_.full_name(), error);
 }
 
 }  // namespace freeflow::dp

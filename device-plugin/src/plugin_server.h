@@ -27,10 +27,10 @@ class Server;
 namespace freeflow::dp {
 
 struct ServeOptions {
-  std::string socket_dir;       // where the plugin socket lives
+  std::string socket_dir;         // where the plugin socket lives
   bool plugins_registry = false;  // also serve pluginregistration.Registration
-  std::string cdi_dir;          // non-empty: name CDI devices in Allocate
-  bool cdi_only = false;        // with cdi_dir: leave device specs/mounts/envs to CDI
+  std::string cdi_dir;            // non-empty: name CDI devices in Allocate
+  bool cdi_only = false;          // with cdi_dir: leave device specs/mounts/envs to CDI
 };
 
 class ResourcePlugin {

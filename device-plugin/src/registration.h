@@ -1,7 +1,7 @@
 // Registration with kubelet. KubeletRegistrar is the seam: the daemon only
 // sees register_plugin(); GrpcKubeletRegistrar dials kubelet.sock afresh for
-// every attempt (a restarted kubelet is a new server) with short reconnect
-// backoff so a just-created socket is reached within milliseconds.
+// every attempt (a restarted kubelet is a new server) and fails fast when
+// nobody listens, so the caller's retry loop stays in charge of timing.
 #pragma once
 
 #include <chrono>

@@ -38,7 +38,14 @@ class RootedFileSystem final : public FileSystem {
 };
 
 // Port states as the kernel numbers them in ports/<n>/state.
-enum class PortState { kUnknown = 0, kDown = 1, kInit = 2, kArmed = 3, kActive = 4, kActiveDefer = 5 };
+enum class PortState {
+  kUnknown = 0,
+  kDown = 1,
+  kInit = 2,
+  kArmed = 3,
+  kActive = 4,
+  kActiveDefer = 5
+};
 
 struct RdmaPort {
   int number = 0;
@@ -48,11 +55,11 @@ struct RdmaPort {
 
 // One RDMA device (an entry of /sys/class/infiniband), i.e. one PCI function.
 struct RdmaDevice {
-  std::string name;          // mlx5_0
-  std::string pci_address;   // 0000:3b:00.0 ("" if not a PCI device)
-  std::string vendor;        // "15b3" (no 0x)
-  std::string device_id;     // "1017"
-  std::string driver;        // "mlx5_core"
+  std::string name;         // mlx5_0
+  std::string pci_address;  // 0000:3b:00.0 ("" if not a PCI device)
+  std::string vendor;       // "15b3" (no 0x)
+  std::string device_id;    // "1017"
+  std::string driver;       // "mlx5_core"
   std::vector<std::string> netdevs;
   std::optional<int> numa_node;  // nullopt when sysfs says -1 or is unreadable
   std::string pci_parent;        // bridge/switch port above the function ("" unknown)

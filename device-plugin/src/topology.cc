@@ -78,8 +78,9 @@ std::vector<std::string> preferred_allocation(const std::vector<PluginDevice>& k
     numa_counts.erase(kNoNuma);
     anchor_numa = best_fit(numa_counts, need, kNoNuma);
   } else {
-    anchor_numa = std::max_element(numa_counts.begin(), numa_counts.end(),
-                                   [](auto& a, auto& b) { return a.second < b.second; })->first;
+    anchor_numa = std::max_element(numa_counts.begin(), numa_counts.end(), [](auto& a, auto& b) {
+                    return a.second < b.second;
+                  })->first;
   }
 
   // Anchor switch inside that node, chosen the same way.
@@ -94,8 +95,9 @@ std::vector<std::string> preferred_allocation(const std::vector<PluginDevice>& k
       if (c.numa == anchor_numa && !c.group.empty()) group_counts[c.group]++;
     anchor_group = best_fit(group_counts, need, std::string());
   } else {
-    anchor_group = std::max_element(group_counts.begin(), group_counts.end(),
-                                    [](auto& a, auto& b) { return a.second < b.second; })->first;
+    anchor_group = std::max_element(group_counts.begin(), group_counts.end(), [](auto& a, auto& b) {
+                     return a.second < b.second;
+                   })->first;
   }
 
   auto rank = [&](const Candidate& c) {

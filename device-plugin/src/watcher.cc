@@ -19,9 +19,9 @@ bool InotifyWatcher::watch(const std::string& dir, std::string* error) {
     *error = "inotify is unavailable";
     return false;
   }
-  int wd = ::inotify_add_watch(fd_, dir.c_str(),
-                               IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO |
-                                   IN_DELETE_SELF | IN_MOVE_SELF);
+  int wd = ::inotify_add_watch(
+      fd_, dir.c_str(),
+      IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF);
   if (wd < 0) {
     *error = fmt::format("cannot watch {}: {}", dir, strerror(errno));
     return false;
@@ -59,8 +59,10 @@ std::vector<DirEvent> InotifyWatcher::read_events() {
         continue;
       }
       std::string name = ev->len ? std::string(ev->name) : "";
-      if (ev->mask & (IN_CREATE | IN_MOVED_TO)) out.push_back({DirEvent::Kind::kCreated, dir, name});
-      if (ev->mask & (IN_DELETE | IN_MOVED_FROM)) out.push_back({DirEvent::Kind::kDeleted, dir, name});
+      if (ev->mask & (IN_CREATE | IN_MOVED_TO))
+        out.push_back({DirEvent::Kind::kCreated, dir, name});
+      if (ev->mask & (IN_DELETE | IN_MOVED_FROM))
+        out.push_back({DirEvent::Kind::kDeleted, dir, name});
     }
   }
   return out;

@@ -23,7 +23,7 @@ class DirWatcher {
   virtual ~DirWatcher() = default;
   virtual bool watch(const std::string& dir, std::string* error) = 0;
   virtual bool watching(const std::string& dir) const = 0;
-  virtual int fd() const = 0;  // readable when events are pending
+  virtual int fd() const = 0;                       // readable when events are pending
   virtual std::vector<DirEvent> read_events() = 0;  // non-blocking
 };
 

@@ -46,7 +46,8 @@ TEST(Config, LegacySriovMode) {
 }
 
 TEST(Config, VirtualEntryDefaults) {
-  auto cfg = parse_config(R"({"configList":[{"resourceName":"vrdma","mode":"virtual","virtualDevices":8}]})");
+  auto cfg = parse_config(
+      R"({"configList":[{"resourceName":"vrdma","mode":"virtual","virtualDevices":8}]})");
   const auto& r = cfg.resources[0];
   EXPECT_EQ(r.full_name(), "freeflow/vrdma");
   EXPECT_EQ(r.virtual_devices, 8);
@@ -59,10 +60,13 @@ TEST(Config, ErrorsNameTheField) {
     EXPECT_NE(error_of("{").find("not valid JSON"), std::string::npos);
     EXPECT_NE(error_of("[]").find("JSON object"), std::string::npos);
     EXPECT_NE(error_of(R"({})").find("'configList'"), std::string::npos);
-    EXPECT_NE(error_of(R"({"configList":[{}]})").find("configList[0].resourceName"), std::string::npos);
-    EXPECT_NE(error_of(R"({"configList":[{"resourceName":"a","rdmaHcaMax":0}]})").find("configList[0].rdmaHcaMax"),
+    EXPECT_NE(error_of(R"({"configList":[{}]})").find("configList[0].resourceName"),
               std::string::npos);
-    EXPECT_NE(error_of(R"({"configList":[{"resourceName":"a","rdmaHcaMax":"5"}]})").find("must be an integer"),
+    EXPECT_NE(error_of(R"({"configList":[{"resourceName":"a","rdmaHcaMax":0}]})")
+                  .find("configList[0].rdmaHcaMax"),
+              std::string::npos);
+    EXPECT_NE(error_of(R"({"configList":[{"resourceName":"a","rdmaHcaMax":"5"}]})")
+                  .find("must be an integer"),
               std::string::npos);
     EXPECT_NE(error_of(R"({"configList":[{"resourceName":"a","selectors":{"linkTypes":["x"]}}]})")
                   .find("configList[0].selectors.linkTypes[0]"),
@@ -73,14 +77,16 @@ TEST(Config, ErrorsNameTheField) {
     EXPECT_NE(error_of(R"({"mode":"sriov"})").find("'pfNetdevices'"), std::string::npos);
     EXPECT_NE(error_of(R"({"mode":"turbo"})").find("unknown mode 'turbo'"), std::string::npos);
     EXPECT_NE(error_of(R"({"mode":5})").find("'mode': must be a string"), std::string::npos);
-    EXPECT_NE(error_of(R"({"configList":[{"resourceName":"a"},{"resourceName":"a"}]})").find("duplicate"),
-              std::string::npos);
+    EXPECT_NE(
+        error_of(R"({"configList":[{"resourceName":"a"},{"resourceName":"a"}]})").find("duplicate"),
+        std::string::npos);
     EXPECT_NE(error_of(R"({"configList":[{"resourceName":"a","resourcePrefix":"kubernetes.io"}]})")
                   .find("resourcePrefix"),
               std::string::npos);
-    EXPECT_NE(error_of(R"({"configList":[{"resourceName":"v","mode":"virtual","freeflowDir":"rel"}]})")
-                  .find("configList[0].freeflowDir"),
-              std::string::npos);
+    EXPECT_NE(
+        error_of(R"({"configList":[{"resourceName":"v","mode":"virtual","freeflowDir":"rel"}]})")
+            .find("configList[0].freeflowDir"),
+        std::string::npos);
     EXPECT_NE(error_of(R"({"configList":[],"mode":"hca"})").find("not both"), std::string::npos);
     EXPECT_NE(error_of(R"({"configList":[]})").find("at least one"), std::string::npos);
   }

@@ -54,11 +54,13 @@ class PluginServerTest : public ::testing::Test {
     opts.socket_dir = dir_;
     opts.plugins_registry = registry;
     opts.cdi_dir = cdi_dir;
-    plugin_ = std::make_unique<ResourcePlugin>(rc, std::make_unique<FakeBackend>(&devices_), opts, &metrics_);
+    plugin_ = std::make_unique<ResourcePlugin>(rc, std::make_unique<FakeBackend>(&devices_), opts,
+                                               &metrics_);
     plugin_->refresh();
     std::string error;
     ASSERT_TRUE(plugin_->start(&error)) << error;
-    channel_ = grpc::CreateChannel("unix:" + plugin_->socket_path(), grpc::InsecureChannelCredentials());
+    channel_ =
+        grpc::CreateChannel("unix:" + plugin_->socket_path(), grpc::InsecureChannelCredentials());
     stub_ = v1beta1::DevicePlugin::NewStub(channel_);
   }
 
@@ -132,9 +134,12 @@ TEST_F(PluginServerTest, AllocateAnswersAndRejectsUnknownIds) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("bad"), std::string::npos);
   auto text = metrics_.render();
-  EXPECT_NE(text.find("freeflow_dp_allocations_total{resource=\"rdma/hca\",result=\"ok\"} 1"), std::string::npos);
-  EXPECT_NE(text.find("freeflow_dp_allocations_total{resource=\"rdma/hca\",result=\"error\"} 1"), std::string::npos);
-  EXPECT_NE(text.find("freeflow_dp_devices{resource=\"rdma/hca\",health=\"Healthy\"} 2"), std::string::npos);
+  EXPECT_NE(text.find("freeflow_dp_allocations_total{resource=\"rdma/hca\",result=\"ok\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text.find("freeflow_dp_allocations_total{resource=\"rdma/hca\",result=\"error\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text.find("freeflow_dp_devices{resource=\"rdma/hca\",health=\"Healthy\"} 2"),
+            std::string::npos);
 }
 
 TEST_F(PluginServerTest, PreferredAllocationUsesTopology) {
@@ -183,7 +188,8 @@ TEST_F(PluginServerTest, PluginsRegistryGetInfo) {
   st.set_plugin_registered(true);
   pluginregistration::RegistrationStatusResponse r;
   ASSERT_TRUE(stub->NotifyRegistrationStatus(&ctx2, st, &r).ok());
-  EXPECT_NE(metrics_.render().find("freeflow_dp_registrations_total{resource=\"rdma/hca\",result=\"ok\"} 1"),
+  EXPECT_NE(metrics_.render().find(
+                "freeflow_dp_registrations_total{resource=\"rdma/hca\",result=\"ok\"} 1"),
             std::string::npos);
 }
 

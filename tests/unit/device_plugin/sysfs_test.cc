@@ -14,7 +14,8 @@ using testing::PortSpec;
 using testing::SysfsFixture;
 
 struct Discovery {
-  explicit Discovery(const SysfsFixture& f) : sys(f.sys_root()), dev(f.dev_root()), disc(sys, dev) {}
+  explicit Discovery(const SysfsFixture& f)
+      : sys(f.sys_root()), dev(f.dev_root()), disc(sys, dev) {}
   RootedFileSystem sys, dev;
   SysfsDiscovery disc;
 };
@@ -44,7 +45,8 @@ TEST(Sysfs, DualPortConnectXWithOnePortDown) {
   EXPECT_EQ(h.ports[1].link_layer, "ethernet");
   EXPECT_TRUE(h.any_port_active());
   EXPECT_NE(h.pci_parent.find("0000:3a:00.0"), std::string::npos);
-  for (const char* n : {"uverbs0", "umad0", "umad1", "issm0", "issm1"}) EXPECT_TRUE(has(h.char_devices, n)) << n;
+  for (const char* n : {"uverbs0", "umad0", "umad1", "issm0", "issm1"})
+    EXPECT_TRUE(has(h.char_devices, n)) << n;
   EXPECT_TRUE(d.disc.rdma_cm_present());
 }
 

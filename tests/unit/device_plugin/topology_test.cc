@@ -36,17 +36,21 @@ TEST(Topology, PrefersOneSwitchInsideTheNode) {
 
 TEST(Topology, HonoursMustInclude) {
   auto devs = numa_fixture();
-  EXPECT_EQ(preferred_allocation(devs, ids(devs), {"a0"}, 2), (std::vector<std::string>{"a0", "a1"}));
-  EXPECT_EQ(preferred_allocation(devs, ids(devs), {"b1"}, 2), (std::vector<std::string>{"b1", "b0"}));
+  EXPECT_EQ(preferred_allocation(devs, ids(devs), {"a0"}, 2),
+            (std::vector<std::string>{"a0", "a1"}));
+  EXPECT_EQ(preferred_allocation(devs, ids(devs), {"b1"}, 2),
+            (std::vector<std::string>{"b1", "b0"}));
   // must_include larger than the request is returned whole.
-  EXPECT_EQ(preferred_allocation(devs, ids(devs), {"a0", "b0"}, 1), (std::vector<std::string>{"a0", "b0"}));
+  EXPECT_EQ(preferred_allocation(devs, ids(devs), {"a0", "b0"}, 1),
+            (std::vector<std::string>{"a0", "b0"}));
 }
 
 TEST(Topology, SpillsOverWhenOneNodeIsNotEnough) {
   auto devs = numa_fixture();
   auto all = preferred_allocation(devs, ids(devs), {}, 5);
   ASSERT_EQ(all.size(), 5u);
-  EXPECT_EQ(std::vector<std::string>(all.begin(), all.begin() + 3), (std::vector<std::string>{"a1", "a2", "a0"}));
+  EXPECT_EQ(std::vector<std::string>(all.begin(), all.begin() + 3),
+            (std::vector<std::string>{"a1", "a2", "a0"}));
   EXPECT_EQ(preferred_allocation(devs, {"a0"}, {}, 3).size(), 1u);
   EXPECT_TRUE(preferred_allocation(devs, {}, {}, 0).empty());
 }
