@@ -53,7 +53,7 @@ TEST(MrTable, ReadsOnlyLiveMatchingKeys) {
   e.addr.store(0x1000);
   e.length.store(4096);
   e.seq.store(2);
-  MrView v;
+  MrView v{};
   EXPECT_TRUE(ReadMrEntry(table.get(), (5u << 8) | 3, &v));
   EXPECT_EQ(v.addr, 0x1000u);
   EXPECT_FALSE(ReadMrEntry(table.get(), (5u << 8) | 4, &v));  // stale tag

@@ -447,6 +447,15 @@ void WriteGrh(InboundState* in, const ff::RecordHeader& h, uint32_t my_ip) {
   CopyToSges(in->sges, in->wqe.num_sge, 0, reinterpret_cast<const char*>(&grh), sizeof(grh));
 }
 
+// Cheaper than assigning a fresh InboundState: the SGE copy is left as it is.
+inline void ResetInbound(InboundState* in) {
+  in->active = false;
+  in->drop = false;
+  in->offset = 0;
+  in->msg_len = 0;
+  in->status = IBV_WC_SUCCESS;
+}
+
 // Turns published records of `qp`'s rings into receive completions. Returns false when
 // a ring turned out corrupt (the QP was failed).
 bool Drain(Qp* qp) {
@@ -476,7 +485,7 @@ bool Drain(Qp* qp) {
       if (discard) continue;
       if (h.kind == ff::kRecSend) {
         if (h.flags & ff::kRecFirst) {
-          in = InboundState{};
+          ResetInbound(&in);
           const bool qkey_ok = qp->type != IBV_QPT_UD || h.qkey == qp->attr.qkey;
           if (!qkey_ok || !PopRecv(qp, &in)) {
             in.drop = true;  // no receive posted (UC/UD) or wrong Q_Key: drop it
@@ -510,10 +519,11 @@ bool Drain(Qp* qp) {
               return false;
             }
           }
-          in = InboundState{};
+          ResetInbound(&in);
         }
       } else if (h.kind == ff::kRecWriteImm) {
-        InboundState imm{};
+        InboundState& imm = qp->imm_scratch;
+        ResetInbound(&imm);
         if (PopRecv(qp, &imm)) CompleteRecv(qp, imm, h, IBV_WC_RECV_RDMA_WITH_IMM, h.msg_len);
       }
     }

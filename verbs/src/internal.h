@@ -239,6 +239,7 @@ struct Qp {
   uint32_t num_rings = 0, ring_bytes = 0;
   std::vector<ff::RingConsumer> consumers;
   std::vector<InboundState> inbound;
+  InboundState imm_scratch;  // receive WQE of a WRITE_WITH_IMM being completed
   RecvQueue rq;  // unused with an SRQ
 
   // Outbound.
