@@ -46,6 +46,32 @@ case ${1:-all} in
       grep -q "GID\[  1\]:.*::ffff:$(ff_pod_ip 1)" <<<"$out"
     check "ibv_devinfo -v shows an active Ethernet port with the pod's IPv4-mapped GID" $?
     ;;
+  preload)
+    # A program that never calls verbs is untouched by the preload: no router contact.
+    out=$(pod_run 0 sh -c 'echo plain-program' 2>&1)
+    [[ $out == plain-program ]]; check "a program without verbs is unaffected by the preload" $?
+    # Steady state costs no system call: the syscall count of a polling perftest client
+    # must not grow with the number of messages.
+    count_syscalls() {  # count_syscalls TOOL ITERATIONS
+      pod_bg 0 "$1" -n "$2" >/dev/null 2>&1
+      local spid=$FF_LAST_PID i
+      for ((i = 0; i < 100; i++)); do
+        ip netns exec "$(ff_pod_ns 0)" ss -ltn 2>/dev/null | grep -q ':18515 ' && break
+        sleep 0.05
+      done
+      pod_run 1 strace -f -c -o "$FF_DIR/strace.txt" "$1" -n "$2" "$SERVER" >/dev/null 2>&1
+      wait_pid "$spid" 30 >/dev/null
+      awk '$NF == "total" {print $4 + 0}' "$FF_DIR/strace.txt" | tail -n 1
+    }
+    for tool in ib_send_lat ib_write_bw; do
+      small=$(count_syscalls $tool 1000)
+      large=$(count_syscalls $tool 21000)
+      echo "$tool: $small system calls for 1000 messages, $large for 21000"
+      # 20000 more messages may cost a handful of calls (page faults excluded), not one each.
+      [[ -n $small && -n $large && $((large - small)) -lt 200 ]]
+      check "$tool makes no system call per message" $?
+    done
+    ;;
   pingpong)
     for t in rc uc ud srq; do
       for e in "" "-e"; do pair "ibv_${t}_pingpong $e" "" "ibv_${t}_pingpong" -g 1 $e -n 500; done

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Unit: libffverbs.so defines every function the system's libibverbs exports (so no call
+# can fall through to libibverbs with one of our objects), exports nothing else, and
+# needs nothing but libc.
+set -euo pipefail
+lib=$1
+sys=$(ldconfig -p | awk '/libibverbs.so.1 / {print $NF; exit}')
+[[ -n "$sys" ]] || { echo "libibverbs.so.1 not found"; exit 1; }
+theirs=$(objdump -T "$sys" | awk '/DF \.text/ {print $NF}' | sort -u)
+ours=$(nm -D --defined-only "$lib" | awk '{print $NF}' | sort -u)
+missing=$(comm -23 <(echo "$theirs") <(echo "$ours"))
+extra=$(comm -13 <(echo "$theirs") <(echo "$ours") | grep -v -E '^(ibv_|_ibv_|verbs_|_verbs_)' || true)
+deps=$(objdump -p "$lib" | awk '/NEEDED/ {print $2}' | grep -v -E '^(libc\.so|ld-linux)' || true)
+status=0
+[[ -z "$missing" ]] || { echo "FAIL libibverbs exports we do not define:"; echo "$missing"; status=1; }
+[[ -z "$extra" ]] || { echo "FAIL we export names libibverbs does not:"; echo "$extra"; status=1; }
+[[ -z "$deps" ]] || { echo "FAIL unexpected shared-library dependencies:"; echo "$deps"; status=1; }
+echo "$(wc -l <<<"$theirs") libibverbs functions, all defined; $(wc -l <<<"$ours") exported"
+exit $status
