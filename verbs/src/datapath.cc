@@ -17,11 +17,12 @@
 
 #include "exports.h"
 #include "freeflow/ipv4.h"
+#include "freeflow/target_ops.h"
 
 namespace ffv {
 namespace {
 
-enum class Exec { kDone, kBlocked };
+enum class Exec { kDone, kBlocked, kInFlight };
 
 // IB RNR NAK timer encoding (0..31), in microseconds.
 constexpr uint32_t kRnrTimerUs[32] = {655360, 10,    20,    30,    40,    60,     80,     120,
@@ -44,16 +45,6 @@ inline void NotifyLocal(Cq* cq) {
   if (slot->armed.load(std::memory_order_relaxed) && slot->armed.exchange(0)) {
     slot->fired.store(1, std::memory_order_release);
     Signal(cq->channel->ch.fd);
-  }
-}
-
-// Records were published to a peer: wake it if it sleeps on the CQ they complete into.
-inline void NotifyRemote(PeerLink* link) {
-  if (link->notify == nullptr) return;
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // publish before reading `armed`
-  if (link->notify->armed.load(std::memory_order_relaxed) && link->notify->armed.exchange(0)) {
-    link->notify->fired.store(1, std::memory_order_release);
-    Signal(link->notify_fd.get());
   }
 }
 
@@ -119,35 +110,19 @@ bool ValidSges(Context* ctx, const ibv_sge* sges, uint32_t n, int need) {
 
 ibv_wc_status ResolveRemote(Qp* qp, PeerLink* link, uint32_t rkey, uint64_t addr, uint64_t len,
                             uint32_t need, char** out) {
-  if ((link->hdr->qp_access.load(std::memory_order_relaxed) & need) != need)
-    return IBV_WC_REM_ACCESS_ERR;
   ff::MrView v;
-  if (!ff::ReadMrEntry(link->pctx->mr_table.as<ff::MrEntry>(), rkey, &v))
-    return IBV_WC_REM_ACCESS_ERR;
-  if ((v.access & need) != need) return IBV_WC_REM_ACCESS_ERR;
-  if (addr < v.addr || len > v.length || addr - v.addr > v.length - len)
-    return IBV_WC_REM_ACCESS_ERR;
+  const ibv_wc_status st = ff::CheckRemoteAccess(
+      link->hdr, link->pctx->mr_table.as<ff::MrEntry>(), rkey, addr, len, need, &v);
+  if (st != IBV_WC_SUCCESS) return st;
   Mapping* m = PeerRegion(qp, link, v.region);
   if (m == nullptr) return IBV_WC_REM_ACCESS_ERR;
-  const uint64_t off = v.region_offset + (addr - v.addr);
-  if (off > m->size() || len > m->size() - off) return IBV_WC_REM_ACCESS_ERR;
+  const int64_t off = ff::RegionOffset(v, addr, len, m->size());
+  if (off < 0) return IBV_WC_REM_ACCESS_ERR;
   *out = m->as<char>() + off;
   return IBV_WC_SUCCESS;
 }
 
-bool ClaimCredit(PeerLink* link) {
-  ff::RecvCredits* c = link->credits;
-  uint64_t claimed = c->claimed.load(std::memory_order_relaxed);
-  for (int attempt = 0; attempt < 64; ++attempt) {
-    if (claimed >= link->posted_cache) {
-      link->posted_cache = c->posted.load(std::memory_order_acquire);
-      if (claimed >= link->posted_cache) return false;
-    }
-    if (c->claimed.compare_exchange_weak(claimed, claimed + 1, std::memory_order_acq_rel))
-      return true;
-  }
-  return false;
-}
+bool ClaimCredit(PeerLink* link) { return ff::ClaimCredit(link->credits, &link->posted_cache); }
 
 // RNR: no receive posted at the peer. Returns true when the retry budget is exhausted.
 bool RnrExhausted(Qp* qp, PeerLink* link, SendWqe& w) {
@@ -219,6 +194,155 @@ Exec SendRecords(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_stat
   return Exec::kDone;
 }
 
+// Writes one record into a proxy ring: RecordHeader, OpHeader, then `data_len` bytes of
+// the WQE's data starting at `data_off` (inline or gathered from its SGEs).
+ff::RingStatus ProxyRecord(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t index,
+                           uint8_t kind, uint8_t flags, const ff::OpHeader& op,
+                           uint64_t data_off, uint32_t data_len) {
+  const uint32_t total = ff::RecordBytes(static_cast<uint32_t>(sizeof(ff::OpHeader)) + data_len);
+  char* p = nullptr;
+  const ff::RingStatus rs = link->producer.Reserve(total, &p);
+  if (rs != ff::RingStatus::kOk) return rs;
+  auto* h = reinterpret_cast<ff::RecordHeader*>(p);
+  h->total = total;
+  h->kind = kind;
+  h->flags = flags;
+  h->reserved = 0;
+  h->msg_len = static_cast<uint32_t>(w.length);
+  h->imm = w.imm;
+  h->src_qpn = qp->qpx.qp_base.qp_num;
+  h->src_ip = htonl(qp->ctx->session->ip);
+  h->frag_len = static_cast<uint32_t>(sizeof(ff::OpHeader)) + data_len;
+  h->qkey = w.remote_qkey;
+  std::memcpy(p + sizeof(ff::RecordHeader), &op, sizeof(op));
+  if (data_len > 0) {
+    CopyFromSges(WqeSges(qp, index), w.num_sge, data_off,
+                 p + sizeof(ff::RecordHeader) + sizeof(ff::OpHeader), data_len);
+  }
+  link->producer.Commit(total);
+  link->dirty = true;
+  return ff::RingStatus::kOk;
+}
+
+// A peer on another node: the work request becomes records in the router's proxy ring;
+// the remote router executes it against the target and answers with a kRecResp.
+Exec ExecuteRemote(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {
+  ff::OpHeader op{};
+  op.seq = static_cast<uint32_t>(index);
+  op.opcode = static_cast<uint8_t>(w.opcode);
+  op.length = static_cast<uint32_t>(w.length);
+  op.rkey = w.rkey;
+  auto check = [&](ff::RingStatus rs) {
+    if (rs == ff::RingStatus::kCorrupt) *st = IBV_WC_REM_OP_ERR;
+    return rs;
+  };
+  switch (w.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM: {
+      const uint32_t max_frag = qp->type == IBV_QPT_UD ? ff::kMtu : ff::kMaxFragment;
+      do {
+        const uint32_t frag =
+            static_cast<uint32_t>(std::min<uint64_t>(w.length - w.sent, max_frag));
+        const bool last = w.sent + frag == w.length;
+        op.last = last ? 1 : 0;
+        const uint8_t flags =
+            static_cast<uint8_t>((w.started ? 0 : ff::kRecFirst) | (last ? ff::kRecLast : 0) |
+                                 (w.opcode == IBV_WR_SEND_WITH_IMM ? ff::kRecImm : 0) |
+                                 ((w.flags & IBV_SEND_SOLICITED) ? ff::kRecSolicited : 0));
+        const ff::RingStatus rs =
+            check(ProxyRecord(qp, link, w, index, ff::kRecSend, flags, op, w.sent, frag));
+        if (rs == ff::RingStatus::kFull) return Exec::kBlocked;
+        if (rs != ff::RingStatus::kOk) return Exec::kDone;
+        w.sent += frag;
+        w.started = true;
+        if (frag == max_frag) link->producer.Publish();
+      } while (w.sent < w.length);
+      // UD is unacknowledged: it completes once it left.
+      return qp->type == IBV_QPT_UD ? Exec::kDone : Exec::kInFlight;
+    }
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: {
+      while (w.phase == 0 && (w.sent < w.length || !w.started)) {
+        const uint32_t frag =
+            static_cast<uint32_t>(std::min<uint64_t>(w.length - w.sent, ff::kMaxFragment));
+        op.remote_addr = w.remote_addr + w.sent;
+        op.last = (w.opcode == IBV_WR_RDMA_WRITE && w.sent + frag == w.length) ? 1 : 0;
+        const ff::RingStatus rs =
+            check(ProxyRecord(qp, link, w, index, ff::kRecWrite, 0, op, w.sent, frag));
+        if (rs == ff::RingStatus::kFull) return Exec::kBlocked;
+        if (rs != ff::RingStatus::kOk) return Exec::kDone;
+        w.sent += frag;
+        w.started = true;
+        if (frag == ff::kMaxFragment) link->producer.Publish();
+      }
+      w.phase = 1;
+      if (w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+        op.remote_addr = w.remote_addr;
+        op.last = 1;
+        const ff::RingStatus rs = check(ProxyRecord(
+            qp, link, w, index, ff::kRecWriteImm, ff::kRecFirst | ff::kRecLast | ff::kRecImm, op,
+            0, 0));
+        if (rs == ff::RingStatus::kFull) return Exec::kBlocked;
+        if (rs != ff::RingStatus::kOk) return Exec::kDone;
+      }
+      return Exec::kInFlight;
+    }
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+      op.remote_addr = w.remote_addr;
+      op.compare_add = w.compare_add;
+      op.swap = w.swap;
+      op.last = 1;
+      const uint8_t kind = w.opcode == IBV_WR_RDMA_READ ? ff::kRecReadReq : ff::kRecAtomicReq;
+      const ff::RingStatus rs = check(ProxyRecord(qp, link, w, index, kind, 0, op, 0, 0));
+      if (rs == ff::RingStatus::kFull) return Exec::kBlocked;
+      if (rs != ff::RingStatus::kOk) return Exec::kDone;
+      return Exec::kInFlight;
+    }
+    default:
+      *st = IBV_WC_LOC_QP_OP_ERR;
+      return Exec::kDone;
+  }
+}
+
+// Applies the router's responses to in-flight work requests of `qp`.
+void DrainResponses(Qp* qp, PeerLink* link) {
+  ff::RingConsumer& cons = link->responses;
+  bool consumed = false;
+  for (int budget = 0; budget < 4096; ++budget) {
+    ff::RecordHeader h;
+    const char* payload = nullptr;
+    const ff::RingStatus rs = cons.Peek(&h, &payload);
+    if (rs != ff::RingStatus::kOk) {
+      if (rs == ff::RingStatus::kCorrupt) link->dead = true;
+      break;
+    }
+    consumed = true;
+    cons.Consume(h);
+    if (h.kind != ff::kRecResp || h.frag_len < sizeof(ff::OpHeader)) continue;
+    ff::OpHeader op;
+    std::memcpy(&op, payload, sizeof(op));
+    const uint64_t index = qp->sq_head + static_cast<uint32_t>(op.seq - static_cast<uint32_t>(qp->sq_head));
+    if (index >= qp->sq_exec) continue;  // stale: the QP was flushed meanwhile
+    SendWqe& w = qp->sq[index & qp->sq_mask];
+    if (!w.in_flight) continue;
+    const uint32_t dlen = h.frag_len - static_cast<uint32_t>(sizeof(ff::OpHeader));
+    if (dlen > 0 && op.status == IBV_WC_SUCCESS && op.remote_addr <= w.length &&
+        dlen <= w.length - op.remote_addr) {
+      CopyToSges(WqeSges(qp, index), w.num_sge, op.remote_addr, payload + sizeof(ff::OpHeader),
+                 dlen);
+    }
+    if (op.last) {
+      w.in_flight = false;
+      w.done = true;
+      w.status = op.status;
+      --qp->remote_inflight;
+    }
+  }
+  if (consumed) cons.Release();
+}
+
 Exec Execute(Qp* qp, SendWqe& w, uint64_t index, ibv_wc_status* st, PeerLink** touched) {
   *st = IBV_WC_SUCCESS;
   if (w.pre_status != IBV_WC_SUCCESS) {
@@ -236,6 +360,7 @@ Exec Execute(Qp* qp, SendWqe& w, uint64_t index, ibv_wc_status* st, PeerLink** t
     return Exec::kDone;
   }
   *touched = link;
+  if (link->remote) return ExecuteRemote(qp, link, w, index, st);
   const bool needs_credit = w.opcode == IBV_WR_SEND || w.opcode == IBV_WR_SEND_WITH_IMM ||
                             w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   if (needs_credit && !w.credit) {
@@ -297,15 +422,8 @@ Exec Execute(Qp* qp, SendWqe& w, uint64_t index, ibv_wc_status* st, PeerLink** t
       char* target = nullptr;
       *st = ResolveRemote(qp, link, w.rkey, w.remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC, &target);
       if (*st != IBV_WC_SUCCESS) return Exec::kDone;
-      auto* word = reinterpret_cast<uint64_t*>(target);
-      uint64_t old;
-      if (w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-        old = __atomic_fetch_add(word, w.compare_add, __ATOMIC_SEQ_CST);
-      } else {
-        old = w.compare_add;
-        __atomic_compare_exchange_n(word, &old, w.swap, false, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_SEQ_CST);
-      }
+      const uint64_t old = ff::AtomicOp(reinterpret_cast<uint64_t*>(target), w.opcode,
+                                        w.compare_add, w.swap);
       CopyToSges(WqeSges(qp, index), w.num_sge, 0, reinterpret_cast<const char*>(&old), 8);
       return Exec::kDone;
     }
@@ -345,7 +463,7 @@ void PublishLink(PeerLink* link) {
   if (!link->dirty) return;
   link->producer.Publish();
   link->dirty = false;
-  NotifyRemote(link);
+  ff::WakeIfArmed(link->notify, link->notify_fd.get());
 }
 
 void UpdatePending(Qp* qp) {
@@ -365,13 +483,15 @@ void Progress(Qp* qp) {
     FailQp(qp, IBV_WC_WR_FLUSH_ERR);
     return;
   }
+  if (qp->remote_inflight > 0 && qp->link && qp->link->remote) DrainResponses(qp, qp->link.get());
   PeerLink* touched[8];
   int ntouched = 0;
-  while (qp->sq_head != qp->sq_tail) {
-    SendWqe& w = qp->sq[qp->sq_head & qp->sq_mask];
-    ibv_wc_status st;
+  // Execute what can be executed, in order.
+  while (qp->sq_exec != qp->sq_tail) {
+    SendWqe& w = qp->sq[qp->sq_exec & qp->sq_mask];
+    ibv_wc_status st = IBV_WC_SUCCESS;
     PeerLink* link = nullptr;
-    const Exec e = Execute(qp, w, qp->sq_head, &st, &link);
+    const Exec e = Execute(qp, w, qp->sq_exec, &st, &link);
     if (link != nullptr && link->dirty) {
       bool seen = false;
       for (int i = 0; i < ntouched; ++i) seen |= touched[i] == link;
@@ -385,19 +505,32 @@ void Progress(Qp* qp) {
       }
     }
     if (e == Exec::kBlocked) break;
+    if (e == Exec::kInFlight) {
+      w.in_flight = true;
+      ++qp->remote_inflight;
+    } else {
+      w.done = true;
+      w.status = st;
+    }
+    ++qp->sq_exec;
+    if (st != IBV_WC_SUCCESS && qp->type != IBV_QPT_UD) break;  // retired below as an error
+  }
+  for (int i = 0; i < ntouched; ++i) PublishLink(touched[i]);
+  // Retire in order: completions follow the order of posting.
+  while (qp->sq_head != qp->sq_exec) {
+    SendWqe& w = qp->sq[qp->sq_head & qp->sq_mask];
+    if (!w.done) break;
+    const auto st = static_cast<ibv_wc_status>(w.status);
     if (st != IBV_WC_SUCCESS || w.signaled) CompleteSend(qp, w, st);
     ++qp->sq_head;
     if (st != IBV_WC_SUCCESS && qp->type != IBV_QPT_UD) {
       // A transport error moves the QP to the error state and flushes the rest.
-      for (int i = 0; i < ntouched; ++i) PublishLink(touched[i]);
-      ntouched = 0;
       qp->qpx.qp_base.state = IBV_QPS_ERR;
       qp->attr.qp_state = IBV_QPS_ERR;
       FailQp(qp, IBV_WC_WR_FLUSH_ERR);
-      break;
+      return;
     }
   }
-  for (int i = 0; i < ntouched; ++i) PublishLink(touched[i]);
   UpdatePending(qp);
 }
 
@@ -619,12 +752,16 @@ void FailQp(Qp* qp, ibv_wc_status first) {
     first = IBV_WC_WR_FLUSH_ERR;
     ++qp->sq_head;
   }
+  qp->sq_exec = qp->sq_tail;
+  qp->remote_inflight = 0;
   FlushRecvs(qp);
   UpdatePending(qp);
 }
 
 void ResetQueues(Qp* qp) {
   qp->sq_head = qp->sq_tail;
+  qp->sq_exec = qp->sq_tail;
+  qp->remote_inflight = 0;
   if (qp->srq == nullptr) {
     qp->rq.head = qp->rq.tail;
     qp->rq.posted = qp->rq.credits->claimed.load(std::memory_order_acquire);

@@ -108,6 +108,10 @@ struct PeerLink {
   std::shared_ptr<PeerCtx> pctx;
   bool dead = false;
   bool dirty = false;  // records committed but not yet published
+  // A peer on another node: requests go into the router's proxy ring (producer), and
+  // the router's responses come back on `responses`.
+  bool remote = false;
+  ff::RingConsumer responses;
 };
 
 struct Pd {
@@ -206,6 +210,10 @@ struct SendWqe {
   uint32_t rnr_tries;
   uint64_t retry_at;
   uint32_t pre_status;  // ibv_wc_status found at post time (bad lkey, ...)
+  uint8_t phase;        // remote WRITE_WITH_IMM: 1 once the data records are out
+  bool in_flight;       // sent to a remote peer, waiting for its response
+  bool done;            // outcome known (status), waiting to be retired in order
+  uint32_t status;
 };
 
 // What happens to an inbound message while its fragments arrive.
@@ -249,7 +257,9 @@ struct Qp {
   std::vector<ibv_sge> sq_sges;
   std::vector<char> sq_inline;
   uint32_t sq_mask = 0;
-  uint64_t sq_head = 0, sq_tail = 0;
+  // sq_head: oldest WQE not yet completed; sq_exec: next to execute; sq_tail: next free.
+  uint64_t sq_head = 0, sq_exec = 0, sq_tail = 0;
+  uint32_t remote_inflight = 0;
   bool in_pending_list = false;
 
   std::atomic<uint32_t> peer_gone{0};  // PeerGone, raised by the event thread

@@ -203,6 +203,7 @@ ibv_qp* CreateQpCommon(Context* ctx, ibv_pd* pd, ibv_qp_init_attr_ex* attr) {
   m.ring_bytes = qp->ring_bytes;
   m.srq_id = qp->srq != nullptr ? qp->srq->id : ff::proto::kNoId;
   m.recv_cq_id = qp->rcq->id;
+  m.send_cq_id = qp->scq->id;
   ff::proto::Response r{};
   const int fd = qp->seg_fd.get();
   rc = ctx->session->Call(&m, sizeof(m), &fd, 1, &r);
@@ -249,6 +250,33 @@ ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   return CreateQpCommon(ToCtx(context), attr->pd, attr);
 }
 
+// The peer lives on another node: the router gave us its proxy segment (ring 0 for our
+// requests, ring 1 for its responses) and the eventfd that wakes it.
+int ConnectRemote(const ff::proto::ConnectReply& c, UniqueFd* fds, int got,
+                  std::unique_ptr<PeerLink>* out) {
+  if (got != 2 || c.num_rings != 2 || c.ring_bytes < 4096 || (c.ring_bytes & (c.ring_bytes - 1)))
+    return EPROTO;
+  auto link = std::make_unique<PeerLink>();
+  link->remote = true;
+  link->peer_ctx_id = c.peer_ctx_id;
+  link->peer_qpn = c.peer_qpn;
+  link->peer_ip = ntohl(c.peer_ip);
+  link->peer_lid = c.peer_lid;
+  link->qp_type = c.peer_qp_type;
+  const size_t seg_bytes = ff::QpSegmentBytes(2, c.ring_bytes);
+  if (ff::SegmentSize(fds[0].get()) < static_cast<int64_t>(seg_bytes) ||
+      ff::MapSegment(fds[0].get(), seg_bytes, true, &link->seg) != 0)
+    return EPROTO;
+  link->hdr = link->seg.as<ff::QpSegmentHeader>();
+  if (link->hdr->magic != ff::kQpSegMagic) return EPROTO;
+  link->producer.Attach(ff::QpRing(link->seg.get(), 0, c.ring_bytes), c.ring_bytes);
+  link->responses.Attach(ff::QpRing(link->seg.get(), 1, c.ring_bytes), c.ring_bytes);
+  link->notify = &link->hdr->doorbell;
+  link->notify_fd = std::move(fds[1]);
+  *out = std::move(link);
+  return 0;
+}
+
 int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, bool ud,
                 std::unique_ptr<PeerLink>* out) {
   Context* ctx = qp->ctx;
@@ -264,6 +292,7 @@ int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, 
   const int rc = ctx->session->Call(&m, sizeof(m), nullptr, 0, &r, fds, 5, &got);
   if (rc != 0) return rc;
   const ff::proto::ConnectReply& c = r.u.connect;
+  if (c.flags & ff::proto::kConnectRemote) return ConnectRemote(c, fds, got, out);
   const int expect = 3 + (c.notify_slot != ff::proto::kNoId ? 1 : 0) + (c.has_srq ? 1 : 0);
   if (got != expect || c.num_rings == 0 || c.num_rings > 64 || c.ring_index >= c.num_rings ||
       c.ring_bytes < 4096 || (c.ring_bytes & (c.ring_bytes - 1)) != 0 ||

@@ -84,7 +84,7 @@ struct CreateQp {
   uint32_t ring_bytes;
   uint32_t srq_id;     // kNoId when none
   uint32_t recv_cq_id;
-  uint32_t reserved;
+  uint32_t send_cq_id;
 };
 struct DestroyQp {
   Header h;
@@ -157,12 +157,16 @@ struct CreateQpReply {
 };
 // fds: [peer QP segment, peer notify segment, peer MR table, peer channel eventfd (when
 // notify_slot != kNoId), peer SRQ segment (when has_srq)]
+// A peer on another node is reached through a proxy segment owned by the router:
+// flags has kConnectRemote, fds are [proxy segment, doorbell eventfd], ring 0 carries
+// requests (library -> router) and ring 1 responses (router -> library).
+inline constexpr uint16_t kConnectRemote = 1;
 struct ConnectReply {
   uint32_t peer_ctx_id;
   uint32_t peer_qpn;
   uint32_t peer_ip;
   uint16_t peer_lid;
-  uint16_t reserved0;
+  uint16_t flags;
   uint32_t ring_index;
   uint32_t num_rings;
   uint32_t ring_bytes;

@@ -13,6 +13,15 @@
 
 namespace ff {
 
+// Completion-event word of one CQ with a completion channel. Lives in the owning
+// context's notify segment, which connected peers map so they can wake the owner.
+struct NotifySlot {
+  // Owner sets 1 in req_notify_cq; whoever adds a completion (or a record that becomes
+  // one) exchanges it to 0 and, if it was 1, raises `fired` and writes the eventfd.
+  alignas(kCacheLine) std::atomic<uint32_t> armed{0};
+  std::atomic<uint32_t> fired{0};
+};
+static_assert(sizeof(NotifySlot) == kCacheLine);
 inline constexpr uint32_t kQpSegMagic = 0x46465150;  // "FFQP"
 
 // Receive credits of one receive queue (a QP's own RQ or an SRQ). A sender may place a
@@ -43,6 +52,12 @@ enum RecordKind : uint8_t {
   kRecPad = 1,
   kRecSend = 2,      // SEND / SEND_WITH_IMM payload fragment
   kRecWriteImm = 3,  // completion of an RDMA_WRITE_WITH_IMM (payload already placed)
+  // Only in proxy rings (library <-> its router, for a peer on another node). Each of
+  // these records starts its payload with an OpHeader.
+  kRecWrite = 4,      // RDMA_WRITE payload fragment
+  kRecReadReq = 5,    // RDMA_READ request
+  kRecAtomicReq = 6,  // ATOMIC_FETCH_AND_ADD / ATOMIC_CMP_AND_SWP request
+  kRecResp = 7,       // router -> library: outcome of one work request (+ READ/atomic data)
 };
 enum RecordFlags : uint8_t {
   kRecFirst = 1,
@@ -64,6 +79,21 @@ struct RecordHeader {
 };
 static_assert(sizeof(RecordHeader) == 32);
 
+// Follows the RecordHeader of every record in a proxy ring. `seq` names the work request
+// (the low 32 bits of its send-queue index) so that responses find it.
+struct OpHeader {
+  uint64_t remote_addr;  // WRITE/READ/ATOMIC target; in a kRecResp, the data offset
+  uint64_t compare_add;
+  uint64_t swap;
+  uint32_t rkey;
+  uint32_t seq;
+  uint32_t length;   // whole request length (READ: bytes wanted)
+  uint8_t opcode;    // ibv_wr_opcode of the request
+  uint8_t last;      // 1 on the last record of the work request
+  uint16_t status;   // kRecResp: ibv_wc_status
+};
+static_assert(sizeof(OpHeader) == 40);
+
 inline constexpr uint32_t RecordBytes(uint32_t payload) {
   return (static_cast<uint32_t>(sizeof(RecordHeader)) + payload + kCacheLine - 1) &
          ~static_cast<uint32_t>(kCacheLine - 1);
@@ -83,6 +113,9 @@ struct QpSegmentHeader {
   std::atomic<uint32_t> qp_access{0};
   uint32_t reserved[10];
   RecvCredits credits;  // used when the QP has no SRQ
+  // Proxy segments only: the router sleeps on an eventfd when this is armed; the library
+  // rings it after publishing a request.
+  NotifySlot doorbell;
 };
 static_assert(sizeof(QpSegmentHeader) % kCacheLine == 0);
 
@@ -101,15 +134,6 @@ struct SrqSegment {
   RecvCredits credits;
 };
 
-// Completion-event word of one CQ with a completion channel. Lives in the owning
-// context's notify segment, which connected peers map so they can wake the owner.
-struct NotifySlot {
-  // Owner sets 1 in req_notify_cq; whoever adds a completion (or a record that becomes
-  // one) exchanges it to 0 and, if it was 1, raises `fired` and writes the eventfd.
-  alignas(kCacheLine) std::atomic<uint32_t> armed{0};
-  std::atomic<uint32_t> fired{0};
-};
-static_assert(sizeof(NotifySlot) == kCacheLine);
 inline constexpr size_t kNotifySegmentBytes = sizeof(NotifySlot) * kNotifySlots;
 
 // One registered memory region as published by the router. Written only by the router

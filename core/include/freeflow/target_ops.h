@@ -1,0 +1,78 @@
+// What an initiator does to a target QP it can reach in shared memory: claim a receive
+// credit, check an access against the target's MR table, perform an atomic, wake a
+// target that sleeps on a completion channel. The preloaded library does this for peers
+// on its own node; a router does it for initiators on other nodes. One implementation,
+// so the two paths cannot drift apart.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "freeflow/shm_layout.h"
+
+namespace ff {
+
+// Claims one receive credit. `posted_cache` is the claimer's private copy of
+// credits->posted, refreshed only when it runs out (keeps the shared line quiet).
+inline bool ClaimCredit(RecvCredits* c, uint64_t* posted_cache) {
+  uint64_t claimed = c->claimed.load(std::memory_order_relaxed);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    if (claimed >= *posted_cache) {
+      *posted_cache = c->posted.load(std::memory_order_acquire);
+      if (claimed >= *posted_cache) return false;
+    }
+    if (c->claimed.compare_exchange_weak(claimed, claimed + 1, std::memory_order_acq_rel))
+      return true;
+  }
+  return false;
+}
+
+// Checks an RDMA access of `len` bytes at `addr` with `rkey` against the target QP's
+// access flags and the target context's MR table. On success *out describes the MR.
+inline ibv_wc_status CheckRemoteAccess(const QpSegmentHeader* target_qp, const MrEntry* table,
+                                       uint32_t rkey, uint64_t addr, uint64_t len,
+                                       uint32_t need, MrView* out) {
+  if ((target_qp->qp_access.load(std::memory_order_relaxed) & need) != need)
+    return IBV_WC_REM_ACCESS_ERR;
+  if (!ReadMrEntry(table, rkey, out)) return IBV_WC_REM_ACCESS_ERR;
+  if ((out->access & need) != need) return IBV_WC_REM_ACCESS_ERR;
+  if (addr < out->addr || len > out->length || addr - out->addr > out->length - len)
+    return IBV_WC_REM_ACCESS_ERR;
+  return IBV_WC_SUCCESS;
+}
+
+// Offset inside the region memfd of `len` bytes at `addr` of a checked MR, or -1 when the
+// entry points outside a region of `region_size` bytes (a corrupt or hostile table).
+inline int64_t RegionOffset(const MrView& v, uint64_t addr, uint64_t len, uint64_t region_size) {
+  const uint64_t off = v.region_offset + (addr - v.addr);
+  if (off > region_size || len > region_size - off) return -1;
+  return static_cast<int64_t>(off);
+}
+
+// Performs FETCH_AND_ADD or CMP_AND_SWP on a 64-bit word of the target and returns the
+// original value (host byte order, as rxe does).
+inline uint64_t AtomicOp(uint64_t* word, uint32_t opcode, uint64_t compare_add, uint64_t swap) {
+  if (opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+    return __atomic_fetch_add(word, compare_add, __ATOMIC_SEQ_CST);
+  uint64_t old = compare_add;
+  __atomic_compare_exchange_n(word, &old, swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return old;
+}
+
+// Records were published to a target: wake it if it armed `slot` (its CQ or doorbell).
+// The fence orders the publication before the read of `armed` (the sleeper arms, then
+// looks again: one of the two sides always sees the other).
+inline void WakeIfArmed(NotifySlot* slot, int fd) {
+  if (slot == nullptr) return;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (slot->armed.load(std::memory_order_relaxed) && slot->armed.exchange(0)) {
+    slot->fired.store(1, std::memory_order_release);
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof(one));
+  }
+}
+
+}  // namespace ff
