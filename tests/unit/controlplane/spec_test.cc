@@ -1,4 +1,10 @@
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
 
 #include "freeflow/controlplane.h"
 
@@ -49,6 +55,60 @@ TEST(SpecTest, StaticStartNamesTheMissingFile) {
   EXPECT_FALSE(cp->Start(&error));
   EXPECT_NE(error.find("/nonexistent/ff-nodes.json"), std::string::npos) << error;
   EXPECT_FALSE(cp->Healthy());
+}
+
+TEST(SpecTest, AcceptsEtcdEndpointForms) {
+  std::string error;
+  EXPECT_NE(MakeControlPlane("etcd:http://127.0.0.1:2379", kSelf, {}, &error), nullptr) << error;
+  EXPECT_NE(MakeControlPlane("etcd:127.0.0.1:2379, http://localhost:2379/", kSelf, {}, &error),
+            nullptr)
+      << error;
+}
+
+// A port on 127.0.0.1 that refuses connections: bound but never listened on.
+class RefusingPort {
+ public:
+  RefusingPort() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~RefusingPort() { ::close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+TEST(EtcdWithoutServerTest, ServesLocalAddressesAndStopsPromptly) {
+  RefusingPort refusing;
+  Options options;
+  options.backoff_min = std::chrono::milliseconds(10);
+  options.backoff_max = std::chrono::milliseconds(50);
+  std::string error;
+  auto cp =
+      MakeControlPlane("etcd:127.0.0.1:" + std::to_string(refusing.port()), kSelf, options, &error);
+  ASSERT_NE(cp, nullptr) << error;
+  cp->Publish(0x0af40105);
+  ASSERT_TRUE(cp->Start(&error)) << error;
+  std::string again;
+  EXPECT_FALSE(cp->Start(&again));
+  cp->Publish(0x0af40106);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // several failed attempts
+  EXPECT_FALSE(cp->Healthy());
+  EXPECT_EQ(cp->Lookup(0x0af40105), kSelf);
+  EXPECT_EQ(cp->Lookup(0x0af40106), kSelf);
+  EXPECT_EQ(cp->Lookup(0x0af40107), std::nullopt);
+  EXPECT_TRUE(cp->Nodes().empty());
+  const auto t0 = std::chrono::steady_clock::now();
+  cp.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
 }
 
 }  // namespace

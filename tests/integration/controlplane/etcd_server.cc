@@ -1,0 +1,182 @@
+#include "etcd_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <thread>
+#include <vector>
+
+namespace ff::cp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string PrefixEnd(std::string prefix) {
+  prefix.back() = static_cast<char>(prefix.back() + 1);
+  return prefix;
+}
+
+}  // namespace
+
+uint16_t FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  uint16_t port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+std::string EtcdServer::Binary() {
+  if (const char* env = ::getenv("FF_ETCD"); env && ::access(env, X_OK) == 0) return env;
+  if (::access("/usr/bin/etcd", X_OK) == 0) return "/usr/bin/etcd";
+  return {};
+}
+
+EtcdServer::EtcdServer() {
+  char tmpl[] = "/tmp/ff-cp-etcd-XXXXXX";
+  if (::mkdtemp(tmpl)) dir_ = tmpl;
+  client_port_ = FreePort();
+  peer_port_ = FreePort();
+  while (peer_port_ == client_port_) peer_port_ = FreePort();
+}
+
+EtcdServer::~EtcdServer() {
+  Stop();
+  std::error_code ec;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+}
+
+std::string EtcdServer::url() const { return "http://" + target(); }
+std::string EtcdServer::target() const { return "127.0.0.1:" + std::to_string(client_port_); }
+
+bool EtcdServer::Start(std::string* error) {
+  if (pid_ > 0) return true;
+  const std::string binary = Binary();
+  if (binary.empty() || dir_.empty() || client_port_ == 0 || peer_port_ == 0) {
+    *error = "no etcd binary, temporary directory or free port";
+    return false;
+  }
+  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+  std::vector<std::string> args = {binary,
+                                   "--name=default",
+                                   "--data-dir=" + dir_ + "/data",
+                                   "--listen-client-urls=" + url(),
+                                   "--advertise-client-urls=" + url(),
+                                   "--listen-peer-urls=" + peer,
+                                   "--initial-advertise-peer-urls=" + peer,
+                                   "--initial-cluster=default=" + peer,
+                                   "--heartbeat-interval=10",
+                                   "--election-timeout=100"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  char path_env[] = "PATH=/usr/bin:/bin";
+  char* envp[] = {path_env, nullptr};
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  const std::string log = dir_ + "/etcd.log";
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  const int rc = ::posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv.data(), envp);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    pid_ = -1;
+    *error = "posix_spawn etcd: " + std::string(strerror(rc));
+    return false;
+  }
+
+  // A channel that retries connecting every 20 ms (the default backoff starts at 1 s).
+  grpc::ChannelArguments channel_args;
+  channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 20);
+  channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20);
+  channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
+  auto kv = etcdserverpb::KV::NewStub(
+      grpc::CreateCustomChannel(target(), grpc::InsecureChannelCredentials(), channel_args));
+  for (auto end = std::chrono::steady_clock::now() + 15s; std::chrono::steady_clock::now() < end;) {
+    int status;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      *error = "etcd exited at start; see " + log;
+      return false;
+    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 100ms);
+    context.set_wait_for_ready(true);
+    etcdserverpb::RangeRequest request;
+    request.set_key("health");
+    etcdserverpb::RangeResponse response;
+    if (kv->Range(&context, request, &response).ok()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  *error = "etcd did not answer within 15 s; see " + log;
+  Stop();
+  return false;
+}
+
+void EtcdServer::WaitExit(std::chrono::milliseconds limit) {
+  for (auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;
+       std::this_thread::sleep_for(10ms)) {
+    int status;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return;
+    }
+  }
+}
+
+void EtcdServer::Stop() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  WaitExit(5s);
+  if (pid_ > 0) Kill();
+}
+
+void EtcdServer::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+std::unique_ptr<etcdserverpb::KV::Stub> EtcdServer::KV() const {
+  return etcdserverpb::KV::NewStub(
+      grpc::CreateChannel(target(), grpc::InsecureChannelCredentials()));
+}
+
+std::string EtcdServer::Dump(const std::string& prefix) const {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 2s);
+  etcdserverpb::RangeRequest request;
+  request.set_key(prefix);
+  request.set_range_end(PrefixEnd(prefix));
+  etcdserverpb::RangeResponse response;
+  if (!KV()->Range(&context, request, &response).ok()) return {};
+  std::map<std::string, std::string> lines;
+  for (const auto& kv : response.kvs())
+    lines[kv.key()] = kv.value() + (kv.lease() ? " leased" : " unleased");
+  std::string out;
+  for (const auto& [k, v] : lines) out += k + "=" + v + "\n";
+  return out;
+}
+
+}  // namespace ff::cp::testing

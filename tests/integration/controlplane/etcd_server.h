@@ -1,0 +1,54 @@
+// A throwaway etcd for tests: its own data directory under /tmp, client and peer URLs on
+// free 127.0.0.1 ports, started and stopped by PID. Restartable on the same directory and
+// ports.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ff_etcd_rpc.grpc.pb.h"
+
+namespace ff::cp::testing {
+
+class EtcdServer {
+ public:
+  EtcdServer();
+  ~EtcdServer();  // stops the server and removes its directory
+  EtcdServer(const EtcdServer&) = delete;
+  EtcdServer& operator=(const EtcdServer&) = delete;
+
+  // The etcd binary: $FF_ETCD, else /usr/bin/etcd. Empty when neither exists.
+  static std::string Binary();
+
+  // Starts etcd and waits (at most 15 s) until it answers a Range. false + *error if not.
+  bool Start(std::string* error);
+  // SIGTERM, then SIGKILL after 5 s. No-op when not running.
+  void Stop();
+  // SIGKILL, as in a crash.
+  void Kill();
+
+  std::string url() const;     // http://127.0.0.1:PORT
+  std::string target() const;  // 127.0.0.1:PORT
+  const std::string& dir() const { return dir_; }
+
+  // A stub on this server for inspecting keys directly.
+  std::unique_ptr<etcdserverpb::KV::Stub> KV() const;
+  // Every key and value under `prefix`, "key=value lease?" per line, sorted. Empty on error.
+  std::string Dump(const std::string& prefix) const;
+
+ private:
+  void WaitExit(std::chrono::milliseconds limit);
+  std::string dir_;
+  uint16_t client_port_ = 0;
+  uint16_t peer_port_ = 0;
+  pid_t pid_ = -1;
+};
+
+// A free TCP port on 127.0.0.1 (bound, read back, closed).
+uint16_t FreePort();
+
+}  // namespace ff::cp::testing
