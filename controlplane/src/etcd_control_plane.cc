@@ -284,7 +284,7 @@ class EtcdControlPlane final : public ControlPlane {
       return false;
     }
     if (response.ttl() <= 0) {
-      *why = fmt::format("lease {:x} expired", lease_);
+      *why = fmt::format("lease {:x} expired or was revoked", lease_);
       return false;
     }
     return true;

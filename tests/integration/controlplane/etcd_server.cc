@@ -179,4 +179,23 @@ std::string EtcdServer::Dump(const std::string& prefix) const {
   return out;
 }
 
+bool EtcdServer::RevokeLeaseOf(const std::string& key) const {
+  etcdserverpb::RangeResponse range;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 2s);
+    etcdserverpb::RangeRequest request;
+    request.set_key(key);
+    if (!KV()->Range(&context, request, &range).ok() || range.kvs_size() != 1) return false;
+  }
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 2s);
+  etcdserverpb::LeaseRevokeRequest request;
+  request.set_id(range.kvs(0).lease());
+  etcdserverpb::LeaseRevokeResponse response;
+  auto lease = etcdserverpb::Lease::NewStub(
+      grpc::CreateChannel(target(), grpc::InsecureChannelCredentials()));
+  return lease->LeaseRevoke(&context, request, &response).ok();
+}
+
 }  // namespace ff::cp::testing

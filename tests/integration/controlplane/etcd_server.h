@@ -39,6 +39,8 @@ class EtcdServer {
   std::unique_ptr<etcdserverpb::KV::Stub> KV() const;
   // Every key and value under `prefix`, "key=value lease?" per line, sorted. Empty on error.
   std::string Dump(const std::string& prefix) const;
+  // Revokes the lease that `key` is attached to, behind its owner's back. false on error.
+  bool RevokeLeaseOf(const std::string& key) const;
 
  private:
   void WaitExit(std::chrono::milliseconds limit);

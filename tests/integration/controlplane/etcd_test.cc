@@ -210,6 +210,40 @@ TEST_F(EtcdTest, ACrashedRoutersEntriesExpireWithItsLease) {
   EXPECT_GT(Clock::now() - t0, 300ms);
 }
 
+TEST_F(EtcdTest, TheLeaseIsKeptAliveBeyondItsTtl) {
+  options_.lease_ttl = 1000ms;
+  auto a = Router(kA, {"10.244.1.5"});
+  auto b = Router(kB);
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(WaitFor([&] { return Sees(*b, "10.244.1.5", kA); }, 1s));
+  // Three TTLs (sampled every 50 ms): never gone, never disconnected.
+  for (int i = 0; i < 60; ++i) {
+    ASSERT_TRUE(Sees(*b, "10.244.1.5", kA)) << "after " << i * 50 << " ms";
+    ASSERT_TRUE(a->Healthy() && b->Healthy()) << "after " << i * 50 << " ms";
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+TEST_F(EtcdTest, ALostLeaseIsReplacedAndEverythingRewritten) {
+  options_.lease_ttl = 1000ms;  // refreshed every ~333 ms, so the loss is noticed quickly
+  auto a = Router(kA, {"10.244.1.5"});
+  std::atomic<int> changes{0};
+  auto b = Make(kB);
+  b->OnChange([&] { ++changes; });
+  std::string error;
+  ASSERT_TRUE(b->Start(&error)) << error;
+  ASSERT_TRUE(WaitFor([&] { return Sees(*b, "10.244.1.5", kA); }, 2s));
+  const int before = changes;
+  ASSERT_TRUE(etcd_.RevokeLeaseOf("/freeflow/v1/nodes/node-a"));
+  // node-a's keys go (b notices through its watch) and come back under a new lease.
+  EXPECT_TRUE(WaitFor([&] { return changes >= before + 2; }, 2s));
+  EXPECT_TRUE(WaitFor([&] { return Sees(*b, "10.244.1.5", kA) && a->Healthy(); }, 2s));
+  EXPECT_EQ(etcd_.Dump("/freeflow/v1/"),
+            "/freeflow/v1/nodes/node-a={\"address\":\"127.0.0.1\",\"port\":7471} leased\n"
+            "/freeflow/v1/nodes/node-b={\"address\":\"127.0.0.2\",\"port\":7472} leased\n"
+            "/freeflow/v1/pods/10.244.1.5=node-a leased\n");
+}
+
 TEST_F(EtcdTest, ARestartedRouterDeletesItsStalePods) {
   auto a = Router(kA);
   ASSERT_TRUE(a);
