@@ -99,10 +99,6 @@ class StaticControlPlane final : public ControlPlane {
       *error = fmt::format("control plane file {}: {}", path_, why);
       return false;
     }
-    stamp_ = Stamp(path_);
-    last_text_ = std::move(text);
-    cache_.Replace(std::move(mapping));
-    loaded_ = true;
 
     dir_ = std::filesystem::path(path_).parent_path().string();
     if (dir_.empty()) dir_ = ".";
@@ -112,6 +108,10 @@ class StaticControlPlane final : public ControlPlane {
       *error = fmt::format("cannot watch {} for changes: {}", path_, strerror(errno));
       return false;
     }
+    stamp_ = Stamp(path_);
+    last_text_ = std::move(text);
+    cache_.Replace(std::move(mapping));
+    loaded_ = true;
     AddWatch();
     spdlog::info("control plane: loaded {} ({} nodes)", path_, cache_.Snapshot().nodes.size());
     thread_ = std::thread([this] { Run(); });
