@@ -4,6 +4,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -38,6 +41,20 @@ std::string DefaultLibrary() {
   return "";
 }
 
+// The first local IPv4 address inside `prefix` (the original DaemonSet's HOST_IP_PREFIX).
+uint32_t AddressIn(const ff::Ipv4Prefix& prefix) {
+  struct ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return 0;
+  uint32_t found = 0;
+  for (struct ifaddrs* i = list; i != nullptr && found == 0; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    const uint32_t a = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+    if (prefix.Contains(a)) found = a;
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,6 +65,7 @@ int main(int argc, char** argv) {
   std::string prefix = EnvOr("VNET_PREFIX", "");
   std::string library = DefaultLibrary();
   std::string log_level = "info";
+  config.control_plane = EnvOr("FREEFLOW_CONTROL_PLANE", "");
   char host[HOST_NAME_MAX + 1] = {};
   ::gethostname(host, sizeof(host) - 1);
   config.node_name = EnvOr("NODE_NAME", host);
@@ -61,6 +79,27 @@ int main(int argc, char** argv) {
   app.add_option("--library", library, "container library to install as <dir>/libffverbs.so")
       ->capture_default_str();
   app.add_option("--node-name", config.node_name, "node name reported to pods (env NODE_NAME)")
+      ->capture_default_str();
+  std::string host_ip = EnvOr("HOST_IP", "");
+  std::string host_prefix = EnvOr("HOST_IP_PREFIX", "");
+  int port = 7471;
+  app.add_option("--host-ip", host_ip, "this node's address for router-to-router traffic (env "
+                 "HOST_IP; or the first local address inside HOST_IP_PREFIX)");
+  app.add_option("--host-ip-prefix", host_prefix, "pick the node address inside this prefix "
+                 "(env HOST_IP_PREFIX)");
+  app.add_option("--port", port, "router-to-router TCP port")->check(CLI::Range(1, 65535))
+      ->capture_default_str();
+  app.add_option("--control-plane", config.control_plane,
+                 "where pods live: static:FILE or etcd:URL[,URL..]; empty = this node only "
+                 "(env FREEFLOW_CONTROL_PLANE)");
+  app.add_option("--peer-timeout-ms", config.peer_timeout_ms,
+                 "declare a silent peer router dead after this long; its QPs fail")
+      ->check(CLI::Range(100, 600000))
+      ->capture_default_str();
+  app.add_option("--poll-us", config.poll_us,
+                 "while cross-node traffic flows, poll instead of sleeping for this many "
+                 "microseconds after the last activity (0: always sleep)")
+      ->check(CLI::Range(0, 100000))
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
@@ -84,6 +123,26 @@ int main(int argc, char** argv) {
     return 2;
   }
   config.library_source = library;
+  config.port = static_cast<uint16_t>(port);
+  if (!host_ip.empty()) {
+    auto ip = ff::ParseIpv4(host_ip);
+    if (!ip) {
+      spdlog::error("--host-ip '{}' is not an IPv4 address", host_ip);
+      return 2;
+    }
+    config.host_ip = *ip;
+  } else if (!host_prefix.empty()) {
+    auto p = ff::Ipv4Prefix::Parse(host_prefix);
+    if (!p) {
+      spdlog::error("HOST_IP_PREFIX '{}' is not an IPv4 prefix", host_prefix);
+      return 2;
+    }
+    config.host_ip = AddressIn(*p);
+    if (config.host_ip == 0) {
+      spdlog::error("no local address inside HOST_IP_PREFIX {}", p->ToString());
+      return 2;
+    }
+  }
 
   ff::router::Router router(config, ff::router::MakeNetnsIdentityResolver(*parsed));
   std::string error;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <spdlog/spdlog.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
@@ -19,11 +20,16 @@
 namespace ff::router {
 namespace {
 
-constexpr uint64_t kListenTag = 0;
-constexpr uint64_t kStopTag = ~0ull;
+// epoll tags: kind in the top byte, an id below.
+constexpr uint64_t kListenTag = 1ull << 56;
+constexpr uint64_t kStopTag = 2ull << 56;
+constexpr uint64_t kSessionTag = 3ull << 56;
 // Limits that keep one client from exhausting the router.
 constexpr size_t kMaxQpsPerSession = 65536;
 constexpr size_t kMaxObjectsPerSession = 16384;
+
+// OnConnect result: the answer comes later (remote peer).
+constexpr int kDeferred = -1;
 
 template <typename T>
 bool Decode(const char* buf, size_t len, T* out) {
@@ -129,6 +135,7 @@ bool Router::Start(std::string* error) {
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev);
   ev.data.u64 = kStopTag;
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, stop_fd_.get(), &ev);
+  if (!StartRemote(error)) return false;
   spdlog::info("ffrouter listening on {} (overlay {}, node {})", path, config_.overlay.ToString(),
                config_.node_name);
   return true;
@@ -144,7 +151,14 @@ void Router::Stop() {
 void Router::Run() {
   epoll_event events[64];
   for (;;) {
-    const int n = ::epoll_wait(epoll_fd_.get(), events, 64, -1);
+    const bool busy = Busy();
+    const int n = ::epoll_wait(epoll_fd_.get(), events, 64, busy ? 0 : -1);
+    if (busy && n == 0) {
+      // Polling while cross-node traffic flows: no doorbell, no wake-up on the path.
+      if (!PollProxies()) ::sched_yield();
+      if (!Busy()) PollProxies();  // the window closed: arm the doorbells
+      continue;
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       spdlog::error("epoll_wait: {}", std::strerror(errno));
@@ -152,6 +166,32 @@ void Router::Run() {
     }
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = events[i].data.u64;
+      const uint64_t kind = tag & (0xffull << 56);
+      const uint32_t id = static_cast<uint32_t>(tag);
+      if (kind == kNodeListenTag) {
+        AcceptNode();
+        continue;
+      }
+      if (kind == kNodeTag) {
+        auto c = conns_.find(id);
+        if (c != conns_.end()) HandleNode(*c->second, events[i].events);
+        continue;
+      }
+      if (kind == kDoorbellTag) {
+        auto p = proxies_.find(id);
+        if (p != proxies_.end()) {
+          uint64_t v;
+          [[maybe_unused]] ssize_t n = ::read(p->second->doorbell.get(), &v, sizeof(v));
+          DrainProxy(*p->second);
+        }
+        continue;
+      }
+      if (kind == kTimerTag) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t n = ::read(timer_fd_.get(), &v, sizeof(v));
+        OnTimer();
+        continue;
+      }
       if (tag == kStopTag) {
         spdlog::info("ffrouter stopping; telling {} clients", sessions_.size());
         for (auto& [id, s] : sessions_) Notify(id, proto::EventType::kShutdown, 0);
@@ -161,7 +201,7 @@ void Router::Run() {
         Accept();
         continue;
       }
-      Session* s = FindSession(static_cast<uint32_t>(tag));
+      Session* s = FindSession(id);
       if (s == nullptr) continue;
       if (events[i].events & EPOLLIN) {
         HandleReadable(*s);
@@ -189,7 +229,7 @@ void Router::Accept() {
     s->sock = std::move(c);
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.u64 = s->id;
+    ev.data.u64 = kSessionTag | s->id;
     ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, s->sock.get(), &ev);
     if (s->refusal.empty()) {
       spdlog::info("client {} connected: pid {} address {}", s->id, s->who.pid,
@@ -237,10 +277,11 @@ void Router::Notify(uint32_t session_id, proto::EventType type, uint32_t qpn) {
   Session* s = FindSession(session_id);
   if (s == nullptr || !s->events) return;
   proto::Event e{type, qpn};
-  if (SendWithFds(s->events.get(), &e, sizeof(e), nullptr, 0, MSG_DONTWAIT) != 0) {
+  const int rc = SendWithFds(s->events.get(), &e, sizeof(e), nullptr, 0, MSG_DONTWAIT);
+  if (rc == -EAGAIN) {
     spdlog::warn("client {} does not read its events; dropping its event socket", session_id);
-    s->events.reset();
   }
+  if (rc != 0) s->events.reset();
 }
 
 bool Router::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, int nfds) {
@@ -346,6 +387,7 @@ bool Router::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, in
       proto::ConnectQp m;
       if (!Decode(buf, len, &m) || !no_fds()) return false;
       status = OnConnect(s, m, h.op == proto::Op::kResolveUd, &r, &out_fds);
+      if (status == kDeferred) return true;  // answered when the peer router replies
       break;
     }
     case proto::Op::kDisconnectQp: {
@@ -356,6 +398,7 @@ bool Router::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, in
         status = ENOENT;
       } else {
         Qp& qp = *it->second;
+        for (uint32_t chan : std::set<uint32_t>(qp.proxies)) DropProxy(chan, true);
         for (uint32_t dest : qp.produces_into) {
           auto d = qps_.find(dest);
           if (d == qps_.end()) continue;
@@ -422,6 +465,7 @@ int Router::OnHello(Session& s, const proto::Hello& m, UniqueFd* fds, int, proto
   s.free_slots.reserve(kMrTableSlots);
   for (uint32_t i = kMrTableSlots - 1; i >= 1; --i) s.free_slots.push_back(i);
   s.hello = true;
+  PublishIp(s.who.ip);
   r->u.hello.ctx_id = s.id;
   r->u.hello.ip = htonl(s.who.ip);
   r->u.hello.lid = LidForIp(s.who.ip);
@@ -459,6 +503,7 @@ int Router::OnCreateQp(Session& s, const proto::CreateQp& m, UniqueFd* fds, int,
   qp->ring_bytes = m.ring_bytes;
   qp->srq_id = m.srq_id;
   qp->recv_cq_id = m.recv_cq_id;
+  qp->send_cq_id = m.send_cq_id;
   qp->ring_producer.assign(m.num_rings, 0);
   qps_[qpn] = std::move(qp);
   s.qps.insert(qpn);
@@ -518,6 +563,11 @@ int Router::OnConnect(Session& s, const proto::ConnectQp& m, bool ud, proto::Res
   Qp& src = *self->second;
   if ((src.type == IBV_QPT_UD) != ud) return EINVAL;
   Qp* dest = FindDest(m.dest_ip, m.dest_lid, m.dest_qpn);
+  if (dest == nullptr && m.dest_ip != 0 && !published_.count(ntohl(m.dest_ip))) {
+    // Not a pod of this node: reach it through its node's router.
+    const int rc = ConnectRemote(s, src, m, ud);
+    return rc == 0 ? kDeferred : rc;
+  }
   if (dest == nullptr) {
     spdlog::info("client {}: no QP {:#x} at {}", s.id, m.dest_qpn,
                  m.dest_ip ? FormatIpv4(ntohl(m.dest_ip)) : "lid " + std::to_string(m.dest_lid));
@@ -660,9 +710,19 @@ int Router::OnGetRegion(Session& s, const proto::GetRegion& m, proto::Response* 
 
 void Router::ReleaseQp(Qp& qp, bool process_died) {
   (void)process_died;
+  for (uint32_t chan : std::set<uint32_t>(qp.proxies)) DropProxy(chan, true);
   // Peers producing into this QP: their sends can no longer be delivered.
   for (uint32_t producer : qp.ring_producer) {
     if (producer == 0) continue;
+    if (producer & kRemoteProducer) {
+      for (auto& [key, rs] : senders_) {
+        if (rs->id == (producer & ~kRemoteProducer)) {
+          DropSender(key, true);
+          break;
+        }
+      }
+      continue;
+    }
     auto p = qps_.find(producer);
     if (p == qps_.end()) continue;
     p->second->produces_into.erase(qp.qpn);
@@ -692,6 +752,7 @@ void Router::Drop(uint32_t session_id, const char* why) {
     ReleaseQp(*q->second, true);
     qps_.erase(q);
   }
+  if (s.hello) WithdrawIp(s.who.ip);
   sessions_.erase(it);
 }
 

@@ -18,13 +18,24 @@
 #include <unordered_map>
 #include <vector>
 
+#include <deque>
+
+#include "freeflow/controlplane.h"
 #include "freeflow/fd.h"
 #include "freeflow/ipv4.h"
 #include "freeflow/protocol.h"
 #include "freeflow/shm_layout.h"
+#include "freeflow/ring.h"
 #include "identity.h"
+#include "wire.h"
 
 namespace ff::router {
+
+// epoll tags of the cross-node descriptors (see router.cc for the others).
+inline constexpr uint64_t kNodeListenTag = 4ull << 56;
+inline constexpr uint64_t kNodeTag = 5ull << 56;
+inline constexpr uint64_t kDoorbellTag = 6ull << 56;
+inline constexpr uint64_t kTimerTag = 7ull << 56;
 
 struct RouterConfig {
   std::string dir = "/freeflow";
@@ -32,6 +43,15 @@ struct RouterConfig {
   Ipv4Prefix overlay;
   std::string library_source;  // copied to <dir>/libffverbs.so at start; empty: skip
   std::string node_name;
+  // Cross-node: this node's underlay address and router-to-router port; empty control
+  // plane spec = single-node mode (no listener, no remote peers).
+  uint32_t host_ip = 0;  // host byte order
+  uint16_t port = 7471;
+  std::string control_plane;
+  uint32_t peer_timeout_ms = 2000;  // a silent peer router is declared dead after this
+  // While cross-node traffic flows the router polls proxy rings and sockets instead of
+  // sleeping, for this long after the last activity (0: always sleep on doorbells).
+  uint32_t poll_us = 0;
 };
 
 class Router {
@@ -47,6 +67,7 @@ class Router {
   void Stop();
 
   std::string socket_path() const;
+  bool Healthy() const;
   size_t session_count() const { return sessions_.size(); }
 
  private:
@@ -76,6 +97,11 @@ class Router {
     std::map<uint32_t, UniqueFd> srqs;
     std::map<uint32_t, Region> regions;
     std::set<uint32_t> qps;
+    // Mapped on demand when a remote initiator reaches this session's memory.
+    Mapping notify_map;
+    std::map<uint32_t, Mapping> region_maps;
+    // A ConnectQp answered once the peer router replies.
+    bool call_deferred = false;
   };
   struct Qp {
     uint32_t qpn = 0;
@@ -86,9 +112,111 @@ class Router {
     uint32_t ring_bytes = 0;
     uint32_t srq_id = proto::kNoId;
     uint32_t recv_cq_id = proto::kNoId;
-    std::vector<uint32_t> ring_producer;  // qpn producing into each ring, 0 = free
+    std::vector<uint32_t> ring_producer;  // producer of each ring: a qpn, kRemoteProducer|id, 0
     std::set<uint32_t> produces_into;     // QPs whose rings this QP produces into
+    uint32_t send_cq_id = proto::kNoId;
+    std::set<uint32_t> proxies;           // channels to remote peers opened for this QP
   };
+  static constexpr uint32_t kRemoteProducer = 0x80000000u;
+
+  // A TCP connection to another router.
+  struct NodeConn {
+    uint32_t id = 0;
+    UniqueFd fd;
+    bool outbound = false;
+    bool connected = false;
+    cp::Endpoint endpoint;  // outbound: whom we dialled
+    std::string peer_node;
+    std::vector<char> in;
+    size_t in_used = 0;
+    std::vector<char> out;
+    size_t out_off = 0;
+    bool writable_wait = false;
+    bool reading_paused = false;
+    uint64_t last_rx_ns = 0;
+    uint64_t last_tx_ns = 0;
+    std::set<uint32_t> chans;      // outbound: proxies using this connection
+    std::set<uint64_t> senders;    // inbound: remote senders arriving on it
+  };
+  // Initiator side: a local QP's link to a QP on another node.
+  struct Proxy {
+    uint32_t chan = 0;
+    uint32_t session = 0;
+    uint32_t qpn = 0;  // local QP
+    uint32_t qp_type = 0;
+    uint32_t dest_ip = 0;
+    uint32_t dest_qpn = 0;
+    uint32_t conn = 0;
+    UniqueFd seg_fd;
+    Mapping seg;
+    UniqueFd doorbell;
+    RingConsumer requests;
+    RingProducer responses;
+    std::deque<std::vector<char>> resp_backlog;  // responses waiting for ring space
+    bool connected = false;
+    bool dead = false;
+    uint32_t call_seq = 0;  // the deferred ConnectQp to answer
+    proto::Op call_op = proto::Op::kConnectQp;
+    uint64_t connect_deadline_ns = 0;
+  };
+  // Target side: a QP on another node producing into a local QP's ring.
+  struct RemoteSender {
+    uint64_t key = 0;  // conn << 32 | chan
+    uint32_t id = 0;
+    uint32_t conn = 0;
+    uint32_t chan = 0;
+    uint32_t src_ip = 0;
+    uint32_t src_qpn = 0;
+    uint32_t target_qpn = 0;
+    uint32_t owner = 0;  // session of the target QP
+    uint32_t qp_type = 0;
+    uint32_t ring = 0;
+    Mapping seg;
+    Mapping srq_seg;
+    QpSegmentHeader* hdr = nullptr;
+    RecvCredits* credits = nullptr;
+    uint64_t posted_cache = 0;
+    RingProducer producer;
+    NotifySlot* notify = nullptr;
+    int notify_fd = -1;  // owned by the target's session
+    std::deque<std::vector<char>> queue;  // records not applied yet, in order
+    size_t queued_bytes = 0;
+    bool have_credit = false;
+    bool dropping = false;  // UC/UD message without a receive: drop its fragments
+    bool errored = false;   // after an error nothing more is executed (RC semantics)
+    uint64_t rnr_deadline_ns = 0;
+    uint32_t rnr_tries = 0;
+  };
+
+  // Cross-node (remote.cc).
+  bool StartRemote(std::string* error);
+  void AcceptNode();
+  NodeConn* Outbound(const cp::Endpoint& ep);
+  void HandleNode(NodeConn& c, uint32_t events);
+  bool ParseFrames(NodeConn& c);
+  bool OnFrame(NodeConn& c, const wire::FrameHeader& h, const char* body);
+  void SendFrame(NodeConn& c, wire::Type type, uint32_t chan, const void* a, size_t alen,
+                 const void* b = nullptr, size_t blen = 0);
+  void FlushNode(NodeConn& c);
+  void CloseNode(uint32_t conn_id, const char* why);
+  int ConnectRemote(Session& s, Qp& src, const proto::ConnectQp& m, bool ud);
+  void FinishConnect(Proxy& p, int status, const wire::ConnectReply* reply);
+  void DrainProxy(Proxy& p);
+  void DeliverResponse(Proxy& p, std::vector<char> record);
+  void DropProxy(uint32_t chan, bool tell_peer);
+  void OnRemoteConnect(NodeConn& c, uint32_t chan, const wire::Connect& m);
+  bool ApplyRecord(RemoteSender& rs, const char* rec, size_t len);
+  void RunSender(RemoteSender& rs);
+  void Respond(RemoteSender& rs, uint32_t seq, uint32_t status, uint64_t offset,
+               const char* data, uint32_t len, bool last);
+  void DropSender(uint64_t key, bool tell_peer);
+  Mapping* SessionRegion(Session& owner, uint32_t region_id);
+  void OnTimer();
+  bool PollProxies();  // drains every proxy; true when anything moved
+  bool Busy() const;
+  void ArmTimer();
+  void PublishIp(uint32_t ip);
+  void WithdrawIp(uint32_t ip);
 
   void Accept();
   void HandleReadable(Session& s);
@@ -125,6 +253,20 @@ class Router {
   uint32_t next_qpn_ = 0x100;
   std::unordered_map<uint32_t, std::unique_ptr<Session>> sessions_;
   std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
+
+  std::unique_ptr<cp::ControlPlane> cp_;
+  UniqueFd node_listen_;
+  UniqueFd timer_fd_;
+  uint32_t next_conn_ = 1;
+  uint32_t next_chan_ = 1;
+  uint32_t next_sender_ = 1;
+  std::unordered_map<uint32_t, std::unique_ptr<NodeConn>> conns_;
+  std::map<std::pair<uint32_t, uint16_t>, uint32_t> outbound_;  // endpoint -> conn
+  std::unordered_map<uint32_t, std::unique_ptr<Proxy>> proxies_;
+  std::unordered_map<uint64_t, std::unique_ptr<RemoteSender>> senders_;
+  std::set<uint64_t> blocked_senders_;
+  std::map<uint32_t, int> published_;  // overlay ip -> sessions with that ip
+  uint64_t busy_until_ns_ = 0;
 };
 
 }  // namespace ff::router

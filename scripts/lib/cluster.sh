@@ -115,3 +115,137 @@ wait_pid() {
   wait "$pid" 2>/dev/null || true
   return 124
 }
+
+# ---- several nodes ------------------------------------------------------------------------
+#   underlay namespace ff<tag>u : bridge ffu (172.31.<net>.0/24)
+#   node namespaces ff<tag>n<n> : eth0 172.31.<net>.<10+n> on the underlay, bridge ffbr
+#                                 10.244.<net+n>.1/24 for its pods, host-gateway routes
+#   pod namespaces ff<tag>n<n>p<i> : 10.244.<net+n>.<10+i>
+# Each node runs its own router with its own folder ($FF_DIR/node<n>).
+
+FF_NODES=0
+FF_MN_NS=()
+declare -A FF_NODE_ROUTER=()
+
+mn_node_ns() { echo "ff${FF_TAG}n$1"; }
+mn_node_ip() { echo "172.31.${FF_NET}.$((10 + $1))"; }
+mn_pod_ns() { echo "ff${FF_TAG}n$1p$2"; }
+mn_pod_ip() { echo "10.244.$((FF_NET + $1)).$((10 + $2))"; }
+mn_dir() { echo "$FF_DIR/node$1"; }
+
+# multinode_up NODES PODS_PER_NODE
+multinode_up() {
+  local nodes=$1 pods=$2 n m i ns
+  FF_NODES=$nodes
+  FF_DIR=$(mktemp -d /tmp/freeflow-test.XXXXXX)
+  local u="ff${FF_TAG}u"
+  ip netns add "$u"
+  FF_MN_NS+=("$u")
+  ip -n "$u" link add ffu type bridge
+  ip -n "$u" link set ffu up
+  for ((n = 0; n < nodes; n++)); do
+    ns=$(mn_node_ns "$n")
+    ip netns add "$ns"
+    FF_MN_NS+=("$ns")
+    mkdir -p "$(mn_dir "$n")"
+    ip -n "$ns" link set lo up
+    ip link add "fu${FF_TAG}x$n" type veth peer name eth0 netns "$ns"
+    ip link set "fu${FF_TAG}x$n" netns "$u"
+    ip -n "$u" link set "fu${FF_TAG}x$n" master ffu up
+    ip -n "$ns" addr add "$(mn_node_ip "$n")/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link add ffbr type bridge
+    ip -n "$ns" addr add "10.244.$((FF_NET + n)).1/24" dev ffbr
+    ip -n "$ns" link set ffbr up
+    ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
+    for ((i = 0; i < pods; i++)); do
+      local pns
+      pns=$(mn_pod_ns "$n" "$i")
+      ip netns add "$pns"
+      FF_MN_NS+=("$pns")
+      ip -n "$pns" link set lo up
+      ip link add "fp${FF_TAG}x${n}x$i" type veth peer name eth0 netns "$pns"
+      ip link set "fp${FF_TAG}x${n}x$i" netns "$ns"
+      ip -n "$ns" link set "fp${FF_TAG}x${n}x$i" master ffbr up
+      ip -n "$pns" addr add "$(mn_pod_ip "$n" "$i")/24" dev eth0
+      ip -n "$pns" link set eth0 up
+      ip -n "$pns" route add default via "10.244.$((FF_NET + n)).1"
+    done
+  done
+  for ((n = 0; n < nodes; n++)); do
+    for ((m = 0; m < nodes; m++)); do
+      [[ $n -eq $m ]] && continue
+      ip -n "$(mn_node_ns "$n")" route add "10.244.$((FF_NET + m)).0/24" via "$(mn_node_ip "$m")"
+    done
+  done
+  # The static control plane: which node holds which pod subnet.
+  {
+    echo '{"nodes": ['
+    for ((n = 0; n < nodes; n++)); do
+      [[ $n -gt 0 ]] && echo ','
+      printf '{"name": "node%d", "address": "%s", "port": 7471, "podCIDRs": ["10.244.%d.0/24"]}' \
+        "$n" "$(mn_node_ip "$n")" "$((FF_NET + n))"
+    done
+    echo ']}'
+  } >"$FF_DIR/cluster.json"
+}
+
+# mn_router_up N [ffrouter args...]: (re)starts node N's router; default control plane is
+# the static file.
+mn_router_up() {
+  local n=$1
+  shift
+  local dir
+  dir=$(mn_dir "$n")
+  ip netns exec "$(mn_node_ns "$n")" "$FF_BUILD/router/ffrouter" --dir "$dir" --name ffrouter \
+    --vnet-prefix 10.244.0.0/16 --host-ip "$(mn_node_ip "$n")" --port 7471 --node-name "node$n" \
+    --log-level "${FF_ROUTER_LOG:-info}" "${FF_CONTROL_PLANE_ARGS[@]:---control-plane=static:$FF_DIR/cluster.json}" "$@" \
+    >>"$dir/router.log" 2>&1 &
+  FF_NODE_ROUTER[$n]=$!
+  local i
+  for ((i = 0; i < 200; i++)); do
+    [[ -S "$dir/ffrouter.sock" && -f "$dir/libffverbs.so" ]] && return 0
+    kill -0 "${FF_NODE_ROUTER[$n]}" 2>/dev/null || break
+    sleep 0.02
+  done
+  echo "router of node $n did not start:" >&2
+  cat "$dir/router.log" >&2
+  return 1
+}
+
+mn_router_down() {
+  local n=$1 sig=${2:-TERM}
+  local pid=${FF_NODE_ROUTER[$n]:-}
+  [[ -z "$pid" ]] && return 0
+  kill "-$sig" "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  FF_NODE_ROUTER[$n]=""
+}
+
+mn_pod_run() {
+  local n=$1 i=$2
+  shift 2
+  ip netns exec "$(mn_pod_ns "$n" "$i")" env FREEFLOW_DIR="$(mn_dir "$n")" FFR_NAME=ffrouter \
+    LD_PRELOAD="$(mn_dir "$n")/libffverbs.so" "$@"
+}
+
+mn_pod_bg() {
+  local n=$1 i=$2
+  shift 2
+  ip netns exec "$(mn_pod_ns "$n" "$i")" env FREEFLOW_DIR="$(mn_dir "$n")" FFR_NAME=ffrouter \
+    LD_PRELOAD="$(mn_dir "$n")/libffverbs.so" "$@" &
+  FF_LAST_PID=$!
+  FF_PIDS+=("$FF_LAST_PID")
+}
+
+multinode_down() {
+  local p n
+  for p in "${FF_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${FF_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  FF_PIDS=()
+  for n in "${!FF_NODE_ROUTER[@]}"; do mn_router_down "$n"; done
+  for ((p = ${#FF_MN_NS[@]} - 1; p >= 0; p--)); do ip netns del "${FF_MN_NS[$p]}" 2>/dev/null || true; done
+  FF_MN_NS=()
+  [[ -n "$FF_DIR" ]] && rm -rf "$FF_DIR"
+  FF_DIR=""
+}

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -152,6 +153,7 @@ PeerLink* UdLink(Qp* qp, const SendWqe& w) {
   std::unique_ptr<PeerLink> link;
   if (ConnectLink(qp, w.dest_ip, w.dest_lid, w.remote_qpn, true, &link) != 0) return nullptr;
   PeerLink* raw = link.get();
+  if (raw->remote) ++qp->ctx->remote_links;
   qp->ud_links.emplace(key, std::move(link));
   return raw;
 }
@@ -232,6 +234,8 @@ Exec ExecuteRemote(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_st
   op.opcode = static_cast<uint8_t>(w.opcode);
   op.length = static_cast<uint32_t>(w.length);
   op.rkey = w.rkey;
+  // SEND and WRITE_WITH_IMM carry the RNR retry budget the remote router applies.
+  op.swap = qp->attr.rnr_retry;
   auto check = [&](ff::RingStatus rs) {
     if (rs == ff::RingStatus::kCorrupt) *st = IBV_WC_REM_OP_ERR;
     return rs;
@@ -292,7 +296,7 @@ Exec ExecuteRemote(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_st
     case IBV_WR_ATOMIC_FETCH_AND_ADD: {
       op.remote_addr = w.remote_addr;
       op.compare_add = w.compare_add;
-      op.swap = w.swap;
+      op.swap = w.swap;  // atomics: the swap operand
       op.last = 1;
       const uint8_t kind = w.opcode == IBV_WR_RDMA_READ ? ff::kRecReadReq : ff::kRecAtomicReq;
       const ff::RingStatus rs = check(ProxyRecord(qp, link, w, index, kind, 0, op, 0, 0));
@@ -918,6 +922,12 @@ int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   while (k < n && cq->head != cq->tail) {
     wc[k++] = cq->wcs[cq->head & cq->mask];
     ++cq->head;
+  }
+  if (__builtin_expect(k == 0 && ctx->remote_links != 0, 0)) {
+    // Cross-node traffic is carried by the routers: let them run.
+    ctx->lock.unlock();
+    sched_yield();
+    ctx->lock.lock();
   }
   return k;
 }

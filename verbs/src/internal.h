@@ -291,6 +291,9 @@ struct Context {
   std::unordered_map<uint32_t, std::weak_ptr<PeerCtx>> peers;
   std::vector<Mr*> mrs_by_slot;  // local lkey lookup
   uint32_t next_id = 1;
+  // Links to peers on other nodes: their data moves only when the routers run, so a poll
+  // that finds nothing yields the CPU (on one node nothing else needs it).
+  uint32_t remote_links = 0;
   // Async events.
   std::mutex async_mu;
   std::deque<AsyncEvent> async_events;

@@ -741,7 +741,11 @@ FFV_EXPORT int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     if (mask & IBV_QP_ACCESS_FLAGS) {
       qp->seg.as<ff::QpSegmentHeader>()->qp_access.store(attr->qp_access_flags);
     }
-    if (link) qp->link = std::move(link);
+    if (qp->link && qp->link->remote) --ctx->remote_links;
+    if (link) {
+      if (link->remote) ++ctx->remote_links;
+      qp->link = std::move(link);
+    }
     if (mask & IBV_QP_STATE) {
       if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
         ibqp->state = IBV_QPS_ERR;
@@ -760,6 +764,9 @@ FFV_EXPORT int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     m.qpn = ibqp->qp_num;
     SimpleCall(ctx->session, &m, sizeof(m));
     std::lock_guard<SpinLock> l(ctx->lock);
+    if (qp->link && qp->link->remote) --ctx->remote_links;
+    for (auto& [key, l2] : qp->ud_links)
+      if (l2->remote) --ctx->remote_links;
     qp->link.reset();
     qp->ud_links.clear();
     qp->peer_gone.store(0);
@@ -801,6 +808,9 @@ FFV_EXPORT int ibv_destroy_qp(ibv_qp* ibqp) {
                        ctx->pending.end());
     auto& v = qp->rcq->recv_qps;
     v.erase(std::remove(v.begin(), v.end(), qp), v.end());
+    if (qp->link && qp->link->remote) --ctx->remote_links;
+    for (auto& [key, l2] : qp->ud_links)
+      if (l2->remote) --ctx->remote_links;
   }
   ff::proto::DestroyQp m{};
   m.h.op = ff::proto::Op::kDestroyQp;
