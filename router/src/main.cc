@@ -96,6 +96,10 @@ int main(int argc, char** argv) {
                  "declare a silent peer router dead after this long; its QPs fail")
       ->check(CLI::Range(100, 600000))
       ->capture_default_str();
+  app.add_option("--resolve-timeout-ms", config.resolve_timeout_ms,
+                 "how long a connect waits for the control plane to learn an unknown pod")
+      ->check(CLI::Range(0, 60000))
+      ->capture_default_str();
   app.add_option("--poll-us", config.poll_us,
                  "while cross-node traffic flows, poll instead of sleeping for this many "
                  "microseconds after the last activity (0: always sleep)")

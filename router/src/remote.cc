@@ -166,7 +166,7 @@ void Router::WithdrawIp(uint32_t ip) {
 
 void Router::ArmTimer() {
   // Fast ticks while something waits for a retry; otherwise just pings and deadlines.
-  const bool busy = !blocked_senders_.empty() ||
+  const bool busy = !blocked_senders_.empty() || !pending_resolves_.empty() ||
                     std::any_of(proxies_.begin(), proxies_.end(),
                                 [](const auto& p) { return !p.second->resp_backlog.empty(); });
   itimerspec t{};
@@ -175,6 +175,7 @@ void Router::ArmTimer() {
 }
 
 void Router::OnTimer() {
+  RetryResolves();
   const uint64_t now = Now();
   for (uint64_t key : std::set<uint64_t>(blocked_senders_)) {
     auto it = senders_.find(key);
@@ -275,8 +276,8 @@ Router::NodeConn* Router::Outbound(const cp::Endpoint& ep) {
 }
 
 void Router::SendFrame(NodeConn& c, wire::Type type, uint32_t chan, const void* a, size_t alen,
-                       const void* b, size_t blen) {
-  wire::FrameHeader h{static_cast<uint32_t>(alen + blen), type, 0, chan, 0};
+                       const void* b, size_t blen, uint16_t flags) {
+  wire::FrameHeader h{static_cast<uint32_t>(alen + blen), type, flags, chan, 0};
   if (c.out_off > 0 && c.out_off == c.out.size()) {
     c.out.clear();
     c.out_off = 0;
@@ -413,7 +414,7 @@ void Router::CloseNode(uint32_t conn_id, const char* why) {
     px.conn = 0;
     Notify(px.session, proto::EventType::kPeerGone, px.qpn);
   }
-  for (uint64_t key : senders) DropSender(key, false);
+  for (uint64_t key : senders) DropSender(key, false, true);
 }
 
 bool Router::OnFrame(NodeConn& c, const wire::FrameHeader& h, const char* body) {
@@ -474,7 +475,7 @@ bool Router::OnFrame(NodeConn& c, const wire::FrameHeader& h, const char* body) 
     case wire::Type::kClose: {
       if (c.outbound) return false;
       auto it = senders_.find(SenderKey(c.id, h.chan));
-      if (it != senders_.end()) DropSender(it->first, false);
+      if (it != senders_.end()) DropSender(it->first, false, h.flags != 0);
       return true;
     }
     case wire::Type::kPeerGone: {
@@ -482,7 +483,9 @@ bool Router::OnFrame(NodeConn& c, const wire::FrameHeader& h, const char* body) 
       auto p = proxies_.find(h.chan);
       if (p != proxies_.end() && p->second->conn == c.id) {
         p->second->dead = true;
-        Notify(p->second->session, proto::EventType::kPeerGone, p->second->qpn);
+        Notify(p->second->session,
+               h.flags != 0 ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed,
+               p->second->qpn);
       }
       return true;
     }
@@ -492,7 +495,32 @@ bool Router::OnFrame(NodeConn& c, const wire::FrameHeader& h, const char* body) 
 
 // ---- initiator side ---------------------------------------------------------------------
 
-int Router::ConnectRemote(Session& s, Qp& src, const proto::ConnectQp& m, bool ud) {
+void Router::RetryResolves() {
+  if (pending_resolves_.empty()) return;
+  const uint64_t now = Now();
+  std::vector<PendingResolve> waiting;
+  waiting.swap(pending_resolves_);
+  for (const PendingResolve& p : waiting) {
+    Session* s = FindSession(p.session);
+    if (s == nullptr || !s->call_deferred) continue;
+    auto q = qps_.find(p.request.qpn);
+    const bool known = cp_ != nullptr && cp_->Lookup(ntohl(p.request.dest_ip)).has_value();
+    if (q == qps_.end() || (!known && now < p.deadline_ns)) {
+      if (q != qps_.end()) pending_resolves_.push_back(p);
+      continue;
+    }
+    s->call_deferred = false;
+    const int rc = ConnectRemote(*s, *q->second, p.request, p.ud, false);
+    if (rc != 0) {
+      proto::Response r{};
+      r.h = p.request.h;
+      r.status = rc;
+      Reply(*s, r);
+    }
+  }
+}
+
+int Router::ConnectRemote(Session& s, Qp& src, const proto::ConnectQp& m, bool ud, bool may_wait) {
   if (cp_ == nullptr) {
     spdlog::info("client {}: {} is not a pod of this node and no control plane is configured",
                  s.id, FormatIpv4(ntohl(m.dest_ip)));
@@ -501,6 +529,14 @@ int Router::ConnectRemote(Session& s, Qp& src, const proto::ConnectQp& m, bool u
   const uint32_t dest_ip = ntohl(m.dest_ip);
   auto ep = cp_->Lookup(dest_ip);
   if (!ep || (ep->address == config_.host_ip && ep->port == config_.port)) {
+    if (may_wait && config_.resolve_timeout_ms > 0) {
+      // Perhaps a pod that just opened its device: its entry may still be on its way.
+      pending_resolves_.push_back(
+          {s.id, m, ud, Now() + config_.resolve_timeout_ms * 1000000ull});
+      s.call_deferred = true;
+      ArmTimer();
+      return 0;
+    }
     spdlog::info("client {}: no node is known for {}", s.id, FormatIpv4(dest_ip));
     return EHOSTUNREACH;
   }
@@ -676,7 +712,7 @@ void Router::DeliverResponse(Proxy& p, std::vector<char> record) {
   WakeIfArmed(s->notify_map.as<NotifySlot>() + cq->second.notify_slot, ch->second.get());
 }
 
-void Router::DropProxy(uint32_t chan, bool tell_peer) {
+void Router::DropProxy(uint32_t chan, bool tell_peer, bool died) {
   auto it = proxies_.find(chan);
   if (it == proxies_.end()) return;
   Proxy& p = *it->second;
@@ -684,7 +720,7 @@ void Router::DropProxy(uint32_t chan, bool tell_peer) {
   if (c != conns_.end()) {
     c->second->chans.erase(chan);
     if (tell_peer && p.connected) {
-      SendFrame(*c->second, wire::Type::kClose, chan, nullptr, 0);
+      SendFrame(*c->second, wire::Type::kClose, chan, nullptr, 0, nullptr, 0, died ? 1 : 0);
       FlushNode(*c->second);
     }
   }
@@ -989,7 +1025,7 @@ bool Router::ApplyRecord(RemoteSender& rs, const char* rec, size_t len) {
   }
 }
 
-void Router::DropSender(uint64_t key, bool tell_peer) {
+void Router::DropSender(uint64_t key, bool tell_peer, bool died) {
   auto it = senders_.find(key);
   if (it == senders_.end()) return;
   RemoteSender& rs = *it->second;
@@ -997,7 +1033,7 @@ void Router::DropSender(uint64_t key, bool tell_peer) {
   if (c != conns_.end()) {
     c->second->senders.erase(key);
     if (tell_peer) {
-      SendFrame(*c->second, wire::Type::kPeerGone, rs.chan, nullptr, 0);
+      SendFrame(*c->second, wire::Type::kPeerGone, rs.chan, nullptr, 0, nullptr, 0, died ? 1 : 0);
       FlushNode(*c->second);
     }
   }
@@ -1005,9 +1041,10 @@ void Router::DropSender(uint64_t key, bool tell_peer) {
   if (q != qps_.end()) {
     for (auto& p : q->second->ring_producer)
       if (p == (kRemoteProducer | rs.id)) p = 0;
-    // The remote peer is gone: a connected RC/UC target learns it like a local death.
+    // The remote peer is gone: a connected RC/UC target learns it as from a local peer.
     if (!tell_peer && rs.qp_type != IBV_QPT_UD)
-      Notify(q->second->owner, proto::EventType::kPeerGone, rs.target_qpn);
+      Notify(q->second->owner, died ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed,
+             rs.target_qpn);
   }
   blocked_senders_.erase(key);
   senders_.erase(it);

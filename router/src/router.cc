@@ -709,15 +709,16 @@ int Router::OnGetRegion(Session& s, const proto::GetRegion& m, proto::Response* 
 }
 
 void Router::ReleaseQp(Qp& qp, bool process_died) {
-  (void)process_died;
-  for (uint32_t chan : std::set<uint32_t>(qp.proxies)) DropProxy(chan, true);
+  const proto::EventType gone =
+      process_died ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed;
+  for (uint32_t chan : std::set<uint32_t>(qp.proxies)) DropProxy(chan, true, process_died);
   // Peers producing into this QP: their sends can no longer be delivered.
   for (uint32_t producer : qp.ring_producer) {
     if (producer == 0) continue;
     if (producer & kRemoteProducer) {
       for (auto& [key, rs] : senders_) {
         if (rs->id == (producer & ~kRemoteProducer)) {
-          DropSender(key, true);
+          DropSender(key, true, process_died);
           break;
         }
       }
@@ -726,7 +727,7 @@ void Router::ReleaseQp(Qp& qp, bool process_died) {
     auto p = qps_.find(producer);
     if (p == qps_.end()) continue;
     p->second->produces_into.erase(qp.qpn);
-    if (p->second->type != IBV_QPT_UD) Notify(p->second->owner, proto::EventType::kPeerGone, producer);
+    if (p->second->type != IBV_QPT_UD) Notify(p->second->owner, gone, producer);
   }
   // QPs this one produced into: free the ring, and tell a connected RC/UC peer.
   for (uint32_t dest : qp.produces_into) {
@@ -734,7 +735,7 @@ void Router::ReleaseQp(Qp& qp, bool process_died) {
     if (d == qps_.end()) continue;
     for (auto& p : d->second->ring_producer)
       if (p == qp.qpn) p = 0;
-    if (d->second->type != IBV_QPT_UD) Notify(d->second->owner, proto::EventType::kPeerGone, dest);
+    if (d->second->type != IBV_QPT_UD) Notify(d->second->owner, gone, dest);
   }
   qp.produces_into.clear();
 }

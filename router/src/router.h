@@ -52,6 +52,8 @@ struct RouterConfig {
   // While cross-node traffic flows the router polls proxy rings and sockets instead of
   // sleeping, for this long after the last activity (0: always sleep on doorbells).
   uint32_t poll_us = 0;
+  // How long a connect waits for the control plane to learn an unknown address.
+  uint32_t resolve_timeout_ms = 3000;
 };
 
 class Router {
@@ -196,20 +198,21 @@ class Router {
   bool ParseFrames(NodeConn& c);
   bool OnFrame(NodeConn& c, const wire::FrameHeader& h, const char* body);
   void SendFrame(NodeConn& c, wire::Type type, uint32_t chan, const void* a, size_t alen,
-                 const void* b = nullptr, size_t blen = 0);
+                 const void* b = nullptr, size_t blen = 0, uint16_t flags = 0);
   void FlushNode(NodeConn& c);
   void CloseNode(uint32_t conn_id, const char* why);
-  int ConnectRemote(Session& s, Qp& src, const proto::ConnectQp& m, bool ud);
+  int ConnectRemote(Session& s, Qp& src, const proto::ConnectQp& m, bool ud, bool may_wait = true);
+  void RetryResolves();
   void FinishConnect(Proxy& p, int status, const wire::ConnectReply* reply);
   void DrainProxy(Proxy& p);
   void DeliverResponse(Proxy& p, std::vector<char> record);
-  void DropProxy(uint32_t chan, bool tell_peer);
+  void DropProxy(uint32_t chan, bool tell_peer, bool died = false);
   void OnRemoteConnect(NodeConn& c, uint32_t chan, const wire::Connect& m);
   bool ApplyRecord(RemoteSender& rs, const char* rec, size_t len);
   void RunSender(RemoteSender& rs);
   void Respond(RemoteSender& rs, uint32_t seq, uint32_t status, uint64_t offset,
                const char* data, uint32_t len, bool last);
-  void DropSender(uint64_t key, bool tell_peer);
+  void DropSender(uint64_t key, bool tell_peer, bool died = false);
   Mapping* SessionRegion(Session& owner, uint32_t region_id);
   void OnTimer();
   bool PollProxies();  // drains every proxy; true when anything moved
@@ -265,6 +268,15 @@ class Router {
   std::unordered_map<uint32_t, std::unique_ptr<Proxy>> proxies_;
   std::unordered_map<uint64_t, std::unique_ptr<RemoteSender>> senders_;
   std::set<uint64_t> blocked_senders_;
+  // Connects to an address the control plane does not know yet (a pod that just started
+  // on another node): retried until the deadline, then answered with EHOSTUNREACH.
+  struct PendingResolve {
+    uint32_t session;
+    proto::ConnectQp request;
+    bool ud;
+    uint64_t deadline_ns;
+  };
+  std::vector<PendingResolve> pending_resolves_;
   std::map<uint32_t, int> published_;  // overlay ip -> sessions with that ip
   uint64_t busy_until_ns_ = 0;
 };

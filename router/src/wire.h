@@ -18,8 +18,8 @@ enum class Type : uint16_t {
   kConnectReply = 3,  // ConnectReply
   kRecord = 4,        // a proxy-ring record (RecordHeader + OpHeader + data) for `chan`
   kResp = 5,          // a response record for `chan`
-  kClose = 6,         // the initiator's QP behind `chan` is gone
-  kPeerGone = 7,      // the target QP behind `chan` is gone
+  kClose = 6,         // the initiator's QP behind `chan` is gone (flags 1: its process died)
+  kPeerGone = 7,      // the target QP behind `chan` is gone (flags 1: its process died)
   kPing = 8,
   kPong = 9,
 };

@@ -9,7 +9,8 @@
 
 FF_BUILD=${FF_BUILD:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build}
 FF_TAG=${FF_TAG:-$$}
-FF_NET=${FF_NET:-$(( (FF_TAG % 200) + 20 ))}
+# Pod subnets stay below 10.244.192.0 so that every pod has a valid LID (low 16 bits).
+FF_NET=${FF_NET:-$(( (FF_TAG % 160) + 20 ))}
 FF_NODE=ff${FF_TAG}n
 FF_DIR=""
 FF_ROUTER_PID=""
@@ -44,6 +45,7 @@ cluster_up() {
 
 # Starts the router in the node namespace; extra arguments go to ffrouter.
 router_up() {
+  rm -f "$FF_DIR/ffrouter.sock"
   ip netns exec "$FF_NODE" "$FF_BUILD/router/ffrouter" --dir "$FF_DIR" --name ffrouter \
     --vnet-prefix 10.244.0.0/16 --log-level "${FF_ROUTER_LOG:-warn}" "$@" \
     >>"$FF_DIR/router.log" 2>&1 &
@@ -197,6 +199,7 @@ mn_router_up() {
   shift
   local dir
   dir=$(mn_dir "$n")
+  rm -f "$dir/ffrouter.sock"  # a killed router's socket; wait for the new one below
   ip netns exec "$(mn_node_ns "$n")" "$FF_BUILD/router/ffrouter" --dir "$dir" --name ffrouter \
     --vnet-prefix 10.244.0.0/16 --host-ip "$(mn_node_ip "$n")" --port 7471 --node-name "node$n" \
     --log-level "${FF_ROUTER_LOG:-info}" "${FF_CONTROL_PLANE_ARGS[@]:---control-plane=static:$FF_DIR/cluster.json}" "$@" \

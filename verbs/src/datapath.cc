@@ -482,6 +482,8 @@ void UpdatePending(Qp* qp) {
   qp->in_pending_list = has;
 }
 
+bool Retire(Qp* qp);
+
 void Progress(Qp* qp) {
   if (qp->qpx.qp_base.state == IBV_QPS_ERR) {
     FailQp(qp, IBV_WC_WR_FLUSH_ERR);
@@ -520,7 +522,12 @@ void Progress(Qp* qp) {
     if (st != IBV_WC_SUCCESS && qp->type != IBV_QPT_UD) break;  // retired below as an error
   }
   for (int i = 0; i < ntouched; ++i) PublishLink(touched[i]);
-  // Retire in order: completions follow the order of posting.
+  if (Retire(qp)) UpdatePending(qp);
+}
+
+// Completes executed work requests in posting order. false when an error moved the QP to
+// the error state (everything else was flushed).
+bool Retire(Qp* qp) {
   while (qp->sq_head != qp->sq_exec) {
     SendWqe& w = qp->sq[qp->sq_head & qp->sq_mask];
     if (!w.done) break;
@@ -532,10 +539,10 @@ void Progress(Qp* qp) {
       qp->qpx.qp_base.state = IBV_QPS_ERR;
       qp->attr.qp_state = IBV_QPS_ERR;
       FailQp(qp, IBV_WC_WR_FLUSH_ERR);
-      return;
+      return false;
     }
   }
-  UpdatePending(qp);
+  return true;
 }
 
 RecvQueue* RqOf(Qp* qp) { return qp->srq != nullptr ? &qp->srq->rq : &qp->rq; }
@@ -675,9 +682,21 @@ void HandleAttention(Context* ctx) {
     if (qp->peer_gone.load(std::memory_order_acquire) == 0) continue;
     const ibv_qp_state state = qp->qpx.qp_base.state;
     if (state == IBV_QPS_RESET || state == IBV_QPS_ERR) continue;
-    // Deliver what the peer published before it went, then fail the connection.
+    // Deliver what the peer published before it went, and apply the answers that arrived
+    // before the news, then fail the connection.
     Drain(qp);
+    if (qp->link && qp->link->remote && qp->remote_inflight > 0) {
+      DrainResponses(qp, qp->link.get());
+      if (!Retire(qp)) continue;
+    }
     if (qp->link) qp->link->dead = true;
+    if (qp->peer_gone.load(std::memory_order_acquire) ==
+            static_cast<uint32_t>(PeerGone::kDestroyed) &&
+        !ctx->session->fatal.load()) {
+      // An orderly close, as on a fabric: posted receives stay; sends from now on fail.
+      // Requests the peer never answered will not be answered any more.
+      if (qp->remote_inflight == 0) continue;
+    }
     if (qp->type == IBV_QPT_UD && !ctx->session->fatal.load()) continue;
     qp->qpx.qp_base.state = IBV_QPS_ERR;
     qp->attr.qp_state = IBV_QPS_ERR;

@@ -29,12 +29,17 @@ void Registry::RemoveQp(uint32_t qpn) {
   qps_.erase(qpn);
 }
 
-void Registry::OnPeerGone(uint32_t qpn) {
+void Registry::OnPeerGone(uint32_t qpn, bool died) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = qps_.find(qpn);
   if (it == qps_.end()) return;
   Qp* qp = it->second;
-  qp->peer_gone.store(static_cast<uint32_t>(PeerGone::kDied), std::memory_order_release);
+  const auto reason = static_cast<uint32_t>(died ? PeerGone::kDied : PeerGone::kDestroyed);
+  uint32_t cur = qp->peer_gone.load(std::memory_order_relaxed);
+  // A death outranks an orderly close.
+  while (cur < reason &&
+         !qp->peer_gone.compare_exchange_weak(cur, reason, std::memory_order_release)) {
+  }
   qp->ctx->attention.store(true, std::memory_order_release);
   // Wake a process that sleeps on a completion channel so it polls and sees the error.
   if (qp->scq != nullptr) WakeCq(qp->scq);

@@ -17,7 +17,7 @@ class Registry {
   void RemoveContext(Context* c);
   void AddQp(uint32_t qpn, Qp* qp);
   void RemoveQp(uint32_t qpn);
-  void OnPeerGone(uint32_t qpn);
+  void OnPeerGone(uint32_t qpn, bool died);
   void OnFatal();
 
  private:

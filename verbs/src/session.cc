@@ -48,8 +48,9 @@ void EventLoop(Session* s) {
     ff::proto::Event ev{};
     const ssize_t n = ::recv(s->events.get(), &ev, sizeof(ev), 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n == static_cast<ssize_t>(sizeof(ev)) && ev.type == ff::proto::EventType::kPeerGone) {
-      Registry::Get().OnPeerGone(ev.qpn);
+    if (n == static_cast<ssize_t>(sizeof(ev)) && (ev.type == ff::proto::EventType::kPeerGone ||
+                                                  ev.type == ff::proto::EventType::kPeerClosed)) {
+      Registry::Get().OnPeerGone(ev.qpn, ev.type == ff::proto::EventType::kPeerGone);
       continue;
     }
     if (n == static_cast<ssize_t>(sizeof(ev)) && ev.type != ff::proto::EventType::kShutdown) {

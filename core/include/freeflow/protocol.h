@@ -199,8 +199,9 @@ struct Response {
 
 // Router -> library notifications, on the event socket handed over at HELLO.
 enum class EventType : uint32_t {
-  kPeerGone = 1,   // the QP connected to `qpn` was destroyed or its process exited
-  kShutdown = 2,   // the router is stopping
+  kPeerGone = 1,    // the peer of `qpn` died (process, router or node): fail the QP
+  kShutdown = 2,    // the router is stopping
+  kPeerClosed = 3,  // the peer of `qpn` destroyed its QP: later sends fail, receives stay
 };
 struct Event {
   EventType type;

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Integration: virtual RDMA across nodes. Two nodes (namespaces on an underlay bridge, a
+# router each), two pods per node, host-gateway routes so ordinary TCP between pods works.
+#   multinode.sh tools [static|etcd]   perftest + ibverbs tools between nodes
+#   multinode.sh failures              killed router, cut link, restarts
+#   multinode.sh etcd-outage           etcd stopped and restarted under live traffic
+set -uo pipefail
+source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs_faults}
+ETCD_PID=""
+cleanup() {
+  multinode_down
+  if [[ -n "$ETCD_PID" ]]; then kill "$ETCD_PID" 2>/dev/null; wait "$ETCD_PID" 2>/dev/null; fi
+  [[ -n "${ETCD_DIR:-}" ]] && rm -rf "$ETCD_DIR"
+}
+trap cleanup EXIT
+failures=0
+check() { if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi; }
+
+# pair NAME SERVER_NODE SERVER_POD CLIENT_NODE CLIENT_POD CMD...
+pair() {
+  local name=$1 sn=$2 sp=$3 cn=$4 cp=$5
+  shift 5
+  mn_pod_bg "$sn" "$sp" "$@" >"$FF_DIR/server.log" 2>&1
+  local spid=$FF_LAST_PID i
+  for ((i = 0; i < 100; i++)); do
+    ip netns exec "$(mn_pod_ns "$sn" "$sp")" ss -ltn 2>/dev/null | grep -qE ':(18515|18516|19[0-9]{3}) ' && break
+    sleep 0.05
+  done
+  mn_pod_run "$cn" "$cp" timeout 90 "$@" "$(mn_pod_ip "$sn" "$sp")" >"$FF_DIR/client.log" 2>&1
+  local c=$?
+  wait_pid "$spid" 30
+  local s=$?
+  [[ $c -ne 0 || $s -ne 0 ]] && { echo "--- server"; tail -n 8 "$FF_DIR/server.log"; echo "--- client"; tail -n 8 "$FF_DIR/client.log"; }
+  grep -hE '^ +[0-9]+ +[0-9]+ |iters in' "$FF_DIR/client.log" | tail -n 1
+  check "$name" $((c != 0 || s != 0))
+}
+
+start_etcd() {
+  ETCD_DIR=$(mktemp -d /tmp/freeflow-etcd.XXXXXX)
+  # etcd listens on the underlay bridge's side: give the underlay namespace an address.
+  ip -n "ff${FF_TAG}u" link set lo up
+  ip -n "ff${FF_TAG}u" addr add "172.31.${FF_NET}.2/24" dev ffu 2>/dev/null
+  ip netns exec "ff${FF_TAG}u" etcd --name ff --data-dir "$ETCD_DIR/data" \
+    --listen-client-urls "http://172.31.${FF_NET}.2:2379" --advertise-client-urls "http://172.31.${FF_NET}.2:2379" \
+    --listen-peer-urls "http://127.0.0.1:2380" --initial-advertise-peer-urls "http://127.0.0.1:2380" \
+    --initial-cluster "ff=http://127.0.0.1:2380" --heartbeat-interval=10 --election-timeout=100 \
+    >>"$ETCD_DIR/etcd.log" 2>&1 &
+  ETCD_PID=$!
+  local i
+  for ((i = 0; i < 100; i++)); do
+    ip netns exec "ff${FF_TAG}u" curl -sf "http://172.31.${FF_NET}.2:2379/health" >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "etcd did not start"; tail -n 20 "$ETCD_DIR/etcd.log"
+  return 1
+}
+
+mode=${1:-tools}
+cp=${2:-static}
+multinode_up 2 2
+if [[ $mode == etcd-outage || $cp == etcd ]]; then
+  start_etcd || exit 1
+  FF_CONTROL_PLANE_ARGS=(--control-plane "etcd:http://172.31.${FF_NET}.2:2379")
+fi
+mn_router_up 0 --peer-timeout-ms 1000 || exit 1
+mn_router_up 1 --peer-timeout-ms 1000 || exit 1
+[[ $cp == etcd ]] && sleep 0.5  # let both routers publish
+
+case $mode in
+  tools)
+    for t in rc uc ud srq; do
+      pair "ibv_${t}_pingpong across nodes" 0 0 1 0 "ibv_${t}_pingpong" -g 1 -n 200
+      pair "ibv_${t}_pingpong -e across nodes" 0 0 1 0 "ibv_${t}_pingpong" -g 1 -e -n 200
+    done
+    pair "ib_send_bw RC across nodes" 0 0 1 0 ib_send_bw -n 2000
+    pair "ib_send_bw UC across nodes" 0 0 1 0 ib_send_bw -c UC -n 2000
+    pair "ib_send_bw UD across nodes" 0 0 1 0 ib_send_bw -c UD -n 2000
+    pair "ib_send_bw -a across nodes" 0 0 1 0 ib_send_bw -a -n 20
+    pair "ib_send_bw -e across nodes" 0 0 1 0 ib_send_bw -e -n 2000
+    pair "ib_send_bw -b across nodes" 0 0 1 0 ib_send_bw -b -n 2000
+    pair "ib_send_bw --use-srq across nodes" 0 0 1 0 ib_send_bw --use-srq -n 2000
+    pair "ib_write_bw -q 4 across nodes" 0 0 1 0 ib_write_bw -q 4 -n 1000
+    pair "ib_write_bw -D 2 across nodes" 0 0 1 0 ib_write_bw -D 2
+    pair "ib_read_bw -q 30 across nodes" 0 0 1 0 ib_read_bw -q 30 -n 200
+    pair "ib_atomic_bw CMP_AND_SWAP across nodes" 0 0 1 0 ib_atomic_bw -A CMP_AND_SWAP -n 1000
+    pair "ib_atomic_bw FETCH_AND_ADD across nodes" 0 0 1 0 ib_atomic_bw -A FETCH_AND_ADD -n 1000
+    for t in send write read atomic; do pair "ib_${t}_lat across nodes" 0 0 1 0 "ib_${t}_lat" -n 1000; done
+    pair "ib_write_bw across nodes, mlx5 path" 0 0 1 0 env FFV_VENDOR=mlx5 ib_write_bw -n 1000
+    # Same-node pairs keep the shared-memory path: far above what TCP can carry here.
+    out=$(pair "ib_write_bw between pods of one node" 0 0 0 1 ib_write_bw -n 5000)
+    echo "$out"
+    gbps=$(awk '/^ +65536/ {printf "%d", $4 * 8 / 1000}' <<<"$out")
+    [[ ${gbps:-0} -gt 40 ]]
+    check "a same-node pair uses the same-node path (${gbps:-?} Gbit/s)" $?
+    # A pod that appears after the routers started is reachable from the other node.
+    late=$(mn_pod_ns 1 0)x
+    ip netns add "$late"; FF_MN_NS+=("$late")
+    ip link add "fl${FF_TAG}" type veth peer name eth0 netns "$late"
+    ip link set "fl${FF_TAG}" netns "$(mn_node_ns 1)"
+    ip -n "$(mn_node_ns 1)" link set "fl${FF_TAG}" master ffbr up
+    ip -n "$late" link set lo up
+    ip -n "$late" addr add "10.244.$((FF_NET + 1)).99/24" dev eth0
+    ip -n "$late" link set eth0 up
+    ip -n "$late" route add default via "10.244.$((FF_NET + 1)).1"
+    ip netns exec "$late" env FREEFLOW_DIR="$(mn_dir 1)" LD_PRELOAD="$(mn_dir 1)/libffverbs.so" \
+      ibv_rc_pingpong -g 1 -n 100 >"$FF_DIR/late.log" 2>&1 &
+    lpid=$!; FF_PIDS+=("$lpid")
+    sleep 1
+    mn_pod_run 0 1 timeout 30 ibv_rc_pingpong -g 1 -n 100 "10.244.$((FF_NET + 1)).99" >"$FF_DIR/late-c.log" 2>&1
+    c=$?
+    wait_pid "$lpid" 10; s=$?
+    check "a pod started after the routers is reachable from the other node" $((c != 0 || s != 0))
+    ;;
+  failures)
+    # Router of the server's node killed: the client gets error completions, not a hang.
+    port=19101
+    mn_pod_bg 0 0 "$FAULTS" server $port >"$FF_DIR/server.log" 2>&1; spid=$FF_LAST_PID
+    mn_pod_bg 1 0 "$FAULTS" client "$(mn_pod_ip 0 0)" $port peer_gone >"$FF_DIR/client.log" 2>&1; cpid=$FF_LAST_PID
+    for ((i = 0; i < 200; i++)); do grep -q READY "$FF_DIR/client.log" && break; sleep 0.05; done
+    mn_router_down 0 KILL
+    wait_pid "$cpid" 30; c=$?
+    cat "$FF_DIR/client.log"
+    check "killing the peer node's router fails the QP within the bound" $c
+    kill -9 "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+    mn_router_up 0 --peer-timeout-ms 1000 || exit 1
+    pair "after the router restarts, new QPs work" 0 0 1 0 ibv_rc_pingpong -g 1 -n 100
+    # The link of node 0 cut: no FIN, only silence; the peer timeout (1 s) must fire.
+    port=19102
+    mn_pod_bg 0 0 "$FAULTS" server $port >"$FF_DIR/server.log" 2>&1; spid=$FF_LAST_PID
+    mn_pod_bg 1 0 "$FAULTS" client "$(mn_pod_ip 0 0)" $port peer_gone >"$FF_DIR/client.log" 2>&1; cpid=$FF_LAST_PID
+    for ((i = 0; i < 200; i++)); do grep -q READY "$FF_DIR/client.log" && break; sleep 0.05; done
+    ip -n "$(mn_node_ns 0)" link set eth0 down
+    wait_pid "$cpid" 30; c=$?
+    cat "$FF_DIR/client.log"
+    check "cutting a node's link fails the QPs to it within the peer timeout" $c
+    kill -9 "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+    ip -n "$(mn_node_ns 0)" link set eth0 up
+    ip -n "$(mn_node_ns 0)" route add "10.244.$((FF_NET + 1)).0/24" via "$(mn_node_ip 1)" 2>/dev/null
+    sleep 0.5
+    pair "after the link comes back, new QPs work" 0 0 1 0 ibv_rc_pingpong -g 1 -n 100
+    ;;
+  etcd-outage)
+    # Traffic started while etcd is up keeps flowing while it is down.
+    mn_pod_bg 0 0 ib_write_bw -D 6 >"$FF_DIR/server.log" 2>&1; spid=$FF_LAST_PID
+    sleep 0.5
+    mn_pod_bg 1 0 ib_write_bw -D 6 "$(mn_pod_ip 0 0)" >"$FF_DIR/client.log" 2>&1; cpid=$FF_LAST_PID
+    sleep 2
+    kill "$ETCD_PID"; wait "$ETCD_PID" 2>/dev/null; ETCD_PID=""
+    wait_pid "$cpid" 30; c=$?
+    wait_pid "$spid" 10; s=$?
+    tail -n 2 "$FF_DIR/client.log"
+    check "existing cross-node traffic keeps flowing while etcd is down" $((c != 0 || s != 0))
+    # A pod on a third node appears while etcd is down; once etcd is back it resolves.
+    start_etcd || exit 1
+    sleep 3  # routers reconnect with backoff and re-publish
+    pair "after etcd returns, routers resolve pods again" 0 1 1 1 ibv_rc_pingpong -g 1 -n 100
+    ;;
+esac
+[[ $failures -eq 0 ]]
