@@ -32,6 +32,7 @@ demo: build
 
 bench: build
 	@bench/run.sh $(BUILD_DIR)
+	@bench/multinode.sh $(BUILD_DIR)
 
 format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h')
