@@ -10,8 +10,12 @@ source scripts/lib/cluster.sh
 source scripts/lib/measure.sh
 trap multinode_down EXIT
 multinode_up 2 1
-mn_router_up 0
-mn_router_up 1
+# Routers are node infrastructure: run them with real-time priority (ffrouter
+# --realtime-priority), as recommended when pods spin on every core (docs/router.md).
+RT=${FF_ROUTER_RT:-10}
+mn_router_up 0 --realtime-priority "$RT"
+mn_router_up 1 --realtime-priority "$RT"
+echo "routers: --realtime-priority $RT" >&2
 
 # The measure.sh helpers address one-node pods; map them onto the two nodes' pods.
 ff_pod_ns() { mn_pod_ns "$1" 0; }

@@ -1,5 +1,6 @@
 // ffrouter: the per-node freeflow router daemon.
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -8,7 +9,9 @@
 #include <netinet/in.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -105,6 +108,12 @@ int main(int argc, char** argv) {
                  "microseconds after the last activity (0: always sleep)")
       ->check(CLI::Range(0, 100000))
       ->capture_default_str();
+  int realtime = 0;
+  app.add_option("--realtime-priority", realtime,
+                 "run under SCHED_RR at this priority (1-99) so that spinning pods cannot "
+                 "starve cross-node forwarding; 0 = normal scheduling")
+      ->check(CLI::Range(0, 99))
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
@@ -148,6 +157,14 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (realtime > 0) {
+    sched_param sp{};
+    sp.sched_priority = realtime;
+    if (::sched_setscheduler(0, SCHED_RR, &sp) != 0) {
+      spdlog::warn("cannot switch to SCHED_RR priority {}: {} (needs CAP_SYS_NICE); "
+                   "continuing with normal scheduling", realtime, std::strerror(errno));
+    }
+  }
   ff::router::Router router(config, ff::router::MakeNetnsIdentityResolver(*parsed));
   std::string error;
   if (!router.Start(&error)) {

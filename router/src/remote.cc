@@ -21,6 +21,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +38,7 @@ namespace {
 constexpr uint32_t kIn = EPOLLIN;
 constexpr uint32_t kOut = EPOLLOUT;
 constexpr size_t kRoundBytes = 64 * 1024;         // per proxy per drain round
+constexpr uint32_t kDirectSendBytes = 4096;       // larger records skip the output buffer
 constexpr size_t kOutHighWater = 8u << 20;        // stop draining proxies above this
 constexpr size_t kSenderQueueLimit = 16u << 20;   // stop reading a connection above this
 constexpr uint64_t kPingIntervalNs = 100'000'000;
@@ -147,6 +149,14 @@ bool Router::PollProxies() {
     }
   }
   return moved;
+}
+
+void Router::WakeSession(Session& s) {
+  if (!s.wake_fd) return;
+  if (!s.notify_map.get() &&
+      MapSegment(s.notify_seg.get(), kNotifySegmentBytes, true, &s.notify_map) != 0)
+    return;
+  WakeIfArmed(s.notify_map.as<NotifySlot>() + proto::kWakeSlot, s.wake_fd.get());
 }
 
 bool Router::Healthy() const { return cp_ == nullptr || cp_->Healthy(); }
@@ -286,6 +296,46 @@ void Router::SendFrame(NodeConn& c, wire::Type type, uint32_t chan, const void* 
   c.out.insert(c.out.end(), hp, hp + sizeof(h));
   if (alen > 0) c.out.insert(c.out.end(), static_cast<const char*>(a), static_cast<const char*>(a) + alen);
   if (blen > 0) c.out.insert(c.out.end(), static_cast<const char*>(b), static_cast<const char*>(b) + blen);
+}
+
+// Sends one record frame straight from the proxy ring (no copy into the output buffer)
+// when nothing is queued ahead of it; whatever the socket does not take is buffered.
+void Router::SendDirect(NodeConn& c, uint32_t chan, const RecordHeader& h, const char* payload) {
+  wire::FrameHeader fh{static_cast<uint32_t>(sizeof(h) + h.frag_len), wire::Type::kRecord, 0, chan, 0};
+  FlushNode(c);
+  size_t sent = 0;
+  const size_t total = sizeof(fh) + sizeof(h) + h.frag_len;
+  if (c.connected && c.out_off == c.out.size()) {
+    iovec iov[3] = {{&fh, sizeof(fh)},
+                    {const_cast<RecordHeader*>(&h), sizeof(h)},
+                    {const_cast<char*>(payload), h.frag_len}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 3;
+    for (;;) {
+      const ssize_t n = ::sendmsg(c.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0) {
+        sent = static_cast<size_t>(n);
+        c.last_tx_ns = Now();
+      }
+      break;
+    }
+  }
+  if (sent == total) return;
+  // Buffer the rest, byte-exact from where the socket stopped.
+  const char* parts[3] = {reinterpret_cast<const char*>(&fh), reinterpret_cast<const char*>(&h),
+                          payload};
+  const size_t lens[3] = {sizeof(fh), sizeof(h), h.frag_len};
+  size_t skip = sent;
+  for (int i = 0; i < 3; ++i) {
+    if (skip >= lens[i]) {
+      skip -= lens[i];
+      continue;
+    }
+    c.out.insert(c.out.end(), parts[i] + skip, parts[i] + lens[i]);
+    skip = 0;
+  }
 }
 
 void Router::FlushNode(NodeConn& c) {
@@ -454,6 +504,13 @@ bool Router::OnFrame(NodeConn& c, const wire::FrameHeader& h, const char* body) 
       auto it = senders_.find(SenderKey(c.id, h.chan));
       if (it == senders_.end()) return true;  // the target went away: drop
       RemoteSender& rs = *it->second;
+      if (rs.queue.empty() && ApplyRecord(rs, body, h.len)) {
+        // The common case: executed straight from the receive buffer, no copy.
+        rs.producer.Publish();
+        WakeIfArmed(rs.notify, rs.notify_fd);
+        if (Session* owner = FindSession(rs.owner)) WakeSession(*owner);
+        return true;
+      }
       rs.queue.emplace_back(body, body + h.len);
       rs.queued_bytes += h.len;
       RunSender(rs);
@@ -637,7 +694,11 @@ void Router::DrainProxy(Proxy& p) {
         Notify(p.session, proto::EventType::kPeerGone, p.qpn);
         return;
       }
-      SendFrame(c, wire::Type::kRecord, p.chan, &h, sizeof(h), payload, h.frag_len);
+      if (h.frag_len >= kDirectSendBytes) {
+        SendDirect(c, p.chan, h, payload);
+      } else {
+        SendFrame(c, wire::Type::kRecord, p.chan, &h, sizeof(h), payload, h.frag_len);
+      }
       p.requests.Consume(h);
       consumed = true;
       sent += h.frag_len;
@@ -698,8 +759,9 @@ void Router::DeliverResponse(Proxy& p, std::vector<char> record) {
     return;
   }
   p.responses.Publish();
-  // Wake the library if it sleeps on the QP's send CQ.
+  // Wake the library if it waits in poll_cq, or sleeps on the QP's send CQ.
   Session* s = FindSession(p.session);
+  if (s != nullptr) WakeSession(*s);
   auto q = qps_.find(p.qpn);
   if (s == nullptr || q == qps_.end()) return;
   auto cq = s->cqs.find(q->second->send_cq_id);
@@ -828,6 +890,7 @@ void Router::RunSender(RemoteSender& rs) {
   if (published) {
     rs.producer.Publish();
     WakeIfArmed(rs.notify, rs.notify_fd);
+    if (Session* owner = FindSession(rs.owner)) WakeSession(*owner);
   }
   if (rs.queue.empty()) {
     blocked_senders_.erase(key);

@@ -304,7 +304,7 @@ bool Router::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, in
   switch (h.op) {
     case proto::Op::kHello: {
       proto::Hello m;
-      if (s.hello || !Decode(buf, len, &m) || nfds != 2) return false;
+      if (s.hello || !Decode(buf, len, &m) || nfds != 3) return false;
       status = OnHello(s, m, fds, nfds, &r, &out_fds);
       break;
     }
@@ -461,6 +461,7 @@ int Router::OnHello(Session& s, const proto::Hello& m, UniqueFd* fds, int, proto
   if (!s.mr_table_ro_fd) return errno;
   s.notify_seg = std::move(fds[0]);
   s.events = std::move(fds[1]);
+  s.wake_fd = std::move(fds[2]);
   s.slot_tags.assign(kMrTableSlots, 0);
   s.free_slots.reserve(kMrTableSlots);
   for (uint32_t i = kMrTableSlots - 1; i >= 1; --i) s.free_slots.push_back(i);

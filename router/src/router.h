@@ -89,6 +89,7 @@ class Router {
     bool hello = false;
     std::string refusal;  // set when the client is not a pod of the overlay
     UniqueFd notify_seg;
+    UniqueFd wake_fd;  // rung after cross-node deliveries when the wake word is armed
     UniqueFd mr_table_fd;     // read-write, router only
     UniqueFd mr_table_ro_fd;  // what the owner and peers get
     Mapping mr_table;
@@ -200,6 +201,7 @@ class Router {
   void SendFrame(NodeConn& c, wire::Type type, uint32_t chan, const void* a, size_t alen,
                  const void* b = nullptr, size_t blen = 0, uint16_t flags = 0);
   void FlushNode(NodeConn& c);
+  void SendDirect(NodeConn& c, uint32_t chan, const RecordHeader& h, const char* payload);
   void CloseNode(uint32_t conn_id, const char* why);
   int ConnectRemote(Session& s, Qp& src, const proto::ConnectQp& m, bool ud, bool may_wait = true);
   void RetryResolves();
@@ -219,6 +221,7 @@ class Router {
   bool Busy() const;
   void ArmTimer();
   void PublishIp(uint32_t ip);
+  void WakeSession(Session& s);
   void WithdrawIp(uint32_t ip);
 
   void Accept();

@@ -200,7 +200,7 @@ mn_router_up() {
   local dir
   dir=$(mn_dir "$n")
   rm -f "$dir/ffrouter.sock"  # a killed router's socket; wait for the new one below
-  ip netns exec "$(mn_node_ns "$n")" "$FF_BUILD/router/ffrouter" --dir "$dir" --name ffrouter \
+  ip netns exec "$(mn_node_ns "$n")" ${FF_ROUTER_WRAP:-} "$FF_BUILD/router/ffrouter" --dir "$dir" --name ffrouter \
     --vnet-prefix 10.244.0.0/16 --host-ip "$(mn_node_ip "$n")" --port 7471 --node-name "node$n" \
     --log-level "${FF_ROUTER_LOG:-info}" "${FF_CONTROL_PLANE_ARGS[@]:---control-plane=static:$FF_DIR/cluster.json}" "$@" \
     >>"$dir/router.log" 2>&1 &

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <cstdlib>
 #include <unistd.h>
 
 #include <algorithm>
@@ -927,6 +928,26 @@ int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   return PostRecvCommon(srq->ctx, nullptr, &srq->rq, wr, bad);
 }
 
+// Sleeps until the router rings the process wake word (armed by the caller), at most FFV_REMOTE_WAIT_US
+// (default 1000; 0: only yield the CPU). Called without the context lock.
+void WaitForRouter(Context* ctx) {
+  static const int wait_us = [] {
+    const char* v = std::getenv("FFV_REMOTE_WAIT_US");
+    return v != nullptr ? std::atoi(v) : 1000;
+  }();
+  Session* s = ctx->session;
+  if (wait_us <= 0 || !s->wake_fd) {
+    sched_yield();
+    return;
+  }
+  pollfd p{s->wake_fd.get(), POLLIN, 0};
+  const timespec ts{0, static_cast<long>(wait_us) * 1000};
+  if (::ppoll(&p, 1, &ts, nullptr) > 0) {
+    uint64_t v;
+    [[maybe_unused]] ssize_t r = ::read(s->wake_fd.get(), &v, sizeof(v));
+  }
+}
+
 int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   Cq* cq = ToCq(ibcq);
   Context* ctx = cq->ctx;
@@ -943,10 +964,24 @@ int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
     ++cq->head;
   }
   if (__builtin_expect(k == 0 && ctx->remote_links != 0, 0)) {
-    // Cross-node traffic is carried by the routers: let them run.
-    ctx->lock.unlock();
-    sched_yield();
-    ctx->lock.lock();
+    // Cross-node traffic is carried by the routers, which need the CPU this loop would
+    // spin on: wait (bounded) until the router delivers something to this process.
+    ff::NotifySlot* wake = ctx->session->notify.as<ff::NotifySlot>() + ff::proto::kWakeSlot;
+    wake->armed.exchange(1, std::memory_order_seq_cst);  // then look once more: no lost wake
+    if (!ctx->pending.empty()) ProgressPending(ctx);
+    for (Qp* qp : cq->recv_qps) Drain(qp);
+    if (cq->head == cq->tail) {
+      ctx->lock.unlock();
+      WaitForRouter(ctx);
+      ctx->lock.lock();
+      if (!ctx->pending.empty()) ProgressPending(ctx);
+      for (Qp* qp : cq->recv_qps) Drain(qp);
+    }
+    wake->armed.store(0, std::memory_order_relaxed);
+    while (k < n && cq->head != cq->tail) {
+      wc[k++] = cq->wcs[cq->head & cq->mask];
+      ++cq->head;
+    }
   }
   return k;
 }

@@ -69,6 +69,7 @@ struct Session {
   std::string socket_path;
   UniqueFd notify_fd;
   Mapping notify;  // our NotifySlot array
+  UniqueFd wake_fd;  // rung by the router after cross-node deliveries (see kWakeSlot)
   Mapping mr_table;
   std::atomic<bool> fatal{false};
   std::thread event_thread;

@@ -33,7 +33,7 @@ uint32_t AllocNotifySlot() {
     g_free_slots.pop_back();
     return s;
   }
-  return g_next_slot < ff::kNotifySlots ? g_next_slot++ : ff::proto::kNoId;
+  return g_next_slot < ff::proto::kWakeSlot ? g_next_slot++ : ff::proto::kNoId;
 }
 
 void FreeNotifySlot(uint32_t s) {

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -102,15 +103,20 @@ Session* Connect() {
   }
   s->events.reset(pair[0]);
   UniqueFd theirs(pair[1]);
+  s->wake_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!s->wake_fd) {
+    LogError("cannot create an eventfd: %s", std::strerror(errno));
+    return nullptr;
+  }
 
   ff::proto::Hello hello{};
   hello.h.op = ff::proto::Op::kHello;
   hello.abi = ff::kAbiVersion;
-  const int fds[2] = {s->notify_fd.get(), theirs.get()};
+  const int fds[3] = {s->notify_fd.get(), theirs.get(), s->wake_fd.get()};
   ff::proto::Response resp{};
   UniqueFd table;
   int got = 0;
-  rc = s->Call(&hello, sizeof(hello), fds, 2, &resp, &table, 1, &got);
+  rc = s->Call(&hello, sizeof(hello), fds, 3, &resp, &table, 1, &got);
   theirs.reset();
   if (rc != 0) {
     resp.u.hello.node[sizeof(resp.u.hello.node) - 1] = '\0';

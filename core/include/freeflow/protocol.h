@@ -36,7 +36,10 @@ struct Header {
 
 inline constexpr uint32_t kNoId = 0xffffffffu;
 
-// fds: [notify segment memfd, event socket]
+// fds: [notify segment memfd, event socket, wake eventfd]. The last notify slot
+// (kWakeSlot) is the process's wake word: a router that delivers cross-node data to the
+// process rings the wake eventfd when the word is armed.
+inline constexpr uint32_t kWakeSlot = 4095;
 struct Hello {
   Header h;
   uint32_t abi;

@@ -29,7 +29,7 @@ inline constexpr uint32_t kMaxFragment = 32 * 1024;
 inline constexpr uint32_t kMrTableSlots = 16384;
 
 // Slots for CQ notification words (only CQs with a completion channel use one).
-inline constexpr uint32_t kNotifySlots = 4096;
+inline constexpr uint32_t kNotifySlots = 4096;  // the last one is the process wake word
 
 inline constexpr uint32_t kMtu = 4096;
 inline constexpr uint32_t kMaxInline = 512;
