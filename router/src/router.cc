@@ -38,6 +38,20 @@ bool Decode(const char* buf, size_t len, T* out) {
   return true;
 }
 
+// Adds a client object under the client's own id, within the per-client limit.
+template <typename Map, typename V>
+int AddObject(Map& objects, uint32_t id, V&& value) {
+  if (objects.size() >= kMaxObjectsPerSession) return ENOSPC;
+  if (objects.count(id)) return EEXIST;
+  objects.emplace(id, std::forward<V>(value));
+  return 0;
+}
+
+template <typename Map>
+int RemoveObject(Map& objects, uint32_t id) {
+  return objects.erase(id) ? 0 : ENOENT;
+}
+
 bool ValidRegion(uint64_t offset, uint64_t length, uint64_t size) {
   return offset <= size && length <= size - offset;
 }
@@ -311,56 +325,44 @@ bool Router::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, in
     case proto::Op::kCreateChannel: {
       proto::CreateChannel m;
       if (!Decode(buf, len, &m) || nfds != 1) return false;
-      if (s.channels.size() >= kMaxObjectsPerSession) {
-        status = ENOSPC;
-      } else if (s.channels.count(m.chan_id)) {
-        status = EEXIST;
-      } else {
-        s.channels[m.chan_id] = std::move(fds[0]);
-      }
+      status = AddObject(s.channels, m.chan_id, std::move(fds[0]));
       break;
     }
     case proto::Op::kDestroyChannel: {
       proto::DestroyChannel m;
       if (!Decode(buf, len, &m) || !no_fds()) return false;
-      status = s.channels.erase(m.chan_id) ? 0 : ENOENT;
+      status = RemoveObject(s.channels, m.chan_id);
       break;
     }
     case proto::Op::kCreateCq: {
       proto::CreateCq m;
       if (!Decode(buf, len, &m) || !no_fds()) return false;
-      if (s.cqs.size() >= kMaxObjectsPerSession) {
-        status = ENOSPC;
-      } else if (m.notify_slot != proto::kNoId &&
-                 (m.notify_slot >= kNotifySlots || !s.channels.count(m.chan_id))) {
+      if (m.notify_slot != proto::kNoId &&
+          (m.notify_slot >= proto::kWakeSlot || !s.channels.count(m.chan_id))) {
         status = EINVAL;
       } else {
-        s.cqs[m.cq_id] = Cq{m.notify_slot, m.chan_id};
+        status = AddObject(s.cqs, m.cq_id, Cq{m.notify_slot, m.chan_id});
       }
       break;
     }
     case proto::Op::kDestroyCq: {
       proto::DestroyCq m;
       if (!Decode(buf, len, &m) || !no_fds()) return false;
-      status = s.cqs.erase(m.cq_id) ? 0 : ENOENT;
+      status = RemoveObject(s.cqs, m.cq_id);
       break;
     }
     case proto::Op::kCreateSrq: {
       proto::CreateSrq m;
       if (!Decode(buf, len, &m) || nfds != 1) return false;
-      if (s.srqs.size() >= kMaxObjectsPerSession) {
-        status = ENOSPC;
-      } else if (SegmentSize(fds[0].get()) < static_cast<int64_t>(sizeof(SrqSegment))) {
-        status = EINVAL;
-      } else {
-        s.srqs[m.srq_id] = std::move(fds[0]);
-      }
+      status = SegmentSize(fds[0].get()) < static_cast<int64_t>(sizeof(SrqSegment))
+                   ? EINVAL
+                   : AddObject(s.srqs, m.srq_id, std::move(fds[0]));
       break;
     }
     case proto::Op::kDestroySrq: {
       proto::DestroySrq m;
       if (!Decode(buf, len, &m) || !no_fds()) return false;
-      status = s.srqs.erase(m.srq_id) ? 0 : ENOENT;
+      status = RemoveObject(s.srqs, m.srq_id);
       break;
     }
     case proto::Op::kCreateQp: {

@@ -50,14 +50,19 @@ router_up() {
     --vnet-prefix 10.244.0.0/16 --log-level "${FF_ROUTER_LOG:-warn}" "$@" \
     >>"$FF_DIR/router.log" 2>&1 &
   FF_ROUTER_PID=$!
-  local i
+  wait_router "$FF_ROUTER_PID" "$FF_DIR"
+}
+
+# wait_router PID DIR: waits (bounded) until the router started as PID serves DIR.
+wait_router() {
+  local pid=$1 dir=$2 i
   for ((i = 0; i < 200; i++)); do
-    [[ -S "$FF_DIR/ffrouter.sock" && -f "$FF_DIR/libffverbs.so" ]] && return 0
-    kill -0 "$FF_ROUTER_PID" 2>/dev/null || break
+    [[ -S "$dir/ffrouter.sock" && -f "$dir/libffverbs.so" ]] && return 0
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.02
   done
   echo "router did not start:" >&2
-  cat "$FF_DIR/router.log" >&2
+  cat "$dir/router.log" >&2
   return 1
 }
 
@@ -205,15 +210,7 @@ mn_router_up() {
     --log-level "${FF_ROUTER_LOG:-info}" "${FF_CONTROL_PLANE_ARGS[@]:---control-plane=static:$FF_DIR/cluster.json}" "$@" \
     >>"$dir/router.log" 2>&1 &
   FF_NODE_ROUTER[$n]=$!
-  local i
-  for ((i = 0; i < 200; i++)); do
-    [[ -S "$dir/ffrouter.sock" && -f "$dir/libffverbs.so" ]] && return 0
-    kill -0 "${FF_NODE_ROUTER[$n]}" 2>/dev/null || break
-    sleep 0.02
-  done
-  echo "router of node $n did not start:" >&2
-  cat "$dir/router.log" >&2
-  return 1
+  wait_router "${FF_NODE_ROUTER[$n]}" "$dir"
 }
 
 mn_router_down() {
