@@ -133,6 +133,21 @@ bool Router::StartRemote(std::string* error) {
   return true;
 }
 
+void Router::ResumeParsing() {
+  while (!resume_parse_.empty()) {
+    const uint32_t id = *resume_parse_.begin();
+    resume_parse_.erase(resume_parse_.begin());
+    auto it = conns_.find(id);
+    if (it == conns_.end()) continue;
+    if (!ParseFrames(*it->second)) {
+      CloseNode(id, "malformed frame from peer router");
+      continue;
+    }
+    it = conns_.find(id);
+    if (it != conns_.end()) FlushNode(*it->second);
+  }
+}
+
 bool Router::Busy() const { return busy_until_ns_ != 0 && Now() < busy_until_ns_; }
 
 bool Router::PollProxies() {
@@ -185,6 +200,7 @@ void Router::ArmTimer() {
 }
 
 void Router::OnTimer() {
+  ResumeParsing();
   RetryResolves();
   const uint64_t now = Now();
   for (uint64_t key : std::set<uint64_t>(blocked_senders_)) {
@@ -225,7 +241,16 @@ void Router::OnTimer() {
       FlushNode(*c);
     }
   }
-  for (uint32_t id : dead) CloseNode(id, "peer router silent for too long");
+  for (uint32_t id : dead) {
+    auto it = conns_.find(id);
+    if (it != conns_.end()) {
+      const NodeConn& c = *it->second;
+      spdlog::warn("conn {}: nothing from router {} for {} ms (owed {} bytes, {} unparsed, "
+                   "paused {}, connected {})", id, c.peer_node, (now - c.last_rx_ns) / 1000000,
+                   c.out.size() - c.out_off, c.in_used, c.reading_paused, c.connected);
+    }
+    CloseNode(id, "peer router silent for too long");
+  }
   ArmTimer();
 }
 
@@ -359,6 +384,15 @@ void Router::FlushNode(NodeConn& c) {
     c.out.erase(c.out.begin(), c.out.begin() + static_cast<ptrdiff_t>(c.out_off));
     c.out_off = 0;
   }
+  if (c.output_full && c.out.size() - c.out_off < kOutHighWater / 2) {
+    // What we owed has drained: read and execute requests again. Frames already read but
+    // not executed are parsed from the event loop (not from here, to avoid recursion).
+    c.output_full = false;
+    c.reading_paused = false;
+    SPDLOG_DEBUG("conn {}: output drained; resuming requests ({} bytes unparsed)", c.id, c.in_used);
+    resume_parse_.insert(c.id);
+    c.writable_wait = c.out_off >= c.out.size();  // differs from `want`: forces the update
+  }
   const bool want = c.out_off < c.out.size();
   if (want != c.writable_wait) {
     c.writable_wait = want;
@@ -425,6 +459,18 @@ bool Router::ParseFrames(NodeConn& c) {
   const uint32_t id = c.id;
   size_t off = 0;
   while (c.in_used - off >= sizeof(wire::FrameHeader)) {
+    if (!c.outbound && c.out.size() - c.out_off >= kOutHighWater) {
+      // A READ answer is far larger than its request: stop executing requests (and
+      // reading) until what we owe this peer has drained.
+      c.output_full = true;
+      SPDLOG_DEBUG("conn {}: {} bytes owed to the peer; pausing requests", c.id, c.out.size() - c.out_off);
+      if (!c.reading_paused) {
+        c.reading_paused = true;
+        ModFd(epoll_fd_.get(), c.fd.get(), kNodeTag | c.id, EPOLLRDHUP | kOut);
+        c.writable_wait = true;
+      }
+      break;
+    }
     wire::FrameHeader h;
     std::memcpy(&h, c.in.data() + off, sizeof(h));
     if (h.len > wire::kMaxFrame) return false;
@@ -502,7 +548,20 @@ bool Router::OnFrame(NodeConn& c, const wire::FrameHeader& h, const char* body) 
     case wire::Type::kRecord: {
       if (c.outbound || h.len < sizeof(RecordHeader) + sizeof(OpHeader)) return false;
       auto it = senders_.find(SenderKey(c.id, h.chan));
-      if (it == senders_.end()) return true;  // the target went away: drop
+      if (it == senders_.end()) {
+        // The target went away: every request still gets its one answer, an error, as an
+        // RC requester would see retries run out.
+        RecordHeader rh;
+        OpHeader op;
+        std::memcpy(&rh, body, sizeof(rh));
+        std::memcpy(&op, body + sizeof(rh), sizeof(op));
+        if (op.last || rh.kind == kRecReadReq || rh.kind == kRecAtomicReq) {
+          const std::vector<char> rec =
+              MakeResp(op.seq, IBV_WC_RETRY_EXC_ERR, 0, nullptr, 0, true);
+          SendFrame(c, wire::Type::kResp, h.chan, rec.data(), rec.size());
+        }
+        return true;
+      }
       RemoteSender& rs = *it->second;
       if (rs.queue.empty() && ApplyRecord(rs, body, h.len)) {
         // The common case: executed straight from the receive buffer, no copy.

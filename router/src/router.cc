@@ -178,6 +178,7 @@ void Router::Run() {
       spdlog::error("epoll_wait: {}", std::strerror(errno));
       break;
     }
+    ResumeParsing();
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = events[i].data.u64;
       const uint64_t kind = tag & (0xffull << 56);
@@ -223,6 +224,7 @@ void Router::Run() {
         Drop(s->id, "connection closed");
       }
     }
+    ResumeParsing();
   }
 }
 

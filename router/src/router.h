@@ -136,6 +136,7 @@ class Router {
     size_t out_off = 0;
     bool writable_wait = false;
     bool reading_paused = false;
+    bool output_full = false;  // inbound: stopped executing requests until output drains
     uint64_t last_rx_ns = 0;
     uint64_t last_tx_ns = 0;
     std::set<uint32_t> chans;      // outbound: proxies using this connection
@@ -217,6 +218,7 @@ class Router {
   void DropSender(uint64_t key, bool tell_peer, bool died = false);
   Mapping* SessionRegion(Session& owner, uint32_t region_id);
   void OnTimer();
+  void ResumeParsing();
   bool PollProxies();  // drains every proxy; true when anything moved
   bool Busy() const;
   void ArmTimer();
@@ -282,6 +284,7 @@ class Router {
   std::vector<PendingResolve> pending_resolves_;
   std::map<uint32_t, int> published_;  // overlay ip -> sessions with that ip
   uint64_t busy_until_ns_ = 0;
+  std::set<uint32_t> resume_parse_;  // connections with unexecuted frames to parse again
 };
 
 }  // namespace ff::router

@@ -4,7 +4,7 @@
 # needs nothing but libc.
 set -euo pipefail
 lib=$1
-sys=$(ldconfig -p | awk '/libibverbs.so.1 / {print $NF; exit}')
+sys=$(ldconfig -p | awk '/libibverbs.so.1 / {p = $NF} END {print p}')  # no early exit: SIGPIPE + pipefail
 [[ -n "$sys" ]] || { echo "libibverbs.so.1 not found"; exit 1; }
 theirs=$(objdump -T "$sys" | awk '/DF \.text/ {print $NF}' | sort -u)
 ours=$(nm -D --defined-only "$lib" | awk '{print $NF}' | sort -u)

@@ -295,6 +295,8 @@ Exec ExecuteRemote(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_st
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+      // As an HCA does: at most max_rd_atomic READs/atomics outstanding per QP.
+      if (qp->remote_reads >= std::max<uint32_t>(1, qp->attr.max_rd_atomic)) return Exec::kBlocked;
       op.remote_addr = w.remote_addr;
       op.compare_add = w.compare_add;
       op.swap = w.swap;  // atomics: the swap operand
@@ -303,6 +305,7 @@ Exec ExecuteRemote(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_st
       const ff::RingStatus rs = check(ProxyRecord(qp, link, w, index, kind, 0, op, 0, 0));
       if (rs == ff::RingStatus::kFull) return Exec::kBlocked;
       if (rs != ff::RingStatus::kOk) return Exec::kDone;
+      ++qp->remote_reads;
       return Exec::kInFlight;
     }
     default:
@@ -343,6 +346,9 @@ void DrainResponses(Qp* qp, PeerLink* link) {
       w.done = true;
       w.status = op.status;
       --qp->remote_inflight;
+      if (w.opcode == IBV_WR_RDMA_READ || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+          w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+        --qp->remote_reads;
     }
   }
   if (consumed) cons.Release();
@@ -695,8 +701,9 @@ void HandleAttention(Context* ctx) {
             static_cast<uint32_t>(PeerGone::kDestroyed) &&
         !ctx->session->fatal.load()) {
       // An orderly close, as on a fabric: posted receives stay; sends from now on fail.
-      // Requests the peer never answered will not be answered any more.
-      if (qp->remote_inflight == 0) continue;
+      // Requests already on their way to another node are still answered (an error if
+      // they arrive after the close).
+      continue;
     }
     if (qp->type == IBV_QPT_UD && !ctx->session->fatal.load()) continue;
     qp->qpx.qp_base.state = IBV_QPS_ERR;
@@ -778,6 +785,7 @@ void FailQp(Qp* qp, ibv_wc_status first) {
   }
   qp->sq_exec = qp->sq_tail;
   qp->remote_inflight = 0;
+  qp->remote_reads = 0;
   FlushRecvs(qp);
   UpdatePending(qp);
 }
@@ -786,6 +794,7 @@ void ResetQueues(Qp* qp) {
   qp->sq_head = qp->sq_tail;
   qp->sq_exec = qp->sq_tail;
   qp->remote_inflight = 0;
+  qp->remote_reads = 0;
   if (qp->srq == nullptr) {
     qp->rq.head = qp->rq.tail;
     qp->rq.posted = qp->rq.credits->claimed.load(std::memory_order_acquire);

@@ -261,6 +261,7 @@ struct Qp {
   // sq_head: oldest WQE not yet completed; sq_exec: next to execute; sq_tail: next free.
   uint64_t sq_head = 0, sq_exec = 0, sq_tail = 0;
   uint32_t remote_inflight = 0;
+  uint32_t remote_reads = 0;  // in-flight remote READ/ATOMIC, limited by max_rd_atomic
   bool in_pending_list = false;
 
   std::atomic<uint32_t> peer_gone{0};  // PeerGone, raised by the event thread
