@@ -97,10 +97,14 @@ void CopyToSges(const ibv_sge* sges, uint32_t n, uint64_t offset, const char* sr
 bool ValidSges(Context* ctx, const ibv_sge* sges, uint32_t n, int need) {
   for (uint32_t i = 0; i < n; ++i) {
     if (sges[i].length == 0) continue;
-    const uint32_t slot = ff::MrSlotOfKey(sges[i].lkey);
-    if (slot >= ctx->mrs_by_slot.size()) return false;
-    const Mr* mr = ctx->mrs_by_slot[slot];
-    if (mr == nullptr || mr->mr.lkey != sges[i].lkey) return false;
+    const Mr* mr = ctx->last_mr;
+    if (mr == nullptr || mr->mr.lkey != sges[i].lkey) {
+      const uint32_t slot = ff::MrSlotOfKey(sges[i].lkey);
+      if (slot >= ctx->mrs_by_slot.size()) return false;
+      mr = ctx->mrs_by_slot[slot];
+      if (mr == nullptr || mr->mr.lkey != sges[i].lkey) return false;
+      ctx->last_mr = mr;
+    }
     const uint64_t base = reinterpret_cast<uintptr_t>(mr->mr.addr);
     if (sges[i].addr < base || sges[i].length > mr->mr.length ||
         sges[i].addr - base > mr->mr.length - sges[i].length)

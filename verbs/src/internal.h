@@ -292,6 +292,7 @@ struct Context {
   std::vector<Channel*> channels;
   std::unordered_map<uint32_t, std::weak_ptr<PeerCtx>> peers;
   std::vector<Mr*> mrs_by_slot;  // local lkey lookup
+  const Mr* last_mr = nullptr;   // the registration the last SGE check found (one-entry cache)
   uint32_t next_id = 1;
   // Links to peers on other nodes: their data moves only when the routers run, so a poll
   // that finds nothing yields the CPU (on one node nothing else needs it).

@@ -225,6 +225,7 @@ FFV_EXPORT int ibv_dereg_mr(ibv_mr* ibmr) {
     const uint32_t slot = ff::MrSlotOfKey(ibmr->lkey);
     if (slot < ctx->mrs_by_slot.size() && ctx->mrs_by_slot[slot] == mr)
       ctx->mrs_by_slot[slot] = nullptr;
+    if (ctx->last_mr == mr) ctx->last_mr = nullptr;
   }
   std::lock_guard<std::mutex> g(g_region_mu);
   Region* region = mr->region;
