@@ -37,7 +37,8 @@ pair() {
 }
 
 start_etcd() {
-  ETCD_DIR=$(mktemp -d /tmp/freeflow-etcd.XXXXXX)
+  # A restart reuses the data directory, as a real etcd restart would.
+  ETCD_DIR=${ETCD_DIR:-$(mktemp -d /tmp/freeflow-etcd.XXXXXX)}
   # etcd listens on the underlay bridge's side: give the underlay namespace an address.
   ip -n "ff${FF_TAG}u" link set lo up
   ip -n "ff${FF_TAG}u" addr add "172.31.${FF_NET}.2/24" dev ffu 2>/dev/null
