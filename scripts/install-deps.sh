@@ -13,7 +13,7 @@ PACKAGES=(
   # real clients and baselines used by tests, demo and benchmarks
   perftest ibverbs-utils rdmacm-utils iperf3 sockperf
   # namespaces, bridges, processes
-  iproute2 procps util-linux psmisc strace binutils
+  iproute2 procps util-linux psmisc strace binutils curl
   # control plane used by later tests
   etcd-server etcd-client
 )

@@ -95,7 +95,10 @@ class Peer {
 class EtcdTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (EtcdServer::Binary().empty()) GTEST_SKIP() << "etcd is not installed (set FF_ETCD)";
+    // scripts/install-deps.sh installs etcd-server: a missing binary is a failed install
+    // step, not a reason to pass without testing.
+    ASSERT_FALSE(EtcdServer::Binary().empty())
+        << "etcd is not installed (run scripts/install-deps.sh, or set FF_ETCD)";
     std::string error;
     ASSERT_TRUE(etcd_.Start(&error)) << error;
     options_.lease_ttl = 2000ms;
