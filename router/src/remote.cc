@@ -43,17 +43,7 @@ constexpr size_t kOutHighWater = 8u << 20;        // stop draining proxies above
 constexpr size_t kSenderQueueLimit = 16u << 20;   // stop reading a connection above this
 constexpr uint64_t kPingIntervalNs = 100'000'000;
 constexpr uint64_t kConnectTimeoutNs = 5'000'000'000ull;
-constexpr uint32_t kRnrTimerUs[32] = {655360, 10,    20,    30,    40,    60,     80,     120,
-                                      160,    240,   320,   480,   640,   960,    1280,   1920,
-                                      2560,   3840,  5120,  7680,  10240, 15360,  20480,  30720,
-                                      40960,  61440, 81920, 122880, 163840, 245760, 327680,
-                                      491520};
-
-uint64_t Now() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
-}
+uint64_t Now() { return MonotonicNs(); }
 
 uint64_t SenderKey(uint32_t conn, uint32_t chan) { return (static_cast<uint64_t>(conn) << 32) | chan; }
 
@@ -989,28 +979,20 @@ bool Router::ApplyRecord(RemoteSender& rs, const char* rec, size_t len) {
     if (rs.have_credit) return true;
     if (ClaimCredit(rs.credits, &rs.posted_cache)) {
       rs.have_credit = true;
-      rs.rnr_deadline_ns = 0;
-      rs.rnr_tries = 0;
+      rs.rnr = RnrState{};
       return true;
     }
     if (!reliable) {
       *drop = true;  // UC/UD: no receive, the message is dropped
       return true;
     }
-    const uint64_t now = Now();
-    const uint64_t interval =
-        static_cast<uint64_t>(kRnrTimerUs[rs.hdr->min_rnr_timer.load() & 31]) * 1000;
-    if (rs.rnr_deadline_ns == 0) {
+    if (rs.rnr.deadline_ns == 0) {
       SPDLOG_DEBUG("QP {:#x}: no receive posted for remote QP {:#x}; RNR retry in {} us",
-                   rs.target_qpn, rs.src_qpn, interval / 1000);
-      rs.rnr_deadline_ns = now + interval;
-      return false;
+                   rs.target_qpn, rs.src_qpn, RnrTimerNs(rs.hdr->min_rnr_timer.load()) / 1000);
     }
-    if (now < rs.rnr_deadline_ns) return false;
-    ++rs.rnr_tries;
-    rs.rnr_deadline_ns = now + interval;
-    const uint32_t budget = static_cast<uint32_t>(op.swap);  // the initiator's rnr_retry
-    if (budget != 7 && rs.rnr_tries > budget) {
+    // The initiator's rnr_retry travels in the request's `swap` field.
+    if (RnrRetryExhausted(&rs.rnr, rs.hdr->min_rnr_timer.load(), static_cast<uint32_t>(op.swap),
+                          Now())) {
       Respond(rs, op.seq, IBV_WC_RNR_RETRY_EXC_ERR, 0, nullptr, 0, true);
       rs.errored = true;
       *drop = true;

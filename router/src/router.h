@@ -26,6 +26,7 @@
 #include "freeflow/protocol.h"
 #include "freeflow/shm_layout.h"
 #include "freeflow/ring.h"
+#include "freeflow/target_ops.h"
 #include "identity.h"
 #include "wire.h"
 
@@ -188,8 +189,7 @@ class Router {
     bool have_credit = false;
     bool dropping = false;  // UC/UD message without a receive: drop its fragments
     bool errored = false;   // after an error nothing more is executed (RC semantics)
-    uint64_t rnr_deadline_ns = 0;
-    uint32_t rnr_tries = 0;
+    RnrState rnr;
   };
 
   // Cross-node (remote.cc).

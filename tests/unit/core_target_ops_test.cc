@@ -100,3 +100,28 @@ TEST(Wake, SignalsOnlyAnArmedSlotAndOnlyOnce) {
 
 }  // namespace
 }  // namespace ff
+
+namespace ff {
+namespace {
+
+TEST(Rnr, CountsOneRetryPerTimerExpiryAndGivesUpAfterTheBudget) {
+  RnrState s;
+  const uint64_t t = RnrTimerNs(1);  // 10 us
+  EXPECT_EQ(t, 10000u);
+  EXPECT_FALSE(RnrRetryExhausted(&s, 1, 2, 1000));          // first refusal: timer starts
+  EXPECT_FALSE(RnrRetryExhausted(&s, 1, 2, 1000 + t / 2));  // timer running: no retry counted
+  EXPECT_EQ(s.tries, 0u);
+  EXPECT_FALSE(RnrRetryExhausted(&s, 1, 2, 1000 + t));      // retry 1
+  EXPECT_FALSE(RnrRetryExhausted(&s, 1, 2, 1000 + 2 * t));  // retry 2
+  EXPECT_TRUE(RnrRetryExhausted(&s, 1, 2, 1000 + 3 * t));   // third retry exceeds rnr_retry 2
+}
+
+TEST(Rnr, SevenMeansRetryForever) {
+  RnrState s;
+  for (uint64_t now = 1; now < 1000 * RnrTimerNs(1); now += RnrTimerNs(1))
+    ASSERT_FALSE(RnrRetryExhausted(&s, 1, 7, now));
+  EXPECT_GT(s.tries, 900u);
+}
+
+}  // namespace
+}  // namespace ff

@@ -26,13 +26,6 @@ namespace {
 
 enum class Exec { kDone, kBlocked, kInFlight };
 
-// IB RNR NAK timer encoding (0..31), in microseconds.
-constexpr uint32_t kRnrTimerUs[32] = {655360, 10,    20,    30,    40,    60,     80,     120,
-                                      160,    240,   320,   480,   640,   960,    1280,   1920,
-                                      2560,   3840,  5120,  7680,  10240, 15360,  20480,  30720,
-                                      40960,  61440, 81920, 122880, 163840, 245760, 327680,
-                                      491520};
-
 inline bool CqFull(const Cq* cq) { return cq->tail - cq->head > cq->mask; }
 
 void Signal(int fd) {
@@ -129,22 +122,6 @@ ibv_wc_status ResolveRemote(Qp* qp, PeerLink* link, uint32_t rkey, uint64_t addr
 }
 
 bool ClaimCredit(PeerLink* link) { return ff::ClaimCredit(link->credits, &link->posted_cache); }
-
-// RNR: no receive posted at the peer. Returns true when the retry budget is exhausted.
-bool RnrExhausted(Qp* qp, PeerLink* link, SendWqe& w) {
-  const uint64_t now = NowNs();
-  const uint32_t timer = link->hdr->min_rnr_timer.load(std::memory_order_relaxed) & 31;
-  const uint64_t interval = static_cast<uint64_t>(kRnrTimerUs[timer]) * 1000;
-  if (w.retry_at == 0) {
-    w.retry_at = now + interval;
-    return false;
-  }
-  if (now < w.retry_at) return false;
-  ++w.rnr_tries;
-  w.retry_at = now + interval;
-  const uint32_t budget = qp->attr.rnr_retry;
-  return budget != 7 && w.rnr_tries > budget;
-}
 
 ibv_sge* WqeSges(Qp* qp, uint64_t index) {
   return &qp->sq_sges[(index & qp->sq_mask) * qp->cap.max_send_sge];
@@ -381,7 +358,9 @@ Exec Execute(Qp* qp, SendWqe& w, uint64_t index, ibv_wc_status* st, PeerLink** t
   if (needs_credit && !w.credit) {
     if (!ClaimCredit(link)) {
       if (qp->type != IBV_QPT_RC) return Exec::kDone;  // UC/UD: the message is dropped
-      if (RnrExhausted(qp, link, w)) *st = IBV_WC_RNR_RETRY_EXC_ERR;
+      if (ff::RnrRetryExhausted(&w.rnr, link->hdr->min_rnr_timer.load(std::memory_order_relaxed),
+                                qp->attr.rnr_retry, ff::MonotonicNs()))
+        *st = IBV_WC_RNR_RETRY_EXC_ERR;
       return *st == IBV_WC_SUCCESS ? Exec::kBlocked : Exec::kDone;
     }
     w.credit = true;

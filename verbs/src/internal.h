@@ -26,6 +26,7 @@
 #include "freeflow/protocol.h"
 #include "freeflow/ring.h"
 #include "freeflow/shm_layout.h"
+#include "freeflow/target_ops.h"
 #include "freeflow/tunables.h"
 
 namespace ffv {
@@ -49,8 +50,6 @@ class SpinLock {
  private:
   std::atomic<bool> flag_{false};
 };
-
-uint64_t NowNs();
 
 struct Context;
 struct Qp;
@@ -208,8 +207,7 @@ struct SendWqe {
   uint64_t sent;
   bool credit;
   bool started;
-  uint32_t rnr_tries;
-  uint64_t retry_at;
+  ff::RnrState rnr;
   uint32_t pre_status;  // ibv_wc_status found at post time (bad lkey, ...)
   uint8_t phase;        // remote WRITE_WITH_IMM: 1 once the data records are out
   bool in_flight;       // sent to a remote peer, waiting for its response

@@ -158,12 +158,6 @@ void LogDebug(const char* fmt, ...) {
   va_end(ap);
 }
 
-uint64_t NowNs() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
-}
-
 Session* GetSession() {
   std::lock_guard<std::mutex> g(g_session_mu);
   if (g_session == nullptr) g_session = Connect();

@@ -8,12 +8,51 @@
 #include <infiniband/verbs.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <atomic>
 #include <cstdint>
 
 #include "freeflow/shm_layout.h"
 
 namespace ff {
+
+inline uint64_t MonotonicNs() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no system call
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Receiver-not-ready retries of one message, as an RC requester counts them: the first
+// refusal starts the target's min_rnr_timer; each expiry with still no receive posted is
+// one retry; rnr_retry 7 means retry forever.
+struct RnrState {
+  uint64_t deadline_ns = 0;  // 0: no refusal yet
+  uint32_t tries = 0;
+};
+
+// IB encoding of min_rnr_timer (0..31) in microseconds.
+inline uint64_t RnrTimerNs(uint32_t code) {
+  static constexpr uint32_t kUs[32] = {
+      655360, 10,    20,    30,    40,     60,     80,     120,    160,    240,   320,
+      480,    640,   960,   1280,  1920,   2560,   3840,   5120,   7680,   10240, 15360,
+      20480,  30720, 40960, 61440, 81920,  122880, 163840, 245760, 327680, 491520};
+  return static_cast<uint64_t>(kUs[code & 31]) * 1000;
+}
+
+// Called each time a claim fails. True when the retry budget is spent (report
+// IBV_WC_RNR_RETRY_EXC_ERR); false: keep the message and try again.
+inline bool RnrRetryExhausted(RnrState* s, uint32_t timer_code, uint32_t rnr_retry, uint64_t now) {
+  const uint64_t interval = RnrTimerNs(timer_code);
+  if (s->deadline_ns == 0) {
+    s->deadline_ns = now + interval;
+    return false;
+  }
+  if (now < s->deadline_ns) return false;
+  ++s->tries;
+  s->deadline_ns = now + interval;
+  return rnr_retry != 7 && s->tries > rnr_retry;
+}
 
 // Claims one receive credit. `posted_cache` is the claimer's private copy of
 // credits->posted, refreshed only when it runs out (keeps the shared line quiet).
