@@ -611,18 +611,39 @@ int Router::OnConnect(Session& s, const proto::ConnectQp& m, bool ud, proto::Res
   return 0;
 }
 
+// A registration naming a region the router has not seen brings its memfd, which must be at
+// least as large as the library claims.
+int Router::AcceptRegion(Session& s, bool is_new, uint32_t region_id, uint64_t region_size,
+                         UniqueFd* fds, int nfds) {
+  if (!is_new) return nfds == 0 ? 0 : EINVAL;
+  if (nfds != 1 || s.regions.count(region_id) || s.regions.size() >= kMaxObjectsPerSession)
+    return EINVAL;
+  const int64_t size = SegmentSize(fds[0].get());
+  if (size < 0 || static_cast<uint64_t>(size) < region_size) return EINVAL;
+  s.regions[region_id] = Region{std::move(fds[0]), region_size};
+  return 0;
+}
+
+namespace {
+
+// Changes an MR table entry under its sequence lock: odd while `change` runs, so that a
+// reader (ReadMrEntry) never sees a half-written entry.
+template <typename F>
+void UpdateEntry(MrEntry& e, F change) {
+  const uint32_t seq = e.seq.load(std::memory_order_relaxed);
+  e.seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  change();
+  e.seq.store(seq + 2, std::memory_order_release);
+}
+
+}  // namespace
+
 int Router::OnRegMr(Session& s, const proto::RegMr& m, UniqueFd* fds, int nfds,
                     proto::Response* r) {
   if (m.length == 0 || m.length > kMaxMsgSize * 64) return EINVAL;
-  if (m.new_region) {
-    if (nfds != 1 || s.regions.count(m.region_id) || s.regions.size() >= kMaxObjectsPerSession)
-      return EINVAL;
-    const int64_t size = SegmentSize(fds[0].get());
-    if (size < 0 || static_cast<uint64_t>(size) < m.region_size) return EINVAL;
-    s.regions[m.region_id] = Region{std::move(fds[0]), m.region_size};
-  } else if (nfds != 0) {
-    return EINVAL;
-  }
+  if (const int rc = AcceptRegion(s, m.new_region != 0, m.region_id, m.region_size, fds, nfds))
+    return rc;
   auto region = s.regions.find(m.region_id);
   if (region == s.regions.end()) return ENOENT;
   if (!ValidRegion(m.region_offset, m.length, region->second.size)) return EINVAL;
@@ -633,16 +654,14 @@ int Router::OnRegMr(Session& s, const proto::RegMr& m, UniqueFd* fds, int nfds,
   if (tag == 0) tag = s.slot_tags[slot] = 1;
   const uint32_t key = (slot << 8) | tag;
   MrEntry& e = s.mr_table.as<MrEntry>()[slot];
-  const uint32_t seq = e.seq.load(std::memory_order_relaxed);
-  e.seq.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  e.access.store(m.access, std::memory_order_relaxed);
-  e.region.store(m.region_id, std::memory_order_relaxed);
-  e.addr.store(m.addr, std::memory_order_relaxed);
-  e.length.store(m.length, std::memory_order_relaxed);
-  e.region_offset.store(m.region_offset, std::memory_order_relaxed);
-  e.key.store(key, std::memory_order_relaxed);
-  e.seq.store(seq + 2, std::memory_order_release);
+  UpdateEntry(e, [&] {
+    e.access.store(m.access, std::memory_order_relaxed);
+    e.region.store(m.region_id, std::memory_order_relaxed);
+    e.addr.store(m.addr, std::memory_order_relaxed);
+    e.length.store(m.length, std::memory_order_relaxed);
+    e.region_offset.store(m.region_offset, std::memory_order_relaxed);
+    e.key.store(key, std::memory_order_relaxed);
+  });
   r->u.reg_mr.key = key;
   return 0;
 }
@@ -653,13 +672,9 @@ int Router::OnDeregMr(Session& s, const proto::DeregMr& m) {
   MrEntry& e = s.mr_table.as<MrEntry>()[slot];
   if (e.key.load(std::memory_order_relaxed) != m.key) return EINVAL;
   const uint32_t region = e.region.load(std::memory_order_relaxed);
-  const uint32_t seq = e.seq.load(std::memory_order_relaxed);
   // Invalidate before answering: from the moment the owner's dereg returns, every peer
   // lookup of this key fails.
-  e.seq.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  e.key.store(0, std::memory_order_relaxed);
-  e.seq.store(seq + 2, std::memory_order_release);
+  UpdateEntry(e, [&] { e.key.store(0, std::memory_order_relaxed); });
   s.free_slots.push_back(slot);
   if (m.release_region) s.regions.erase(region);
   return 0;
@@ -670,26 +685,17 @@ int Router::OnMoveMr(Session& s, const proto::MoveMr& m, UniqueFd* fds, int nfds
   if (slot == 0 || slot >= kMrTableSlots) return EINVAL;
   MrEntry& e = s.mr_table.as<MrEntry>()[slot];
   if (e.key.load(std::memory_order_relaxed) != m.key) return EINVAL;
-  if (m.new_region) {
-    if (nfds != 1 || s.regions.count(m.region_id) || s.regions.size() >= kMaxObjectsPerSession)
-      return EINVAL;
-    const int64_t size = SegmentSize(fds[0].get());
-    if (size < 0 || static_cast<uint64_t>(size) < m.region_size) return EINVAL;
-    s.regions[m.region_id] = Region{std::move(fds[0]), m.region_size};
-  } else if (nfds != 0) {
-    return EINVAL;
-  }
+  if (const int rc = AcceptRegion(s, m.new_region != 0, m.region_id, m.region_size, fds, nfds))
+    return rc;
   auto region = s.regions.find(m.region_id);
   if (region == s.regions.end()) return ENOENT;
   const uint64_t length = e.length.load(std::memory_order_relaxed);
   if (!ValidRegion(m.region_offset, length, region->second.size)) return EINVAL;
   const uint32_t old_region = e.region.load(std::memory_order_relaxed);
-  const uint32_t seq = e.seq.load(std::memory_order_relaxed);
-  e.seq.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  e.region.store(m.region_id, std::memory_order_relaxed);
-  e.region_offset.store(m.region_offset, std::memory_order_relaxed);
-  e.seq.store(seq + 2, std::memory_order_release);
+  UpdateEntry(e, [&] {
+    e.region.store(m.region_id, std::memory_order_relaxed);
+    e.region_offset.store(m.region_offset, std::memory_order_relaxed);
+  });
   if (m.release_old && old_region != m.region_id) s.regions.erase(old_region);
   return 0;
 }

@@ -245,6 +245,8 @@ class Router {
   int OnCreateQp(Session& s, const proto::CreateQp& m, UniqueFd* fds, int nfds, proto::Response* r);
   int OnConnect(Session& s, const proto::ConnectQp& m, bool ud, proto::Response* r,
                 std::vector<int>* out_fds);
+  int AcceptRegion(Session& s, bool is_new, uint32_t region_id, uint64_t region_size,
+                   UniqueFd* fds, int nfds);
   int OnRegMr(Session& s, const proto::RegMr& m, UniqueFd* fds, int nfds, proto::Response* r);
   int OnDeregMr(Session& s, const proto::DeregMr& m);
   int OnMoveMr(Session& s, const proto::MoveMr& m, UniqueFd* fds, int nfds);
