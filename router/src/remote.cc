@@ -156,12 +156,17 @@ bool Router::PollProxies() {
   return moved;
 }
 
-void Router::WakeSession(Session& s) {
-  if (!s.wake_fd) return;
+// The session's notify words (CQ events and its wake word), mapped on first use.
+NotifySlot* Router::NotifySlots(Session& s) {
   if (!s.notify_map.get() &&
       MapSegment(s.notify_seg.get(), kNotifySegmentBytes, true, &s.notify_map) != 0)
-    return;
-  WakeIfArmed(s.notify_map.as<NotifySlot>() + proto::kWakeSlot, s.wake_fd.get());
+    return nullptr;
+  return s.notify_map.as<NotifySlot>();
+}
+
+void Router::WakeSession(Session& s) {
+  NotifySlot* slots = s.wake_fd ? NotifySlots(s) : nullptr;
+  if (slots != nullptr) WakeIfArmed(slots + proto::kWakeSlot, s.wake_fd.get());
 }
 
 bool Router::Healthy() const { return cp_ == nullptr || cp_->Healthy(); }
@@ -257,7 +262,8 @@ void Router::AcceptNode() {
     c->fd = std::move(fd);
     c->connected = true;
     c->last_rx_ns = c->last_tx_ns = Now();
-    AddFd(epoll_fd_.get(), c->fd.get(), kNodeTag | c->id, EPOLLIN | EPOLLRDHUP);
+    c->events = EPOLLIN | EPOLLRDHUP;
+    AddFd(epoll_fd_.get(), c->fd.get(), kNodeTag | c->id, c->events);
     conns_[c->id] = std::move(c);
   }
 }
@@ -289,8 +295,8 @@ Router::NodeConn* Router::Outbound(const cp::Endpoint& ep) {
   c->endpoint = ep;
   c->peer_node = ep.node;
   c->last_rx_ns = c->last_tx_ns = Now();
-  c->writable_wait = true;
-  AddFd(epoll_fd_.get(), c->fd.get(), kNodeTag | c->id, EPOLLIN | EPOLLOUT | EPOLLRDHUP);
+  c->events = EPOLLIN | EPOLLOUT | EPOLLRDHUP;  // EPOLLOUT reports the connect's outcome
+  AddFd(epoll_fd_.get(), c->fd.get(), kNodeTag | c->id, c->events);
   wire::Hello hello{wire::kMagic, wire::kVersion, {}};
   std::snprintf(hello.node, sizeof(hello.node), "%s", config_.node_name.c_str());
   NodeConn* raw = c.get();
@@ -381,14 +387,18 @@ void Router::FlushNode(NodeConn& c) {
     c.reading_paused = false;
     SPDLOG_DEBUG("conn {}: output drained; resuming requests ({} bytes unparsed)", c.id, c.in_used);
     resume_parse_.insert(c.id);
-    c.writable_wait = c.out_off >= c.out.size();  // differs from `want`: forces the update
   }
-  const bool want = c.out_off < c.out.size();
-  if (want != c.writable_wait) {
-    c.writable_wait = want;
-    ModFd(epoll_fd_.get(), c.fd.get(), kNodeTag | c.id,
-          (c.reading_paused ? 0u : kIn) | EPOLLRDHUP | (want ? kOut : 0u));
-  }
+  SyncEvents(c);
+}
+
+// Registers the epoll interest the connection's state calls for: input unless reading is
+// paused, output while bytes wait or the connect is still in progress.
+void Router::SyncEvents(NodeConn& c) {
+  const uint32_t want = EPOLLRDHUP | (c.reading_paused ? 0u : kIn) |
+                        (!c.connected || c.out_off < c.out.size() ? kOut : 0u);
+  if (want == c.events) return;
+  c.events = want;
+  ModFd(epoll_fd_.get(), c.fd.get(), kNodeTag | c.id, want);
 }
 
 void Router::HandleNode(NodeConn& c, uint32_t events) {
@@ -453,12 +463,10 @@ bool Router::ParseFrames(NodeConn& c) {
       // A READ answer is far larger than its request: stop executing requests (and
       // reading) until what we owe this peer has drained.
       c.output_full = true;
-      SPDLOG_DEBUG("conn {}: {} bytes owed to the peer; pausing requests", c.id, c.out.size() - c.out_off);
-      if (!c.reading_paused) {
-        c.reading_paused = true;
-        ModFd(epoll_fd_.get(), c.fd.get(), kNodeTag | c.id, EPOLLRDHUP | kOut);
-        c.writable_wait = true;
-      }
+      SPDLOG_DEBUG("conn {}: {} bytes owed to the peer; pausing requests", c.id,
+                   c.out.size() - c.out_off);
+      c.reading_paused = true;
+      SyncEvents(c);
       break;
     }
     wire::FrameHeader h;
@@ -566,8 +574,7 @@ bool Router::OnFrame(NodeConn& c, const wire::FrameHeader& h, const char* body) 
       if (rs.queued_bytes > kSenderQueueLimit && !c.reading_paused) {
         // The target is not keeping up: stop reading this connection until it does.
         c.reading_paused = true;
-        ModFd(epoll_fd_.get(), c.fd.get(), kNodeTag | c.id,
-              EPOLLRDHUP | (c.writable_wait ? kOut : 0u));
+        SyncEvents(c);
       }
       return true;
     }
@@ -817,10 +824,8 @@ void Router::DeliverResponse(Proxy& p, std::vector<char> record) {
   if (cq == s->cqs.end() || cq->second.notify_slot == proto::kNoId) return;
   auto ch = s->channels.find(cq->second.chan_id);
   if (ch == s->channels.end()) return;
-  if (!s->notify_map.get() &&
-      MapSegment(s->notify_seg.get(), kNotifySegmentBytes, true, &s->notify_map) != 0)
-    return;
-  WakeIfArmed(s->notify_map.as<NotifySlot>() + cq->second.notify_slot, ch->second.get());
+  if (NotifySlot* slots = NotifySlots(*s))
+    WakeIfArmed(slots + cq->second.notify_slot, ch->second.get());
 }
 
 void Router::DropProxy(uint32_t chan, bool tell_peer, bool died) {
@@ -901,10 +906,9 @@ void Router::OnRemoteConnect(NodeConn& c, uint32_t chan, const wire::Connect& m)
   auto cq = owner->cqs.find(dest->recv_cq_id);
   if (cq != owner->cqs.end() && cq->second.notify_slot != proto::kNoId) {
     auto ch = owner->channels.find(cq->second.chan_id);
-    if (ch != owner->channels.end() &&
-        (owner->notify_map.get() != nullptr ||
-         MapSegment(owner->notify_seg.get(), kNotifySegmentBytes, true, &owner->notify_map) == 0)) {
-      rs->notify = owner->notify_map.as<NotifySlot>() + cq->second.notify_slot;
+    NotifySlot* slots = ch != owner->channels.end() ? NotifySlots(*owner) : nullptr;
+    if (slots != nullptr) {
+      rs->notify = slots + cq->second.notify_slot;
       rs->notify_fd = ch->second.get();
     }
   }
@@ -952,8 +956,7 @@ void Router::RunSender(RemoteSender& rs) {
     NodeConn& conn = *c->second;
     if (conn.reading_paused && rs.queued_bytes < kSenderQueueLimit / 2) {
       conn.reading_paused = false;
-      ModFd(epoll_fd_.get(), conn.fd.get(), kNodeTag | conn.id,
-            EPOLLIN | EPOLLRDHUP | (conn.writable_wait ? kOut : 0u));
+      SyncEvents(conn);
     }
   }
 }

@@ -135,7 +135,7 @@ class Router {
     size_t in_used = 0;
     std::vector<char> out;
     size_t out_off = 0;
-    bool writable_wait = false;
+    uint32_t events = 0;  // epoll interest as registered; SyncEvents() keeps it current
     bool reading_paused = false;
     bool output_full = false;  // inbound: stopped executing requests until output drains
     uint64_t last_rx_ns = 0;
@@ -202,6 +202,7 @@ class Router {
   void SendFrame(NodeConn& c, wire::Type type, uint32_t chan, const void* a, size_t alen,
                  const void* b = nullptr, size_t blen = 0, uint16_t flags = 0);
   void FlushNode(NodeConn& c);
+  void SyncEvents(NodeConn& c);
   void SendDirect(NodeConn& c, uint32_t chan, const RecordHeader& h, const char* payload);
   void CloseNode(uint32_t conn_id, const char* why);
   int ConnectRemote(Session& s, Qp& src, const proto::ConnectQp& m, bool ud, bool may_wait = true);
@@ -224,6 +225,7 @@ class Router {
   void ArmTimer();
   void PublishIp(uint32_t ip);
   void WakeSession(Session& s);
+  NotifySlot* NotifySlots(Session& s);
   void WithdrawIp(uint32_t ip);
 
   void Accept();

@@ -940,6 +940,21 @@ void WaitForRouter(Context* ctx) {
   }
 }
 
+// Advances queued sends and turns published ring records into completions of `cq`.
+void Collect(Context* ctx, Cq* cq) {
+  if (!ctx->pending.empty()) ProgressPending(ctx);
+  for (Qp* qp : cq->recv_qps) Drain(qp);
+}
+
+// Moves completions into the caller's array after the `k` already there.
+int PopWcs(Cq* cq, int n, ibv_wc* wc, int k) {
+  while (k < n && cq->head != cq->tail) {
+    wc[k++] = cq->wcs[cq->head & cq->mask];
+    ++cq->head;
+  }
+  return k;
+}
+
 int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   Cq* cq = ToCq(ibcq);
   Context* ctx = cq->ctx;
@@ -950,30 +965,21 @@ int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   if (cq->tail - cq->head < static_cast<uint64_t>(n)) {
     for (Qp* qp : cq->recv_qps) Drain(qp);
   }
-  int k = 0;
-  while (k < n && cq->head != cq->tail) {
-    wc[k++] = cq->wcs[cq->head & cq->mask];
-    ++cq->head;
-  }
+  int k = PopWcs(cq, n, wc, 0);
   if (__builtin_expect(k == 0 && ctx->remote_links != 0, 0)) {
     // Cross-node traffic is carried by the routers, which need the CPU this loop would
     // spin on: wait (bounded) until the router delivers something to this process.
     ff::NotifySlot* wake = ctx->session->notify.as<ff::NotifySlot>() + ff::proto::kWakeSlot;
     wake->armed.exchange(1, std::memory_order_seq_cst);  // then look once more: no lost wake
-    if (!ctx->pending.empty()) ProgressPending(ctx);
-    for (Qp* qp : cq->recv_qps) Drain(qp);
+    Collect(ctx, cq);
     if (cq->head == cq->tail) {
       ctx->lock.unlock();
       WaitForRouter(ctx);
       ctx->lock.lock();
-      if (!ctx->pending.empty()) ProgressPending(ctx);
-      for (Qp* qp : cq->recv_qps) Drain(qp);
+      Collect(ctx, cq);
     }
     wake->armed.store(0, std::memory_order_relaxed);
-    while (k < n && cq->head != cq->tail) {
-      wc[k++] = cq->wcs[cq->head & cq->mask];
-      ++cq->head;
-    }
+    k = PopWcs(cq, n, wc, k);
   }
   return k;
 }

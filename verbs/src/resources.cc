@@ -250,6 +250,15 @@ ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   return CreateQpCommon(ToCtx(context), attr->pd, attr);
 }
 
+// Who is at the other end, as the router's connect answer names it.
+void SetPeerIdentity(PeerLink* link, const ff::proto::ConnectReply& c) {
+  link->peer_ctx_id = c.peer_ctx_id;
+  link->peer_qpn = c.peer_qpn;
+  link->peer_ip = ntohl(c.peer_ip);
+  link->peer_lid = c.peer_lid;
+  link->qp_type = c.peer_qp_type;
+}
+
 // The peer lives on another node: the router gave us its proxy segment (ring 0 for our
 // requests, ring 1 for its responses) and the eventfd that wakes it.
 int ConnectRemote(const ff::proto::ConnectReply& c, UniqueFd* fds, int got,
@@ -258,11 +267,7 @@ int ConnectRemote(const ff::proto::ConnectReply& c, UniqueFd* fds, int got,
     return EPROTO;
   auto link = std::make_unique<PeerLink>();
   link->remote = true;
-  link->peer_ctx_id = c.peer_ctx_id;
-  link->peer_qpn = c.peer_qpn;
-  link->peer_ip = ntohl(c.peer_ip);
-  link->peer_lid = c.peer_lid;
-  link->qp_type = c.peer_qp_type;
+  SetPeerIdentity(link.get(), c);
   const size_t seg_bytes = ff::QpSegmentBytes(2, c.ring_bytes);
   if (ff::SegmentSize(fds[0].get()) < static_cast<int64_t>(seg_bytes) ||
       ff::MapSegment(fds[0].get(), seg_bytes, true, &link->seg) != 0)
@@ -300,11 +305,7 @@ int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, 
     return EPROTO;
   }
   auto link = std::make_unique<PeerLink>();
-  link->peer_ctx_id = c.peer_ctx_id;
-  link->peer_qpn = c.peer_qpn;
-  link->peer_ip = ntohl(c.peer_ip);
-  link->peer_lid = c.peer_lid;
-  link->qp_type = c.peer_qp_type;
+  SetPeerIdentity(link.get(), c);
   const size_t seg_bytes = ff::QpSegmentBytes(c.num_rings, c.ring_bytes);
   if (ff::SegmentSize(fds[0].get()) < static_cast<int64_t>(seg_bytes) ||
       ff::MapSegment(fds[0].get(), seg_bytes, true, &link->seg) != 0) {
