@@ -88,6 +88,24 @@ case $mode in
     pair "ib_atomic_bw FETCH_AND_ADD across nodes" 0 0 1 0 ib_atomic_bw -A FETCH_AND_ADD -n 1000
     for t in send write read atomic; do pair "ib_${t}_lat across nodes" 0 0 1 0 "ib_${t}_lat" -n 1000; done
     pair "ib_write_bw across nodes, mlx5 path" 0 0 1 0 env FFV_VENDOR=mlx5 ib_write_bw -n 1000
+    # A pod polling a CQ that only the router feeds sleeps instead of spinning: the routers
+    # need that CPU. Stop the client mid-run and read the server's CPU time for 1 s.
+    mn_pod_bg 0 0 ibv_rc_pingpong -g 1 -n 100000000 >"$FF_DIR/spin-s.log" 2>&1
+    spid=$FF_LAST_PID
+    sleep 0.5
+    mn_pod_bg 1 0 ibv_rc_pingpong -g 1 -n 100000000 "$(mn_pod_ip 0 0)" >"$FF_DIR/spin-c.log" 2>&1
+    cpid=$FF_LAST_PID
+    sleep 1
+    kill -STOP "$cpid"
+    sleep 0.2
+    cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo -1; }
+    t0=$(cpu_ticks "$spid"); sleep 1; t1=$(cpu_ticks "$spid")
+    kill -KILL "$cpid"; kill -CONT "$cpid" 2>/dev/null
+    wait_pid "$spid" 10 >/dev/null; wait_pid "$cpid" 10 >/dev/null
+    busy=$(( (t1 - t0) * 100 / $(getconf CLK_TCK) ))
+    echo "server waiting on a stopped cross-node peer: ${busy}% of a CPU (t0=$t0 t1=$t1)"
+    [[ $t0 -ge 0 && $t1 -ge 0 && $busy -lt 30 ]]
+    check "a pod waiting on a cross-node peer sleeps (${busy}% CPU)" $?
     # Same-node pairs keep the shared-memory path: far above what TCP can carry here.
     out=$(pair "ib_write_bw between pods of one node" 0 0 0 1 ib_write_bw -n 5000)
     echo "$out"

@@ -955,6 +955,21 @@ int PopWcs(Cq* cq, int n, ibv_wc* wc, int k) {
   return k;
 }
 
+// True when whatever can still complete on `cq` is delivered by the router, which rings the
+// process wake word: then an empty poll may sleep instead of spinning. Same-node peers and
+// UD receives (any sender may deliver) do not ring it, and queued local sends need polling.
+bool RouterFeedsOnly(Context* ctx, Cq* cq) {
+  if (ctx->remote_links == 0) return false;
+  auto remote = [](const Qp* qp) {
+    return qp->type != IBV_QPT_UD && qp->link != nullptr && qp->link->remote;
+  };
+  for (const Qp* qp : cq->recv_qps)
+    if (!remote(qp)) return false;
+  for (const Qp* qp : ctx->pending)
+    if (!remote(qp)) return false;
+  return true;
+}
+
 int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   Cq* cq = ToCq(ibcq);
   Context* ctx = cq->ctx;
@@ -966,7 +981,7 @@ int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
     for (Qp* qp : cq->recv_qps) Drain(qp);
   }
   int k = PopWcs(cq, n, wc, 0);
-  if (__builtin_expect(k == 0 && ctx->remote_links != 0, 0)) {
+  if (__builtin_expect(k == 0 && ctx->remote_links != 0, 0) && RouterFeedsOnly(ctx, cq)) {
     // Cross-node traffic is carried by the routers, which need the CPU this loop would
     // spin on: wait (bounded) until the router delivers something to this process.
     ff::NotifySlot* wake = ctx->session->notify.as<ff::NotifySlot>() + ff::proto::kWakeSlot;

@@ -742,8 +742,9 @@ FFV_EXPORT int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     if (mask & IBV_QP_ACCESS_FLAGS) {
       qp->seg.as<ff::QpSegmentHeader>()->qp_access.store(attr->qp_access_flags);
     }
-    if (qp->link && qp->link->remote) --ctx->remote_links;
     if (link) {
+      // Only a new link replaces the old one (RTR); later transitions keep it.
+      if (qp->link && qp->link->remote) --ctx->remote_links;
       if (link->remote) ++ctx->remote_links;
       qp->link = std::move(link);
     }
