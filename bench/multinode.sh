@@ -10,9 +10,9 @@ source scripts/lib/cluster.sh
 source scripts/lib/measure.sh
 trap multinode_down EXIT
 multinode_up 2 1
-# Routers are node infrastructure: run them with real-time priority (ffrouter
-# --realtime-priority), as recommended when pods spin on every core (docs/router.md).
-RT=${FF_ROUTER_RT:-10}
+# Routers run at normal priority, as deployed by default; FF_ROUTER_RT=N runs them with
+# --realtime-priority N (docs/router.md has the figures of both).
+RT=${FF_ROUTER_RT:-0}
 mn_router_up 0 --realtime-priority "$RT"
 mn_router_up 1 --realtime-priority "$RT"
 echo "routers: --realtime-priority $RT" >&2
@@ -33,6 +33,15 @@ for ((r = 1; r <= RUNS; r++)); do
   tcp+=("$(iperf3_gbps 0 1 3)")
   tlat+=("$(sockperf_half_rtt_us 0 1 2)")
 done
+# This machine's floor for a message that passes through router processes (no freeflow
+# code): one-way latency over loopback TCP, bare and with one or two relay processes.
+floor_csv=$("$FF_BUILD/bench/hop_floor" --benchmark_format=csv 2>/dev/null)
+floor() {
+  awk -F, -v n="$1" '$1 ~ "^\"" n "/" && !/_mean|_median|_stddev|_cv/ {printf "%.2f\n", $3 / 2000}' <<<"$floor_csv"
+}
+read -r f0_m f0_lo f0_hi <<<"$(stats $(floor BM_Tcp))"
+read -r f1_m f1_lo f1_hi <<<"$(stats $(floor BM_OneRelay))"
+read -r f2_m f2_lo f2_hi <<<"$(stats $(floor BM_TwoRelays))"
 read -r wbw_m wbw_lo wbw_hi <<<"$(stats "${wbw[@]}")"
 read -r q1_m q1_lo q1_hi <<<"$(stats "${q1[@]}")"
 read -r q8_m q8_lo q8_hi <<<"$(stats "${q8[@]}")"
@@ -48,6 +57,10 @@ printf '%-46s %-28s %s\n' "  iperf3 single-stream TCP, Gbit/s" "$tcp_m ($tcp_lo.
 printf '%-46s %-28s %s\n' "ib_send_lat 2 B t_typical, usec" "$sl_m ($sl_lo..$sl_hi)" \
   "$(awk -v a="$sl_m" -v b="$tl_m" 'BEGIN{printf "%.2f", a/b}')x TCP (<= 1.5x)"
 printf '%-46s %-28s %s\n' "  sockperf TCP ping-pong p50 (half RTT), usec" "$tl_m ($tl_lo..$tl_hi)" ""
+xtcp() { awk -v a="$1" -v b="$f0_m" 'BEGIN{printf "%.2fx TCP", a/b}'; }
+printf '%-46s %-28s %s\n' "  floor: loopback TCP one-way, usec" "$f0_m ($f0_lo..$f0_hi)" "bench/hop_floor"
+printf '%-46s %-28s %s\n' "  floor: + a receiving router process" "$f1_m ($f1_lo..$f1_hi)" "$(xtcp "$f1_m")"
+printf '%-46s %-28s %s\n' "  floor: + routers on both sides" "$f2_m ($f2_lo..$f2_hi)" "$(xtcp "$f2_m")"
 printf '%-46s %-28s %s\n' "ib_write_bw -q 1, Gbit/s" "$q1_m ($q1_lo..$q1_hi)" ""
 printf '%-46s %-28s %s\n' "ib_write_bw -q 8 (aggregate), Gbit/s" "$q8_m ($q8_lo..$q8_hi)" \
   "$(awk -v a="$q8_m" -v b="$q1_m" 'BEGIN{print (a >= b) ? "no lower than -q 1: yes" : "no lower than -q 1: NO"}')"
