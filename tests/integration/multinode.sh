@@ -31,7 +31,7 @@ pair() {
   local c=$?
   wait_pid "$spid" 30
   local s=$?
-  [[ $c -ne 0 || $s -ne 0 ]] && { echo "--- server"; tail -n 8 "$FF_DIR/server.log"; echo "--- client"; tail -n 8 "$FF_DIR/client.log"; }
+  [[ $c -ne 0 || $s -ne 0 ]] && { echo "--- server (exit $s)"; tail -n 12 "$FF_DIR/server.log"; echo "--- client (exit $c)"; tail -n 12 "$FF_DIR/client.log"; }
   grep -hE '^ +[0-9]+ +[0-9]+ |iters in' "$FF_DIR/client.log" | tail -n 1
   check "$name" $((c != 0 || s != 0))
 }
