@@ -955,11 +955,11 @@ int PopWcs(Cq* cq, int n, ibv_wc* wc, int k) {
   return k;
 }
 
-// True when whatever can still complete on `cq` is delivered by the router, which rings the
-// process wake word: then an empty poll may sleep instead of spinning. Same-node peers and
-// UD receives (any sender may deliver) do not ring it, and queued local sends need polling.
+// For a context with cross-node links: true when whatever can still complete on `cq` is
+// delivered by the router, which rings the process wake word, so an empty poll may sleep
+// instead of spinning. Same-node peers and UD receives (any sender may deliver) do not ring
+// it, and queued local sends need polling.
 bool RouterFeedsOnly(Context* ctx, Cq* cq) {
-  if (ctx->remote_links == 0) return false;
   auto remote = [](const Qp* qp) {
     return qp->type != IBV_QPT_UD && qp->link != nullptr && qp->link->remote;
   };
