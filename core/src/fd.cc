@@ -32,10 +32,10 @@ void Mapping::reset() {
 
 int CreateSegment(const char* name, size_t size, UniqueFd* out) {
   UniqueFd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd) return -errno;
-  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) return -errno;
+  if (!fd) return errno;
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) return errno;
   // Peers map the segment at this size: forbid shrinking it under them (SIGBUS).
-  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) return -errno;
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) return errno;
   *out = std::move(fd);
   return 0;
 }
@@ -43,15 +43,26 @@ int CreateSegment(const char* name, size_t size, UniqueFd* out) {
 int MapSegment(int fd, size_t size, bool writable, Mapping* out) {
   const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
   void* p = ::mmap(nullptr, size, prot, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return -errno;
+  if (p == MAP_FAILED) return errno;
   *out = Mapping(p, size);
   return 0;
 }
 
-int64_t SegmentSize(int fd) {
+int MapPeerSegment(int fd, size_t size, bool writable, Mapping* out) {
+  if (!SegmentAtLeast(fd, size)) return EINVAL;
+  return MapSegment(fd, size, writable, out);
+}
+
+bool SegmentAtLeast(int fd, uint64_t bytes) {
+  uint64_t have = 0;
+  return SegmentSize(fd, &have) == 0 && have >= bytes;
+}
+
+int SegmentSize(int fd, uint64_t* size) {
   struct stat st{};
-  if (::fstat(fd, &st) != 0) return -errno;
-  return st.st_size;
+  if (::fstat(fd, &st) != 0) return errno;
+  *size = static_cast<uint64_t>(st.st_size);
+  return 0;
 }
 
 int SendWithFds(int sock, const void* buf, size_t len, const int* fds, int nfds, int flags) {
@@ -60,7 +71,7 @@ int SendWithFds(int sock, const void* buf, size_t len, const int* fds, int nfds,
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
-  if (nfds > 16) return -EINVAL;
+  if (nfds > 16) return EINVAL;
   if (nfds > 0) {
     msg.msg_control = control;
     msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
@@ -72,13 +83,13 @@ int SendWithFds(int sock, const void* buf, size_t len, const int* fds, int nfds,
   }
   for (;;) {
     const ssize_t n = ::sendmsg(sock, &msg, MSG_NOSIGNAL | flags);
-    if (n >= 0) return n == static_cast<ssize_t>(len) ? 0 : -EMSGSIZE;
-    if (errno != EINTR) return -errno;
+    if (n >= 0) return n == static_cast<ssize_t>(len) ? 0 : EMSGSIZE;
+    if (errno != EINTR) return errno;
   }
 }
 
-ssize_t RecvWithFds(int sock, void* buf, size_t cap, UniqueFd* fds, int max_fds, int* nfds,
-                    int flags) {
+int RecvWithFds(int sock, void* buf, size_t cap, UniqueFd* fds, int max_fds, int* nfds,
+                size_t* len, int flags) {
   struct iovec iov{buf, cap};
   struct msghdr msg{};
   msg.msg_iov = &iov;
@@ -90,7 +101,7 @@ ssize_t RecvWithFds(int sock, void* buf, size_t cap, UniqueFd* fds, int max_fds,
   for (;;) {
     n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags);
     if (n >= 0) break;
-    if (errno != EINTR) return -errno;
+    if (errno != EINTR) return errno;
   }
   int got = 0;
   bool overflow = false;
@@ -112,9 +123,10 @@ ssize_t RecvWithFds(int sock, void* buf, size_t cap, UniqueFd* fds, int max_fds,
   if (overflow || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
     for (int i = 0; i < got; ++i) fds[i].reset();
     *nfds = 0;
-    return -EMSGSIZE;
+    return EMSGSIZE;
   }
-  return n;
+  *len = static_cast<size_t>(n);
+  return 0;
 }
 
 }  // namespace ff

@@ -63,16 +63,15 @@ void ModFd(int epfd, int fd, uint64_t tag, uint32_t events) {
 
 std::vector<char> MakeResp(uint32_t seq, uint32_t status, uint64_t offset, const char* data,
                            uint32_t len, bool last) {
-  const uint32_t payload = static_cast<uint32_t>(sizeof(OpHeader)) + len;
+  const uint32_t payload = static_cast<uint32_t>(sizeof(ProxyResponse)) + len;
   std::vector<char> rec(sizeof(RecordHeader) + payload);
-  RecordHeader h{};
+  RecordHeader h = ResponseHeader();
   h.total = RecordBytes(payload);
-  h.kind = kRecResp;
   h.frag_len = payload;
-  OpHeader op{};
+  ProxyResponse op{};
   op.seq = seq;
   op.status = static_cast<uint16_t>(status);
-  op.remote_addr = offset;
+  op.data_offset = offset;
   op.last = last ? 1 : 0;
   std::memcpy(rec.data(), &h, sizeof(h));
   std::memcpy(rec.data() + sizeof(h), &op, sizeof(op));
@@ -471,7 +470,7 @@ bool Router::ParseFrames(NodeConn& c) {
     }
     wire::FrameHeader h;
     std::memcpy(&h, c.in.data() + off, sizeof(h));
-    if (h.len > wire::kMaxFrame) return false;
+    if (!wire::ValidFrame(h)) return false;
     if (c.in_used - off < sizeof(h) + h.len) break;
     if (!OnFrame(c, h, c.in.data() + off + sizeof(h))) return false;
     if (conns_.find(id) == conns_.end()) return true;
@@ -544,15 +543,17 @@ bool Router::OnFrame(NodeConn& c, const wire::FrameHeader& h, const char* body) 
       return true;
     }
     case wire::Type::kRecord: {
-      if (c.outbound || h.len < sizeof(RecordHeader) + sizeof(OpHeader)) return false;
+      RecordHeader rh;
+      const char* payload = nullptr;
+      RequestView v;
+      if (c.outbound || !SplitRecord(body, h.len, &rh, &payload) ||
+          !DecodeRequest(rh, payload, &v))
+        return false;
       auto it = senders_.find(SenderKey(c.id, h.chan));
       if (it == senders_.end()) {
         // The target went away: every request still gets its one answer, an error, as an
         // RC requester would see retries run out.
-        RecordHeader rh;
-        OpHeader op;
-        std::memcpy(&rh, body, sizeof(rh));
-        std::memcpy(&op, body + sizeof(rh), sizeof(op));
+        const ProxyRequest& op = v.req;
         if (op.last || rh.kind == kRecReadReq || rh.kind == kRecAtomicReq) {
           const std::vector<char> rec =
               MakeResp(op.seq, IBV_WC_RETRY_EXC_ERR, 0, nullptr, 0, true);
@@ -579,7 +580,12 @@ bool Router::OnFrame(NodeConn& c, const wire::FrameHeader& h, const char* body) 
       return true;
     }
     case wire::Type::kResp: {
-      if (!c.outbound || h.len < sizeof(RecordHeader) + sizeof(OpHeader)) return false;
+      RecordHeader rh;
+      const char* payload = nullptr;
+      ResponseView v;
+      if (!c.outbound || !SplitRecord(body, h.len, &rh, &payload) ||
+          !DecodeResponse(rh, payload, &v))
+        return false;
       auto p = proxies_.find(h.chan);
       if (p == proxies_.end() || p->second->conn != c.id) return true;
       DeliverResponse(*p->second, std::vector<char>(body, body + h.len));
@@ -666,17 +672,17 @@ int Router::ConnectRemote(Session& s, Qp& src, const proto::ConnectQp& m, bool u
   p->dest_ip = dest_ip;
   p->dest_qpn = m.dest_qpn;
   p->conn = conn->id;
-  const size_t bytes = QpSegmentBytes(2, kRcRingBytes);
+  const size_t bytes = QpSegmentBytes(kProxyRings, kProxyRingBytes);
   if (CreateSegment("ffrouter-proxy", bytes, &p->seg_fd) != 0 ||
       MapSegment(p->seg_fd.get(), bytes, true, &p->seg) != 0)
     return ENOMEM;
   auto* hdr = new (p->seg.get()) QpSegmentHeader();
   hdr->magic = kQpSegMagic;
   hdr->abi = kAbiVersion;
-  hdr->num_rings = 2;
-  hdr->ring_bytes = kRcRingBytes;
-  p->requests.Attach(QpRing(p->seg.get(), 0, kRcRingBytes), kRcRingBytes);
-  p->responses.Attach(QpRing(p->seg.get(), 1, kRcRingBytes), kRcRingBytes);
+  hdr->num_rings = kProxyRings;
+  hdr->ring_bytes = kProxyRingBytes;
+  p->requests.Attach(QpRing(p->seg.get(), kProxyRequestRing, kProxyRingBytes), kProxyRingBytes);
+  p->responses.Attach(QpRing(p->seg.get(), kProxyResponseRing, kProxyRingBytes), kProxyRingBytes);
   p->doorbell.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!p->doorbell) return ENOMEM;
   p->call_seq = m.h.seq;
@@ -709,8 +715,8 @@ void Router::FinishConnect(Proxy& p, int status, const wire::ConnectReply* reply
       c.peer_ip = htonl(reply->peer_ip);
       c.peer_lid = LidForIp(reply->peer_ip);
       c.ring_index = 0;
-      c.num_rings = 2;
-      c.ring_bytes = kRcRingBytes;
+      c.num_rings = kProxyRings;
+      c.ring_bytes = kProxyRingBytes;
       c.notify_slot = proto::kNoId;
       c.peer_qp_type = reply->qp_type;
       fds = {p.seg_fd.get(), p.doorbell.get()};
@@ -964,12 +970,12 @@ void Router::RunSender(RemoteSender& rs) {
 // Executes one record from a remote initiator. false: it cannot proceed yet (retry later).
 bool Router::ApplyRecord(RemoteSender& rs, const char* rec, size_t len) {
   RecordHeader h;
-  OpHeader op;
-  std::memcpy(&h, rec, sizeof(h));
-  std::memcpy(&op, rec + sizeof(h), sizeof(op));
-  if (h.frag_len != len - sizeof(h) || h.frag_len < sizeof(op)) return true;  // malformed: drop
-  const char* data = rec + sizeof(h) + sizeof(op);
-  const uint32_t dlen = h.frag_len - static_cast<uint32_t>(sizeof(op));
+  const char* payload = nullptr;
+  RequestView v;
+  if (!SplitRecord(rec, len, &h, &payload) || !DecodeRequest(h, payload, &v)) return true;
+  const ProxyRequest& op = v.req;
+  const char* data = v.data;
+  const uint32_t dlen = v.data_len;
   if (rs.errored) return true;
   const bool reliable = rs.qp_type == IBV_QPT_RC;
   const bool acked = rs.qp_type != IBV_QPT_UD;
@@ -993,8 +999,7 @@ bool Router::ApplyRecord(RemoteSender& rs, const char* rec, size_t len) {
       SPDLOG_DEBUG("QP {:#x}: no receive posted for remote QP {:#x}; RNR retry in {} us",
                    rs.target_qpn, rs.src_qpn, RnrTimerNs(rs.hdr->min_rnr_timer.load()) / 1000);
     }
-    // The initiator's rnr_retry travels in the request's `swap` field.
-    if (RnrRetryExhausted(&rs.rnr, rs.hdr->min_rnr_timer.load(), static_cast<uint32_t>(op.swap),
+    if (RnrRetryExhausted(&rs.rnr, rs.hdr->min_rnr_timer.load(), op.rnr_retry,
                           Now())) {
       Respond(rs, op.seq, IBV_WC_RNR_RETRY_EXC_ERR, 0, nullptr, 0, true);
       rs.errored = true;

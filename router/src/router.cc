@@ -266,19 +266,20 @@ void Router::HandleReadable(Session& s) {
     alignas(8) char buf[proto::kMaxMessage];
     UniqueFd fds[proto::kMaxFds];
     int nfds = 0;
-    const ssize_t n =
-        RecvWithFds(s.sock.get(), buf, sizeof(buf), fds, proto::kMaxFds, &nfds, MSG_DONTWAIT);
-    if (n == -EAGAIN || n == -EWOULDBLOCK) return;
+    size_t n = 0;
+    const int rc = RecvWithFds(s.sock.get(), buf, sizeof(buf), fds, proto::kMaxFds, &nfds, &n,
+                               MSG_DONTWAIT);
+    if (rc == EAGAIN || rc == EWOULDBLOCK) return;
+    if (rc != 0) {
+      Drop(s.id, rc == EMSGSIZE ? "oversized message" : "receive error");
+      return;
+    }
     if (n == 0) {
       Drop(s.id, "client closed the connection");
       return;
     }
-    if (n < 0) {
-      Drop(s.id, n == -EMSGSIZE ? "oversized message" : "receive error");
-      return;
-    }
     const uint32_t id = s.id;
-    if (!Dispatch(s, buf, static_cast<size_t>(n), fds, nfds)) {
+    if (!Dispatch(s, buf, n, fds, nfds)) {
       Drop(id, "malformed or unexpected message");
       return;
     }
@@ -294,7 +295,7 @@ void Router::Notify(uint32_t session_id, proto::EventType type, uint32_t qpn) {
   if (s == nullptr || !s->events) return;
   proto::Event e{type, qpn};
   const int rc = SendWithFds(s->events.get(), &e, sizeof(e), nullptr, 0, MSG_DONTWAIT);
-  if (rc == -EAGAIN) {
+  if (rc == EAGAIN) {
     spdlog::warn("client {} does not read its events; dropping its event socket", session_id);
   }
   if (rc != 0) s->events.reset();
@@ -356,7 +357,7 @@ bool Router::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, in
     case proto::Op::kCreateSrq: {
       proto::CreateSrq m;
       if (!Decode(buf, len, &m) || nfds != 1) return false;
-      status = SegmentSize(fds[0].get()) < static_cast<int64_t>(sizeof(SrqSegment))
+      status = !SegmentAtLeast(fds[0].get(), sizeof(SrqSegment))
                    ? EINVAL
                    : AddObject(s.srqs, m.srq_id, std::move(fds[0]));
       break;
@@ -451,7 +452,7 @@ int Router::OnHello(Session& s, const proto::Hello& m, UniqueFd* fds, int, proto
                   "library ABI %u does not match router ABI %u", m.abi, kAbiVersion);
     return EPROTO;
   }
-  if (SegmentSize(fds[0].get()) < static_cast<int64_t>(kNotifySegmentBytes)) return EINVAL;
+  if (!SegmentAtLeast(fds[0].get(), kNotifySegmentBytes)) return EINVAL;
   int type = 0;
   socklen_t tl = sizeof(type);
   if (::getsockopt(fds[1].get(), SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_SEQPACKET)
@@ -459,7 +460,7 @@ int Router::OnHello(Session& s, const proto::Hello& m, UniqueFd* fds, int, proto
   ::fcntl(fds[1].get(), F_SETFL, O_NONBLOCK);
   int rc = CreateSegment("ffrouter-mrtable", kMrTableBytes, &s.mr_table_fd);
   if (rc == 0) rc = MapSegment(s.mr_table_fd.get(), kMrTableBytes, true, &s.mr_table);
-  if (rc != 0) return -rc;
+  if (rc != 0) return rc;
   const std::string self = "/proc/self/fd/" + std::to_string(s.mr_table_fd.get());
   s.mr_table_ro_fd.reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
   if (!s.mr_table_ro_fd) return errno;
@@ -488,7 +489,7 @@ int Router::OnCreateQp(Session& s, const proto::CreateQp& m, UniqueFd* fds, int,
   if (m.num_rings == 0 || m.num_rings > 64 || m.ring_bytes < 4096 || m.ring_bytes > (64u << 20) ||
       (m.ring_bytes & (m.ring_bytes - 1)) != 0)
     return EINVAL;
-  if (SegmentSize(fds[0].get()) < static_cast<int64_t>(QpSegmentBytes(m.num_rings, m.ring_bytes)))
+  if (!SegmentAtLeast(fds[0].get(), QpSegmentBytes(m.num_rings, m.ring_bytes)))
     return EINVAL;
   if (m.srq_id != proto::kNoId && !s.srqs.count(m.srq_id)) return EINVAL;
   if (!s.cqs.count(m.recv_cq_id)) return EINVAL;
@@ -618,8 +619,7 @@ int Router::AcceptRegion(Session& s, bool is_new, uint32_t region_id, uint64_t r
   if (!is_new) return nfds == 0 ? 0 : EINVAL;
   if (nfds != 1 || s.regions.count(region_id) || s.regions.size() >= kMaxObjectsPerSession)
     return EINVAL;
-  const int64_t size = SegmentSize(fds[0].get());
-  if (size < 0 || static_cast<uint64_t>(size) < region_size) return EINVAL;
+  if (!SegmentAtLeast(fds[0].get(), region_size)) return EINVAL;
   s.regions[region_id] = Region{std::move(fds[0]), region_size};
   return 0;
 }

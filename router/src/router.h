@@ -20,6 +20,7 @@
 
 #include <deque>
 
+#include "freeflow/codec.h"
 #include "freeflow/controlplane.h"
 #include "freeflow/fd.h"
 #include "freeflow/ipv4.h"
@@ -28,7 +29,6 @@
 #include "freeflow/ring.h"
 #include "freeflow/target_ops.h"
 #include "identity.h"
-#include "wire.h"
 
 namespace ff::router {
 

@@ -6,38 +6,21 @@
 #include <thread>
 #include <vector>
 
+#include "freeflow/codec.h"
 #include "freeflow/ring.h"
+#include "ring_fixture.h"
 
 namespace ff {
 namespace {
 
-struct TestRing {
-  explicit TestRing(uint32_t bytes) : mem(sizeof(RingHeader) + bytes + kCacheLine), size(bytes) {
-    void* p = mem.data();
-    size_t space = mem.size();
-    header = new (std::align(kCacheLine, sizeof(RingHeader) + bytes, p, space)) RingHeader();
-    producer.Attach(header, bytes);
-    consumer.Attach(header, bytes);
-  }
-  std::vector<char> mem;
-  uint32_t size;
-  RingHeader* header;
-  RingProducer producer;
-  RingConsumer consumer;
-};
-
 bool Put(TestRing& r, uint32_t value, uint32_t payload) {
-  char* p = nullptr;
-  const uint32_t total = RecordBytes(payload);
-  if (r.producer.Reserve(total, &p) != RingStatus::kOk) return false;
-  auto* h = reinterpret_cast<RecordHeader*>(p);
-  std::memset(h, 0, sizeof(*h));
-  h->total = total;
-  h->kind = kRecSend;
-  h->frag_len = payload;
-  h->msg_len = value;
-  std::memset(p + sizeof(RecordHeader), static_cast<int>(value & 0xff), payload);
-  r.producer.Commit(total);
+  RecordHeader h{};
+  h.kind = kRecSend;
+  h.msg_len = value;
+  const RingStatus st = AppendRecord(r.producer, h, payload, [&](char* dst) {
+    std::memset(dst, static_cast<int>(value & 0xff), payload);
+  });
+  if (st != RingStatus::kOk) return false;
   r.producer.Publish();
   return true;
 }

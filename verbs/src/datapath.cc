@@ -178,46 +178,35 @@ Exec SendRecords(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_stat
   return Exec::kDone;
 }
 
-// Writes one record into a proxy ring: RecordHeader, OpHeader, then `data_len` bytes of
-// the WQE's data starting at `data_off` (inline or gathered from its SGEs).
+// Writes one request record into a proxy ring: its headers, then `data_len` bytes of the
+// WQE's data starting at `data_off` (inline or gathered from its SGEs).
 ff::RingStatus ProxyRecord(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t index,
-                           uint8_t kind, uint8_t flags, const ff::OpHeader& op,
+                           uint8_t kind, uint8_t flags, const ff::ProxyRequest& op,
                            uint64_t data_off, uint32_t data_len) {
-  const uint32_t total = ff::RecordBytes(static_cast<uint32_t>(sizeof(ff::OpHeader)) + data_len);
-  char* p = nullptr;
-  const ff::RingStatus rs = link->producer.Reserve(total, &p);
-  if (rs != ff::RingStatus::kOk) return rs;
-  auto* h = reinterpret_cast<ff::RecordHeader*>(p);
-  h->total = total;
-  h->kind = kind;
-  h->flags = flags;
-  h->reserved = 0;
-  h->msg_len = static_cast<uint32_t>(w.length);
-  h->imm = w.imm;
-  h->src_qpn = qp->qpx.qp_base.qp_num;
-  h->src_ip = htonl(qp->ctx->session->ip);
-  h->frag_len = static_cast<uint32_t>(sizeof(ff::OpHeader)) + data_len;
-  h->qkey = w.remote_qkey;
-  std::memcpy(p + sizeof(ff::RecordHeader), &op, sizeof(op));
-  if (data_len > 0) {
-    CopyFromSges(WqeSges(qp, index), w.num_sge, data_off,
-                 p + sizeof(ff::RecordHeader) + sizeof(ff::OpHeader), data_len);
-  }
-  link->producer.Commit(total);
-  link->dirty = true;
-  return ff::RingStatus::kOk;
+  ff::RecordHeader h{};
+  h.kind = kind;
+  h.flags = flags;
+  h.msg_len = static_cast<uint32_t>(w.length);
+  h.imm = w.imm;
+  h.src_qpn = qp->qpx.qp_base.qp_num;
+  h.src_ip = htonl(qp->ctx->session->ip);
+  h.qkey = w.remote_qkey;
+  const ff::RingStatus rs = ff::AppendRequest(link->producer, h, op, data_len, [&](char* dst) {
+    CopyFromSges(WqeSges(qp, index), w.num_sge, data_off, dst, data_len);
+  });
+  if (rs == ff::RingStatus::kOk) link->dirty = true;
+  return rs;
 }
 
 // A peer on another node: the work request becomes records in the router's proxy ring;
 // the remote router executes it against the target and answers with a kRecResp.
 Exec ExecuteRemote(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {
-  ff::OpHeader op{};
+  ff::ProxyRequest op{};
   op.seq = static_cast<uint32_t>(index);
   op.opcode = static_cast<uint8_t>(w.opcode);
   op.length = static_cast<uint32_t>(w.length);
   op.rkey = w.rkey;
-  // SEND and WRITE_WITH_IMM carry the RNR retry budget the remote router applies.
-  op.swap = qp->attr.rnr_retry;
+  op.rnr_retry = static_cast<uint8_t>(qp->attr.rnr_retry);
   auto check = [&](ff::RingStatus rs) {
     if (rs == ff::RingStatus::kCorrupt) *st = IBV_WC_REM_OP_ERR;
     return rs;
@@ -309,18 +298,17 @@ void DrainResponses(Qp* qp, PeerLink* link) {
     }
     consumed = true;
     cons.Consume(h);
-    if (h.kind != ff::kRecResp || h.frag_len < sizeof(ff::OpHeader)) continue;
-    ff::OpHeader op;
-    std::memcpy(&op, payload, sizeof(op));
+    ff::ResponseView v;
+    if (!ff::DecodeResponse(h, payload, &v)) continue;
+    const ff::ProxyResponse& op = v.resp;
     const uint64_t index = qp->sq_head + static_cast<uint32_t>(op.seq - static_cast<uint32_t>(qp->sq_head));
     if (index >= qp->sq_exec) continue;  // stale: the QP was flushed meanwhile
     SendWqe& w = qp->sq[index & qp->sq_mask];
     if (!w.in_flight) continue;
-    const uint32_t dlen = h.frag_len - static_cast<uint32_t>(sizeof(ff::OpHeader));
-    if (dlen > 0 && op.status == IBV_WC_SUCCESS && op.remote_addr <= w.length &&
-        dlen <= w.length - op.remote_addr) {
-      CopyToSges(WqeSges(qp, index), w.num_sge, op.remote_addr, payload + sizeof(ff::OpHeader),
-                 dlen);
+    const uint32_t dlen = v.data_len;
+    if (dlen > 0 && op.status == IBV_WC_SUCCESS && op.data_offset <= w.length &&
+        dlen <= w.length - op.data_offset) {
+      CopyToSges(WqeSges(qp, index), w.num_sge, op.data_offset, v.data, dlen);
     }
     if (op.last) {
       w.in_flight = false;

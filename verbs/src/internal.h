@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "freeflow/codec.h"
 #include "freeflow/fd.h"
 #include "freeflow/protocol.h"
 #include "freeflow/ring.h"

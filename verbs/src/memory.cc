@@ -37,7 +37,7 @@ bool RangeMapped(uintptr_t start, size_t size) {
 int ShadowRange(uintptr_t start, size_t size, UniqueFd* out) {
   UniqueFd fd;
   int rc = ff::CreateSegment("ffverbs-mr", size, &fd);
-  if (rc != 0) return -rc;
+  if (rc != 0) return rc;
   void* tmp = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (tmp == MAP_FAILED) return errno;
   std::memcpy(tmp, reinterpret_cast<void*>(start), size);

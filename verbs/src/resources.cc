@@ -65,10 +65,8 @@ std::shared_ptr<PeerCtx> GetPeerCtx(Context* ctx, uint32_t id, UniqueFd* notify_
   }
   auto p = std::make_shared<PeerCtx>();
   p->ctx_id = id;
-  if (ff::SegmentSize(notify_fd->get()) < static_cast<int64_t>(ff::kNotifySegmentBytes) ||
-      ff::SegmentSize(table_fd->get()) < static_cast<int64_t>(ff::kMrTableBytes) ||
-      ff::MapSegment(notify_fd->get(), ff::kNotifySegmentBytes, true, &p->notify) != 0 ||
-      ff::MapSegment(table_fd->get(), ff::kMrTableBytes, false, &p->mr_table) != 0) {
+  if (ff::MapPeerSegment(notify_fd->get(), ff::kNotifySegmentBytes, true, &p->notify) != 0 ||
+      ff::MapPeerSegment(table_fd->get(), ff::kMrTableBytes, false, &p->mr_table) != 0) {
     return nullptr;
   }
   ctx->peers[id] = p;
@@ -181,7 +179,7 @@ ibv_qp* CreateQpCommon(Context* ctx, ibv_pd* pd, ibv_qp_init_attr_ex* attr) {
   int rc = ff::CreateSegment("ffverbs-qp", seg_bytes, &qp->seg_fd);
   if (rc == 0) rc = ff::MapSegment(qp->seg_fd.get(), seg_bytes, true, &qp->seg);
   if (rc != 0) {
-    errno = -rc;
+    errno = rc;
     return nullptr;
   }
   auto* hdr = new (qp->seg.get()) ff::QpSegmentHeader();
@@ -263,19 +261,18 @@ void SetPeerIdentity(PeerLink* link, const ff::proto::ConnectReply& c) {
 // requests, ring 1 for its responses) and the eventfd that wakes it.
 int ConnectRemote(const ff::proto::ConnectReply& c, UniqueFd* fds, int got,
                   std::unique_ptr<PeerLink>* out) {
-  if (got != 2 || c.num_rings != 2 || c.ring_bytes < 4096 || (c.ring_bytes & (c.ring_bytes - 1)))
-    return EPROTO;
+  if (got != ff::proto::ConnectReplyFds(c)) return EPROTO;
   auto link = std::make_unique<PeerLink>();
   link->remote = true;
   SetPeerIdentity(link.get(), c);
-  const size_t seg_bytes = ff::QpSegmentBytes(2, c.ring_bytes);
-  if (ff::SegmentSize(fds[0].get()) < static_cast<int64_t>(seg_bytes) ||
-      ff::MapSegment(fds[0].get(), seg_bytes, true, &link->seg) != 0)
-    return EPROTO;
+  const size_t seg_bytes = ff::QpSegmentBytes(ff::kProxyRings, c.ring_bytes);
+  if (ff::MapPeerSegment(fds[0].get(), seg_bytes, true, &link->seg) != 0) return EPROTO;
   link->hdr = link->seg.as<ff::QpSegmentHeader>();
   if (link->hdr->magic != ff::kQpSegMagic) return EPROTO;
-  link->producer.Attach(ff::QpRing(link->seg.get(), 0, c.ring_bytes), c.ring_bytes);
-  link->responses.Attach(ff::QpRing(link->seg.get(), 1, c.ring_bytes), c.ring_bytes);
+  link->producer.Attach(ff::QpRing(link->seg.get(), ff::kProxyRequestRing, c.ring_bytes),
+                        c.ring_bytes);
+  link->responses.Attach(ff::QpRing(link->seg.get(), ff::kProxyResponseRing, c.ring_bytes),
+                         c.ring_bytes);
   link->notify = &link->hdr->doorbell;
   link->notify_fd = std::move(fds[1]);
   *out = std::move(link);
@@ -298,26 +295,17 @@ int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, 
   if (rc != 0) return rc;
   const ff::proto::ConnectReply& c = r.u.connect;
   if (c.flags & ff::proto::kConnectRemote) return ConnectRemote(c, fds, got, out);
-  const int expect = 3 + (c.notify_slot != ff::proto::kNoId ? 1 : 0) + (c.has_srq ? 1 : 0);
-  if (got != expect || c.num_rings == 0 || c.num_rings > 64 || c.ring_index >= c.num_rings ||
-      c.ring_bytes < 4096 || (c.ring_bytes & (c.ring_bytes - 1)) != 0 ||
-      (c.notify_slot != ff::proto::kNoId && c.notify_slot >= ff::kNotifySlots)) {
-    return EPROTO;
-  }
+  if (got != ff::proto::ConnectReplyFds(c)) return EPROTO;
   auto link = std::make_unique<PeerLink>();
   SetPeerIdentity(link.get(), c);
   const size_t seg_bytes = ff::QpSegmentBytes(c.num_rings, c.ring_bytes);
-  if (ff::SegmentSize(fds[0].get()) < static_cast<int64_t>(seg_bytes) ||
-      ff::MapSegment(fds[0].get(), seg_bytes, true, &link->seg) != 0) {
-    return EPROTO;
-  }
+  if (ff::MapPeerSegment(fds[0].get(), seg_bytes, true, &link->seg) != 0) return EPROTO;
   link->hdr = link->seg.as<ff::QpSegmentHeader>();
   if (link->hdr->magic != ff::kQpSegMagic) return EPROTO;
   int next = 3;
   if (c.notify_slot != ff::proto::kNoId) link->notify_fd = std::move(fds[next++]);
   if (c.has_srq) {
-    if (ff::SegmentSize(fds[next].get()) < static_cast<int64_t>(sizeof(ff::SrqSegment)) ||
-        ff::MapSegment(fds[next].get(), sizeof(ff::SrqSegment), true, &link->srq_seg) != 0)
+    if (ff::MapPeerSegment(fds[next].get(), sizeof(ff::SrqSegment), true, &link->srq_seg) != 0)
       return EPROTO;
     link->credits = &link->srq_seg.as<ff::SrqSegment>()->credits;
   } else {
@@ -349,8 +337,7 @@ Mapping* PeerRegion(Qp* qp, PeerLink* link, uint32_t region_id) {
       return nullptr;
     const uint64_t size = r.u.region.size;
     Mapping map;
-    if (size == 0 || ff::SegmentSize(fd.get()) < static_cast<int64_t>(size) ||
-        ff::MapSegment(fd.get(), size, true, &map) != 0)
+    if (size == 0 || ff::MapPeerSegment(fd.get(), size, true, &map) != 0)
       return nullptr;
     it = p->regions.emplace(region_id, std::move(map)).first;
   }
@@ -543,7 +530,7 @@ FFV_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   int rc = ff::CreateSegment("ffverbs-srq", sizeof(ff::SrqSegment), &srq->seg_fd);
   if (rc == 0) rc = ff::MapSegment(srq->seg_fd.get(), sizeof(ff::SrqSegment), true, &srq->seg);
   if (rc != 0) {
-    errno = -rc;
+    errno = rc;
     return nullptr;
   }
   auto* seg = new (srq->seg.get()) ff::SrqSegment();

@@ -96,9 +96,9 @@ Session* Connect() {
   int rc = ff::CreateSegment("ffverbs-notify", ff::kNotifySegmentBytes, &s->notify_fd);
   if (rc == 0) rc = ff::MapSegment(s->notify_fd.get(), ff::kNotifySegmentBytes, true, &s->notify);
   int pair[2];
-  if (rc == 0 && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) rc = -errno;
+  if (rc == 0 && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) rc = errno;
   if (rc != 0) {
-    LogError("cannot set up shared memory for the router: %s", std::strerror(-rc));
+    LogError("cannot set up shared memory for the router: %s", std::strerror(rc));
     return nullptr;
   }
   s->events.reset(pair[0]);
@@ -124,8 +124,7 @@ Session* Connect() {
              resp.u.hello.node[0] ? ": " : "", resp.u.hello.node);
     return nullptr;
   }
-  if (got != 1 || ff::SegmentSize(table.get()) < static_cast<int64_t>(ff::kMrTableBytes) ||
-      ff::MapSegment(table.get(), ff::kMrTableBytes, false, &s->mr_table) != 0) {
+  if (got != 1 || ff::MapPeerSegment(table.get(), ff::kMrTableBytes, false, &s->mr_table) != 0) {
     LogError("the router sent a malformed HELLO answer");
     return nullptr;
   }
@@ -174,15 +173,14 @@ int Session::Call(const void* req, size_t len, const int* fds, int nfds,
   auto* h = reinterpret_cast<ff::proto::Header*>(buf);
   h->seq = ++seq;
   int rc = ff::SendWithFds(sock.get(), buf, len, fds, nfds);
-  if (rc != 0) return rc == -EPIPE ? ENOTCONN : -rc;
+  if (rc != 0) return rc == EPIPE ? ENOTCONN : rc;
   UniqueFd scratch[ff::proto::kMaxFds];
   int got = 0;
-  const ssize_t n = ff::RecvWithFds(sock.get(), resp, sizeof(*resp), scratch, ff::proto::kMaxFds,
-                                    &got);
+  size_t n = 0;
+  rc = ff::RecvWithFds(sock.get(), resp, sizeof(*resp), scratch, ff::proto::kMaxFds, &got, &n);
+  if (rc != 0) return rc == EAGAIN ? ETIMEDOUT : rc;
   if (n == 0) return ENOTCONN;
-  if (n < 0) return n == -EAGAIN ? ETIMEDOUT : static_cast<int>(-n);
-  if (n != static_cast<ssize_t>(sizeof(*resp)) || resp->h.seq != h->seq || resp->h.op != h->op)
-    return EPROTO;
+  if (n != sizeof(*resp) || resp->h.seq != h->seq || resp->h.op != h->op) return EPROTO;
   if (nfds_out != nullptr) *nfds_out = 0;
   for (int i = 0; i < got && i < max_fds_out; ++i) {
     fds_out[i] = std::move(scratch[i]);

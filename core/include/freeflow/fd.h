@@ -61,19 +61,27 @@ class Mapping {
   size_t len_ = 0;
 };
 
-// Creates a sealed-size memfd of `size` bytes. Returns -errno on failure.
-int CreateSegment(const char* name, size_t size, UniqueFd* out);
-// Maps `size` bytes of `fd` shared. Returns -errno on failure.
-int MapSegment(int fd, size_t size, bool writable, Mapping* out);
-// Size of the object behind fd, or -errno.
-int64_t SegmentSize(int fd);
+// Error convention of core (and of the router and the library inside): functions return 0
+// or a positive errno value; they never set errno for their caller.
 
-// Sends one datagram with optional descriptors. Returns 0 or -errno.
+// Creates a sealed-size memfd of `size` bytes.
+int CreateSegment(const char* name, size_t size, UniqueFd* out);
+// Maps `size` bytes of `fd` shared.
+int MapSegment(int fd, size_t size, bool writable, Mapping* out);
+// Maps `size` bytes of a segment another process handed over, after checking that the
+// object behind `fd` is at least that large (EINVAL when it is smaller).
+int MapPeerSegment(int fd, size_t size, bool writable, Mapping* out);
+// Size of the object behind fd.
+int SegmentSize(int fd, uint64_t* size);
+// True when the object behind fd holds at least `bytes` bytes.
+bool SegmentAtLeast(int fd, uint64_t bytes);
+
+// Sends one datagram with optional descriptors (EMSGSIZE when it went out short).
 int SendWithFds(int sock, const void* buf, size_t len, const int* fds, int nfds, int flags = 0);
-// Receives one datagram and up to `max_fds` descriptors (owned by the caller on success).
-// Returns the datagram length, 0 on orderly shutdown, or -errno. A truncated datagram or
-// descriptor list is an error (-EMSGSIZE) and any received descriptors are closed.
-ssize_t RecvWithFds(int sock, void* buf, size_t cap, UniqueFd* fds, int max_fds, int* nfds,
-                    int flags = 0);
+// Receives one datagram and up to `max_fds` descriptors (owned by the caller on success);
+// *len is its length, 0 on orderly shutdown. A truncated datagram or descriptor list is an
+// error (EMSGSIZE) and any received descriptors are closed.
+int RecvWithFds(int sock, void* buf, size_t cap, UniqueFd* fds, int max_fds, int* nfds,
+                size_t* len, int flags = 0);
 
 }  // namespace ff

@@ -1,11 +1,21 @@
 // Messages between the container library and the router, over a SOCK_SEQPACKET Unix
 // socket (one message per datagram, file descriptors as SCM_RIGHTS). Every message is a
 // fixed-size POD: the router rejects any size, op or descriptor count it does not expect
-// and disconnects the sender. Requests are answered in order with a Response carrying an
-// errno-style status.
+// (kOpSpecs, checked by DecodeRequest) and disconnects the sender. Requests are answered in
+// order with a Response whose status is 0 or a positive errno value.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+
+#include "freeflow/tunables.h"
+
+namespace ff {
+// Version of the router <-> library protocol, of the shared-memory layouts and of the proxy
+// records: a library and a router with different values refuse each other at HELLO.
+inline constexpr uint32_t kAbiVersion = 2;
+}  // namespace ff
 
 namespace ff::proto {
 
@@ -38,25 +48,30 @@ inline constexpr uint32_t kNoId = 0xffffffffu;
 
 // fds: [notify segment memfd, event socket, wake eventfd]. The last notify slot
 // (kWakeSlot) is the process's wake word: a router that delivers cross-node data to the
-// process rings the wake eventfd when the word is armed.
-inline constexpr uint32_t kWakeSlot = 4095;
+// process rings the wake eventfd when the word is armed. CQs use the slots below it.
+inline constexpr uint32_t kWakeSlot = kNotifySlots - 1;
+static_assert(kWakeSlot == kNotifySlots - 1 && kWakeSlot > 0, "the wake word is the last slot");
 struct Hello {
+  static constexpr Op kOp = Op::kHello;
   Header h;
   uint32_t abi;
   uint32_t reserved;
 };
 // fds: [channel eventfd]
 struct CreateChannel {
+  static constexpr Op kOp = Op::kCreateChannel;
   Header h;
   uint32_t chan_id;
   uint32_t reserved;
 };
 struct DestroyChannel {
+  static constexpr Op kOp = Op::kDestroyChannel;
   Header h;
   uint32_t chan_id;
   uint32_t reserved;
 };
 struct CreateCq {
+  static constexpr Op kOp = Op::kCreateCq;
   Header h;
   uint32_t cq_id;
   uint32_t notify_slot;  // kNoId when the CQ has no completion channel
@@ -64,23 +79,27 @@ struct CreateCq {
   uint32_t reserved;
 };
 struct DestroyCq {
+  static constexpr Op kOp = Op::kDestroyCq;
   Header h;
   uint32_t cq_id;
   uint32_t reserved;
 };
 // fds: [SRQ segment memfd]
 struct CreateSrq {
+  static constexpr Op kOp = Op::kCreateSrq;
   Header h;
   uint32_t srq_id;
   uint32_t reserved;
 };
 struct DestroySrq {
+  static constexpr Op kOp = Op::kDestroySrq;
   Header h;
   uint32_t srq_id;
   uint32_t reserved;
 };
 // fds: [QP segment memfd]
 struct CreateQp {
+  static constexpr Op kOp = Op::kCreateQp;
   Header h;
   uint32_t qp_type;  // ibv_qp_type
   uint32_t num_rings;
@@ -90,6 +109,7 @@ struct CreateQp {
   uint32_t send_cq_id;
 };
 struct DestroyQp {
+  static constexpr Op kOp = Op::kDestroyQp;
   Header h;
   uint32_t qpn;
   uint32_t reserved;
@@ -98,6 +118,7 @@ struct DestroyQp {
 // one ring of the destination QP to produce into. Address by overlay IPv4 (GID) when
 // dest_ip != 0, else by LID.
 struct ConnectQp {
+  static constexpr Op kOp = Op::kConnectQp;  // kResolveUd for a UD destination
   Header h;
   uint32_t qpn;
   uint32_t dest_ip;  // network byte order, 0 when addressing by LID
@@ -106,12 +127,14 @@ struct ConnectQp {
   uint16_t reserved;
 };
 struct DisconnectQp {
+  static constexpr Op kOp = Op::kDisconnectQp;
   Header h;
   uint32_t qpn;
   uint32_t reserved;
 };
 // fds: [region memfd] when new_region != 0
 struct RegMr {
+  static constexpr Op kOp = Op::kRegMr;
   Header h;
   uint64_t addr;
   uint64_t length;
@@ -123,6 +146,7 @@ struct RegMr {
   uint32_t reserved;
 };
 struct DeregMr {
+  static constexpr Op kOp = Op::kDeregMr;
   Header h;
   uint32_t key;
   uint32_t release_region;  // the region named by the entry is no longer used
@@ -131,6 +155,7 @@ struct DeregMr {
 // registrations into one memfd); the key stays the same. fds: [region memfd] when
 // new_region != 0.
 struct MoveMr {
+  static constexpr Op kOp = Op::kMoveMr;
   Header h;
   uint64_t region_offset;
   uint64_t region_size;
@@ -141,6 +166,7 @@ struct MoveMr {
 };
 // Asks for the memfd of a region of the peer connected to `qpn`.
 struct GetRegion {
+  static constexpr Op kOp = Op::kGetRegion;
   Header h;
   uint32_t qpn;
   uint32_t region_id;
@@ -161,8 +187,8 @@ struct CreateQpReply {
 // fds: [peer QP segment, peer notify segment, peer MR table, peer channel eventfd (when
 // notify_slot != kNoId), peer SRQ segment (when has_srq)]
 // A peer on another node is reached through a proxy segment owned by the router:
-// flags has kConnectRemote, fds are [proxy segment, doorbell eventfd], ring 0 carries
-// requests (library -> router) and ring 1 responses (router -> library).
+// flags has kConnectRemote and fds are [proxy segment, doorbell eventfd]; the roles of its
+// two rings are kProxyRequestRing and kProxyResponseRing (codec.h).
 inline constexpr uint16_t kConnectRemote = 1;
 struct ConnectReply {
   uint32_t peer_ctx_id;
@@ -213,5 +239,80 @@ struct Event {
 
 inline constexpr int kMaxFds = 8;
 inline constexpr int kMaxMessage = 256;
+
+// What the router accepts for each request: its exact size and how many descriptors come
+// with it.
+struct OpSpec {
+  Op op;
+  uint32_t size;
+  uint8_t min_fds;
+  uint8_t max_fds;
+};
+inline constexpr OpSpec kOpSpecs[] = {
+    {Op::kHello, sizeof(Hello), 3, 3},
+    {Op::kCreateChannel, sizeof(CreateChannel), 1, 1},
+    {Op::kDestroyChannel, sizeof(DestroyChannel), 0, 0},
+    {Op::kCreateCq, sizeof(CreateCq), 0, 0},
+    {Op::kDestroyCq, sizeof(DestroyCq), 0, 0},
+    {Op::kCreateSrq, sizeof(CreateSrq), 1, 1},
+    {Op::kDestroySrq, sizeof(DestroySrq), 0, 0},
+    {Op::kCreateQp, sizeof(CreateQp), 1, 1},
+    {Op::kDestroyQp, sizeof(DestroyQp), 0, 0},
+    {Op::kConnectQp, sizeof(ConnectQp), 0, 0},
+    {Op::kDisconnectQp, sizeof(DisconnectQp), 0, 0},
+    {Op::kResolveUd, sizeof(ConnectQp), 0, 0},
+    {Op::kRegMr, sizeof(RegMr), 0, 1},
+    {Op::kDeregMr, sizeof(DeregMr), 0, 0},
+    {Op::kGetRegion, sizeof(GetRegion), 0, 0},
+    {Op::kMoveMr, sizeof(MoveMr), 0, 1},
+};
+static_assert(sizeof(kOpSpecs) / sizeof(kOpSpecs[0]) == static_cast<size_t>(Op::kMaxOp) - 1,
+              "every op has a spec");
+static_assert(sizeof(Response) <= static_cast<size_t>(kMaxMessage));
+
+constexpr const OpSpec* SpecOf(Op op) {
+  for (const OpSpec& s : kOpSpecs)
+    if (s.op == op) return &s;
+  return nullptr;
+}
+constexpr bool SpecsFitMessages() {
+  for (const OpSpec& s : kOpSpecs)
+    if (s.size > static_cast<uint32_t>(kMaxMessage) || s.max_fds > kMaxFds) return false;
+  return true;
+}
+static_assert(SpecsFitMessages());
+
+// Checks one datagram from a pod: a known op with the size and descriptor count its spec
+// names. On success *op is the request's op; false means a protocol violation.
+inline bool DecodeRequest(const char* buf, size_t len, int nfds, Op* op) {
+  if (len < sizeof(Header)) return false;
+  Header h;
+  std::memcpy(&h, buf, sizeof(h));
+  const OpSpec* spec = SpecOf(h.op);
+  if (spec == nullptr || len != spec->size || nfds < spec->min_fds || nfds > spec->max_fds)
+    return false;
+  *op = h.op;
+  return true;
+}
+
+// The request of a datagram DecodeRequest accepted, as its type.
+template <typename M>
+M As(const char* buf) {
+  M m;
+  std::memcpy(&m, buf, sizeof(m));
+  return m;
+}
+
+// How many descriptors come with a successful ConnectReply, or -1 when its fields do not
+// describe a segment a library may map.
+inline int ConnectReplyFds(const ConnectReply& c) {
+  if (c.ring_bytes < kMinRingBytes || c.ring_bytes > kMaxRingBytes ||
+      (c.ring_bytes & (c.ring_bytes - 1)) != 0)
+    return -1;
+  if (c.flags & kConnectRemote) return c.num_rings == 2 && c.ring_index == 0 ? 2 : -1;
+  if (c.num_rings == 0 || c.num_rings > kMaxRingsPerQp || c.ring_index >= c.num_rings) return -1;
+  if (c.notify_slot != kNoId && c.notify_slot >= kWakeSlot) return -1;
+  return 3 + (c.notify_slot != kNoId ? 1 : 0) + (c.has_srq ? 1 : 0);
+}
 
 }  // namespace ff::proto

@@ -13,6 +13,8 @@
 
 namespace ff {
 
+inline constexpr size_t kCacheLine = 64;
+
 // Completion-event word of one CQ with a completion channel. Lives in the owning
 // context's notify segment, which connected peers map so they can wake the owner.
 struct NotifySlot {
@@ -52,8 +54,8 @@ enum RecordKind : uint8_t {
   kRecPad = 1,
   kRecSend = 2,      // SEND / SEND_WITH_IMM payload fragment
   kRecWriteImm = 3,  // completion of an RDMA_WRITE_WITH_IMM (payload already placed)
-  // Only in proxy rings (library <-> its router, for a peer on another node). Each of
-  // these records starts its payload with an OpHeader.
+  // Only in proxy segments and on node links (see codec.h): requests start their payload
+  // with a ProxyRequest, responses with a ProxyResponse.
   kRecWrite = 4,      // RDMA_WRITE payload fragment
   kRecReadReq = 5,    // RDMA_READ request
   kRecAtomicReq = 6,  // ATOMIC_FETCH_AND_ADD / ATOMIC_CMP_AND_SWP request
@@ -79,21 +81,6 @@ struct RecordHeader {
 };
 static_assert(sizeof(RecordHeader) == 32);
 
-// Follows the RecordHeader of every record in a proxy ring. `seq` names the work request
-// (the low 32 bits of its send-queue index) so that responses find it.
-struct OpHeader {
-  uint64_t remote_addr;  // WRITE/READ/ATOMIC target; in a kRecResp, the data offset
-  uint64_t compare_add;
-  uint64_t swap;
-  uint32_t rkey;
-  uint32_t seq;
-  uint32_t length;   // whole request length (READ: bytes wanted)
-  uint8_t opcode;    // ibv_wr_opcode of the request
-  uint8_t last;      // 1 on the last record of the work request
-  uint16_t status;   // kRecResp: ibv_wc_status
-};
-static_assert(sizeof(OpHeader) == 40);
-
 inline constexpr uint32_t RecordBytes(uint32_t payload) {
   return (static_cast<uint32_t>(sizeof(RecordHeader)) + payload + kCacheLine - 1) &
          ~static_cast<uint32_t>(kCacheLine - 1);
@@ -113,8 +100,8 @@ struct QpSegmentHeader {
   std::atomic<uint32_t> qp_access{0};
   uint32_t reserved[10];
   RecvCredits credits;  // used when the QP has no SRQ
-  // Proxy segments only: the router sleeps on an eventfd when this is armed; the library
-  // rings it after publishing a request.
+  // Proxy segments only: armed by the router before it sleeps on the doorbell eventfd;
+  // the library rings the doorbell after publishing a request into an armed segment.
   NotifySlot doorbell;
 };
 static_assert(sizeof(QpSegmentHeader) % kCacheLine == 0);
@@ -153,6 +140,17 @@ inline constexpr size_t kMrTableBytes = sizeof(MrEntry) * kMrTableSlots;
 
 inline constexpr uint32_t MrSlotOfKey(uint32_t key) { return key >> 8; }
 
+// Changes an entry under its sequence lock (the router is its only writer): the sequence is
+// odd while `change` runs, so that a reader (ReadMrEntry) never takes a half-written entry.
+template <typename F>
+void UpdateMrEntry(MrEntry& e, F&& change) {
+  const uint32_t seq = e.seq.load(std::memory_order_relaxed);
+  e.seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  change();
+  e.seq.store(seq + 2, std::memory_order_release);
+}
+
 // A consistent copy of an MrEntry, read under its sequence lock.
 struct MrView {
   uint32_t key;
@@ -168,7 +166,7 @@ inline bool ReadMrEntry(const MrEntry* table, uint32_t key, MrView* out) {
   const uint32_t slot = MrSlotOfKey(key);
   if (slot >= kMrTableSlots || key == 0) return false;
   const MrEntry& e = table[slot];
-  for (int attempt = 0; attempt < 64; ++attempt) {
+  for (int attempt = 0; attempt < kSeqlockReadAttempts; ++attempt) {
     const uint32_t s1 = e.seq.load(std::memory_order_acquire);
     if (s1 & 1) continue;
     out->key = e.key.load(std::memory_order_relaxed);

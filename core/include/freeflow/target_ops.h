@@ -58,7 +58,7 @@ inline bool RnrRetryExhausted(RnrState* s, uint32_t timer_code, uint32_t rnr_ret
 // credits->posted, refreshed only when it runs out (keeps the shared line quiet).
 inline bool ClaimCredit(RecvCredits* c, uint64_t* posted_cache) {
   uint64_t claimed = c->claimed.load(std::memory_order_relaxed);
-  for (int attempt = 0; attempt < 64; ++attempt) {
+  for (int attempt = 0; attempt < kCreditClaimAttempts; ++attempt) {
     if (claimed >= *posted_cache) {
       *posted_cache = c->posted.load(std::memory_order_acquire);
       if (claimed >= *posted_cache) return false;

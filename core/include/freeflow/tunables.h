@@ -1,4 +1,8 @@
-// Compile-time tunables of the freeflow data path, kept in one place.
+// Every compile-time tunable of freeflow, in one place: sizes, limits, budgets and clocks of
+// the library, the router and the node links. Runtime options (flags and environment) are
+// documented with the programs that read them; their defaults are named here as kDefault*.
+// Layout constants that other constants depend on are tied together by static_asserts in
+// core/include/freeflow/codec.h.
 #pragma once
 
 #include <cstddef>
@@ -6,42 +10,64 @@
 
 namespace ff {
 
-// Version of the router <-> library protocol and of the shared-memory layouts.
-// A library and router with different values refuse each other at HELLO.
-inline constexpr uint32_t kAbiVersion = 1;
+// ---- shared memory: rings, tables, slots ------------------------------------------------
+inline constexpr uint32_t kRcRingBytes = 512 * 1024;   // inbound ring of an RC/UC QP: a few 64 KiB messages in flight
+inline constexpr uint32_t kUdRingBytes = 64 * 1024;    // one of a UD QP's rings: UD messages are at most one MTU
+inline constexpr uint32_t kUdRingsPerQp = 16;          // UD senders one UD QP can receive from at once
+inline constexpr uint32_t kProxyRingBytes = 512 * 1024;  // each ring of a proxy segment (library <-> router)
+inline constexpr uint32_t kMaxFragment = 32 * 1024;   // largest record payload: the receiver copies out while the sender copies in
+inline constexpr uint32_t kMrTableSlots = 16384;      // MR table entries per context (key = slot << 8 | tag)
+inline constexpr uint32_t kNotifySlots = 4096;        // CQ event words per process; the last is the wake word
 
-inline constexpr size_t kCacheLine = 64;
+// ---- what the virtual device reports (and enforces) -------------------------------------
+inline constexpr uint32_t kMtu = 4096;                // path MTU; the largest UD message
+inline constexpr uint32_t kMaxInline = 512;           // max_inline_data
+inline constexpr uint32_t kMaxSge = 32;               // max_sge per work request
+inline constexpr uint32_t kMaxQpWr = 16384;           // max_qp_wr and max_srq_wr
+inline constexpr uint32_t kMaxCqe = 4 * 1024 * 1024;  // max_cqe
+inline constexpr uint32_t kMaxRdAtomic = 16;          // max_qp_rd_atom: READs/atomics in flight per QP
+inline constexpr uint64_t kMaxMsgSize = 1ull << 31;   // max_msg_sz
+inline constexpr uint64_t kMaxMrSize = kMaxMsgSize * 64;  // max_mr_size
 
-// Bytes of one inbound ring of an RC/UC QP. Large enough for a few 64 KiB messages in
-// flight, small enough to stay cache-warm on a 2-core machine.
-inline constexpr uint32_t kRcRingBytes = 512 * 1024;
-// UD QPs get one ring per sending QP (the router hands them out); each is smaller
-// because a UD message is at most one MTU.
-inline constexpr uint32_t kUdRingBytes = 64 * 1024;
-inline constexpr uint32_t kUdRingsPerQp = 16;
+// ---- what a QP segment may look like (checked by the router at CreateQp) ---------------
+inline constexpr uint32_t kMaxRingsPerQp = 64;        // rings of one QP segment
+inline constexpr uint32_t kMinRingBytes = 4096;       // smallest ring
+inline constexpr uint32_t kMaxRingBytes = 64u << 20;  // largest ring
 
-// Largest payload of one ring record: a longer message is cut into fragments so that
-// the receiver copies out while the sender is still copying in.
-inline constexpr uint32_t kMaxFragment = 32 * 1024;
+// ---- library: data path ------------------------------------------------------------------
+inline constexpr int kDrainBudget = 4096;             // records taken from one ring per poll
+inline constexpr int kMaxBatchedLinks = 8;            // links whose publication one progress pass batches
+inline constexpr int kDefaultRemoteWaitUs = 1000;     // FFV_REMOTE_WAIT_US: longest sleep for the router's wake word
+inline constexpr int kRouterCallTimeoutS = 10;        // a router that does not answer a request within this is an error
+inline constexpr int kSeqlockReadAttempts = 64;       // tries to read an MR entry that is being changed
+inline constexpr int kCreditClaimAttempts = 64;       // compare-and-swap tries to claim one receive credit
 
-// Slots in a context's MR table (shared read-only with connected peers). The slot is
-// encoded in the key: key = slot << 8 | tag.
-inline constexpr uint32_t kMrTableSlots = 16384;
+// ---- router: pod sessions ----------------------------------------------------------------
+inline constexpr size_t kMaxQpsPerPod = 65536;        // QPs one pod connection may hold
+inline constexpr size_t kMaxObjectsPerPod = 16384;    // channels, CQs, SRQs or regions of each kind per pod connection
+inline constexpr int kAcceptBurst = 64;               // pod connections accepted per loop turn
+inline constexpr int kPodMessageBurst = 32;           // requests read from one pod per loop turn
 
-// Slots for CQ notification words (only CQs with a completion channel use one).
-inline constexpr uint32_t kNotifySlots = 4096;  // the last one is the process wake word
+// ---- router: forwarding and target execution --------------------------------------------
+inline constexpr size_t kForwardRoundBytes = 64 * 1024;  // taken from one proxy per drain round (fairness between QPs)
+inline constexpr size_t kSenderQueueLimit = 16u << 20;   // records queued for one slow target before its link is held
+inline constexpr uint64_t kRetryTickNs = 200'000;        // timer period while something waits for a retry
+inline constexpr uint64_t kIdleTickNs = 50'000'000;      // timer period otherwise (deadlines, missed doorbells)
 
-inline constexpr uint32_t kMtu = 4096;
-inline constexpr uint32_t kMaxInline = 512;
-inline constexpr uint32_t kMaxSge = 32;
-inline constexpr uint32_t kMaxQpWr = 16384;
-inline constexpr uint32_t kMaxCqe = 4 * 1024 * 1024;
-inline constexpr uint32_t kMaxRdAtomic = 16;
-inline constexpr uint64_t kMaxMsgSize = 1ull << 31;
+// ---- node links (router <-> router) -------------------------------------------------------
+inline constexpr uint32_t kMaxFrame = 1u << 20;          // largest frame body accepted from a peer router
+inline constexpr size_t kLinkHighWater = 8u << 20;       // bytes owed to a peer before its link counts as congested
+inline constexpr uint32_t kDirectSendBytes = 4096;       // larger records go to the socket without a copy
+inline constexpr size_t kLinkReadChunk = 512 * 1024;     // receive buffer growth step
+inline constexpr int kLinkReadBurst = 64;                // reads from one link per loop turn
+inline constexpr int kNodeAcceptBurst = 16;              // router connections accepted per loop turn
+inline constexpr uint64_t kPingIntervalNs = 100'000'000; // a dialled link pings this often
+inline constexpr uint64_t kDialTimeoutNs = 5'000'000'000ull;  // a dial that has not connected by then fails
+inline constexpr uint32_t kInboundSilenceFactor = 3;     // accepted links wait this many peer timeouts (they do not ping)
 
-static_assert((kRcRingBytes & (kRcRingBytes - 1)) == 0, "ring size must be a power of two");
-static_assert((kUdRingBytes & (kUdRingBytes - 1)) == 0, "ring size must be a power of two");
-static_assert(kMaxFragment <= kRcRingBytes / 4);
-static_assert(kMtu + 64 <= kUdRingBytes / 4);
+// ---- router: runtime option defaults ------------------------------------------------------
+inline constexpr uint16_t kDefaultRouterPort = 7471;          // --port
+inline constexpr uint32_t kDefaultPeerTimeoutMs = 2000;       // --peer-timeout-ms
+inline constexpr uint32_t kDefaultResolveTimeoutMs = 3000;    // --resolve-timeout-ms
 
 }  // namespace ff
