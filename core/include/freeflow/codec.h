@@ -117,10 +117,17 @@ RingStatus AppendRequest(RingProducer& ring, const RecordHeader& h, const ProxyR
   });
 }
 
-// The RecordHeader of a response.
+// The RecordHeader of a response; with `data_len`, sized for a response that carries that
+// many bytes of data (as a frame body carries it).
 inline RecordHeader ResponseHeader() {
   RecordHeader h{};
   h.kind = kRecResp;
+  return h;
+}
+inline RecordHeader ResponseHeader(uint32_t data_len) {
+  RecordHeader h = ResponseHeader();
+  h.frag_len = static_cast<uint32_t>(sizeof(ProxyResponse)) + data_len;
+  h.total = RecordBytes(h.frag_len);
   return h;
 }
 

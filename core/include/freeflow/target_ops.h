@@ -91,6 +91,25 @@ inline int64_t RegionOffset(const MrView& v, uint64_t addr, uint64_t len, uint64
   return static_cast<int64_t>(off);
 }
 
+// Resolves an RDMA access to the target's memory: checks it (CheckRemoteAccess), finds the
+// region that backs the MR through map_region(region_id) -> const Mapping* (nullptr when it
+// cannot be mapped) and checks the bounds against that mapping. On success *out points at
+// the first byte.
+template <typename MapRegion>
+ibv_wc_status ResolveTarget(const QpSegmentHeader* target_qp, const MrEntry* table,
+                            uint32_t rkey, uint64_t addr, uint64_t len, uint32_t need,
+                            MapRegion&& map_region, char** out) {
+  MrView v;
+  const ibv_wc_status st = CheckRemoteAccess(target_qp, table, rkey, addr, len, need, &v);
+  if (st != IBV_WC_SUCCESS) return st;
+  const auto* m = map_region(v.region);
+  if (m == nullptr) return IBV_WC_REM_ACCESS_ERR;
+  const int64_t off = RegionOffset(v, addr, len, m->size());
+  if (off < 0) return IBV_WC_REM_ACCESS_ERR;
+  *out = m->template as<char>() + off;
+  return IBV_WC_SUCCESS;
+}
+
 // Performs FETCH_AND_ADD or CMP_AND_SWP on a 64-bit word of the target and returns the
 // original value (host byte order, as rxe does).
 inline uint64_t AtomicOp(uint64_t* word, uint32_t opcode, uint64_t compare_add, uint64_t swap) {

@@ -1,0 +1,339 @@
+#include "broker.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <set>
+#include <vector>
+
+#include "freeflow/ipv4.h"
+
+namespace ff::router {
+namespace {
+
+// One request being answered at once: the pod, the message and its descriptors, the reply.
+struct Request {
+  Broker::Parts& b;
+  Pod& pod;
+  const char* msg;
+  UniqueFd* fds;
+  int nfds;
+  proto::Response reply{};
+  std::vector<int> reply_fds;
+};
+// Returns 0 or a positive errno value for the answer's status.
+using Handler = int (*)(Request& q);
+
+// Adds a pod object under the pod's own id, within the per-pod limit.
+template <typename Map, typename V>
+int AddObject(Map& objects, uint32_t id, V&& value) {
+  if (objects.size() >= kMaxObjectsPerPod) return ENOSPC;
+  if (objects.count(id)) return EEXIST;
+  objects.emplace(id, std::forward<V>(value));
+  return 0;
+}
+
+template <typename Map>
+int RemoveObject(Map& objects, uint32_t id) {
+  return objects.erase(id) ? 0 : ENOENT;
+}
+
+bool ValidRange(uint64_t offset, uint64_t length, uint64_t size) {
+  return offset <= size && length <= size - offset;
+}
+
+int CreateChannel(Request& q) {
+  return AddObject(q.pod.channels, proto::As<proto::CreateChannel>(q.msg).chan_id,
+                   std::move(q.fds[0]));
+}
+
+int DestroyChannel(Request& q) {
+  return RemoveObject(q.pod.channels, proto::As<proto::DestroyChannel>(q.msg).chan_id);
+}
+
+int CreateCq(Request& q) {
+  const auto m = proto::As<proto::CreateCq>(q.msg);
+  if (m.notify_slot != proto::kNoId &&
+      (m.notify_slot >= proto::kWakeSlot || !q.pod.channels.count(m.chan_id)))
+    return EINVAL;
+  return AddObject(q.pod.cqs, m.cq_id, Cq{m.notify_slot, m.chan_id});
+}
+
+int DestroyCq(Request& q) {
+  return RemoveObject(q.pod.cqs, proto::As<proto::DestroyCq>(q.msg).cq_id);
+}
+
+int CreateSrq(Request& q) {
+  if (!SegmentAtLeast(q.fds[0].get(), sizeof(SrqSegment))) return EINVAL;
+  return AddObject(q.pod.srqs, proto::As<proto::CreateSrq>(q.msg).srq_id, std::move(q.fds[0]));
+}
+
+int DestroySrq(Request& q) {
+  return RemoveObject(q.pod.srqs, proto::As<proto::DestroySrq>(q.msg).srq_id);
+}
+
+int CreateQp(Request& q) {
+  const auto m = proto::As<proto::CreateQp>(q.msg);
+  if (q.pod.qps.size() >= kMaxQpsPerPod) return ENOSPC;
+  if (m.qp_type != IBV_QPT_RC && m.qp_type != IBV_QPT_UC && m.qp_type != IBV_QPT_UD)
+    return EINVAL;
+  if (m.num_rings == 0 || m.num_rings > kMaxRingsPerQp || m.ring_bytes < kMinRingBytes ||
+      m.ring_bytes > kMaxRingBytes || (m.ring_bytes & (m.ring_bytes - 1)) != 0)
+    return EINVAL;
+  if (!SegmentAtLeast(q.fds[0].get(), QpSegmentBytes(m.num_rings, m.ring_bytes))) return EINVAL;
+  if (m.srq_id != proto::kNoId && !q.pod.srqs.count(m.srq_id)) return EINVAL;
+  if (!q.pod.cqs.count(m.recv_cq_id) || !q.pod.cqs.count(m.send_cq_id)) return EINVAL;
+  auto qp = std::make_unique<Qp>();
+  qp->type = m.qp_type;
+  qp->owner = q.pod.id;
+  qp->seg = std::move(q.fds[0]);
+  qp->num_rings = m.num_rings;
+  qp->ring_bytes = m.ring_bytes;
+  qp->srq_id = m.srq_id;
+  qp->recv_cq_id = m.recv_cq_id;
+  qp->send_cq_id = m.send_cq_id;
+  qp->producers.assign(m.num_rings, Producer{});
+  const uint32_t qpn = q.b.tables.AddQp(std::move(qp)).qpn;
+  q.pod.qps.insert(qpn);
+  q.reply.u.create_qp.qpn = qpn;
+  return 0;
+}
+
+// Releases `qp`: its links to other nodes and the rings it and others produce into. Its
+// connected peers hear kPeerGone (its process died) or kPeerClosed (it was destroyed).
+void ReleaseQp(Broker::Parts& b, Qp& qp, bool died) {
+  const proto::EventType gone = died ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed;
+  b.forwarder.DropQp(qp.qpn, died);
+  const std::vector<Producer> producers = qp.producers;
+  for (const Producer& p : producers) {
+    if (p.kind == Producer::Kind::kRemote) b.executor.ReleaseSender(p.id, died);
+    if (p.kind != Producer::Kind::kLocalQp) continue;
+    Qp* from = b.tables.FindQp(p.id);
+    if (from == nullptr) continue;
+    from->produces_into.erase(qp.qpn);
+    if (from->type != IBV_QPT_UD) b.sessions.Notify(from->owner, gone, from->qpn);
+  }
+  for (uint32_t dest : b.tables.Unlink(qp)) {
+    Qp* d = b.tables.FindQp(dest);
+    if (d != nullptr && d->type != IBV_QPT_UD) b.sessions.Notify(d->owner, gone, dest);
+  }
+}
+
+int DestroyQp(Request& q) {
+  const uint32_t qpn = proto::As<proto::DestroyQp>(q.msg).qpn;
+  Qp* qp = q.b.tables.FindOwnedQp(q.pod, qpn);
+  if (qp == nullptr) return ENOENT;
+  ReleaseQp(q.b, *qp, false);
+  q.pod.qps.erase(qpn);
+  q.b.tables.EraseQp(qpn);
+  return 0;
+}
+
+int DisconnectQp(Request& q) {
+  const uint32_t qpn = proto::As<proto::DisconnectQp>(q.msg).qpn;
+  Qp* qp = q.b.tables.FindOwnedQp(q.pod, qpn);
+  if (qp == nullptr) return ENOENT;
+  q.b.forwarder.DropQp(qpn, false);
+  q.b.tables.Unlink(*qp);
+  return 0;
+}
+
+// A registration naming a region the router has not seen brings its memfd, which must be at
+// least as large as the library claims.
+int AcceptRegion(Request& q, bool is_new, uint32_t region_id, uint64_t region_size) {
+  if (!is_new) return q.nfds == 0 ? 0 : EINVAL;
+  if (q.nfds != 1 || q.pod.regions.count(region_id) ||
+      q.pod.regions.size() >= kMaxObjectsPerPod)
+    return EINVAL;
+  if (!SegmentAtLeast(q.fds[0].get(), region_size)) return EINVAL;
+  q.pod.regions[region_id] = Region{std::move(q.fds[0]), region_size, Mapping{}};
+  return 0;
+}
+
+int RegMr(Request& q) {
+  const auto m = proto::As<proto::RegMr>(q.msg);
+  if (m.length == 0 || m.length > kMaxMrSize) return EINVAL;
+  if (const int rc = AcceptRegion(q, m.new_region != 0, m.region_id, m.region_size)) return rc;
+  auto region = q.pod.regions.find(m.region_id);
+  if (region == q.pod.regions.end()) return ENOENT;
+  if (!ValidRange(m.region_offset, m.length, region->second.size)) return EINVAL;
+  const MrView entry{0, m.access, m.region_id, m.addr, m.length, m.region_offset};
+  return q.pod.mr.Add(entry, &q.reply.u.reg_mr.key);
+}
+
+int DeregMr(Request& q) {
+  const auto m = proto::As<proto::DeregMr>(q.msg);
+  uint32_t region = 0;
+  if (const int rc = q.pod.mr.Remove(m.key, &region)) return rc;
+  if (m.release_region) q.pod.regions.erase(region);
+  return 0;
+}
+
+int MoveMr(Request& q) {
+  const auto m = proto::As<proto::MoveMr>(q.msg);
+  MrView v;
+  if (!q.pod.mr.Find(m.key, &v)) return EINVAL;
+  if (const int rc = AcceptRegion(q, m.new_region != 0, m.region_id, m.region_size)) return rc;
+  auto region = q.pod.regions.find(m.region_id);
+  if (region == q.pod.regions.end()) return ENOENT;
+  if (!ValidRange(m.region_offset, v.length, region->second.size)) return EINVAL;
+  if (const int rc = q.pod.mr.Move(m.key, m.region_id, m.region_offset)) return rc;
+  if (m.release_old && v.region != m.region_id) q.pod.regions.erase(v.region);
+  return 0;
+}
+
+// The memfd of a region of a pod that QP `qpn` is connected to.
+int GetRegion(Request& q) {
+  const auto m = proto::As<proto::GetRegion>(q.msg);
+  Qp* self = q.b.tables.FindOwnedQp(q.pod, m.qpn);
+  if (self == nullptr) return ENOENT;
+  for (uint32_t dest : self->produces_into) {
+    Qp* d = q.b.tables.FindQp(dest);
+    Pod* owner = d != nullptr ? q.b.tables.FindPod(d->owner) : nullptr;
+    if (owner == nullptr) continue;
+    auto region = owner->regions.find(m.region_id);
+    if (region == owner->regions.end()) continue;
+    q.reply.u.region.size = region->second.size;
+    q.reply_fds.push_back(region->second.fd.get());
+    return 0;
+  }
+  return ENOENT;
+}
+
+// Requests answered at once, indexed by proto::Op (HELLO and the connects are not).
+constexpr Handler kHandlers[] = {
+    nullptr,   nullptr,       &CreateChannel, &DestroyChannel, &CreateCq,  &DestroyCq,
+    &CreateSrq, &DestroySrq,  &CreateQp,      &DestroyQp,      nullptr,    &DisconnectQp,
+    nullptr,   &RegMr,        &DeregMr,       &GetRegion,      &MoveMr};
+static_assert(sizeof(kHandlers) / sizeof(kHandlers[0]) == static_cast<size_t>(proto::Op::kMaxOp));
+
+void Hello(Broker::Parts& b, const Call& call, const char* msg, UniqueFd* fds) {
+  const auto m = proto::As<proto::Hello>(msg);
+  proto::Response r{};
+  if (m.abi != kAbiVersion) {
+    std::snprintf(r.u.hello.node, sizeof(r.u.hello.node),
+                  "library ABI %u does not match router ABI %u", m.abi, kAbiVersion);
+    return b.sessions.Answer(call, EPROTO, r);
+  }
+  int type = 0;
+  socklen_t tl = sizeof(type);
+  if (!SegmentAtLeast(fds[0].get(), kNotifySegmentBytes) ||
+      ::getsockopt(fds[1].get(), SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_SEQPACKET)
+    return b.sessions.Answer(call, EINVAL, r);
+  ::fcntl(fds[1].get(), F_SETFL, O_NONBLOCK);
+  const PodIdentity who = *b.sessions.Identity(call.pod);
+  Pod& pod = b.tables.AddPod(call.pod, who);
+  if (const int rc = pod.mr.Create()) {
+    b.tables.ErasePod(call.pod);
+    return b.sessions.Answer(call, rc, r);
+  }
+  pod.notify_seg = std::move(fds[0]);
+  pod.wake_fd = std::move(fds[2]);
+  b.directory.Publish(who.ip);
+  r.u.hello.ctx_id = call.pod;
+  r.u.hello.ip = htonl(who.ip);
+  r.u.hello.lid = LidForIp(who.ip);
+  r.u.hello.prefix_len = b.overlay_prefix_len;
+  std::snprintf(r.u.hello.node, sizeof(r.u.hello.node), "%s", b.node_name.c_str());
+  b.sessions.Welcome(call.pod, std::move(fds[1]));
+  const int table = pod.mr.read_only_fd();
+  b.sessions.Answer(call, 0, r, &table, 1);
+}
+
+// Gives `src` a ring of `dest` (both on this node) and the peer's segments.
+int ConnectLocal(Broker::Parts& b, Qp& src, Qp& dest, bool ud, proto::Response* r,
+                 std::vector<int>* fds) {
+  if (dest.type != src.type) return EINVAL;
+  const int ring = dest.RingFor(Producer::Local(src.qpn));
+  if (ring < 0) return ud ? ENOSPC : EBUSY;
+  Pod* owner = b.tables.FindPod(dest.owner);
+  if (owner == nullptr) return EHOSTUNREACH;
+  if (!ud) b.tables.Unlink(src, &dest);  // an RC/UC QP sends to one peer
+  proto::ConnectReply& c = r->u.connect;
+  c.peer_ctx_id = owner->id;
+  c.peer_qpn = dest.qpn;
+  c.peer_ip = htonl(owner->who.ip);
+  c.peer_lid = LidForIp(owner->who.ip);
+  c.ring_index = static_cast<uint32_t>(ring);
+  c.num_rings = dest.num_rings;
+  c.ring_bytes = dest.ring_bytes;
+  c.peer_qp_type = dest.type;
+  c.notify_slot = proto::kNoId;
+  c.has_srq = 0;
+  *fds = {dest.seg.get(), owner->notify_seg.get(), owner->mr.read_only_fd()};
+  int channel = -1;
+  if (owner->CqChannel(dest.recv_cq_id, &c.notify_slot, &channel)) fds->push_back(channel);
+  if (dest.srq_id != proto::kNoId) {
+    auto srq = owner->srqs.find(dest.srq_id);
+    if (srq == owner->srqs.end()) return EHOSTUNREACH;
+    c.has_srq = 1;
+    fds->push_back(srq->second.get());
+  }
+  dest.producers[static_cast<size_t>(ring)] = Producer::Local(src.qpn);
+  src.produces_into.insert(dest.qpn);
+  return 0;
+}
+
+// ConnectQp (RC/UC, at RTR) and ResolveUd: a QP of this node answers now; one on another
+// node is the forwarder's, which answers when the peer router replies.
+void Connect(Broker::Parts& b, const Call& call, Pod& pod, const char* msg) {
+  const auto m = proto::As<proto::ConnectQp>(msg);
+  const bool ud = call.op == proto::Op::kResolveUd;
+  Qp* src = b.tables.FindOwnedQp(pod, m.qpn);
+  if (src == nullptr) return b.sessions.Answer(call, ENOENT);
+  if ((src->type == IBV_QPT_UD) != ud) return b.sessions.Answer(call, EINVAL);
+  const uint32_t ip = ntohl(m.dest_ip);
+  Qp* dest = b.tables.FindDest(ip, m.dest_lid, m.dest_qpn);
+  if (dest == nullptr && ip != 0 && !b.directory.IsLocal(ip))
+    return b.forwarder.Connect(call, *src, ip, m.dest_qpn, ud);
+  if (dest == nullptr) {
+    spdlog::info("client {}: no QP {:#x} at {}", pod.id, m.dest_qpn,
+                 ip != 0 ? FormatIpv4(ip) : "lid " + std::to_string(m.dest_lid));
+    return b.sessions.Answer(call, EHOSTUNREACH);
+  }
+  proto::Response r{};
+  std::vector<int> fds;
+  const int status = ConnectLocal(b, *src, *dest, ud, &r, &fds);
+  b.sessions.Answer(call, status, r, fds.data(), static_cast<int>(fds.size()));
+}
+
+}  // namespace
+
+bool Broker::OnRequest(const Call& call, const char* msg, UniqueFd* fds, int nfds) {
+  if (call.op == proto::Op::kHello) {
+    Hello(parts_, call, msg, fds);
+    return true;
+  }
+  Pod* pod = parts_.tables.FindPod(call.pod);
+  if (pod == nullptr) return false;  // requests before a successful HELLO
+  if (call.op == proto::Op::kConnectQp || call.op == proto::Op::kResolveUd) {
+    Connect(parts_, call, *pod, msg);
+    return true;
+  }
+  Request q{parts_, *pod, msg, fds, nfds};
+  const int status = kHandlers[static_cast<size_t>(call.op)](q);
+  parts_.sessions.Answer(call, status, q.reply, q.reply_fds.data(),
+                         static_cast<int>(q.reply_fds.size()));
+  return true;
+}
+
+void Broker::OnPodGone(PodId id) {
+  Pod* pod = parts_.tables.FindPod(id);
+  if (pod == nullptr) return;  // it never completed HELLO
+  spdlog::info("client {}: releasing {} QPs, {} regions", id, pod->qps.size(),
+               pod->regions.size());
+  const std::set<uint32_t> qps = pod->qps;
+  for (uint32_t qpn : qps) {
+    if (Qp* qp = parts_.tables.FindQp(qpn)) ReleaseQp(parts_, *qp, true);
+    parts_.tables.EraseQp(qpn);
+  }
+  parts_.directory.Withdraw(pod->who.ip);
+  parts_.tables.ErasePod(id);
+}
+
+}  // namespace ff::router

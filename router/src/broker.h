@@ -1,0 +1,40 @@
+// The broker: answers pod requests. It creates and releases what pods hand over (channels,
+// CQs, SRQs, QPs, registered regions), assigns QP numbers and memory keys, and introduces a
+// QP to its peer: a QP of this node gets a ring of the peer's segment; a QP on another node
+// is left to the forwarder. When a pod goes away, everything it held is released and the
+// QPs connected to its QPs hear of it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "directory.h"
+#include "executor.h"
+#include "forwarder.h"
+#include "pod_sessions.h"
+#include "resources.h"
+
+namespace ff::router {
+
+class Broker final : public PodSessions::Handler {
+ public:
+  // What the broker works with (all owned by the router).
+  struct Parts {
+    ResourceTables& tables;
+    PodSessions& sessions;
+    Directory& directory;
+    Forwarder& forwarder;
+    Executor& executor;
+    std::string node_name;             // told to pods at HELLO
+    uint32_t overlay_prefix_len = 0;   // likewise
+  };
+  explicit Broker(Parts parts) : parts_(std::move(parts)) {}
+
+  bool OnRequest(const Call& call, const char* msg, UniqueFd* fds, int nfds) override;
+  void OnPodGone(PodId pod) override;
+
+ private:
+  Parts parts_;
+};
+
+}  // namespace ff::router

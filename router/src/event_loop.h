@@ -1,0 +1,86 @@
+// The router's reactor: one epoll set, callbacks per watched descriptor, work deferred to
+// the end of a turn, and a stop switch that signal handlers and other threads may flip.
+//
+// Threading: everything except Post() and Stop() must be called on the loop's thread.
+// Callbacks run on that thread, one at a time; a callback may watch and unwatch any
+// descriptor, including its own: an unwatched descriptor gets no further callback, even
+// for events already collected in the same turn.
+#pragma once
+
+#include <signal.h>
+#include <sys/epoll.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "freeflow/fd.h"
+
+namespace ff::router {
+
+class EventLoop {
+ public:
+  using Callback = std::function<void(uint32_t events)>;
+  using WatchId = uint64_t;  // 0 is never a valid id
+
+  EventLoop() = default;
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  // Creates the epoll set and the wake-up eventfd. Returns 0 or an errno value.
+  int Init();
+
+  // Watches `fd` (not owned) for `events` (EPOLLIN, ...). Returns 0 when epoll refuses it.
+  WatchId Watch(int fd, uint32_t events, Callback cb);
+  void Modify(WatchId id, uint32_t events);
+  void Unwatch(WatchId id);
+
+  // Runs `fn` on this thread after the callbacks of the current turn.
+  void Defer(std::function<void()> fn);
+  // Thread-safe: runs `fn` on the loop's thread during its next turn.
+  void Post(std::function<void()> fn);
+
+  // One turn: waits up to `timeout_ms` (-1: until something happens) for events, runs
+  // their callbacks, then the deferred work. Returns the number of events handled.
+  int RunOnce(int timeout_ms);
+  // Thread-safe and async-signal-safe: makes stopped() true and wakes the loop.
+  void Stop();
+  bool stopped() const { return stopped_; }
+
+ private:
+  struct Watched {
+    int fd = -1;
+    Callback cb;
+    bool live = true;
+  };
+  void RunDeferred();
+  void Drain();  // the wake-up eventfd fired: take posted work
+
+  UniqueFd epoll_;
+  UniqueFd wake_;
+  WatchId wake_id_ = 0;
+  WatchId next_id_ = 1;
+  std::unordered_map<WatchId, Watched> watched_;
+  std::vector<WatchId> unwatched_;  // erased after the turn that unwatched them
+  std::deque<std::function<void()>> deferred_;
+  std::mutex posted_mu_;
+  std::vector<std::function<void()>> posted_;
+  volatile sig_atomic_t stopped_ = 0;
+};
+
+// A one-shot monotonic timer on a loop: Arm() (re)starts it, the callback runs once when
+// it expires.
+class Timer {
+ public:
+  // Returns 0 or an errno value.
+  int Start(EventLoop& loop, std::function<void()> on_expiry);
+  void Arm(uint64_t after_ns);
+
+ private:
+  UniqueFd fd_;
+};
+
+}  // namespace ff::router

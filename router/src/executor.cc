@@ -1,0 +1,360 @@
+#include "executor.h"
+
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace ff::router {
+
+Executor::Verdict Executor::OnMessage(LinkId link, const NodeMessage& m) {
+  switch (m.type) {
+    case wire::Type::kConnect: {
+      wire::Connect c;
+      std::memcpy(&c, m.body, sizeof(c));
+      Connect(link, m.chan, c);
+      return Verdict::kConsumed;
+    }
+    case wire::Type::kRecord:
+      return Record(link, m.chan, m.body, m.len);
+    case wire::Type::kClose:
+      if (senders_.count({link, m.chan})) Drop({link, m.chan}, false, m.flags != 0);
+      return Verdict::kConsumed;
+    default:
+      return Verdict::kMalformed;  // answers travel the other way
+  }
+}
+
+Executor::Sender* Executor::Find(LinkId link, uint32_t chan) {
+  auto it = senders_.find({link, chan});
+  return it == senders_.end() ? nullptr : it->second.get();
+}
+
+void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m) {
+  wire::ConnectReply reply{0, 0, 0, 0};
+  auto answer = [&](int status) {
+    reply.status = status;
+    transport_->Send(link, wire::Type::kConnectReply, chan, 0, {{&reply, sizeof(reply)}});
+  };
+  Qp* dest = tables_.FindDest(m.dest_ip, 0, m.dest_qpn);
+  Pod* owner = dest != nullptr ? tables_.FindPod(dest->owner) : nullptr;
+  if (owner == nullptr) return answer(EHOSTUNREACH);
+  if (dest->type != m.qp_type) return answer(EINVAL);
+  if (senders_.count({link, chan})) Drop({link, chan}, false, false);
+  auto s = std::make_unique<Sender>();
+  s->id = next_id_++;
+  const int ring = dest->RingFor(Producer::Remote(s->id));
+  if (ring < 0) return answer(dest->type == IBV_QPT_UD ? ENOSPC : EBUSY);
+  s->link = link;
+  s->chan = chan;
+  s->src_ip = m.src_ip;
+  s->src_qpn = m.src_qpn;
+  s->target_qpn = dest->qpn;
+  s->recv_cq_id = dest->recv_cq_id;
+  s->owner = owner->id;
+  s->qp_type = dest->type;
+  if (MapSegment(dest->seg.get(), QpSegmentBytes(dest->num_rings, dest->ring_bytes), true,
+                 &s->seg) != 0)
+    return answer(ENOMEM);
+  s->hdr = s->seg.as<QpSegmentHeader>();
+  s->credits = &s->hdr->credits;
+  if (dest->srq_id != proto::kNoId) {
+    auto srq = owner->srqs.find(dest->srq_id);
+    if (srq == owner->srqs.end() ||
+        MapSegment(srq->second.get(), sizeof(SrqSegment), true, &s->srq_seg) != 0)
+      return answer(EHOSTUNREACH);
+    s->credits = &s->srq_seg.as<SrqSegment>()->credits;
+  }
+  s->producer.Attach(QpRing(s->seg.get(), static_cast<uint32_t>(ring), dest->ring_bytes),
+                     dest->ring_bytes);
+  dest->producers[static_cast<size_t>(ring)] = Producer::Remote(s->id);
+  reply.peer_qpn = dest->qpn;
+  reply.peer_ip = owner->who.ip;
+  reply.qp_type = dest->type;
+  by_id_[s->id] = {link, chan};
+  senders_[{link, chan}] = std::move(s);
+  answer(0);
+}
+
+Executor::Verdict Executor::Record(LinkId link, uint32_t chan, const char* body, uint32_t len) {
+  RecordHeader h;
+  const char* payload = nullptr;
+  RequestView v;
+  if (!SplitRecord(body, len, &h, &payload) || !DecodeRequest(h, payload, &v))
+    return Verdict::kMalformed;
+  if (transport_->Congested(link)) {
+    // A READ answer is far larger than its request: execute nothing more for this link
+    // until what we owe its peer has drained.
+    held_for_output_.insert(link);
+    return Verdict::kHold;
+  }
+  Sender* s = Find(link, chan);
+  if (s == nullptr) {
+    // The target went away: every request still gets its one answer, an error, as an RC
+    // requester would see its retries run out.
+    if (v.req.last || h.kind == kRecReadReq || h.kind == kRecAtomicReq)
+      Respond(link, chan, v.req.seq, IBV_WC_RETRY_EXC_ERR, 0, nullptr, 0, true);
+    return Verdict::kConsumed;
+  }
+  if (s->queue.empty() && Apply(*s, v)) {
+    Publish(*s);  // the common case: executed from the receive buffer, no copy
+    return Verdict::kConsumed;
+  }
+  if (s->queued_bytes >= kSenderQueueLimit) {
+    // The target does not keep up: read nothing more from this link until it does.
+    s->holding = true;
+    return Verdict::kHold;
+  }
+  s->queue.emplace_back(body, body + len);
+  s->queued_bytes += len;
+  Run(*s);
+  return Verdict::kConsumed;
+}
+
+bool Executor::Apply(Sender& s, const RequestView& v) {
+  if (s.errored) return true;
+  Pod* owner = tables_.FindPod(s.owner);
+  if (owner == nullptr) return true;
+  switch (v.h.kind) {
+    case kRecSend:
+      return ApplySend(s, *owner, v);
+    case kRecWriteImm:
+      return ApplyWriteImm(s, v);
+    case kRecWrite:
+      ApplyWrite(s, *owner, v);
+      return true;
+    case kRecReadReq:
+      ApplyRead(s, *owner, v);
+      return true;
+    default:  // kRecAtomicReq: DecodeRequest admits no other kind
+      ApplyAtomic(s, *owner, v);
+      return true;
+  }
+}
+
+Executor::Credit Executor::ClaimCredit(Sender& s, const RequestView& v) {
+  if (s.have_credit) return Credit::kHave;
+  if (ff::ClaimCredit(s.credits, &s.posted_cache)) {
+    s.have_credit = true;
+    s.rnr = RnrState{};
+    return Credit::kHave;
+  }
+  if (s.qp_type != IBV_QPT_RC) return Credit::kDrop;  // UC/UD: no receive, the message is dropped
+  const uint32_t timer = s.hdr->min_rnr_timer.load(std::memory_order_relaxed);
+  if (s.rnr.deadline_ns == 0) {
+    SPDLOG_DEBUG("QP {:#x}: no receive posted for remote QP {:#x}; RNR retry in {} us",
+                 s.target_qpn, s.src_qpn, RnrTimerNs(timer) / 1000);
+  }
+  if (RnrRetryExhausted(&s.rnr, timer, v.req.rnr_retry, MonotonicNs())) {
+    Fail(s, v.req.seq, IBV_WC_RNR_RETRY_EXC_ERR);
+    return Credit::kDrop;
+  }
+  return Credit::kWait;
+}
+
+bool Executor::ApplySend(Sender& s, Pod&, const RequestView& v) {
+  if (v.h.flags & kRecFirst) {
+    s.dropping = false;
+    const Credit c = ClaimCredit(s, v);
+    if (c == Credit::kWait) return false;
+    s.dropping = c == Credit::kDrop;
+    if (s.errored) return true;
+  }
+  if (!s.dropping) {
+    RecordHeader out = v.h;
+    out.src_qpn = s.src_qpn;
+    out.src_ip = htonl(s.src_ip);
+    const RingStatus st = AppendRecord(s.producer, out, v.data, v.data_len);
+    if (st == RingStatus::kFull) return false;
+    if (st != RingStatus::kOk) {  // the target corrupted its own ring
+      Fail(s, v.req.seq, IBV_WC_REM_OP_ERR);
+      return true;
+    }
+    if (v.data_len >= kMaxFragment) s.producer.Publish();  // let it start on long messages
+  }
+  if (v.h.flags & kRecLast) {
+    s.have_credit = false;
+    s.dropping = false;
+    if (s.qp_type != IBV_QPT_UD) Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
+  }
+  return true;
+}
+
+bool Executor::ApplyWriteImm(Sender& s, const RequestView& v) {
+  const Credit c = ClaimCredit(s, v);
+  if (c == Credit::kWait) return false;
+  if (s.errored) return true;
+  if (c == Credit::kHave) {
+    RecordHeader out{};
+    out.kind = kRecWriteImm;
+    out.flags = kRecFirst | kRecLast | kRecImm;
+    out.msg_len = v.req.length;
+    out.imm = v.h.imm;
+    out.src_qpn = s.src_qpn;
+    out.src_ip = htonl(s.src_ip);
+    const RingStatus st = AppendRecord(s.producer, out, nullptr, 0);
+    if (st == RingStatus::kFull) return false;
+    if (st != RingStatus::kOk) {
+      Fail(s, v.req.seq, IBV_WC_REM_OP_ERR);
+      return true;
+    }
+  }
+  s.have_credit = false;
+  Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
+  return true;
+}
+
+char* Executor::Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len, uint32_t need) {
+  char* p = nullptr;
+  const ibv_wc_status st = ResolveTarget(
+      s.hdr, owner.mr.entries(), v.req.rkey, v.req.remote_addr, len, need,
+      [&](uint32_t region) -> const Mapping* {
+        Region* r = owner.MappedRegion(region);
+        return r != nullptr ? &r->map : nullptr;
+      },
+      &p);
+  if (st != IBV_WC_SUCCESS) {
+    Fail(s, v.req.seq, st);
+    return nullptr;
+  }
+  return p;
+}
+
+void Executor::ApplyWrite(Sender& s, Pod& owner, const RequestView& v) {
+  if (v.data_len > 0) {
+    char* dst = Target(s, owner, v, v.data_len, IBV_ACCESS_REMOTE_WRITE);
+    if (dst == nullptr) return;
+    std::memcpy(dst, v.data, v.data_len);
+  }
+  if (v.req.last) Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
+}
+
+void Executor::ApplyRead(Sender& s, Pod& owner, const RequestView& v) {
+  const char* src = nullptr;
+  if (v.req.length > 0) {
+    src = Target(s, owner, v, v.req.length, IBV_ACCESS_REMOTE_READ);
+    if (src == nullptr) return;
+  }
+  uint64_t sent = 0;
+  do {
+    const auto frag = static_cast<uint32_t>(std::min<uint64_t>(v.req.length - sent, kMaxFragment));
+    Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, sent, src + sent, frag,
+            sent + frag == v.req.length);
+    sent += frag;
+  } while (sent < v.req.length);
+}
+
+void Executor::ApplyAtomic(Sender& s, Pod& owner, const RequestView& v) {
+  if ((v.req.remote_addr & 7) != 0) return Fail(s, v.req.seq, IBV_WC_REM_INV_REQ_ERR);
+  char* word = Target(s, owner, v, 8, IBV_ACCESS_REMOTE_ATOMIC);
+  if (word == nullptr) return;
+  const uint64_t old = AtomicOp(reinterpret_cast<uint64_t*>(word), v.req.opcode,
+                                v.req.compare_add, v.req.swap);
+  Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, reinterpret_cast<const char*>(&old), 8,
+          true);
+}
+
+// An error completes the request that caused it; RC semantics: nothing after it executes.
+void Executor::Fail(Sender& s, uint32_t seq, ibv_wc_status status) {
+  Respond(s.link, s.chan, seq, status, 0, nullptr, 0, true);
+  s.errored = true;
+}
+
+void Executor::Respond(LinkId link, uint32_t chan, uint32_t seq, uint32_t status,
+                       uint64_t offset, const char* data, uint32_t len, bool last) {
+  const ProxyResponse r{offset, seq, static_cast<uint16_t>(status),
+                        static_cast<uint8_t>(last ? 1 : 0), 0};
+  const RecordHeader h = ResponseHeader(len);
+  transport_->Send(link, wire::Type::kResp, chan, 0, {{&h, sizeof(h)}, {&r, sizeof(r)}, {data, len}});
+}
+
+void Executor::Publish(Sender& s) {
+  s.producer.Publish();
+  Pod* owner = tables_.FindPod(s.owner);
+  if (owner == nullptr) return;
+  const WakeTarget cq = owner->CqWake(s.recv_cq_id);
+  if (cq) WakeIfArmed(cq.slot, cq.fd);
+  owner->WakeProcess();
+}
+
+void Executor::Run(Sender& s) {
+  bool published = false;
+  while (!s.queue.empty()) {
+    const std::vector<char>& rec = s.queue.front();
+    RecordHeader h;
+    const char* payload = nullptr;
+    RequestView v;
+    // Queued records were checked on arrival; they live in router memory since.
+    SplitRecord(rec.data(), rec.size(), &h, &payload);
+    DecodeRequest(h, payload, &v);
+    if (!Apply(s, v)) break;
+    s.queued_bytes -= rec.size();
+    s.queue.pop_front();
+    published = true;
+  }
+  if (published) Publish(s);
+  const Key key{s.link, s.chan};
+  if (s.queue.empty()) {
+    waiting_.erase(key);
+  } else if (waiting_.insert(key).second) {
+    retry_soon_();
+  }
+  if (s.holding && s.queued_bytes < kSenderQueueLimit / 2) {
+    s.holding = false;
+    transport_->Resume(s.link);
+  }
+}
+
+bool Executor::Retry() {
+  const std::set<Key> waiting = waiting_;
+  for (const Key& key : waiting) {
+    auto it = senders_.find(key);
+    if (it == senders_.end()) {
+      waiting_.erase(key);
+      continue;
+    }
+    Run(*it->second);
+  }
+  return !waiting_.empty();
+}
+
+void Executor::OnDrained(LinkId link) {
+  if (held_for_output_.erase(link)) transport_->Resume(link);
+}
+
+void Executor::ReleaseSender(uint32_t id, bool died) {
+  auto it = by_id_.find(id);
+  if (it != by_id_.end()) Drop(it->second, true, died);
+}
+
+void Executor::Drop(const Key& key, bool tell_peer, bool died) {
+  auto it = senders_.find(key);
+  if (it == senders_.end()) return;
+  std::unique_ptr<Sender> s = std::move(it->second);
+  senders_.erase(it);
+  by_id_.erase(s->id);
+  waiting_.erase(key);
+  if (tell_peer) transport_->Send(s->link, wire::Type::kPeerGone, s->chan, died ? 1 : 0, {});
+  if (Qp* q = tables_.FindQp(s->target_qpn)) {
+    q->ReleaseRingsOf(Producer::Remote(s->id));
+    // The remote peer is gone: a connected RC/UC target learns it as from a local peer.
+    if (!tell_peer && s->qp_type != IBV_QPT_UD) {
+      sessions_.Notify(q->owner, died ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed,
+                       s->target_qpn);
+    }
+  }
+  if (s->holding) transport_->Resume(s->link);
+}
+
+void Executor::OnLinkDown(LinkId link) {
+  held_for_output_.erase(link);
+  std::vector<Key> keys;
+  for (const auto& [key, s] : senders_)
+    if (key.first == link) keys.push_back(key);
+  for (const Key& key : keys) Drop(key, false, true);
+}
+
+}  // namespace ff::router

@@ -1,0 +1,108 @@
+// Target-side execution of cross-node traffic: QPs on other nodes ("remote senders") that
+// produce into QPs of this node, over links other routers dialled.
+//
+// A remote sender owns one ring of its target QP. Its records are executed in order against
+// the target exactly as the library does on one node (core/target_ops.h): receive credits
+// and RNR retries, records in the target's ring, MR checks against the target's table,
+// direct access to its registered memory, atomics. The target process does nothing for
+// WRITE, READ and ATOMIC. Every request gets one answer (kResp). A record that cannot
+// proceed yet (no receive posted, ring full) waits with everything behind it and is retried
+// by Retry() on the router's timer. Back-pressure: a link whose answers pile up, or whose
+// target lags by more than kSenderQueueLimit, is held (NodeTransport Verdict::kHold) until
+// it drains.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "freeflow/codec.h"
+#include "freeflow/target_ops.h"
+#include "node_transport.h"
+#include "pod_sessions.h"
+#include "resources.h"
+
+namespace ff::router {
+
+class Executor {
+ public:
+  using Verdict = NodeTransport::Handler::Verdict;
+  // `retry_soon` asks the router for a fast timer tick (a sender waits).
+  Executor(NodeTransport* transport, ResourceTables& tables, PodSessions& sessions,
+           std::function<void()> retry_soon)
+      : transport_(transport), tables_(tables), sessions_(sessions), retry_soon_(std::move(retry_soon)) {}
+
+  // kConnect, kRecord and kClose on a link another router dialled.
+  Verdict OnMessage(LinkId link, const NodeMessage& m);
+  void OnDrained(LinkId link);
+  void OnLinkDown(LinkId link);
+  // Stops remote sender `id` because its target QP goes away: its ring is freed and its
+  // initiator hears kPeerGone (flags 1 when the target's process died).
+  void ReleaseSender(uint32_t id, bool died);
+  // Runs senders that wait for a receive or ring space. True while any still waits.
+  bool Retry();
+
+ private:
+  struct Sender {
+    uint32_t id = 0;
+    LinkId link = kNoLink;
+    uint32_t chan = 0;
+    uint32_t src_ip = 0;  // the initiator, host byte order
+    uint32_t src_qpn = 0;
+    uint32_t target_qpn = 0;
+    uint32_t recv_cq_id = 0;
+    PodId owner = 0;  // the target QP's pod
+    uint32_t qp_type = 0;
+    Mapping seg;
+    Mapping srq_seg;
+    QpSegmentHeader* hdr = nullptr;
+    RecvCredits* credits = nullptr;
+    uint64_t posted_cache = 0;
+    RingProducer producer;
+    std::deque<std::vector<char>> queue;  // records not executed yet, in order
+    size_t queued_bytes = 0;
+    bool holding = false;     // its link is held until the queue drains
+    bool have_credit = false;
+    bool dropping = false;    // UC/UD message without a receive: drop its fragments
+    bool errored = false;     // after an error nothing more is executed (RC semantics)
+    RnrState rnr;
+  };
+  enum class Credit { kHave, kDrop, kWait };
+  using Key = std::pair<LinkId, uint32_t>;  // (link, channel)
+
+  void Connect(LinkId link, uint32_t chan, const wire::Connect& m);
+  Verdict Record(LinkId link, uint32_t chan, const char* body, uint32_t len);
+  // Executes one request. false: it cannot proceed yet (retry later).
+  bool Apply(Sender& s, const RequestView& v);
+  bool ApplySend(Sender& s, Pod& owner, const RequestView& v);
+  bool ApplyWriteImm(Sender& s, const RequestView& v);
+  void ApplyWrite(Sender& s, Pod& owner, const RequestView& v);
+  void ApplyRead(Sender& s, Pod& owner, const RequestView& v);
+  void ApplyAtomic(Sender& s, Pod& owner, const RequestView& v);
+  Credit ClaimCredit(Sender& s, const RequestView& v);
+  // The target's memory behind an access; nullptr after answering the error.
+  char* Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len, uint32_t need);
+  void Fail(Sender& s, uint32_t seq, ibv_wc_status status);
+  void Respond(LinkId link, uint32_t chan, uint32_t seq, uint32_t status, uint64_t offset,
+               const char* data, uint32_t len, bool last);
+  void Publish(Sender& s);  // makes executed records visible and wakes the target
+  void Run(Sender& s);      // executes queued records
+  void Drop(const Key& key, bool tell_peer, bool died);
+  Sender* Find(LinkId link, uint32_t chan);
+
+  NodeTransport* transport_;
+  ResourceTables& tables_;
+  PodSessions& sessions_;
+  std::function<void()> retry_soon_;
+  uint32_t next_id_ = 1;
+  std::map<Key, std::unique_ptr<Sender>> senders_;
+  std::map<uint32_t, Key> by_id_;
+  std::set<Key> waiting_;             // senders with queued records
+  std::set<LinkId> held_for_output_;  // links held because their answers pile up
+};
+
+}  // namespace ff::router

@@ -1,0 +1,361 @@
+#include "forwarder.h"
+
+#include <arpa/inet.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "freeflow/ipv4.h"
+#include "freeflow/target_ops.h"
+
+namespace ff::router {
+
+Forwarder::~Forwarder() {
+  for (auto& [chan, p] : proxies_) loop_.Unwatch(p->doorbell_watch);
+}
+
+Forwarder::Proxy* Forwarder::Find(LinkId link, uint32_t chan) {
+  auto it = proxies_.find(chan);
+  return it != proxies_.end() && it->second->link == link ? it->second.get() : nullptr;
+}
+
+void Forwarder::Connect(const Call& call, Qp& src, uint32_t dest_ip, uint32_t dest_qpn, bool ud) {
+  if (transport_ == nullptr || !directory_.cluster()) {
+    spdlog::info("client {}: {} is not a pod of this node and no control plane is configured",
+                 call.pod, FormatIpv4(dest_ip));
+    return sessions_.Answer(call, EHOSTUNREACH);
+  }
+  if (auto ep = directory_.Locate(dest_ip)) return Open(call, src, *ep, dest_ip, dest_qpn, ud);
+  if (options_.resolve_timeout_ms == 0) {
+    spdlog::info("client {}: no node is known for {}", call.pod, FormatIpv4(dest_ip));
+    return sessions_.Answer(call, EHOSTUNREACH);
+  }
+  // Perhaps a pod that just opened its device: its entry may still be on its way.
+  resolving_.push_back({call, src.qpn, dest_ip, dest_qpn, ud,
+                        MonotonicNs() + options_.resolve_timeout_ms * 1'000'000ull});
+  retry_soon_();
+}
+
+void Forwarder::RetryResolves(uint64_t now) {
+  std::vector<PendingResolve> waiting;
+  waiting.swap(resolving_);
+  for (const PendingResolve& r : waiting) {
+    Pod* pod = tables_.FindPod(r.call.pod);
+    if (pod == nullptr) continue;
+    Qp* src = tables_.FindOwnedQp(*pod, r.qpn);
+    if (src == nullptr) {
+      sessions_.Answer(r.call, ENOENT);
+      continue;
+    }
+    if (auto ep = directory_.Locate(r.dest_ip)) {
+      Open(r.call, *src, *ep, r.dest_ip, r.dest_qpn, r.ud);
+    } else if (now < r.deadline_ns) {
+      resolving_.push_back(r);
+    } else {
+      spdlog::info("client {}: no node is known for {}", r.call.pod, FormatIpv4(r.dest_ip));
+      sessions_.Answer(r.call, EHOSTUNREACH);
+    }
+  }
+}
+
+int Forwarder::MakeSegment(Proxy& p) {
+  const size_t bytes = QpSegmentBytes(kProxyRings, kProxyRingBytes);
+  if (const int rc = CreateSegment("ffrouter-proxy", bytes, &p.seg_fd)) return rc;
+  if (const int rc = MapSegment(p.seg_fd.get(), bytes, true, &p.seg)) return rc;
+  auto* hdr = new (p.seg.get()) QpSegmentHeader();
+  hdr->magic = kQpSegMagic;
+  hdr->abi = kAbiVersion;
+  hdr->num_rings = kProxyRings;
+  hdr->ring_bytes = kProxyRingBytes;
+  p.requests.Attach(QpRing(p.seg.get(), kProxyRequestRing, kProxyRingBytes), kProxyRingBytes);
+  p.responses.Attach(QpRing(p.seg.get(), kProxyResponseRing, kProxyRingBytes), kProxyRingBytes);
+  p.doorbell.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  return p.doorbell ? 0 : errno;
+}
+
+void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t dest_ip,
+                     uint32_t dest_qpn, bool ud) {
+  const Pod* pod = tables_.FindPod(call.pod);
+  if (pod == nullptr) return;
+  if (!ud) DropQp(src.qpn, false);  // an RC/UC QP has one peer: forget an earlier one
+  const LinkId link = transport_->Dial(ep);
+  if (link == kNoLink) return sessions_.Answer(call, EHOSTUNREACH);
+  auto p = std::make_unique<Proxy>();
+  p->chan = next_chan_++;
+  p->pod = call.pod;
+  p->qpn = src.qpn;
+  p->dest_ip = dest_ip;
+  p->dest_qpn = dest_qpn;
+  p->link = link;
+  if (const int rc = MakeSegment(*p)) return sessions_.Answer(call, rc);
+  p->answer_pending = true;
+  p->call = call;
+  p->connect_deadline_ns = MonotonicNs() + kDialTimeoutNs;
+  const wire::Connect w{pod->who.ip, src.qpn, src.type, dest_ip, dest_qpn, 0};
+  transport_->Send(link, wire::Type::kConnect, p->chan, 0, {{&w, sizeof(w)}});
+  by_qp_[src.qpn].insert(p->chan);
+  proxies_[p->chan] = std::move(p);
+}
+
+void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
+  const uint32_t chan = p.chan;
+  const bool answered = p.answer_pending && sessions_.Identity(p.pod) != nullptr;
+  if (p.answer_pending) {
+    p.answer_pending = false;
+    proto::Response r{};
+    if (status == 0) {
+      proto::ConnectReply& c = r.u.connect;
+      c.flags = proto::kConnectRemote;
+      c.peer_qpn = reply->peer_qpn;
+      c.peer_ip = htonl(reply->peer_ip);
+      c.peer_lid = LidForIp(reply->peer_ip);
+      c.ring_index = 0;
+      c.num_rings = kProxyRings;
+      c.ring_bytes = kProxyRingBytes;
+      c.notify_slot = proto::kNoId;
+      c.peer_qp_type = reply->qp_type;
+      const int fds[2] = {p.seg_fd.get(), p.doorbell.get()};
+      sessions_.Answer(p.call, 0, r, fds, 2);
+    } else {
+      sessions_.Answer(p.call, status, r);
+    }
+  }
+  if (status != 0 || !answered) {
+    if (status != 0)
+      spdlog::info("connect to QP {:#x} at {} failed: {}", p.dest_qpn, FormatIpv4(p.dest_ip),
+                   std::strerror(status));
+    return Drop(chan, status == 0, false);  // a peer that accepted hears that we are gone
+  }
+  p.connected = true;
+  p.doorbell_watch = loop_.Watch(p.doorbell.get(), EPOLLIN, [this, chan](uint32_t) {
+    auto it = proxies_.find(chan);
+    if (it == proxies_.end()) return;
+    uint64_t v;
+    [[maybe_unused]] ssize_t n = ::read(it->second->doorbell.get(), &v, sizeof(v));
+    Drain(*it->second);
+  });
+  p.seg.as<QpSegmentHeader>()->doorbell.armed.store(1);
+}
+
+void Forwarder::MarkDead(Proxy& p, proto::EventType event) {
+  p.dead = true;
+  sessions_.Notify(p.pod, event, p.qpn);
+}
+
+// Forwards what the library published, a round at a time, then arms the doorbell and looks
+// once more (the library checks `armed` after publishing, so one of the two sees the other).
+void Forwarder::Drain(Proxy& p) {
+  if (!p.connected || p.dead) return;
+  auto* hdr = p.seg.as<QpSegmentHeader>();
+  size_t sent = 0;
+  bool consumed = false;
+  for (int pass = 0; pass < 2; ++pass) {
+    while (sent < kForwardRoundBytes && !transport_->Congested(p.link)) {
+      RecordHeader h;
+      const char* payload = nullptr;
+      const RingStatus rs = p.requests.Peek(&h, &payload);
+      if (rs == RingStatus::kEmpty) break;
+      RequestView v;
+      if (rs == RingStatus::kCorrupt || !DecodeRequest(h, payload, &v)) {
+        spdlog::warn("client {} corrupted the proxy ring of QP {:#x}", p.pod, p.qpn);
+        return MarkDead(p, proto::EventType::kPeerGone);
+      }
+      transport_->Send(p.link, wire::Type::kRecord, p.chan, 0,
+                       {{&h, sizeof(h)}, {payload, h.frag_len}});
+      p.requests.Consume(h);
+      consumed = true;
+      sent += h.frag_len;
+    }
+    if (sent >= kForwardRoundBytes || transport_->Congested(p.link)) {
+      hdr->doorbell.armed.store(0);  // more to do: come back on the next round
+      break;
+    }
+    if (options_.poll_us != 0) NoteTraffic();
+    if (Polling()) {
+      hdr->doorbell.armed.store(0, std::memory_order_relaxed);  // the library need not ring
+      break;
+    }
+    hdr->doorbell.armed.exchange(1, std::memory_order_seq_cst);
+    RecordHeader h;
+    const char* payload;
+    if (p.requests.Peek(&h, &payload) != RingStatus::kOk) break;
+    hdr->doorbell.armed.store(0);
+  }
+  if (consumed) p.requests.Release();
+  if (sent >= kForwardRoundBytes) {
+    // Yield to other proxies: a self-wake puts us behind them in the epoll queue.
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(p.doorbell.get(), &one, sizeof(one));
+  }
+}
+
+// Writes one answer into the library's response ring; answers that find it full wait, in
+// order, in the backlog.
+void Forwarder::Deliver(Proxy& p, const RecordHeader& h, const char* payload) {
+  if (p.backlog.empty()) {
+    const RingStatus st = AppendRecord(p.responses, h, payload, h.frag_len);
+    if (st == RingStatus::kOk) {
+      p.responses.Publish();
+      return WakeOwner(p);
+    }
+    if (st != RingStatus::kFull) return;  // the library corrupted its ring: it loses its answers
+  }
+  std::vector<char> rec(sizeof(h) + h.frag_len);
+  std::memcpy(rec.data(), &h, sizeof(h));
+  std::memcpy(rec.data() + sizeof(h), payload, h.frag_len);
+  p.backlog.push_back(std::move(rec));
+  FlushBacklog(p);
+}
+
+void Forwarder::FlushBacklog(Proxy& p) {
+  bool wrote = false;
+  while (!p.backlog.empty()) {
+    const std::vector<char>& rec = p.backlog.front();
+    RecordHeader h;
+    std::memcpy(&h, rec.data(), sizeof(h));
+    const RingStatus st = AppendRecord(p.responses, h, rec.data() + sizeof(h), h.frag_len);
+    if (st == RingStatus::kFull) break;
+    if (st != RingStatus::kOk) {
+      p.backlog.clear();
+      break;
+    }
+    p.backlog.pop_front();
+    wrote = true;
+  }
+  if (!p.backlog.empty()) retry_soon_();
+  if (!wrote) return;
+  p.responses.Publish();
+  WakeOwner(p);
+}
+
+// Wakes the library if it waits in poll_cq, or sleeps on the QP's send CQ.
+void Forwarder::WakeOwner(Proxy& p) {
+  Pod* pod = tables_.FindPod(p.pod);
+  Qp* qp = tables_.FindQp(p.qpn);
+  if (pod == nullptr || qp == nullptr) return;
+  pod->WakeProcess();
+  if (const WakeTarget cq = pod->CqWake(qp->send_cq_id)) WakeIfArmed(cq.slot, cq.fd);
+}
+
+Forwarder::Verdict Forwarder::OnMessage(LinkId link, const NodeMessage& m) {
+  switch (m.type) {
+    case wire::Type::kConnectReply: {
+      wire::ConnectReply r;
+      std::memcpy(&r, m.body, sizeof(r));
+      Proxy* p = Find(link, m.chan);
+      if (p != nullptr && !p->connected) Finish(*p, r.status, &r);
+      return Verdict::kConsumed;
+    }
+    case wire::Type::kResp: {
+      RecordHeader h;
+      const char* payload = nullptr;
+      ResponseView v;
+      if (!SplitRecord(m.body, m.len, &h, &payload) || !DecodeResponse(h, payload, &v))
+        return Verdict::kMalformed;
+      if (Proxy* p = Find(link, m.chan)) Deliver(*p, h, payload);
+      return Verdict::kConsumed;
+    }
+    case wire::Type::kPeerGone:
+      if (Proxy* p = Find(link, m.chan)) {
+        MarkDead(*p, m.flags != 0 ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed);
+      }
+      return Verdict::kConsumed;
+    default:
+      return Verdict::kMalformed;  // requests travel the other way
+  }
+}
+
+void Forwarder::OnDrained(LinkId link) {
+  for (auto& [chan, p] : proxies_)
+    if (p->link == link) Drain(*p);
+}
+
+void Forwarder::OnLinkDown(LinkId link) {
+  std::vector<uint32_t> chans;
+  for (auto& [chan, p] : proxies_)
+    if (p->link == link) chans.push_back(chan);
+  for (uint32_t chan : chans) {
+    auto it = proxies_.find(chan);
+    if (it == proxies_.end()) continue;
+    Proxy& p = *it->second;
+    if (!p.connected) {
+      Finish(p, EHOSTUNREACH, nullptr);
+      continue;
+    }
+    // Outstanding and future work to that node fails: the QP goes to the error state.
+    p.link = kNoLink;
+    MarkDead(p, proto::EventType::kPeerGone);
+  }
+  if (!chans.empty()) spdlog::warn("link {} down: failed {} cross-node channels", link, chans.size());
+}
+
+void Forwarder::Drop(uint32_t chan, bool tell_peer, bool died) {
+  auto it = proxies_.find(chan);
+  if (it == proxies_.end()) return;
+  std::unique_ptr<Proxy> p = std::move(it->second);
+  proxies_.erase(it);
+  auto q = by_qp_.find(p->qpn);
+  if (q != by_qp_.end()) {
+    q->second.erase(chan);
+    if (q->second.empty()) by_qp_.erase(q);
+  }
+  if (tell_peer && p->connected && p->link != kNoLink)
+    transport_->Send(p->link, wire::Type::kClose, chan, died ? 1 : 0, {});
+  if (p->answer_pending) sessions_.Answer(p->call, ECONNABORTED);
+  loop_.Unwatch(p->doorbell_watch);
+}
+
+void Forwarder::DropQp(uint32_t qpn, bool died) {
+  auto q = by_qp_.find(qpn);
+  if (q == by_qp_.end()) return;
+  const std::set<uint32_t> chans = q->second;
+  for (uint32_t chan : chans) Drop(chan, true, died);
+}
+
+bool Forwarder::Tick() {
+  const uint64_t now = MonotonicNs();
+  if (!resolving_.empty()) RetryResolves(now);
+  std::vector<uint32_t> expired;
+  for (auto& [chan, p] : proxies_) {
+    if (!p->backlog.empty()) FlushBacklog(*p);
+    // Doorbells can be missed only if the library died mid-publish; a slow sweep is cheap.
+    if (p->connected && !p->dead) Drain(*p);
+    if (!p->connected && p->answer_pending && now > p->connect_deadline_ns) expired.push_back(chan);
+  }
+  for (uint32_t chan : expired) {
+    auto it = proxies_.find(chan);
+    if (it != proxies_.end()) Finish(*it->second, ETIMEDOUT, nullptr);
+  }
+  bool waiting = !resolving_.empty();
+  for (auto& [chan, p] : proxies_) waiting |= !p->backlog.empty();
+  return waiting;
+}
+
+bool Forwarder::Polling() const {
+  return busy_until_ns_ != 0 && MonotonicNs() < busy_until_ns_;
+}
+
+void Forwarder::NoteTraffic() {
+  if (options_.poll_us != 0) busy_until_ns_ = MonotonicNs() + options_.poll_us * 1000ull;
+}
+
+bool Forwarder::PollAll() {
+  bool moved = false;
+  for (auto& [chan, p] : proxies_) {
+    if (!p->connected || p->dead) continue;
+    RecordHeader h;
+    const char* payload;
+    if (p->requests.Peek(&h, &payload) == RingStatus::kOk) {
+      Drain(*p);
+      moved = true;
+    } else if (!Polling()) {
+      Drain(*p);  // arms the doorbell
+    }
+  }
+  return moved;
+}
+
+}  // namespace ff::router

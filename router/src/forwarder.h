@@ -1,0 +1,128 @@
+// Initiator-side forwarding of cross-node traffic: a local QP's link to a QP on another
+// node ("proxy").
+//
+// When a QP connects to an address that is not a pod of this node, the forwarder finds the
+// address's node (Directory), opens a channel on the link to that node's router and, once
+// the peer router accepts, answers the pod with a proxy segment (codec.h: the library
+// produces requests into kProxyRequestRing; the forwarder writes the peer's answers into
+// kProxyResponseRing) and a doorbell eventfd. Requests are forwarded in rounds of at most
+// kForwardRoundBytes per proxy so that a long transfer on one QP does not starve the others;
+// a congested link pauses its proxies until it drains. A connect to an address the control
+// plane does not know yet waits up to --resolve-timeout-ms (a pod that just started).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "directory.h"
+#include "event_loop.h"
+#include "freeflow/codec.h"
+#include "node_transport.h"
+#include "pod_sessions.h"
+#include "resources.h"
+
+namespace ff::router {
+
+class Forwarder {
+ public:
+  using Verdict = NodeTransport::Handler::Verdict;
+  struct Options {
+    uint32_t poll_us = 0;             // poll proxies this long after the last traffic (0: sleep)
+    uint32_t resolve_timeout_ms = 0;  // how long a connect waits for an unknown address
+  };
+  // `transport` is nullptr on a router without a control plane. `retry_soon` asks the router
+  // for a fast timer tick.
+  Forwarder(Options options, EventLoop& loop, NodeTransport* transport, ResourceTables& tables,
+            PodSessions& sessions, Directory& directory, std::function<void()> retry_soon)
+      : options_(options),
+        loop_(loop),
+        transport_(transport),
+        tables_(tables),
+        sessions_(sessions),
+        directory_(directory),
+        retry_soon_(std::move(retry_soon)) {}
+  ~Forwarder();
+
+  // Connects local QP `src` to QP `dest_qpn` at overlay address `dest_ip` (host order) on
+  // another node, and answers `call` (now on failure, else when the peer router replies).
+  void Connect(const Call& call, Qp& src, uint32_t dest_ip, uint32_t dest_qpn, bool ud);
+  // Closes the channels of local QP `qpn`; the peer routers hear kClose (flags 1: died).
+  void DropQp(uint32_t qpn, bool died);
+
+  // kConnectReply, kResp and kPeerGone on a link this router dialled.
+  Verdict OnMessage(LinkId link, const NodeMessage& m);
+  void OnDrained(LinkId link);
+  void OnLinkDown(LinkId link);
+  // Waiting connects, answers waiting for ring space, missed doorbells, connect deadlines.
+  // True while something waits for a fast tick.
+  bool Tick();
+
+  // Polling mode (--poll-us): true while traffic flowed within the window.
+  bool Polling() const;
+  void NoteTraffic();
+  // Drains every proxy once; true when anything moved. Arms doorbells once the window closed.
+  bool PollAll();
+
+ private:
+  struct Proxy {
+    uint32_t chan = 0;
+    PodId pod = 0;
+    uint32_t qpn = 0;  // the local QP
+    uint32_t dest_ip = 0;
+    uint32_t dest_qpn = 0;
+    LinkId link = kNoLink;
+    UniqueFd seg_fd;
+    Mapping seg;
+    UniqueFd doorbell;
+    EventLoop::WatchId doorbell_watch = 0;
+    RingConsumer requests;
+    RingProducer responses;
+    std::deque<std::vector<char>> backlog;  // answers waiting for ring space (header + payload)
+    bool connected = false;
+    bool dead = false;  // the peer or the link went away: the library fails the QP
+    bool answer_pending = false;
+    Call call;  // the ConnectQp to answer
+    uint64_t connect_deadline_ns = 0;
+  };
+  struct PendingResolve {
+    Call call;
+    uint32_t qpn;
+    uint32_t dest_ip;
+    uint32_t dest_qpn;
+    bool ud;
+    uint64_t deadline_ns;
+  };
+
+  void Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t dest_ip,
+            uint32_t dest_qpn, bool ud);
+  int MakeSegment(Proxy& p);
+  void Finish(Proxy& p, int status, const wire::ConnectReply* reply);
+  void Drain(Proxy& p);
+  void Deliver(Proxy& p, const RecordHeader& h, const char* payload);
+  void FlushBacklog(Proxy& p);
+  void WakeOwner(Proxy& p);
+  void MarkDead(Proxy& p, proto::EventType event);
+  void Drop(uint32_t chan, bool tell_peer, bool died);
+  void RetryResolves(uint64_t now);
+  Proxy* Find(LinkId link, uint32_t chan);
+
+  Options options_;
+  EventLoop& loop_;
+  NodeTransport* transport_;
+  ResourceTables& tables_;
+  PodSessions& sessions_;
+  Directory& directory_;
+  std::function<void()> retry_soon_;
+  uint32_t next_chan_ = 1;
+  std::map<uint32_t, std::unique_ptr<Proxy>> proxies_;  // by channel
+  std::map<uint32_t, std::set<uint32_t>> by_qp_;        // local QPN -> its channels
+  std::vector<PendingResolve> resolving_;
+  uint64_t busy_until_ns_ = 0;
+};
+
+}  // namespace ff::router

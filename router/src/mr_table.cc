@@ -1,0 +1,73 @@
+#include "mr_table.h"
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <string>
+
+namespace ff::router {
+
+int MrTable::Create() {
+  if (const int rc = CreateSegment("ffrouter-mrtable", kMrTableBytes, &fd_)) return rc;
+  if (const int rc = MapSegment(fd_.get(), kMrTableBytes, true, &map_)) return rc;
+  // A second, read-only open file description: mapping it writable fails for everyone who
+  // receives it.
+  const std::string self = "/proc/self/fd/" + std::to_string(fd_.get());
+  ro_fd_.reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ro_fd_) return errno;
+  tags_.assign(kMrTableSlots, 0);
+  free_.clear();
+  free_.reserve(kMrTableSlots);
+  for (uint32_t i = kMrTableSlots - 1; i >= 1; --i) free_.push_back(i);  // slot 0: never a key
+  return 0;
+}
+
+MrEntry* MrTable::Entry(uint32_t key) {
+  const uint32_t slot = MrSlotOfKey(key);
+  if (slot == 0 || slot >= kMrTableSlots) return nullptr;
+  MrEntry& e = map_.as<MrEntry>()[slot];
+  return e.key.load(std::memory_order_relaxed) == key ? &e : nullptr;
+}
+
+int MrTable::Add(const MrView& v, uint32_t* key) {
+  if (free_.empty()) return ENOMEM;
+  const uint32_t slot = free_.back();
+  free_.pop_back();
+  uint8_t tag = ++tags_[slot];
+  if (tag == 0) tag = tags_[slot] = 1;
+  const uint32_t k = (slot << 8) | tag;
+  MrEntry& e = map_.as<MrEntry>()[slot];
+  UpdateMrEntry(e, [&] {
+    e.access.store(v.access, std::memory_order_relaxed);
+    e.region.store(v.region, std::memory_order_relaxed);
+    e.addr.store(v.addr, std::memory_order_relaxed);
+    e.length.store(v.length, std::memory_order_relaxed);
+    e.region_offset.store(v.region_offset, std::memory_order_relaxed);
+    e.key.store(k, std::memory_order_relaxed);
+  });
+  *key = k;
+  return 0;
+}
+
+bool MrTable::Find(uint32_t key, MrView* out) const { return ReadMrEntry(entries(), key, out); }
+
+int MrTable::Remove(uint32_t key, uint32_t* region) {
+  MrEntry* e = Entry(key);
+  if (e == nullptr) return EINVAL;
+  *region = e->region.load(std::memory_order_relaxed);
+  UpdateMrEntry(*e, [&] { e->key.store(0, std::memory_order_relaxed); });
+  free_.push_back(MrSlotOfKey(key));
+  return 0;
+}
+
+int MrTable::Move(uint32_t key, uint32_t region, uint64_t region_offset) {
+  MrEntry* e = Entry(key);
+  if (e == nullptr) return EINVAL;
+  UpdateMrEntry(*e, [&] {
+    e->region.store(region, std::memory_order_relaxed);
+    e->region_offset.store(region_offset, std::memory_order_relaxed);
+  });
+  return 0;
+}
+
+}  // namespace ff::router

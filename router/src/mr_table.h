@@ -1,0 +1,43 @@
+// The MR table of one pod connection: a memfd the router alone writes (entries under a
+// sequence lock, shm_layout.h) and shares read-only with the owner and the peers connected
+// to it. Keys are slot << 8 | tag: a freed slot comes back with a new tag, so a stale key
+// never names a later registration by accident.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "freeflow/fd.h"
+#include "freeflow/shm_layout.h"
+
+namespace ff::router {
+
+class MrTable {
+ public:
+  // Creates the memfd and its read-only twin. Returns 0 or an errno value.
+  int Create();
+  // The descriptor the owner and its peers map (read-only).
+  int read_only_fd() const { return ro_fd_.get(); }
+  const MrEntry* entries() const { return map_.as<const MrEntry>(); }
+
+  // Publishes a registration; *key receives its key. ENOMEM when the table is full.
+  int Add(const MrView& entry, uint32_t* key);
+  // The live entry of `key`: false when `key` names none.
+  bool Find(uint32_t key, MrView* out) const;
+  // Invalidates `key` before returning, so no peer lookup succeeds afterwards; *region
+  // receives the region the entry named. EINVAL for an unknown key.
+  int Remove(uint32_t key, uint32_t* region);
+  // Points a live entry at another region (the owner merged overlapping registrations).
+  int Move(uint32_t key, uint32_t region, uint64_t region_offset);
+
+ private:
+  MrEntry* Entry(uint32_t key);  // nullptr unless `key` is live
+
+  UniqueFd fd_;     // read-write, the router's only
+  UniqueFd ro_fd_;  // what the owner and its peers get
+  Mapping map_;
+  std::vector<uint8_t> tags_;
+  std::vector<uint32_t> free_;
+};
+
+}  // namespace ff::router

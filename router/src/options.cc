@@ -1,0 +1,192 @@
+#include "options.h"
+
+#include <ifaddrs.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+namespace ff::router {
+namespace {
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+// The container library is built next to the router (build tree) or installed under
+// ../lib/freeflow (install tree).
+std::string DefaultLibrary() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  for (const auto& candidate : {exe.parent_path() / "../verbs/libffverbs.so",
+                                exe.parent_path() / "libffverbs.so",
+                                exe.parent_path() / "../lib/freeflow/libffverbs.so"}) {
+    if (std::filesystem::exists(candidate, ec)) return std::filesystem::canonical(candidate, ec);
+  }
+  return "";
+}
+
+// The first local IPv4 address inside `prefix` (the original DaemonSet's HOST_IP_PREFIX).
+uint32_t AddressIn(const Ipv4Prefix& prefix) {
+  struct ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return 0;
+  uint32_t found = 0;
+  for (struct ifaddrs* i = list; i != nullptr && found == 0; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    const uint32_t a = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+    if (prefix.Contains(a)) found = a;
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
+// Flags as typed, before validation.
+struct Raw {
+  std::string prefix = EnvOr("VNET_PREFIX", "");
+  std::string library = DefaultLibrary();
+  std::string host_ip = EnvOr("HOST_IP", "");
+  std::string host_prefix = EnvOr("HOST_IP_PREFIX", "");
+  int port = kDefaultRouterPort;
+};
+
+void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
+  app.add_option("--dir", c.dir, "shared folder mounted into pods (env FREEFLOW_DIR)")
+      ->capture_default_str();
+  app.add_option("--name", c.name, "router name; socket is <dir>/<name>.sock (env FFR_NAME)")
+      ->capture_default_str();
+  app.add_option("--vnet-prefix", raw.prefix,
+                 "overlay (pod) network prefix, e.g. 10.244.0.0/16 (env VNET_PREFIX)");
+  app.add_option("--library", raw.library, "container library to install as <dir>/libffverbs.so")
+      ->capture_default_str();
+  app.add_option("--node-name", c.node_name, "node name reported to pods (env NODE_NAME)")
+      ->capture_default_str();
+  app.add_option("--host-ip", raw.host_ip,
+                 "this node's address for router-to-router traffic (env HOST_IP; or the first "
+                 "local address inside HOST_IP_PREFIX)");
+  app.add_option("--host-ip-prefix", raw.host_prefix,
+                 "pick the node address inside this prefix (env HOST_IP_PREFIX)");
+  app.add_option("--port", raw.port, "router-to-router TCP port")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
+  app.add_option("--control-plane", c.control_plane,
+                 "where pods live: static:FILE or etcd:URL[,URL..]; empty = this node only "
+                 "(env FREEFLOW_CONTROL_PLANE)");
+  app.add_option("--peer-timeout-ms", c.peer_timeout_ms,
+                 "declare a silent peer router dead after this long; its QPs fail")
+      ->check(CLI::Range(100, 600000))
+      ->capture_default_str();
+  app.add_option("--resolve-timeout-ms", c.resolve_timeout_ms,
+                 "how long a connect waits for the control plane to learn an unknown pod")
+      ->check(CLI::Range(0, 60000))
+      ->capture_default_str();
+  app.add_option("--poll-us", c.poll_us,
+                 "while cross-node traffic flows, poll instead of sleeping for this many "
+                 "microseconds after the last activity (0: always sleep)")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  app.add_option("--realtime-priority", c.realtime_priority,
+                 "run under SCHED_RR at this priority (1-99); 0 = normal scheduling")
+      ->check(CLI::Range(0, 99))
+      ->capture_default_str();
+  app.add_option("--log-level", c.log_level, "trace|debug|info|warn|error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->capture_default_str();
+}
+
+// Turns the flags into a configuration. false + *error (a sentence a person can act on).
+bool Validate(const Raw& raw, RouterConfig* c, std::string* error) {
+  if (raw.prefix.empty()) {
+    *error = "no overlay prefix: pass --vnet-prefix or set VNET_PREFIX (e.g. 10.244.0.0/16)";
+    return false;
+  }
+  auto overlay = Ipv4Prefix::Parse(raw.prefix);
+  if (!overlay) {
+    *error = "--vnet-prefix '" + raw.prefix + "' is not an IPv4 prefix like 10.244.0.0/16";
+    return false;
+  }
+  c->overlay = *overlay;
+  if (raw.library.empty()) {
+    *error = "cannot find libffverbs.so next to ffrouter; pass --library PATH";
+    return false;
+  }
+  c->library_source = raw.library;
+  c->port = static_cast<uint16_t>(raw.port);
+  if (!raw.host_ip.empty()) {
+    auto ip = ParseIpv4(raw.host_ip);
+    if (!ip) {
+      *error = "--host-ip '" + raw.host_ip + "' is not an IPv4 address";
+      return false;
+    }
+    c->host_ip = *ip;
+  } else if (!raw.host_prefix.empty()) {
+    auto p = Ipv4Prefix::Parse(raw.host_prefix);
+    if (!p) {
+      *error = "HOST_IP_PREFIX '" + raw.host_prefix + "' is not an IPv4 prefix";
+      return false;
+    }
+    c->host_ip = AddressIn(*p);
+    if (c->host_ip == 0) {
+      *error = "no local address inside HOST_IP_PREFIX " + p->ToString();
+      return false;
+    }
+  }
+  if (!c->control_plane.empty() && c->host_ip == 0) {
+    *error = "--control-plane needs this node's address: pass --host-ip, or set HOST_IP or "
+             "HOST_IP_PREFIX";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<RouterConfig> ParseOptions(int argc, char** argv, int* exit_code) {
+  CLI::App app{"ffrouter: per-node freeflow router (virtual RDMA for containers)"};
+  RouterConfig config;
+  config.dir = EnvOr("FREEFLOW_DIR", config.dir);
+  config.name = EnvOr("FFR_NAME", config.name);
+  config.control_plane = EnvOr("FREEFLOW_CONTROL_PLANE", "");
+  char host[HOST_NAME_MAX + 1] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  config.node_name = EnvOr("NODE_NAME", host);
+  Raw raw;
+  AddFlags(app, config, raw);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    *exit_code = app.exit(e);
+    return std::nullopt;
+  }
+  std::string error;
+  if (!Validate(raw, &config, &error)) {
+    spdlog::error("{}", error);
+    *exit_code = 2;
+    return std::nullopt;
+  }
+  return config;
+}
+
+void ApplyProcessOptions(const RouterConfig& config) {
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ ffrouter: %v");
+  if (config.realtime_priority > 0) {
+    sched_param sp{};
+    sp.sched_priority = config.realtime_priority;
+    if (::sched_setscheduler(0, SCHED_RR, &sp) != 0) {
+      spdlog::warn("cannot switch to SCHED_RR priority {}: {} (needs CAP_SYS_NICE); "
+                   "continuing with normal scheduling",
+                   config.realtime_priority, std::strerror(errno));
+    }
+  }
+}
+
+}  // namespace ff::router

@@ -1,0 +1,40 @@
+// ffrouter's configuration: command-line flags with the environment variables the original
+// FreeFlow DaemonSet sets (VNET_PREFIX, FFR_NAME, HOST_IP, HOST_IP_PREFIX, NODE_NAME), parsed
+// and validated before anything starts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "freeflow/ipv4.h"
+#include "freeflow/tunables.h"
+
+namespace ff::router {
+
+struct RouterConfig {
+  std::string dir = "/freeflow";  // the host folder mounted into pods
+  std::string name = "ffrouter";  // socket <dir>/<name>.sock
+  Ipv4Prefix overlay;             // pod addresses
+  std::string library_source;     // copied to <dir>/libffverbs.so at start; empty: skip
+  std::string node_name;
+  // Cross-node: this node's underlay address and router-to-router port; an empty control
+  // plane spec means this node only (no listener, no remote peers).
+  uint32_t host_ip = 0;  // host byte order
+  uint16_t port = kDefaultRouterPort;
+  std::string control_plane;
+  uint32_t peer_timeout_ms = kDefaultPeerTimeoutMs;        // a silent peer router is dead after this
+  uint32_t poll_us = 0;                                     // poll proxies this long after traffic
+  uint32_t resolve_timeout_ms = kDefaultResolveTimeoutMs;  // a connect waits this long for an unknown pod
+  int realtime_priority = 0;                                // SCHED_RR priority; 0: normal scheduling
+  std::string log_level = "info";
+};
+
+// Parses and validates the command line and environment. On failure (or --help) returns
+// std::nullopt with the process exit code in *exit_code, after printing why.
+std::optional<RouterConfig> ParseOptions(int argc, char** argv, int* exit_code);
+
+// Applies the process-wide settings of `config`: log level and format, scheduling.
+void ApplyProcessOptions(const RouterConfig& config);
+
+}  // namespace ff::router

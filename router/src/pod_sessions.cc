@@ -1,0 +1,174 @@
+#include "pod_sessions.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "freeflow/ipv4.h"
+
+namespace ff::router {
+
+PodSessions::~PodSessions() {
+  if (listen_) ::unlink(path_.c_str());
+}
+
+bool PodSessions::Listen(const std::string& path, std::string* error) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) {
+    *error = "socket path " + path + " is longer than a Unix socket allows";
+    return false;
+  }
+  ::unlink(path.c_str());  // a stale socket of a router that died; the caller holds the lock
+  listen_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!listen_) {
+    *error = std::string("socket: ") + std::strerror(errno);
+    return false;
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (::bind(listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    *error = "cannot bind " + path + ": " + std::strerror(errno);
+    listen_.reset();
+    return false;
+  }
+  path_ = path;
+  ::chmod(path.c_str(), 0666);  // pods run as any user
+  if (::listen(listen_.get(), 128) != 0 ||
+      loop_.Watch(listen_.get(), EPOLLIN, [this](uint32_t) { Accept(); }) == 0) {
+    *error = std::string("listen: ") + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+void PodSessions::Accept() {
+  for (int burst = 0; burst < kAcceptBurst; ++burst) {
+    UniqueFd c(::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!c) return;
+    Adopt(std::move(c));
+  }
+}
+
+void PodSessions::Adopt(UniqueFd sock) {
+  auto s = std::make_unique<Session>();
+  std::string error;
+  if (!identity_.Resolve(sock.get(), &s->who, &error)) {
+    // Keep the connection until the client's HELLO arrives, so that it reads the reason
+    // as its answer instead of a reset connection.
+    spdlog::warn("refusing a client: {}", error);
+    s->refusal = error;
+  }
+  s->id = next_id_++;
+  if (next_id_ == 0) next_id_ = 1;
+  s->sock = std::move(sock);
+  const PodId id = s->id;
+  s->watch = loop_.Watch(s->sock.get(), EPOLLIN | EPOLLRDHUP, [this, id](uint32_t events) {
+    if (events & EPOLLIN) {
+      OnReadable(id);
+    } else if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
+      Drop(id, "connection closed");
+    }
+  });
+  if (s->refusal.empty()) {
+    spdlog::info("client {} connected: pid {} address {}", id, s->who.pid, FormatIpv4(s->who.ip));
+  }
+  sessions_[id] = std::move(s);
+}
+
+PodSessions::Session* PodSessions::Find(PodId id) {
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : it->second.get();
+}
+
+const PodIdentity* PodSessions::Identity(PodId pod) const {
+  auto it = sessions_.find(pod);
+  return it == sessions_.end() ? nullptr : &it->second->who;
+}
+
+void PodSessions::OnReadable(PodId id) {
+  // Bounded burst so that one busy client cannot monopolise the loop.
+  for (int burst = 0; burst < kPodMessageBurst; ++burst) {
+    Session* s = Find(id);
+    if (s == nullptr) return;
+    alignas(8) char buf[proto::kMaxMessage];
+    UniqueFd fds[proto::kMaxFds];
+    int nfds = 0;
+    size_t n = 0;
+    const int rc = RecvWithFds(s->sock.get(), buf, sizeof(buf), fds, proto::kMaxFds, &nfds, &n,
+                               MSG_DONTWAIT);
+    if (rc == EAGAIN || rc == EWOULDBLOCK) return;
+    if (rc != 0) return Drop(id, rc == EMSGSIZE ? "oversized message" : "receive error");
+    if (n == 0) return Drop(id, "client closed the connection");
+    if (!Dispatch(*s, buf, n, fds, nfds)) return Drop(id, "malformed or unexpected message");
+  }
+}
+
+bool PodSessions::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, int nfds) {
+  proto::Op op;
+  if (!proto::DecodeRequest(buf, len, nfds, &op)) return false;
+  if (!s.welcomed && op != proto::Op::kHello) return false;
+  if (s.welcomed && op == proto::Op::kHello) return false;
+  const Call call{s.id, op, proto::As<proto::Header>(buf).seq};
+  if (!s.refusal.empty()) {
+    proto::Response r{};
+    std::snprintf(r.u.hello.node, sizeof(r.u.hello.node), "%s", s.refusal.c_str());
+    Answer(call, EACCES, r);
+    return false;
+  }
+  return handler_.OnRequest(call, buf, fds, nfds);
+}
+
+void PodSessions::Welcome(PodId pod, UniqueFd events) {
+  Session* s = Find(pod);
+  if (s == nullptr) return;
+  s->welcomed = true;
+  s->events = std::move(events);
+}
+
+void PodSessions::Answer(const Call& call, int status, const proto::Response& body, const int* fds,
+                         int nfds) {
+  Session* s = Find(call.pod);
+  if (s == nullptr) return;
+  proto::Response r = body;
+  r.h.op = call.op;
+  r.h.seq = call.seq;
+  r.status = status;
+  if (SendWithFds(s->sock.get(), &r, sizeof(r), fds, nfds, MSG_DONTWAIT) != 0) {
+    // It stopped reading (or is gone): drop it, but not from inside the caller's work.
+    const PodId id = call.pod;
+    loop_.Defer([this, id] { Drop(id, "does not take its answers"); });
+  }
+}
+
+void PodSessions::Notify(PodId pod, proto::EventType type, uint32_t qpn) {
+  Session* s = Find(pod);
+  if (s == nullptr || !s->events) return;
+  const proto::Event e{type, qpn};
+  const int rc = SendWithFds(s->events.get(), &e, sizeof(e), nullptr, 0, MSG_DONTWAIT);
+  if (rc == EAGAIN) {
+    spdlog::warn("client {} does not read its events; dropping its event socket", pod);
+  }
+  if (rc != 0) s->events.reset();
+}
+
+void PodSessions::NotifyAll(proto::EventType type) {
+  for (auto& [id, s] : sessions_) Notify(id, type, 0);
+}
+
+void PodSessions::Drop(PodId pod, const char* why) {
+  auto it = sessions_.find(pod);
+  if (it == sessions_.end()) return;
+  std::unique_ptr<Session> s = std::move(it->second);
+  sessions_.erase(it);
+  loop_.Unwatch(s->watch);
+  spdlog::info("client {} (pid {}, {}) gone: {}", pod, s->who.pid, FormatIpv4(s->who.ip), why);
+  handler_.OnPodGone(pod);
+}
+
+}  // namespace ff::router

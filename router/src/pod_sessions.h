@@ -1,0 +1,95 @@
+// Pod sessions: the router's Unix socket, one connection per pod process, and who is on the
+// other end. The session layer identifies each client through the kernel (IdentityResolver),
+// reads its requests, checks each against the protocol table (proto::DecodeRequest: size,
+// op and descriptor count) and hands it to the request handler; it sends answers and event
+// notifications back. It knows nothing of QPs or memory.
+//
+// Answers: every request gets exactly one, through Answer(), now or later (a cross-node
+// connect is answered when the peer router replies). Requests of one pod are read one
+// after another, so a pod that waits for its answer never has two outstanding.
+// Threading: the loop's thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "event_loop.h"
+#include "freeflow/fd.h"
+#include "freeflow/protocol.h"
+#include "identity.h"
+#include "resources.h"
+
+namespace ff::router {
+
+// A request being answered.
+struct Call {
+  PodId pod = 0;
+  proto::Op op = proto::Op::kHello;
+  uint32_t seq = 0;
+};
+
+class PodSessions {
+ public:
+  class Handler {
+   public:
+    virtual ~Handler() = default;
+    // A request that passed the protocol table. It must be answered through Answer(), now
+    // or later. Returns false when it breaks the protocol: the pod is then disconnected.
+    virtual bool OnRequest(const Call& call, const char* msg, UniqueFd* fds, int nfds) = 0;
+    // The pod's connection closed or was dropped.
+    virtual void OnPodGone(PodId pod) = 0;
+  };
+
+  PodSessions(EventLoop& loop, IdentityResolver& identity, Handler& handler)
+      : loop_(loop), identity_(identity), handler_(handler) {}
+  ~PodSessions();
+
+  // Listens on `path` (replacing a stale socket). false + *error.
+  bool Listen(const std::string& path, std::string* error);
+  // Serves an already-connected client socket (as accepted, or a test's socketpair end).
+  void Adopt(UniqueFd sock);
+
+  // Who is on the other end of `pod` (nullptr when it is gone).
+  const PodIdentity* Identity(PodId pod) const;
+  // Completes a successful HELLO: later requests are accepted and events go to `events`.
+  void Welcome(PodId pod, UniqueFd events);
+  // Sends the answer to `call`: status 0 or a positive errno value, `body` the reply union.
+  // A pod that cannot take its answer is disconnected (after the current turn).
+  void Answer(const Call& call, int status, const proto::Response& body, const int* fds = nullptr,
+              int nfds = 0);
+  void Answer(const Call& call, int status) { Answer(call, status, proto::Response{}); }
+  // Sends an event; a pod that does not read its events loses its event socket.
+  void Notify(PodId pod, proto::EventType type, uint32_t qpn);
+  void NotifyAll(proto::EventType type);
+  // Disconnects `pod` now (OnPodGone runs before this returns).
+  void Drop(PodId pod, const char* why);
+  size_t count() const { return sessions_.size(); }
+
+ private:
+  struct Session {
+    PodId id = 0;
+    UniqueFd sock;
+    EventLoop::WatchId watch = 0;
+    UniqueFd events;
+    PodIdentity who;
+    bool welcomed = false;
+    std::string refusal;  // why the client is not served (no overlay address, ...)
+  };
+  void Accept();
+  void OnReadable(PodId id);
+  // Handles one datagram. false: protocol violation.
+  bool Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, int nfds);
+  Session* Find(PodId id);
+
+  EventLoop& loop_;
+  IdentityResolver& identity_;
+  Handler& handler_;
+  UniqueFd listen_;
+  std::string path_;
+  PodId next_id_ = 1;
+  std::unordered_map<PodId, std::unique_ptr<Session>> sessions_;
+};
+
+}  // namespace ff::router

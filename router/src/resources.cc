@@ -1,0 +1,128 @@
+#include "resources.h"
+
+#include "freeflow/ipv4.h"
+#include "freeflow/target_ops.h"
+
+namespace ff::router {
+
+NotifySlot* Pod::NotifySlots() {
+  if (!notify_map_.get() &&
+      MapSegment(notify_seg.get(), kNotifySegmentBytes, true, &notify_map_) != 0)
+    return nullptr;
+  return notify_map_.as<NotifySlot>();
+}
+
+bool Pod::CqChannel(uint32_t cq_id, uint32_t* slot, int* fd) const {
+  auto cq = cqs.find(cq_id);
+  if (cq == cqs.end() || cq->second.notify_slot == proto::kNoId) return false;
+  auto ch = channels.find(cq->second.chan_id);
+  if (ch == channels.end()) return false;
+  *slot = cq->second.notify_slot;
+  *fd = ch->second.get();
+  return true;
+}
+
+WakeTarget Pod::CqWake(uint32_t cq_id) {
+  uint32_t slot = 0;
+  int fd = -1;
+  if (!CqChannel(cq_id, &slot, &fd)) return {};
+  NotifySlot* slots = NotifySlots();
+  if (slots == nullptr) return {};
+  return {slots + slot, fd};
+}
+
+void Pod::WakeProcess() {
+  NotifySlot* slots = wake_fd ? NotifySlots() : nullptr;
+  if (slots != nullptr) WakeIfArmed(slots + proto::kWakeSlot, wake_fd.get());
+}
+
+Region* Pod::MappedRegion(uint32_t region_id) {
+  auto it = regions.find(region_id);
+  if (it == regions.end()) return nullptr;
+  Region& r = it->second;
+  if (!r.map.get() && MapSegment(r.fd.get(), r.size, true, &r.map) != 0) return nullptr;
+  return &r;
+}
+
+int Qp::RingFor(Producer p) const {
+  int free_ring = -1;
+  for (size_t i = 0; i < producers.size(); ++i) {
+    if (producers[i] == p) return static_cast<int>(i);
+    if (free_ring < 0 && producers[i].kind == Producer::Kind::kNone)
+      free_ring = static_cast<int>(i);
+  }
+  return free_ring;
+}
+
+void Qp::ReleaseRingsOf(Producer p) {
+  for (Producer& r : producers)
+    if (r == p) r = Producer{};
+}
+
+Pod& ResourceTables::AddPod(PodId id, const PodIdentity& who) {
+  auto pod = std::make_unique<Pod>();
+  pod->id = id;
+  pod->who = who;
+  Pod& ref = *pod;
+  pods_[id] = std::move(pod);
+  return ref;
+}
+
+Pod* ResourceTables::FindPod(PodId id) {
+  auto it = pods_.find(id);
+  return it == pods_.end() ? nullptr : it->second.get();
+}
+
+void ResourceTables::ErasePod(PodId id) { pods_.erase(id); }
+
+Qp& ResourceTables::AddQp(std::unique_ptr<Qp> qp) {
+  uint32_t qpn = next_qpn_;
+  for (int tries = 0; tries < (1 << 24); ++tries) {
+    qpn = next_qpn_;
+    next_qpn_ = (next_qpn_ + 1) & 0xffffff;
+    if (next_qpn_ < 0x100) next_qpn_ = 0x100;
+    if (!qps_.count(qpn)) break;
+  }
+  qp->qpn = qpn;
+  Qp& ref = *qp;
+  qps_[qpn] = std::move(qp);
+  return ref;
+}
+
+Qp* ResourceTables::FindQp(uint32_t qpn) {
+  auto it = qps_.find(qpn);
+  return it == qps_.end() ? nullptr : it->second.get();
+}
+
+Qp* ResourceTables::FindOwnedQp(const Pod& pod, uint32_t qpn) {
+  Qp* qp = FindQp(qpn);
+  return qp != nullptr && qp->owner == pod.id ? qp : nullptr;
+}
+
+void ResourceTables::EraseQp(uint32_t qpn) { qps_.erase(qpn); }
+
+Qp* ResourceTables::FindDest(uint32_t ip, uint16_t lid, uint32_t qpn) {
+  Qp* qp = FindQp(qpn);
+  if (qp == nullptr) return nullptr;
+  const Pod* owner = FindPod(qp->owner);
+  if (owner == nullptr) return nullptr;
+  if (ip != 0 ? owner->who.ip != ip : LidForIp(owner->who.ip) != lid) return nullptr;
+  return qp;
+}
+
+std::vector<uint32_t> ResourceTables::Unlink(Qp& src, const Qp* keep) {
+  std::vector<uint32_t> left;
+  for (auto it = src.produces_into.begin(); it != src.produces_into.end();) {
+    Qp* dest = FindQp(*it);
+    if (dest == keep && keep != nullptr) {
+      ++it;
+      continue;
+    }
+    if (dest != nullptr) dest->ReleaseRingsOf(Producer::Local(src.qpn));
+    left.push_back(*it);
+    it = src.produces_into.erase(it);
+  }
+  return left;
+}
+
+}  // namespace ff::router

@@ -1,0 +1,124 @@
+// The router's resource tables: what each pod connection holds (channels, CQs, SRQs,
+// registered regions, its MR table and QPs) and which QP produces into which ring of
+// another. Plain data and lookups: no sockets, no protocol. Everything a pod handed over is
+// kept here until it releases it or its connection closes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "freeflow/fd.h"
+#include "freeflow/protocol.h"
+#include "freeflow/shm_layout.h"
+#include "identity.h"
+#include "mr_table.h"
+
+namespace ff::router {
+
+using PodId = uint32_t;  // one pod connection (a process); 0 is never used
+
+// Who produces into one ring of a QP: nobody, a QP of this node, or a remote sender (a QP on
+// another node, through the executor).
+struct Producer {
+  enum class Kind : uint8_t { kNone, kLocalQp, kRemote };
+  Kind kind = Kind::kNone;
+  uint32_t id = 0;  // the local QPN, or the remote sender's id
+  static Producer Local(uint32_t qpn) { return {Kind::kLocalQp, qpn}; }
+  static Producer Remote(uint32_t sender) { return {Kind::kRemote, sender}; }
+  bool operator==(const Producer&) const = default;
+};
+
+struct Region {
+  UniqueFd fd;
+  uint64_t size = 0;
+  Mapping map;  // the router's own mapping, made when a remote initiator first reaches it
+};
+
+struct Cq {
+  uint32_t notify_slot = proto::kNoId;
+  uint32_t chan_id = proto::kNoId;
+};
+
+// A notify word and the eventfd to write when its owner armed it.
+struct WakeTarget {
+  NotifySlot* slot = nullptr;
+  int fd = -1;
+  explicit operator bool() const { return slot != nullptr; }
+};
+
+struct Pod {
+  PodId id = 0;
+  PodIdentity who;
+  UniqueFd notify_seg;  // the process's notify words (CQ events, wake word)
+  UniqueFd wake_fd;     // rung after cross-node deliveries when the wake word is armed
+  MrTable mr;
+  std::map<uint32_t, UniqueFd> channels;  // completion channel id -> eventfd
+  std::map<uint32_t, Cq> cqs;
+  std::map<uint32_t, UniqueFd> srqs;  // SRQ id -> segment
+  std::map<uint32_t, Region> regions;
+  std::set<uint32_t> qps;
+
+  // The notify words, mapped on first use; nullptr when they cannot be mapped.
+  NotifySlot* NotifySlots();
+  // The event word (slot index) and channel eventfd of CQ `cq_id`; false when it has no
+  // completion channel.
+  bool CqChannel(uint32_t cq_id, uint32_t* slot, int* fd) const;
+  // The same, as a word to write: mapped, ready for WakeIfArmed.
+  WakeTarget CqWake(uint32_t cq_id);
+  // Wakes the process if it sleeps on its wake word (see proto::kWakeSlot).
+  void WakeProcess();
+  // Region `region_id` mapped into the router, on first use; nullptr when unknown.
+  Region* MappedRegion(uint32_t region_id);
+
+ private:
+  Mapping notify_map_;
+};
+
+struct Qp {
+  uint32_t qpn = 0;
+  uint32_t type = 0;  // ibv_qp_type
+  PodId owner = 0;
+  UniqueFd seg;
+  uint32_t num_rings = 0;
+  uint32_t ring_bytes = 0;
+  uint32_t srq_id = proto::kNoId;
+  uint32_t recv_cq_id = proto::kNoId;
+  uint32_t send_cq_id = proto::kNoId;
+  std::vector<Producer> producers;    // who produces into each ring
+  std::set<uint32_t> produces_into;   // local QPs whose rings this QP produces into
+
+  // The ring `p` produces into, else a free ring; -1 when there is neither.
+  int RingFor(Producer p) const;
+  // Frees every ring `p` produces into.
+  void ReleaseRingsOf(Producer p);
+};
+
+class ResourceTables {
+ public:
+  Pod& AddPod(PodId id, const PodIdentity& who);
+  Pod* FindPod(PodId id);
+  void ErasePod(PodId id);
+  size_t pod_count() const { return pods_.size(); }
+
+  // Adds a QP under a fresh QP number (unique on this node).
+  Qp& AddQp(std::unique_ptr<Qp> qp);
+  Qp* FindQp(uint32_t qpn);
+  // QP `qpn` when `pod` owns it.
+  Qp* FindOwnedQp(const Pod& pod, uint32_t qpn);
+  void EraseQp(uint32_t qpn);
+  // QP `qpn` of a pod on this node addressed by overlay IP (host order; 0: by LID).
+  Qp* FindDest(uint32_t ip, uint16_t lid, uint32_t qpn);
+  // Stops local QP `src` producing into every QP but `keep`; returns the QPs it left.
+  std::vector<uint32_t> Unlink(Qp& src, const Qp* keep = nullptr);
+
+ private:
+  uint32_t next_qpn_ = 0x100;
+  std::unordered_map<PodId, std::unique_ptr<Pod>> pods_;
+  std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
+};
+
+}  // namespace ff::router

@@ -1,0 +1,92 @@
+// Node links over TCP: one connection per (dialling router, peer router), frames of
+// core/codec.h's wire format, flow control by the bytes a link owes its peer, and liveness
+// by pings (the dialler pings; both ends close a link that stays silent too long).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "node_transport.h"
+
+namespace ff::router {
+
+class TcpTransport final : public NodeTransport {
+ public:
+  struct Options {
+    std::string node_name;  // told to peers in the hello frame
+    uint32_t host_ip = 0;   // address and port to listen on (host byte order)
+    uint16_t port = 0;
+    uint32_t peer_timeout_ms = 0;  // a dialled link silent this long is closed
+  };
+  explicit TcpTransport(Options options) : options_(std::move(options)) {}
+  ~TcpTransport() override;
+
+  bool Start(EventLoop& loop, Handler& handler, std::string* error) override;
+  LinkId Dial(const cp::Endpoint& ep) override;
+  bool Dialled(LinkId link) const override;
+  void Send(LinkId link, wire::Type type, uint32_t chan, uint16_t flags,
+            std::initializer_list<Bytes> parts) override;
+  bool Congested(LinkId link) const override;
+  void Resume(LinkId link) override;
+  std::string PeerName(LinkId link) const override;
+
+ private:
+  struct Link {
+    LinkId id = kNoLink;
+    UniqueFd fd;
+    EventLoop::WatchId watch = 0;
+    bool dialled = false;
+    bool connected = false;
+    cp::Endpoint endpoint;  // dialled links: whom we dialled
+    std::string peer_node;
+    std::vector<char> in;
+    size_t in_used = 0;
+    std::vector<char> out;
+    size_t out_off = 0;
+    uint32_t events = 0;   // epoll interest as registered
+    bool held = false;     // the handler held a message: not reading
+    bool over_high = false;  // owed reached the high-water mark since the last OnDrained
+    bool flush_queued = false;
+    uint64_t last_rx_ns = 0;
+    uint64_t last_tx_ns = 0;
+    size_t owed() const { return out.size() - out_off; }
+  };
+
+  Link* Find(LinkId id);
+  const Link* Find(LinkId id) const;
+  Link* Add(UniqueFd fd, bool dialled, uint32_t events);
+  void Accept();
+  void OnEvents(LinkId id, uint32_t events);
+  bool ReadAll(Link& l);         // false: the link was closed
+  bool FinishConnect(Link& l);   // false: the connect failed and the link was closed
+  // Delivers complete frames. false: malformed, the link must be closed.
+  bool Parse(Link& l);
+  bool OnTransportFrame(Link& l, const wire::FrameHeader& h, const char* body);
+  void Append(Link& l, const void* p, size_t n);
+  // Sends `parts` straight to the socket when nothing is queued ahead; buffers the rest.
+  void SendDirect(Link& l, const iovec* iov, int n, size_t total);
+  void ScheduleFlush(Link& l);
+  // Writes what the link owes. May report OnDrained when `may_notify`.
+  void Flush(Link& l, bool may_notify);
+  void SyncEvents(Link& l);
+  void Close(LinkId id, const std::string& why);
+  void OnTick();
+
+  Options options_;
+  EventLoop* loop_ = nullptr;
+  Handler* handler_ = nullptr;
+  UniqueFd listen_;
+  Timer tick_;
+  LinkId next_id_ = 1;
+  std::unordered_map<LinkId, std::unique_ptr<Link>> links_;
+  std::map<std::pair<uint32_t, uint16_t>, LinkId> dialled_;  // endpoint -> link
+  std::vector<LinkId> flush_pending_;  // links to flush at the end of this loop turn
+};
+
+}  // namespace ff::router
