@@ -49,6 +49,10 @@ bool TcpTransport::Start(EventLoop& loop, Handler& handler, std::string* error) 
     *error = "cannot listen for routers on " + where + ": " + std::strerror(errno);
     return false;
   }
+  sockaddr_in bound{};
+  socklen_t len = sizeof(bound);
+  if (::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&bound), &len) == 0)
+    options_.port = ntohs(bound.sin_port);
   if (loop.Watch(listen_.get(), EPOLLIN, [this](uint32_t) { Accept(); }) == 0 ||
       tick_.Start(loop, [this] { OnTick(); }) != 0) {
     *error = std::string("cannot watch the router port: ") + std::strerror(errno);

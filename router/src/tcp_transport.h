@@ -35,6 +35,8 @@ class TcpTransport final : public NodeTransport {
   bool Congested(LinkId link) const override;
   void Resume(LinkId link) override;
   std::string PeerName(LinkId link) const override;
+  // The port it listens on (the kernel's choice when Options::port was 0).
+  uint16_t port() const { return options_.port; }
 
  private:
   struct Link {

@@ -1,0 +1,272 @@
+// One router, pods speaking the protocol over socketpairs: the pod sessions and the broker
+// (HELLO, objects, QPs, same-node connects, MR tables, releases), and what a pod that
+// breaks the protocol gets.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+
+#include "harness.h"
+
+namespace ff::router::test {
+namespace {
+
+class BrokerTest : public ::testing::Test {
+ protected:
+  TestRouter router{TestRouter::Options{}};
+};
+
+TEST_F(BrokerTest, HelloTellsThePodWhoItIsAndSharesAReadOnlyMrTable) {
+  RawPod pod(router, Ip("10.1.2.3"));
+  ASSERT_EQ(pod.Hello(), 0);
+  EXPECT_EQ(ntohl(pod.hello().ip), Ip("10.1.2.3"));
+  EXPECT_EQ(pod.hello().lid, 0x0203);
+  EXPECT_EQ(pod.hello().prefix_len, 8u);
+  EXPECT_STREQ(pod.hello().node, "node-a");
+  Mapping ro;
+  EXPECT_EQ(MapSegment(pod.mr_table_fd(), kMrTableBytes, false, &ro), 0);
+  Mapping rw;
+  EXPECT_EQ(MapSegment(pod.mr_table_fd(), kMrTableBytes, true, &rw), EACCES);
+}
+
+TEST_F(BrokerTest, AClientOutsideTheOverlayIsToldWhy) {
+  RawPod pod(router, 0);  // the fake resolver refuses it
+  EXPECT_EQ(pod.Hello(), EACCES);
+  EXPECT_NE(std::string(pod.hello().node).find("overlay"), std::string::npos);
+  EXPECT_TRUE(pod.Disconnected());
+}
+
+TEST_F(BrokerTest, AnotherAbiIsRefusedWithTheReason) {
+  RawPod pod(router, Ip("10.0.0.5"));
+  EXPECT_EQ(pod.Hello(kAbiVersion + 1), EPROTO);
+  EXPECT_NE(std::string(pod.hello().node).find("ABI"), std::string::npos);
+  EXPECT_EQ(pod.Hello(), 0);  // a matching library may still say HELLO
+}
+
+TEST_F(BrokerTest, ProtocolViolationsDisconnectOnlyTheSender) {
+  RawPod good(router, Ip("10.0.0.1"));
+  ASSERT_EQ(good.Hello(), 0);
+  struct Case {
+    const char* name;
+    std::vector<char> bytes;
+  };
+  proto::CreateCq early{};
+  early.h.op = proto::Op::kCreateCq;
+  proto::DestroyQp big{};
+  big.h.op = proto::Op::kDestroyQp;
+  std::vector<char> oversized(sizeof(big) + 8, 0);
+  std::memcpy(oversized.data(), &big, sizeof(big));
+  const std::vector<Case> cases = {
+      {"empty", {}},
+      {"short header", {1, 0}},
+      {"unknown op", std::vector<char>(64, 0x7f)},
+      {"request before HELLO",
+       std::vector<char>(reinterpret_cast<char*>(&early), reinterpret_cast<char*>(&early + 1))},
+      {"wrong size after HELLO", oversized},
+  };
+  for (const Case& c : cases) {
+    RawPod bad(router, Ip("10.0.0.2"));
+    if (std::string(c.name) == "wrong size after HELLO") {
+      ASSERT_EQ(bad.Hello(), 0);
+    }
+    bad.SendRaw(c.bytes.data(), c.bytes.size());
+    EXPECT_TRUE(bad.Disconnected()) << c.name;
+  }
+  RawPod twice(router, Ip("10.0.0.3"));
+  ASSERT_EQ(twice.Hello(), 0);
+  proto::Hello again{};
+  again.abi = kAbiVersion;
+  twice.SendRaw(&again, sizeof(again));  // a second HELLO, without its descriptors
+  EXPECT_TRUE(twice.Disconnected());
+  EXPECT_EQ(good.CreateCq(7), 7u);  // the well-behaved pod is still served
+  proto::DestroyCq d{};
+  d.cq_id = 7;
+  EXPECT_EQ(good.Call(d).status, 0);
+}
+
+TEST_F(BrokerTest, CreateQpChecksWhatThePodHandsOver) {
+  RawPod pod(router, Ip("10.0.0.1"));
+  ASSERT_EQ(pod.Hello(), 0);
+  const RawQp ok = pod.CreateQp(IBV_QPT_RC);
+  ASSERT_NE(ok.qpn, 0u);
+  const RawQp second = pod.CreateQp(IBV_QPT_RC);
+  EXPECT_NE(second.qpn, ok.qpn);
+  EXPECT_EQ(pod.CreateQp(IBV_QPT_RAW_PACKET).qpn, 0u);
+  EXPECT_EQ(pod.CreateQp(IBV_QPT_RC, 1, 5000).qpn, 0u);           // not a power of two
+  EXPECT_EQ(pod.CreateQp(IBV_QPT_RC, kMaxRingsPerQp + 1, 4096).qpn, 0u);
+  // A segment smaller than the rings it claims.
+  UniqueFd small;
+  ASSERT_EQ(CreateSegment("small", 4096, &small), 0);
+  proto::CreateQp m{};
+  m.qp_type = IBV_QPT_RC;
+  m.num_rings = 1;
+  m.ring_bytes = kRcRingBytes;
+  m.srq_id = proto::kNoId;
+  m.recv_cq_id = 1;
+  m.send_cq_id = 1;
+  EXPECT_EQ(pod.Call(m, {small.get()}).status, EINVAL);
+  m.recv_cq_id = 99;  // no such CQ
+  EXPECT_EQ(pod.Call(m, {ok.seg_fd.get()}).status, EINVAL);
+}
+
+TEST_F(BrokerTest, ObjectsAreCountedPerPodAndNamedOnce) {
+  RawPod pod(router, Ip("10.0.0.1"));
+  ASSERT_EQ(pod.Hello(), 0);
+  proto::CreateCq m{};
+  m.cq_id = 3;
+  m.notify_slot = proto::kNoId;
+  m.chan_id = proto::kNoId;
+  EXPECT_EQ(pod.Call(m).status, 0);
+  EXPECT_EQ(pod.Call(m).status, EEXIST);
+  m.cq_id = 4;
+  m.notify_slot = proto::kWakeSlot;  // the wake word is not a CQ's
+  m.chan_id = 1;
+  EXPECT_EQ(pod.Call(m).status, EINVAL);
+  proto::DestroyCq d{};
+  d.cq_id = 42;
+  EXPECT_EQ(pod.Call(d).status, ENOENT);
+}
+
+TEST_F(BrokerTest, SameNodeConnectHandsOverOneRingOfThePeer) {
+  RawPod a(router, Ip("10.0.0.1")), b(router, Ip("10.0.0.2")), c(router, Ip("10.0.0.3"));
+  ASSERT_EQ(a.Hello(), 0);
+  ASSERT_EQ(b.Hello(), 0);
+  ASSERT_EQ(c.Hello(), 0);
+  const RawQp qa = a.CreateQp(IBV_QPT_RC), qb = b.CreateQp(IBV_QPT_RC), qc = c.CreateQp(IBV_QPT_RC);
+  RawLink link = a.Connect(qa, Ip("10.0.0.2"), qb.qpn);
+  ASSERT_EQ(link.status, 0);
+  EXPECT_EQ(link.reply.peer_qpn, qb.qpn);
+  EXPECT_EQ(ntohl(link.reply.peer_ip), Ip("10.0.0.2"));
+  EXPECT_EQ(link.fds.size(), static_cast<size_t>(proto::ConnectReplyFds(link.reply)));
+  // What A writes into the ring it got is what B reads from its own segment.
+  RecordHeader h{};
+  h.kind = kRecSend;
+  h.flags = kRecFirst | kRecLast;
+  ASSERT_EQ(AppendRecord(link.producer, h, "ping", 4), RingStatus::kOk);
+  link.producer.Publish();
+  RingConsumer in;
+  in.Attach(qb.ring(link.reply.ring_index), qb.ring_bytes);
+  std::vector<char> payload;
+  ASSERT_TRUE(NextRecord(in, &h, &payload));
+  EXPECT_EQ(std::string(payload.begin(), payload.end()), "ping");
+  // An RC QP has one ring, and A holds it: C is refused; A may connect again.
+  EXPECT_EQ(c.Connect(qc, Ip("10.0.0.2"), qb.qpn).status, EBUSY);
+  EXPECT_EQ(a.Connect(qa, Ip("10.0.0.2"), qb.qpn).status, 0);
+  // Wrong address for that QP, unknown QP, type mismatch.
+  EXPECT_EQ(a.Connect(qa, Ip("10.0.0.3"), qb.qpn).status, EHOSTUNREACH);
+  EXPECT_EQ(a.Connect(qa, Ip("10.0.0.2"), 0xabcdef).status, EHOSTUNREACH);
+  const RawQp ud = b.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  EXPECT_EQ(a.Connect(qa, Ip("10.0.0.2"), ud.qpn).status, EINVAL);
+}
+
+TEST_F(BrokerTest, UdDestinationsShareTheirRingsUntilFull) {
+  RawPod target(router, Ip("10.0.0.9"));
+  ASSERT_EQ(target.Hello(), 0);
+  const RawQp ud = target.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  std::vector<std::unique_ptr<RawPod>> senders;
+  for (uint32_t i = 0; i < kUdRingsPerQp; ++i) {
+    senders.push_back(std::make_unique<RawPod>(router, Ip("10.0.1.0") + i));
+    ASSERT_EQ(senders.back()->Hello(), 0);
+    const RawQp q = senders.back()->CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+    EXPECT_EQ(senders.back()->Connect(q, Ip("10.0.0.9"), ud.qpn, true).status, 0);
+  }
+  RawPod late(router, Ip("10.0.2.1"));
+  ASSERT_EQ(late.Hello(), 0);
+  const RawQp q = late.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  EXPECT_EQ(late.Connect(q, Ip("10.0.0.9"), ud.qpn, true).status, ENOSPC);
+  senders.pop_back();  // a sender's process exits: its ring is free again
+  EXPECT_TRUE(WaitFor([&] { return late.Connect(q, Ip("10.0.0.9"), ud.qpn, true).status == 0; }));
+}
+
+TEST_F(BrokerTest, RegistrationsArePublishedAndRevokedInTheMrTable) {
+  RawPod pod(router, Ip("10.0.0.1"));
+  ASSERT_EQ(pod.Hello(), 0);
+  Mapping memory;
+  const uint32_t key = pod.Register(1, 8192, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE,
+                                    0x10000, &memory);
+  ASSERT_NE(key, 0u);
+  Mapping table;
+  ASSERT_EQ(MapSegment(pod.mr_table_fd(), kMrTableBytes, false, &table), 0);
+  MrView v;
+  ASSERT_TRUE(ReadMrEntry(table.as<MrEntry>(), key, &v));
+  EXPECT_EQ(v.addr, 0x10000u);
+  EXPECT_EQ(v.length, 8192u);
+  EXPECT_EQ(v.region, 1u);
+  // A second registration in the same region; then both go away.
+  proto::RegMr m{};
+  m.addr = 0x11000;
+  m.length = 4096;
+  m.region_offset = 4096;
+  m.access = IBV_ACCESS_LOCAL_WRITE;
+  m.region_id = 1;
+  const proto::Response r = pod.Call(m);
+  ASSERT_EQ(r.status, 0);
+  m.region_offset = 8192;  // past the region's end
+  EXPECT_EQ(pod.Call(m).status, EINVAL);
+  proto::DeregMr d{};
+  d.key = key;
+  EXPECT_EQ(pod.Call(d).status, 0);
+  EXPECT_FALSE(ReadMrEntry(table.as<MrEntry>(), key, &v));
+  EXPECT_EQ(pod.Call(d).status, EINVAL);  // twice
+  d.key = r.u.reg_mr.key;
+  d.release_region = 1;
+  EXPECT_EQ(pod.Call(d).status, 0);
+  // A region memfd smaller than the registration claims.
+  UniqueFd tiny;
+  ASSERT_EQ(CreateSegment("tiny", 4096, &tiny), 0);
+  proto::RegMr big{};
+  big.length = 8192;
+  big.region_size = 8192;
+  big.region_id = 2;
+  big.new_region = 1;
+  EXPECT_EQ(pod.Call(big, {tiny.get()}).status, EINVAL);
+}
+
+TEST_F(BrokerTest, PeersHearWhetherAQpWasDestroyedOrItsProcessDied) {
+  RawPod a(router, Ip("10.0.0.1"));
+  auto b = std::make_unique<RawPod>(router, Ip("10.0.0.2"));
+  ASSERT_EQ(a.Hello(), 0);
+  ASSERT_EQ(b->Hello(), 0);
+  const RawQp qa = a.CreateQp(IBV_QPT_RC), qb1 = b->CreateQp(IBV_QPT_RC);
+  const RawQp qb2 = b->CreateQp(IBV_QPT_RC);
+  const RawQp qa2 = a.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(a.Connect(qa, Ip("10.0.0.2"), qb1.qpn).status, 0);
+  ASSERT_EQ(a.Connect(qa2, Ip("10.0.0.2"), qb2.qpn).status, 0);
+  proto::DestroyQp d{};
+  d.qpn = qb1.qpn;
+  ASSERT_EQ(b->Call(d).status, 0);
+  auto e = a.NextEvent();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->type, proto::EventType::kPeerClosed);
+  EXPECT_EQ(e->qpn, qa.qpn);
+  b.reset();  // B's process exits with qb2 still connected
+  e = a.NextEvent();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->type, proto::EventType::kPeerGone);
+  EXPECT_EQ(e->qpn, qa2.qpn);
+}
+
+TEST_F(BrokerTest, RegionsGoOnlyToConnectedPeers) {
+  RawPod a(router, Ip("10.0.0.1")), b(router, Ip("10.0.0.2"));
+  ASSERT_EQ(a.Hello(), 0);
+  ASSERT_EQ(b.Hello(), 0);
+  Mapping memory;
+  ASSERT_NE(b.Register(5, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, 0x5000, &memory),
+            0u);
+  const RawQp qa = a.CreateQp(IBV_QPT_RC), qb = b.CreateQp(IBV_QPT_RC);
+  proto::GetRegion g{};
+  g.qpn = qa.qpn;
+  g.region_id = 5;
+  EXPECT_EQ(a.Call(g).status, ENOENT);  // not connected yet
+  ASSERT_EQ(a.Connect(qa, Ip("10.0.0.2"), qb.qpn).status, 0);
+  std::vector<UniqueFd> fds;
+  const proto::Response r = a.Call(g, {}, &fds);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.u.region.size, 4096u);
+  EXPECT_EQ(fds.size(), 1u);
+  g.qpn = qb.qpn;  // a QP A does not own
+  EXPECT_EQ(a.Call(g).status, ENOENT);
+}
+
+}  // namespace
+}  // namespace ff::router::test

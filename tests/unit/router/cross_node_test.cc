@@ -1,0 +1,444 @@
+// Two routers joined by the in-memory node transport, pods speaking the protocol themselves:
+// forwarding (proxy segments, doorbells, answers) and target execution (credits and RNR,
+// records in the target's ring, WRITE/READ/ATOMIC against its memory), in order, with
+// back-pressure, and what each side hears when a peer, a process or a link goes away.
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstring>
+#include <numeric>
+
+#include "freeflow/target_ops.h"
+#include "harness.h"
+
+namespace ff::router::test {
+namespace {
+
+constexpr uint32_t kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                          IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+constexpr uint64_t kAddr = 0x100000;
+
+class CrossNodeTest : public ::testing::Test {
+ protected:
+  explicit CrossNodeTest(size_t high_water = kLinkHighWater) : net(high_water) {}
+
+  void SetUp() override {
+    ASSERT_EQ(initiator.Hello(), 0);
+    ASSERT_EQ(target.Hello(), 0);
+    qa = initiator.CreateQp(IBV_QPT_RC);
+    qb = target.CreateQp(IBV_QPT_RC);
+    qb.hdr()->qp_access.store(kAll);
+    inbound.Attach(qb.ring(0), qb.ring_bytes);
+    link = initiator.Connect(qa, Ip("10.2.0.1"), qb.qpn);
+    ASSERT_EQ(link.status, 0);
+    ASSERT_TRUE(link.reply.flags & proto::kConnectRemote);
+    ASSERT_EQ(link.fds.size(), 2u);
+    EXPECT_EQ(link.reply.peer_qpn, qb.qpn);
+  }
+
+  // Writes one request into the proxy and rings the doorbell when the router armed it, as
+  // the library does.
+  void Post(uint8_t kind, uint8_t flags, const ProxyRequest& req, const void* data = nullptr,
+            uint32_t len = 0) {
+    RecordHeader h{};
+    h.kind = kind;
+    h.flags = flags;
+    h.msg_len = req.length;
+    ASSERT_EQ(AppendRequest(link.producer, h, req, len,
+                            [&](char* dst) { std::memcpy(dst, data, len); }),
+              RingStatus::kOk);
+    link.producer.Publish();
+    WakeIfArmed(&link.seg.as<QpSegmentHeader>()->doorbell, link.fds[1].get());
+  }
+  void Send(uint32_t seq, const std::string& text, uint8_t rnr_retry = 7) {
+    ProxyRequest r{};
+    r.opcode = IBV_WR_SEND;
+    r.seq = seq;
+    r.length = static_cast<uint32_t>(text.size());
+    r.last = 1;
+    r.rnr_retry = rnr_retry;
+    Post(kRecSend, kRecFirst | kRecLast, r, text.data(), r.length);
+  }
+  // The next answer of the router, its data in *data.
+  ProxyResponse Answer(std::vector<char>* data = nullptr, int timeout_ms = 3000) {
+    RecordHeader h;
+    std::vector<char> payload;
+    ResponseView v{};
+    if (!NextRecord(link.responses, &h, &payload, std::chrono::milliseconds(timeout_ms)) ||
+        !DecodeResponse(h, payload.data(), &v)) {
+      ADD_FAILURE() << "no answer";
+      return ProxyResponse{0, ~0u, 0xffff, 0, 0};
+    }
+    if (data != nullptr) data->assign(v.data, v.data + v.data_len);
+    return v.resp;
+  }
+  bool NoAnswer(int ms) {
+    RecordHeader h;
+    const char* p;
+    return !WaitFor([&] { return link.responses.Peek(&h, &p) == RingStatus::kOk; },
+                    std::chrono::milliseconds(ms));
+  }
+
+  LoopbackNetwork net;
+  FakeCluster cluster;
+  TestRouter a{{"node-a", Ip("192.168.0.1"), &net, &cluster}};
+  TestRouter b{{"node-b", Ip("192.168.0.2"), &net, &cluster}};
+  RawPod initiator{a, Ip("10.1.0.1")};
+  RawPod target{b, Ip("10.2.0.1")};
+  RawQp qa, qb;
+  RawLink link;
+  RingConsumer inbound;  // qb's ring, as the target process reads it
+};
+
+TEST_F(CrossNodeTest, SendsArriveInOrderFromTheInitiatorAndAreAcknowledged) {
+  qb.hdr()->credits.posted.store(50);
+  for (uint32_t i = 0; i < 50; ++i) Send(i, "message " + std::to_string(i));
+  for (uint32_t i = 0; i < 50; ++i) {
+    RecordHeader h;
+    std::vector<char> payload;
+    ASSERT_TRUE(NextRecord(inbound, &h, &payload));
+    EXPECT_EQ(std::string(payload.begin(), payload.end()), "message " + std::to_string(i));
+    EXPECT_EQ(h.src_qpn, qa.qpn);
+    EXPECT_EQ(ntohl(h.src_ip), Ip("10.1.0.1"));
+    const ProxyResponse r = Answer();
+    EXPECT_EQ(r.seq, i);
+    EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  }
+}
+
+TEST_F(CrossNodeTest, AFragmentedMessageKeepsItsFragmentsTogether) {
+  qb.hdr()->credits.posted.store(1);
+  std::vector<char> big(3 * kMaxFragment + 100);
+  std::iota(big.begin(), big.end(), 0);
+  ProxyRequest r{};
+  r.opcode = IBV_WR_SEND;
+  r.length = static_cast<uint32_t>(big.size());
+  r.rnr_retry = 7;
+  for (uint32_t off = 0; off < big.size(); off += kMaxFragment) {
+    const uint32_t frag = std::min<uint32_t>(kMaxFragment, r.length - off);
+    r.last = off + frag == r.length;
+    Post(kRecSend, (off == 0 ? kRecFirst : 0) | (r.last ? kRecLast : 0), r, big.data() + off, frag);
+  }
+  std::vector<char> got;
+  for (;;) {
+    RecordHeader h;
+    std::vector<char> payload;
+    ASSERT_TRUE(NextRecord(inbound, &h, &payload));
+    got.insert(got.end(), payload.begin(), payload.end());
+    if (h.flags & kRecLast) break;
+  }
+  EXPECT_EQ(got, big);
+  EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
+}
+
+TEST_F(CrossNodeTest, RnrRetriesRunOutThenNothingMoreIsExecuted) {
+  qb.hdr()->min_rnr_timer.store(1);  // 10 us between retries
+  Send(1, "nobody listens", 2);
+  const ProxyResponse r = Answer();
+  EXPECT_EQ(r.seq, 1u);
+  EXPECT_EQ(r.status, IBV_WC_RNR_RETRY_EXC_ERR);
+  qb.hdr()->credits.posted.store(5);
+  Send(2, "after the error");
+  EXPECT_TRUE(NoAnswer(200));
+  RecordHeader h;
+  const char* p;
+  EXPECT_EQ(inbound.Peek(&h, &p), RingStatus::kEmpty);
+}
+
+TEST_F(CrossNodeTest, ASendWaitsForAReceivePostedInTime) {
+  qb.hdr()->min_rnr_timer.store(14);  // 1.28 ms between retries
+  Send(1, "wait for me", 7);
+  EXPECT_TRUE(NoAnswer(30));
+  qb.hdr()->credits.posted.store(1);
+  EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
+  RecordHeader h;
+  std::vector<char> payload;
+  ASSERT_TRUE(NextRecord(inbound, &h, &payload));
+}
+
+TEST_F(CrossNodeTest, WriteReadAndAtomicsReachTheTargetsMemoryWithoutIt) {
+  Mapping memory;
+  const uint32_t rkey = target.Register(1, 1 << 20, kAll, kAddr, &memory);
+  ASSERT_NE(rkey, 0u);
+  std::vector<char> data(kMaxFragment + 5000);
+  std::iota(data.begin(), data.end(), 7);
+  ProxyRequest w{};
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.rkey = rkey;
+  w.seq = 1;
+  w.length = static_cast<uint32_t>(data.size());
+  w.remote_addr = kAddr + 64;
+  Post(kRecWrite, 0, w, data.data(), kMaxFragment);
+  w.remote_addr += kMaxFragment;
+  w.last = 1;
+  Post(kRecWrite, 0, w, data.data() + kMaxFragment, static_cast<uint32_t>(data.size()) - kMaxFragment);
+  EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(memory.as<char>() + 64, data.data(), data.size()), 0);
+
+  ProxyRequest rd{};
+  rd.opcode = IBV_WR_RDMA_READ;
+  rd.rkey = rkey;
+  rd.seq = 2;
+  rd.length = static_cast<uint32_t>(data.size());
+  rd.remote_addr = kAddr + 64;
+  rd.last = 1;
+  Post(kRecReadReq, 0, rd);
+  std::vector<char> back(data.size());
+  for (bool last = false; !last;) {
+    std::vector<char> chunk;
+    const ProxyResponse r = Answer(&chunk);
+    ASSERT_EQ(r.status, IBV_WC_SUCCESS);
+    ASSERT_LE(r.data_offset + chunk.size(), back.size());
+    std::memcpy(back.data() + r.data_offset, chunk.data(), chunk.size());
+    last = r.last;
+  }
+  EXPECT_EQ(back, data);
+
+  uint64_t* word = reinterpret_cast<uint64_t*>(memory.as<char>() + 8);
+  *word = 40;
+  ProxyRequest fa{};
+  fa.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  fa.rkey = rkey;
+  fa.seq = 3;
+  fa.length = 8;
+  fa.remote_addr = kAddr + 8;
+  fa.compare_add = 2;
+  fa.last = 1;
+  Post(kRecAtomicReq, 0, fa);
+  std::vector<char> old;
+  EXPECT_EQ(Answer(&old).status, IBV_WC_SUCCESS);
+  ASSERT_EQ(old.size(), 8u);
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(old.data()), 40u);
+  ProxyRequest cs = fa;
+  cs.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+  cs.seq = 4;
+  cs.compare_add = 42;
+  cs.swap = 7;
+  Post(kRecAtomicReq, 0, cs);
+  EXPECT_EQ(Answer(&old).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(old.data()), 42u);
+  EXPECT_EQ(*word, 7u);
+}
+
+// Each violation completes its request with an error, and the channel executes nothing after
+// it (RC semantics), so each case gets a fresh QP pair.
+TEST_F(CrossNodeTest, AccessViolationsAreAnsweredAsARealTargetWould) {
+  Mapping memory;
+  const uint32_t rkey = target.Register(1, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ,
+                                        kAddr, &memory);
+  ASSERT_NE(rkey, 0u);
+  struct Case {
+    const char* what;
+    uint8_t kind;
+    uint8_t opcode;
+    uint32_t rkey;
+    uint64_t addr;
+    uint32_t len;
+    uint16_t status;
+  };
+  const Case cases[] = {
+      {"forged rkey", kRecReadReq, IBV_WR_RDMA_READ, rkey + 1, kAddr, 8, IBV_WC_REM_ACCESS_ERR},
+      {"past the end", kRecReadReq, IBV_WR_RDMA_READ, rkey, kAddr + 4000, 200, IBV_WC_REM_ACCESS_ERR},
+      {"write without access", kRecWrite, IBV_WR_RDMA_WRITE, rkey, kAddr, 8, IBV_WC_REM_ACCESS_ERR},
+      {"misaligned atomic", kRecAtomicReq, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, kAddr + 3, 8,
+       IBV_WC_REM_INV_REQ_ERR},
+      {"atomic without access", kRecAtomicReq, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, kAddr, 8,
+       IBV_WC_REM_ACCESS_ERR},
+  };
+  for (const Case& c : cases) {
+    const RawQp from = initiator.CreateQp(IBV_QPT_RC);
+    const RawQp to = target.CreateQp(IBV_QPT_RC);
+    to.hdr()->qp_access.store(kAll);
+    link = initiator.Connect(from, Ip("10.2.0.1"), to.qpn);
+    ASSERT_EQ(link.status, 0) << c.what;
+    ProxyRequest r{};
+    r.opcode = c.opcode;
+    r.rkey = c.rkey;
+    r.remote_addr = c.addr;
+    r.length = c.len;
+    r.last = 1;
+    const std::vector<char> bytes(c.kind == kRecWrite ? c.len : 0, 'x');
+    Post(c.kind, 0, r, bytes.data(), static_cast<uint32_t>(bytes.size()));
+    EXPECT_EQ(Answer().status, c.status) << c.what;
+  }
+  EXPECT_EQ(std::string(memory.as<char>(), 8), std::string(8, '\0'));
+}
+
+TEST_F(CrossNodeTest, ATargetQpThatDisallowsRemoteWritesRefusesThem) {
+  Mapping memory;
+  const uint32_t rkey = target.Register(1, 4096, kAll, kAddr, &memory);
+  qb.hdr()->qp_access.store(IBV_ACCESS_REMOTE_READ);
+  ProxyRequest w{};
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.rkey = rkey;
+  w.remote_addr = kAddr;
+  w.length = 4;
+  w.last = 1;
+  Post(kRecWrite, 0, w, "abcd", 4);
+  EXPECT_EQ(Answer().status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_F(CrossNodeTest, TheTargetsProcessExitingFailsTheInitiatorsQp) {
+  RawPod other(b, Ip("10.2.0.2"));
+  ASSERT_EQ(other.Hello(), 0);
+  const RawQp q = other.CreateQp(IBV_QPT_RC);
+  const RawQp from = initiator.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(initiator.Connect(from, Ip("10.2.0.2"), q.qpn).status, 0);
+  { RawPod gone = std::move(other); }  // its process exits
+  std::optional<proto::Event> e;
+  ASSERT_TRUE(WaitFor([&] { return (e = initiator.NextEvent(50)).has_value(); }));
+  EXPECT_EQ(e->type, proto::EventType::kPeerGone);
+  EXPECT_EQ(e->qpn, from.qpn);
+}
+
+TEST_F(CrossNodeTest, DestroyingTheInitiatorsQpClosesTheTargetsConnection) {
+  proto::DestroyQp d{};
+  d.qpn = qa.qpn;
+  ASSERT_EQ(initiator.Call(d).status, 0);
+  const auto e = target.NextEvent();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->type, proto::EventType::kPeerClosed);
+  EXPECT_EQ(e->qpn, qb.qpn);
+}
+
+TEST_F(CrossNodeTest, ALinkThatDiesFailsBothSides) {
+  net.Sever("node-a", "node-b");
+  const auto ea = initiator.NextEvent();
+  const auto eb = target.NextEvent();
+  ASSERT_TRUE(ea.has_value());
+  ASSERT_TRUE(eb.has_value());
+  EXPECT_EQ(ea->type, proto::EventType::kPeerGone);
+  EXPECT_EQ(ea->qpn, qa.qpn);
+  EXPECT_EQ(eb->type, proto::EventType::kPeerGone);
+  EXPECT_EQ(eb->qpn, qb.qpn);
+  // A new connection dials a new link.
+  const RawQp from = initiator.CreateQp(IBV_QPT_RC);
+  const RawQp to = target.CreateQp(IBV_QPT_RC);
+  EXPECT_EQ(initiator.Connect(from, Ip("10.2.0.1"), to.qpn).status, 0);
+}
+
+TEST_F(CrossNodeTest, AConnectToAnAddressNobodyHasWaitsThenFails) {
+  const RawQp from = initiator.CreateQp(IBV_QPT_RC);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(initiator.Connect(from, Ip("10.9.9.9"), 0x123).status, EHOSTUNREACH);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
+  // An address whose node is known but where no such QP lives is refused by that node.
+  EXPECT_EQ(initiator.Connect(from, Ip("10.2.0.1"), 0xabcdef).status, EHOSTUNREACH);
+}
+
+TEST_F(CrossNodeTest, AConnectWaitsForAPodThatIsStillStarting) {
+  const RawQp from = initiator.CreateQp(IBV_QPT_RC);
+  RawPod starting(b, Ip("10.2.0.7"));
+  ASSERT_EQ(starting.Hello(), 0);
+  const RawQp q = starting.CreateQp(IBV_QPT_RC);
+  cluster.Erase(Ip("10.2.0.7"));  // not known yet, as if etcd lagged behind
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    cluster.Set(Ip("10.2.0.7"), b.endpoint());  // the control plane learns of it
+  });
+  EXPECT_EQ(initiator.Connect(from, Ip("10.2.0.7"), q.qpn).status, 0);
+  late.join();
+}
+
+TEST_F(CrossNodeTest, UdDatagramsCrossNodesWithTheirQkey) {
+  const RawQp from = initiator.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  const RawQp to = target.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  to.hdr()->credits.posted.store(1);
+  link = initiator.Connect(from, Ip("10.2.0.1"), to.qpn, true);
+  ASSERT_EQ(link.status, 0);
+  RecordHeader h{};
+  h.kind = kRecSend;
+  h.flags = kRecFirst | kRecLast;
+  h.qkey = 0x1234;
+  ProxyRequest r{};
+  r.opcode = IBV_WR_SEND;
+  r.length = 5;
+  r.last = 1;
+  ASSERT_EQ(AppendRequest(link.producer, h, r, 5, [](char* d) { std::memcpy(d, "hello", 5); }),
+            RingStatus::kOk);
+  link.producer.Publish();
+  WakeIfArmed(&link.seg.as<QpSegmentHeader>()->doorbell, link.fds[1].get());
+  // The datagram lands in one of the target's rings; UD is not acknowledged.
+  std::vector<RingConsumer> rings(kUdRingsPerQp);
+  for (uint32_t i = 0; i < kUdRingsPerQp; ++i) rings[i].Attach(to.ring(i), to.ring_bytes);
+  const char* p = nullptr;
+  RecordHeader got{};
+  EXPECT_TRUE(WaitFor([&] {
+    for (auto& ring : rings)
+      if (ring.Peek(&got, &p) == RingStatus::kOk) return true;
+    return false;
+  }));
+  EXPECT_EQ(got.qkey, 0x1234u);
+  EXPECT_EQ(std::string(p, 5), "hello");
+  EXPECT_TRUE(NoAnswer(100));
+}
+
+// A slow network: the link's high-water mark is 64 KiB and node B takes nothing while paused.
+class CrossNodeBackPressureTest : public CrossNodeTest {
+ protected:
+  CrossNodeBackPressureTest() : CrossNodeTest(64 * 1024) {}
+};
+
+TEST_F(CrossNodeBackPressureTest, ACongestedLinkPausesForwardingAndLosesNothing) {
+  Mapping memory;
+  const uint32_t rkey = target.Register(1, 1 << 20, kAll, kAddr, &memory);
+  net.Pause("node-b", true);
+  const std::vector<char> chunk(kMaxFragment, 'z');
+  constexpr uint32_t kWrites = 12;  // 384 KiB: well past the high-water mark
+  for (uint32_t i = 0; i < kWrites; ++i) {
+    ProxyRequest w{};
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.rkey = rkey;
+    w.seq = i;
+    w.length = kMaxFragment;
+    w.remote_addr = kAddr + i * kMaxFragment;
+    w.last = 1;
+    Post(kRecWrite, 0, w, chunk.data(), kMaxFragment);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const uint64_t sent_while_paused = net.messages_sent();
+  RecordHeader h;
+  const char* p;
+  RingConsumer left;  // what the router has not taken from the proxy yet
+  left.Attach(QpRing(link.seg.get(), kProxyRequestRing, link.reply.ring_bytes),
+              link.reply.ring_bytes);
+  EXPECT_EQ(left.Peek(&h, &p), RingStatus::kOk) << "the forwarder kept draining a congested link";
+  EXPECT_LT(sent_while_paused, 2u + kWrites);
+  net.Pause("node-b", false);
+  for (uint32_t i = 0; i < kWrites; ++i) {
+    const ProxyResponse r = Answer();
+    EXPECT_EQ(r.seq, i);
+    EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  }
+  EXPECT_EQ(std::string(memory.as<char>() + (kWrites - 1) * kMaxFragment, 4), "zzzz");
+}
+
+// A peer that sends what no router would: only its link is closed.
+TEST_F(CrossNodeTest, AMalformedRecordClosesOnlyTheLinkThatCarriedIt) {
+  struct Recorder final : NodeTransport::Handler {
+    Verdict OnMessage(LinkId, const NodeMessage&) override { return Verdict::kConsumed; }
+    void OnDrained(LinkId) override {}
+    void OnLinkDown(LinkId, const std::string&) override { down = true; }
+    bool down = false;
+  } recorder;
+  EventLoop loop;
+  ASSERT_EQ(loop.Init(), 0);
+  LoopbackTransport evil(net, {"evil", Ip("192.168.0.66"), 7471});
+  std::string error;
+  ASSERT_TRUE(evil.Start(loop, recorder, &error));
+  const LinkId l = evil.Dial(b.endpoint());
+  ASSERT_NE(l, kNoLink);
+  const char garbage[64] = {1, 2, 3};
+  evil.Send(l, wire::Type::kRecord, 1, 0, {{garbage, sizeof(garbage)}});
+  ASSERT_TRUE(WaitFor([&] {
+    loop.RunOnce(1);
+    return recorder.down;
+  }));
+  qb.hdr()->credits.posted.store(1);
+  Send(9, "still served");
+  EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
+}
+
+}  // namespace
+}  // namespace ff::router::test

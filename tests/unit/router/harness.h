@@ -1,0 +1,162 @@
+// Test harness for the router's components in one process, without root or namespaces:
+// routers on their own threads joined by the in-memory node transport, an in-memory control
+// plane, a fake identity resolver, and "raw pods" that speak the pod protocol themselves over
+// a socketpair (what a hostile pod, or the library, would send).
+#pragma once
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "freeflow/codec.h"
+#include "freeflow/controlplane.h"
+#include "freeflow/fd.h"
+#include "freeflow/protocol.h"
+#include "freeflow/ring.h"
+#include "loopback_transport.h"
+#include "router.h"
+
+namespace ff::router::test {
+
+uint32_t Ip(const char* dotted);  // host byte order
+
+// Hands out the overlay address of each adopted connection, in adoption order.
+class FakeIdentity final : public IdentityResolver {
+ public:
+  void Expect(uint32_t ip);
+  bool Resolve(int sock, PodIdentity* out, std::string* error) override;
+
+ private:
+  std::mutex mu_;
+  std::deque<uint32_t> next_;
+};
+
+// Where pods live, shared by the routers of one test (an in-memory etcd).
+class FakeCluster {
+ public:
+  std::unique_ptr<cp::ControlPlane> PlaneFor(const cp::Endpoint& self);
+  void Set(uint32_t ip, const cp::Endpoint& ep);
+  void Erase(uint32_t ip);
+  std::optional<cp::Endpoint> Lookup(uint32_t ip) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uint32_t, cp::Endpoint> where_;
+};
+
+// One router with its own temporary host folder, serving on its own thread.
+class TestRouter {
+ public:
+  struct Options {
+    std::string node = "node-a";
+    uint32_t host_ip = 0;              // with a network: this router's endpoint address
+    LoopbackNetwork* network = nullptr;  // nullptr: this node only
+    FakeCluster* cluster = nullptr;
+    uint32_t resolve_timeout_ms = 300;
+  };
+  explicit TestRouter(Options options);
+  ~TestRouter();
+  // Connects a new client socket as a pod with overlay address `ip`.
+  UniqueFd Connect(uint32_t ip);
+  cp::Endpoint endpoint() const { return {options_.node, options_.host_ip, 7471}; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  Options options_;
+  std::string dir_;
+  FakeIdentity* identity_ = nullptr;  // owned by the router
+  std::unique_ptr<Router> router_;
+  std::thread thread_;
+};
+
+// A QP whose segment the test owns, as the library would create it.
+struct RawQp {
+  uint32_t qpn = 0;
+  UniqueFd seg_fd;
+  Mapping seg;
+  uint32_t num_rings = 0;
+  uint32_t ring_bytes = 0;
+  QpSegmentHeader* hdr() const { return seg.as<QpSegmentHeader>(); }
+  RingHeader* ring(uint32_t i) const { return QpRing(seg.get(), i, ring_bytes); }
+};
+
+// What a ConnectQp answer gave: the peer's segments (same node) or a proxy (another node).
+struct RawLink {
+  int status = 0;
+  proto::ConnectReply reply{};
+  std::vector<UniqueFd> fds;
+  Mapping seg;  // the peer QP's segment, or the proxy segment
+  RingProducer producer;   // where this QP's requests or messages go
+  RingConsumer responses;  // proxies: the router's answers
+};
+
+// A pod that speaks the router protocol itself over a socketpair.
+class RawPod {
+ public:
+  RawPod(TestRouter& router, uint32_t ip);
+  // HELLO with a fresh notify segment, event socket and wake eventfd. hello() holds the
+  // answer (on a refusal, the reason in its `node`).
+  int Hello(uint32_t abi = kAbiVersion);
+  // Sends `m` (its op from M::kOp unless `op` is given) and waits for the answer.
+  template <typename M>
+  proto::Response Call(M m, std::vector<int> fds = {}, std::vector<UniqueFd>* got = nullptr,
+                       proto::Op op = M::kOp) {
+    m.h.op = op;
+    return CallRaw(&m, sizeof(m), fds, got);
+  }
+  proto::Response CallRaw(const void* msg, size_t len, const std::vector<int>& fds,
+                          std::vector<UniqueFd>* got);
+  // Sends bytes without waiting for an answer.
+  void SendRaw(const void* msg, size_t len, const std::vector<int>& fds = {});
+  // True when the router closed this pod's socket within `timeout_ms`.
+  bool Disconnected(int timeout_ms = 2000);
+  // The next event the router sent, within `timeout_ms`.
+  std::optional<proto::Event> NextEvent(int timeout_ms = 2000);
+
+  uint32_t CreateCq(uint32_t cq_id);
+  // A QP of `type` on CQ 1 (created on first use).
+  RawQp CreateQp(uint32_t type, uint32_t num_rings = 1, uint32_t ring_bytes = kRcRingBytes);
+  RawLink Connect(const RawQp& qp, uint32_t dest_ip, uint32_t dest_qpn, bool ud = false);
+  // Registers `bytes` of a fresh region memfd with `access`; returns the key (0 on failure).
+  uint32_t Register(uint32_t region_id, size_t bytes, uint32_t access, uint64_t addr,
+                    Mapping* memory);
+
+  const proto::HelloReply& hello() const { return hello_; }
+  int mr_table_fd() const { return mr_table_.get(); }
+
+ private:
+  UniqueFd sock_;
+  UniqueFd events_;
+  UniqueFd notify_fd_;
+  UniqueFd wake_fd_;
+  UniqueFd mr_table_;
+  proto::HelloReply hello_{};
+  std::vector<uint32_t> cqs_;
+};
+
+// Polls `pred` until it holds or `timeout` passes.
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds timeout = std::chrono::milliseconds(3000)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// The next record of `ring`, waiting for it; false when none came.
+bool NextRecord(RingConsumer& ring, RecordHeader* h, std::vector<char>* payload,
+                std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
+
+}  // namespace ff::router::test

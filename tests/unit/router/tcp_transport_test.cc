@@ -1,0 +1,197 @@
+// The TCP node transport between two ends on 127.0.0.1 in one process: framing and order,
+// held messages, congestion and its relief, malformed frames and silent peers.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "tcp_transport.h"
+
+namespace ff::router::test {
+namespace {
+
+constexpr uint32_t kLoopback = 0x7f000001;
+
+struct Recorder final : NodeTransport::Handler {
+  struct Got {
+    LinkId link;
+    wire::Type type;
+    uint32_t chan;
+    std::string body;
+  };
+  Verdict OnMessage(LinkId link, const NodeMessage& m) override {
+    if (hold) {
+      ++offers_held;
+      held_link = link;
+      return Verdict::kHold;
+    }
+    got.push_back({link, m.type, m.chan, std::string(m.body, m.len)});
+    return Verdict::kConsumed;
+  }
+  void OnDrained(LinkId link) override { drained.push_back(link); }
+  void OnLinkDown(LinkId link, const std::string& why) override {
+    down.push_back(link);
+    last_why = why;
+  }
+  bool hold = false;
+  int offers_held = 0;
+  LinkId held_link = kNoLink;
+  std::vector<Got> got;
+  std::vector<LinkId> drained, down;
+  std::string last_why;
+};
+
+// One transport with its own loop, driven by the test's thread.
+struct End {
+  explicit End(const std::string& node, uint32_t timeout_ms = 2000)
+      : transport(TcpTransport::Options{node, kLoopback, 0, timeout_ms}) {
+    EXPECT_EQ(loop.Init(), 0);
+    std::string error;
+    EXPECT_TRUE(transport.Start(loop, recorder, &error)) << error;
+  }
+  cp::Endpoint endpoint() const { return {"peer", kLoopback, transport.port()}; }
+  EventLoop loop;
+  Recorder recorder;
+  TcpTransport transport;
+};
+
+template <typename Pred>
+bool Pump(std::initializer_list<End*> ends, Pred pred, int ms = 5000) {
+  return WaitFor(
+      [&] {
+        for (End* e : ends) e->loop.RunOnce(0);
+        return pred();
+      },
+      std::chrono::milliseconds(ms));
+}
+
+// A frame body of `len` bytes that a kResp frame may carry.
+std::string RespBody(uint32_t data_len, char fill) {
+  RecordHeader h = ResponseHeader(data_len);
+  std::string body(sizeof(h) + h.frag_len, fill);
+  std::memcpy(body.data(), &h, sizeof(h));
+  return body;
+}
+
+TEST(TcpTransport, FramesArriveWholeAndInOrder) {
+  End a("node-a"), b("node-b");
+  const LinkId l = a.transport.Dial(b.endpoint());
+  ASSERT_NE(l, kNoLink);
+  EXPECT_TRUE(a.transport.Dialled(l));
+  std::vector<std::string> sent;
+  for (uint32_t i = 0; i < 300; ++i) {
+    // Small frames are batched; large ones take the direct path.
+    sent.push_back(RespBody((i * 7919) % (kMaxFragment + 1), static_cast<char>('a' + i % 26)));
+    a.transport.Send(l, wire::Type::kResp, i, 0, {{sent.back().data(), sent.back().size()}});
+  }
+  ASSERT_TRUE(Pump({&a, &b}, [&] { return b.recorder.got.size() == sent.size(); }));
+  for (uint32_t i = 0; i < sent.size(); ++i) {
+    EXPECT_EQ(b.recorder.got[i].chan, i);
+    EXPECT_EQ(b.recorder.got[i].body, sent[i]) << i;
+  }
+  const LinkId in = b.recorder.got[0].link;
+  EXPECT_FALSE(b.transport.Dialled(in));
+  EXPECT_EQ(b.transport.PeerName(in), "node-a");  // from the hello frame
+  EXPECT_EQ(a.transport.Dial(b.endpoint()), l);  // one link per peer
+}
+
+TEST(TcpTransport, AHeldMessageIsOfferedAgainAfterResume) {
+  End a("node-a"), b("node-b");
+  const LinkId l = a.transport.Dial(b.endpoint());
+  b.recorder.hold = true;
+  for (uint32_t i = 0; i < 3; ++i) a.transport.Send(l, wire::Type::kClose, i, 0, {});
+  ASSERT_TRUE(Pump({&a, &b}, [&] { return b.recorder.offers_held > 0; }));
+  Pump({&a, &b}, [] { return false; }, 100);
+  EXPECT_EQ(b.recorder.offers_held, 1);  // nothing behind the held message was offered
+  EXPECT_TRUE(b.recorder.got.empty());
+  b.recorder.hold = false;
+  b.transport.Resume(b.recorder.held_link);
+  ASSERT_TRUE(Pump({&a, &b}, [&] { return b.recorder.got.size() == 3; }));
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(b.recorder.got[i].chan, i);
+}
+
+TEST(TcpTransport, CongestionIsReportedAndClearsWhenThePeerDrains) {
+  End a("node-a"), b("node-b");
+  const LinkId l = a.transport.Dial(b.endpoint());
+  a.transport.Send(l, wire::Type::kClose, 0, 0, {});
+  ASSERT_TRUE(Pump({&a, &b}, [&] { return !b.recorder.got.empty(); }));
+  b.recorder.hold = true;  // B stops taking messages, so TCP stops taking A's bytes
+  const std::string body = RespBody(kMaxFragment, 'x');
+  int sent = 0;
+  while (!a.transport.Congested(l) && sent < 4000) {
+    a.transport.Send(l, wire::Type::kResp, 1, 0, {{body.data(), body.size()}});
+    ++sent;
+    a.loop.RunOnce(0);
+    b.loop.RunOnce(0);
+  }
+  ASSERT_TRUE(a.transport.Congested(l)) << "sent " << sent << " frames without congestion";
+  EXPECT_TRUE(a.recorder.drained.empty());
+  b.recorder.hold = false;
+  b.transport.Resume(b.recorder.got[0].link);
+  ASSERT_TRUE(Pump({&a, &b}, [&] { return !a.recorder.drained.empty(); }));
+  EXPECT_EQ(a.recorder.drained[0], l);
+  EXPECT_FALSE(a.transport.Congested(l));
+  ASSERT_TRUE(Pump({&a, &b}, [&] { return b.recorder.got.size() == 1u + sent; }));
+}
+
+// A plain TCP client of a router's port.
+UniqueFd RawClient(uint16_t port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(kLoopback);
+  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  return fd;
+}
+
+TEST(TcpTransport, AMalformedFrameClosesTheLink) {
+  End b("node-b");
+  const std::vector<wire::FrameHeader> bad = {
+      {0, static_cast<wire::Type>(99), 0, 0, 0},        // unknown type
+      {kMaxFrame + 1, wire::Type::kResp, 0, 0, 0},     // oversized
+      {3, wire::Type::kClose, 0, 0, 0},                // a close carries no body
+      {sizeof(wire::Hello), wire::Type::kHello, 0, 0, 0},  // a hello with a wrong magic
+  };
+  for (size_t i = 0; i < bad.size(); ++i) {
+    UniqueFd c = RawClient(b.transport.port());
+    std::string bytes(reinterpret_cast<const char*>(&bad[i]), sizeof(bad[i]));
+    bytes.resize(sizeof(bad[i]) + (bad[i].type == wire::Type::kHello ? sizeof(wire::Hello) : 3));
+    ASSERT_EQ(::send(c.get(), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+    ASSERT_TRUE(Pump({&b}, [&] { return b.recorder.down.size() == i + 1; })) << i;
+    EXPECT_EQ(b.recorder.last_why, "malformed frame from peer router");
+  }
+}
+
+TEST(TcpTransport, ASilentPeerIsDeclaredDead) {
+  End b("node-b", 100);  // accepted links wait 3 x 100 ms
+  UniqueFd c = RawClient(b.transport.port());
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Pump({&b}, [&] { return !b.recorder.down.empty(); }, 3000));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
+  EXPECT_EQ(b.recorder.last_why, "peer router silent for too long");
+}
+
+TEST(TcpTransport, ADialToNobodyFails) {
+  End a("node-a");
+  UniqueFd closed(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(kLoopback);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(closed.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::getsockname(closed.get(), reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const cp::Endpoint nobody{"nobody", kLoopback, ntohs(addr.sin_port)};  // bound, not listening
+  const LinkId l = a.transport.Dial(nobody);
+  if (l != kNoLink) {
+    ASSERT_TRUE(Pump({&a}, [&] { return !a.recorder.down.empty(); }));
+    EXPECT_EQ(a.recorder.down[0], l);
+  }
+}
+
+}  // namespace
+}  // namespace ff::router::test
