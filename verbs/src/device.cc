@@ -1,22 +1,23 @@
-// The virtual device: discovery, open/close and every query verb.
+// The virtual device: discovery, opening and closing contexts, every query verb, and
+// asynchronous events.
 #include <arpa/inet.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 
+#include "completion.h"
 #include "exports.h"
 #include "freeflow/ipv4.h"
-#include "registry.h"
+#include "recv_path.h"
+#include "send_queue.h"
+#include "session.h"
 
 namespace ffv {
 namespace {
-
-constexpr const char* kDeviceName = "freeflow0";
 
 struct DeviceIds {
   uint32_t vendor_id;
@@ -31,14 +32,6 @@ DeviceIds Ids() {
   return {0x4646, 1};
 }
 
-struct Device {
-  ibv_device dev;
-  Session* session;
-};
-
-std::mutex g_dev_mu;
-Device* g_device = nullptr;
-
 uint64_t NodeGuid(uint32_t ip) {
   uint8_t gid[16];
   ff::LinkLocalGid(ip, gid);
@@ -47,33 +40,33 @@ uint64_t NodeGuid(uint32_t ip) {
   return guid;
 }
 
-void FillDeviceAttr(Session* s, ibv_device_attr* a) {
+void FillDeviceAttr(const Session* s, ibv_device_attr* a) {
   std::memset(a, 0, sizeof(*a));
   std::snprintf(a->fw_ver, sizeof(a->fw_ver), "freeflow-0.1");
   a->node_guid = NodeGuid(s->ip);
   a->sys_image_guid = a->node_guid;
-  a->max_mr_size = ff::kMaxMsgSize * 64;
+  a->max_mr_size = ff::kMaxMrSize;
   a->page_size_cap = 0xfffff000;
   const DeviceIds ids = Ids();
   a->vendor_id = ids.vendor_id;
   a->vendor_part_id = ids.part_id;
   a->hw_ver = 1;
-  a->max_qp = 65536;
+  a->max_qp = ff::kMaxQpsPerPod;
   a->max_qp_wr = ff::kMaxQpWr;
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
                         IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
                         IBV_DEVICE_CHANGE_PHY_PORT;
   a->max_sge = ff::kMaxSge;
   a->max_sge_rd = ff::kMaxSge;
-  a->max_cq = 65536;
+  a->max_cq = ff::kMaxObjectsPerPod;
   a->max_cqe = ff::kMaxCqe;
   a->max_mr = ff::kMrTableSlots - 1;
-  a->max_pd = 65536;
+  a->max_pd = ff::kMaxObjectsPerPod;
   a->max_qp_rd_atom = ff::kMaxRdAtomic;
   a->max_qp_init_rd_atom = ff::kMaxRdAtomic;
-  a->max_res_rd_atom = ff::kMaxRdAtomic * 65536;
+  a->max_res_rd_atom = ff::kMaxRdAtomic * ff::kMaxQpsPerPod;
   a->atomic_cap = IBV_ATOMIC_HCA;
-  a->max_srq = 65536;
+  a->max_srq = ff::kMaxObjectsPerPod;
   a->max_srq_wr = ff::kMaxQpWr;
   a->max_srq_sge = ff::kMaxSge;
   a->max_pkeys = 1;
@@ -81,7 +74,7 @@ void FillDeviceAttr(Session* s, ibv_device_attr* a) {
   a->phys_port_cnt = 1;
 }
 
-void FillPortAttr(Session* s, ibv_port_attr* p, size_t len) {
+void FillPortAttr(const Session* s, ibv_port_attr* p, size_t len) {
   ibv_port_attr a{};
   a.state = IBV_PORT_ACTIVE;
   a.max_mtu = IBV_MTU_4096;
@@ -89,22 +82,13 @@ void FillPortAttr(Session* s, ibv_port_attr* p, size_t len) {
   a.gid_tbl_len = 2;
   a.port_cap_flags = IBV_PORT_CM_SUP;
   a.max_msg_sz = static_cast<uint32_t>(ff::kMaxMsgSize);
-  a.bad_pkey_cntr = 0;
-  a.qkey_viol_cntr = 0;
   a.pkey_tbl_len = 1;
   a.lid = s->lid;
-  a.sm_lid = 0;
-  a.lmc = 0;
   a.max_vl_num = 1;
-  a.sm_sl = 0;
-  a.subnet_timeout = 0;
-  a.init_type_reply = 0;
-  a.active_width = 2;    // 4X
-  a.active_speed = 32;   // EDR
-  a.phys_state = 5;      // LinkUp
+  a.active_width = 2;   // 4X
+  a.active_speed = 32;  // EDR
+  a.phys_state = 5;     // LinkUp
   a.link_layer = IBV_LINK_LAYER_ETHERNET;
-  a.flags = 0;
-  a.port_cap_flags2 = 0;
   std::memcpy(p, &a, len < sizeof(a) ? len : sizeof(a));
 }
 
@@ -121,91 +105,17 @@ int QueryDeviceEx(ibv_context* c, const ibv_query_device_ex_input*, ibv_device_a
   if (!ValidContext(c) || attr == nullptr || size < sizeof(ibv_device_attr)) return EINVAL;
   ibv_device_attr_ex full{};
   FillDeviceAttr(ToCtx(c)->session, &full.orig_attr);
-  full.max_dm_size = 0;
   std::memcpy(attr, &full, size < sizeof(full) ? size : sizeof(full));
   return 0;
 }
 
 ibv_mw* AllocMwUnsupported(ibv_pd*, ibv_mw_type) {
-  errno = EOPNOTSUPP;
-  return nullptr;
+  return ObjectOrNull<ibv_mw>(EOPNOTSUPP, nullptr);
 }
 int BindMwUnsupported(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; }
 int DeallocMwUnsupported(ibv_mw*) { return EOPNOTSUPP; }
 
-}  // namespace
-
-void PushAsyncEvent(Context* ctx, ibv_event_type type, void* element) {
-  {
-    std::lock_guard<std::mutex> g(ctx->async_mu);
-    ctx->async_events.push_back(AsyncEvent{type, element});
-  }
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(ctx->async_fd.get(), &one, sizeof(one));
-}
-
-}  // namespace ffv
-
-using namespace ffv;
-
-extern "C" {
-
-FFV_EXPORT ibv_device** ibv_get_device_list(int* num) {
-  Session* s = GetSession();
-  auto** list = static_cast<ibv_device**>(std::calloc(2, sizeof(ibv_device*)));
-  if (list == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
-  int count = 0;
-  if (s != nullptr) {
-    std::lock_guard<std::mutex> g(g_dev_mu);
-    if (g_device == nullptr) {
-      g_device = new Device{};
-      g_device->session = s;
-      ibv_device& d = g_device->dev;
-      d.node_type = IBV_NODE_CA;
-      d.transport_type = IBV_TRANSPORT_IB;
-      std::snprintf(d.name, sizeof(d.name), "%s", kDeviceName);
-      std::snprintf(d.dev_name, sizeof(d.dev_name), "uverbs0");
-      std::snprintf(d.dev_path, sizeof(d.dev_path), "%s", s->socket_path.c_str());
-      std::snprintf(d.ibdev_path, sizeof(d.ibdev_path), "%s", s->socket_path.c_str());
-    }
-    list[count++] = &g_device->dev;
-  }
-  if (num != nullptr) *num = count;
-  return list;
-}
-
-FFV_EXPORT void ibv_free_device_list(ibv_device** list) { std::free(list); }
-
-FFV_EXPORT const char* ibv_get_device_name(ibv_device* device) {
-  return device != nullptr ? device->name : nullptr;
-}
-
-FFV_EXPORT __be64 ibv_get_device_guid(ibv_device* device) {
-  if (device == nullptr) return 0;
-  return NodeGuid(reinterpret_cast<Device*>(device)->session->ip);
-}
-
-FFV_EXPORT int ibv_get_device_index(ibv_device* device) { return device != nullptr ? 0 : -1; }
-
-FFV_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
-  if (device == nullptr || g_device == nullptr || device != &g_device->dev) {
-    errno = ENODEV;
-    return nullptr;
-  }
-  auto* ctx = new (std::nothrow) Context();
-  if (ctx == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
-  ctx->session = g_device->session;
-  ctx->async_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE));
-  if (!ctx->async_fd) {
-    delete ctx;
-    return nullptr;
-  }
+void InstallOps(Context* ctx, ibv_device* device) {
   verbs_context& v = ctx->vctx;
   std::memset(&v, 0, sizeof(v));
   v.sz = sizeof(verbs_context);
@@ -227,14 +137,110 @@ FFV_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   c.ops.alloc_mw = AllocMwUnsupported;
   c.ops.bind_mw = BindMwUnsupported;
   c.ops.dealloc_mw = DeallocMwUnsupported;
-  Registry::Get().AddContext(ctx);
-  return &c;
+}
+
+int CreateContext(Session* s, Context** out) {
+  auto ctx = std::make_unique<Context>();
+  ctx->session = s;
+  ctx->async_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE));
+  if (!ctx->async_fd) return errno;
+  InstallOps(ctx.get(), &s->device.dev);
+  s->registry.AddContext(ctx.get());
+  *out = ctx.release();
+  return 0;
+}
+
+int TakeAsyncEvent(Context* ctx, ibv_async_event* event) {
+  uint64_t v;
+  if (::read(ctx->async_fd.get(), &v, sizeof(v)) != static_cast<ssize_t>(sizeof(v)))
+    return errno != 0 ? errno : EIO;
+  std::lock_guard<std::mutex> g(ctx->async_mu);
+  if (ctx->async_events.empty()) return EAGAIN;
+  const AsyncEvent e = ctx->async_events.front();
+  ctx->async_events.pop_front();
+  event->event_type = e.type;
+  switch (e.type) {
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+      event->element.qp = static_cast<ibv_qp*>(e.element);
+      break;
+    case IBV_EVENT_CQ_ERR:
+      event->element.cq = static_cast<ibv_cq*>(e.element);
+      break;
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+      event->element.srq = static_cast<ibv_srq*>(e.element);
+      break;
+    default:
+      event->element.port_num = 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void PushAsyncEvent(Context* ctx, ibv_event_type type, void* element) {
+  {
+    std::lock_guard<std::mutex> g(ctx->async_mu);
+    ctx->async_events.push_back(AsyncEvent{type, element});
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(ctx->async_fd.get(), &one, sizeof(one));
+}
+
+ibv_context* OpenContext(Session* s) {
+  Context* ctx = nullptr;
+  const int rc = s == nullptr ? EINVAL : Guarded([&] { return CreateContext(s, &ctx); });
+  return ObjectOrNull(rc, rc == 0 ? &ctx->vctx.context : nullptr);
+}
+
+}  // namespace ffv
+
+using namespace ffv;
+
+extern "C" {
+
+FFV_EXPORT ibv_device** ibv_get_device_list(int* num) {
+  auto** list = static_cast<ibv_device**>(std::calloc(2, sizeof(ibv_device*)));
+  if (list == nullptr) return ObjectOrNull<ibv_device*>(ENOMEM, nullptr);
+  Session* s = nullptr;
+  const int rc = Guarded([&] {
+    s = GetSession();
+    return 0;
+  });
+  if (rc != 0) {
+    std::free(list);
+    return ObjectOrNull<ibv_device*>(rc, nullptr);
+  }
+  int count = 0;
+  if (s != nullptr) list[count++] = &s->device.dev;
+  if (num != nullptr) *num = count;
+  return list;
+}
+
+FFV_EXPORT void ibv_free_device_list(ibv_device** list) { std::free(list); }
+
+FFV_EXPORT const char* ibv_get_device_name(ibv_device* device) {
+  return device != nullptr ? device->name : nullptr;
+}
+
+FFV_EXPORT __be64 ibv_get_device_guid(ibv_device* device) {
+  if (device == nullptr) return 0;
+  return NodeGuid(reinterpret_cast<Device*>(device)->session->ip);
+}
+
+FFV_EXPORT int ibv_get_device_index(ibv_device* device) { return device != nullptr ? 0 : -1; }
+
+FFV_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
+  Session* s = ProcessSession();
+  if (device == nullptr || s == nullptr || device != &s->device.dev)
+    return ObjectOrNull<ibv_context>(ENODEV, nullptr);
+  return OpenContext(s);
 }
 
 FFV_EXPORT int ibv_close_device(ibv_context* context) {
   if (!ValidContext(context)) return EINVAL;
   Context* ctx = ToCtx(context);
-  Registry::Get().RemoveContext(ctx);
+  ctx->session->registry.RemoveContext(ctx);
   pthread_mutex_destroy(&context->mutex);
   delete ctx;
   return 0;
@@ -286,10 +292,9 @@ FFV_EXPORT ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* ent
   if (!ValidContext(context) || flags != 0 || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
   size_t n = 0;
   for (uint32_t i = 0; i < 2 && n < max_entries; ++i, ++n) {
-    _ibv_query_gid_ex(context, 1, i,
-                      reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) +
-                                                       n * entry_size),
-                      0, entry_size);
+    auto* entry =
+        reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) + n * entry_size);
+    _ibv_query_gid_ex(context, 1, i, entry, 0, entry_size);
   }
   return static_cast<ssize_t>(n);
 }
@@ -297,10 +302,8 @@ FFV_EXPORT ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* ent
 FFV_EXPORT int ibv_query_gid_type(ibv_context* context, uint8_t port, unsigned int index,
                                   int* type) {
   // enum ibv_gid_type_sysfs of rdma-core's driver.h: 0 = IB/RoCE v1, 1 = RoCE v2.
-  if (!ValidContext(context) || port != 1 || index > 1 || type == nullptr) {
-    errno = EINVAL;
-    return -1;
-  }
+  if (!ValidContext(context) || port != 1 || index > 1 || type == nullptr)
+    return ZeroOrMinusOne(EINVAL);
   *type = index == 0 ? 0 : 1;
   return 0;
 }
@@ -318,32 +321,7 @@ FFV_EXPORT int ibv_get_pkey_index(ibv_context* context, uint8_t port, __be16 pke
 
 FFV_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
   if (!ValidContext(context) || event == nullptr) return -1;
-  Context* ctx = ToCtx(context);
-  uint64_t v;
-  if (::read(ctx->async_fd.get(), &v, sizeof(v)) != static_cast<ssize_t>(sizeof(v))) return -1;
-  std::lock_guard<std::mutex> g(ctx->async_mu);
-  if (ctx->async_events.empty()) {
-    errno = EAGAIN;
-    return -1;
-  }
-  const AsyncEvent e = ctx->async_events.front();
-  ctx->async_events.pop_front();
-  event->event_type = e.type;
-  switch (e.type) {
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_LAST_WQE_REACHED:
-      event->element.qp = static_cast<ibv_qp*>(e.element);
-      break;
-    case IBV_EVENT_CQ_ERR:
-      event->element.cq = static_cast<ibv_cq*>(e.element);
-      break;
-    case IBV_EVENT_SRQ_LIMIT_REACHED:
-      event->element.srq = static_cast<ibv_srq*>(e.element);
-      break;
-    default:
-      event->element.port_num = 1;
-  }
-  return 0;
+  return ZeroOrMinusOne(TakeAsyncEvent(ToCtx(context), event));
 }
 
 FFV_EXPORT void ibv_ack_async_event(ibv_async_event*) {}

@@ -1,13 +1,16 @@
-// Private state of libffverbs, the library a pod loads with LD_PRELOAD.
+// The library's objects: what stands behind every ibv_* handle it hands out.
 //
-// Threading: every data-path structure of a context (QPs, CQs, SRQs and their queues) is
-// guarded by that context's spinlock `Context::lock`; verbs take it for their whole body
-// and never block while holding it. The event thread never takes it: it only raises
-// atomics (`Qp::peer_gone`, `Context::attention`) that the data path acts on.
+// Threading: every data-path structure of a context (QPs, CQs, SRQs, their queues and links)
+// is guarded by that context's spinlock `Context::lock`; verbs take it for their whole body
+// and never block while holding it. The event thread never takes it: it only raises atomics
+// (`Qp::peer_gone`, `Context::attention`) that the data path acts on (HandleAttention).
 //
-// Buffer ownership: a send WQE refers to the application's buffers until its completion
-// is generated (inline data is copied at post time). Receive buffers are written only by
-// the owning process, when it drains its rings in poll_cq.
+// Buffer ownership: a send WQE refers to the application's buffers until its completion is
+// generated (inline data is copied at post time). Receive buffers are written only by the
+// owning process, when it drains its rings in poll_cq.
+//
+// Errors: internal functions return 0 or a positive errno value (core's convention, fd.h)
+// and never set errno; the extern "C" entry points convert to what each verb defines.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -17,8 +20,6 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -29,15 +30,12 @@
 #include "freeflow/shm_layout.h"
 #include "freeflow/target_ops.h"
 #include "freeflow/tunables.h"
+#include "log.h"
 
 namespace ffv {
 
 using ff::Mapping;
 using ff::UniqueFd;
-
-// Logging that keeps errno intact. FFV_LOG=debug enables debug lines; errors always print.
-void LogError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void LogDebug(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 class SpinLock {
  public:
@@ -55,63 +53,44 @@ class SpinLock {
 struct Context;
 struct Qp;
 struct Cq;
+struct Session;
+struct LinkOps;
 
-// What the process learnt from the router at HELLO, plus the connection itself.
-struct Session {
-  UniqueFd sock;
-  UniqueFd events;
-  std::mutex call_mu;  // one request in flight at a time
-  uint32_t seq = 0;
-  uint32_t ctx_id = 0;
-  uint32_t ip = 0;  // host byte order
-  uint16_t lid = 0;
-  std::string node;
-  std::string socket_path;
-  UniqueFd notify_fd;
-  Mapping notify;  // our NotifySlot array
-  UniqueFd wake_fd;  // rung by the router after cross-node deliveries (see kWakeSlot)
-  Mapping mr_table;
-  std::atomic<bool> fatal{false};
-  std::thread event_thread;
-
-  // Synchronous request. Returns 0 or a positive errno. fds_out receive ownership.
-  int Call(const void* req, size_t len, const int* fds, int nfds, ff::proto::Response* resp,
-           UniqueFd* fds_out = nullptr, int max_fds_out = 0, int* nfds_out = nullptr);
-};
-
-// The shared process-wide runtime: the one device and its router session.
-Session* GetSession();  // nullptr when the router cannot be reached
-
+// A peer process on this node as its QPs' links see it: its notify words and MR table
+// (shared by every link to it) and the regions of its memory mapped so far.
 struct PeerCtx {
   uint32_t ctx_id = 0;
   Mapping notify;
   Mapping mr_table;
   std::unordered_map<uint32_t, Mapping> regions;
-  uint32_t last_region = ~0u;
+  uint32_t last_region = ~0u;  // one-entry cache in front of `regions`
   Mapping* last_mapping = nullptr;
 };
 
-// The sending side of a connection: a ring of the peer QP we produce into.
+// The sending side of a connection: a ring we produce into, and how to use it. Made by
+// ConnectLink (connect.cc), which also picks `ops`; nothing else tests what kind it is.
 struct PeerLink {
+  const LinkOps* ops = nullptr;
   uint32_t peer_ctx_id = 0;
   uint32_t peer_qpn = 0;
   uint32_t peer_ip = 0;  // host byte order
   uint16_t peer_lid = 0;
   uint32_t qp_type = 0;
+  // Both kinds: the segment holding our ring and who to wake after publishing into it (the
+  // peer's CQ event word, or the router's doorbell).
   Mapping seg;
-  Mapping srq_seg;
   ff::QpSegmentHeader* hdr = nullptr;
-  ff::RecvCredits* credits = nullptr;
-  uint64_t posted_cache = 0;
   ff::RingProducer producer;
   ff::NotifySlot* notify = nullptr;
   UniqueFd notify_fd;
-  std::shared_ptr<PeerCtx> pctx;
   bool dead = false;
   bool dirty = false;  // records committed but not yet published
-  // A peer on another node: requests go into the router's proxy ring (producer), and
-  // the router's responses come back on `responses`.
-  bool remote = false;
+  // Same node only: the receive credits we claim, and the peer process.
+  Mapping srq_seg;
+  ff::RecvCredits* credits = nullptr;
+  uint64_t posted_cache = 0;
+  std::shared_ptr<PeerCtx> pctx;
+  // Through the router only: the router's answers (kProxyResponseRing).
   ff::RingConsumer responses;
 };
 
@@ -119,12 +98,13 @@ struct Pd {
   ibv_pd pd;
 };
 
+// A memfd that backs registered memory (memory.cc). Process-wide by address.
 struct Region {
   uint32_t id = 0;
   uintptr_t start = 0;
   size_t size = 0;
   UniqueFd fd;
-  int refs = 0;
+  Session* session = nullptr;  // the one router that has this memfd
 };
 
 struct Mr {
@@ -151,7 +131,7 @@ struct Cq {
   uint32_t capacity = 0;  // what the user asked for (cqe)
   Channel* channel = nullptr;
   uint32_t notify_slot = ff::proto::kNoId;
-  std::vector<Qp*> recv_qps;
+  std::vector<Qp*> recv_qps;  // QPs whose receives complete here
   bool overflowed = false;
   uint32_t events_acked = 0;
 };
@@ -204,14 +184,13 @@ struct SendWqe {
   uint32_t dest_ip;
   uint16_t dest_lid;
   uint32_t remote_qpn, remote_qkey;
-  // progress
-  uint64_t sent;
-  bool credit;
-  bool started;
+  // Progress of its execution.
+  uint64_t sent;  // payload bytes written so far
+  bool credit;    // a receive credit of the peer was claimed
+  bool started;   // the first record (or the data of a WRITE) is out
   ff::RnrState rnr;
   uint32_t pre_status;  // ibv_wc_status found at post time (bad lkey, ...)
-  uint8_t phase;        // remote WRITE_WITH_IMM: 1 once the data records are out
-  bool in_flight;       // sent to a remote peer, waiting for its response
+  bool in_flight;       // executed; the outcome comes back later (LinkOps::collect)
   bool done;            // outcome known (status), waiting to be retired in order
   uint32_t status;
 };
@@ -248,7 +227,7 @@ struct Qp {
   std::vector<ff::RingConsumer> consumers;
   std::vector<InboundState> inbound;
   InboundState imm_scratch;  // receive WQE of a WRITE_WITH_IMM being completed
-  RecvQueue rq;  // unused with an SRQ
+  RecvQueue rq;              // unused with an SRQ
 
   // Outbound.
   std::unique_ptr<PeerLink> link;                                    // RC/UC
@@ -259,8 +238,8 @@ struct Qp {
   uint32_t sq_mask = 0;
   // sq_head: oldest WQE not yet completed; sq_exec: next to execute; sq_tail: next free.
   uint64_t sq_head = 0, sq_exec = 0, sq_tail = 0;
-  uint32_t remote_inflight = 0;
-  uint32_t remote_reads = 0;  // in-flight remote READ/ATOMIC, limited by max_rd_atomic
+  uint32_t inflight = 0;        // executed WQEs whose outcome has not come back
+  uint32_t reads_inflight = 0;  // of those, READs and atomics (at most max_rd_atomic)
   bool in_pending_list = false;
 
   std::atomic<uint32_t> peer_gone{0};  // PeerGone, raised by the event thread
@@ -269,8 +248,8 @@ struct Qp {
   std::vector<ibv_send_wr> wr_batch;
   std::vector<ibv_sge> wr_sges;
   std::vector<char> wr_inline;
-  std::vector<size_t> wr_sge_begin;      // per batched WR: first index in wr_sges
-  std::vector<size_t> wr_inline_begin;   // per batched WR: first byte in wr_inline, or npos
+  std::vector<size_t> wr_sge_begin;     // per batched WR: first index in wr_sges
+  std::vector<size_t> wr_inline_begin;  // per batched WR: first byte in wr_inline, or npos
   int wr_error = 0;
 };
 
@@ -283,9 +262,9 @@ struct Context {
   verbs_context vctx;  // must stay first; ibv_context is its last member
   Session* session = nullptr;
   SpinLock lock;
-  std::atomic<bool> attention{false};
+  std::atomic<bool> attention{false};  // the event thread raised Qp::peer_gone somewhere
   std::vector<Qp*> qps;
-  std::vector<Qp*> pending;  // QPs with queued send WQEs
+  std::vector<Qp*> pending;  // QPs with send WQEs not yet completed
   std::vector<Cq*> cqs;
   std::vector<Srq*> srqs;
   std::vector<Channel*> channels;
@@ -293,18 +272,20 @@ struct Context {
   std::vector<Mr*> mrs_by_slot;  // local lkey lookup
   const Mr* last_mr = nullptr;   // the registration the last SGE check found (one-entry cache)
   uint32_t next_id = 1;
-  // Links to peers on other nodes: their data moves only when the routers run, so a poll
-  // that finds nothing yields the CPU (on one node nothing else needs it).
-  uint32_t remote_links = 0;
-  // Async events.
+  // Async events (any thread may push; the application reads them).
   std::mutex async_mu;
   std::deque<AsyncEvent> async_events;
   UniqueFd async_fd;
 };
 
-inline Context* ToCtx(ibv_context* c) {
-  return reinterpret_cast<Context*>(verbs_get_ctx(c));
+// Capacity of a ring of at least `v` entries.
+inline uint32_t RoundPow2(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
 }
+
+inline Context* ToCtx(ibv_context* c) { return reinterpret_cast<Context*>(verbs_get_ctx(c)); }
 inline Qp* ToQp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
 inline Cq* ToCq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 inline Srq* ToSrq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
@@ -312,25 +293,7 @@ inline Mr* ToMr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
 inline Ah* ToAh(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
 inline Channel* ToChannel(ibv_comp_channel* c) { return reinterpret_cast<Channel*>(c); }
 
-// Device and context (device.cc).
+// Queues an asynchronous event for ibv_get_async_event (device.cc). Any thread.
 void PushAsyncEvent(Context* ctx, ibv_event_type type, void* element);
-
-// Data path (datapath.cc).
-int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
-int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad);
-int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);
-int PollCq(ibv_cq* cq, int n, ibv_wc* wc);
-int ReqNotifyCq(ibv_cq* cq, int solicited_only);
-void FailQp(Qp* qp, ibv_wc_status first_send_status);  // ctx->lock held
-void FlushRecvs(Qp* qp);                                 // ctx->lock held
-void ProgressPending(Context* ctx);                       // ctx->lock held
-void ResetQueues(Qp* qp);                                 // ctx->lock held
-void WakeCq(Cq* cq);
-void InitQpEx(Qp* qp);
-
-// Peer connections (resources.cc).
-int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, bool ud,
-                std::unique_ptr<PeerLink>* out);
-Mapping* PeerRegion(Qp* qp, PeerLink* link, uint32_t region_id);
 
 }  // namespace ffv

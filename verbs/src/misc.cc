@@ -21,23 +21,33 @@ struct RateRow {
   int mbps;
 };
 constexpr RateRow kRates[] = {
-    {IBV_RATE_2_5_GBPS, 1, 2500},       {IBV_RATE_5_GBPS, 2, 5000},
-    {IBV_RATE_10_GBPS, 4, 10000},       {IBV_RATE_20_GBPS, 8, 20000},
-    {IBV_RATE_30_GBPS, 12, 30000},      {IBV_RATE_40_GBPS, 16, 40000},
-    {IBV_RATE_60_GBPS, 24, 60000},      {IBV_RATE_80_GBPS, 32, 80000},
-    {IBV_RATE_120_GBPS, 48, 120000},    {IBV_RATE_14_GBPS, 5, 14062},
-    {IBV_RATE_56_GBPS, 22, 56250},      {IBV_RATE_112_GBPS, 45, 112500},
-    {IBV_RATE_168_GBPS, 67, 168750},    {IBV_RATE_25_GBPS, 10, 25781},
-    {IBV_RATE_100_GBPS, 40, 103125},    {IBV_RATE_200_GBPS, 80, 206250},
-    {IBV_RATE_300_GBPS, 120, 309375},   {IBV_RATE_28_GBPS, 11, 28125},
-    {IBV_RATE_50_GBPS, 20, 53125},      {IBV_RATE_400_GBPS, 160, 425000},
+    {IBV_RATE_2_5_GBPS, 1, 2500},     {IBV_RATE_5_GBPS, 2, 5000},
+    {IBV_RATE_10_GBPS, 4, 10000},     {IBV_RATE_20_GBPS, 8, 20000},
+    {IBV_RATE_30_GBPS, 12, 30000},    {IBV_RATE_40_GBPS, 16, 40000},
+    {IBV_RATE_60_GBPS, 24, 60000},    {IBV_RATE_80_GBPS, 32, 80000},
+    {IBV_RATE_120_GBPS, 48, 120000},  {IBV_RATE_14_GBPS, 5, 14062},
+    {IBV_RATE_56_GBPS, 22, 56250},    {IBV_RATE_112_GBPS, 45, 112500},
+    {IBV_RATE_168_GBPS, 67, 168750},  {IBV_RATE_25_GBPS, 10, 25781},
+    {IBV_RATE_100_GBPS, 40, 103125},  {IBV_RATE_200_GBPS, 80, 206250},
+    {IBV_RATE_300_GBPS, 120, 309375}, {IBV_RATE_28_GBPS, 11, 28125},
+    {IBV_RATE_50_GBPS, 20, 53125},    {IBV_RATE_400_GBPS, 160, 425000},
     {IBV_RATE_600_GBPS, 240, 637500},
 };
+
+// The `to` field of the row whose `from` field is `v`; `none` when no row has it.
+template <typename From, typename To>
+To ConvertRate(From RateRow::*from, From v, To RateRow::*to, To none) {
+  for (const RateRow& r : kRates)
+    if (r.*from == v) return r.*to;
+  return none;
+}
 
 }  // namespace
 
 extern "C" {
 
+// The name tables stay packed, in the order of their enums.
+// clang-format off
 FFV_EXPORT const char* ibv_wc_status_str(ibv_wc_status status) {
   static const char* const kNames[] = {
       "success", "local length error", "local QP operation error", "local EE context operation error",
@@ -76,29 +86,19 @@ FFV_EXPORT const char* ibv_event_type_str(ibv_event_type event) {
       "client reregistration", "GID table change", "WQ fatal"};
   return Lookup(kNames, sizeof(kNames) / sizeof(kNames[0]), static_cast<size_t>(event));
 }
+// clang-format on
 
 FFV_EXPORT int ibv_rate_to_mult(ibv_rate rate) {
-  for (const RateRow& r : kRates)
-    if (r.rate == rate) return r.mult;
-  return 0;
+  return ConvertRate(&RateRow::rate, rate, &RateRow::mult, 0);
 }
-
 FFV_EXPORT ibv_rate mult_to_ibv_rate(int mult) {
-  for (const RateRow& r : kRates)
-    if (r.mult == mult) return r.rate;
-  return IBV_RATE_MAX;
+  return ConvertRate(&RateRow::mult, mult, &RateRow::rate, IBV_RATE_MAX);
 }
-
 FFV_EXPORT int ibv_rate_to_mbps(ibv_rate rate) {
-  for (const RateRow& r : kRates)
-    if (r.rate == rate) return r.mbps;
-  return 0;
+  return ConvertRate(&RateRow::rate, rate, &RateRow::mbps, 0);
 }
-
 FFV_EXPORT ibv_rate mbps_to_ibv_rate(int mbps) {
-  for (const RateRow& r : kRates)
-    if (r.mbps == mbps) return r.rate;
-  return IBV_RATE_MAX;
+  return ConvertRate(&RateRow::mbps, mbps, &RateRow::rate, IBV_RATE_MAX);
 }
 
 // Registered memory is backed by shared mappings, which a child inherits as shared: the

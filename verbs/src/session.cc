@@ -1,12 +1,11 @@
-// The process's connection to the router: HELLO, synchronous requests, and the event
-// thread that turns router notifications (peer gone, router gone) into flags.
+// Connecting to a router (HELLO), synchronous requests, and the event thread that turns
+// router notifications (peer gone, router gone) into flags through the registry.
+#include "session.h"
+
 #include <arpa/inet.h>
-#include <poll.h>
-#include <stdarg.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,30 +13,13 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "registry.h"
-
 namespace ffv {
-
 namespace {
 
-bool DebugEnabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("FFV_LOG");
-    return v != nullptr && std::strcmp(v, "debug") == 0;
-  }();
-  return on;
-}
-
-void VLog(const char* level, const char* fmt, va_list ap) {
-  const int saved = errno;
-  char line[512];
-  const int n = std::vsnprintf(line, sizeof(line), fmt, ap);
-  if (n > 0) std::fprintf(stderr, "freeflow %s: %s\n", level, line);
-  errno = saved;
-}
+constexpr const char* kDeviceName = "freeflow0";
 
 std::mutex g_session_mu;
-Session* g_session = nullptr;
+Session* g_session = nullptr;  // never freed: the event thread may outlive main
 
 std::string EnvOr(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
@@ -49,66 +31,61 @@ void EventLoop(Session* s) {
     ff::proto::Event ev{};
     const ssize_t n = ::recv(s->events.get(), &ev, sizeof(ev), 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n == static_cast<ssize_t>(sizeof(ev)) && (ev.type == ff::proto::EventType::kPeerGone ||
-                                                  ev.type == ff::proto::EventType::kPeerClosed)) {
-      Registry::Get().OnPeerGone(ev.qpn, ev.type == ff::proto::EventType::kPeerGone);
-      continue;
-    }
-    if (n == static_cast<ssize_t>(sizeof(ev)) && ev.type != ff::proto::EventType::kShutdown) {
-      continue;  // an event this library does not know: ignore it
+    if (s->closing.load()) return;
+    if (n == static_cast<ssize_t>(sizeof(ev))) {
+      if (ev.type == ff::proto::EventType::kPeerGone ||
+          ev.type == ff::proto::EventType::kPeerClosed) {
+        s->registry.OnPeerGone(ev.qpn, ev.type == ff::proto::EventType::kPeerGone);
+        continue;
+      }
+      if (ev.type != ff::proto::EventType::kShutdown) continue;  // unknown: ignore it
     }
     // Router stopped or died: nothing can be set up any more and peers can no longer be
     // watched. Fail every QP so that nobody waits forever.
-    LogError("lost the connection to the router at %s; failing all queue pairs",
-             s->socket_path.c_str());
+    LogError("lost the connection to the router at %s; failing all queue pairs", s->name.c_str());
     s->fatal.store(true);
-    Registry::Get().OnFatal();
+    s->registry.OnFatal();
     return;
   }
 }
 
-Session* Connect() {
-  const std::string dir = EnvOr("FREEFLOW_DIR", "/freeflow");
-  const std::string name = EnvOr("FFR_NAME", "ffrouter");
-  const std::string path = dir + "/" + name + ".sock";
-  sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path)) {
-    LogError("router socket path %s is too long", path.c_str());
-    return nullptr;
-  }
-  UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!sock) return nullptr;
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    LogError("no virtual RDMA device: cannot reach the router at %s: %s (is ffrouter running "
-             "and the host folder mounted? FFR_NAME / FREEFLOW_DIR choose the router)",
-             path.c_str(), std::strerror(errno));
-    return nullptr;
-  }
-  // A router that stops answering must turn into an error, not a hang.
-  timeval tv{10, 0};
-  ::setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+void InitDevice(Session* s) {
+  s->device.session = s;
+  ibv_device& d = s->device.dev;
+  d.node_type = IBV_NODE_CA;
+  d.transport_type = IBV_TRANSPORT_IB;
+  std::snprintf(d.name, sizeof(d.name), "%s", kDeviceName);
+  std::snprintf(d.dev_name, sizeof(d.dev_name), "uverbs0");
+  std::snprintf(d.dev_path, sizeof(d.dev_path), "%s", s->name.c_str());
+  std::snprintf(d.ibdev_path, sizeof(d.ibdev_path), "%s", s->name.c_str());
+}
 
-  auto s = std::make_unique<Session>();
-  s->socket_path = path;
-  s->sock = std::move(sock);
+// Shared memory and descriptors this process hands the router at HELLO. `theirs` receives
+// the router's end of the event socket.
+int PrepareHello(Session* s, UniqueFd* theirs) {
   int rc = ff::CreateSegment("ffverbs-notify", ff::kNotifySegmentBytes, &s->notify_fd);
   if (rc == 0) rc = ff::MapSegment(s->notify_fd.get(), ff::kNotifySegmentBytes, true, &s->notify);
   int pair[2];
   if (rc == 0 && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) rc = errno;
   if (rc != 0) {
     LogError("cannot set up shared memory for the router: %s", std::strerror(rc));
-    return nullptr;
+    return rc;
   }
   s->events.reset(pair[0]);
-  UniqueFd theirs(pair[1]);
+  theirs->reset(pair[1]);
   s->wake_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!s->wake_fd) {
-    LogError("cannot create an eventfd: %s", std::strerror(errno));
-    return nullptr;
+    rc = errno;
+    LogError("cannot create an eventfd: %s", std::strerror(rc));
+    return rc;
   }
+  return 0;
+}
 
+int Hello(Session* s) {
+  UniqueFd theirs;
+  int rc = PrepareHello(s, &theirs);
+  if (rc != 0) return rc;
   ff::proto::Hello hello{};
   hello.h.op = ff::proto::Op::kHello;
   hello.abi = ff::kAbiVersion;
@@ -118,60 +95,129 @@ Session* Connect() {
   int got = 0;
   rc = s->Call(&hello, sizeof(hello), fds, 3, &resp, &table, 1, &got);
   theirs.reset();
+  resp.u.hello.node[sizeof(resp.u.hello.node) - 1] = '\0';
   if (rc != 0) {
-    resp.u.hello.node[sizeof(resp.u.hello.node) - 1] = '\0';
-    LogError("the router at %s refused this process: %s%s%s", path.c_str(), std::strerror(rc),
+    LogError("the router at %s refused this process: %s%s%s", s->name.c_str(), std::strerror(rc),
              resp.u.hello.node[0] ? ": " : "", resp.u.hello.node);
-    return nullptr;
+    return rc;
   }
   if (got != 1 || ff::MapPeerSegment(table.get(), ff::kMrTableBytes, false, &s->mr_table) != 0) {
-    LogError("the router sent a malformed HELLO answer");
-    return nullptr;
+    LogError("the router at %s sent a malformed HELLO answer", s->name.c_str());
+    return EPROTO;
   }
-  resp.u.hello.node[sizeof(resp.u.hello.node) - 1] = '\0';
   s->ctx_id = resp.u.hello.ctx_id;
   s->ip = ntohl(resp.u.hello.ip);
   s->lid = resp.u.hello.lid;
   s->node = resp.u.hello.node;
-  Session* raw = s.release();
+  return 0;
+}
+
+int ConnectUnix(const std::string& path, UniqueFd* out) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) {
+    LogError("router socket path %s is too long", path.c_str());
+    return ENAMETOOLONG;
+  }
+  UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!sock) return errno;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int rc = errno;
+    LogError(
+        "no virtual RDMA device: cannot reach the router at %s: %s (is ffrouter running "
+        "and the host folder mounted? FFR_NAME / FREEFLOW_DIR choose the router)",
+        path.c_str(), std::strerror(rc));
+    return rc;
+  }
+  *out = std::move(sock);
+  return 0;
+}
+
+int Open(UniqueFd sock, const std::string& name, Session** out) {
+  // A router that stops answering must turn into an error, not a hang.
+  timeval tv{ff::kRouterCallTimeoutS, 0};
+  if (::setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) return errno;
+  auto s = std::make_unique<Session>();
+  s->name = name;
+  s->sock = std::move(sock);
+  if (const int rc = Hello(s.get())) return rc;
+  InitDevice(s.get());
+  Session* raw = s.get();
   raw->event_thread = std::thread(EventLoop, raw);
-  raw->event_thread.detach();
-  LogDebug("connected to %s as context %u", path.c_str(), raw->ctx_id);
-  return raw;
+  LogDebug("connected to %s as context %u", name.c_str(), raw->ctx_id);
+  *out = s.release();
+  return 0;
+}
+
+template <typename F>
+Session* NoThrowOpen(int* error, F&& open) {
+  Session* s = nullptr;
+  int rc;
+  try {
+    rc = open(&s);
+  } catch (const std::bad_alloc&) {
+    rc = ENOMEM;
+  } catch (...) {  // std::thread could not start
+    rc = EAGAIN;
+  }
+  if (error != nullptr) *error = rc;
+  return rc == 0 ? s : nullptr;
 }
 
 }  // namespace
 
-void LogError(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  VLog("error", fmt, ap);
-  va_end(ap);
-}
-
-void LogDebug(const char* fmt, ...) {
-  if (!DebugEnabled()) return;
-  va_list ap;
-  va_start(ap, fmt);
-  VLog("debug", fmt, ap);
-  va_end(ap);
-}
-
 Session* GetSession() {
   std::lock_guard<std::mutex> g(g_session_mu);
-  if (g_session == nullptr) g_session = Connect();
+  if (g_session == nullptr) {
+    const std::string path =
+        EnvOr("FREEFLOW_DIR", "/freeflow") + "/" + EnvOr("FFR_NAME", "ffrouter") + ".sock";
+    int error = 0;
+    g_session = OpenSession(path, &error);
+  }
   return g_session;
 }
 
-int Session::Call(const void* req, size_t len, const int* fds, int nfds,
-                  ff::proto::Response* resp, UniqueFd* fds_out, int max_fds_out, int* nfds_out) {
+Session* ProcessSession() {
+  std::lock_guard<std::mutex> g(g_session_mu);
+  return g_session;
+}
+
+Session* OpenSession(const std::string& socket_path, int* error) {
+  return NoThrowOpen(error, [&](Session** out) {
+    UniqueFd sock;
+    const int rc = ConnectUnix(socket_path, &sock);
+    return rc != 0 ? rc : Open(std::move(sock), socket_path, out);
+  });
+}
+
+Session* OpenSession(ff::UniqueFd connected_socket, const std::string& name_for_logs, int* error) {
+  return NoThrowOpen(
+      error, [&](Session** out) { return Open(std::move(connected_socket), name_for_logs, out); });
+}
+
+void CloseSession(Session* s) {
+  if (s == nullptr) return;
+  s->closing.store(true);
+  // Ends the event thread's recv (it sees `closing` and leaves without failing anything).
+  ::shutdown(s->events.get(), SHUT_RDWR);
+  ::shutdown(s->sock.get(), SHUT_RDWR);
+  if (s->event_thread.joinable()) s->event_thread.join();
+  delete s;
+}
+
+int Session::Call(const void* req, size_t len, const int* fds, int nfds, ff::proto::Response* resp,
+                  UniqueFd* fds_out, int max_fds_out, int* nfds_out) {
   std::lock_guard<std::mutex> g(call_mu);
+  if (nfds_out != nullptr) *nfds_out = 0;
   if (fatal.load()) return ENOTCONN;
   char buf[ff::proto::kMaxMessage];
-  if (len > sizeof(buf)) return EINVAL;
+  if (len > sizeof(buf) || len < sizeof(ff::proto::Header)) return EINVAL;
   std::memcpy(buf, req, len);
-  auto* h = reinterpret_cast<ff::proto::Header*>(buf);
-  h->seq = ++seq;
+  ff::proto::Header h;
+  std::memcpy(&h, buf, sizeof(h));
+  h.seq = ++seq;
+  std::memcpy(buf, &h, sizeof(h));
   int rc = ff::SendWithFds(sock.get(), buf, len, fds, nfds);
   if (rc != 0) return rc == EPIPE ? ENOTCONN : rc;
   UniqueFd scratch[ff::proto::kMaxFds];
@@ -180,13 +226,17 @@ int Session::Call(const void* req, size_t len, const int* fds, int nfds,
   rc = ff::RecvWithFds(sock.get(), resp, sizeof(*resp), scratch, ff::proto::kMaxFds, &got, &n);
   if (rc != 0) return rc == EAGAIN ? ETIMEDOUT : rc;
   if (n == 0) return ENOTCONN;
-  if (n != sizeof(*resp) || resp->h.seq != h->seq || resp->h.op != h->op) return EPROTO;
-  if (nfds_out != nullptr) *nfds_out = 0;
+  if (n != sizeof(*resp) || resp->h.seq != h.seq || resp->h.op != h.op) return EPROTO;
   for (int i = 0; i < got && i < max_fds_out; ++i) {
     fds_out[i] = std::move(scratch[i]);
     if (nfds_out != nullptr) ++*nfds_out;
   }
   return resp->status;
+}
+
+int Session::SimpleCall(const void* req, size_t len) {
+  ff::proto::Response r{};
+  return Call(req, len, nullptr, 0, &r);
 }
 
 }  // namespace ffv

@@ -1,10 +1,12 @@
 // The ibv_wr_* post-send API (ibv_qp_to_qp_ex): work requests are collected between
-// wr_start and wr_complete and then posted through the same path as ibv_post_send.
-#include <cerrno>
+// wr_start and wr_complete and then posted through the same path as ibv_post_send. These
+// functions return nothing, so a failure (only allocation can fail) is kept in
+// Qp::wr_error and reported by wr_complete.
 #include <cstring>
 #include <mutex>
 
 #include "exports.h"
+#include "send_queue.h"
 
 namespace ffv {
 namespace {
@@ -13,16 +15,11 @@ constexpr size_t kNoInline = ~size_t{0};
 
 Qp* FromEx(ibv_qp_ex* q) { return reinterpret_cast<Qp*>(q); }
 
-ibv_send_wr* NewWr(ibv_qp_ex* q, ibv_wr_opcode op) {
+// Runs `change` on the batch; remembers ENOMEM instead of letting it escape into C code.
+template <typename F>
+void Batch(ibv_qp_ex* q, F&& change) {
   Qp* qp = FromEx(q);
-  qp->wr_batch.push_back(ibv_send_wr{});
-  qp->wr_sge_begin.push_back(qp->wr_sges.size());
-  qp->wr_inline_begin.push_back(kNoInline);
-  ibv_send_wr& wr = qp->wr_batch.back();
-  wr.wr_id = q->wr_id;
-  wr.send_flags = q->wr_flags;
-  wr.opcode = op;
-  return &wr;
+  if (const int rc = Guarded([&] { return change(qp), 0; })) qp->wr_error = rc;
 }
 
 ibv_send_wr* Last(ibv_qp_ex* q) {
@@ -32,6 +29,21 @@ ibv_send_wr* Last(ibv_qp_ex* q) {
     return nullptr;
   }
   return &qp->wr_batch.back();
+}
+
+// Starts a work request of `op`; `fill` completes it.
+template <typename F>
+void NewWr(ibv_qp_ex* q, ibv_wr_opcode op, F&& fill) {
+  Batch(q, [&](Qp* qp) {
+    qp->wr_batch.push_back(ibv_send_wr{});
+    qp->wr_sge_begin.push_back(qp->wr_sges.size());
+    qp->wr_inline_begin.push_back(kNoInline);
+    ibv_send_wr& wr = qp->wr_batch.back();
+    wr.wr_id = q->wr_id;
+    wr.send_flags = q->wr_flags;
+    wr.opcode = op;
+    fill(&wr);
+  });
 }
 
 void Start(ibv_qp_ex* q) {
@@ -44,36 +56,39 @@ void Start(ibv_qp_ex* q) {
   qp->wr_error = 0;
 }
 
+// Points every WR at its SGEs and inline bytes (the vectors no longer move) and chains them.
+void Link(Qp* qp) {
+  for (size_t i = 0; i < qp->wr_batch.size(); ++i) {
+    ibv_send_wr& wr = qp->wr_batch[i];
+    if (qp->wr_inline_begin[i] == kNoInline) continue;
+    const size_t begin = qp->wr_inline_begin[i];
+    size_t end = qp->wr_inline.size();
+    for (size_t j = i + 1; j < qp->wr_batch.size(); ++j) {
+      if (qp->wr_inline_begin[j] != kNoInline) {
+        end = qp->wr_inline_begin[j];
+        break;
+      }
+    }
+    qp->wr_sges.push_back(ibv_sge{reinterpret_cast<uintptr_t>(qp->wr_inline.data() + begin),
+                                  static_cast<uint32_t>(end - begin), 0});
+    qp->wr_sge_begin[i] = qp->wr_sges.size() - 1;
+    wr.num_sge = 1;
+    wr.send_flags |= IBV_SEND_INLINE;
+  }
+  for (size_t i = 0; i < qp->wr_batch.size(); ++i) {
+    ibv_send_wr& wr = qp->wr_batch[i];
+    wr.sg_list = wr.num_sge > 0 ? &qp->wr_sges[qp->wr_sge_begin[i]] : nullptr;
+    wr.next = i + 1 < qp->wr_batch.size() ? &qp->wr_batch[i + 1] : nullptr;
+  }
+}
+
 int Complete(ibv_qp_ex* q) {
   Qp* qp = FromEx(q);
   static std::once_flag traced;
   std::call_once(traced, [] { LogDebug("work requests arrive through the ibv_wr_* API"); });
   int rc = qp->wr_error;
+  if (rc == 0 && !qp->wr_batch.empty()) rc = Guarded([&] { return Link(qp), 0; });
   if (rc == 0 && !qp->wr_batch.empty()) {
-    // Vectors are stable now: point every WR at its SGEs and inline bytes.
-    for (size_t i = 0; i < qp->wr_batch.size(); ++i) {
-      ibv_send_wr& wr = qp->wr_batch[i];
-      if (qp->wr_inline_begin[i] != kNoInline) {
-        const size_t begin = qp->wr_inline_begin[i];
-        size_t end = qp->wr_inline.size();
-        for (size_t j = i + 1; j < qp->wr_batch.size(); ++j) {
-          if (qp->wr_inline_begin[j] != kNoInline) {
-            end = qp->wr_inline_begin[j];
-            break;
-          }
-        }
-        qp->wr_sges.push_back(ibv_sge{reinterpret_cast<uintptr_t>(qp->wr_inline.data() + begin),
-                                      static_cast<uint32_t>(end - begin), 0});
-        qp->wr_sge_begin[i] = qp->wr_sges.size() - 1;
-        wr.num_sge = 1;
-        wr.send_flags |= IBV_SEND_INLINE;
-      }
-    }
-    for (size_t i = 0; i < qp->wr_batch.size(); ++i) {
-      ibv_send_wr& wr = qp->wr_batch[i];
-      wr.sg_list = wr.num_sge > 0 ? &qp->wr_sges[qp->wr_sge_begin[i]] : nullptr;
-      wr.next = i + 1 < qp->wr_batch.size() ? &qp->wr_batch[i + 1] : nullptr;
-    }
     ibv_send_wr* bad = nullptr;
     rc = PostSend(&q->qp_base, qp->wr_batch.data(), &bad);
   }
@@ -83,36 +98,33 @@ int Complete(ibv_qp_ex* q) {
 
 void Abort(ibv_qp_ex* q) { Start(q); }
 
-void Send(ibv_qp_ex* q) { NewWr(q, IBV_WR_SEND); }
-void SendImm(ibv_qp_ex* q, __be32 imm) { NewWr(q, IBV_WR_SEND_WITH_IMM)->imm_data = imm; }
+void Send(ibv_qp_ex* q) {
+  NewWr(q, IBV_WR_SEND, [](ibv_send_wr*) {});
+}
+void SendImm(ibv_qp_ex* q, __be32 imm) {
+  NewWr(q, IBV_WR_SEND_WITH_IMM, [&](ibv_send_wr* wr) { wr->imm_data = imm; });
+}
 void Write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
-  ibv_send_wr* wr = NewWr(q, IBV_WR_RDMA_WRITE);
-  wr->wr.rdma.rkey = rkey;
-  wr->wr.rdma.remote_addr = addr;
+  NewWr(q, IBV_WR_RDMA_WRITE, [&](ibv_send_wr* wr) { wr->wr.rdma = {addr, rkey}; });
 }
 void WriteImm(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, __be32 imm) {
-  ibv_send_wr* wr = NewWr(q, IBV_WR_RDMA_WRITE_WITH_IMM);
-  wr->wr.rdma.rkey = rkey;
-  wr->wr.rdma.remote_addr = addr;
-  wr->imm_data = imm;
+  NewWr(q, IBV_WR_RDMA_WRITE_WITH_IMM, [&](ibv_send_wr* wr) {
+    wr->wr.rdma = {addr, rkey};
+    wr->imm_data = imm;
+  });
 }
 void Read(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
-  ibv_send_wr* wr = NewWr(q, IBV_WR_RDMA_READ);
-  wr->wr.rdma.rkey = rkey;
-  wr->wr.rdma.remote_addr = addr;
+  NewWr(q, IBV_WR_RDMA_READ, [&](ibv_send_wr* wr) { wr->wr.rdma = {addr, rkey}; });
 }
 void CmpSwp(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
-  ibv_send_wr* wr = NewWr(q, IBV_WR_ATOMIC_CMP_AND_SWP);
-  wr->wr.atomic.rkey = rkey;
-  wr->wr.atomic.remote_addr = addr;
-  wr->wr.atomic.compare_add = compare;
-  wr->wr.atomic.swap = swap;
+  NewWr(q, IBV_WR_ATOMIC_CMP_AND_SWP, [&](ibv_send_wr* wr) {
+    wr->wr.atomic = {addr, compare, swap, rkey};
+  });
 }
 void FetchAdd(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t add) {
-  ibv_send_wr* wr = NewWr(q, IBV_WR_ATOMIC_FETCH_AND_ADD);
-  wr->wr.atomic.rkey = rkey;
-  wr->wr.atomic.remote_addr = addr;
-  wr->wr.atomic.compare_add = add;
+  NewWr(q, IBV_WR_ATOMIC_FETCH_AND_ADD, [&](ibv_send_wr* wr) {
+    wr->wr.atomic = {addr, add, 0, rkey};
+  });
 }
 void Unsupported(ibv_qp_ex* q) { FromEx(q)->wr_error = EOPNOTSUPP; }
 void BindMw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { Unsupported(q); }
@@ -123,43 +135,31 @@ void SetXrc(ibv_qp_ex* q, uint32_t) { Unsupported(q); }
 void AtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { Unsupported(q); }
 
 void SetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t qpn, uint32_t qkey) {
-  if (ibv_send_wr* wr = Last(q)) {
-    wr->wr.ud.ah = ah;
-    wr->wr.ud.remote_qpn = qpn;
-    wr->wr.ud.remote_qkey = qkey;
-  }
-}
-void SetSge(ibv_qp_ex* q, uint32_t lkey, uint64_t addr, uint32_t length) {
-  if (ibv_send_wr* wr = Last(q)) {
-    Qp* qp = FromEx(q);
-    qp->wr_sges.push_back(ibv_sge{addr, length, lkey});
-    wr->num_sge = 1;
-  }
+  if (ibv_send_wr* wr = Last(q)) wr->wr.ud = {ah, qpn, qkey};
 }
 void SetSgeList(ibv_qp_ex* q, size_t n, const ibv_sge* list) {
   if (ibv_send_wr* wr = Last(q)) {
-    Qp* qp = FromEx(q);
-    qp->wr_sges.insert(qp->wr_sges.end(), list, list + n);
+    Batch(q, [&](Qp* qp) { qp->wr_sges.insert(qp->wr_sges.end(), list, list + n); });
     wr->num_sge = static_cast<int>(n);
   }
 }
-void SetInline(ibv_qp_ex* q, void* addr, size_t length) {
-  if (Last(q) != nullptr) {
-    Qp* qp = FromEx(q);
-    qp->wr_inline_begin.back() = qp->wr_inline.size();
-    const char* p = static_cast<const char*>(addr);
-    qp->wr_inline.insert(qp->wr_inline.end(), p, p + length);
-  }
+void SetSge(ibv_qp_ex* q, uint32_t lkey, uint64_t addr, uint32_t length) {
+  const ibv_sge sge{addr, length, lkey};
+  SetSgeList(q, 1, &sge);
 }
 void SetInlineList(ibv_qp_ex* q, size_t n, const ibv_data_buf* bufs) {
-  if (Last(q) != nullptr) {
-    Qp* qp = FromEx(q);
+  if (Last(q) == nullptr) return;
+  Batch(q, [&](Qp* qp) {
     qp->wr_inline_begin.back() = qp->wr_inline.size();
     for (size_t i = 0; i < n; ++i) {
       const char* p = static_cast<const char*>(bufs[i].addr);
       qp->wr_inline.insert(qp->wr_inline.end(), p, p + bufs[i].length);
     }
-  }
+  });
+}
+void SetInline(ibv_qp_ex* q, void* addr, size_t length) {
+  const ibv_data_buf buf{addr, length};
+  SetInlineList(q, 1, &buf);
 }
 
 }  // namespace

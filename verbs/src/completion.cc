@@ -1,0 +1,208 @@
+// poll_cq, completion events and the sleep on the router's wake word (see completion.h).
+//
+// Polling drives the whole data path: it advances queued sends of the context (send
+// queue), then turns records of the CQ's receive QPs into completions (receive path).
+// Polling programs make no system call per message. A poll that finds nothing sleeps only
+// on a CQ whose every source of completions is fed by the router (MaySleepOnRouter): the
+// router rings the process wake word after each delivery, so the sleep costs no latency,
+// and the routers get the CPU a spinning benchmark would take from them.
+#include "completion.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "exports.h"
+#include "link.h"
+#include "peer_events.h"
+#include "recv_path.h"
+#include "send_queue.h"
+
+namespace ffv {
+namespace {
+
+// Advances queued sends and turns published ring records into completions of `cq`.
+void Collect(Context* ctx, Cq* cq) {
+  if (!ctx->pending.empty()) ProgressPending(ctx);
+  for (Qp* qp : cq->recv_qps) Drain(qp);
+}
+
+// Moves completions into the caller's array after the `k` already there.
+int PopWcs(Cq* cq, int n, ibv_wc* wc, int k) {
+  while (k < n && cq->head != cq->tail) {
+    wc[k++] = cq->wcs[cq->head & cq->mask];
+    ++cq->head;
+  }
+  return k;
+}
+
+bool RouterFed(const Qp* qp) {
+  return qp->type != IBV_QPT_UD && qp->link != nullptr && qp->link->ops->router_fed;
+}
+
+// True when at least one source of completions on `cq` is fed by the router (an RC/UC
+// receive QP linked through it, or a queued send on such a link) and no other source
+// exists: a UD receive QP (any sender may deliver), a receive QP linked to a process of
+// this node, or a queued send of the context that is not on a router link (it advances
+// only while someone polls). Derived from the links that exist, every time.
+bool MaySleepOnRouter(const Context* ctx, const Cq* cq) {
+  bool router_source = false;
+  for (const Qp* qp : cq->recv_qps) {
+    if (qp->type == IBV_QPT_UD) return false;
+    if (qp->link == nullptr) continue;  // not connected: delivers nothing
+    if (!RouterFed(qp)) return false;
+    router_source = true;
+  }
+  for (const Qp* qp : ctx->pending) {
+    if (!RouterFed(qp)) return false;
+    router_source = router_source || qp->scq == cq;
+  }
+  return router_source;
+}
+
+// Sleeps until the router rings the process wake word (armed by the caller), at most
+// FFV_REMOTE_WAIT_US (default kDefaultRemoteWaitUs; 0: only yield the CPU). Called without
+// the context lock.
+void WaitForRouter(Session* s) {
+  static const long wait_us = [] {
+    const char* v = std::getenv("FFV_REMOTE_WAIT_US");
+    return v != nullptr ? std::atol(v) : static_cast<long>(ff::kDefaultRemoteWaitUs);
+  }();
+  if (wait_us <= 0 || !s->wake_fd) {
+    sched_yield();
+    return;
+  }
+  pollfd p{s->wake_fd.get(), POLLIN, 0};
+  const timespec ts{wait_us / 1000000, (wait_us % 1000000) * 1000};
+  if (::ppoll(&p, 1, &ts, nullptr) > 0) {
+    uint64_t v;
+    [[maybe_unused]] ssize_t r = ::read(s->wake_fd.get(), &v, sizeof(v));
+  }
+}
+
+// The empty-poll path of a router-fed CQ: arm the wake word, look once more (no lost
+// wake-up), sleep, look again. Returns the completions found. ctx->lock held on entry and
+// exit; released while asleep.
+int SleepOnRouter(Context* ctx, Cq* cq, int n, ibv_wc* wc) {
+  ff::NotifySlot* wake = ctx->session->slot(ff::proto::kWakeSlot);
+  wake->armed.exchange(1, std::memory_order_seq_cst);
+  Collect(ctx, cq);
+  if (cq->head == cq->tail) {
+    ctx->lock.unlock();
+    WaitForRouter(ctx->session);
+    ctx->lock.lock();
+    Collect(ctx, cq);
+  }
+  wake->armed.store(0, std::memory_order_relaxed);
+  return PopWcs(cq, n, wc, 0);
+}
+
+// The CQ of `channel` whose event fired, or nullptr. Also advances queued sends, which
+// nobody else advances while the application sleeps. ctx->lock held.
+Cq* TakeFiredCq(Channel* ch, bool* pending) {
+  Context* ctx = ch->ctx;
+  Cq* found = nullptr;
+  for (Cq* cq : ch->cqs) {
+    ff::NotifySlot* slot = EventSlot(cq);
+    if (slot->fired.load(std::memory_order_acquire) && slot->fired.exchange(0)) {
+      found = cq;
+      break;
+    }
+  }
+  if (ctx->attention.load(std::memory_order_relaxed)) HandleAttention(ctx);
+  ProgressPending(ctx);
+  *pending = !ctx->pending.empty();
+  return found;
+}
+
+// Waits for the channel's eventfd: not at all when it is non-blocking, briefly while sends
+// are queued (they need retrying), else until it is written. 0, or a positive errno.
+int WaitForEvent(ibv_comp_channel* channel, bool pending) {
+  const bool nonblocking = (::fcntl(channel->fd, F_GETFL) & O_NONBLOCK) != 0;
+  const timespec retry{0, static_cast<long>(ff::kRetryTickNs)};
+  const timespec* timeout = pending ? &retry : nullptr;
+  const timespec zero{0, 0};
+  pollfd p{channel->fd, POLLIN, 0};
+  const int r = ::ppoll(&p, 1, nonblocking ? &zero : timeout, nullptr);
+  if (r < 0) return errno == EINTR ? 0 : errno;
+  if (r > 0) {
+    uint64_t v;
+    if (::read(channel->fd, &v, sizeof(v)) < 0 && errno != EAGAIN) return errno;
+    return 0;
+  }
+  return nonblocking ? EAGAIN : 0;
+}
+
+int GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq_out, void** cq_context) {
+  Channel* ch = ToChannel(channel);
+  for (;;) {
+    bool pending = false;
+    Cq* found;
+    {
+      std::lock_guard<SpinLock> l(ch->ctx->lock);
+      found = TakeFiredCq(ch, &pending);
+    }
+    if (found != nullptr) {
+      *cq_out = &found->cq;
+      if (cq_context != nullptr) *cq_context = found->cq.cq_context;
+      return 0;
+    }
+    if (const int rc = WaitForEvent(channel, pending)) return rc;
+  }
+}
+
+}  // namespace
+
+void OnCqOverflow(Cq* cq) {
+  if (cq->overflowed) return;
+  cq->overflowed = true;
+  LogError("completion queue overflow (%u entries); completions are being lost", cq->capacity);
+  PushAsyncEvent(cq->ctx, IBV_EVENT_CQ_ERR, &cq->cq);
+}
+
+void WakeCq(Cq* cq) {
+  if (cq->notify_slot == ff::proto::kNoId || cq->channel == nullptr) return;
+  EventSlot(cq)->fired.store(1, std::memory_order_release);
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(cq->channel->ch.fd, &one, sizeof(one));
+}
+
+int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
+  Cq* cq = ToCq(ibcq);
+  Context* ctx = cq->ctx;
+  if (n <= 0) return 0;
+  std::lock_guard<SpinLock> l(ctx->lock);
+  const int rc = Guarded([&] {
+    if (ctx->attention.load(std::memory_order_relaxed)) HandleAttention(ctx);
+    if (!ctx->pending.empty()) ProgressPending(ctx);
+    if (cq->tail - cq->head < static_cast<uint64_t>(n)) {
+      for (Qp* qp : cq->recv_qps) Drain(qp);
+    }
+    return 0;
+  });
+  int k = PopWcs(cq, n, wc, 0);
+  if (__builtin_expect(k == 0, 0) && rc == 0 && MaySleepOnRouter(ctx, cq)) {
+    Guarded([&] { return (k = SleepOnRouter(ctx, cq, n, wc)), 0; });
+  }
+  return rc != 0 && k == 0 ? -rc : k;
+}
+
+int ReqNotifyCq(ibv_cq* ibcq, int) {
+  Cq* cq = ToCq(ibcq);
+  if (cq->notify_slot == ff::proto::kNoId) return 0;
+  EventSlot(cq)->armed.exchange(1, std::memory_order_seq_cst);  // full barrier before polls
+  return 0;
+}
+
+}  // namespace ffv
+
+using namespace ffv;
+
+extern "C" FFV_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out,
+                                           void** cq_context) {
+  if (channel == nullptr || cq_out == nullptr) return ZeroOrMinusOne(EINVAL);
+  return ZeroOrMinusOne(Guarded([&] { return GetCqEvent(channel, cq_out, cq_context); }));
+}

@@ -1,0 +1,150 @@
+// Connecting a QP to its peer through the router, and the peer's shared memory that comes
+// with it: its QP segment (or the router's proxy segment), its notify words, its MR table
+// and, on first use, its registered regions. This is where a link's operations are chosen.
+#include <arpa/inet.h>
+
+#include "link.h"
+#include "session.h"
+
+namespace ffv {
+namespace {
+
+// Who is at the other end, as the router's connect answer names it.
+void SetPeerIdentity(PeerLink* link, const ff::proto::ConnectReply& c) {
+  link->peer_ctx_id = c.peer_ctx_id;
+  link->peer_qpn = c.peer_qpn;
+  link->peer_ip = ntohl(c.peer_ip);
+  link->peer_lid = c.peer_lid;
+  link->qp_type = c.peer_qp_type;
+}
+
+// Maps the segment we produce into (`num_rings` rings of c.ring_bytes) and checks it.
+int MapRingSegment(PeerLink* link, const ff::proto::ConnectReply& c, uint32_t num_rings,
+                   const UniqueFd& fd) {
+  const size_t bytes = ff::QpSegmentBytes(num_rings, c.ring_bytes);
+  if (ff::MapPeerSegment(fd.get(), bytes, true, &link->seg) != 0) return EPROTO;
+  link->hdr = link->seg.as<ff::QpSegmentHeader>();
+  return link->hdr->magic == ff::kQpSegMagic ? 0 : EPROTO;
+}
+
+// The peer process as all our links to it share it; mapped on the first connect to it.
+std::shared_ptr<PeerCtx> GetPeerCtx(Context* ctx, uint32_t id, const UniqueFd& notify_fd,
+                                    const UniqueFd& table_fd) {
+  auto it = ctx->peers.find(id);
+  if (it != ctx->peers.end()) {
+    if (auto p = it->second.lock()) return p;
+  }
+  auto p = std::make_shared<PeerCtx>();
+  p->ctx_id = id;
+  if (ff::MapPeerSegment(notify_fd.get(), ff::kNotifySegmentBytes, true, &p->notify) != 0 ||
+      ff::MapPeerSegment(table_fd.get(), ff::kMrTableBytes, false, &p->mr_table) != 0) {
+    return nullptr;
+  }
+  ctx->peers[id] = p;
+  return p;
+}
+
+// The peer lives on another node: the router gave us its proxy segment and the doorbell
+// that wakes it.
+int RouterLink(const ff::proto::ConnectReply& c, UniqueFd* fds, PeerLink* link) {
+  if (const int rc = MapRingSegment(link, c, ff::kProxyRings, fds[0])) return rc;
+  link->producer.Attach(ff::QpRing(link->seg.get(), ff::kProxyRequestRing, c.ring_bytes),
+                        c.ring_bytes);
+  link->responses.Attach(ff::QpRing(link->seg.get(), ff::kProxyResponseRing, c.ring_bytes),
+                         c.ring_bytes);
+  link->notify = &link->hdr->doorbell;
+  link->notify_fd = std::move(fds[1]);
+  link->ops = &kRouterOps;
+  return 0;
+}
+
+// A peer process on this node: fds are its QP segment, notify segment, MR table, then
+// its CQ's channel eventfd (when it has one) and its SRQ segment (when it has one).
+int SameNodeLink(Context* ctx, const ff::proto::ConnectReply& c, UniqueFd* fds, PeerLink* link) {
+  if (const int rc = MapRingSegment(link, c, c.num_rings, fds[0])) return rc;
+  int next = 3;
+  if (c.notify_slot != ff::proto::kNoId) link->notify_fd = std::move(fds[next++]);
+  if (c.has_srq) {
+    if (ff::MapPeerSegment(fds[next].get(), sizeof(ff::SrqSegment), true, &link->srq_seg) != 0)
+      return EPROTO;
+    link->credits = &link->srq_seg.as<ff::SrqSegment>()->credits;
+  } else {
+    link->credits = &link->hdr->credits;
+  }
+  link->pctx = GetPeerCtx(ctx, c.peer_ctx_id, fds[1], fds[2]);
+  if (link->pctx == nullptr) return EPROTO;
+  if (c.notify_slot != ff::proto::kNoId)
+    link->notify = link->pctx->notify.as<ff::NotifySlot>() + c.notify_slot;
+  link->producer.Attach(ff::QpRing(link->seg.get(), c.ring_index, c.ring_bytes), c.ring_bytes);
+  link->ops = &kSameNodeOps;
+  return 0;
+}
+
+}  // namespace
+
+int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, bool ud,
+                std::unique_ptr<PeerLink>* out) {
+  Context* ctx = qp->ctx;
+  ff::proto::ConnectQp m{};
+  m.h.op = ud ? ff::proto::Op::kResolveUd : ff::proto::Op::kConnectQp;
+  m.qpn = qp->qpx.qp_base.qp_num;
+  m.dest_ip = htonl(dest_ip);
+  m.dest_lid = dest_lid;
+  m.dest_qpn = dest_qpn;
+  ff::proto::Response r{};
+  UniqueFd fds[5];
+  int got = 0;
+  int rc = ctx->session->Call(&m, sizeof(m), nullptr, 0, &r, fds, 5, &got);
+  if (rc != 0) return rc;
+  const ff::proto::ConnectReply& c = r.u.connect;
+  if (got != ff::proto::ConnectReplyFds(c)) return EPROTO;
+  auto link = std::make_unique<PeerLink>();
+  SetPeerIdentity(link.get(), c);
+  rc = (c.flags & ff::proto::kConnectRemote) ? RouterLink(c, fds, link.get())
+                                             : SameNodeLink(ctx, c, fds, link.get());
+  if (rc != 0) return rc;
+  *out = std::move(link);
+  return 0;
+}
+
+PeerLink* UdLink(Qp* qp, const SendWqe& w) {
+  const uint64_t key =
+      (static_cast<uint64_t>(w.dest_ip != 0 ? w.dest_ip : w.dest_lid) << 32) | w.remote_qpn;
+  auto it = qp->ud_links.find(key);
+  if (it != qp->ud_links.end()) return it->second.get();
+  std::unique_ptr<PeerLink> link;
+  if (ConnectLink(qp, w.dest_ip, w.dest_lid, w.remote_qpn, true, &link) != 0) return nullptr;
+  PeerLink* raw = link.get();
+  qp->ud_links.emplace(key, std::move(link));
+  return raw;
+}
+
+int PeerRegion(Qp* qp, PeerLink* link, uint32_t region_id, Mapping** out) {
+  PeerCtx* p = link->pctx.get();
+  if (p->last_region == region_id) {
+    *out = p->last_mapping;
+    return 0;
+  }
+  auto it = p->regions.find(region_id);
+  if (it == p->regions.end()) {
+    ff::proto::GetRegion m{};
+    m.h.op = ff::proto::Op::kGetRegion;
+    m.qpn = qp->qpx.qp_base.qp_num;
+    m.region_id = region_id;
+    ff::proto::Response r{};
+    UniqueFd fd;
+    int got = 0;
+    const int rc = qp->ctx->session->Call(&m, sizeof(m), nullptr, 0, &r, &fd, 1, &got);
+    if (rc != 0) return rc;
+    const uint64_t size = r.u.region.size;
+    Mapping map;
+    if (got != 1 || size == 0 || ff::MapPeerSegment(fd.get(), size, true, &map) != 0) return EPROTO;
+    it = p->regions.emplace(region_id, std::move(map)).first;
+  }
+  p->last_region = region_id;
+  p->last_mapping = &it->second;
+  *out = &it->second;
+  return 0;
+}
+
+}  // namespace ffv

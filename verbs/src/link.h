@@ -1,0 +1,128 @@
+// Links: how a QP reaches its peer, chosen once when the QP connects.
+//
+// A link is either to a peer process on this node (its QP segment is mapped here; we copy
+// straight into its rings and registered memory) or to a peer on another node (we produce
+// requests into a proxy segment of our router, which answers on the segment's response
+// ring). ConnectLink sets `PeerLink::ops` to kSameNodeOps or kRouterOps; everything that
+// differs between the two goes through that table (one indirect call, as rdma-core's
+// verbs_context_ops), and nothing else asks which kind a link is. State such as "this CQ is
+// fed only by the router" is derived from the ops of the links that exist (completion.cc).
+#pragma once
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "internal.h"
+
+namespace ffv {
+
+// What executing one work request came to.
+enum class Exec {
+  kDone,      // finished here; its status is known
+  kBlocked,   // cannot proceed yet (ring full, no receive credit, READ limit): retry later
+  kInFlight,  // handed on; the outcome comes back later (LinkOps::collect)
+};
+
+struct LinkOps {
+  // Executes send WQE `w` (send-queue index `index`) of `qp` over `link`. With kDone, *st is
+  // its status. May be called again for a WQE it blocked on: it resumes where it stopped.
+  Exec (*execute)(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st);
+  // Applies outcomes of in-flight WQEs that came back: marks them done, frees
+  // Qp::inflight / Qp::reads_inflight, copies READ data and atomic results.
+  void (*collect)(Qp* qp, PeerLink* link);
+  // The peer went away (or its router did): takes in outcomes already delivered, before
+  // the link is marked dead and the QP failed or kept.
+  void (*peer_gone)(Qp* qp, PeerLink* link);
+  // The router, not the peer process, produces into the QP's rings and answers its
+  // requests, and it rings the process wake word after each delivery (poll_cq may sleep).
+  bool router_fed;
+};
+
+extern const LinkOps kSameNodeOps;  // link_same_node.cc
+extern const LinkOps kRouterOps;    // link_router.cc
+
+// ---- connecting (connect.cc) ---------------------------------------------------------------
+// Asks the router to connect `qp` to QP `dest_qpn` at `dest_ip` (host order; 0: address by
+// `dest_lid`) and maps what it answers. `ud`: resolve a UD destination instead. Without the
+// context lock (a router round trip). 0 or a positive errno.
+int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, bool ud,
+                std::unique_ptr<PeerLink>* out);
+// The link of a UD QP to the destination of `w`, connected on first use; nullptr when the
+// destination cannot be reached. ctx->lock held.
+PeerLink* UdLink(Qp* qp, const SendWqe& w);
+// The peer's region `region_id`, mapped on first use (same-node links). ctx->lock held.
+// 0 or a positive errno.
+int PeerRegion(Qp* qp, PeerLink* link, uint32_t region_id, Mapping** out);
+
+// ---- shared by both kinds of link ----------------------------------------------------------
+using OpHandler = Exec (*)(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st);
+// How one kind of link carries out each class of work request.
+struct OpHandlers {
+  OpHandler send;    // SEND, SEND_WITH_IMM
+  OpHandler write;   // RDMA_WRITE, RDMA_WRITE_WITH_IMM
+  OpHandler read;    // RDMA_READ
+  OpHandler atomic;  // ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD
+};
+
+// Runs the handler for `w`'s opcode (post_send admitted only these opcodes).
+inline Exec Dispatch(const OpHandlers& h, Qp* qp, PeerLink* link, SendWqe& w, uint64_t index,
+                     ibv_wc_status* st) {
+  switch (w.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+      return h.send(qp, link, w, index, st);
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return h.write(qp, link, w, index, st);
+    case IBV_WR_RDMA_READ:
+      return h.read(qp, link, w, index, st);
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return h.atomic(qp, link, w, index, st);
+    default:
+      *st = IBV_WC_LOC_QP_OP_ERR;
+      return Exec::kDone;
+  }
+}
+
+inline ibv_sge* WqeSges(Qp* qp, uint64_t index) {
+  return &qp->sq_sges[(index & qp->sq_mask) * qp->cap.max_send_sge];
+}
+
+// The RecordHeader of a message record of `w` (kind, flags); sizes are the codec's.
+ff::RecordHeader MessageHeader(const Qp* qp, const SendWqe& w, uint8_t kind, uint8_t flags);
+
+// Flags of a SEND fragment.
+inline uint8_t SendFlags(const SendWqe& w, bool first, bool last) {
+  return static_cast<uint8_t>((first ? ff::kRecFirst : 0) | (last ? ff::kRecLast : 0) |
+                              (w.opcode == IBV_WR_SEND_WITH_IMM ? ff::kRecImm : 0) |
+                              ((w.flags & IBV_SEND_SOLICITED) ? ff::kRecSolicited : 0));
+}
+
+// Writes the rest of `w`'s payload as records of at most `max_frag` bytes (at least one
+// record, for an empty message). append(frag, first, last) writes one through the codec
+// and returns its RingStatus. A full ring blocks (progress is kept in `w`); a corrupt one
+// ends the WQE with IBV_WC_REM_OP_ERR. Long messages are published as they go, so that the
+// receiver can copy out while we copy in.
+template <typename Append>
+Exec PutFragments(PeerLink* link, SendWqe& w, uint32_t max_frag, ibv_wc_status* st,
+                  Append&& append) {
+  while (w.sent < w.length || !w.started) {
+    const auto frag = static_cast<uint32_t>(std::min<uint64_t>(w.length - w.sent, max_frag));
+    const ff::RingStatus rs = append(frag, !w.started, w.sent + frag == w.length);
+    if (rs == ff::RingStatus::kFull) return Exec::kBlocked;
+    if (rs != ff::RingStatus::kOk) {
+      *st = IBV_WC_REM_OP_ERR;
+      return Exec::kDone;
+    }
+    link->dirty = true;
+    w.sent += frag;
+    w.started = true;
+    if (frag == max_frag) link->producer.Publish();
+  }
+  return Exec::kDone;
+}
+
+}  // namespace ffv

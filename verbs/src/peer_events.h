@@ -1,0 +1,47 @@
+// What happens when a peer or the router goes away. The router tells the event thread (a
+// PeerGone or PeerClosed event naming one of our QPs, or the end of the connection); the
+// event thread finds the QP in its session's registry, raises flags and wakes sleepers. The
+// data path acts on the flags the next time a verb takes the context lock (HandleAttention).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "internal.h"
+
+namespace ffv {
+
+// The live contexts and QPs of one session, by QP number (QP numbers are unique per router,
+// so one registry per session). Its own mutex, never the contexts' locks: the event thread
+// uses it while verbs run. Destroying a QP or closing a context removes it first.
+class Registry {
+ public:
+  void AddContext(Context* c);
+  void RemoveContext(Context* c);
+  void AddQp(uint32_t qpn, Qp* qp);
+  void RemoveQp(uint32_t qpn);
+  // Event thread: the peer of `qpn` died (`died`) or destroyed its QP.
+  void OnPeerGone(uint32_t qpn, bool died);
+  // Event thread: the router is gone; fail every QP and raise IBV_EVENT_DEVICE_FATAL.
+  void OnFatal();
+
+ private:
+  template <typename F>
+  void Locked(F&& f) {
+    std::lock_guard<std::mutex> g(mu_);
+    f();
+  }
+
+  std::mutex mu_;
+  std::vector<Context*> contexts_;
+  std::unordered_map<uint32_t, Qp*> qps_;
+};
+
+// Applies the flags the event thread raised: QPs whose peer died (or whose router is gone)
+// take in what already arrived, then go to ERR with IBV_WC_RETRY_EXC_ERR and QP_FATAL; QPs
+// whose peer closed keep their receives and fail later sends. ctx->lock held.
+void HandleAttention(Context* ctx);
+
+}  // namespace ffv

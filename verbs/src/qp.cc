@@ -1,0 +1,371 @@
+// Queue pairs: create, modify (the state machine, and connecting at RTR), query, destroy.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "exports.h"
+#include "freeflow/ipv4.h"
+#include "link.h"
+#include "recv_path.h"
+#include "send_queue.h"
+#include "session.h"
+
+namespace ffv {
+namespace {
+
+bool TransitionAllowed(ibv_qp_state cur, ibv_qp_state next) {
+  if (next == IBV_QPS_RESET || next == IBV_QPS_ERR) return true;
+  switch (cur) {
+    case IBV_QPS_RESET:
+      return next == IBV_QPS_INIT;
+    case IBV_QPS_INIT:
+      return next == IBV_QPS_INIT || next == IBV_QPS_RTR;
+    case IBV_QPS_RTR:
+    case IBV_QPS_RTS:
+    case IBV_QPS_SQE:
+      return next == IBV_QPS_RTS;
+    default:
+      return false;
+  }
+}
+
+// Attributes the IB specification requires for each transition.
+int RequiredMask(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next) {
+  constexpr int kInit = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+  constexpr int kUcRtr =
+      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+  if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT)
+    return kInit | (type == IBV_QPT_UD ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS);
+  if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
+    if (type == IBV_QPT_RC) return kUcRtr | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    return type == IBV_QPT_UC ? kUcRtr : IBV_QP_STATE;
+  }
+  if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
+    if (type == IBV_QPT_RC)
+      return IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+             IBV_QP_MAX_QP_RD_ATOMIC;
+    return IBV_QP_STATE | IBV_QP_SQ_PSN;
+  }
+  return IBV_QP_STATE;
+}
+
+void ApplyAttr(Qp* qp, const ibv_qp_attr* a, int mask) {
+  ibv_qp_attr& s = qp->attr;
+  if (mask & IBV_QP_PKEY_INDEX) s.pkey_index = a->pkey_index;
+  if (mask & IBV_QP_PORT) s.port_num = a->port_num;
+  if (mask & IBV_QP_ACCESS_FLAGS) s.qp_access_flags = a->qp_access_flags;
+  if (mask & IBV_QP_QKEY) s.qkey = a->qkey;
+  if (mask & IBV_QP_AV) s.ah_attr = a->ah_attr;
+  if (mask & IBV_QP_PATH_MTU) s.path_mtu = a->path_mtu;
+  if (mask & IBV_QP_DEST_QPN) s.dest_qp_num = a->dest_qp_num;
+  if (mask & IBV_QP_RQ_PSN) s.rq_psn = a->rq_psn;
+  if (mask & IBV_QP_SQ_PSN) s.sq_psn = a->sq_psn;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) s.max_dest_rd_atomic = a->max_dest_rd_atomic;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) s.max_rd_atomic = a->max_rd_atomic;
+  if (mask & IBV_QP_MIN_RNR_TIMER) s.min_rnr_timer = a->min_rnr_timer;
+  if (mask & IBV_QP_TIMEOUT) s.timeout = a->timeout;
+  if (mask & IBV_QP_RETRY_CNT) s.retry_cnt = a->retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) s.rnr_retry = a->rnr_retry;
+  if (mask & IBV_QP_ALT_PATH) s.alt_ah_attr = a->alt_ah_attr;
+  if (mask & IBV_QP_PATH_MIG_STATE) s.path_mig_state = a->path_mig_state;
+  // What senders read from our segment.
+  auto* hdr = qp->seg.as<ff::QpSegmentHeader>();
+  if (mask & IBV_QP_MIN_RNR_TIMER) hdr->min_rnr_timer.store(a->min_rnr_timer);
+  if (mask & IBV_QP_ACCESS_FLAGS) hdr->qp_access.store(a->qp_access_flags);
+}
+
+int CheckCaps(const ibv_qp_init_attr_ex* attr) {
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
+    LogError("QP type %d is not supported (RC, UC and UD are)", attr->qp_type);
+    return EOPNOTSUPP;
+  }
+  const ibv_qp_cap& cap = attr->cap;
+  if (attr->send_cq == nullptr || attr->recv_cq == nullptr || cap.max_send_wr > ff::kMaxQpWr ||
+      cap.max_recv_wr > ff::kMaxQpWr || cap.max_send_sge > ff::kMaxSge ||
+      cap.max_recv_sge > ff::kMaxSge || cap.max_inline_data > ff::kMaxInline)
+    return EINVAL;
+  return 0;
+}
+
+// Sizes the queues; `attr->cap` becomes what the QP really has.
+void InitQueues(Qp* qp, ibv_qp_init_attr_ex* attr) {
+  ibv_qp_cap& cap = attr->cap;
+  cap.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
+  cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
+  cap.max_inline_data = ff::kMaxInline;
+  if (qp->srq != nullptr) {
+    cap.max_recv_wr = 0;
+    cap.max_recv_sge = 0;
+  } else {
+    cap.max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
+  }
+  qp->cap = cap;
+  const uint32_t sq_cap = RoundPow2(cap.max_send_wr);
+  qp->sq_mask = sq_cap - 1;
+  qp->sq.assign(sq_cap, SendWqe{});
+  qp->sq_sges.assign(static_cast<size_t>(sq_cap) * cap.max_send_sge, ibv_sge{});
+  qp->sq_inline.assign(static_cast<size_t>(sq_cap) * ff::kMaxInline, 0);
+}
+
+// The QP's own segment: its inbound rings and receive credits, which peers map.
+int InitSegment(Qp* qp) {
+  qp->num_rings = qp->type == IBV_QPT_UD ? ff::kUdRingsPerQp : 1;
+  qp->ring_bytes = qp->type == IBV_QPT_UD ? ff::kUdRingBytes : ff::kRcRingBytes;
+  const size_t seg_bytes = ff::QpSegmentBytes(qp->num_rings, qp->ring_bytes);
+  int rc = ff::CreateSegment("ffverbs-qp", seg_bytes, &qp->seg_fd);
+  if (rc == 0) rc = ff::MapSegment(qp->seg_fd.get(), seg_bytes, true, &qp->seg);
+  if (rc != 0) return rc;
+  auto* hdr = new (qp->seg.get()) ff::QpSegmentHeader();
+  hdr->magic = ff::kQpSegMagic;
+  hdr->abi = ff::kAbiVersion;
+  hdr->num_rings = qp->num_rings;
+  hdr->ring_bytes = qp->ring_bytes;
+  qp->consumers.resize(qp->num_rings);
+  qp->inbound.resize(qp->num_rings);
+  for (uint32_t i = 0; i < qp->num_rings; ++i)
+    qp->consumers[i].Attach(ff::QpRing(qp->seg.get(), i, qp->ring_bytes), qp->ring_bytes);
+  if (qp->srq == nullptr)
+    InitRecvQueue(&qp->rq, qp->cap.max_recv_wr, qp->cap.max_recv_sge, &hdr->credits);
+  return 0;
+}
+
+int AnnounceQp(Qp* qp, uint32_t* qpn) {
+  ff::proto::CreateQp m{};
+  m.h.op = ff::proto::Op::kCreateQp;
+  m.qp_type = qp->type;
+  m.num_rings = qp->num_rings;
+  m.ring_bytes = qp->ring_bytes;
+  m.srq_id = qp->srq != nullptr ? qp->srq->id : ff::proto::kNoId;
+  m.recv_cq_id = qp->rcq->id;
+  m.send_cq_id = qp->scq->id;
+  ff::proto::Response r{};
+  const int fd = qp->seg_fd.get();
+  const int rc = qp->ctx->session->Call(&m, sizeof(m), &fd, 1, &r);
+  if (rc != 0) {
+    LogError("the router refused to create a QP: %s", std::strerror(rc));
+    return rc;
+  }
+  *qpn = r.u.create_qp.qpn;
+  return 0;
+}
+
+void FillIbvQp(Qp* qp, ibv_pd* pd, const ibv_qp_init_attr_ex* attr, uint32_t qpn) {
+  ibv_qp& q = qp->qpx.qp_base;
+  q.context = &qp->ctx->vctx.context;
+  q.qp_context = attr->qp_context;
+  q.pd = pd;
+  q.send_cq = attr->send_cq;
+  q.recv_cq = attr->recv_cq;
+  q.srq = attr->srq;
+  q.handle = qpn;
+  q.qp_num = qpn;
+  q.state = IBV_QPS_RESET;
+  q.qp_type = attr->qp_type;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+}
+
+int CreateQp(Context* ctx, ibv_pd* pd, ibv_qp_init_attr_ex* attr, Qp** out) {
+  if (const int rc = CheckCaps(attr)) return rc;
+  auto qp = std::make_unique<Qp>();
+  qp->ctx = ctx;
+  qp->type = attr->qp_type;
+  qp->scq = ToCq(attr->send_cq);
+  qp->rcq = ToCq(attr->recv_cq);
+  qp->srq = attr->srq != nullptr ? ToSrq(attr->srq) : nullptr;
+  qp->sq_sig_all = attr->sq_sig_all != 0;
+  if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) qp->send_ops_flags = attr->send_ops_flags;
+  InitQueues(qp.get(), attr);
+  if (const int rc = InitSegment(qp.get())) return rc;
+  uint32_t qpn = 0;
+  if (const int rc = AnnounceQp(qp.get(), &qpn)) return rc;
+  FillIbvQp(qp.get(), pd, attr, qpn);
+  InitQpEx(qp.get());
+  {
+    std::lock_guard<SpinLock> l(ctx->lock);
+    ctx->qps.push_back(qp.get());
+    qp->rcq->recv_qps.push_back(qp.get());
+  }
+  ctx->session->registry.AddQp(qpn, qp.get());
+  *out = qp.release();
+  return 0;
+}
+
+// RTR of an RC/UC QP: connect to the destination in `attr` through the router (before the
+// data-path lock is taken: it is a round trip).
+int ConnectAtRtr(Qp* qp, const ibv_qp_attr* attr, std::unique_ptr<PeerLink>* link) {
+  const ibv_ah_attr& ah = attr->ah_attr;
+  const uint32_t qpn = qp->qpx.qp_base.qp_num;
+  uint32_t ip = 0;
+  if (ah.is_global) {
+    auto parsed = ff::IpFromGid(ah.grh.dgid.raw);
+    if (!parsed) {
+      LogError("QP 0x%x: destination GID is not IPv4-mapped; use GID index 1", qpn);
+      return EINVAL;
+    }
+    ip = *parsed;
+  } else if (ah.dlid == 0) {
+    LogError("QP 0x%x: destination has neither a GID nor a LID", qpn);
+    return EINVAL;
+  }
+  const int rc = ConnectLink(qp, ip, ah.dlid, attr->dest_qp_num, false, link);
+  if (rc != 0) {
+    const std::string where = ip != 0 ? ff::FormatIpv4(ip) : "LID " + std::to_string(ah.dlid);
+    LogError("QP 0x%x: cannot connect to QP 0x%x at %s: %s", qpn, attr->dest_qp_num, where.c_str(),
+             std::strerror(rc));
+  }
+  return rc;
+}
+
+int CheckModify(const Qp* qp, const ibv_qp_attr* attr, int mask) {
+  const ibv_qp_state cur = qp->qpx.qp_base.state;
+  const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
+  if (!TransitionAllowed(cur, next)) return EINVAL;
+  const int required = (mask & IBV_QP_STATE) ? RequiredMask(qp->type, cur, next) : 0;
+  if ((mask & required) != required) return EINVAL;
+  if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr->max_dest_rd_atomic > ff::kMaxRdAtomic)
+    return EINVAL;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && attr->max_rd_atomic > ff::kMaxRdAtomic) return EINVAL;
+  return 0;
+}
+
+// Applies a checked modification under the lock. true when the QP went back to RESET from
+// a connected state (the caller disconnects it).
+bool ApplyModify(Qp* qp, const ibv_qp_attr* attr, int mask, std::unique_ptr<PeerLink> link) {
+  ibv_qp& q = qp->qpx.qp_base;
+  const ibv_qp_state cur = q.state;
+  std::lock_guard<SpinLock> l(qp->ctx->lock);
+  ApplyAttr(qp, attr, mask);
+  if (link) qp->link = std::move(link);  // only RTR makes a new one; later transitions keep it
+  if (!(mask & IBV_QP_STATE)) return false;
+  const ibv_qp_state next = attr->qp_state;
+  bool disconnect = false;
+  if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
+    q.state = IBV_QPS_ERR;
+    FailQp(qp, IBV_WC_WR_FLUSH_ERR);
+  } else if (next == IBV_QPS_RESET) {
+    ResetQueues(qp);
+    disconnect = cur != IBV_QPS_RESET;
+  }
+  q.state = next;
+  qp->attr.qp_state = next;
+  return disconnect;
+}
+
+void Disconnect(Qp* qp) {
+  ff::proto::DisconnectQp m{};
+  m.h.op = ff::proto::Op::kDisconnectQp;
+  m.qpn = qp->qpx.qp_base.qp_num;
+  qp->ctx->session->SimpleCall(&m, sizeof(m));
+  std::lock_guard<SpinLock> l(qp->ctx->lock);
+  qp->link.reset();
+  qp->ud_links.clear();
+  qp->peer_gone.store(0);
+}
+
+int ModifyQp(Qp* qp, ibv_qp_attr* attr, int mask) {
+  if (const int rc = CheckModify(qp, attr, mask)) return rc;
+  const ibv_qp_state cur = qp->qpx.qp_base.state;
+  std::unique_ptr<PeerLink> link;
+  if ((mask & IBV_QP_STATE) && cur == IBV_QPS_INIT && attr->qp_state == IBV_QPS_RTR &&
+      qp->type != IBV_QPT_UD) {
+    if (const int rc = ConnectAtRtr(qp, attr, &link)) return rc;
+  }
+  if (ApplyModify(qp, attr, mask, std::move(link))) Disconnect(qp);
+  return 0;
+}
+
+int DestroyQp(Qp* qp) {
+  Context* ctx = qp->ctx;
+  const uint32_t qpn = qp->qpx.qp_base.qp_num;
+  ctx->session->registry.RemoveQp(qpn);
+  {
+    std::lock_guard<SpinLock> l(ctx->lock);
+    auto drop = [qp](std::vector<Qp*>& v) {
+      v.erase(std::remove(v.begin(), v.end(), qp), v.end());
+    };
+    drop(ctx->qps);
+    drop(ctx->pending);
+    drop(qp->rcq->recv_qps);
+  }
+  ff::proto::DestroyQp m{};
+  m.h.op = ff::proto::Op::kDestroyQp;
+  m.qpn = qpn;
+  ctx->session->SimpleCall(&m, sizeof(m));
+  pthread_mutex_destroy(&qp->qpx.qp_base.mutex);
+  pthread_cond_destroy(&qp->qpx.qp_base.cond);
+  delete qp;
+  return 0;
+}
+
+}  // namespace
+
+ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  int rc = 0;
+  if (context == nullptr || attr == nullptr || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD))
+    rc = EINVAL;
+  else if ((attr->comp_mask & ~kKnown) != 0)
+    rc = EOPNOTSUPP;
+  Qp* qp = nullptr;
+  if (rc == 0) rc = Guarded([&] { return CreateQp(ToCtx(context), attr->pd, attr, &qp); });
+  return ObjectOrNull(rc, rc == 0 ? &qp->qpx.qp_base : nullptr);
+}
+
+}  // namespace ffv
+
+using namespace ffv;
+
+extern "C" {
+
+FFV_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  if (pd == nullptr || attr == nullptr) return ObjectOrNull<ibv_qp>(EINVAL, nullptr);
+  ibv_qp_init_attr_ex ex{};
+  ex.qp_context = attr->qp_context;
+  ex.send_cq = attr->send_cq;
+  ex.recv_cq = attr->recv_cq;
+  ex.srq = attr->srq;
+  ex.cap = attr->cap;
+  ex.qp_type = attr->qp_type;
+  ex.sq_sig_all = attr->sq_sig_all;
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd;
+  ibv_qp* qp = CreateQpEx(pd->context, &ex);
+  if (qp != nullptr) attr->cap = ex.cap;
+  return qp;
+}
+
+FFV_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
+  if (qp == nullptr || attr == nullptr) return EINVAL;
+  return Guarded([&] { return ModifyQp(ToQp(qp), attr, mask); });
+}
+
+FFV_EXPORT int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
+  if (ibqp == nullptr || attr == nullptr) return EINVAL;
+  Qp* qp = ToQp(ibqp);
+  std::lock_guard<SpinLock> l(qp->ctx->lock);
+  *attr = qp->attr;
+  attr->qp_state = ibqp->state;
+  attr->cur_qp_state = ibqp->state;
+  attr->cap = qp->cap;
+  attr->port_num = attr->port_num == 0 ? 1 : attr->port_num;
+  if (init != nullptr) {
+    std::memset(init, 0, sizeof(*init));
+    init->qp_context = ibqp->qp_context;
+    init->send_cq = ibqp->send_cq;
+    init->recv_cq = ibqp->recv_cq;
+    init->srq = ibqp->srq;
+    init->cap = qp->cap;
+    init->qp_type = qp->type;
+    init->sq_sig_all = qp->sq_sig_all ? 1 : 0;
+  }
+  return 0;
+}
+
+FFV_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
+  if (qp == nullptr) return EINVAL;
+  return Guarded([&] { return DestroyQp(ToQp(qp)); });
+}
+
+}  // extern "C"

@@ -1,0 +1,328 @@
+// ibv_post_send and the two-phase send queue (see send_queue.h).
+#include "send_queue.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "completion.h"
+#include "exports.h"
+#include "link.h"
+#include "peer_events.h"
+#include "recv_path.h"
+#include "session.h"
+#include "sge.h"
+
+namespace ffv {
+namespace {
+
+bool OpcodeAllowed(ibv_qp_type type, uint32_t op) {
+  const bool send = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+  const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  const bool read_atomic = op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                           op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  switch (type) {
+    case IBV_QPT_UD:
+      return send;
+    case IBV_QPT_UC:
+      return send || write;
+    default:
+      return send || write || read_atomic;
+  }
+}
+
+bool WritesLocal(uint32_t op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+uint64_t TotalLength(const ibv_send_wr* wr) {
+  uint64_t length = 0;
+  for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
+  return length;
+}
+
+bool WantsInline(const ibv_send_wr* wr) {
+  const uint32_t op = wr->opcode;
+  return (wr->send_flags & IBV_SEND_INLINE) &&
+         (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
+          op == IBV_WR_RDMA_WRITE_WITH_IMM);
+}
+
+// 0 when `wr` may be queued on `qp`, else the errno post_send returns.
+int CheckWr(const Qp* qp, const ibv_send_wr* wr) {
+  const uint64_t queued = qp->sq_tail - qp->sq_head;
+  if (queued > qp->sq_mask || queued >= qp->cap.max_send_wr) return ENOMEM;
+  if (!OpcodeAllowed(qp->type, wr->opcode) || wr->num_sge < 0 ||
+      static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge ||
+      (qp->type == IBV_QPT_UD && wr->wr.ud.ah == nullptr))
+    return EINVAL;
+  const uint64_t length = TotalLength(wr);
+  if ((WantsInline(wr) && length > ff::kMaxInline) || length > ff::kMaxMsgSize ||
+      (qp->type == IBV_QPT_UD && length > ff::kMtu))
+    return EINVAL;
+  return 0;
+}
+
+// The WQE's data: copied now when inline, else its SGEs (checked against local MRs).
+void TakeData(Qp* qp, SendWqe& w, uint64_t index, const ibv_send_wr* wr) {
+  ibv_sge* sges = WqeSges(qp, index);
+  if (WantsInline(wr)) {
+    char* buf = &qp->sq_inline[(index & qp->sq_mask) * ff::kMaxInline];
+    CopyFromSges(wr->sg_list, static_cast<uint32_t>(wr->num_sge), 0, buf, w.length);
+    sges[0] = ibv_sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(w.length), 0};
+    w.num_sge = 1;
+    return;
+  }
+  std::memcpy(sges, wr->sg_list, sizeof(ibv_sge) * wr->num_sge);
+  w.num_sge = static_cast<uint32_t>(wr->num_sge);
+  if (!ValidSges(qp->ctx, sges, w.num_sge, WritesLocal(w.opcode) ? IBV_ACCESS_LOCAL_WRITE : 0))
+    w.pre_status = IBV_WC_LOC_PROT_ERR;
+}
+
+void TakeAddressing(const Qp* qp, SendWqe& w, const ibv_send_wr* wr) {
+  switch (wr->opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+      w.remote_addr = wr->wr.rdma.remote_addr;
+      w.rkey = wr->wr.rdma.rkey;
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      w.remote_addr = wr->wr.atomic.remote_addr;
+      w.rkey = wr->wr.atomic.rkey;
+      w.compare_add = wr->wr.atomic.compare_add;
+      w.swap = wr->wr.atomic.swap;
+      w.length = 8;
+      break;
+    default:
+      break;
+  }
+  if (qp->type == IBV_QPT_UD) {
+    const Ah* ah = ToAh(wr->wr.ud.ah);
+    w.dest_ip = ah->ip;
+    w.dest_lid = ah->lid;
+    w.remote_qpn = wr->wr.ud.remote_qpn;
+    // A Q_Key with the high bit set means "use the QP's own Q_Key".
+    w.remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? qp->attr.qkey : wr->wr.ud.remote_qkey;
+  }
+}
+
+void Enqueue(Qp* qp, const ibv_send_wr* wr) {
+  const uint64_t index = qp->sq_tail;
+  SendWqe& w = qp->sq[index & qp->sq_mask];
+  w = SendWqe{};
+  w.wr_id = wr->wr_id;
+  w.opcode = wr->opcode;
+  w.flags = wr->send_flags;
+  w.signaled = qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
+  w.length = TotalLength(wr);
+  w.imm = wr->imm_data;
+  TakeData(qp, w, index, wr);
+  TakeAddressing(qp, w, wr);
+  ++qp->sq_tail;
+}
+
+ibv_wc_opcode SendWcOpcode(uint32_t op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+void CompleteSend(Qp* qp, const SendWqe& w, ibv_wc_status st) {
+  ibv_wc wc{};
+  wc.wr_id = w.wr_id;
+  wc.status = st;
+  wc.opcode = SendWcOpcode(w.opcode);
+  wc.byte_len = static_cast<uint32_t>(w.length);
+  wc.qp_num = qp->qpx.qp_base.qp_num;
+  PushWc(qp->scq, wc);
+}
+
+void UpdatePending(Qp* qp) {
+  const bool has = qp->sq_head != qp->sq_tail;
+  if (has == qp->in_pending_list) return;
+  auto& v = qp->ctx->pending;
+  if (has) {
+    v.push_back(qp);
+  } else {
+    v.erase(std::remove(v.begin(), v.end(), qp), v.end());
+  }
+  qp->in_pending_list = has;
+}
+
+// Runs the WQE through its link. *touched: the link it produced into, if any.
+Exec Execute(Qp* qp, SendWqe& w, uint64_t index, ibv_wc_status* st, PeerLink** touched) {
+  *st = IBV_WC_SUCCESS;
+  if (w.pre_status != IBV_WC_SUCCESS) {
+    *st = static_cast<ibv_wc_status>(w.pre_status);
+    return Exec::kDone;
+  }
+  PeerLink* link = qp->type == IBV_QPT_UD ? UdLink(qp, w) : qp->link.get();
+  if (link == nullptr) {
+    // UD to an unknown destination is dropped, as on a real fabric.
+    if (qp->type != IBV_QPT_UD) *st = IBV_WC_RETRY_EXC_ERR;
+    return Exec::kDone;
+  }
+  if (link->dead) {
+    *st = IBV_WC_RETRY_EXC_ERR;
+    return Exec::kDone;
+  }
+  *touched = link;
+  return link->ops->execute(qp, link, w, index, st);
+}
+
+void PublishLink(PeerLink* link) {
+  if (!link->dirty) return;
+  link->producer.Publish();
+  link->dirty = false;
+  ff::WakeIfArmed(link->notify, link->notify_fd.get());
+}
+
+// The links one pass produced into, published together at its end (one wake-up each).
+struct TouchedLinks {
+  PeerLink* links[ff::kMaxBatchedLinks];
+  int n = 0;
+
+  void Add(PeerLink* link) {
+    if (link == nullptr || !link->dirty) return;
+    for (int i = 0; i < n; ++i)
+      if (links[i] == link) return;
+    if (n == ff::kMaxBatchedLinks) {
+      PublishLink(links[0]);
+      links[0] = link;
+      return;
+    }
+    links[n++] = link;
+  }
+  void PublishAll() {
+    for (int i = 0; i < n; ++i) PublishLink(links[i]);
+  }
+};
+
+}  // namespace
+
+ff::RecordHeader MessageHeader(const Qp* qp, const SendWqe& w, uint8_t kind, uint8_t flags) {
+  ff::RecordHeader h{};
+  h.kind = kind;
+  h.flags = flags;
+  h.msg_len = static_cast<uint32_t>(w.length);
+  h.imm = w.imm;
+  h.src_qpn = qp->qpx.qp_base.qp_num;
+  h.src_ip = htonl(qp->ctx->session->ip);
+  h.qkey = w.remote_qkey;
+  return h;
+}
+
+void Progress(Qp* qp) {
+  if (qp->qpx.qp_base.state == IBV_QPS_ERR) {
+    FailQp(qp, IBV_WC_WR_FLUSH_ERR);
+    return;
+  }
+  if (qp->inflight > 0 && qp->link) qp->link->ops->collect(qp, qp->link.get());
+  TouchedLinks touched;
+  // Execute what can be executed, in order.
+  while (qp->sq_exec != qp->sq_tail) {
+    SendWqe& w = qp->sq[qp->sq_exec & qp->sq_mask];
+    ibv_wc_status st = IBV_WC_SUCCESS;
+    PeerLink* link = nullptr;
+    const Exec e = Execute(qp, w, qp->sq_exec, &st, &link);
+    touched.Add(link);
+    if (e == Exec::kBlocked) break;
+    if (e == Exec::kInFlight) {
+      w.in_flight = true;
+      ++qp->inflight;
+    } else {
+      w.done = true;
+      w.status = st;
+    }
+    ++qp->sq_exec;
+    if (st != IBV_WC_SUCCESS && qp->type != IBV_QPT_UD) break;  // retired below as an error
+  }
+  touched.PublishAll();
+  if (Retire(qp)) UpdatePending(qp);
+}
+
+bool Retire(Qp* qp) {
+  while (qp->sq_head != qp->sq_exec) {
+    SendWqe& w = qp->sq[qp->sq_head & qp->sq_mask];
+    if (!w.done) break;
+    const auto st = static_cast<ibv_wc_status>(w.status);
+    if (st != IBV_WC_SUCCESS || w.signaled) CompleteSend(qp, w, st);
+    ++qp->sq_head;
+    if (st != IBV_WC_SUCCESS && qp->type != IBV_QPT_UD) {
+      // A transport error moves the QP to the error state and flushes the rest.
+      qp->qpx.qp_base.state = IBV_QPS_ERR;
+      qp->attr.qp_state = IBV_QPS_ERR;
+      FailQp(qp, IBV_WC_WR_FLUSH_ERR);
+      return false;
+    }
+  }
+  return true;
+}
+
+void ProgressPending(Context* ctx) {
+  // Backwards: Progress() may take the QP it runs (and only that one) off the list.
+  for (size_t i = ctx->pending.size(); i-- > 0;) {
+    if (i < ctx->pending.size()) Progress(ctx->pending[i]);
+  }
+}
+
+void FailQp(Qp* qp, ibv_wc_status first) {
+  while (qp->sq_head != qp->sq_tail) {
+    CompleteSend(qp, qp->sq[qp->sq_head & qp->sq_mask], first);
+    first = IBV_WC_WR_FLUSH_ERR;
+    ++qp->sq_head;
+  }
+  qp->sq_exec = qp->sq_tail;
+  qp->inflight = 0;
+  qp->reads_inflight = 0;
+  FlushRecvs(qp);
+  UpdatePending(qp);
+}
+
+void ResetQueues(Qp* qp) {
+  qp->sq_head = qp->sq_tail;
+  qp->sq_exec = qp->sq_tail;
+  qp->inflight = 0;
+  qp->reads_inflight = 0;
+  ResetRecv(qp);
+  UpdatePending(qp);
+}
+
+int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  Qp* qp = ToQp(ibqp);
+  Context* ctx = qp->ctx;
+  std::lock_guard<SpinLock> l(ctx->lock);
+  return Guarded([&] {
+    if (ctx->attention.load(std::memory_order_relaxed)) HandleAttention(ctx);
+    const ibv_qp_state state = ibqp->state;
+    if (state != IBV_QPS_RTS && state != IBV_QPS_ERR) {
+      *bad = wr;
+      return EINVAL;
+    }
+    int rc = 0;
+    for (; wr != nullptr; wr = wr->next) {
+      rc = CheckWr(qp, wr);
+      if (rc != 0) {
+        *bad = wr;
+        break;
+      }
+      Enqueue(qp, wr);
+    }
+    Progress(qp);
+    return rc;
+  });
+}
+
+}  // namespace ffv

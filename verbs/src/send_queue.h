@@ -1,0 +1,34 @@
+// The send queue of a QP: ibv_post_send and the two-phase queue behind it.
+//
+// WQEs are *executed* in posting order through their link's operations (LinkOps::execute;
+// on one node that finishes them at once, through the router it leaves them in flight) and
+// *retired* in posting order once their outcome is known, so completions keep their order
+// and an error completes exactly the WQE that caused it; the QP then goes to ERR and the
+// rest is flushed. A QP with WQEs not yet retired is on its context's `pending` list, and
+// every poll_cq (and ibv_get_cq_event) advances those. All functions: ctx->lock held.
+#pragma once
+
+#include "internal.h"
+
+namespace ffv {
+
+// ctx->ops entry point.
+int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
+
+// Executes what can be executed and retires what is done.
+void Progress(Qp* qp);
+// Progress() for every QP on ctx->pending.
+void ProgressPending(Context* ctx);
+// Completes finished WQEs in posting order. false when an error moved the QP to ERR (the
+// rest was flushed).
+bool Retire(Qp* qp);
+// Completes every WQE not yet completed: the first with `first_status`, the rest flushed;
+// flushes the receive queue too. The QP's state is the caller's business.
+void FailQp(Qp* qp, ibv_wc_status first_status);
+// Installs the ibv_wr_* functions of `qp`, which batch WQEs for PostSend (wr_api.cc).
+void InitQpEx(Qp* qp);
+
+// Forgets every queued WQE and inbound record without completions (modify_qp to RESET).
+void ResetQueues(Qp* qp);
+
+}  // namespace ffv

@@ -1,0 +1,90 @@
+// A session: one connection of this process to a router, and what the router handed over at
+// HELLO. The process-wide device (ibv_get_device_list, ibv_open_device) uses one session,
+// found through FREEFLOW_DIR / FFR_NAME; tests open more with OpenSession to run several
+// "pods" in one process, each against its own router.
+//
+// Threading: Call() serialises requests (one in flight per session). The event thread reads
+// `events` only and reports through the registry (peer_events.h). Everything else is
+// written before the session is published and read-only afterwards.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "internal.h"
+#include "peer_events.h"
+
+namespace ffv {
+
+// The ibv_device of a session (standard layout: ibv_device* <-> Device*).
+struct Device {
+  ibv_device dev;
+  Session* session;
+};
+
+struct Session {
+  UniqueFd sock;       // requests and their answers
+  UniqueFd events;     // router -> library notifications; the event thread's alone
+  std::mutex call_mu;  // one request in flight at a time
+  uint32_t seq = 0;
+  std::string name;  // the router's socket path, or the name given to OpenSession (logs)
+  // From HELLO.
+  uint32_t ctx_id = 0;
+  uint32_t ip = 0;  // host byte order
+  uint16_t lid = 0;
+  std::string node;
+  UniqueFd notify_fd;
+  Mapping notify;    // our NotifySlot array: CQ event words, then the wake word (kWakeSlot)
+  UniqueFd wake_fd;  // rung by the router after it delivered to this process
+  Mapping mr_table;
+  std::atomic<bool> fatal{false};    // the router is gone
+  std::atomic<bool> closing{false};  // CloseSession is shutting the sockets down
+  std::thread event_thread;
+  Registry registry;
+  Device device{};
+  // Notify slots of CQs with a completion channel (objects.cc).
+  std::mutex slot_mu;
+  std::vector<uint32_t> free_slots;
+  uint32_t next_slot = 0;
+
+  // One synchronous request. Returns 0, a positive errno from the router, or a local one
+  // (ENOTCONN: router gone, ETIMEDOUT: no answer within kRouterCallTimeoutS, EPROTO: a
+  // malformed answer). Received descriptors go to fds_out (at most max_fds_out).
+  int Call(const void* req, size_t len, const int* fds, int nfds, ff::proto::Response* resp,
+           UniqueFd* fds_out = nullptr, int max_fds_out = 0, int* nfds_out = nullptr);
+  // A request without descriptors whose answer carries nothing the caller needs.
+  int SimpleCall(const void* req, size_t len);
+
+  ff::NotifySlot* slot(uint32_t index) const { return notify.as<ff::NotifySlot>() + index; }
+};
+
+// The process-wide session, connected on first use to FREEFLOW_DIR/FFR_NAME.sock; nullptr
+// while the router cannot be reached (the next call tries again).
+Session* GetSession();
+// The process-wide session if it is connected, without trying to connect.
+Session* ProcessSession();
+
+// ---- internal API for tests (not exported from libffverbs.so) -----------------------------
+// Connects to the router listening at `socket_path` (HELLO, event thread), independently of
+// the process-wide session. nullptr and a positive errno in *error on failure.
+Session* OpenSession(const std::string& socket_path, int* error);
+// The same over an already connected SOCK_SEQPACKET socket (e.g. one end of a socketpair);
+// `name_for_logs` names the router in messages. Takes the socket in every case.
+Session* OpenSession(ff::UniqueFd connected_socket, const std::string& name_for_logs, int* error);
+// A verbs context on `s`, exactly as ibv_open_device gives for the process-wide device:
+// nullptr with errno set on failure. Close it with ibv_close_device.
+ibv_context* OpenContext(Session* s);
+// For a session whose contexts are all closed (and their memory deregistered): shuts its
+// sockets down, joins its event thread and frees it. Never for the process-wide session.
+//
+// Limit: registered memory is tracked per process by address (memory.cc). Two sessions of
+// one process must not register overlapping pages: a registration that overlaps memory
+// registered through another session fails with EINVAL.
+void CloseSession(Session* s);
+
+}  // namespace ffv
