@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "find.h"
+
 namespace ff::router {
 
 Executor::Verdict Executor::OnMessage(LinkId link, const NodeMessage& m) {
@@ -29,8 +31,7 @@ Executor::Verdict Executor::OnMessage(LinkId link, const NodeMessage& m) {
 }
 
 Executor::Sender* Executor::Find(LinkId link, uint32_t chan) {
-  auto it = senders_.find({link, chan});
-  return it == senders_.end() ? nullptr : it->second.get();
+  return FindIn(senders_, Key{link, chan});
 }
 
 void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m) {

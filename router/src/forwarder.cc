@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "find.h"
 #include "freeflow/ipv4.h"
 #include "freeflow/target_ops.h"
 
@@ -18,8 +19,8 @@ Forwarder::~Forwarder() {
 }
 
 Forwarder::Proxy* Forwarder::Find(LinkId link, uint32_t chan) {
-  auto it = proxies_.find(chan);
-  return it != proxies_.end() && it->second->link == link ? it->second.get() : nullptr;
+  Proxy* p = FindIn(proxies_, chan);
+  return p != nullptr && p->link == link ? p : nullptr;
 }
 
 void Forwarder::Connect(const Call& call, Qp& src, uint32_t dest_ip, uint32_t dest_qpn, bool ud) {

@@ -12,14 +12,11 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "node_transport.h"
 
 namespace ff::router {
-
-class LoopbackTransport;
 
 class LoopbackNetwork {
  public:
@@ -27,16 +24,21 @@ class LoopbackNetwork {
   LoopbackNetwork(const LoopbackNetwork&) = delete;
   LoopbackNetwork& operator=(const LoopbackNetwork&) = delete;
 
+  // A node transport for the router at `self`; Dial() finds peers by their endpoints. It
+  // must not outlive the network; destroying it breaks its links.
+  std::unique_ptr<NodeTransport> Attach(cp::Endpoint self);
   // Breaks every link between the routers of nodes `a` and `b`: both ends see OnLinkDown.
   void Sever(const std::string& a, const std::string& b);
   // Stops (true) or restarts delivering messages to the router of `node`; while it is
   // paused, what is sent to it waits and its senders' links fill up.
   void Pause(const std::string& node, bool paused);
-  // Messages sent so far, in all directions (a test can wait for traffic with it).
+  // Messages sent so far, in all directions.
   uint64_t messages_sent() const;
 
  private:
-  friend class LoopbackTransport;
+  // One router's end (defined in the .cc); the structures below are shared by all ends and
+  // guarded by mu_.
+  class Transport;
   struct Message {
     wire::Type type;
     uint32_t chan;
@@ -44,64 +46,30 @@ class LoopbackNetwork {
     std::vector<char> body;
   };
   struct LinkState {
-    LoopbackTransport* owner = nullptr;
+    Transport* owner = nullptr;
     LinkId peer = kNoLink;
     bool dialled = false;
-    bool held = false;           // owner's handler held the front message
-    bool over_high = false;      // owed reached the high-water mark since the last OnDrained
-    size_t owed = 0;             // bytes sent on this link that the peer has not taken yet
-    std::string peer_name;
-    std::deque<Message> inbox;   // messages for `owner`, in order
+    bool held = false;         // the owner's handler held the front message
+    bool over_high = false;    // owed reached the high-water mark since the last OnDrained
+    size_t owed = 0;           // bytes sent on this link that the peer has not taken yet
+    std::deque<Message> inbox;  // messages for `owner`, in order
   };
-  // A callback to run on a transport's loop: a link went down or drained.
+  // Work for a transport's loop: a link went down or drained.
   struct Notice {
     LinkId link;
     bool down;
     std::string why;
   };
-
-  void Register(LoopbackTransport* t);
-  void Unregister(LoopbackTransport* t);
-  void BreakLocked(LinkId link, const std::string& why);  // mu_ held
-  void Signal(LoopbackTransport* t);                       // mu_ held
+  void BreakLocked(LinkId link, const std::string& why);
+  void SignalLocked(Transport* t);
 
   mutable std::mutex mu_;
   size_t high_water_;
   LinkId next_link_ = 1;
   uint64_t sent_ = 0;
   std::map<LinkId, LinkState> links_;
-  std::set<LoopbackTransport*> transports_;
-  std::map<LoopbackTransport*, std::vector<Notice>> notices_;
-};
-
-class LoopbackTransport final : public NodeTransport {
- public:
-  // `self` is this router's endpoint: Dial() finds peers by theirs.
-  LoopbackTransport(LoopbackNetwork& net, cp::Endpoint self);
-  ~LoopbackTransport() override;  // breaks every link of this router
-
-  bool Start(EventLoop& loop, Handler& handler, std::string* error) override;
-  LinkId Dial(const cp::Endpoint& ep) override;
-  bool Dialled(LinkId link) const override;
-  void Send(LinkId link, wire::Type type, uint32_t chan, uint16_t flags,
-            std::initializer_list<Bytes> parts) override;
-  bool Congested(LinkId link) const override;
-  void Resume(LinkId link) override;
-  std::string PeerName(LinkId link) const override;
-
-  const cp::Endpoint& self() const { return self_; }
-
- private:
-  friend class LoopbackNetwork;
-  void Pump();  // on the loop: notices first, then messages
-  bool DeliverOne(LinkId link);  // false: nothing more to deliver on `link` now
-
-  LoopbackNetwork& net_;
-  cp::Endpoint self_;
-  EventLoop* loop_ = nullptr;
-  Handler* handler_ = nullptr;
-  UniqueFd wake_;
-  bool paused_ = false;  // guarded by net_.mu_
+  std::set<Transport*> transports_;
+  std::map<Transport*, std::vector<Notice>> notices_;
 };
 
 }  // namespace ff::router

@@ -78,8 +78,6 @@ class NodeTransport {
   virtual bool Congested(LinkId link) const = 0;
   // Offers held messages again (after Verdict::kHold), later in this loop turn.
   virtual void Resume(LinkId link) = 0;
-  // A name for logs: the peer's node name when known.
-  virtual std::string PeerName(LinkId link) const = 0;
 };
 
 }  // namespace ff::router

@@ -16,11 +16,6 @@
 namespace ff::router {
 namespace {
 
-std::string EnvOr(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : fallback;
-}
-
 // The container library is built next to the router (build tree) or installed under
 // ../lib/freeflow (install tree).
 std::string DefaultLibrary() {
@@ -51,55 +46,48 @@ uint32_t AddressIn(const Ipv4Prefix& prefix) {
 
 // Flags as typed, before validation.
 struct Raw {
-  std::string prefix = EnvOr("VNET_PREFIX", "");
+  std::string prefix;
   std::string library = DefaultLibrary();
-  std::string host_ip = EnvOr("HOST_IP", "");
-  std::string host_prefix = EnvOr("HOST_IP_PREFIX", "");
+  std::string host_ip;
+  std::string host_prefix;
   int port = kDefaultRouterPort;
 };
 
+// A numeric knob: its flag, where it goes, the values it accepts and what it does.
+struct NumericFlag {
+  const char* name;
+  uint32_t* value;
+  uint32_t lo, hi;
+  const char* help;
+};
+
+// Every flag; the environment variables of the original FreeFlow DaemonSet fill in those
+// not given on the command line.
 void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
-  app.add_option("--dir", c.dir, "shared folder mounted into pods (env FREEFLOW_DIR)")
-      ->capture_default_str();
-  app.add_option("--name", c.name, "router name; socket is <dir>/<name>.sock (env FFR_NAME)")
-      ->capture_default_str();
-  app.add_option("--vnet-prefix", raw.prefix,
-                 "overlay (pod) network prefix, e.g. 10.244.0.0/16 (env VNET_PREFIX)");
-  app.add_option("--library", raw.library, "container library to install as <dir>/libffverbs.so")
-      ->capture_default_str();
-  app.add_option("--node-name", c.node_name, "node name reported to pods (env NODE_NAME)")
-      ->capture_default_str();
-  app.add_option("--host-ip", raw.host_ip,
-                 "this node's address for router-to-router traffic (env HOST_IP; or the first "
-                 "local address inside HOST_IP_PREFIX)");
-  app.add_option("--host-ip-prefix", raw.host_prefix,
-                 "pick the node address inside this prefix (env HOST_IP_PREFIX)");
-  app.add_option("--port", raw.port, "router-to-router TCP port")
-      ->check(CLI::Range(1, 65535))
-      ->capture_default_str();
+  app.option_defaults()->always_capture_default();
+  app.add_option("--dir", c.dir, "shared folder mounted into pods")->envname("FREEFLOW_DIR");
+  app.add_option("--name", c.name, "router name: socket <dir>/<name>.sock")->envname("FFR_NAME");
+  app.add_option("--vnet-prefix", raw.prefix, "overlay (pod) network prefix, e.g. 10.244.0.0/16")
+      ->envname("VNET_PREFIX");
+  app.add_option("--library", raw.library, "container library to install as <dir>/libffverbs.so");
+  app.add_option("--node-name", c.node_name, "this node's name")->envname("NODE_NAME");
+  app.add_option("--host-ip", raw.host_ip, "this node's address for router-to-router traffic")
+      ->envname("HOST_IP");
+  app.add_option("--host-ip-prefix", raw.host_prefix, "or: the first local address inside this")
+      ->envname("HOST_IP_PREFIX");
+  app.add_option("--port", raw.port, "router-to-router TCP port")->check(CLI::Range(1, 65535));
   app.add_option("--control-plane", c.control_plane,
-                 "where pods live: static:FILE or etcd:URL[,URL..]; empty = this node only "
-                 "(env FREEFLOW_CONTROL_PLANE)");
-  app.add_option("--peer-timeout-ms", c.peer_timeout_ms,
-                 "declare a silent peer router dead after this long; its QPs fail")
-      ->check(CLI::Range(100, 600000))
-      ->capture_default_str();
-  app.add_option("--resolve-timeout-ms", c.resolve_timeout_ms,
-                 "how long a connect waits for the control plane to learn an unknown pod")
-      ->check(CLI::Range(0, 60000))
-      ->capture_default_str();
-  app.add_option("--poll-us", c.poll_us,
-                 "while cross-node traffic flows, poll instead of sleeping for this many "
-                 "microseconds after the last activity (0: always sleep)")
-      ->check(CLI::Range(0, 100000))
-      ->capture_default_str();
-  app.add_option("--realtime-priority", c.realtime_priority,
-                 "run under SCHED_RR at this priority (1-99); 0 = normal scheduling")
-      ->check(CLI::Range(0, 99))
-      ->capture_default_str();
+                 "where pods live: static:FILE or etcd:URL[,URL..]; empty = this node only")
+      ->envname("FREEFLOW_CONTROL_PLANE");
+  const NumericFlag numeric[] = {
+      {"--peer-timeout-ms", &c.peer_timeout_ms, 100, 600000, "a silent peer router is dead after"},
+      {"--resolve-timeout-ms", &c.resolve_timeout_ms, 0, 60000, "wait for an unknown pod this long"},
+      {"--poll-us", &c.poll_us, 0, 100000, "poll this long after cross-node traffic (0: sleep)"},
+      {"--realtime-priority", &c.realtime_priority, 0, 99, "SCHED_RR priority (0: normal)"}};
+  for (const NumericFlag& f : numeric)
+    app.add_option(f.name, *f.value, f.help)->check(CLI::Range(f.lo, f.hi));
   app.add_option("--log-level", c.log_level, "trace|debug|info|warn|error")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
-      ->capture_default_str();
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
 }
 
 // Turns the flags into a configuration. false + *error (a sentence a person can act on).
@@ -152,12 +140,9 @@ bool Validate(const Raw& raw, RouterConfig* c, std::string* error) {
 std::optional<RouterConfig> ParseOptions(int argc, char** argv, int* exit_code) {
   CLI::App app{"ffrouter: per-node freeflow router (virtual RDMA for containers)"};
   RouterConfig config;
-  config.dir = EnvOr("FREEFLOW_DIR", config.dir);
-  config.name = EnvOr("FFR_NAME", config.name);
-  config.control_plane = EnvOr("FREEFLOW_CONTROL_PLANE", "");
   char host[HOST_NAME_MAX + 1] = {};
   ::gethostname(host, sizeof(host) - 1);
-  config.node_name = EnvOr("NODE_NAME", host);
+  config.node_name = host;
   Raw raw;
   AddFlags(app, config, raw);
   try {
@@ -180,7 +165,7 @@ void ApplyProcessOptions(const RouterConfig& config) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ ffrouter: %v");
   if (config.realtime_priority > 0) {
     sched_param sp{};
-    sp.sched_priority = config.realtime_priority;
+    sp.sched_priority = static_cast<int>(config.realtime_priority);
     if (::sched_setscheduler(0, SCHED_RR, &sp) != 0) {
       spdlog::warn("cannot switch to SCHED_RR priority {}: {} (needs CAP_SYS_NICE); "
                    "continuing with normal scheduling",

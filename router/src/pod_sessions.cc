@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "find.h"
 #include "freeflow/ipv4.h"
 
 namespace ff::router {
@@ -81,14 +82,11 @@ void PodSessions::Adopt(UniqueFd sock) {
   sessions_[id] = std::move(s);
 }
 
-PodSessions::Session* PodSessions::Find(PodId id) {
-  auto it = sessions_.find(id);
-  return it == sessions_.end() ? nullptr : it->second.get();
-}
+PodSessions::Session* PodSessions::Find(PodId id) { return FindIn(sessions_, id); }
 
 const PodIdentity* PodSessions::Identity(PodId pod) const {
-  auto it = sessions_.find(pod);
-  return it == sessions_.end() ? nullptr : &it->second->who;
+  const Session* s = FindIn(sessions_, pod);
+  return s == nullptr ? nullptr : &s->who;
 }
 
 void PodSessions::OnReadable(PodId id) {

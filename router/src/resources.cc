@@ -1,5 +1,6 @@
 #include "resources.h"
 
+#include "find.h"
 #include "freeflow/ipv4.h"
 #include "freeflow/target_ops.h"
 
@@ -63,15 +64,10 @@ Pod& ResourceTables::AddPod(PodId id, const PodIdentity& who) {
   auto pod = std::make_unique<Pod>();
   pod->id = id;
   pod->who = who;
-  Pod& ref = *pod;
-  pods_[id] = std::move(pod);
-  return ref;
+  return *(pods_[id] = std::move(pod));
 }
 
-Pod* ResourceTables::FindPod(PodId id) {
-  auto it = pods_.find(id);
-  return it == pods_.end() ? nullptr : it->second.get();
-}
+Pod* ResourceTables::FindPod(PodId id) { return FindIn(pods_, id); }
 
 void ResourceTables::ErasePod(PodId id) { pods_.erase(id); }
 
@@ -84,15 +80,10 @@ Qp& ResourceTables::AddQp(std::unique_ptr<Qp> qp) {
     if (!qps_.count(qpn)) break;
   }
   qp->qpn = qpn;
-  Qp& ref = *qp;
-  qps_[qpn] = std::move(qp);
-  return ref;
+  return *(qps_[qpn] = std::move(qp));
 }
 
-Qp* ResourceTables::FindQp(uint32_t qpn) {
-  auto it = qps_.find(qpn);
-  return it == qps_.end() ? nullptr : it->second.get();
-}
+Qp* ResourceTables::FindQp(uint32_t qpn) { return FindIn(qps_, qpn); }
 
 Qp* ResourceTables::FindOwnedQp(const Pod& pod, uint32_t qpn) {
   Qp* qp = FindQp(qpn);

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "find.h"
 #include "freeflow/ipv4.h"
 #include "freeflow/target_ops.h"
 
@@ -62,15 +63,9 @@ bool TcpTransport::Start(EventLoop& loop, Handler& handler, std::string* error) 
   return true;
 }
 
-TcpTransport::Link* TcpTransport::Find(LinkId id) {
-  auto it = links_.find(id);
-  return it == links_.end() ? nullptr : it->second.get();
-}
+TcpTransport::Link* TcpTransport::Find(LinkId id) { return FindIn(links_, id); }
 
-const TcpTransport::Link* TcpTransport::Find(LinkId id) const {
-  auto it = links_.find(id);
-  return it == links_.end() ? nullptr : it->second.get();
-}
+const TcpTransport::Link* TcpTransport::Find(LinkId id) const { return FindIn(links_, id); }
 
 TcpTransport::Link* TcpTransport::Add(UniqueFd fd, bool dialled, uint32_t events) {
   auto l = std::make_unique<Link>();

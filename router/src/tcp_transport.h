@@ -34,7 +34,8 @@ class TcpTransport final : public NodeTransport {
             std::initializer_list<Bytes> parts) override;
   bool Congested(LinkId link) const override;
   void Resume(LinkId link) override;
-  std::string PeerName(LinkId link) const override;
+  // The peer's node name as its hello frame (or our dial) named it; "?" when unknown.
+  std::string PeerName(LinkId link) const;
   // The port it listens on (the kernel's choice when Options::port was 0).
   uint16_t port() const { return options_.port; }
 

@@ -16,18 +16,31 @@ namespace ff {
 
 enum class RingStatus { kOk, kFull, kEmpty, kCorrupt };
 
-class RingProducer {
+// What both ends keep of a ring: its shared header, its data and their size.
+class RingEnd {
  public:
-  RingProducer() = default;
-  // Attaches to a ring of `bytes` (power of two) and continues from its published tail.
-  void Attach(RingHeader* header, uint32_t bytes) {
+  bool attached() const { return header_ != nullptr; }
+  uint32_t size() const { return size_; }
+
+ protected:
+  void AttachTo(RingHeader* header, uint32_t bytes) {
     header_ = header;
     data_ = RingData(header);
     size_ = bytes;
+  }
+  RingHeader* header_ = nullptr;
+  char* data_ = nullptr;
+  uint32_t size_ = 0;  // power of two
+};
+
+class RingProducer : public RingEnd {
+ public:
+  // Attaches to a ring of `bytes` (power of two) and continues from its published tail.
+  void Attach(RingHeader* header, uint32_t bytes) {
+    AttachTo(header, bytes);
     tail_ = header->tail.load(std::memory_order_relaxed);
     head_cache_ = header->head.load(std::memory_order_acquire);
   }
-  bool attached() const { return header_ != nullptr; }
 
   // Finds room for one record of `total` bytes (a RecordBytes() value). On kOk, *out
   // points where the record goes; fill it and call Commit(total).
@@ -56,27 +69,20 @@ class RingProducer {
   void Commit(uint32_t total) { tail_ += total; }
   // Makes every committed record visible to the consumer.
   void Publish() { header_->tail.store(tail_, std::memory_order_release); }
-  uint32_t size() const { return size_; }
 
  private:
-  RingHeader* header_ = nullptr;
-  char* data_ = nullptr;
-  uint32_t size_ = 0;
   uint64_t tail_ = 0;        // private: next byte to write
   uint64_t head_cache_ = 0;  // last head seen from the consumer
 };
 
-class RingConsumer {
+class RingConsumer : public RingEnd {
  public:
-  RingConsumer() = default;
+  // Attaches to a ring of `bytes` (power of two) and continues from its released head.
   void Attach(RingHeader* header, uint32_t bytes) {
-    header_ = header;
-    data_ = RingData(header);
-    size_ = bytes;
+    AttachTo(header, bytes);
     head_ = header->head.load(std::memory_order_relaxed);
     tail_cache_ = head_;
   }
-  bool attached() const { return header_ != nullptr; }
 
   // Copies the next record's header into *hdr and returns a pointer to its payload.
   // Padding records are skipped. kEmpty when nothing is published.
@@ -112,9 +118,6 @@ class RingConsumer {
   bool HasUnreleased() const { return header_->head.load(std::memory_order_relaxed) != head_; }
 
  private:
-  RingHeader* header_ = nullptr;
-  const char* data_ = nullptr;
-  uint32_t size_ = 0;
   uint64_t head_ = 0;        // private: next byte to read
   uint64_t tail_cache_ = 0;  // last tail seen from the producer
 };

@@ -424,13 +424,13 @@ TEST_F(CrossNodeTest, AMalformedRecordClosesOnlyTheLinkThatCarriedIt) {
   } recorder;
   EventLoop loop;
   ASSERT_EQ(loop.Init(), 0);
-  LoopbackTransport evil(net, {"evil", Ip("192.168.0.66"), 7471});
+  std::unique_ptr<NodeTransport> evil = net.Attach({"evil", Ip("192.168.0.66"), 7471});
   std::string error;
-  ASSERT_TRUE(evil.Start(loop, recorder, &error));
-  const LinkId l = evil.Dial(b.endpoint());
+  ASSERT_TRUE(evil->Start(loop, recorder, &error));
+  const LinkId l = evil->Dial(b.endpoint());
   ASSERT_NE(l, kNoLink);
   const char garbage[64] = {1, 2, 3};
-  evil.Send(l, wire::Type::kRecord, 1, 0, {{garbage, sizeof(garbage)}});
+  evil->Send(l, wire::Type::kRecord, 1, 0, {{garbage, sizeof(garbage)}});
   ASSERT_TRUE(WaitFor([&] {
     loop.RunOnce(1);
     return recorder.down;

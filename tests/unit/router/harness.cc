@@ -98,7 +98,7 @@ TestRouter::TestRouter(Options options) : options_(std::move(options)) {
   if (options_.network != nullptr) {
     config.control_plane = "test";
     deps.control_plane = options_.cluster->PlaneFor(endpoint());
-    deps.transport = std::make_unique<LoopbackTransport>(*options_.network, endpoint());
+    deps.transport = options_.network->Attach(endpoint());
   }
   router_ = std::make_unique<Router>(config, std::move(deps));
   std::string error;
