@@ -42,8 +42,7 @@ bool DecodeRequest(const RecordHeader& h, const char* payload, RequestView* out)
 }
 
 bool DecodeResponse(const RecordHeader& h, const char* payload, ResponseView* out) {
-  if (h.kind != kRecResp || h.frag_len < sizeof(ProxyResponse) ||
-      h.frag_len > kMaxResponsePayload)
+  if (h.kind != kRecResp || h.frag_len < sizeof(ProxyResponse) || h.frag_len > kMaxResponsePayload)
     return false;
   std::memcpy(&out->resp, payload, sizeof(out->resp));
   if (out->resp.last > 1 || out->resp.status > IBV_WC_TM_RNDV_INCOMPLETE) return false;

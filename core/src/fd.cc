@@ -59,15 +59,17 @@ bool SegmentAtLeast(int fd, uint64_t bytes) {
 }
 
 int SegmentSize(int fd, uint64_t* size) {
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) return errno;
   *size = static_cast<uint64_t>(st.st_size);
   return 0;
 }
 
 int SendWithFds(int sock, const void* buf, size_t len, const int* fds, int nfds, int flags) {
-  struct iovec iov{const_cast<void*>(buf), len};
-  struct msghdr msg{};
+  struct iovec iov {
+    const_cast<void*>(buf), len
+  };
+  struct msghdr msg {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
@@ -88,10 +90,12 @@ int SendWithFds(int sock, const void* buf, size_t len, const int* fds, int nfds,
   }
 }
 
-int RecvWithFds(int sock, void* buf, size_t cap, UniqueFd* fds, int max_fds, int* nfds,
-                size_t* len, int flags) {
-  struct iovec iov{buf, cap};
-  struct msghdr msg{};
+int RecvWithFds(int sock, void* buf, size_t cap, UniqueFd* fds, int max_fds, int* nfds, size_t* len,
+                int flags) {
+  struct iovec iov {
+    buf, cap
+  };
+  struct msghdr msg {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];

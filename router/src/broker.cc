@@ -80,8 +80,7 @@ int DestroySrq(Request& q) {
 int CreateQp(Request& q) {
   const auto m = proto::As<proto::CreateQp>(q.msg);
   if (q.pod.qps.size() >= kMaxQpsPerPod) return ENOSPC;
-  if (m.qp_type != IBV_QPT_RC && m.qp_type != IBV_QPT_UC && m.qp_type != IBV_QPT_UD)
-    return EINVAL;
+  if (m.qp_type != IBV_QPT_RC && m.qp_type != IBV_QPT_UC && m.qp_type != IBV_QPT_UD) return EINVAL;
   if (m.num_rings == 0 || m.num_rings > kMaxRingsPerQp || m.ring_bytes < kMinRingBytes ||
       m.ring_bytes > kMaxRingBytes || (m.ring_bytes & (m.ring_bytes - 1)) != 0)
     return EINVAL;
@@ -147,8 +146,7 @@ int DisconnectQp(Request& q) {
 // least as large as the library claims.
 int AcceptRegion(Request& q, bool is_new, uint32_t region_id, uint64_t region_size) {
   if (!is_new) return q.nfds == 0 ? 0 : EINVAL;
-  if (q.nfds != 1 || q.pod.regions.count(region_id) ||
-      q.pod.regions.size() >= kMaxObjectsPerPod)
+  if (q.nfds != 1 || q.pod.regions.count(region_id) || q.pod.regions.size() >= kMaxObjectsPerPod)
     return EINVAL;
   if (!SegmentAtLeast(q.fds[0].get(), region_size)) return EINVAL;
   q.pod.regions[region_id] = Region{std::move(q.fds[0]), region_size, Mapping{}};
@@ -207,9 +205,9 @@ int GetRegion(Request& q) {
 
 // Requests answered at once, indexed by proto::Op (HELLO and the connects are not).
 constexpr Handler kHandlers[] = {
-    nullptr,   nullptr,       &CreateChannel, &DestroyChannel, &CreateCq,  &DestroyCq,
-    &CreateSrq, &DestroySrq,  &CreateQp,      &DestroyQp,      nullptr,    &DisconnectQp,
-    nullptr,   &RegMr,        &DeregMr,       &GetRegion,      &MoveMr};
+    nullptr,    nullptr,     &CreateChannel, &DestroyChannel, &CreateCq, &DestroyCq,
+    &CreateSrq, &DestroySrq, &CreateQp,      &DestroyQp,      nullptr,   &DisconnectQp,
+    nullptr,    &RegMr,      &DeregMr,       &GetRegion,      &MoveMr};
 static_assert(sizeof(kHandlers) / sizeof(kHandlers[0]) == static_cast<size_t>(proto::Op::kMaxOp));
 
 void Hello(Broker::Parts& b, const Call& call, const char* msg, UniqueFd* fds) {
@@ -325,8 +323,7 @@ bool Broker::OnRequest(const Call& call, const char* msg, UniqueFd* fds, int nfd
 void Broker::OnPodGone(PodId id) {
   Pod* pod = parts_.tables.FindPod(id);
   if (pod == nullptr) return;  // it never completed HELLO
-  spdlog::info("client {}: releasing {} QPs, {} regions", id, pod->qps.size(),
-               pod->regions.size());
+  spdlog::info("client {}: releasing {} QPs, {} regions", id, pod->qps.size(), pod->regions.size());
   const std::set<uint32_t> qps = pod->qps;
   for (uint32_t qpn : qps) {
     if (Qp* qp = parts_.tables.FindQp(qpn)) ReleaseQp(parts_, *qp, true);

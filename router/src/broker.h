@@ -25,8 +25,8 @@ class Broker final : public PodSessions::Handler {
     Directory& directory;
     Forwarder& forwarder;
     Executor& executor;
-    std::string node_name;             // told to pods at HELLO
-    uint32_t overlay_prefix_len = 0;   // likewise
+    std::string node_name;            // told to pods at HELLO
+    uint32_t overlay_prefix_len = 0;  // likewise
   };
   explicit Broker(Parts parts) : parts_(std::move(parts)) {}
 

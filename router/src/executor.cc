@@ -179,7 +179,8 @@ bool Executor::ApplySend(Sender& s, Pod&, const RequestView& v) {
   if (v.h.flags & kRecLast) {
     s.have_credit = false;
     s.dropping = false;
-    if (s.qp_type != IBV_QPT_UD) Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
+    if (s.qp_type != IBV_QPT_UD)
+      Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
   }
   return true;
 }
@@ -252,8 +253,8 @@ void Executor::ApplyAtomic(Sender& s, Pod& owner, const RequestView& v) {
   if ((v.req.remote_addr & 7) != 0) return Fail(s, v.req.seq, IBV_WC_REM_INV_REQ_ERR);
   char* word = Target(s, owner, v, 8, IBV_ACCESS_REMOTE_ATOMIC);
   if (word == nullptr) return;
-  const uint64_t old = AtomicOp(reinterpret_cast<uint64_t*>(word), v.req.opcode,
-                                v.req.compare_add, v.req.swap);
+  const uint64_t old =
+      AtomicOp(reinterpret_cast<uint64_t*>(word), v.req.opcode, v.req.compare_add, v.req.swap);
   Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, reinterpret_cast<const char*>(&old), 8,
           true);
 }
@@ -264,12 +265,13 @@ void Executor::Fail(Sender& s, uint32_t seq, ibv_wc_status status) {
   s.errored = true;
 }
 
-void Executor::Respond(LinkId link, uint32_t chan, uint32_t seq, uint32_t status,
-                       uint64_t offset, const char* data, uint32_t len, bool last) {
+void Executor::Respond(LinkId link, uint32_t chan, uint32_t seq, uint32_t status, uint64_t offset,
+                       const char* data, uint32_t len, bool last) {
   const ProxyResponse r{offset, seq, static_cast<uint16_t>(status),
                         static_cast<uint8_t>(last ? 1 : 0), 0};
   const RecordHeader h = ResponseHeader(len);
-  transport_->Send(link, wire::Type::kResp, chan, 0, {{&h, sizeof(h)}, {&r, sizeof(r)}, {data, len}});
+  transport_->Send(link, wire::Type::kResp, chan, 0,
+                   {{&h, sizeof(h)}, {&r, sizeof(r)}, {data, len}});
 }
 
 void Executor::Publish(Sender& s) {

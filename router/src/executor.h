@@ -34,7 +34,10 @@ class Executor {
   // `retry_soon` asks the router for a fast timer tick (a sender waits).
   Executor(NodeTransport* transport, ResourceTables& tables, PodSessions& sessions,
            std::function<void()> retry_soon)
-      : transport_(transport), tables_(tables), sessions_(sessions), retry_soon_(std::move(retry_soon)) {}
+      : transport_(transport),
+        tables_(tables),
+        sessions_(sessions),
+        retry_soon_(std::move(retry_soon)) {}
 
   // kConnect, kRecord and kClose on a link another router dialled.
   Verdict OnMessage(LinkId link, const NodeMessage& m);
@@ -65,10 +68,10 @@ class Executor {
     RingProducer producer;
     std::deque<std::vector<char>> queue;  // records not executed yet, in order
     size_t queued_bytes = 0;
-    bool holding = false;     // its link is held until the queue drains
+    bool holding = false;  // its link is held until the queue drains
     bool have_credit = false;
-    bool dropping = false;    // UC/UD message without a receive: drop its fragments
-    bool errored = false;     // after an error nothing more is executed (RC semantics)
+    bool dropping = false;  // UC/UD message without a receive: drop its fragments
+    bool errored = false;   // after an error nothing more is executed (RC semantics)
     RnrState rnr;
   };
   enum class Credit { kHave, kDrop, kWait };

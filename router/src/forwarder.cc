@@ -290,7 +290,8 @@ void Forwarder::OnLinkDown(LinkId link) {
     p.link = kNoLink;
     MarkDead(p, proto::EventType::kPeerGone);
   }
-  if (!chans.empty()) spdlog::warn("link {} down: failed {} cross-node channels", link, chans.size());
+  if (!chans.empty())
+    spdlog::warn("link {} down: failed {} cross-node channels", link, chans.size());
 }
 
 void Forwarder::Drop(uint32_t chan, bool tell_peer, bool died) {
@@ -335,9 +336,7 @@ bool Forwarder::Tick() {
   return waiting;
 }
 
-bool Forwarder::Polling() const {
-  return busy_until_ns_ != 0 && MonotonicNs() < busy_until_ns_;
-}
+bool Forwarder::Polling() const { return busy_until_ns_ != 0 && MonotonicNs() < busy_until_ns_; }
 
 void Forwarder::NoteTraffic() {
   if (options_.poll_us != 0) busy_until_ns_ = MonotonicNs() + options_.poll_us * 1000ull;

@@ -98,8 +98,8 @@ class Forwarder {
     uint64_t deadline_ns;
   };
 
-  void Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t dest_ip,
-            uint32_t dest_qpn, bool ud);
+  void Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t dest_ip, uint32_t dest_qpn,
+            bool ud);
   int MakeSegment(Proxy& p);
   void Finish(Proxy& p, int status, const wire::ConnectReply* reply);
   void Drain(Proxy& p);

@@ -13,7 +13,7 @@ namespace ff::router {
 
 bool HostFolder::Take(const std::string& dir, const std::string& name,
                       const std::string& library_source, std::string* error) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     *error = "--dir " + dir + " is not a directory (create it, or mount the host folder)";
     return false;
@@ -52,8 +52,8 @@ bool HostFolder::InstallLibrary(const std::string& source, std::string* error) {
   // their copy, new pods get the new one.
   if (!ec) fs::rename(tmp, target, ec);
   if (ec) {
-    *error = "cannot install the container library " + source + " into " + target.string() +
-             ": " + ec.message();
+    *error = "cannot install the container library " + source + " into " + target.string() + ": " +
+             ec.message();
     fs::remove(tmp, ec);
     return false;
   }

@@ -47,8 +47,8 @@ bool AddressInNamespace(int nsfd, const Ipv4Prefix& overlay, uint32_t* out, std:
     }
     ::freeifaddrs(list);
     if (!found) {
-      err = "no IPv4 address inside the overlay prefix " +
-            overlay.ToString() + " in its network namespace";
+      err = "no IPv4 address inside the overlay prefix " + overlay.ToString() +
+            " in its network namespace";
     }
   });
   worker.join();
@@ -61,7 +61,7 @@ class NetnsIdentityResolver : public IdentityResolver {
   explicit NetnsIdentityResolver(Ipv4Prefix overlay) : overlay_(overlay) {}
 
   bool Resolve(int sock, PodIdentity* out, std::string* error) override {
-    struct ucred cred{};
+    struct ucred cred {};
     socklen_t len = sizeof(cred);
     if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
       *error = std::string("cannot read peer credentials: ") + std::strerror(errno);

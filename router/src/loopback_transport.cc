@@ -93,7 +93,9 @@ class LoopbackNetwork::Transport final : public NodeTransport {
     net_.SignalLocked(this);
   }
 
-  bool At(const cp::Endpoint& ep) const { return self_.address == ep.address && self_.port == ep.port; }
+  bool At(const cp::Endpoint& ep) const {
+    return self_.address == ep.address && self_.port == ep.port;
+  }
   const std::string& node() const { return self_.node; }
   void Wake() {
     const uint64_t one = 1;

@@ -49,9 +49,9 @@ class LoopbackNetwork {
     Transport* owner = nullptr;
     LinkId peer = kNoLink;
     bool dialled = false;
-    bool held = false;         // the owner's handler held the front message
-    bool over_high = false;    // owed reached the high-water mark since the last OnDrained
-    size_t owed = 0;           // bytes sent on this link that the peer has not taken yet
+    bool held = false;          // the owner's handler held the front message
+    bool over_high = false;     // owed reached the high-water mark since the last OnDrained
+    size_t owed = 0;            // bytes sent on this link that the peer has not taken yet
     std::deque<Message> inbox;  // messages for `owner`, in order
   };
   // Work for a transport's loop: a link went down or drained.

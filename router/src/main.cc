@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   }
   // 4. Serve until a signal stops the loop.
   g_router = &router;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);

@@ -22,9 +22,9 @@ std::string DefaultLibrary() {
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return "";
-  for (const auto& candidate : {exe.parent_path() / "../verbs/libffverbs.so",
-                                exe.parent_path() / "libffverbs.so",
-                                exe.parent_path() / "../lib/freeflow/libffverbs.so"}) {
+  for (const auto& candidate :
+       {exe.parent_path() / "../verbs/libffverbs.so", exe.parent_path() / "libffverbs.so",
+        exe.parent_path() / "../lib/freeflow/libffverbs.so"}) {
     if (std::filesystem::exists(candidate, ec)) return std::filesystem::canonical(candidate, ec);
   }
   return "";
@@ -73,15 +73,17 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
   app.add_option("--node-name", c.node_name, "this node's name")->envname("NODE_NAME");
   app.add_option("--host-ip", raw.host_ip, "this node's address for router-to-router traffic")
       ->envname("HOST_IP");
-  app.add_option("--host-ip-prefix", raw.host_prefix, "or: the first local address inside this")
+  app.add_option("--host-ip-prefix", raw.host_prefix, "or take the local address inside this")
       ->envname("HOST_IP_PREFIX");
   app.add_option("--port", raw.port, "router-to-router TCP port")->check(CLI::Range(1, 65535));
   app.add_option("--control-plane", c.control_plane,
                  "where pods live: static:FILE or etcd:URL[,URL..]; empty = this node only")
       ->envname("FREEFLOW_CONTROL_PLANE");
   const NumericFlag numeric[] = {
-      {"--peer-timeout-ms", &c.peer_timeout_ms, 100, 600000, "a silent peer router is dead after"},
-      {"--resolve-timeout-ms", &c.resolve_timeout_ms, 0, 60000, "wait for an unknown pod this long"},
+      {"--peer-timeout-ms", &c.peer_timeout_ms, 100, 600000,
+       "silent peer routers are dead after it"},
+      {"--resolve-timeout-ms", &c.resolve_timeout_ms, 0, 60000,
+       "a connect waits this long for a new pod"},
       {"--poll-us", &c.poll_us, 0, 100000, "poll this long after cross-node traffic (0: sleep)"},
       {"--realtime-priority", &c.realtime_priority, 0, 99, "SCHED_RR priority (0: normal)"}};
   for (const NumericFlag& f : numeric)
@@ -128,8 +130,9 @@ bool Validate(const Raw& raw, RouterConfig* c, std::string* error) {
     }
   }
   if (!c->control_plane.empty() && c->host_ip == 0) {
-    *error = "--control-plane needs this node's address: pass --host-ip, or set HOST_IP or "
-             "HOST_IP_PREFIX";
+    *error =
+        "--control-plane needs this node's address: pass --host-ip, or set HOST_IP or "
+        "HOST_IP_PREFIX";
     return false;
   }
   return true;
@@ -167,9 +170,10 @@ void ApplyProcessOptions(const RouterConfig& config) {
     sched_param sp{};
     sp.sched_priority = static_cast<int>(config.realtime_priority);
     if (::sched_setscheduler(0, SCHED_RR, &sp) != 0) {
-      spdlog::warn("cannot switch to SCHED_RR priority {}: {} (needs CAP_SYS_NICE); "
-                   "continuing with normal scheduling",
-                   config.realtime_priority, std::strerror(errno));
+      spdlog::warn(
+          "cannot switch to SCHED_RR priority {}: {} (needs CAP_SYS_NICE); "
+          "continuing with normal scheduling",
+          config.realtime_priority, std::strerror(errno));
     }
   }
 }

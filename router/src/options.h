@@ -23,10 +23,11 @@ struct RouterConfig {
   uint32_t host_ip = 0;  // host byte order
   uint16_t port = kDefaultRouterPort;
   std::string control_plane;
-  uint32_t peer_timeout_ms = kDefaultPeerTimeoutMs;        // a silent peer router is dead after this
-  uint32_t poll_us = 0;                                     // poll proxies this long after traffic
-  uint32_t resolve_timeout_ms = kDefaultResolveTimeoutMs;  // a connect waits this long for an unknown pod
-  uint32_t realtime_priority = 0;                           // SCHED_RR priority; 0: normal scheduling
+  uint32_t peer_timeout_ms = kDefaultPeerTimeoutMs;  // a silent peer router is dead after this
+  uint32_t poll_us = 0;                              // poll proxies this long after traffic
+  uint32_t resolve_timeout_ms =
+      kDefaultResolveTimeoutMs;    // a connect waits this long for an unknown pod
+  uint32_t realtime_priority = 0;  // SCHED_RR priority; 0: normal scheduling
   std::string log_level = "info";
 };
 

@@ -98,8 +98,8 @@ void PodSessions::OnReadable(PodId id) {
     UniqueFd fds[proto::kMaxFds];
     int nfds = 0;
     size_t n = 0;
-    const int rc = RecvWithFds(s->sock.get(), buf, sizeof(buf), fds, proto::kMaxFds, &nfds, &n,
-                               MSG_DONTWAIT);
+    const int rc =
+        RecvWithFds(s->sock.get(), buf, sizeof(buf), fds, proto::kMaxFds, &nfds, &n, MSG_DONTWAIT);
     if (rc == EAGAIN || rc == EWOULDBLOCK) return;
     if (rc != 0) return Drop(id, rc == EMSGSIZE ? "oversized message" : "receive error");
     if (n == 0) return Drop(id, "client closed the connection");

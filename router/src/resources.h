@@ -88,8 +88,8 @@ struct Qp {
   uint32_t srq_id = proto::kNoId;
   uint32_t recv_cq_id = proto::kNoId;
   uint32_t send_cq_id = proto::kNoId;
-  std::vector<Producer> producers;    // who produces into each ring
-  std::set<uint32_t> produces_into;   // local QPs whose rings this QP produces into
+  std::vector<Producer> producers;   // who produces into each ring
+  std::set<uint32_t> produces_into;  // local QPs whose rings this QP produces into
 
   // The ring `p` produces into, else a free ring; -1 when there is neither.
   int RingFor(Producer p) const;

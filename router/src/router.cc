@@ -21,8 +21,8 @@ bool MakeNodeDeps(const RouterConfig& config, RouterDeps* deps, std::string* err
     *error = "control plane " + config.control_plane + ": " + err;
     return false;
   }
-  deps->transport = std::make_unique<TcpTransport>(TcpTransport::Options{
-      config.node_name, config.host_ip, config.port, config.peer_timeout_ms});
+  deps->transport = std::make_unique<TcpTransport>(
+      TcpTransport::Options{config.node_name, config.host_ip, config.port, config.peer_timeout_ms});
   return true;
 }
 
@@ -66,8 +66,8 @@ bool Router::Start(std::string* error) {
   spdlog::info("ffrouter listening on {} (overlay {}, node {})", folder_.socket_path(),
                config_.overlay.ToString(), config_.node_name);
   if (transport_ != nullptr) {
-    spdlog::info("routers reach this node at {}:{} (control plane {})",
-                 FormatIpv4(config_.host_ip), config_.port, config_.control_plane);
+    spdlog::info("routers reach this node at {}:{} (control plane {})", FormatIpv4(config_.host_ip),
+                 config_.port, config_.control_plane);
   }
   return true;
 }

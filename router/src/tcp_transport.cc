@@ -166,8 +166,8 @@ bool TcpTransport::ReadAll(Link& l) {
   const LinkId id = l.id;
   for (int burst = 0; burst < kLinkReadBurst && !l.held; ++burst) {
     if (l.in.size() - l.in_used < kLinkReadChunk / 2) l.in.resize(l.in_used + kLinkReadChunk);
-    const ssize_t n = ::recv(l.fd.get(), l.in.data() + l.in_used, l.in.size() - l.in_used,
-                             MSG_DONTWAIT);
+    const ssize_t n =
+        ::recv(l.fd.get(), l.in.data() + l.in_used, l.in.size() - l.in_used, MSG_DONTWAIT);
     if (n == 0) {
       Close(id, "peer router closed the connection");
       return false;
@@ -374,8 +374,7 @@ void TcpTransport::Close(LinkId id, const std::string& why) {
   auto it = links_.find(id);
   if (it == links_.end()) return;
   Link& l = *it->second;
-  spdlog::warn("link {} to router {} closed: {}", id, l.peer_node.empty() ? "?" : l.peer_node,
-               why);
+  spdlog::warn("link {} to router {} closed: {}", id, l.peer_node.empty() ? "?" : l.peer_node, why);
   loop_->Unwatch(l.watch);
   if (l.dialled) dialled_.erase({l.endpoint.address, l.endpoint.port});
   links_.erase(it);
@@ -393,9 +392,9 @@ void TcpTransport::OnTick() {
       continue;
     }
     if (now - l->last_rx_ns > timeout * (l->dialled ? 1 : kInboundSilenceFactor)) {
-      spdlog::warn("link {}: nothing from router {} for {} ms (owed {} bytes, {} unparsed, held {})",
-                   id, l->peer_node, (now - l->last_rx_ns) / 1'000'000, l->owed(), l->in_used,
-                   l->held);
+      spdlog::warn(
+          "link {}: nothing from router {} for {} ms (owed {} bytes, {} unparsed, held {})", id,
+          l->peer_node, (now - l->last_rx_ns) / 1'000'000, l->owed(), l->in_used, l->held);
       dead.emplace_back(id, "peer router silent for too long");
       continue;
     }

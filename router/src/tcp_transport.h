@@ -52,8 +52,8 @@ class TcpTransport final : public NodeTransport {
     size_t in_used = 0;
     std::vector<char> out;
     size_t out_off = 0;
-    uint32_t events = 0;   // epoll interest as registered
-    bool held = false;     // the handler held a message: not reading
+    uint32_t events = 0;     // epoll interest as registered
+    bool held = false;       // the handler held a message: not reading
     bool over_high = false;  // owed reached the high-water mark since the last OnDrained
     bool flush_queued = false;
     uint64_t last_rx_ns = 0;
@@ -66,8 +66,8 @@ class TcpTransport final : public NodeTransport {
   Link* Add(UniqueFd fd, bool dialled, uint32_t events);
   void Accept();
   void OnEvents(LinkId id, uint32_t events);
-  bool ReadAll(Link& l);         // false: the link was closed
-  bool FinishConnect(Link& l);   // false: the connect failed and the link was closed
+  bool ReadAll(Link& l);        // false: the link was closed
+  bool FinishConnect(Link& l);  // false: the connect failed and the link was closed
   // Delivers complete frames. false: malformed, the link must be closed.
   bool Parse(Link& l);
   bool OnTransportFrame(Link& l, const wire::FrameHeader& h, const char* body);

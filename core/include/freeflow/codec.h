@@ -37,11 +37,11 @@ struct ProxyRequest {
   uint64_t compare_add;  // ATOMIC operands
   uint64_t swap;
   uint32_t rkey;
-  uint32_t seq;        // names the work request: the low 32 bits of its send-queue index
-  uint32_t length;     // the whole request's length (READ: bytes wanted; ATOMIC: 8)
-  uint8_t opcode;      // ibv_wr_opcode
-  uint8_t last;        // 1 on the work request's last record
-  uint8_t rnr_retry;   // SEND / WRITE_WITH_IMM: the requester's rnr_retry (7: retry forever)
+  uint32_t seq;       // names the work request: the low 32 bits of its send-queue index
+  uint32_t length;    // the whole request's length (READ: bytes wanted; ATOMIC: 8)
+  uint8_t opcode;     // ibv_wr_opcode
+  uint8_t last;       // 1 on the work request's last record
+  uint8_t rnr_retry;  // SEND / WRITE_WITH_IMM: the requester's rnr_retry (7: retry forever)
   uint8_t reserved;
 };
 static_assert(sizeof(ProxyRequest) == 40);
@@ -76,7 +76,8 @@ static_assert(kMaxInline <= kMaxFragment);
 static_assert(RecordBytes(kMaxRequestPayload) <= kProxyRingBytes / 4 &&
                   RecordBytes(kMaxResponsePayload) <= kProxyRingBytes / 4,
               "proxied records must leave room for more in a proxy ring");
-static_assert(kMaxMsgSize <= UINT32_MAX, "RecordHeader::msg_len and ProxyRequest::length are 32-bit");
+static_assert(kMaxMsgSize <= UINT32_MAX,
+              "RecordHeader::msg_len and ProxyRequest::length are 32-bit");
 static_assert(kMaxQpWr < (1u << 31), "ProxyRequest::seq must tell in-flight requests apart");
 static_assert(kMrTableSlots <= (1u << 24), "a key is slot << 8 | tag in 32 bits");
 static_assert(kNotifySegmentBytes == sizeof(NotifySlot) * kNotifySlots);
@@ -217,7 +218,9 @@ static_assert(sizeof(RecordHeader) + kMaxRequestPayload <= kMaxFrame &&
 // carries (records are checked further by DecodeRequest / DecodeResponse).
 bool ValidFrame(const FrameHeader& h);
 // True for frames that a node link handles itself (hello, ping, pong).
-inline bool IsTransportFrame(Type t) { return t == Type::kHello || t == Type::kPing || t == Type::kPong; }
+inline bool IsTransportFrame(Type t) {
+  return t == Type::kHello || t == Type::kPing || t == Type::kPong;
+}
 
 }  // namespace wire
 }  // namespace ff

@@ -81,7 +81,7 @@ int SendWithFds(int sock, const void* buf, size_t len, const int* fds, int nfds,
 // Receives one datagram and up to `max_fds` descriptors (owned by the caller on success);
 // *len is its length, 0 on orderly shutdown. A truncated datagram or descriptor list is an
 // error (EMSGSIZE) and any received descriptors are closed.
-int RecvWithFds(int sock, void* buf, size_t cap, UniqueFd* fds, int max_fds, int* nfds,
-                size_t* len, int flags = 0);
+int RecvWithFds(int sock, void* buf, size_t cap, UniqueFd* fds, int max_fds, int* nfds, size_t* len,
+                int flags = 0);
 
 }  // namespace ff

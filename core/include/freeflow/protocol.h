@@ -104,7 +104,7 @@ struct CreateQp {
   uint32_t qp_type;  // ibv_qp_type
   uint32_t num_rings;
   uint32_t ring_bytes;
-  uint32_t srq_id;     // kNoId when none
+  uint32_t srq_id;  // kNoId when none
   uint32_t recv_cq_id;
   uint32_t send_cq_id;
 };

@@ -68,9 +68,9 @@ enum RecordFlags : uint8_t {
   kRecSolicited = 8,
 };
 struct RecordHeader {
-  uint32_t total;     // bytes of this record including the header, multiple of 64
-  uint8_t kind;       // RecordKind
-  uint8_t flags;      // RecordFlags
+  uint32_t total;  // bytes of this record including the header, multiple of 64
+  uint8_t kind;    // RecordKind
+  uint8_t flags;   // RecordFlags
   uint16_t reserved;
   uint32_t msg_len;   // whole message length (valid on the first fragment)
   uint32_t imm;       // immediate data, network byte order, when kRecImm
@@ -89,10 +89,10 @@ inline constexpr uint32_t RecordBytes(uint32_t payload) {
 // Head of a QP segment: one memfd per QP created by the QP's owner and shared (through
 // the router) with the peers that send to it. Rings follow the header.
 struct QpSegmentHeader {
-  uint32_t magic;      // owner, at creation
-  uint32_t abi;        // owner, at creation
-  uint32_t num_rings;  // owner, at creation
-  uint32_t ring_bytes; // owner, at creation; power of two
+  uint32_t magic;       // owner, at creation
+  uint32_t abi;         // owner, at creation
+  uint32_t num_rings;   // owner, at creation
+  uint32_t ring_bytes;  // owner, at creation; power of two
   // Owner: the RNR timer a sender waits between retries (IB encoding 0..31).
   std::atomic<uint32_t> min_rnr_timer{0};
   // Owner: the QP's ibv_access_flags (remote write/read/atomic must be enabled on the

@@ -6,9 +6,8 @@
 #pragma once
 
 #include <infiniband/verbs.h>
-#include <unistd.h>
-
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -34,9 +33,9 @@ struct RnrState {
 // IB encoding of min_rnr_timer (0..31) in microseconds.
 inline uint64_t RnrTimerNs(uint32_t code) {
   static constexpr uint32_t kUs[32] = {
-      655360, 10,    20,    30,    40,     60,     80,     120,    160,    240,   320,
-      480,    640,   960,   1280,  1920,   2560,   3840,   5120,   7680,   10240, 15360,
-      20480,  30720, 40960, 61440, 81920,  122880, 163840, 245760, 327680, 491520};
+      655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
+      480,    640,   960,   1280,  1920,  2560,   3840,   5120,   7680,   10240, 15360,
+      20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
   return static_cast<uint64_t>(kUs[code & 31]) * 1000;
 }
 
@@ -72,8 +71,8 @@ inline bool ClaimCredit(RecvCredits* c, uint64_t* posted_cache) {
 // Checks an RDMA access of `len` bytes at `addr` with `rkey` against the target QP's
 // access flags and the target context's MR table. On success *out describes the MR.
 inline ibv_wc_status CheckRemoteAccess(const QpSegmentHeader* target_qp, const MrEntry* table,
-                                       uint32_t rkey, uint64_t addr, uint64_t len,
-                                       uint32_t need, MrView* out) {
+                                       uint32_t rkey, uint64_t addr, uint64_t len, uint32_t need,
+                                       MrView* out) {
   if ((target_qp->qp_access.load(std::memory_order_relaxed) & need) != need)
     return IBV_WC_REM_ACCESS_ERR;
   if (!ReadMrEntry(table, rkey, out)) return IBV_WC_REM_ACCESS_ERR;
@@ -96,9 +95,9 @@ inline int64_t RegionOffset(const MrView& v, uint64_t addr, uint64_t len, uint64
 // cannot be mapped) and checks the bounds against that mapping. On success *out points at
 // the first byte.
 template <typename MapRegion>
-ibv_wc_status ResolveTarget(const QpSegmentHeader* target_qp, const MrEntry* table,
-                            uint32_t rkey, uint64_t addr, uint64_t len, uint32_t need,
-                            MapRegion&& map_region, char** out) {
+ibv_wc_status ResolveTarget(const QpSegmentHeader* target_qp, const MrEntry* table, uint32_t rkey,
+                            uint64_t addr, uint64_t len, uint32_t need, MapRegion&& map_region,
+                            char** out) {
   MrView v;
   const ibv_wc_status st = CheckRemoteAccess(target_qp, table, rkey, addr, len, need, &v);
   if (st != IBV_WC_SUCCESS) return st;

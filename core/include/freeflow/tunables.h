@@ -11,22 +11,22 @@
 namespace ff {
 
 // ---- shared memory: rings, tables, slots ------------------------------------------------
-inline constexpr uint32_t kRcRingBytes = 512 * 1024;   // inbound ring of an RC/UC QP: a few 64 KiB messages in flight
-inline constexpr uint32_t kUdRingBytes = 64 * 1024;    // one of a UD QP's rings: UD messages are at most one MTU
-inline constexpr uint32_t kUdRingsPerQp = 16;          // UD senders one UD QP can receive from at once
-inline constexpr uint32_t kProxyRingBytes = 512 * 1024;  // each ring of a proxy segment (library <-> router)
-inline constexpr uint32_t kMaxFragment = 32 * 1024;   // largest record payload: the receiver copies out while the sender copies in
-inline constexpr uint32_t kMrTableSlots = 16384;      // MR table entries per context (key = slot << 8 | tag)
-inline constexpr uint32_t kNotifySlots = 4096;        // CQ event words per process; the last is the wake word
+inline constexpr uint32_t kRcRingBytes = 512 * 1024;  // an RC/UC QP's inbound ring
+inline constexpr uint32_t kUdRingBytes = 64 * 1024;   // each of a UD QP's rings (a message <= MTU)
+inline constexpr uint32_t kUdRingsPerQp = 16;         // UD senders a UD QP hears at once
+inline constexpr uint32_t kProxyRingBytes = 512 * 1024;  // each ring of a proxy segment
+inline constexpr uint32_t kMaxFragment = 32 * 1024;  // largest record payload (pipelines copies)
+inline constexpr uint32_t kMrTableSlots = 16384;     // MR entries per context (key: slot<<8|tag)
+inline constexpr uint32_t kNotifySlots = 4096;       // CQ event words; the last: wake word
 
 // ---- what the virtual device reports (and enforces) -------------------------------------
-inline constexpr uint32_t kMtu = 4096;                // path MTU; the largest UD message
-inline constexpr uint32_t kMaxInline = 512;           // max_inline_data
-inline constexpr uint32_t kMaxSge = 32;               // max_sge per work request
-inline constexpr uint32_t kMaxQpWr = 16384;           // max_qp_wr and max_srq_wr
-inline constexpr uint32_t kMaxCqe = 4 * 1024 * 1024;  // max_cqe
-inline constexpr uint32_t kMaxRdAtomic = 16;          // max_qp_rd_atom: READs/atomics in flight per QP
-inline constexpr uint64_t kMaxMsgSize = 1ull << 31;   // max_msg_sz
+inline constexpr uint32_t kMtu = 4096;                    // path MTU; the largest UD message
+inline constexpr uint32_t kMaxInline = 512;               // max_inline_data
+inline constexpr uint32_t kMaxSge = 32;                   // max_sge per work request
+inline constexpr uint32_t kMaxQpWr = 16384;               // max_qp_wr and max_srq_wr
+inline constexpr uint32_t kMaxCqe = 4 * 1024 * 1024;      // max_cqe
+inline constexpr uint32_t kMaxRdAtomic = 16;              // max_qp_rd_atom: READs/atomics in flight
+inline constexpr uint64_t kMaxMsgSize = 1ull << 31;       // max_msg_sz
 inline constexpr uint64_t kMaxMrSize = kMaxMsgSize * 64;  // max_mr_size
 
 // ---- what a QP segment may look like (checked by the router at CreateQp) ---------------
@@ -35,39 +35,39 @@ inline constexpr uint32_t kMinRingBytes = 4096;       // smallest ring
 inline constexpr uint32_t kMaxRingBytes = 64u << 20;  // largest ring
 
 // ---- library: data path ------------------------------------------------------------------
-inline constexpr int kDrainBudget = 4096;             // records taken from one ring per poll
-inline constexpr int kMaxBatchedLinks = 8;            // links whose publication one progress pass batches
-inline constexpr int kDefaultRemoteWaitUs = 1000;     // FFV_REMOTE_WAIT_US: longest sleep for the router's wake word
-inline constexpr int kRouterCallTimeoutS = 10;        // a router that does not answer a request within this is an error
-inline constexpr int kSeqlockReadAttempts = 64;       // tries to read an MR entry that is being changed
-inline constexpr int kCreditClaimAttempts = 64;       // compare-and-swap tries to claim one receive credit
+inline constexpr int kDrainBudget = 4096;          // records taken from a ring per poll
+inline constexpr int kMaxBatchedLinks = 8;         // links one progress pass publishes at once
+inline constexpr int kDefaultRemoteWaitUs = 1000;  // FFV_REMOTE_WAIT_US: longest wake-word sleep
+inline constexpr int kRouterCallTimeoutS = 10;     // a router silent this long is an error
+inline constexpr int kSeqlockReadAttempts = 64;    // tries to read an MR entry being changed
+inline constexpr int kCreditClaimAttempts = 64;    // CAS tries to claim one receive credit
 
 // ---- router: pod sessions ----------------------------------------------------------------
-inline constexpr size_t kMaxQpsPerPod = 65536;        // QPs one pod connection may hold
-inline constexpr size_t kMaxObjectsPerPod = 16384;    // channels, CQs, SRQs or regions of each kind per pod connection
-inline constexpr int kAcceptBurst = 64;               // pod connections accepted per loop turn
-inline constexpr int kPodMessageBurst = 32;           // requests read from one pod per loop turn
+inline constexpr size_t kMaxQpsPerPod = 65536;      // QPs one pod connection may hold
+inline constexpr size_t kMaxObjectsPerPod = 16384;  // channels, CQs, SRQs, regions: each, per pod
+inline constexpr int kAcceptBurst = 64;             // pod connections accepted per loop turn
+inline constexpr int kPodMessageBurst = 32;         // requests read from one pod per loop turn
 
 // ---- router: forwarding and target execution --------------------------------------------
-inline constexpr size_t kForwardRoundBytes = 64 * 1024;  // taken from one proxy per drain round (fairness between QPs)
-inline constexpr size_t kSenderQueueLimit = 16u << 20;   // records queued for one slow target before its link is held
-inline constexpr uint64_t kRetryTickNs = 200'000;        // timer period while something waits for a retry
-inline constexpr uint64_t kIdleTickNs = 50'000'000;      // timer period otherwise (deadlines, missed doorbells)
+inline constexpr size_t kForwardRoundBytes = 64 * 1024;  // per proxy per drain round (fairness)
+inline constexpr size_t kSenderQueueLimit = 16u << 20;   // queued for a slow target before holding
+inline constexpr uint64_t kRetryTickNs = 200'000;        // timer period while a retry waits
+inline constexpr uint64_t kIdleTickNs = 50'000'000;  // timer period otherwise (deadlines, sweeps)
 
 // ---- node links (router <-> router) -------------------------------------------------------
-inline constexpr uint32_t kMaxFrame = 1u << 20;          // largest frame body accepted from a peer router
-inline constexpr size_t kLinkHighWater = 8u << 20;       // bytes owed to a peer before its link counts as congested
-inline constexpr uint32_t kDirectSendBytes = 4096;       // larger records go to the socket without a copy
-inline constexpr size_t kLinkReadChunk = 512 * 1024;     // receive buffer growth step
-inline constexpr int kLinkReadBurst = 64;                // reads from one link per loop turn
-inline constexpr int kNodeAcceptBurst = 16;              // router connections accepted per loop turn
-inline constexpr uint64_t kPingIntervalNs = 100'000'000; // a dialled link pings this often
-inline constexpr uint64_t kDialTimeoutNs = 5'000'000'000ull;  // a dial that has not connected by then fails
-inline constexpr uint32_t kInboundSilenceFactor = 3;     // accepted links wait this many peer timeouts (they do not ping)
+inline constexpr uint32_t kMaxFrame = 1u << 20;       // largest frame body a peer may send
+inline constexpr size_t kLinkHighWater = 8u << 20;    // owed bytes that make a link congested
+inline constexpr uint32_t kDirectSendBytes = 4096;    // larger records skip the copy to a buffer
+inline constexpr size_t kLinkReadChunk = 512 * 1024;  // receive buffer growth step
+inline constexpr int kLinkReadBurst = 64;             // reads from one link per loop turn
+inline constexpr int kNodeAcceptBurst = 16;           // router connections accepted per turn
+inline constexpr uint64_t kPingIntervalNs = 100'000'000;      // a dialled link pings this often
+inline constexpr uint64_t kDialTimeoutNs = 5'000'000'000ull;  // a dial not connected by then fails
+inline constexpr uint32_t kInboundSilenceFactor = 3;  // accepted links (no pings) wait N timeouts
 
 // ---- router: runtime option defaults ------------------------------------------------------
-inline constexpr uint16_t kDefaultRouterPort = 7471;          // --port
-inline constexpr uint32_t kDefaultPeerTimeoutMs = 2000;       // --peer-timeout-ms
-inline constexpr uint32_t kDefaultResolveTimeoutMs = 3000;    // --resolve-timeout-ms
+inline constexpr uint16_t kDefaultRouterPort = 7471;        // --port
+inline constexpr uint32_t kDefaultPeerTimeoutMs = 2000;     // --peer-timeout-ms
+inline constexpr uint32_t kDefaultResolveTimeoutMs = 3000;  // --resolve-timeout-ms
 
 }  // namespace ff

@@ -92,7 +92,7 @@ TEST_F(BrokerTest, CreateQpChecksWhatThePodHandsOver) {
   const RawQp second = pod.CreateQp(IBV_QPT_RC);
   EXPECT_NE(second.qpn, ok.qpn);
   EXPECT_EQ(pod.CreateQp(IBV_QPT_RAW_PACKET).qpn, 0u);
-  EXPECT_EQ(pod.CreateQp(IBV_QPT_RC, 1, 5000).qpn, 0u);           // not a power of two
+  EXPECT_EQ(pod.CreateQp(IBV_QPT_RC, 1, 5000).qpn, 0u);  // not a power of two
   EXPECT_EQ(pod.CreateQp(IBV_QPT_RC, kMaxRingsPerQp + 1, 4096).qpn, 0u);
   // A segment smaller than the rings it claims.
   UniqueFd small;
@@ -182,8 +182,8 @@ TEST_F(BrokerTest, RegistrationsArePublishedAndRevokedInTheMrTable) {
   RawPod pod(router, Ip("10.0.0.1"));
   ASSERT_EQ(pod.Hello(), 0);
   Mapping memory;
-  const uint32_t key = pod.Register(1, 8192, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE,
-                                    0x10000, &memory);
+  const uint32_t key =
+      pod.Register(1, 8192, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE, 0x10000, &memory);
   ASSERT_NE(key, 0u);
   Mapping table;
   ASSERT_EQ(MapSegment(pod.mr_table_fd(), kMrTableBytes, false, &table), 0);

@@ -45,9 +45,9 @@ class CrossNodeTest : public ::testing::Test {
     h.kind = kind;
     h.flags = flags;
     h.msg_len = req.length;
-    ASSERT_EQ(AppendRequest(link.producer, h, req, len,
-                            [&](char* dst) { std::memcpy(dst, data, len); }),
-              RingStatus::kOk);
+    ASSERT_EQ(
+        AppendRequest(link.producer, h, req, len, [&](char* dst) { std::memcpy(dst, data, len); }),
+        RingStatus::kOk);
     link.producer.Publish();
     WakeIfArmed(&link.seg.as<QpSegmentHeader>()->doorbell, link.fds[1].get());
   }
@@ -172,7 +172,8 @@ TEST_F(CrossNodeTest, WriteReadAndAtomicsReachTheTargetsMemoryWithoutIt) {
   Post(kRecWrite, 0, w, data.data(), kMaxFragment);
   w.remote_addr += kMaxFragment;
   w.last = 1;
-  Post(kRecWrite, 0, w, data.data() + kMaxFragment, static_cast<uint32_t>(data.size()) - kMaxFragment);
+  Post(kRecWrite, 0, w, data.data() + kMaxFragment,
+       static_cast<uint32_t>(data.size()) - kMaxFragment);
   EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
   EXPECT_EQ(std::memcmp(memory.as<char>() + 64, data.data(), data.size()), 0);
 
@@ -225,8 +226,8 @@ TEST_F(CrossNodeTest, WriteReadAndAtomicsReachTheTargetsMemoryWithoutIt) {
 // it (RC semantics), so each case gets a fresh QP pair.
 TEST_F(CrossNodeTest, AccessViolationsAreAnsweredAsARealTargetWould) {
   Mapping memory;
-  const uint32_t rkey = target.Register(1, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ,
-                                        kAddr, &memory);
+  const uint32_t rkey =
+      target.Register(1, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, kAddr, &memory);
   ASSERT_NE(rkey, 0u);
   struct Case {
     const char* what;
@@ -239,7 +240,8 @@ TEST_F(CrossNodeTest, AccessViolationsAreAnsweredAsARealTargetWould) {
   };
   const Case cases[] = {
       {"forged rkey", kRecReadReq, IBV_WR_RDMA_READ, rkey + 1, kAddr, 8, IBV_WC_REM_ACCESS_ERR},
-      {"past the end", kRecReadReq, IBV_WR_RDMA_READ, rkey, kAddr + 4000, 200, IBV_WC_REM_ACCESS_ERR},
+      {"past the end", kRecReadReq, IBV_WR_RDMA_READ, rkey, kAddr + 4000, 200,
+       IBV_WC_REM_ACCESS_ERR},
       {"write without access", kRecWrite, IBV_WR_RDMA_WRITE, rkey, kAddr, 8, IBV_WC_REM_ACCESS_ERR},
       {"misaligned atomic", kRecAtomicReq, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, kAddr + 3, 8,
        IBV_WC_REM_INV_REQ_ERR},

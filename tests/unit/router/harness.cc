@@ -229,7 +229,8 @@ RawLink RawPod::Connect(const RawQp& qp, uint32_t dest_ip, uint32_t dest_qpn, bo
   link.reply = r.u.connect;
   if (r.status != 0 || link.fds.empty()) return link;
   const proto::ConnectReply& c = link.reply;
-  if (MapSegment(link.fds[0].get(), QpSegmentBytes(c.num_rings, c.ring_bytes), true, &link.seg) != 0)
+  if (MapSegment(link.fds[0].get(), QpSegmentBytes(c.num_rings, c.ring_bytes), true, &link.seg) !=
+      0)
     return link;
   if (c.flags & proto::kConnectRemote) {
     link.producer.Attach(QpRing(link.seg.get(), kProxyRequestRing, c.ring_bytes), c.ring_bytes);

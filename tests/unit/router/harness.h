@@ -59,7 +59,7 @@ class TestRouter {
  public:
   struct Options {
     std::string node = "node-a";
-    uint32_t host_ip = 0;              // with a network: this router's endpoint address
+    uint32_t host_ip = 0;                // with a network: this router's endpoint address
     LoopbackNetwork* network = nullptr;  // nullptr: this node only
     FakeCluster* cluster = nullptr;
     uint32_t resolve_timeout_ms = 300;
@@ -95,7 +95,7 @@ struct RawLink {
   int status = 0;
   proto::ConnectReply reply{};
   std::vector<UniqueFd> fds;
-  Mapping seg;  // the peer QP's segment, or the proxy segment
+  Mapping seg;             // the peer QP's segment, or the proxy segment
   RingProducer producer;   // where this QP's requests or messages go
   RingConsumer responses;  // proxies: the router's answers
 };

@@ -1,5 +1,7 @@
 // The TCP node transport between two ends on 127.0.0.1 in one process: framing and order,
 // held messages, congestion and its relief, malformed frames and silent peers.
+#include "tcp_transport.h"
+
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "harness.h"
-#include "tcp_transport.h"
 
 namespace ff::router::test {
 namespace {
@@ -96,7 +97,7 @@ TEST(TcpTransport, FramesArriveWholeAndInOrder) {
   const LinkId in = b.recorder.got[0].link;
   EXPECT_FALSE(b.transport.Dialled(in));
   EXPECT_EQ(b.transport.PeerName(in), "node-a");  // from the hello frame
-  EXPECT_EQ(a.transport.Dial(b.endpoint()), l);  // one link per peer
+  EXPECT_EQ(a.transport.Dial(b.endpoint()), l);   // one link per peer
 }
 
 TEST(TcpTransport, AHeldMessageIsOfferedAgainAfterResume) {
@@ -105,7 +106,8 @@ TEST(TcpTransport, AHeldMessageIsOfferedAgainAfterResume) {
   b.recorder.hold = true;
   for (uint32_t i = 0; i < 3; ++i) a.transport.Send(l, wire::Type::kClose, i, 0, {});
   ASSERT_TRUE(Pump({&a, &b}, [&] { return b.recorder.offers_held > 0; }));
-  Pump({&a, &b}, [] { return false; }, 100);
+  Pump(
+      {&a, &b}, [] { return false; }, 100);
   EXPECT_EQ(b.recorder.offers_held, 1);  // nothing behind the held message was offered
   EXPECT_TRUE(b.recorder.got.empty());
   b.recorder.hold = false;
@@ -152,9 +154,9 @@ UniqueFd RawClient(uint16_t port) {
 TEST(TcpTransport, AMalformedFrameClosesTheLink) {
   End b("node-b");
   const std::vector<wire::FrameHeader> bad = {
-      {0, static_cast<wire::Type>(99), 0, 0, 0},        // unknown type
-      {kMaxFrame + 1, wire::Type::kResp, 0, 0, 0},     // oversized
-      {3, wire::Type::kClose, 0, 0, 0},                // a close carries no body
+      {0, static_cast<wire::Type>(99), 0, 0, 0},           // unknown type
+      {kMaxFrame + 1, wire::Type::kResp, 0, 0, 0},         // oversized
+      {3, wire::Type::kClose, 0, 0, 0},                    // a close carries no body
       {sizeof(wire::Hello), wire::Type::kHello, 0, 0, 0},  // a hello with a wrong magic
   };
   for (size_t i = 0; i < bad.size(); ++i) {
@@ -171,7 +173,8 @@ TEST(TcpTransport, ASilentPeerIsDeclaredDead) {
   End b("node-b", 100);  // accepted links wait 3 x 100 ms
   UniqueFd c = RawClient(b.transport.port());
   const auto start = std::chrono::steady_clock::now();
-  ASSERT_TRUE(Pump({&b}, [&] { return !b.recorder.down.empty(); }, 3000));
+  ASSERT_TRUE(Pump(
+      {&b}, [&] { return !b.recorder.down.empty(); }, 3000));
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
   EXPECT_EQ(b.recorder.last_why, "peer router silent for too long");
 }
