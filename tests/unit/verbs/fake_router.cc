@@ -1,0 +1,395 @@
+#include "fake_router.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "freeflow/target_ops.h"
+
+namespace fftest {
+namespace {
+
+void MustSegment(const char* name, size_t bytes, ff::UniqueFd* fd, ff::Mapping* map) {
+  ASSERT_EQ(ff::CreateSegment(name, bytes, fd), 0);
+  ASSERT_EQ(ff::MapSegment(fd->get(), bytes, true, map), 0);
+}
+
+void InitQpHeader(void* seg, uint32_t num_rings, uint32_t ring_bytes) {
+  auto* h = new (seg) ff::QpSegmentHeader();
+  h->magic = ff::kQpSegMagic;
+  h->abi = ff::kAbiVersion;
+  h->num_rings = num_rings;
+  h->ring_bytes = ring_bytes;
+}
+
+}  // namespace
+
+// ---- a peer on this node ---------------------------------------------------------------------
+
+SameNodePeer::SameNodePeer(uint32_t qpn_, uint32_t qp_type_, size_t region_bytes)
+    : qpn(qpn_), qp_type(qp_type_) {
+  const uint32_t ring = qp_type == IBV_QPT_UD ? ff::kUdRingBytes : ff::kRcRingBytes;
+  MustSegment("test-peer-qp", ff::QpSegmentBytes(1, ring), &seg_fd, &seg);
+  InitQpHeader(seg.get(), 1, ring);
+  inbound.Attach(ff::QpRing(seg.get(), 0, ring), ring);
+  MustSegment("test-peer-notify", ff::kNotifySegmentBytes, &notify_fd, &notify);
+  MustSegment("test-peer-mrs", ff::kMrTableBytes, &table_fd, &table);
+  MustSegment("test-peer-region", region_bytes, &region_fd, &region);
+}
+
+void SameNodePeer::PostCredits(uint64_t n) {
+  ff::RecvCredits& c = header()->credits;
+  c.posted.store(c.posted.load() + n, std::memory_order_release);
+}
+
+uint64_t SameNodePeer::Claimed() const { return header()->credits.claimed.load(); }
+
+uint32_t SameNodePeer::AddMr(uint32_t slot, uint64_t addr, uint64_t offset, uint64_t length,
+                             uint32_t access) {
+  const uint32_t key = slot << 8 | 1;
+  ff::MrEntry& e = table.as<ff::MrEntry>()[slot];
+  ff::UpdateMrEntry(e, [&] {
+    e.access.store(access);
+    e.region.store(region_id);
+    e.addr.store(addr);
+    e.length.store(length);
+    e.region_offset.store(offset);
+    e.key.store(key);
+  });
+  return key;
+}
+
+bool SameNodePeer::NextRecord(ff::RecordHeader* h, std::vector<char>* payload) {
+  const char* p = nullptr;
+  if (inbound.Peek(h, &p) != ff::RingStatus::kOk) return false;
+  payload->assign(p, p + h->frag_len);
+  inbound.Consume(*h);
+  inbound.Release();
+  return true;
+}
+
+// ---- a proxy segment -------------------------------------------------------------------------
+
+ProxySegment::ProxySegment() {
+  MustSegment("test-proxy", ff::QpSegmentBytes(ff::kProxyRings, ff::kProxyRingBytes), &seg_fd,
+              &seg);
+  InitQpHeader(seg.get(), ff::kProxyRings, ff::kProxyRingBytes);
+  requests.Attach(ff::QpRing(seg.get(), ff::kProxyRequestRing, ff::kProxyRingBytes),
+                  ff::kProxyRingBytes);
+  responses.Attach(ff::QpRing(seg.get(), ff::kProxyResponseRing, ff::kProxyRingBytes),
+                   ff::kProxyRingBytes);
+  doorbell.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+}
+
+std::vector<Request> ProxySegment::TakeRequests() {
+  std::vector<Request> out;
+  ff::RecordHeader h;
+  const char* payload = nullptr;
+  while (requests.Peek(&h, &payload) == ff::RingStatus::kOk) {
+    ff::RequestView v;
+    EXPECT_TRUE(ff::DecodeRequest(h, payload, &v)) << "kind " << int(h.kind);
+    Request r{h, v.req, {}};
+    if (v.data_len > 0) r.data.assign(v.data, v.data + v.data_len);
+    out.push_back(std::move(r));
+    requests.Consume(h);
+  }
+  requests.Release();
+  return out;
+}
+
+// ---- the router --------------------------------------------------------------------------------
+
+FakeRouter::FakeRouter() {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+    ADD_FAILURE() << "socketpair: " << std::strerror(errno);
+    return;
+  }
+  sock_.reset(pair[0]);
+  pod_end_.reset(pair[1]);
+  MustSegment("test-router-mrs", ff::kMrTableBytes, &table_fd_, &table_);
+  thread_ = std::thread([this] { Serve(); });
+}
+
+FakeRouter::FakeRouter(ff::UniqueFd router_end) : sock_(std::move(router_end)) {
+  MustSegment("test-router-mrs", ff::kMrTableBytes, &table_fd_, &table_);
+  thread_ = std::thread([this] { Serve(); });
+}
+
+FakeRouter::~FakeRouter() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+ff::UniqueFd FakeRouter::TakePodEnd() { return std::move(pod_end_); }
+
+void FakeRouter::RefuseHello(int status, const char* reason) {
+  std::lock_guard<std::mutex> g(mu_);
+  refuse_status_ = status;
+  refuse_reason_ = reason;
+}
+
+void FakeRouter::AnswerSameNode(uint32_t qpn, SameNodePeer* peer) {
+  std::lock_guard<std::mutex> g(mu_);
+  answers_[qpn] = Answer{Answer::kSameNode, peer, nullptr, peer->qpn, peer->qp_type};
+}
+
+ProxySegment* FakeRouter::AnswerThroughRouter(uint32_t qpn, uint32_t peer_qpn,
+                                              uint32_t peer_qp_type) {
+  std::lock_guard<std::mutex> g(mu_);
+  proxies_.push_back(std::make_unique<ProxySegment>());
+  answers_[qpn] = Answer{Answer::kRouter, nullptr, proxies_.back().get(), peer_qpn, peer_qp_type};
+  return proxies_.back().get();
+}
+
+void FakeRouter::AnswerLoopback(uint32_t qpn, uint32_t dest_qpn) {
+  std::lock_guard<std::mutex> g(mu_);
+  answers_[qpn] = Answer{Answer::kLoopback, nullptr, nullptr, dest_qpn, 0};
+}
+
+void FakeRouter::Respond(ProxySegment* p, uint32_t seq, ibv_wc_status status, bool last,
+                         uint64_t data_offset, const void* data, uint32_t len) {
+  ff::ProxyResponse resp{};
+  resp.seq = seq;
+  resp.status = static_cast<uint16_t>(status);
+  resp.last = last ? 1 : 0;
+  resp.data_offset = data_offset;
+  const ff::RingStatus rs =
+      ff::AppendRecord(p->responses, ff::ResponseHeader(),
+                       static_cast<uint32_t>(sizeof(resp)) + len, [&](char* dst) {
+                         std::memcpy(dst, &resp, sizeof(resp));
+                         if (len > 0) std::memcpy(dst + sizeof(resp), data, len);
+                       });
+  ASSERT_EQ(rs, ff::RingStatus::kOk);
+  p->responses.Publish();
+  WakePod();
+}
+
+void FakeRouter::WakePod() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!pod_notify_.get()) return;
+  ff::WakeIfArmed(pod_notify_.as<ff::NotifySlot>() + ff::proto::kWakeSlot, wake_fd_.get());
+}
+
+void FakeRouter::SendEvent(ff::proto::EventType type, uint32_t qpn) {
+  std::lock_guard<std::mutex> g(mu_);
+  const ff::proto::Event e{type, qpn};
+  EXPECT_EQ(ff::SendWithFds(events_.get(), &e, sizeof(e), nullptr, 0), 0);
+}
+
+void FakeRouter::Close() {
+  std::lock_guard<std::mutex> g(mu_);
+  ::shutdown(sock_.get(), SHUT_RDWR);
+  events_.reset();
+}
+
+ff::NotifySlot* FakeRouter::pod_notify() {
+  std::lock_guard<std::mutex> g(mu_);
+  return pod_notify_.as<ff::NotifySlot>();
+}
+
+const ff::MrEntry* FakeRouter::mr_entry(uint32_t key) {
+  return table_.as<ff::MrEntry>() + ff::MrSlotOfKey(key);
+}
+
+uint32_t FakeRouter::last_qpn() {
+  std::lock_guard<std::mutex> g(mu_);
+  return last_qpn_;
+}
+
+int FakeRouter::qp_segment_fd(uint32_t qpn) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = qps_.find(qpn);
+  return it == qps_.end() ? -1 : it->second.seg.get();
+}
+
+int FakeRouter::move_mr_count() {
+  std::lock_guard<std::mutex> g(mu_);
+  return move_mr_count_;
+}
+
+uint32_t FakeRouter::last_moved_region() {
+  std::lock_guard<std::mutex> g(mu_);
+  return last_moved_region_;
+}
+
+void FakeRouter::Serve() {
+  while (!stop_.load()) {
+    pollfd p{sock_.get(), POLLIN, 0};
+    const int n = ::poll(&p, 1, 20);
+    if (n <= 0) continue;
+    alignas(8) char buf[ff::proto::kMaxMessage];
+    ff::UniqueFd fds[ff::proto::kMaxFds];
+    int nfds = 0;
+    size_t len = 0;
+    if (ff::RecvWithFds(sock_.get(), buf, sizeof(buf), fds, ff::proto::kMaxFds, &nfds, &len) != 0 ||
+        len == 0)
+      return;  // the pod closed its end, or we did (Close)
+    Dispatch(buf, len, fds, nfds);
+  }
+}
+
+void FakeRouter::Dispatch(const char* buf, size_t len, ff::UniqueFd* fds, int nfds) {
+  ff::proto::Op op;
+  if (!ff::proto::DecodeRequest(buf, len, nfds, &op)) {
+    ADD_FAILURE() << "the library sent a malformed request (" << len << " bytes, " << nfds
+                  << " fds)";
+    return;
+  }
+  ff::proto::Response r{};
+  std::memcpy(&r.h, buf, sizeof(r.h));
+  std::vector<int> out;
+  std::lock_guard<std::mutex> g(mu_);
+  r.status = Handle(op, buf, fds, nfds, &r, &out);
+  EXPECT_EQ(ff::SendWithFds(sock_.get(), &r, sizeof(r), out.data(), static_cast<int>(out.size())),
+            0);
+}
+
+int FakeRouter::Handle(ff::proto::Op op, const char* buf, ff::UniqueFd* fds, int nfds,
+                       ff::proto::Response* r, std::vector<int>* out) {
+  using namespace ff::proto;
+  switch (op) {
+    case Op::kHello:
+      return OnHello(fds, r, out);
+    case Op::kCreateQp: {
+      const auto m = As<CreateQp>(buf);
+      last_qpn_ = next_qpn_++;
+      qps_[last_qpn_] = QpRecord{std::move(fds[0]), m.num_rings, m.ring_bytes, m.qp_type};
+      r->u.create_qp.qpn = last_qpn_;
+      return 0;
+    }
+    case Op::kConnectQp:
+    case Op::kResolveUd:
+      return OnConnect(As<ConnectQp>(buf), r, out);
+    case Op::kRegMr:
+      return OnRegMr(As<RegMr>(buf), fds, nfds, r);
+    case Op::kDeregMr: {
+      const auto m = As<DeregMr>(buf);
+      ff::MrEntry& e = table_.as<ff::MrEntry>()[ff::MrSlotOfKey(m.key)];
+      ff::UpdateMrEntry(e, [&] { e.key.store(0); });
+      return 0;
+    }
+    case Op::kMoveMr:
+      return OnMoveMr(As<MoveMr>(buf), fds, nfds);
+    case Op::kGetRegion:
+      return OnGetRegion(As<GetRegion>(buf), r, out);
+    default:
+      return 0;  // channels, CQs, SRQs, destroy and disconnect: nothing to keep here
+  }
+}
+
+int FakeRouter::OnHello(ff::UniqueFd* fds, ff::proto::Response* r, std::vector<int>* out) {
+  if (refuse_status_ != 0) {
+    std::snprintf(r->u.hello.node, sizeof(r->u.hello.node), "%s", refuse_reason_.c_str());
+    return refuse_status_;
+  }
+  pod_notify_fd_ = std::move(fds[0]);
+  events_ = std::move(fds[1]);
+  wake_fd_ = std::move(fds[2]);
+  EXPECT_EQ(ff::MapSegment(pod_notify_fd_.get(), ff::kNotifySegmentBytes, true, &pod_notify_), 0);
+  r->u.hello.ctx_id = 1;
+  r->u.hello.ip = htonl(0x0af40001);  // 10.244.0.1
+  r->u.hello.lid = 1;
+  std::snprintf(r->u.hello.node, sizeof(r->u.hello.node), "fake-node");
+  out->push_back(table_fd_.get());
+  return 0;
+}
+
+int FakeRouter::OnConnect(const ff::proto::ConnectQp& m, ff::proto::Response* r,
+                          std::vector<int>* out) {
+  auto it = answers_.find(m.qpn);
+  if (it == answers_.end()) return EHOSTUNREACH;
+  const Answer& a = it->second;
+  auto& c = r->u.connect;
+  c.peer_qpn = a.peer_qpn;
+  c.peer_ip = htonl(0x0af40002);
+  c.peer_qp_type = a.peer_qp_type;
+  c.notify_slot = ff::proto::kNoId;
+  c.ring_index = 0;
+  if (a.kind == Answer::kRouter) {
+    c.flags = ff::proto::kConnectRemote;
+    c.num_rings = ff::kProxyRings;
+    c.ring_bytes = ff::kProxyRingBytes;
+    *out = {a.proxy->seg_fd.get(), a.proxy->doorbell.get()};
+    return 0;
+  }
+  if (a.kind == Answer::kLoopback) {
+    const QpRecord& dest = qps_.at(a.peer_qpn);
+    c.peer_ctx_id = 1;
+    c.peer_qp_type = dest.type;
+    c.num_rings = dest.num_rings;
+    c.ring_bytes = dest.ring_bytes;
+    *out = {dest.seg.get(), pod_notify_fd_.get(), table_fd_.get()};
+    return 0;
+  }
+  c.peer_ctx_id = a.peer->ctx_id;
+  c.num_rings = 1;
+  c.ring_bytes = a.peer->header()->ring_bytes;
+  *out = {a.peer->seg_fd.get(), a.peer->notify_fd.get(), a.peer->table_fd.get()};
+  return 0;
+}
+
+int FakeRouter::AcceptRegion(bool is_new, uint32_t id, uint64_t size, ff::UniqueFd* fds, int nfds) {
+  if (!is_new) return nfds == 0 && regions_.count(id) ? 0 : EINVAL;
+  if (nfds != 1 || regions_.count(id) || !ff::SegmentAtLeast(fds[0].get(), size)) return EINVAL;
+  regions_[id] = RegionRecord{std::move(fds[0]), size};
+  return 0;
+}
+
+int FakeRouter::OnRegMr(const ff::proto::RegMr& m, ff::UniqueFd* fds, int nfds,
+                        ff::proto::Response* r) {
+  if (const int rc = AcceptRegion(m.new_region != 0, m.region_id, m.region_size, fds, nfds))
+    return rc;
+  const uint32_t slot = next_slot_++;
+  const uint32_t key = slot << 8 | 1;
+  ff::MrEntry& e = table_.as<ff::MrEntry>()[slot];
+  ff::UpdateMrEntry(e, [&] {
+    e.access.store(m.access);
+    e.region.store(m.region_id);
+    e.addr.store(m.addr);
+    e.length.store(m.length);
+    e.region_offset.store(m.region_offset);
+    e.key.store(key);
+  });
+  r->u.reg_mr.key = key;
+  return 0;
+}
+
+int FakeRouter::OnMoveMr(const ff::proto::MoveMr& m, ff::UniqueFd* fds, int nfds) {
+  ff::MrEntry& e = table_.as<ff::MrEntry>()[ff::MrSlotOfKey(m.key)];
+  if (e.key.load() != m.key) return EINVAL;
+  if (const int rc = AcceptRegion(m.new_region != 0, m.region_id, m.region_size, fds, nfds))
+    return rc;
+  ff::UpdateMrEntry(e, [&] {
+    e.region.store(m.region_id);
+    e.region_offset.store(m.region_offset);
+  });
+  ++move_mr_count_;
+  last_moved_region_ = m.region_id;
+  return 0;
+}
+
+int FakeRouter::OnGetRegion(const ff::proto::GetRegion& m, ff::proto::Response* r,
+                            std::vector<int>* out) {
+  auto it = answers_.find(m.qpn);
+  if (it != answers_.end() && it->second.kind == Answer::kSameNode &&
+      it->second.peer->region_id == m.region_id) {
+    r->u.region.size = it->second.peer->region.size();
+    out->push_back(it->second.peer->region_fd.get());
+    return 0;
+  }
+  auto own = regions_.find(m.region_id);  // loopback: the pod's own memory
+  if (it == answers_.end() || it->second.kind != Answer::kLoopback || own == regions_.end())
+    return ENOENT;
+  r->u.region.size = own->second.size;
+  out->push_back(own->second.fd.get());
+  return 0;
+}
+
+}  // namespace fftest

@@ -1,0 +1,185 @@
+// A peer that dies or closes its QP, and a router that goes away: error completions and
+// asynchronous events, never a hang.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "pod.h"
+
+namespace fftest {
+namespace {
+
+using ff::proto::EventType;
+
+constexpr uint32_t kPeerQpn = 0x500;
+
+struct Linked {
+  ibv_qp* qp;
+  std::unique_ptr<SameNodePeer> peer;
+};
+
+Linked SameNodeQp(Pod& pod) {
+  Linked l{pod.CreateQp(), std::make_unique<SameNodePeer>(kPeerQpn, IBV_QPT_RC, 4096)};
+  if (l.qp == nullptr) return l;
+  pod.router.AnswerSameNode(l.qp->qp_num, l.peer.get());
+  EXPECT_EQ(pod.Connect(l.qp, kPeerQpn), 0);
+  return l;
+}
+
+ibv_qp* RouterQp(Pod& pod, ProxySegment** proxy) {
+  ibv_qp* qp = pod.CreateQp();
+  if (qp == nullptr) return nullptr;
+  *proxy = pod.router.AnswerThroughRouter(qp->qp_num, 0x900, IBV_QPT_RC);
+  EXPECT_EQ(pod.Connect(qp, 0x900), 0);
+  return qp;
+}
+
+// Waits for the next async event of `type`; fails the test when another one or none comes.
+void ExpectAsync(Pod& pod, ibv_event_type type, ibv_qp* qp = nullptr) {
+  ibv_async_event e{};
+  ASSERT_EQ(NextAsyncEvent(pod.ctx, &e), 0) << "no async event";
+  EXPECT_EQ(e.event_type, type);
+  if (qp != nullptr) {
+    EXPECT_EQ(e.element.qp, qp);
+  }
+}
+
+// Writes a SEND record into the pod QP's own ring, as its same-node peer would.
+void PeerSends(Pod& pod, ibv_qp* qp, const char* data, uint32_t len) {
+  ff::Mapping seg;
+  ASSERT_EQ(ff::MapSegment(pod.router.qp_segment_fd(qp->qp_num),
+                           ff::QpSegmentBytes(1, ff::kRcRingBytes), true, &seg),
+            0);
+  ff::RingProducer ring;
+  ring.Attach(ff::QpRing(seg.get(), 0, ff::kRcRingBytes), ff::kRcRingBytes);
+  ff::RecordHeader h{};
+  h.kind = ff::kRecSend;
+  h.flags = ff::kRecFirst | ff::kRecLast;
+  h.msg_len = len;
+  h.src_qpn = kPeerQpn;
+  ASSERT_EQ(ff::AppendRecord(ring, h, data, len), ff::RingStatus::kOk);
+  ring.Publish();
+}
+
+TEST(PeerEvents, PeerGoneFailsQueuedWorkWithRetryExceededAndRaisesQpFatal) {
+  Pod pod;
+  Linked l = SameNodeQp(pod);
+  ASSERT_NE(l.qp, nullptr);
+  Buffer buf(pod.pd, 64);
+  ASSERT_EQ(PostRecv(l.qp, buf.Sge(0, 64), 9), 0);
+  ASSERT_EQ(PostSend(l.qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);  // no receive: waits (RNR)
+  ASSERT_EQ(PostSend(l.qp, IBV_WR_SEND, buf.Sge(0, 8), 2), 0);
+  EXPECT_TRUE(PollFew(pod.cq, 20).empty());
+  pod.router.SendEvent(EventType::kPeerGone, l.qp->qp_num);
+  const std::vector<ibv_wc> wcs = PollN(pod.cq, 3);
+  ASSERT_EQ(wcs.size(), 3u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wcs[2].wr_id, 9u);
+  EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(StateOf(l.qp), IBV_QPS_ERR);
+  ExpectAsync(pod, IBV_EVENT_QP_FATAL, l.qp);
+}
+
+TEST(PeerEvents, PeerGoneKeepsTheOutcomesTheRouterAlreadyWrote) {
+  Pod pod;
+  ProxySegment* proxy = nullptr;
+  ibv_qp* qp = RouterQp(pod, &proxy);
+  ASSERT_NE(qp, nullptr);
+  Buffer buf(pod.pd, 64);
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_WRITE, buf.Sge(0, 64), 1, 0x1000, 1), 0);
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_WRITE, buf.Sge(0, 64), 2, 0x1000, 1), 0);
+  pod.router.Respond(proxy, 0, IBV_WC_SUCCESS);
+  pod.router.SendEvent(EventType::kPeerGone, qp->qp_num);
+  // The news is in before the first poll, which must still take the answer that came first.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::vector<ibv_wc> wcs = PollN(pod.cq, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_RETRY_EXC_ERR);
+  ExpectAsync(pod, IBV_EVENT_QP_FATAL, qp);
+}
+
+TEST(PeerEvents, PeerClosedKeepsReceivesAndFailsLaterSends) {
+  Pod pod;
+  Linked l = SameNodeQp(pod);
+  ASSERT_NE(l.qp, nullptr);
+  Buffer buf(pod.pd, 64);
+  ASSERT_EQ(PostRecv(l.qp, buf.Sge(0, 64), 9), 0);
+  PeerSends(pod, l.qp, "bye", 3);  // sent just before it closed
+  pod.router.SendEvent(EventType::kPeerClosed, l.qp->qp_num);
+  std::vector<ibv_wc> wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 9u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(buf.data(), "bye", 3), 0);
+  ASSERT_EQ(PostRecv(l.qp, buf.Sge(0, 64), 10), 0);
+  EXPECT_TRUE(PollFew(pod.cq, 20).empty()) << "a close must not flush posted receives";
+  EXPECT_EQ(StateOf(l.qp), IBV_QPS_RTS);
+
+  ASSERT_EQ(PostSend(l.qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);
+  wcs = PollN(pod.cq, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wcs[1].wr_id, 10u);  // the send's error moved the QP to ERR
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+}
+
+TEST(PeerEvents, RouterGoneFailsEveryQpAndRaisesDeviceFatal) {
+  Pod pod;
+  Linked local = SameNodeQp(pod);
+  ProxySegment* proxy = nullptr;
+  ibv_qp* remote = RouterQp(pod, &proxy);
+  ASSERT_NE(local.qp, nullptr);
+  ASSERT_NE(remote, nullptr);
+  Buffer buf(pod.pd, 64);
+  ASSERT_EQ(PostSend(local.qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);  // waits for a receive
+  ASSERT_EQ(PostSend(remote, IBV_WR_RDMA_WRITE, buf.Sge(0, 8), 2, 0x1000, 1), 0);  // in flight
+  pod.router.Close();
+  ExpectAsync(pod, IBV_EVENT_DEVICE_FATAL);
+  const std::vector<ibv_wc> wcs = PollN(pod.cq, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << wc.wr_id;
+  EXPECT_EQ(StateOf(local.qp), IBV_QPS_ERR);
+  EXPECT_EQ(StateOf(remote), IBV_QPS_ERR);
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq(pod.ctx, 4, nullptr, nullptr, 0), nullptr);
+  EXPECT_EQ(errno, ENOTCONN);
+}
+
+TEST(PeerEvents, ShutdownFailsEveryQpLikeALostRouter) {
+  Pod pod;
+  Linked l = SameNodeQp(pod);
+  ASSERT_NE(l.qp, nullptr);
+  Buffer buf(pod.pd, 64);
+  ASSERT_EQ(PostSend(l.qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);
+  pod.router.SendEvent(EventType::kShutdown, 0);
+  ExpectAsync(pod, IBV_EVENT_DEVICE_FATAL);
+  const std::vector<ibv_wc> wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+}
+
+TEST(PeerEvents, EventsForUnknownQpsOrOfUnknownTypesChangeNothing) {
+  Pod pod;
+  Linked l = SameNodeQp(pod);
+  ASSERT_NE(l.qp, nullptr);
+  pod.router.SendEvent(EventType::kPeerGone, l.qp->qp_num + 1000);
+  pod.router.SendEvent(static_cast<EventType>(99), l.qp->qp_num);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the event thread read them
+  l.peer->PostCredits(1);
+  Buffer buf(pod.pd, 8);
+  ASSERT_EQ(PostSend(l.qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);
+  const std::vector<ibv_wc> wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(StateOf(l.qp), IBV_QPS_RTS);
+}
+
+}  // namespace
+}  // namespace fftest

@@ -1,0 +1,95 @@
+// The library side of a test: a "pod" is a session of libffverbs (ffv::OpenSession over a
+// socketpair) against its own FakeRouter, with a context, a PD and a CQ, and helpers to
+// bring QPs up and to wait (always bounded) for completions.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "fake_router.h"
+#include "session.h"
+
+namespace fftest {
+
+using Clock = std::chrono::steady_clock;
+inline constexpr auto kWaitLimit = std::chrono::seconds(5);
+
+// Page-aligned memory registered with the pod's PD (registration remaps whole pages).
+class Buffer {
+ public:
+  Buffer(ibv_pd* pd, size_t bytes, int access = IBV_ACCESS_LOCAL_WRITE);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  char* data() const { return data_; }
+  size_t size() const { return bytes_; }
+  uint32_t lkey() const { return mr_->lkey; }
+  ibv_mr* mr() const { return mr_; }
+  ibv_sge Sge(size_t offset, uint32_t length) const;
+
+ private:
+  char* data_ = nullptr;
+  size_t bytes_ = 0;
+  size_t mapped_ = 0;
+  ibv_mr* mr_ = nullptr;
+};
+
+struct QpOptions {
+  ibv_qp_type type = IBV_QPT_RC;
+  uint8_t rnr_retry = 7;
+  uint8_t min_rnr_timer = 1;
+  uint8_t max_rd_atomic = 16;
+  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+               IBV_ACCESS_REMOTE_ATOMIC;
+  bool sq_sig_all = true;
+  ibv_cq* send_cq = nullptr;  // default: the pod's CQ
+  ibv_cq* recv_cq = nullptr;
+};
+
+class Pod {
+ public:
+  Pod();
+  ~Pod();
+  Pod(const Pod&) = delete;
+  Pod& operator=(const Pod&) = delete;
+
+  FakeRouter router;
+  ffv::Session* session = nullptr;
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+
+  // A QP in INIT.
+  ibv_qp* CreateQp(const QpOptions& o = {});
+  // INIT -> RTR -> RTS towards QP `dest_qpn` at 10.244.0.2 (how the fake router answers is
+  // set up before). RTR's connect result is returned (0 or the errno modify_qp gave).
+  int Connect(ibv_qp* qp, uint32_t dest_qpn, const QpOptions& o = {});
+  ibv_cq* NewCq(int cqe = 256);
+  ibv_ah* NewAh();
+
+ private:
+  std::vector<ibv_qp*> qps_;
+  std::vector<ibv_cq*> cqs_;
+  std::vector<ibv_ah*> ahs_;
+};
+
+// Posts one work request (signalled).
+int PostSend(ibv_qp* qp, ibv_wr_opcode op, const ibv_sge& sge, uint64_t wr_id,
+             uint64_t remote_addr = 0, uint32_t rkey = 0);
+int PostAtomic(ibv_qp* qp, ibv_wr_opcode op, const ibv_sge& sge, uint64_t wr_id,
+               uint64_t remote_addr, uint32_t rkey, uint64_t compare_add, uint64_t swap);
+int PostRecv(ibv_qp* qp, const ibv_sge& sge, uint64_t wr_id);
+
+// Polls until `n` completions arrived or kWaitLimit passed; returns what arrived.
+std::vector<ibv_wc> PollN(ibv_cq* cq, size_t n);
+// Polls `times` times and returns whatever arrived (for "nothing completes" checks).
+std::vector<ibv_wc> PollFew(ibv_cq* cq, int times);
+ibv_qp_state StateOf(ibv_qp* qp);
+// The next async event, waiting at most kWaitLimit; IBV_EVENT_DEVICE_FATAL-1 style
+// sentinel (-1) when none came.
+int NextAsyncEvent(ibv_context* ctx, ibv_async_event* out);
+
+}  // namespace fftest

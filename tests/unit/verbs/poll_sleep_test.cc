@@ -1,0 +1,144 @@
+// When an empty poll_cq may sleep on the router's wake word: only on a CQ whose every source
+// of completions is fed by the router. main.cc sets the longest sleep to 300 ms.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "pod.h"
+
+namespace fftest {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr auto kWait = milliseconds(300);  // FFV_REMOTE_WAIT_US in main.cc
+
+milliseconds Elapsed(Clock::time_point since) {
+  return std::chrono::duration_cast<milliseconds>(Clock::now() - since);
+}
+
+// How long `polls` empty polls of `cq` take.
+milliseconds TimePolls(ibv_cq* cq, int polls) {
+  const auto start = Clock::now();
+  EXPECT_TRUE(PollFew(cq, polls).empty());
+  return Elapsed(start);
+}
+
+ibv_qp* RouterLinkedQp(Pod& pod, const QpOptions& o = {}) {
+  ibv_qp* qp = pod.CreateQp(o);
+  if (qp == nullptr) return nullptr;
+  pod.router.AnswerThroughRouter(qp->qp_num, 0x900, IBV_QPT_RC);
+  EXPECT_EQ(pod.Connect(qp, 0x900, o), 0);
+  return qp;
+}
+
+// A record the router delivers into the pod QP's own inbound ring.
+void DeliverSend(Pod& pod, ibv_qp* qp, const char* data, uint32_t len) {
+  ff::Mapping seg;
+  const size_t bytes = ff::QpSegmentBytes(1, ff::kRcRingBytes);
+  ASSERT_EQ(ff::MapSegment(pod.router.qp_segment_fd(qp->qp_num), bytes, true, &seg), 0);
+  ff::RingProducer ring;
+  ring.Attach(ff::QpRing(seg.get(), 0, ff::kRcRingBytes), ff::kRcRingBytes);
+  ff::RecordHeader h{};
+  h.kind = ff::kRecSend;
+  h.flags = ff::kRecFirst | ff::kRecLast;
+  h.msg_len = len;
+  h.src_qpn = 0x900;
+  ASSERT_EQ(ff::AppendRecord(ring, h, data, len), ff::RingStatus::kOk);
+  ring.Publish();
+  pod.router.WakePod();
+}
+
+TEST(PollSleep, EmptyPollOnARouterFedCqSleepsUntilTheWaitRunsOut) {
+  Pod pod;
+  ASSERT_NE(RouterLinkedQp(pod), nullptr);
+  EXPECT_GE(TimePolls(pod.cq, 1), kWait - milliseconds(50));
+}
+
+TEST(PollSleep, ARouterFedPollWakesWhenTheRouterRingsTheWakeWord) {
+  Pod pod;
+  ibv_qp* qp = RouterLinkedQp(pod);
+  ASSERT_NE(qp, nullptr);
+  Buffer buf(pod.pd, 64);
+  ASSERT_EQ(PostRecv(qp, buf.Sge(0, 64), 3), 0);
+  std::vector<ibv_wc> got;
+  Clock::time_point returned;
+  std::thread poller([&] {
+    got = PollN(pod.cq, 1);
+    returned = Clock::now();
+  });
+  ff::NotifySlot* wake = pod.router.pod_notify() + ff::proto::kWakeSlot;
+  const auto deadline = Clock::now() + kWaitLimit;
+  while (wake->armed.load() == 0 && Clock::now() < deadline) std::this_thread::yield();
+  ASSERT_EQ(wake->armed.load(), 1u) << "poll_cq never armed the wake word";
+  std::this_thread::sleep_for(milliseconds(20));  // let it fall asleep
+  const auto rung = Clock::now();
+  DeliverSend(pod, qp, "hello", 5);
+  poller.join();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].wr_id, 3u);
+  EXPECT_EQ(got[0].byte_len, 5u);
+  EXPECT_LT(returned - rung, milliseconds(150)) << "slept through the wake word";
+  EXPECT_EQ(std::memcmp(buf.data(), "hello", 5), 0);
+}
+
+TEST(PollSleep, APendingSendOnARouterLinkLetsItsSendCqSleep) {
+  Pod pod;
+  QpOptions o;
+  o.send_cq = pod.NewCq();
+  ibv_qp* qp = RouterLinkedQp(pod, o);
+  ASSERT_NE(qp, nullptr);
+  Buffer buf(pod.pd, 64);
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_WRITE, buf.Sge(0, 64), 1, 0x1000, 1), 0);
+  EXPECT_GE(TimePolls(o.send_cq, 1), kWait - milliseconds(50));
+}
+
+TEST(PollSleep, ASameNodeCqNeverSleeps) {
+  Pod pod;
+  SameNodePeer peer(0x500, IBV_QPT_RC, 4096);
+  ibv_qp* qp = pod.CreateQp();
+  ASSERT_NE(qp, nullptr);
+  pod.router.AnswerSameNode(qp->qp_num, &peer);
+  ASSERT_EQ(pod.Connect(qp, 0x500), 0);
+  EXPECT_LT(TimePolls(pod.cq, 200), milliseconds(100));
+  EXPECT_EQ((pod.router.pod_notify() + ff::proto::kWakeSlot)->armed.load(), 0u);
+}
+
+TEST(PollSleep, AUdReceiveQpOnTheCqKeepsItAwake) {
+  Pod pod;
+  ASSERT_NE(RouterLinkedQp(pod), nullptr);
+  QpOptions ud;
+  ud.type = IBV_QPT_UD;
+  ASSERT_NE(pod.CreateQp(ud), nullptr);
+  EXPECT_LT(TimePolls(pod.cq, 50), milliseconds(100));
+}
+
+TEST(PollSleep, AQueuedSameNodeSendKeepsEveryCqOfTheContextAwake) {
+  Pod pod;
+  ASSERT_NE(RouterLinkedQp(pod), nullptr);
+  SameNodePeer peer(0x500, IBV_QPT_RC, 4096);
+  QpOptions local;
+  local.send_cq = local.recv_cq = pod.NewCq();
+  ibv_qp* qp = pod.CreateQp(local);
+  ASSERT_NE(qp, nullptr);
+  pod.router.AnswerSameNode(qp->qp_num, &peer);
+  ASSERT_EQ(pod.Connect(qp, 0x500, local), 0);
+  Buffer buf(pod.pd, 8);
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);  // no receive: it waits
+  EXPECT_LT(TimePolls(pod.cq, 50), milliseconds(100));
+  peer.PostCredits(1);
+  EXPECT_TRUE(PollFew(pod.cq, 1).empty());
+  EXPECT_EQ(peer.Claimed(), 1u) << "polls of the other CQ advance the context's sends";
+  EXPECT_EQ(PollN(local.send_cq, 1).size(), 1u);
+}
+
+TEST(PollSleep, ACqWithoutConnectedQpsDoesNotSleep) {
+  Pod pod;
+  ASSERT_NE(pod.CreateQp(), nullptr);  // INIT: nothing can arrive, nothing to sleep for
+  EXPECT_LT(TimePolls(pod.cq, 50), milliseconds(100));
+}
+
+}  // namespace
+}  // namespace fftest

@@ -1,0 +1,271 @@
+// A QP whose peer is a process on this node (played by the test): SENDs become records in
+// the peer's ring after claiming its receive credits, and RDMA operations go straight to the
+// peer's memory after checking its MR table.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "pod.h"
+
+namespace fftest {
+namespace {
+
+constexpr uint32_t kPeerQpn = 0x500;
+constexpr uint64_t kPeerAddr = 0x7000000000;  // where the peer's MR lives in its process
+constexpr uint64_t kMrOffset = 4096;          // ... and where in its region
+constexpr uint32_t kAllRemote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+class SameNodeLink : public ::testing::Test {
+ protected:
+  ibv_qp* Up(const QpOptions& o = {}) {
+    if (o.type != IBV_QPT_RC) peer = std::make_unique<SameNodePeer>(kPeerQpn, o.type, 1 << 16);
+    ibv_qp* q = pod.CreateQp(o);
+    if (q == nullptr) return nullptr;
+    pod.router.AnswerSameNode(q->qp_num, peer.get());
+    EXPECT_EQ(pod.Connect(q, kPeerQpn, o), 0);
+    return q;
+  }
+  void SetUp() override {
+    peer->header()->min_rnr_timer.store(1);  // 10 us between RNR retries
+    peer->header()->qp_access.store(kAllRemote);
+  }
+  char* PeerMemory(uint64_t addr) {
+    return peer->region.as<char>() + kMrOffset + (addr - kPeerAddr);
+  }
+
+  Pod pod;
+  std::unique_ptr<SameNodePeer> peer =
+      std::make_unique<SameNodePeer>(kPeerQpn, IBV_QPT_RC, 1 << 20);
+};
+
+TEST_F(SameNodeLink, SendIsARecordInThePeersRingAndTakesOneCredit) {
+  ibv_qp* qp = Up();
+  peer->PostCredits(1);
+  Buffer buf(pod.pd, 100);
+  std::memset(buf.data(), 'x', 100);
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND_WITH_IMM, buf.Sge(0, 100), 1), 0);
+  const std::vector<ibv_wc> wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(peer->Claimed(), 1u);
+  ff::RecordHeader h;
+  std::vector<char> payload;
+  ASSERT_TRUE(peer->NextRecord(&h, &payload));
+  EXPECT_EQ(h.kind, ff::kRecSend);
+  EXPECT_EQ(h.flags, ff::kRecFirst | ff::kRecLast | ff::kRecImm);
+  EXPECT_EQ(h.msg_len, 100u);
+  EXPECT_EQ(h.src_qpn, qp->qp_num);
+  EXPECT_EQ(h.imm, htonl(0xabcd));
+  EXPECT_EQ(payload, std::vector<char>(100, 'x'));
+  EXPECT_FALSE(peer->NextRecord(&h, &payload));
+}
+
+TEST_F(SameNodeLink, LongSendIsFragmentedAtMaxFragment) {
+  ibv_qp* qp = Up();
+  peer->PostCredits(1);
+  const uint32_t len = 2 * ff::kMaxFragment + 5;
+  Buffer buf(pod.pd, len);
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, len), 1), 0);
+  ASSERT_EQ(PollN(pod.cq, 1).size(), 1u);
+  ff::RecordHeader h;
+  std::vector<char> payload;
+  const uint8_t flags[] = {ff::kRecFirst, 0, ff::kRecLast};
+  for (uint8_t f : flags) {
+    ASSERT_TRUE(peer->NextRecord(&h, &payload));
+    EXPECT_EQ(h.flags, f);
+  }
+  EXPECT_EQ(payload.size(), 5u);
+  EXPECT_EQ(peer->Claimed(), 1u) << "one message, one credit";
+}
+
+TEST_F(SameNodeLink, RcSendWithoutAReceiveFailsOnceRnrRetriesAreSpent) {
+  QpOptions o;
+  o.rnr_retry = 1;
+  ibv_qp* qp = Up(o);
+  Buffer buf(pod.pd, 8);
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);
+  const std::vector<ibv_wc> wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(StateOf(qp), IBV_QPS_ERR);
+  ff::RecordHeader h;
+  std::vector<char> payload;
+  EXPECT_FALSE(peer->NextRecord(&h, &payload));
+}
+
+TEST_F(SameNodeLink, RcSendWaitsForAReceiveWhileRetriesRemain) {
+  ibv_qp* qp = Up();  // rnr_retry 7: forever
+  Buffer buf(pod.pd, 8);
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);
+  EXPECT_TRUE(PollFew(pod.cq, 200).empty());
+  peer->PostCredits(1);
+  const std::vector<ibv_wc> wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+}
+
+TEST_F(SameNodeLink, UcSendWithoutAReceiveIsDropped) {
+  QpOptions o;
+  o.type = IBV_QPT_UC;
+  ibv_qp* qp = Up(o);
+  Buffer buf(pod.pd, 8);
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);
+  const std::vector<ibv_wc> wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  ff::RecordHeader h;
+  std::vector<char> payload;
+  EXPECT_FALSE(peer->NextRecord(&h, &payload));
+  EXPECT_EQ(StateOf(qp), IBV_QPS_RTS);
+}
+
+TEST_F(SameNodeLink, UdSendIsDroppedWithoutAReceiveAndCarriesItsQkeyWithOne) {
+  QpOptions o;
+  o.type = IBV_QPT_UD;
+  ibv_qp* qp = Up(o);
+  Buffer buf(pod.pd, 8);
+  ibv_sge sge = buf.Sge(0, 8);
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.ud.ah = pod.NewAh();
+  wr.wr.ud.remote_qpn = kPeerQpn;
+  wr.wr.ud.remote_qkey = 0x2222;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+  ASSERT_EQ(PollN(pod.cq, 1).size(), 1u);
+  ff::RecordHeader h;
+  std::vector<char> payload;
+  EXPECT_FALSE(peer->NextRecord(&h, &payload));
+  peer->PostCredits(1);
+  ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+  ASSERT_EQ(PollN(pod.cq, 1).size(), 1u);
+  ASSERT_TRUE(peer->NextRecord(&h, &payload));
+  EXPECT_EQ(h.qkey, 0x2222u);
+  EXPECT_EQ(h.flags & (ff::kRecFirst | ff::kRecLast), ff::kRecFirst | ff::kRecLast);
+}
+
+TEST_F(SameNodeLink, WriteReadAndAtomicsReachThePeersMemory) {
+  ibv_qp* qp = Up();
+  const uint32_t rkey = peer->AddMr(3, kPeerAddr, kMrOffset, 1 << 16, kAllRemote);
+  Buffer buf(pod.pd, 4096);
+  std::memset(buf.data(), 'w', 100);
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_WRITE, buf.Sge(0, 100), 1, kPeerAddr + 8, rkey), 0);
+  std::memset(PeerMemory(kPeerAddr + 512), 'r', 100);
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_READ, buf.Sge(1024, 100), 2, kPeerAddr + 512, rkey), 0);
+  const uint64_t ten = 10;
+  std::memcpy(PeerMemory(kPeerAddr + 2048), &ten, 8);
+  ASSERT_EQ(PostAtomic(qp, IBV_WR_ATOMIC_FETCH_AND_ADD, buf.Sge(2048, 8), 3, kPeerAddr + 2048, rkey,
+                       5, 0),
+            0);
+  ASSERT_EQ(PostAtomic(qp, IBV_WR_ATOMIC_CMP_AND_SWP, buf.Sge(2056, 8), 4, kPeerAddr + 2048, rkey,
+                       15, 99),
+            0);
+  const std::vector<ibv_wc> wcs = PollN(pod.cq, 4);
+  ASSERT_EQ(wcs.size(), 4u);
+  for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc.wr_id;
+  EXPECT_EQ(std::memcmp(PeerMemory(kPeerAddr + 8), buf.data(), 100), 0);
+  EXPECT_EQ(std::memcmp(buf.data() + 1024, std::vector<char>(100, 'r').data(), 100), 0);
+  uint64_t fetched = 0, swapped = 0, now = 0;
+  std::memcpy(&fetched, buf.data() + 2048, 8);
+  std::memcpy(&swapped, buf.data() + 2056, 8);
+  std::memcpy(&now, PeerMemory(kPeerAddr + 2048), 8);
+  EXPECT_EQ(fetched, 10u);
+  EXPECT_EQ(swapped, 15u);
+  EXPECT_EQ(now, 99u);
+}
+
+struct AccessCase {
+  const char* what;
+  uint32_t mr_access;
+  uint32_t qp_access;
+  bool bad_key;
+  uint64_t offset;
+  ibv_wr_opcode op;
+};
+
+TEST_F(SameNodeLink, AccessesTheMrTableRefusesCompleteWithRemAccessErr) {
+  const AccessCase cases[] = {
+      {"unknown rkey", kAllRemote, kAllRemote, true, 0, IBV_WR_RDMA_WRITE},
+      {"past the end of the MR", kAllRemote, kAllRemote, false, (1 << 16) - 50, IBV_WR_RDMA_WRITE},
+      {"MR without remote write", IBV_ACCESS_REMOTE_READ, kAllRemote, false, 0, IBV_WR_RDMA_WRITE},
+      {"MR without remote read", IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, kAllRemote,
+       false, 0, IBV_WR_RDMA_READ},
+      {"peer QP without remote read", kAllRemote, IBV_ACCESS_REMOTE_WRITE, false, 0,
+       IBV_WR_RDMA_READ},
+  };
+  Buffer buf(pod.pd, 4096);
+  uint32_t slot = 10;
+  for (const AccessCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    ibv_qp* qp = Up();
+    peer->header()->qp_access.store(c.qp_access);
+    const uint32_t rkey = peer->AddMr(slot++, kPeerAddr, kMrOffset, 1 << 16, c.mr_access);
+    ASSERT_EQ(PostSend(qp, c.op, buf.Sge(0, 100), 1, kPeerAddr + c.offset,
+                       c.bad_key ? rkey + 0x100 : rkey),
+              0);
+    const std::vector<ibv_wc> wcs = PollN(pod.cq, 1);
+    ASSERT_EQ(wcs.size(), 1u);
+    EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(StateOf(qp), IBV_QPS_ERR);
+  }
+}
+
+TEST_F(SameNodeLink, WriteWithImmediateLeavesARecordAfterTheData) {
+  ibv_qp* qp = Up();
+  const uint32_t rkey = peer->AddMr(3, kPeerAddr, kMrOffset, 1 << 16, kAllRemote);
+  peer->PostCredits(1);
+  Buffer buf(pod.pd, 16);
+  std::memset(buf.data(), 'i', 16);
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_WRITE_WITH_IMM, buf.Sge(0, 16), 1, kPeerAddr, rkey), 0);
+  ASSERT_EQ(PollN(pod.cq, 1).size(), 1u);
+  EXPECT_EQ(std::memcmp(PeerMemory(kPeerAddr), buf.data(), 16), 0);
+  ff::RecordHeader h;
+  std::vector<char> payload;
+  ASSERT_TRUE(peer->NextRecord(&h, &payload));
+  EXPECT_EQ(h.kind, ff::kRecWriteImm);
+  EXPECT_EQ(h.msg_len, 16u);
+  EXPECT_EQ(h.imm, htonl(0xabcd));
+  EXPECT_TRUE(payload.empty());
+}
+
+TEST(SameNodeLoopback, SendAndWriteBetweenTwoQpsOfOneContextArrive) {
+  Pod pod;
+  ibv_qp* a = pod.CreateQp();
+  ibv_qp* b = pod.CreateQp();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  pod.router.AnswerLoopback(a->qp_num, b->qp_num);
+  pod.router.AnswerLoopback(b->qp_num, a->qp_num);
+  ASSERT_EQ(pod.Connect(a, b->qp_num), 0);
+  ASSERT_EQ(pod.Connect(b, a->qp_num), 0);
+  Buffer src(pod.pd, 1000);
+  Buffer dst(pod.pd, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  std::memset(src.data(), 's', 1000);
+  ASSERT_EQ(PostRecv(b, dst.Sge(0, 1000), 7), 0);
+  ASSERT_EQ(PostSend(a, IBV_WR_SEND, src.Sge(0, 1000), 1), 0);
+  std::vector<ibv_wc> wcs = PollN(pod.cq, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  const ibv_wc& recv = wcs[0].opcode == IBV_WC_RECV ? wcs[0] : wcs[1];
+  EXPECT_EQ(recv.wr_id, 7u);
+  EXPECT_EQ(recv.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(recv.byte_len, 1000u);
+  EXPECT_EQ(recv.src_qp, a->qp_num);
+  EXPECT_EQ(std::memcmp(dst.data(), src.data(), 1000), 0);
+
+  std::memset(src.data(), 'W', 1000);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, src.Sge(0, 1000), 2,
+                     reinterpret_cast<uintptr_t>(dst.data()) + 2000, dst.mr()->rkey),
+            0);
+  wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(dst.data() + 2000, src.data(), 1000), 0);
+}
+
+}  // namespace
+}  // namespace fftest

@@ -1,0 +1,151 @@
+// Several sessions in one process (as in-process tests of two pods need): their own QP
+// numbers, their own routers, and the one limit they share (registered pages).
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "pod.h"
+
+namespace fftest {
+namespace {
+
+using ff::proto::EventType;
+
+TEST(Sessions, TwoSessionsKeepTheirQpNumbersApart) {
+  Pod a;
+  Pod b;
+  SameNodePeer peer_a(0x500, IBV_QPT_RC, 4096);
+  SameNodePeer peer_b(0x500, IBV_QPT_RC, 4096);
+  ibv_qp* qa = a.CreateQp();
+  ibv_qp* qb = b.CreateQp();
+  ASSERT_NE(qa, nullptr);
+  ASSERT_NE(qb, nullptr);
+  ASSERT_EQ(qa->qp_num, qb->qp_num) << "each fake router numbers its QPs from 0x100";
+  a.router.AnswerSameNode(qa->qp_num, &peer_a);
+  b.router.AnswerSameNode(qb->qp_num, &peer_b);
+  ASSERT_EQ(a.Connect(qa, 0x500), 0);
+  ASSERT_EQ(b.Connect(qb, 0x500), 0);
+  Buffer buf_a(a.pd, 8);
+  Buffer buf_b(b.pd, 8);
+  ASSERT_EQ(PostSend(qa, IBV_WR_SEND, buf_a.Sge(0, 8), 1), 0);  // both wait for a receive
+  ASSERT_EQ(PostSend(qb, IBV_WR_SEND, buf_b.Sge(0, 8), 1), 0);
+  a.router.SendEvent(EventType::kPeerGone, qa->qp_num);
+  const std::vector<ibv_wc> wcs = PollN(a.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_TRUE(PollFew(b.cq, 20).empty()) << "the other session's QP of the same number failed";
+  EXPECT_EQ(StateOf(qb), IBV_QPS_RTS);
+  peer_b.PostCredits(1);
+  EXPECT_EQ(PollN(b.cq, 1).size(), 1u);
+}
+
+TEST(Sessions, PagesRegisteredThroughOneSessionCannotBeRegisteredThroughAnother) {
+  Pod a;
+  Pod b;
+  Buffer buf(a.pd, 3 * 4096);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(b.pd, buf.data() + 4096, 100, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(b.router.move_mr_count(), 0);
+  EXPECT_EQ(a.router.move_mr_count(), 0) << "a's registration was moved for b";
+  Buffer other(b.pd, 4096);  // pages of its own are fine
+  EXPECT_NE(other.mr(), nullptr);
+}
+
+TEST(Sessions, OverlappingRegistrationsOfOneSessionMergeIntoOneRegion) {
+  Pod pod;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  void* area =
+      ::mmap(nullptr, 6 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(area, MAP_FAILED);
+  char* p = static_cast<char*>(area);
+  ibv_mr* head = ibv_reg_mr(pod.pd, p, 4 * page, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* tail = ibv_reg_mr(pod.pd, p + 3 * page, 2 * page, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(head, nullptr);
+  ASSERT_NE(tail, nullptr);
+  EXPECT_EQ(pod.router.move_mr_count(), 1) << "the first registration moves to the merged region";
+  EXPECT_EQ(pod.router.mr_entry(head->lkey)->region.load(), pod.router.last_moved_region());
+  EXPECT_EQ(pod.router.mr_entry(tail->lkey)->region.load(), pod.router.last_moved_region());
+  EXPECT_EQ(pod.router.mr_entry(head->lkey)->region_offset.load(), 0u);
+  EXPECT_EQ(pod.router.mr_entry(tail->lkey)->region_offset.load(), 3 * page);
+  EXPECT_EQ(ibv_dereg_mr(tail), 0);
+  EXPECT_EQ(ibv_dereg_mr(head), 0);
+  ::munmap(area, 6 * page);
+}
+
+TEST(Sessions, OverlappingRegistrationsInsideOneBufferShareItsRegion) {
+  Pod pod;
+  Buffer buf(pod.pd, 4 * 4096);
+  ibv_mr* inner = ibv_reg_mr(pod.pd, buf.data() + 100, 4096, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(inner, nullptr);
+  EXPECT_EQ(pod.router.move_mr_count(), 0);
+  EXPECT_EQ(pod.router.mr_entry(inner->lkey)->region.load(),
+            pod.router.mr_entry(buf.lkey())->region.load());
+  EXPECT_EQ(ibv_dereg_mr(inner), 0);
+}
+
+TEST(Sessions, ARefusedHelloIsReportedAsItsErrno) {
+  FakeRouter router;
+  router.RefuseHello(EACCES, "no overlay address");
+  int error = 0;
+  EXPECT_EQ(ffv::OpenSession(router.TakePodEnd(), "refusing router", &error), nullptr);
+  EXPECT_EQ(error, EACCES);
+}
+
+TEST(Sessions, OpenSessionOnAMissingSocketFails) {
+  int error = 0;
+  EXPECT_EQ(ffv::OpenSession("/nonexistent-freeflow-dir/ffrouter.sock", &error), nullptr);
+  EXPECT_EQ(error, ENOENT);
+}
+
+TEST(Sessions, OpenSessionConnectsToARouterSocketPath) {
+  char dir[] = "/tmp/ffv-session-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/router.sock";
+  ff::UniqueFd listener(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strcpy(addr.sun_path, path.c_str());
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener.get(), 1), 0);
+  std::unique_ptr<FakeRouter> router;
+  std::thread acceptor([&] {
+    pollfd p{listener.get(), POLLIN, 0};
+    if (::poll(&p, 1, 5000) == 1)
+      router =
+          std::make_unique<FakeRouter>(ff::UniqueFd(::accept(listener.get(), nullptr, nullptr)));
+  });
+  int error = 0;
+  ffv::Session* s = ffv::OpenSession(path, &error);
+  acceptor.join();
+  ::unlink(path.c_str());
+  ::rmdir(dir);
+  ASSERT_NE(s, nullptr) << std::strerror(error);
+  EXPECT_EQ(s->node, "fake-node");
+  ibv_context* ctx = ffv::OpenContext(s);
+  ASSERT_NE(ctx, nullptr);
+  ibv_device_attr attr{};
+  EXPECT_EQ(ibv_query_device(ctx, &attr), 0);
+  EXPECT_STREQ(ibv_get_device_name(ctx->device), "freeflow0");
+  EXPECT_EQ(ibv_close_device(ctx), 0);
+  ffv::CloseSession(s);
+}
+
+TEST(Sessions, ClosingSessionsEndsTheirEventThreadsPromptly) {
+  const auto start = Clock::now();
+  for (int i = 0; i < 20; ++i) {
+    Pod pod;
+    ASSERT_NE(pod.ctx, nullptr);
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+}  // namespace
+}  // namespace fftest
