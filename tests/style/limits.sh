@@ -36,6 +36,10 @@ for e in json.load(open(sys.argv[1])):
     print(f)
 PY
 )
+if ! command -v clang-tidy >/dev/null || [[ $(wc -w <<<"$units") -lt 10 ]]; then
+  echo "FAIL cannot check function sizes: no clang-tidy, or no compile_commands.json in $build"
+  exit 1
+fi
 config="{CheckOptions: [{key: readability-function-size.LineThreshold, value: $max_function}]}"
 report=$(printf '%s\n' $units | sort -u |
   xargs -P "$(nproc)" -n 4 clang-tidy -p "$build" --quiet --checks='-*,readability-function-size' \
