@@ -315,8 +315,9 @@ FFV_EXPORT int ibv_query_pkey(ibv_context* context, uint8_t port, int index, __b
 }
 
 FFV_EXPORT int ibv_get_pkey_index(ibv_context* context, uint8_t port, __be16 pkey) {
-  if (!ValidContext(context) || port != 1) return -EINVAL;
-  return ntohs(pkey) == 0xffff ? 0 : -ENOENT;
+  // The P_Key index, or -1 with errno set.
+  if (!ValidContext(context) || port != 1) return ZeroOrMinusOne(EINVAL);
+  return ntohs(pkey) == 0xffff ? 0 : ZeroOrMinusOne(ENOENT);
 }
 
 FFV_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
