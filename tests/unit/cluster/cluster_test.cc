@@ -1,0 +1,350 @@
+// The real library (libffverbs' sources) against real routers in one process: two pods,
+// each a library session, on one router or on two routers joined by the in-memory node
+// transport. Every test runs both ways, so the same verbs calls must behave the same on one
+// node and across nodes: SEND/RECV, WRITE/READ/ATOMIC, RNR, error completions and the death
+// of a peer, its router or the link between them. No root, no namespaces.
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "session.h"
+
+namespace ff::cluster_test {
+namespace {
+
+using router::LoopbackNetwork;
+using router::test::FakeCluster;
+using router::test::Ip;
+using router::test::TestRouter;
+
+constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+constexpr size_t kBufferBytes = 1 << 20;
+
+// One pod: a library session on `router` with overlay address `ip`, a context, a PD, a CQ,
+// an RC QP and a registered buffer.
+class Pod {
+ public:
+  Pod(TestRouter& router, uint32_t ip) : ip_(ip) {
+    int error = 0;
+    session_ = ffv::OpenSession(router.Connect(ip), "test router", &error);
+    if (session_ == nullptr) throw std::runtime_error("OpenSession: " + std::to_string(error));
+    ctx = ffv::OpenContext(session_);
+    pd = ibv_alloc_pd(ctx);
+    cq = ibv_create_cq(ctx, 1024, nullptr, nullptr, 0);
+    buf = static_cast<char*>(::mmap(nullptr, kBufferBytes, PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    mr = ibv_reg_mr(pd, buf, kBufferBytes, kAllAccess);
+    ibv_qp_init_attr init{};
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.sq_sig_all = 1;
+    init.cap = {256, 256, 4, 4, 64};
+    qp = ibv_create_qp(pd, &init);
+    if (ctx == nullptr || pd == nullptr || cq == nullptr || mr == nullptr || qp == nullptr)
+      throw std::runtime_error("cannot set up the pod's verbs objects");
+  }
+  ~Pod() {
+    ibv_destroy_qp(qp);
+    ibv_dereg_mr(mr);
+    ::munmap(buf, kBufferBytes);
+    ibv_destroy_cq(cq);
+    ibv_dealloc_pd(pd);
+    ibv_close_device(ctx);
+    ffv::CloseSession(session_);
+  }
+  Pod(const Pod&) = delete;
+  Pod& operator=(const Pod&) = delete;
+
+  // INIT -> RTR -> RTS towards `peer`, addressed by its GID (the overlay address).
+  int ConnectTo(const Pod& peer, uint8_t rnr_retry = 7, uint8_t min_rnr_timer = 1) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = kAllAccess;
+    if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                           IBV_QP_ACCESS_FLAGS))
+      return rc;
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_4096;
+    a.dest_qp_num = peer.qp->qp_num;
+    a.max_dest_rd_atomic = 16;
+    a.min_rnr_timer = min_rnr_timer;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.grh.sgid_index = 1;
+    Ipv4MappedGid(peer.ip_, a.ah_attr.grh.dgid.raw);
+    if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                                           IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+      return rc;
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = rnr_retry;
+    a.max_rd_atomic = 16;
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
+                                     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+  }
+
+  int PostRecv(uint64_t wr_id, size_t offset, uint32_t len) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf + offset), len, mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return ibv_post_recv(qp, &wr, &bad);
+  }
+
+  // Posts one work request whose local buffer is [offset, offset + len).
+  int Post(ibv_wr_opcode op, uint64_t wr_id, size_t offset, uint32_t len, const Pod* target = nullptr,
+           uint64_t remote_offset = 0, uint64_t compare_add = 0, uint64_t swap = 0) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf + offset), len, mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = op;
+    if (op == IBV_WR_ATOMIC_FETCH_AND_ADD || op == IBV_WR_ATOMIC_CMP_AND_SWP) {
+      wr.wr.atomic.remote_addr = reinterpret_cast<uintptr_t>(target->buf + remote_offset);
+      wr.wr.atomic.rkey = target->mr->rkey;
+      wr.wr.atomic.compare_add = compare_add;
+      wr.wr.atomic.swap = swap;
+    } else if (target != nullptr) {
+      wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(target->buf + remote_offset);
+      wr.wr.rdma.rkey = target->mr->rkey;
+    }
+    ibv_send_wr* bad = nullptr;
+    return ibv_post_send(qp, &wr, &bad);
+  }
+
+  // Polls until `n` completions arrived or 5 s passed.
+  std::vector<ibv_wc> Poll(size_t n) {
+    std::vector<ibv_wc> got;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (got.size() < n && std::chrono::steady_clock::now() < end) {
+      ibv_wc wc[16];
+      const int k = ibv_poll_cq(cq, 16, wc);
+      if (k < 0) break;
+      got.insert(got.end(), wc, wc + k);
+    }
+    return got;
+  }
+
+  // The next asynchronous event, within 5 s.
+  std::optional<ibv_event_type> AsyncEvent() {
+    pollfd p{ctx->async_fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) <= 0) return std::nullopt;
+    ibv_async_event e;
+    if (ibv_get_async_event(ctx, &e) != 0) return std::nullopt;
+    ibv_ack_async_event(&e);
+    return e.event_type;
+  }
+
+  // The process dies: the router sees its connection close with everything still open.
+  void Die() { ::shutdown(session_->sock.get(), SHUT_RDWR); }
+
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_mr* mr = nullptr;
+  char* buf = nullptr;
+
+ private:
+  uint32_t ip_;
+  ffv::Session* session_ = nullptr;
+};
+
+// Same node (false) or across nodes (true).
+class ClusterTest : public ::testing::TestWithParam<bool> {
+ protected:
+  ClusterTest() {
+    a_router = std::make_unique<TestRouter>(
+        TestRouter::Options{"node-a", Ip("192.168.0.1"), &net, &cluster});
+    b_router = std::make_unique<TestRouter>(
+        TestRouter::Options{"node-b", Ip("192.168.0.2"), &net, &cluster});
+    a = std::make_unique<Pod>(*a_router, Ip("10.1.0.1"));
+    b = std::make_unique<Pod>(cross() ? *b_router : *a_router, Ip("10.2.0.1"));
+  }
+  bool cross() const { return GetParam(); }
+  void ConnectBoth(uint8_t rnr_retry = 7, uint8_t min_rnr_timer = 1) {
+    ASSERT_EQ(b->ConnectTo(*a), 0);
+    ASSERT_EQ(a->ConnectTo(*b, rnr_retry, min_rnr_timer), 0);
+  }
+
+  LoopbackNetwork net;
+  FakeCluster cluster;
+  std::unique_ptr<TestRouter> a_router, b_router;
+  std::unique_ptr<Pod> a, b;
+};
+
+TEST_P(ClusterTest, SendsArriveWholeAndInOrder) {
+  ConnectBoth();
+  const uint32_t sizes[] = {1, 4096, 100000, 64};
+  size_t off = 0;
+  for (uint32_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(b->PostRecv(100 + i, off, sizes[i]), 0);
+    for (uint32_t j = 0; j < sizes[i]; ++j) a->buf[off + j] = static_cast<char>(i * 31 + j);
+    off += sizes[i];
+  }
+  off = 0;
+  for (uint32_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(a->Post(IBV_WR_SEND, i, off, sizes[i]), 0);
+    off += sizes[i];
+  }
+  const auto sent = a->Poll(4);
+  const auto got = b->Poll(4);
+  ASSERT_EQ(sent.size(), 4u);
+  ASSERT_EQ(got.size(), 4u);
+  off = 0;
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(sent[i].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(sent[i].wr_id, i);
+    EXPECT_EQ(got[i].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(got[i].opcode, IBV_WC_RECV);
+    EXPECT_EQ(got[i].wr_id, 100 + i);
+    EXPECT_EQ(got[i].byte_len, sizes[i]);
+    EXPECT_EQ(got[i].src_qp, a->qp->qp_num);
+    EXPECT_EQ(std::memcmp(b->buf + off, a->buf + off, sizes[i]), 0) << i;
+    off += sizes[i];
+  }
+}
+
+TEST_P(ClusterTest, WriteReadAndAtomicsNeedNothingFromTheTarget) {
+  ConnectBoth();
+  std::iota(a->buf, a->buf + 70000, 3);
+  ASSERT_EQ(a->Post(IBV_WR_RDMA_WRITE, 1, 0, 70000, b.get(), 4096), 0);
+  auto wc = a->Poll(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(b->buf + 4096, a->buf, 70000), 0);
+  ASSERT_EQ(a->Post(IBV_WR_RDMA_READ, 2, 200000, 70000, b.get(), 4096), 0);
+  wc = a->Poll(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_RDMA_READ);
+  EXPECT_EQ(std::memcmp(a->buf + 200000, a->buf, 70000), 0);
+  uint64_t* word = reinterpret_cast<uint64_t*>(b->buf + 8);
+  *word = 100;
+  ASSERT_EQ(a->Post(IBV_WR_ATOMIC_FETCH_AND_ADD, 3, 300000, 8, b.get(), 8, 5), 0);
+  ASSERT_EQ(a->Post(IBV_WR_ATOMIC_CMP_AND_SWP, 4, 300008, 8, b.get(), 8, 105, 1), 0);
+  wc = a->Poll(2);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[1].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(a->buf + 300000), 100u);
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(a->buf + 300008), 105u);
+  EXPECT_EQ(*word, 1u);
+  EXPECT_TRUE(b->Poll(1).empty());  // the target's CQ saw none of it
+}
+
+TEST_P(ClusterTest, WriteWithImmediateConsumesAReceive) {
+  ConnectBoth();
+  ASSERT_EQ(b->PostRecv(7, 0, 16), 0);
+  std::memcpy(a->buf, "immediate", 9);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a->buf), 9, a->mr->lkey};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.imm_data = htonl(0xfeed);
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b->buf + 512);
+  wr.wr.rdma.rkey = b->mr->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a->qp, &wr, &bad), 0);
+  const auto got = b->Poll(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(ntohl(got[0].imm_data), 0xfeedu);
+  EXPECT_EQ(std::string(b->buf + 512, 9), "immediate");
+  EXPECT_EQ(a->Poll(1).size(), 1u);
+}
+
+TEST_P(ClusterTest, RnrRetriesRunOutWhenNoReceiveIsPosted) {
+  ConnectBoth(1, 1);  // one retry, 10 us apart
+  ASSERT_EQ(a->Post(IBV_WR_SEND, 1, 0, 32), 0);
+  ASSERT_EQ(a->Post(IBV_WR_SEND, 2, 0, 32), 0);
+  const auto wc = a->Poll(2);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  EXPECT_EQ(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+  ibv_qp_attr attr;
+  ibv_qp_init_attr init;
+  ASSERT_EQ(ibv_query_qp(a->qp, &attr, IBV_QP_STATE, &init), 0);
+  EXPECT_EQ(attr.qp_state, IBV_QPS_ERR);
+}
+
+TEST_P(ClusterTest, AForgedRkeyCompletesWithARemoteAccessError) {
+  ConnectBoth();
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a->buf), 8, a->mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 9;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b->buf);
+  wr.wr.rdma.rkey = b->mr->rkey ^ 0x100;  // another slot
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a->qp, &wr, &bad), 0);
+  const auto wc = a->Poll(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_P(ClusterTest, APeerWhoseProcessDiesFailsTheQpWithoutAHang) {
+  ConnectBoth();
+  ASSERT_EQ(a->PostRecv(1, 0, 64), 0);
+  b->Die();
+  ASSERT_EQ(a->Post(IBV_WR_SEND, 2, 0, 8), 0);
+  const auto wc = a->Poll(2);
+  ASSERT_EQ(wc.size(), 2u);
+  for (const ibv_wc& w : wc) EXPECT_NE(w.status, IBV_WC_SUCCESS);
+}
+
+TEST_P(ClusterTest, ALinkOrRouterThatDiesFailsTheQpWithoutAHang) {
+  ConnectBoth();
+  ASSERT_EQ(a->Post(IBV_WR_RDMA_WRITE, 1, 0, 64, b.get(), 0), 0);
+  ASSERT_EQ(a->Poll(1).size(), 1u);
+  if (cross()) {
+    net.Sever("node-a", "node-b");  // the link between the two routers dies
+  } else {
+    a_router.reset();  // on one node: the router itself goes away
+  }
+  // Give the news time to arrive, then use the QP: its work fails, nothing hangs. (The
+  // library raises the async event when the application next touches the QP; a real HCA
+  // raises it on its own.)
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(a->Post(IBV_WR_SEND, 2, 0, 8), 0);
+  const auto wc = a->Poll(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_NE(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(a->AsyncEvent(), cross() ? IBV_EVENT_QP_FATAL : IBV_EVENT_DEVICE_FATAL);
+}
+
+INSTANTIATE_TEST_SUITE_P(Nodes, ClusterTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "AcrossNodes" : "OneNode";
+                         });
+
+}  // namespace
+}  // namespace ff::cluster_test
