@@ -171,6 +171,21 @@ void FakeRouter::Respond(ProxySegment* p, uint32_t seq, ibv_wc_status status, bo
   WakePod();
 }
 
+void FakeRouter::DeliverSend(uint32_t qpn, uint32_t src_qpn, const char* data, uint32_t len) {
+  ff::Mapping seg;
+  ASSERT_EQ(ff::MapSegment(qp_segment_fd(qpn), ff::QpSegmentBytes(1, ff::kRcRingBytes), true, &seg),
+            0);
+  ff::RingProducer ring;  // continues from the published tail
+  ring.Attach(ff::QpRing(seg.get(), 0, ff::kRcRingBytes), ff::kRcRingBytes);
+  ff::RecordHeader h{};
+  h.kind = ff::kRecSend;
+  h.flags = ff::kRecFirst | ff::kRecLast;
+  h.msg_len = len;
+  h.src_qpn = src_qpn;
+  ASSERT_EQ(ff::AppendRecord(ring, h, data, len), ff::RingStatus::kOk);
+  ring.Publish();
+}
+
 void FakeRouter::WakePod() {
   std::lock_guard<std::mutex> g(mu_);
   if (!pod_notify_.get()) return;

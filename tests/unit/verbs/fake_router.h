@@ -111,7 +111,10 @@ class FakeRouter {
   // Writes response records to `p` through the codec and wakes the pod.
   void Respond(ProxySegment* p, uint32_t seq, ibv_wc_status status, bool last = true,
                uint64_t data_offset = 0, const void* data = nullptr, uint32_t len = 0);
-  // Publishes what was written into a ring of the pod and rings its wake word if armed.
+  // Writes a SEND message into ring 0 of the pod's QP `qpn`, as a peer on this node or the
+  // router delivering for one on another node does, and publishes it.
+  void DeliverSend(uint32_t qpn, uint32_t src_qpn, const char* data, uint32_t len);
+  // Rings the pod's wake word if it armed it (after delivering to the pod).
   void WakePod();
 
   void SendEvent(ff::proto::EventType type, uint32_t qpn);

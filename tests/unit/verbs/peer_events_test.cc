@@ -45,23 +45,6 @@ void ExpectAsync(Pod& pod, ibv_event_type type, ibv_qp* qp = nullptr) {
   }
 }
 
-// Writes a SEND record into the pod QP's own ring, as its same-node peer would.
-void PeerSends(Pod& pod, ibv_qp* qp, const char* data, uint32_t len) {
-  ff::Mapping seg;
-  ASSERT_EQ(ff::MapSegment(pod.router.qp_segment_fd(qp->qp_num),
-                           ff::QpSegmentBytes(1, ff::kRcRingBytes), true, &seg),
-            0);
-  ff::RingProducer ring;
-  ring.Attach(ff::QpRing(seg.get(), 0, ff::kRcRingBytes), ff::kRcRingBytes);
-  ff::RecordHeader h{};
-  h.kind = ff::kRecSend;
-  h.flags = ff::kRecFirst | ff::kRecLast;
-  h.msg_len = len;
-  h.src_qpn = kPeerQpn;
-  ASSERT_EQ(ff::AppendRecord(ring, h, data, len), ff::RingStatus::kOk);
-  ring.Publish();
-}
-
 TEST(PeerEvents, PeerGoneFailsQueuedWorkWithRetryExceededAndRaisesQpFatal) {
   Pod pod;
   Linked l = SameNodeQp(pod);
@@ -110,7 +93,7 @@ TEST(PeerEvents, PeerClosedKeepsReceivesAndFailsLaterSends) {
   ASSERT_NE(l.qp, nullptr);
   Buffer buf(pod.pd, 64);
   ASSERT_EQ(PostRecv(l.qp, buf.Sge(0, 64), 9), 0);
-  PeerSends(pod, l.qp, "bye", 3);  // sent just before it closed
+  pod.router.DeliverSend(l.qp->qp_num, kPeerQpn, "bye", 3);  // sent just before it closed
   pod.router.SendEvent(EventType::kPeerClosed, l.qp->qp_num);
   std::vector<ibv_wc> wcs = PollN(pod.cq, 1);
   ASSERT_EQ(wcs.size(), 1u);

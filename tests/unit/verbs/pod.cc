@@ -139,8 +139,11 @@ int Pod::Connect(ibv_qp* qp, uint32_t dest_qpn, const QpOptions& o) {
   return ibv_modify_qp(qp, &a, mask);
 }
 
-int PostSend(ibv_qp* qp, ibv_wr_opcode op, const ibv_sge& sge, uint64_t wr_id, uint64_t remote_addr,
-             uint32_t rkey) {
+namespace {
+
+// Posts one signalled work request of `op` on `sge`; `fill` sets what is particular to it.
+template <typename Fill>
+int PostOne(ibv_qp* qp, ibv_wr_opcode op, const ibv_sge& sge, uint64_t wr_id, Fill&& fill) {
   ibv_sge s = sge;
   ibv_send_wr wr{};
   wr.wr_id = wr_id;
@@ -148,28 +151,31 @@ int PostSend(ibv_qp* qp, ibv_wr_opcode op, const ibv_sge& sge, uint64_t wr_id, u
   wr.sg_list = &s;
   wr.num_sge = 1;
   wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = remote_addr;
-  wr.wr.rdma.rkey = rkey;
   wr.imm_data = htonl(0xabcd);
+  fill(&wr);
   ibv_send_wr* bad = nullptr;
   return ibv_post_send(qp, &wr, &bad);
 }
 
+}  // namespace
+
+int PostSend(ibv_qp* qp, ibv_wr_opcode op, const ibv_sge& sge, uint64_t wr_id, uint64_t remote_addr,
+             uint32_t rkey) {
+  return PostOne(qp, op, sge, wr_id, [&](ibv_send_wr* wr) { wr->wr.rdma = {remote_addr, rkey}; });
+}
+
 int PostAtomic(ibv_qp* qp, ibv_wr_opcode op, const ibv_sge& sge, uint64_t wr_id,
                uint64_t remote_addr, uint32_t rkey, uint64_t compare_add, uint64_t swap) {
-  ibv_sge s = sge;
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id;
-  wr.opcode = op;
-  wr.sg_list = &s;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.atomic.remote_addr = remote_addr;
-  wr.wr.atomic.rkey = rkey;
-  wr.wr.atomic.compare_add = compare_add;
-  wr.wr.atomic.swap = swap;
-  ibv_send_wr* bad = nullptr;
-  return ibv_post_send(qp, &wr, &bad);
+  return PostOne(qp, op, sge, wr_id, [&](ibv_send_wr* wr) {
+    wr->wr.atomic = {remote_addr, compare_add, swap, rkey};
+  });
+}
+
+int PostUdSend(ibv_qp* qp, ibv_ah* ah, const ibv_sge& sge, uint64_t wr_id, uint32_t remote_qpn,
+               uint32_t qkey) {
+  return PostOne(qp, IBV_WR_SEND, sge, wr_id, [&](ibv_send_wr* wr) {
+    wr->wr.ud = {ah, remote_qpn, qkey};
+  });
 }
 
 int PostRecv(ibv_qp* qp, const ibv_sge& sge, uint64_t wr_id) {

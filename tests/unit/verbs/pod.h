@@ -81,6 +81,8 @@ int PostSend(ibv_qp* qp, ibv_wr_opcode op, const ibv_sge& sge, uint64_t wr_id,
              uint64_t remote_addr = 0, uint32_t rkey = 0);
 int PostAtomic(ibv_qp* qp, ibv_wr_opcode op, const ibv_sge& sge, uint64_t wr_id,
                uint64_t remote_addr, uint32_t rkey, uint64_t compare_add, uint64_t swap);
+int PostUdSend(ibv_qp* qp, ibv_ah* ah, const ibv_sge& sge, uint64_t wr_id, uint32_t remote_qpn,
+               uint32_t qkey);
 int PostRecv(ibv_qp* qp, const ibv_sge& sge, uint64_t wr_id);
 
 // Polls until `n` completions arrived or kWaitLimit passed; returns what arrived.

@@ -34,23 +34,6 @@ ibv_qp* RouterLinkedQp(Pod& pod, const QpOptions& o = {}) {
   return qp;
 }
 
-// A record the router delivers into the pod QP's own inbound ring.
-void DeliverSend(Pod& pod, ibv_qp* qp, const char* data, uint32_t len) {
-  ff::Mapping seg;
-  const size_t bytes = ff::QpSegmentBytes(1, ff::kRcRingBytes);
-  ASSERT_EQ(ff::MapSegment(pod.router.qp_segment_fd(qp->qp_num), bytes, true, &seg), 0);
-  ff::RingProducer ring;
-  ring.Attach(ff::QpRing(seg.get(), 0, ff::kRcRingBytes), ff::kRcRingBytes);
-  ff::RecordHeader h{};
-  h.kind = ff::kRecSend;
-  h.flags = ff::kRecFirst | ff::kRecLast;
-  h.msg_len = len;
-  h.src_qpn = 0x900;
-  ASSERT_EQ(ff::AppendRecord(ring, h, data, len), ff::RingStatus::kOk);
-  ring.Publish();
-  pod.router.WakePod();
-}
-
 TEST(PollSleep, EmptyPollOnARouterFedCqSleepsUntilTheWaitRunsOut) {
   Pod pod;
   ASSERT_NE(RouterLinkedQp(pod), nullptr);
@@ -75,7 +58,8 @@ TEST(PollSleep, ARouterFedPollWakesWhenTheRouterRingsTheWakeWord) {
   ASSERT_EQ(wake->armed.load(), 1u) << "poll_cq never armed the wake word";
   std::this_thread::sleep_for(milliseconds(20));  // let it fall asleep
   const auto rung = Clock::now();
-  DeliverSend(pod, qp, "hello", 5);
+  pod.router.DeliverSend(qp->qp_num, 0x900, "hello", 5);
+  pod.router.WakePod();
   poller.join();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].wr_id, 3u);

@@ -320,17 +320,7 @@ TEST(RouterLinkUd, UdSendThroughTheRouterCompletesOnceItLeft) {
   ProxySegment* proxy = pod.router.AnswerThroughRouter(qp->qp_num, kPeerQpn, IBV_QPT_UD);
   ASSERT_EQ(pod.Connect(qp, kPeerQpn, o), 0);
   Buffer buf(pod.pd, 64);
-  ibv_sge sge = buf.Sge(0, 64);
-  ibv_send_wr wr{};
-  wr.wr_id = 5;
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.wr.ud.ah = pod.NewAh();
-  wr.wr.ud.remote_qpn = kPeerQpn;
-  wr.wr.ud.remote_qkey = 0x2222;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+  ASSERT_EQ(PostUdSend(qp, pod.NewAh(), buf.Sge(0, 64), 5, kPeerQpn, 0x2222), 0);
   const std::vector<Request> reqs = proxy->TakeRequests();
   ASSERT_EQ(reqs.size(), 1u);
   EXPECT_EQ(reqs[0].h.qkey, 0x2222u);
