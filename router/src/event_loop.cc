@@ -86,9 +86,9 @@ void EventLoop::RunDeferred() {
 }
 
 int EventLoop::RunOnce(int timeout_ms) {
-  epoll_event events[64];
+  epoll_event events[kEpollBatch];
   if (!deferred_.empty()) timeout_ms = 0;
-  const int n = ::epoll_wait(epoll_.get(), events, 64, timeout_ms);
+  const int n = ::epoll_wait(epoll_.get(), events, kEpollBatch, timeout_ms);
   for (int i = 0; i < n; ++i) {
     auto it = watched_.find(events[i].data.u64);
     if (it == watched_.end() || !it->second.live) continue;

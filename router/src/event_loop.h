@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "freeflow/fd.h"
+#include "freeflow/tunables.h"
 
 namespace ff::router {
 

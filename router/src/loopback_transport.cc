@@ -8,10 +8,6 @@
 #include <cstring>
 
 namespace ff::router {
-namespace {
-// Messages one pump delivers before it lets the loop do other work.
-constexpr int kPumpBudget = 256;
-}  // namespace
 
 // One router's end of the network. Its handler runs on its own loop, woken by an eventfd
 // that any thread may write; nothing is delivered while net_.mu_ is held.
@@ -123,7 +119,7 @@ class LoopbackNetwork::Transport final : public NodeTransport {
         handler_->OnDrained(notice.link);
       }
     }
-    int budget = kPumpBudget;
+    int budget = kLoopbackPumpBudget;
     for (LinkId link : ready) {
       while (budget > 0 && DeliverOne(link)) --budget;
     }

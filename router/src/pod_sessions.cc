@@ -40,7 +40,7 @@ bool PodSessions::Listen(const std::string& path, std::string* error) {
   }
   path_ = path;
   ::chmod(path.c_str(), 0666);  // pods run as any user
-  if (::listen(listen_.get(), 128) != 0 ||
+  if (::listen(listen_.get(), kPodListenBacklog) != 0 ||
       loop_.Watch(listen_.get(), EPOLLIN, [this](uint32_t) { Accept(); }) == 0) {
     *error = std::string("listen: ") + std::strerror(errno);
     return false;

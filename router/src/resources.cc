@@ -73,10 +73,10 @@ void ResourceTables::ErasePod(PodId id) { pods_.erase(id); }
 
 Qp& ResourceTables::AddQp(std::unique_ptr<Qp> qp) {
   uint32_t qpn = next_qpn_;
-  for (int tries = 0; tries < (1 << 24); ++tries) {
+  for (uint32_t tries = 0; tries <= kQpnMask; ++tries) {
     qpn = next_qpn_;
-    next_qpn_ = (next_qpn_ + 1) & 0xffffff;
-    if (next_qpn_ < 0x100) next_qpn_ = 0x100;
+    next_qpn_ = (next_qpn_ + 1) & kQpnMask;
+    if (next_qpn_ < kFirstQpn) next_qpn_ = kFirstQpn;
     if (!qps_.count(qpn)) break;
   }
   qp->qpn = qpn;

@@ -116,7 +116,7 @@ class ResourceTables {
   std::vector<uint32_t> Unlink(Qp& src, const Qp* keep = nullptr);
 
  private:
-  uint32_t next_qpn_ = 0x100;
+  uint32_t next_qpn_ = kFirstQpn;
   std::unordered_map<PodId, std::unique_ptr<Pod>> pods_;
   std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
 };

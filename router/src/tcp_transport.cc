@@ -46,7 +46,7 @@ bool TcpTransport::Start(EventLoop& loop, Handler& handler, std::string* error) 
   ::setsockopt(listen_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   const sockaddr_in a = SockAddr(options_.host_ip, options_.port);
   if (!listen_ || ::bind(listen_.get(), reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::listen(listen_.get(), 64) != 0) {
+      ::listen(listen_.get(), kNodeListenBacklog) != 0) {
     *error = "cannot listen for routers on " + where + ": " + std::strerror(errno);
     return false;
   }
@@ -332,7 +332,7 @@ void TcpTransport::Flush(Link& l, bool may_notify) {
   if (l.out_off == l.out.size()) {
     l.out.clear();
     l.out_off = 0;
-  } else if (l.out_off > (4u << 20)) {
+  } else if (l.out_off > kLinkCompactBytes) {
     l.out.erase(l.out.begin(), l.out.begin() + static_cast<ptrdiff_t>(l.out_off));
     l.out_off = 0;
   }

@@ -42,7 +42,13 @@ inline constexpr int kRouterCallTimeoutS = 10;     // a router silent this long 
 inline constexpr int kSeqlockReadAttempts = 64;    // tries to read an MR entry being changed
 inline constexpr int kCreditClaimAttempts = 64;    // CAS tries to claim one receive credit
 
+// ---- router: its loop and tables ---------------------------------------------------------
+inline constexpr int kEpollBatch = 64;          // events taken from epoll per loop turn
+inline constexpr uint32_t kFirstQpn = 0x100;    // QPNs below are never handed out
+inline constexpr uint32_t kQpnMask = 0xffffff;  // QPNs are 24-bit
+
 // ---- router: pod sessions ----------------------------------------------------------------
+inline constexpr int kPodListenBacklog = 128;       // pending pod connections
 inline constexpr size_t kMaxQpsPerPod = 65536;      // QPs one pod connection may hold
 inline constexpr size_t kMaxObjectsPerPod = 16384;  // channels, CQs, SRQs, regions: each, per pod
 inline constexpr int kAcceptBurst = 64;             // pod connections accepted per loop turn
@@ -55,12 +61,15 @@ inline constexpr uint64_t kRetryTickNs = 200'000;        // timer period while a
 inline constexpr uint64_t kIdleTickNs = 50'000'000;  // timer period otherwise (deadlines, sweeps)
 
 // ---- node links (router <-> router) -------------------------------------------------------
-inline constexpr uint32_t kMaxFrame = 1u << 20;       // largest frame body a peer may send
-inline constexpr size_t kLinkHighWater = 8u << 20;    // owed bytes that make a link congested
-inline constexpr uint32_t kDirectSendBytes = 4096;    // larger records skip the copy to a buffer
-inline constexpr size_t kLinkReadChunk = 512 * 1024;  // receive buffer growth step
-inline constexpr int kLinkReadBurst = 64;             // reads from one link per loop turn
-inline constexpr int kNodeAcceptBurst = 16;           // router connections accepted per turn
+inline constexpr uint32_t kMaxFrame = 1u << 20;        // largest frame body a peer may send
+inline constexpr size_t kLinkHighWater = 8u << 20;     // owed bytes that make a link congested
+inline constexpr uint32_t kDirectSendBytes = 4096;     // larger records skip the copy to a buffer
+inline constexpr size_t kLinkReadChunk = 512 * 1024;   // receive buffer growth step
+inline constexpr int kLinkReadBurst = 64;              // reads from one link per loop turn
+inline constexpr int kNodeAcceptBurst = 16;            // router connections accepted per turn
+inline constexpr int kNodeListenBacklog = 64;          // pending router connections
+inline constexpr size_t kLinkCompactBytes = 4u << 20;  // sent bytes kept before the buffer moves
+inline constexpr int kLoopbackPumpBudget = 256;        // in-memory links: messages per turn
 inline constexpr uint64_t kPingIntervalNs = 100'000'000;      // a dialled link pings this often
 inline constexpr uint64_t kDialTimeoutNs = 5'000'000'000ull;  // a dial not connected by then fails
 inline constexpr uint32_t kInboundSilenceFactor = 3;  // accepted links (no pings) wait N timeouts
