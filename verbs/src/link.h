@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "internal.h"
+#include "session.h"
 
 namespace ffv {
 
@@ -91,8 +92,21 @@ inline ibv_sge* WqeSges(Qp* qp, uint64_t index) {
   return &qp->sq_sges[(index & qp->sq_mask) * qp->cap.max_send_sge];
 }
 
-// The RecordHeader of a message record of `w` (kind, flags); sizes are the codec's.
-ff::RecordHeader MessageHeader(const Qp* qp, const SendWqe& w, uint8_t kind, uint8_t flags);
+// The RecordHeader of a message record of `w` (kind, flags); sizes are the codec's. Inline:
+// built in registers rather than returned through memory that AppendRecord copies again.
+inline ff::RecordHeader MessageHeader(const Qp* qp, const SendWqe& w, uint8_t kind, uint8_t flags) {
+  // In field order; total and frag_len are the codec's to fill in.
+  return ff::RecordHeader{0,
+                          kind,
+                          flags,
+                          0,
+                          static_cast<uint32_t>(w.length),
+                          w.imm,
+                          qp->qpx.qp_base.qp_num,
+                          htonl(qp->ctx->session->ip),
+                          0,
+                          w.remote_qkey};
+}
 
 // Flags of a SEND fragment.
 inline uint8_t SendFlags(const SendWqe& w, bool first, bool last) {
@@ -107,8 +121,8 @@ inline uint8_t SendFlags(const SendWqe& w, bool first, bool last) {
 // ends the WQE with IBV_WC_REM_OP_ERR. Long messages are published as they go, so that the
 // receiver can copy out while we copy in.
 template <typename Append>
-Exec PutFragments(PeerLink* link, SendWqe& w, uint32_t max_frag, ibv_wc_status* st,
-                  Append&& append) {
+[[gnu::always_inline]] inline Exec PutFragments(PeerLink* link, SendWqe& w, uint32_t max_frag,
+                                                ibv_wc_status* st, Append&& append) {
   while (w.sent < w.length || !w.started) {
     const auto frag = static_cast<uint32_t>(std::min<uint64_t>(w.length - w.sent, max_frag));
     const ff::RingStatus rs = append(frag, !w.started, w.sent + frag == w.length);

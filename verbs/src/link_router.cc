@@ -34,10 +34,9 @@ ff::ProxyRequest RequestOf(const Qp* qp, const SendWqe& w, uint64_t index) {
 ff::RingStatus AppendReq(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t index, uint8_t kind,
                          uint8_t flags, const ff::ProxyRequest& op, uint64_t data_off,
                          uint32_t data_len) {
-  const ff::RecordHeader h = MessageHeader(qp, w, kind, flags);
-  const ff::RingStatus rs = ff::AppendRequest(link->producer, h, op, data_len, [&](char* dst) {
-    CopyFromSges(WqeSges(qp, index), w.num_sge, data_off, dst, data_len);
-  });
+  const ff::RingStatus rs = ff::AppendRequest(
+      link->producer, MessageHeader(qp, w, kind, flags), op, data_len,
+      [&](char* dst) { CopyFromSges(WqeSges(qp, index), w.num_sge, data_off, dst, data_len); });
   if (rs == ff::RingStatus::kOk) link->dirty = true;
   return rs;
 }

@@ -46,8 +46,9 @@ Exec Send(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st)
   const uint32_t max_frag = qp->type == IBV_QPT_UD ? ff::kMtu : ff::kMaxFragment;
   const ibv_sge* sges = WqeSges(qp, index);
   return PutFragments(link, w, max_frag, st, [&](uint32_t frag, bool first, bool last) {
-    const ff::RecordHeader h = MessageHeader(qp, w, ff::kRecSend, SendFlags(w, first, last));
-    return ff::AppendRecord(link->producer, h, frag,
+    // The header is passed as a prvalue: it is built in AppendRecord's parameter, not copied.
+    return ff::AppendRecord(link->producer,
+                            MessageHeader(qp, w, ff::kRecSend, SendFlags(w, first, last)), frag,
                             [&](char* dst) { CopyFromSges(sges, w.num_sge, w.sent, dst, frag); });
   });
 }

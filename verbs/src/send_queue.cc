@@ -48,17 +48,17 @@ bool WantsInline(const ibv_send_wr* wr) {
           op == IBV_WR_RDMA_WRITE_WITH_IMM);
 }
 
-// 0 when `wr` may be queued on `qp`, else the errno post_send returns.
-int CheckWr(const Qp* qp, const ibv_send_wr* wr) {
+// 0 when `wr` may be queued on `qp`, else the errno post_send returns. *length: its bytes.
+int CheckWr(const Qp* qp, const ibv_send_wr* wr, uint64_t* length) {
   const uint64_t queued = qp->sq_tail - qp->sq_head;
   if (queued > qp->sq_mask || queued >= qp->cap.max_send_wr) return ENOMEM;
   if (!OpcodeAllowed(qp->type, wr->opcode) || wr->num_sge < 0 ||
       static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge ||
       (qp->type == IBV_QPT_UD && wr->wr.ud.ah == nullptr))
     return EINVAL;
-  const uint64_t length = TotalLength(wr);
-  if ((WantsInline(wr) && length > ff::kMaxInline) || length > ff::kMaxMsgSize ||
-      (qp->type == IBV_QPT_UD && length > ff::kMtu))
+  *length = TotalLength(wr);
+  if ((WantsInline(wr) && *length > ff::kMaxInline) || *length > ff::kMaxMsgSize ||
+      (qp->type == IBV_QPT_UD && *length > ff::kMtu))
     return EINVAL;
   return 0;
 }
@@ -108,16 +108,33 @@ void TakeAddressing(const Qp* qp, SendWqe& w, const ibv_send_wr* wr) {
   }
 }
 
-void Enqueue(Qp* qp, const ibv_send_wr* wr) {
+// Every field of the slot is written field by field: `w = SendWqe{}` zeroes the whole WQE with
+// a `rep stos`, which profiles of ib_send_bw showed as the most expensive instruction of a post.
+void Enqueue(Qp* qp, const ibv_send_wr* wr, uint64_t length) {
   const uint64_t index = qp->sq_tail;
   SendWqe& w = qp->sq[index & qp->sq_mask];
-  w = SendWqe{};
   w.wr_id = wr->wr_id;
   w.opcode = wr->opcode;
   w.flags = wr->send_flags;
   w.signaled = qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
-  w.length = TotalLength(wr);
+  w.length = length;
   w.imm = wr->imm_data;
+  w.remote_addr = 0;
+  w.rkey = 0;
+  w.compare_add = 0;
+  w.swap = 0;
+  w.dest_ip = 0;
+  w.dest_lid = 0;
+  w.remote_qpn = 0;
+  w.remote_qkey = 0;
+  w.sent = 0;
+  w.credit = false;
+  w.started = false;
+  w.rnr = ff::RnrState{};
+  w.pre_status = IBV_WC_SUCCESS;
+  w.in_flight = false;
+  w.done = false;
+  w.status = IBV_WC_SUCCESS;
   TakeData(qp, w, index, wr);
   TakeAddressing(qp, w, wr);
   ++qp->sq_tail;
@@ -212,18 +229,6 @@ struct TouchedLinks {
 
 }  // namespace
 
-ff::RecordHeader MessageHeader(const Qp* qp, const SendWqe& w, uint8_t kind, uint8_t flags) {
-  ff::RecordHeader h{};
-  h.kind = kind;
-  h.flags = flags;
-  h.msg_len = static_cast<uint32_t>(w.length);
-  h.imm = w.imm;
-  h.src_qpn = qp->qpx.qp_base.qp_num;
-  h.src_ip = htonl(qp->ctx->session->ip);
-  h.qkey = w.remote_qkey;
-  return h;
-}
-
 void Progress(Qp* qp) {
   if (qp->qpx.qp_base.state == IBV_QPS_ERR) {
     FailQp(qp, IBV_WC_WR_FLUSH_ERR);
@@ -313,12 +318,13 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     }
     int rc = 0;
     for (; wr != nullptr; wr = wr->next) {
-      rc = CheckWr(qp, wr);
+      uint64_t length = 0;
+      rc = CheckWr(qp, wr, &length);
       if (rc != 0) {
         *bad = wr;
         break;
       }
-      Enqueue(qp, wr);
+      Enqueue(qp, wr, length);
     }
     Progress(qp);
     return rc;
