@@ -3,7 +3,7 @@
 // process without root: the test hands the other end to ffv::OpenSession.
 //
 // It does what the real router does for one pod: answers HELLO with an MR table it writes
-// (ff::UpdateMrEntry), keeps channels, CQs, SRQs and QPs (numbering QPs from 0x100, as every
+// (ff::UpdateMrEntry), keeps channels, CQs, SRQs and QPs (numbering QPs from kFirstQpn, as every
 // router does, so two fake routers hand out the same numbers), registers memory, and answers
 // ConnectQp / ResolveUd the way the test chose for that QP: as a peer process on this node
 // (a SameNodePeer the test owns) or as a peer on another node (a ProxySegment, as
@@ -169,7 +169,7 @@ class FakeRouter {
   ff::UniqueFd table_fd_;
   ff::Mapping table_;
   uint32_t next_slot_ = 1;
-  uint32_t next_qpn_ = 0x100;
+  uint32_t next_qpn_ = ff::kFirstQpn;
   uint32_t last_qpn_ = 0;
   int refuse_status_ = 0;
   std::string refuse_reason_;

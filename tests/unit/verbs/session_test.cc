@@ -27,7 +27,7 @@ TEST(Sessions, TwoSessionsKeepTheirQpNumbersApart) {
   ibv_qp* qb = b.CreateQp();
   ASSERT_NE(qa, nullptr);
   ASSERT_NE(qb, nullptr);
-  ASSERT_EQ(qa->qp_num, qb->qp_num) << "each fake router numbers its QPs from 0x100";
+  ASSERT_EQ(qa->qp_num, qb->qp_num) << "each fake router numbers its QPs from kFirstQpn";
   a.router.AnswerSameNode(qa->qp_num, &peer_a);
   b.router.AnswerSameNode(qb->qp_num, &peer_b);
   ASSERT_EQ(a.Connect(qa, 0x500), 0);
