@@ -48,12 +48,11 @@ bool ValidRange(uint64_t offset, uint64_t length, uint64_t size) {
 }
 
 int CreateChannel(Request& q) {
-  return AddObject(q.pod.channels, proto::As<proto::CreateChannel>(q.msg).chan_id,
-                   std::move(q.fds[0]));
+  return AddObject(q.pod.channels, proto::As<proto::CreateChannel>(q.msg).id, std::move(q.fds[0]));
 }
 
 int DestroyChannel(Request& q) {
-  return RemoveObject(q.pod.channels, proto::As<proto::DestroyChannel>(q.msg).chan_id);
+  return RemoveObject(q.pod.channels, proto::As<proto::DestroyChannel>(q.msg).id);
 }
 
 int CreateCq(Request& q) {
@@ -64,17 +63,15 @@ int CreateCq(Request& q) {
   return AddObject(q.pod.cqs, m.cq_id, Cq{m.notify_slot, m.chan_id});
 }
 
-int DestroyCq(Request& q) {
-  return RemoveObject(q.pod.cqs, proto::As<proto::DestroyCq>(q.msg).cq_id);
-}
+int DestroyCq(Request& q) { return RemoveObject(q.pod.cqs, proto::As<proto::DestroyCq>(q.msg).id); }
 
 int CreateSrq(Request& q) {
   if (!SegmentAtLeast(q.fds[0].get(), sizeof(SrqSegment))) return EINVAL;
-  return AddObject(q.pod.srqs, proto::As<proto::CreateSrq>(q.msg).srq_id, std::move(q.fds[0]));
+  return AddObject(q.pod.srqs, proto::As<proto::CreateSrq>(q.msg).id, std::move(q.fds[0]));
 }
 
 int DestroySrq(Request& q) {
-  return RemoveObject(q.pod.srqs, proto::As<proto::DestroySrq>(q.msg).srq_id);
+  return RemoveObject(q.pod.srqs, proto::As<proto::DestroySrq>(q.msg).id);
 }
 
 int CreateQp(Request& q) {
@@ -124,7 +121,7 @@ void ReleaseQp(Broker::Parts& b, Qp& qp, bool died) {
 }
 
 int DestroyQp(Request& q) {
-  const uint32_t qpn = proto::As<proto::DestroyQp>(q.msg).qpn;
+  const uint32_t qpn = proto::As<proto::DestroyQp>(q.msg).id;
   Qp* qp = q.b.tables.FindOwnedQp(q.pod, qpn);
   if (qp == nullptr) return ENOENT;
   ReleaseQp(q.b, *qp, false);
@@ -134,7 +131,7 @@ int DestroyQp(Request& q) {
 }
 
 int DisconnectQp(Request& q) {
-  const uint32_t qpn = proto::As<proto::DisconnectQp>(q.msg).qpn;
+  const uint32_t qpn = proto::As<proto::DisconnectQp>(q.msg).id;
   Qp* qp = q.b.tables.FindOwnedQp(q.pod, qpn);
   if (qp == nullptr) return ENOENT;
   q.b.forwarder.DropQp(qpn, false);
@@ -168,7 +165,7 @@ int DeregMr(Request& q) {
   const auto m = proto::As<proto::DeregMr>(q.msg);
   uint32_t region = 0;
   if (const int rc = q.pod.mr.Remove(m.key, &region)) return rc;
-  if (m.release_region) q.pod.regions.erase(region);
+  if (m.release) q.pod.regions.erase(region);
   return 0;
 }
 
@@ -181,7 +178,7 @@ int MoveMr(Request& q) {
   if (region == q.pod.regions.end()) return ENOENT;
   if (!ValidRange(m.region_offset, v.length, region->second.size)) return EINVAL;
   if (const int rc = q.pod.mr.Move(m.key, m.region_id, m.region_offset)) return rc;
-  if (m.release_old && v.region != m.region_id) q.pod.regions.erase(v.region);
+  if (m.release && v.region != m.region_id) q.pod.regions.erase(v.region);
   return 0;
 }
 

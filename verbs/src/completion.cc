@@ -122,7 +122,7 @@ Cq* TakeFiredCq(Channel* ch, bool* pending) {
 // are queued (they need retrying), else until it is written. 0, or a positive errno.
 int WaitForEvent(ibv_comp_channel* channel, bool pending) {
   const bool nonblocking = (::fcntl(channel->fd, F_GETFL) & O_NONBLOCK) != 0;
-  const timespec retry{0, static_cast<long>(ff::kRetryTickNs)};
+  const timespec retry{0, static_cast<long>(ff::kPendingSendRetryNs)};
   const timespec* timeout = pending ? &retry : nullptr;
   const timespec zero{0, 0};
   pollfd p{channel->fd, POLLIN, 0};

@@ -128,7 +128,6 @@ int PeerRegion(Qp* qp, PeerLink* link, uint32_t region_id, Mapping** out) {
   auto it = p->regions.find(region_id);
   if (it == p->regions.end()) {
     ff::proto::GetRegion m{};
-    m.h.op = ff::proto::Op::kGetRegion;
     m.qpn = qp->qpx.qp_base.qp_num;
     m.region_id = region_id;
     ff::proto::Response r{};

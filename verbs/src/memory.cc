@@ -79,13 +79,12 @@ void DropRegion(Region* region) {
 
 int MoveMr(Mr* mr, Region* to, bool send_fd) {
   ff::proto::MoveMr m{};
-  m.h.op = ff::proto::Op::kMoveMr;
   m.key = mr->mr.lkey;
   m.region_id = to->id;
   m.region_offset = reinterpret_cast<uintptr_t>(mr->mr.addr) - to->start;
   m.region_size = to->size;
   m.new_region = send_fd ? 1 : 0;
-  m.release_old = 1;
+  m.release = 1;
   ff::proto::Response r{};
   const int fd = to->fd.get();
   return to->session->Call(&m, sizeof(m), send_fd ? &fd : nullptr, send_fd ? 1 : 0, &r);
@@ -168,7 +167,6 @@ int AcquireRegion(Session* s, uintptr_t addr, size_t len, Region** out, bool* fr
 int Register(Session* s, uintptr_t addr, size_t length, uint64_t iova, unsigned access,
              Region* region, bool fresh, uint32_t* key) {
   ff::proto::RegMr m{};
-  m.h.op = ff::proto::Op::kRegMr;
   m.addr = iova;
   m.length = length;
   m.region_offset = addr - region->start;
@@ -233,9 +231,8 @@ int DeregMr(Mr* mr) {
   auto& list = g_region_mrs[region];
   list.erase(std::remove(list.begin(), list.end(), mr), list.end());
   ff::proto::DeregMr m{};
-  m.h.op = ff::proto::Op::kDeregMr;
   m.key = mr->mr.lkey;
-  m.release_region = list.empty() ? 1 : 0;
+  m.release = list.empty() ? 1 : 0;
   const int rc = region->session->SimpleCall(&m, sizeof(m));
   if (rc != 0 && rc != ENOTCONN) LogError("router refused deregistration: %s", std::strerror(rc));
   // Revoke: after this no peer mapping reaches the application's pages.

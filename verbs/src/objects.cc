@@ -45,7 +45,6 @@ void Erase(std::vector<T*>& v, T* x) {
 template <typename M>
 void Withdraw(Session* s, uint32_t M::*id_field, uint32_t id) {
   M m{};
-  m.h.op = M::kOp;
   m.*id_field = id;
   s->SimpleCall(&m, sizeof(m));
 }
@@ -77,8 +76,7 @@ int CreateChannel(Context* ctx, Channel** out) {
   if (ch->ch.fd < 0) return errno;
   ch->id = NextId(ctx);
   ff::proto::CreateChannel m{};
-  m.h.op = ff::proto::Op::kCreateChannel;
-  m.chan_id = ch->id;
+  m.id = ch->id;
   ff::proto::Response r{};
   if (const int rc = ctx->session->Call(&m, sizeof(m), &ch->ch.fd, 1, &r)) {
     ::close(ch->ch.fd);
@@ -111,7 +109,6 @@ int CreateCq(Context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel,
   if (const int rc = TakeEventSlot(ctx->session, cq.get(), channel)) return rc;
   cq->id = NextId(ctx);
   ff::proto::CreateCq m{};
-  m.h.op = ff::proto::Op::kCreateCq;
   m.cq_id = cq->id;
   m.notify_slot = cq->notify_slot;
   m.chan_id = cq->channel != nullptr ? cq->channel->id : ff::proto::kNoId;
@@ -151,7 +148,7 @@ int ResizeCq(Cq* cq, int cqe) {
 }
 
 int DestroyCq(Cq* cq) {
-  const int rc = Retract(cq, &ff::proto::DestroyCq::cq_id, [cq](Context* ctx) {
+  const int rc = Retract(cq, &ff::proto::DestroyCq::id, [cq](Context* ctx) {
     if (UsedByQp(ctx, cq)) return EBUSY;
     Erase(ctx->cqs, cq);
     if (cq->channel != nullptr) Erase(cq->channel->cqs, cq);
@@ -176,8 +173,7 @@ int CreateSrq(Context* ctx, ibv_pd* pd, ibv_srq_init_attr* attr, Srq** out) {
   srq->limit = attr->attr.srq_limit;
   srq->id = NextId(ctx);
   ff::proto::CreateSrq m{};
-  m.h.op = ff::proto::Op::kCreateSrq;
-  m.srq_id = srq->id;
+  m.id = srq->id;
   ff::proto::Response r{};
   const int fd = srq->seg_fd.get();
   if ((rc = ctx->session->Call(&m, sizeof(m), &fd, 1, &r)) != 0) return rc;
@@ -208,7 +204,7 @@ int ModifySrq(Srq* srq, const ibv_srq_attr* attr, int mask) {
 }
 
 int DestroySrq(Srq* srq) {
-  const int rc = Retract(srq, &ff::proto::DestroySrq::srq_id, [srq](Context* ctx) {
+  const int rc = Retract(srq, &ff::proto::DestroySrq::id, [srq](Context* ctx) {
     if (UsedByQp(ctx, srq)) return EBUSY;
     Erase(ctx->srqs, srq);
     return 0;
@@ -221,7 +217,7 @@ int DestroySrq(Srq* srq) {
 }
 
 int DestroyChannel(Channel* ch) {
-  const int rc = Retract(ch, &ff::proto::DestroyChannel::chan_id, [ch](Context* ctx) {
+  const int rc = Retract(ch, &ff::proto::DestroyChannel::id, [ch](Context* ctx) {
     if (!ch->cqs.empty()) return EBUSY;
     Erase(ctx->channels, ch);
     return 0;

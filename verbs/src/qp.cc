@@ -131,7 +131,6 @@ int InitSegment(Qp* qp) {
 
 int AnnounceQp(Qp* qp, uint32_t* qpn) {
   ff::proto::CreateQp m{};
-  m.h.op = ff::proto::Op::kCreateQp;
   m.qp_type = qp->type;
   m.num_rings = qp->num_rings;
   m.ring_bytes = qp->ring_bytes;
@@ -255,8 +254,7 @@ bool ApplyModify(Qp* qp, const ibv_qp_attr* attr, int mask, std::unique_ptr<Peer
 
 void Disconnect(Qp* qp) {
   ff::proto::DisconnectQp m{};
-  m.h.op = ff::proto::Op::kDisconnectQp;
-  m.qpn = qp->qpx.qp_base.qp_num;
+  m.id = qp->qpx.qp_base.qp_num;
   qp->ctx->session->SimpleCall(&m, sizeof(m));
   std::lock_guard<SpinLock> l(qp->ctx->lock);
   qp->link.reset();
@@ -290,8 +288,7 @@ int DestroyQp(Qp* qp) {
     drop(qp->rcq->recv_qps);
   }
   ff::proto::DestroyQp m{};
-  m.h.op = ff::proto::Op::kDestroyQp;
-  m.qpn = qpn;
+  m.id = qpn;
   ctx->session->SimpleCall(&m, sizeof(m));
   pthread_mutex_destroy(&qp->qpx.qp_base.mutex);
   pthread_cond_destroy(&qp->qpx.qp_base.cond);

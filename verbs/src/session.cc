@@ -87,7 +87,6 @@ int Hello(Session* s) {
   int rc = PrepareHello(s, &theirs);
   if (rc != 0) return rc;
   ff::proto::Hello hello{};
-  hello.h.op = ff::proto::Op::kHello;
   hello.abi = ff::kAbiVersion;
   const int fds[3] = {s->notify_fd.get(), theirs.get(), s->wake_fd.get()};
   ff::proto::Response resp{};

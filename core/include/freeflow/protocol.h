@@ -44,6 +44,18 @@ struct Header {
   uint32_t seq;  // echoed in the response
 };
 
+// The header of a request of one kind: a value-initialised request names its op, and
+// OpOf<M> tells it at compile time. Same layout as Header.
+template <Op kOpValue>
+struct RequestHeader {
+  static constexpr Op kOp = kOpValue;
+  Op op = kOpValue;
+  uint32_t seq = 0;
+};
+static_assert(sizeof(RequestHeader<Op::kHello>) == sizeof(Header));
+template <typename M>
+inline constexpr Op OpOf = decltype(M::h)::kOp;
+
 inline constexpr uint32_t kNoId = 0xffffffffu;
 
 // fds: [notify segment memfd, event socket, wake eventfd]. The last notify slot
@@ -52,55 +64,36 @@ inline constexpr uint32_t kNoId = 0xffffffffu;
 inline constexpr uint32_t kWakeSlot = kNotifySlots - 1;
 static_assert(kWakeSlot == kNotifySlots - 1 && kWakeSlot > 0, "the wake word is the last slot");
 struct Hello {
-  static constexpr Op kOp = Op::kHello;
-  Header h;
+  RequestHeader<Op::kHello> h;
   uint32_t abi;
   uint32_t reserved;
 };
-// fds: [channel eventfd]
-struct CreateChannel {
-  static constexpr Op kOp = Op::kCreateChannel;
-  Header h;
-  uint32_t chan_id;
+
+// The requests that name one object of the pod by its id, and carry nothing else.
+template <Op kOpValue>
+struct ObjectRequest {
+  RequestHeader<kOpValue> h;
+  uint32_t id;  // the channel, CQ or SRQ id the library chose; a QPN the router assigned
   uint32_t reserved;
 };
-struct DestroyChannel {
-  static constexpr Op kOp = Op::kDestroyChannel;
-  Header h;
-  uint32_t chan_id;
-  uint32_t reserved;
-};
+using CreateChannel = ObjectRequest<Op::kCreateChannel>;  // fds: [channel eventfd]
+using DestroyChannel = ObjectRequest<Op::kDestroyChannel>;
+using DestroyCq = ObjectRequest<Op::kDestroyCq>;
+using CreateSrq = ObjectRequest<Op::kCreateSrq>;  // fds: [SRQ segment memfd]
+using DestroySrq = ObjectRequest<Op::kDestroySrq>;
+using DestroyQp = ObjectRequest<Op::kDestroyQp>;
+using DisconnectQp = ObjectRequest<Op::kDisconnectQp>;  // forget the QP's peer (at RESET)
+
 struct CreateCq {
-  static constexpr Op kOp = Op::kCreateCq;
-  Header h;
+  RequestHeader<Op::kCreateCq> h;
   uint32_t cq_id;
   uint32_t notify_slot;  // kNoId when the CQ has no completion channel
   uint32_t chan_id;      // kNoId likewise
   uint32_t reserved;
 };
-struct DestroyCq {
-  static constexpr Op kOp = Op::kDestroyCq;
-  Header h;
-  uint32_t cq_id;
-  uint32_t reserved;
-};
-// fds: [SRQ segment memfd]
-struct CreateSrq {
-  static constexpr Op kOp = Op::kCreateSrq;
-  Header h;
-  uint32_t srq_id;
-  uint32_t reserved;
-};
-struct DestroySrq {
-  static constexpr Op kOp = Op::kDestroySrq;
-  Header h;
-  uint32_t srq_id;
-  uint32_t reserved;
-};
 // fds: [QP segment memfd]
 struct CreateQp {
-  static constexpr Op kOp = Op::kCreateQp;
-  Header h;
+  RequestHeader<Op::kCreateQp> h;
   uint32_t qp_type;  // ibv_qp_type
   uint32_t num_rings;
   uint32_t ring_bytes;
@@ -108,66 +101,40 @@ struct CreateQp {
   uint32_t recv_cq_id;
   uint32_t send_cq_id;
 };
-struct DestroyQp {
-  static constexpr Op kOp = Op::kDestroyQp;
-  Header h;
-  uint32_t qpn;
-  uint32_t reserved;
-};
-// Connects local `qpn` (RC/UC, at RTR) or resolves a UD destination: the sender is given
-// one ring of the destination QP to produce into. Address by overlay IPv4 (GID) when
-// dest_ip != 0, else by LID.
+// Connects local `qpn` (RC/UC, at RTR; op kConnectQp) or resolves a UD destination (op
+// kResolveUd): the sender is given one ring of the destination QP to produce into. Address
+// by overlay IPv4 (GID) when dest_ip != 0, else by LID.
 struct ConnectQp {
-  static constexpr Op kOp = Op::kConnectQp;  // kResolveUd for a UD destination
-  Header h;
+  RequestHeader<Op::kConnectQp> h;
   uint32_t qpn;
   uint32_t dest_ip;  // network byte order, 0 when addressing by LID
   uint32_t dest_qpn;
   uint16_t dest_lid;
   uint16_t reserved;
 };
-struct DisconnectQp {
-  static constexpr Op kOp = Op::kDisconnectQp;
-  Header h;
-  uint32_t qpn;
+// Registrations share one layout; each op uses the fields marked with it. fds: [region
+// memfd] when new_region != 0. MoveMr moves a live registration to another region (the
+// library merged overlapping registrations into one memfd); its key stays the same.
+template <Op kOpValue>
+struct MrRequest {
+  RequestHeader<kOpValue> h;
+  uint64_t addr;           // Reg: the registration's first address (its iova)
+  uint64_t length;         // Reg
+  uint64_t region_offset;  // Reg, Move: where the registration starts in its region
+  uint64_t region_size;    // Reg, Move: the region's size
+  uint32_t access;         // Reg: ibv_access_flags
+  uint32_t key;            // Dereg, Move
+  uint32_t region_id;      // Reg, Move
+  uint32_t new_region;     // Reg, Move: the region's memfd comes with this request
+  uint32_t release;        // Dereg, Move: the region the entry named before is no longer used
   uint32_t reserved;
 };
-// fds: [region memfd] when new_region != 0
-struct RegMr {
-  static constexpr Op kOp = Op::kRegMr;
-  Header h;
-  uint64_t addr;
-  uint64_t length;
-  uint64_t region_offset;
-  uint64_t region_size;
-  uint32_t access;
-  uint32_t region_id;
-  uint32_t new_region;
-  uint32_t reserved;
-};
-struct DeregMr {
-  static constexpr Op kOp = Op::kDeregMr;
-  Header h;
-  uint32_t key;
-  uint32_t release_region;  // the region named by the entry is no longer used
-};
-// Moves a live registration to another region (the library merged overlapping
-// registrations into one memfd); the key stays the same. fds: [region memfd] when
-// new_region != 0.
-struct MoveMr {
-  static constexpr Op kOp = Op::kMoveMr;
-  Header h;
-  uint64_t region_offset;
-  uint64_t region_size;
-  uint32_t key;
-  uint32_t region_id;
-  uint32_t new_region;
-  uint32_t release_old;  // the region the entry named before is no longer used
-};
+using RegMr = MrRequest<Op::kRegMr>;
+using DeregMr = MrRequest<Op::kDeregMr>;
+using MoveMr = MrRequest<Op::kMoveMr>;
 // Asks for the memfd of a region of the peer connected to `qpn`.
 struct GetRegion {
-  static constexpr Op kOp = Op::kGetRegion;
-  Header h;
+  RequestHeader<Op::kGetRegion> h;
   uint32_t qpn;
   uint32_t region_id;
 };
@@ -248,24 +215,22 @@ struct OpSpec {
   uint8_t min_fds;
   uint8_t max_fds;
 };
-inline constexpr OpSpec kOpSpecs[] = {
-    {Op::kHello, sizeof(Hello), 3, 3},
-    {Op::kCreateChannel, sizeof(CreateChannel), 1, 1},
-    {Op::kDestroyChannel, sizeof(DestroyChannel), 0, 0},
-    {Op::kCreateCq, sizeof(CreateCq), 0, 0},
-    {Op::kDestroyCq, sizeof(DestroyCq), 0, 0},
-    {Op::kCreateSrq, sizeof(CreateSrq), 1, 1},
-    {Op::kDestroySrq, sizeof(DestroySrq), 0, 0},
-    {Op::kCreateQp, sizeof(CreateQp), 1, 1},
-    {Op::kDestroyQp, sizeof(DestroyQp), 0, 0},
-    {Op::kConnectQp, sizeof(ConnectQp), 0, 0},
-    {Op::kDisconnectQp, sizeof(DisconnectQp), 0, 0},
-    {Op::kResolveUd, sizeof(ConnectQp), 0, 0},
-    {Op::kRegMr, sizeof(RegMr), 0, 1},
-    {Op::kDeregMr, sizeof(DeregMr), 0, 0},
-    {Op::kGetRegion, sizeof(GetRegion), 0, 0},
-    {Op::kMoveMr, sizeof(MoveMr), 0, 1},
-};
+inline constexpr OpSpec kOpSpecs[] = {{Op::kHello, sizeof(Hello), 3, 3},
+                                      {Op::kCreateChannel, sizeof(CreateChannel), 1, 1},
+                                      {Op::kDestroyChannel, sizeof(DestroyChannel), 0, 0},
+                                      {Op::kCreateCq, sizeof(CreateCq), 0, 0},
+                                      {Op::kDestroyCq, sizeof(DestroyCq), 0, 0},
+                                      {Op::kCreateSrq, sizeof(CreateSrq), 1, 1},
+                                      {Op::kDestroySrq, sizeof(DestroySrq), 0, 0},
+                                      {Op::kCreateQp, sizeof(CreateQp), 1, 1},
+                                      {Op::kDestroyQp, sizeof(DestroyQp), 0, 0},
+                                      {Op::kConnectQp, sizeof(ConnectQp), 0, 0},
+                                      {Op::kDisconnectQp, sizeof(DisconnectQp), 0, 0},
+                                      {Op::kResolveUd, sizeof(ConnectQp), 0, 0},
+                                      {Op::kRegMr, sizeof(RegMr), 0, 1},
+                                      {Op::kDeregMr, sizeof(DeregMr), 0, 0},
+                                      {Op::kGetRegion, sizeof(GetRegion), 0, 0},
+                                      {Op::kMoveMr, sizeof(MoveMr), 0, 1}};
 static_assert(sizeof(kOpSpecs) / sizeof(kOpSpecs[0]) == static_cast<size_t>(Op::kMaxOp) - 1,
               "every op has a spec");
 static_assert(sizeof(Response) <= static_cast<size_t>(kMaxMessage));

@@ -41,6 +41,7 @@ inline constexpr int kDefaultRemoteWaitUs = 1000;  // FFV_REMOTE_WAIT_US: longes
 inline constexpr int kRouterCallTimeoutS = 10;     // a router silent this long is an error
 inline constexpr int kSeqlockReadAttempts = 64;    // tries to read an MR entry being changed
 inline constexpr int kCreditClaimAttempts = 64;    // CAS tries to claim one receive credit
+inline constexpr uint64_t kPendingSendRetryNs = 200'000;  // get_cq_event retries queued sends
 
 // ---- router: its loop and tables ---------------------------------------------------------
 inline constexpr int kEpollBatch = 64;          // events taken from epoll per loop turn

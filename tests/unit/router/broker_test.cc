@@ -80,7 +80,7 @@ TEST_F(BrokerTest, ProtocolViolationsDisconnectOnlyTheSender) {
   EXPECT_TRUE(twice.Disconnected());
   EXPECT_EQ(good.CreateCq(7), 7u);  // the well-behaved pod is still served
   proto::DestroyCq d{};
-  d.cq_id = 7;
+  d.id = 7;
   EXPECT_EQ(good.Call(d).status, 0);
 }
 
@@ -123,7 +123,7 @@ TEST_F(BrokerTest, ObjectsAreCountedPerPodAndNamedOnce) {
   m.chan_id = 1;
   EXPECT_EQ(pod.Call(m).status, EINVAL);
   proto::DestroyCq d{};
-  d.cq_id = 42;
+  d.id = 42;
   EXPECT_EQ(pod.Call(d).status, ENOENT);
 }
 
@@ -209,7 +209,7 @@ TEST_F(BrokerTest, RegistrationsArePublishedAndRevokedInTheMrTable) {
   EXPECT_FALSE(ReadMrEntry(table.as<MrEntry>(), key, &v));
   EXPECT_EQ(pod.Call(d).status, EINVAL);  // twice
   d.key = r.u.reg_mr.key;
-  d.release_region = 1;
+  d.release = 1;
   EXPECT_EQ(pod.Call(d).status, 0);
   // A region memfd smaller than the registration claims.
   UniqueFd tiny;
@@ -233,7 +233,7 @@ TEST_F(BrokerTest, PeersHearWhetherAQpWasDestroyedOrItsProcessDied) {
   ASSERT_EQ(a.Connect(qa, Ip("10.0.0.2"), qb1.qpn).status, 0);
   ASSERT_EQ(a.Connect(qa2, Ip("10.0.0.2"), qb2.qpn).status, 0);
   proto::DestroyQp d{};
-  d.qpn = qb1.qpn;
+  d.id = qb1.qpn;
   ASSERT_EQ(b->Call(d).status, 0);
   auto e = a.NextEvent();
   ASSERT_TRUE(e.has_value());

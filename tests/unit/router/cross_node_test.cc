@@ -296,7 +296,7 @@ TEST_F(CrossNodeTest, TheTargetsProcessExitingFailsTheInitiatorsQp) {
 
 TEST_F(CrossNodeTest, DestroyingTheInitiatorsQpClosesTheTargetsConnection) {
   proto::DestroyQp d{};
-  d.qpn = qa.qpn;
+  d.id = qa.qpn;
   ASSERT_EQ(initiator.Call(d).status, 0);
   const auto e = target.NextEvent();
   ASSERT_TRUE(e.has_value());

@@ -107,10 +107,10 @@ class RawPod {
   // HELLO with a fresh notify segment, event socket and wake eventfd. hello() holds the
   // answer (on a refusal, the reason in its `node`).
   int Hello(uint32_t abi = kAbiVersion);
-  // Sends `m` (its op from M::kOp unless `op` is given) and waits for the answer.
+  // Sends `m` (its op from its type unless `op` is given) and waits for the answer.
   template <typename M>
   proto::Response Call(M m, std::vector<int> fds = {}, std::vector<UniqueFd>* got = nullptr,
-                       proto::Op op = M::kOp) {
+                       proto::Op op = proto::OpOf<M>) {
     m.h.op = op;
     return CallRaw(&m, sizeof(m), fds, got);
   }
