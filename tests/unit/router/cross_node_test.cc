@@ -304,6 +304,23 @@ TEST_F(CrossNodeTest, DestroyingTheInitiatorsQpClosesTheTargetsConnection) {
   EXPECT_EQ(e->qpn, qb.qpn);
 }
 
+TEST_F(CrossNodeTest, AnInitiatorThatLeavesDuringItsConnectFreesTheTargetsRing) {
+  const RawQp to = target.CreateQp(IBV_QPT_RC);  // an RC QP has exactly one ring
+  {
+    RawPod leaver(a, Ip("10.1.0.9"));
+    ASSERT_EQ(leaver.Hello(), 0);
+    const RawQp from = leaver.CreateQp(IBV_QPT_RC);
+    proto::ConnectQp m{};
+    m.qpn = from.qpn;
+    m.dest_ip = htonl(Ip("10.2.0.1"));
+    m.dest_qpn = to.qpn;
+    leaver.SendRaw(&m, sizeof(m));  // and its process exits before the answer
+  }
+  const RawQp from = initiator.CreateQp(IBV_QPT_RC);
+  EXPECT_TRUE(WaitFor([&] { return initiator.Connect(from, Ip("10.2.0.1"), to.qpn).status == 0; }))
+      << "the target's only ring stayed taken by a channel nobody uses";
+}
+
 TEST_F(CrossNodeTest, ALinkThatDiesFailsBothSides) {
   net.Sever("node-a", "node-b");
   const auto ea = initiator.NextEvent();
