@@ -88,6 +88,12 @@ inline Exec Dispatch(const OpHandlers& h, Qp* qp, PeerLink* link, SendWqe& w, ui
   }
 }
 
+// READ and the atomics: they write the local buffer and count against max_rd_atomic.
+inline bool IsReadOrAtomic(uint32_t opcode) {
+  return opcode == IBV_WR_RDMA_READ || opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
 inline ibv_sge* WqeSges(Qp* qp, uint64_t index) {
   return &qp->sq_sges[(index & qp->sq_mask) * qp->cap.max_send_sge];
 }

@@ -12,11 +12,6 @@
 namespace ffv {
 namespace {
 
-bool IsReadOrAtomic(uint32_t opcode) {
-  return opcode == IBV_WR_RDMA_READ || opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-         opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
 ff::ProxyRequest RequestOf(const Qp* qp, const SendWqe& w, uint64_t index) {
   ff::ProxyRequest op{};
   op.seq = static_cast<uint32_t>(index);

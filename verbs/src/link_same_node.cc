@@ -27,19 +27,17 @@ Exec NoCredit(Qp* qp, PeerLink* link, SendWqe& w, ibv_wc_status* st) {
   return Exec::kDone;
 }
 
-// Checks an access to the peer's memory and finds where it is mapped here.
+// Checks an access to the peer's memory and finds where it is mapped here (the same check
+// the router's executor makes for initiators on other nodes).
 ibv_wc_status ResolveTarget(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t len, uint32_t need,
                             char** out) {
-  ff::MrView v;
-  const ibv_wc_status st = ff::CheckRemoteAccess(link->hdr, link->pctx->mr_table.as<ff::MrEntry>(),
-                                                 w.rkey, w.remote_addr, len, need, &v);
-  if (st != IBV_WC_SUCCESS) return st;
-  Mapping* m = nullptr;
-  if (PeerRegion(qp, link, v.region, &m) != 0) return IBV_WC_REM_ACCESS_ERR;
-  const int64_t off = ff::RegionOffset(v, w.remote_addr, len, m->size());
-  if (off < 0) return IBV_WC_REM_ACCESS_ERR;
-  *out = m->as<char>() + off;
-  return IBV_WC_SUCCESS;
+  return ff::ResolveTarget(
+      link->hdr, link->pctx->mr_table.as<ff::MrEntry>(), w.rkey, w.remote_addr, len, need,
+      [&](uint32_t region) -> const Mapping* {
+        Mapping* m = nullptr;
+        return PeerRegion(qp, link, region, &m) == 0 ? m : nullptr;
+      },
+      out);
 }
 
 Exec Send(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {

@@ -17,9 +17,7 @@ void WakeQpCqs(Qp* qp) {
 }
 
 void FailPeerless(Context* ctx, Qp* qp) {
-  qp->qpx.qp_base.state = IBV_QPS_ERR;
-  qp->attr.qp_state = IBV_QPS_ERR;
-  FailQp(qp, IBV_WC_RETRY_EXC_ERR);
+  MoveToError(qp, IBV_WC_RETRY_EXC_ERR);
   PushAsyncEvent(ctx, IBV_EVENT_QP_FATAL, &qp->qpx.qp_base);
 }
 

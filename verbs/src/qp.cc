@@ -241,8 +241,7 @@ bool ApplyModify(Qp* qp, const ibv_qp_attr* attr, int mask, std::unique_ptr<Peer
   const ibv_qp_state next = attr->qp_state;
   bool disconnect = false;
   if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
-    q.state = IBV_QPS_ERR;
-    FailQp(qp, IBV_WC_WR_FLUSH_ERR);
+    MoveToError(qp, IBV_WC_WR_FLUSH_ERR);
   } else if (next == IBV_QPS_RESET) {
     ResetQueues(qp);
     disconnect = cur != IBV_QPS_RESET;

@@ -123,12 +123,6 @@ void TakeWriteImm(Qp* qp, const ff::RecordHeader& h) {
   if (PopRecv(qp, &imm)) CompleteRecv(qp, imm, h, IBV_WC_RECV_RDMA_WITH_IMM, h.msg_len);
 }
 
-void FailReceiver(Qp* qp) {
-  qp->qpx.qp_base.state = IBV_QPS_ERR;
-  qp->attr.qp_state = IBV_QPS_ERR;
-  FailQp(qp, IBV_WC_WR_FLUSH_ERR);
-}
-
 // Drains ring `r` (at most kDrainBudget records). false when the QP was failed.
 bool DrainRing(Qp* qp, uint32_t r, bool discard) {
   ff::RingConsumer& cons = qp->consumers[r];
@@ -157,7 +151,7 @@ bool DrainRing(Qp* qp, uint32_t r, bool discard) {
     }
   }
   if (consumed) cons.Release();
-  if (!ok) FailReceiver(qp);
+  if (!ok) MoveToError(qp, IBV_WC_WR_FLUSH_ERR);
   return ok;
 }
 

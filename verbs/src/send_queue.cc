@@ -18,8 +18,7 @@ namespace {
 bool OpcodeAllowed(ibv_qp_type type, uint32_t op) {
   const bool send = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
   const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-  const bool read_atomic = op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-                           op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  const bool read_atomic = IsReadOrAtomic(op);
   switch (type) {
     case IBV_QPT_UD:
       return send;
@@ -28,11 +27,6 @@ bool OpcodeAllowed(ibv_qp_type type, uint32_t op) {
     default:
       return send || write || read_atomic;
   }
-}
-
-bool WritesLocal(uint32_t op) {
-  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
 uint64_t TotalLength(const ibv_send_wr* wr) {
@@ -75,7 +69,7 @@ void TakeData(Qp* qp, SendWqe& w, uint64_t index, const ibv_send_wr* wr) {
   }
   std::memcpy(sges, wr->sg_list, sizeof(ibv_sge) * wr->num_sge);
   w.num_sge = static_cast<uint32_t>(wr->num_sge);
-  if (!ValidSges(qp->ctx, sges, w.num_sge, WritesLocal(w.opcode) ? IBV_ACCESS_LOCAL_WRITE : 0))
+  if (!ValidSges(qp->ctx, sges, w.num_sge, IsReadOrAtomic(w.opcode) ? IBV_ACCESS_LOCAL_WRITE : 0))
     w.pre_status = IBV_WC_LOC_PROT_ERR;
 }
 
@@ -267,9 +261,7 @@ bool Retire(Qp* qp) {
     ++qp->sq_head;
     if (st != IBV_WC_SUCCESS && qp->type != IBV_QPT_UD) {
       // A transport error moves the QP to the error state and flushes the rest.
-      qp->qpx.qp_base.state = IBV_QPS_ERR;
-      qp->attr.qp_state = IBV_QPS_ERR;
-      FailQp(qp, IBV_WC_WR_FLUSH_ERR);
+      MoveToError(qp, IBV_WC_WR_FLUSH_ERR);
       return false;
     }
   }
@@ -294,6 +286,12 @@ void FailQp(Qp* qp, ibv_wc_status first) {
   qp->reads_inflight = 0;
   FlushRecvs(qp);
   UpdatePending(qp);
+}
+
+void MoveToError(Qp* qp, ibv_wc_status first_status) {
+  qp->qpx.qp_base.state = IBV_QPS_ERR;
+  qp->attr.qp_state = IBV_QPS_ERR;
+  FailQp(qp, first_status);
 }
 
 void ResetQueues(Qp* qp) {

@@ -25,6 +25,9 @@ bool Retire(Qp* qp);
 // Completes every WQE not yet completed: the first with `first_status`, the rest flushed;
 // flushes the receive queue too. The QP's state is the caller's business.
 void FailQp(Qp* qp, ibv_wc_status first_status);
+// Moves `qp` to the error state and FailQp()s it (a transport error, a broken ring, a
+// peer that went away, or modify_qp to ERR).
+void MoveToError(Qp* qp, ibv_wc_status first_status);
 // Installs the ibv_wr_* functions of `qp`, which batch WQEs for PostSend (wr_api.cc).
 void InitQpEx(Qp* qp);
 
