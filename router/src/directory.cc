@@ -13,8 +13,6 @@ bool Directory::Start(std::string* error) {
   return true;
 }
 
-bool Directory::Healthy() const { return cp_ == nullptr || cp_->Healthy(); }
-
 void Directory::Publish(uint32_t ip) {
   if (local_[ip]++ == 0 && started_) cp_->Publish(ip);
 }

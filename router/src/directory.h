@@ -22,7 +22,6 @@ class Directory {
   // Starts the control plane and announces what was published before. false + *error.
   bool Start(std::string* error);
   bool cluster() const { return cp_ != nullptr; }
-  bool Healthy() const;
 
   // A process with overlay address `ip` connected / went away (reference counted: a pod
   // may run several processes).

@@ -128,9 +128,7 @@ void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
     if (status != 0)
       spdlog::info("connect to QP {:#x} at {} failed: {}", p.dest_qpn, FormatIpv4(p.dest_ip),
                    std::strerror(status));
-    // A peer that accepted (the pod left meanwhile) hears that the channel is closed.
-    p.connected = status == 0;
-    return Drop(chan, status == 0, false);
+    return Drop(chan, status == 0, false);  // a peer that accepted hears that we are gone
   }
   p.connected = true;
   p.doorbell_watch = loop_.Watch(p.doorbell.get(), EPOLLIN, [this, chan](uint32_t) {
@@ -306,8 +304,9 @@ void Forwarder::Drop(uint32_t chan, bool tell_peer, bool died) {
     q->second.erase(chan);
     if (q->second.empty()) by_qp_.erase(q);
   }
-  // The peer has (or is about to have) a sender for this channel once our kConnect left.
-  if (tell_peer && p->link != kNoLink && (p->connected || p->answer_pending))
+  // Our kConnect left when the proxy was opened, so the peer has (or will have) a sender for
+  // this channel; a peer that refused it ignores the close.
+  if (tell_peer && p->link != kNoLink)
     transport_->Send(p->link, wire::Type::kClose, chan, died ? 1 : 0, {});
   if (p->answer_pending) sessions_.Answer(p->call, ECONNABORTED);
   loop_.Unwatch(p->doorbell_watch);

@@ -102,7 +102,6 @@ class ResourceTables {
   Pod& AddPod(PodId id, const PodIdentity& who);
   Pod* FindPod(PodId id);
   void ErasePod(PodId id);
-  size_t pod_count() const { return pods_.size(); }
 
   // Adds a QP under a fresh QP number (unique on this node).
   Qp& AddQp(std::unique_ptr<Qp> qp);

@@ -86,11 +86,6 @@ void Router::Run() {
   sessions_.NotifyAll(proto::EventType::kShutdown);
 }
 
-bool Router::RunOnce(int timeout_ms) {
-  loop_.RunOnce(timeout_ms);
-  return !loop_.stopped();
-}
-
 void Router::Adopt(UniqueFd sock) {
   const int fd = sock.release();
   loop_.Post([this, fd] { sessions_.Adopt(UniqueFd(fd)); });

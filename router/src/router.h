@@ -53,8 +53,6 @@ class Router final : private NodeTransport::Handler {
   bool Start(std::string* error);
   // Serves until Stop(), then tells every pod that the router stops.
   void Run();
-  // One loop turn (tests drive routers with it). Returns false once stopped.
-  bool RunOnce(int timeout_ms);
   void Stop() { loop_.Stop(); }
   // Serves an already-connected pod socket (a test's socketpair end). Thread-safe.
   void Adopt(UniqueFd sock);
