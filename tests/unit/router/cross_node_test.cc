@@ -4,6 +4,7 @@
 // back-pressure, and what each side hears when a peer, a process or a link goes away.
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <sys/eventfd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -319,6 +320,63 @@ TEST_F(CrossNodeTest, AnInitiatorThatLeavesDuringItsConnectFreesTheTargetsRing) 
   const RawQp from = initiator.CreateQp(IBV_QPT_RC);
   EXPECT_TRUE(WaitFor([&] { return initiator.Connect(from, Ip("10.2.0.1"), to.qpn).status == 0; }))
       << "the target's only ring stayed taken by a channel nobody uses";
+}
+
+// A pod that writes a request no library writes (a SEND record whose opcode is a READ) into
+// its proxy ring: its own QP fails, nothing reaches the other node, other QPs go on.
+TEST_F(CrossNodeTest, APodThatForgesItsProxyRingFailsOnlyItsOwnQp) {
+  ProxyRequest forged{};
+  forged.opcode = IBV_WR_RDMA_READ;
+  forged.length = 4;
+  forged.last = 1;
+  Post(kRecSend, kRecFirst | kRecLast, forged, "evil", 4);
+  const auto e = initiator.NextEvent();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->type, proto::EventType::kPeerGone);
+  EXPECT_EQ(e->qpn, qa.qpn);
+  RecordHeader h;
+  const char* p;
+  EXPECT_EQ(inbound.Peek(&h, &p), RingStatus::kEmpty);
+  const RawQp from = initiator.CreateQp(IBV_QPT_RC);
+  const RawQp to = target.CreateQp(IBV_QPT_RC);
+  to.hdr()->credits.posted.store(1);
+  link = initiator.Connect(from, Ip("10.2.0.1"), to.qpn);
+  ASSERT_EQ(link.status, 0);
+  Send(1, "still served");
+  EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
+}
+
+// A pod closes the completion channel of a CQ that remote senders still wake. The router
+// must not write to the descriptor number it had for it: the next descriptor the process
+// opens gets that number (here: one of the test's own eventfds).
+TEST_F(CrossNodeTest, AChannelClosedUnderACrossNodeSenderIsNeverWrittenAgain) {
+  UniqueFd chan(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  proto::CreateChannel c{};
+  c.id = 1;
+  ASSERT_EQ(target.Call(c, {chan.get()}).status, 0);
+  ASSERT_EQ(target.CreateCq(2, 5, 1), 2u);
+  const RawQp to = target.CreateQp(IBV_QPT_RC, 1, kRcRingBytes, 2);
+  to.hdr()->credits.posted.store(1);
+  const RawQp from = initiator.CreateQp(IBV_QPT_RC);
+  link = initiator.Connect(from, Ip("10.2.0.1"), to.qpn);
+  ASSERT_EQ(link.status, 0);  // the router now has a sender that wakes CQ 2
+  proto::DestroyChannel d{};
+  d.id = 1;
+  ASSERT_EQ(target.Call(d).status, 0);  // the router closed its copy of the eventfd
+  std::vector<UniqueFd> reused;         // the lowest free numbers, the closed one among them
+  for (int i = 0; i < 64; ++i) reused.emplace_back(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  target.Slot(5)->armed.store(1);  // the target waits for an event on CQ 2
+  Send(1, "wake the closed channel");
+  EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
+  RingConsumer in;  // the message reached the target (its CQ was "woken")
+  in.Attach(to.ring(0), to.ring_bytes);
+  RecordHeader h;
+  std::vector<char> payload;
+  ASSERT_TRUE(NextRecord(in, &h, &payload));
+  for (const UniqueFd& fd : reused) {
+    uint64_t v = 0;
+    EXPECT_EQ(::read(fd.get(), &v, sizeof(v)), -1) << "the router wrote to descriptor " << fd.get();
+  }
 }
 
 TEST_F(CrossNodeTest, ALinkThatDiesFailsBothSides) {

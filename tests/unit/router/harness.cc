@@ -182,17 +182,25 @@ std::optional<proto::Event> RawPod::NextEvent(int timeout_ms) {
   return e;
 }
 
-uint32_t RawPod::CreateCq(uint32_t cq_id) {
+uint32_t RawPod::CreateCq(uint32_t cq_id, uint32_t slot, uint32_t chan_id) {
   proto::CreateCq m{};
   m.cq_id = cq_id;
-  m.notify_slot = proto::kNoId;
-  m.chan_id = proto::kNoId;
-  if (Call(m).status == 0) cqs_.push_back(cq_id);
+  m.notify_slot = slot;
+  m.chan_id = chan_id;
+  if (Call(m).status != 0) return 0;
+  cqs_.push_back(cq_id);
   return cq_id;
 }
 
-RawQp RawPod::CreateQp(uint32_t type, uint32_t num_rings, uint32_t ring_bytes) {
-  if (cqs_.empty()) CreateCq(1);
+NotifySlot* RawPod::Slot(uint32_t slot) {
+  if (!notify_.get() && MapSegment(notify_fd_.get(), kNotifySegmentBytes, true, &notify_) != 0)
+    return nullptr;
+  return notify_.as<NotifySlot>() + slot;
+}
+
+RawQp RawPod::CreateQp(uint32_t type, uint32_t num_rings, uint32_t ring_bytes, uint32_t cq) {
+  if (cq == 0 && cqs_.empty()) CreateCq(1);
+  if (cq == 0) cq = cqs_.front();
   RawQp qp;
   qp.num_rings = num_rings;
   qp.ring_bytes = ring_bytes;
@@ -210,8 +218,8 @@ RawQp RawPod::CreateQp(uint32_t type, uint32_t num_rings, uint32_t ring_bytes) {
   m.num_rings = num_rings;
   m.ring_bytes = ring_bytes;
   m.srq_id = proto::kNoId;
-  m.recv_cq_id = cqs_.front();
-  m.send_cq_id = cqs_.front();
+  m.recv_cq_id = cq;
+  m.send_cq_id = cq;
   const proto::Response r = Call(m, {qp.seg_fd.get()});
   if (r.status == 0) qp.qpn = r.u.create_qp.qpn;
   return qp;

@@ -123,9 +123,14 @@ class RawPod {
   // The next event the router sent, within `timeout_ms`.
   std::optional<proto::Event> NextEvent(int timeout_ms = 2000);
 
-  uint32_t CreateCq(uint32_t cq_id);
-  // A QP of `type` on CQ 1 (created on first use).
-  RawQp CreateQp(uint32_t type, uint32_t num_rings = 1, uint32_t ring_bytes = kRcRingBytes);
+  // A CQ; with a completion channel when `chan_id` names one (its event word: `slot`).
+  // Returns `cq_id`, or 0 when the router refused it.
+  uint32_t CreateCq(uint32_t cq_id, uint32_t slot = proto::kNoId, uint32_t chan_id = proto::kNoId);
+  // A QP of `type` on CQ `cq` (0: CQ 1, created on first use).
+  RawQp CreateQp(uint32_t type, uint32_t num_rings = 1, uint32_t ring_bytes = kRcRingBytes,
+                 uint32_t cq = 0);
+  // This pod's notify word `slot` (CQ events, the wake word), as the router sees it.
+  NotifySlot* Slot(uint32_t slot);
   RawLink Connect(const RawQp& qp, uint32_t dest_ip, uint32_t dest_qpn, bool ud = false);
   // Registers `bytes` of a fresh region memfd with `access`; returns the key (0 on failure).
   uint32_t Register(uint32_t region_id, size_t bytes, uint32_t access, uint64_t addr,
@@ -140,6 +145,7 @@ class RawPod {
   UniqueFd notify_fd_;
   UniqueFd wake_fd_;
   UniqueFd mr_table_;
+  Mapping notify_;
   proto::HelloReply hello_{};
   std::vector<uint32_t> cqs_;
 };
