@@ -4,8 +4,8 @@
 set -euo pipefail
 
 PACKAGES=(
-  # toolchain (clang-tidy checks the size limits in tests/style)
-  build-essential cmake pkg-config git clang-tidy
+  # toolchain (clang-tidy and python3 check the size limits in tests/style)
+  build-essential cmake pkg-config git clang-tidy python3
   # libraries
   libibverbs-dev librdmacm-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
