@@ -492,26 +492,45 @@ TEST_F(CrossNodeBackPressureTest, ACongestedLinkPausesForwardingAndLosesNothing)
 }
 
 // A peer that sends what no router would: only its link is closed.
-TEST_F(CrossNodeTest, AMalformedRecordClosesOnlyTheLinkThatCarriedIt) {
+// A peer that sends what no router would, on a link it dialled: a record that is not a
+// request, or an answer (answers travel only on links the receiver dialled). Only that link
+// is closed; the router goes on serving.
+TEST_F(CrossNodeTest, AMalformedOrMisdirectedMessageClosesOnlyTheLinkThatCarriedIt) {
   struct Recorder final : NodeTransport::Handler {
     Verdict OnMessage(LinkId, const NodeMessage&) override { return Verdict::kConsumed; }
     void OnDrained(LinkId) override {}
     void OnLinkDown(LinkId, const std::string&) override { down = true; }
     bool down = false;
-  } recorder;
-  EventLoop loop;
-  ASSERT_EQ(loop.Init(), 0);
-  std::unique_ptr<NodeTransport> evil = net.Attach({"evil", Ip("192.168.0.66"), 7471});
-  std::string error;
-  ASSERT_TRUE(evil->Start(loop, recorder, &error));
-  const LinkId l = evil->Dial(b.endpoint());
-  ASSERT_NE(l, kNoLink);
+  };
   const char garbage[64] = {1, 2, 3};
-  evil->Send(l, wire::Type::kRecord, 1, 0, {{garbage, sizeof(garbage)}});
-  ASSERT_TRUE(WaitFor([&] {
-    loop.RunOnce(1);
-    return recorder.down;
-  }));
+  const wire::ConnectReply reply{0, 1, 2, IBV_QPT_RC};
+  const RecordHeader resp = ResponseHeader(0);
+  const ProxyResponse answer{0, 1, 0, 1, 0};
+  const auto attacks = {
+      std::make_pair(wire::Type::kRecord, std::vector<Bytes>{{garbage, sizeof(garbage)}}),
+      std::make_pair(wire::Type::kConnectReply, std::vector<Bytes>{{&reply, sizeof(reply)}}),
+      std::make_pair(wire::Type::kResp,
+                     std::vector<Bytes>{{&resp, sizeof(resp)}, {&answer, sizeof(answer)}}),
+  };
+  for (const auto& [type, parts] : attacks) {
+    Recorder recorder;
+    EventLoop loop;
+    ASSERT_EQ(loop.Init(), 0);
+    std::unique_ptr<NodeTransport> evil = net.Attach({"evil", Ip("192.168.0.66"), 7471});
+    std::string error;
+    ASSERT_TRUE(evil->Start(loop, recorder, &error));
+    const LinkId l = evil->Dial(b.endpoint());
+    ASSERT_NE(l, kNoLink);
+    if (parts.size() == 1) {
+      evil->Send(l, type, 1, 0, {parts[0]});
+    } else {
+      evil->Send(l, type, 1, 0, {parts[0], parts[1]});
+    }
+    EXPECT_TRUE(WaitFor([&] {
+      loop.RunOnce(1);
+      return recorder.down;
+    })) << static_cast<int>(type);
+  }
   qb.hdr()->credits.posted.store(1);
   Send(9, "still served");
   EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
