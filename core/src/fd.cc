@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "freeflow/tunables.h"
+
 namespace ff {
 
 void UniqueFd::reset(int fd) {
@@ -49,13 +51,61 @@ int MapSegment(int fd, size_t size, bool writable, Mapping* out) {
 }
 
 int MapPeerSegment(int fd, size_t size, bool writable, Mapping* out) {
-  if (!SegmentAtLeast(fd, size)) return EINVAL;
+  if (!SealedAtLeast(fd, size)) return EINVAL;
   return MapSegment(fd, size, writable, out);
 }
 
-bool SegmentAtLeast(int fd, uint64_t bytes) {
+bool SealedAtLeast(int fd, uint64_t bytes) {
+  // The seal first: once it is there the size can only grow, so the check below holds.
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return false;
   uint64_t have = 0;
   return SegmentSize(fd, &have) == 0 && have >= bytes;
+}
+
+bool SealedReadOnly(int fd) {
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  return seals >= 0 && (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0;
+}
+
+int SealReadOnly(int fd) { return ::fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0 ? 0 : errno; }
+
+int CreateWakePair(UniqueFd* rx, UniqueFd* tx, bool rx_nonblocking) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) return errno;
+  rx->reset(sv[0]);
+  tx->reset(sv[1]);
+  // Both ends non-blocking where it matters: the sender always passes MSG_DONTWAIT anyway.
+  if (rx_nonblocking && ::fcntl(sv[0], F_SETFL, O_NONBLOCK) != 0) return errno;
+  return ::fcntl(sv[1], F_SETFL, O_NONBLOCK) == 0 ? 0 : errno;
+}
+
+void SendWake(int tx) {
+  const char one = 1;
+  [[maybe_unused]] ssize_t n = ::send(tx, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+int DrainWakes(int rx) {
+  char buf[16];
+  int n = 0;
+  // Bounded: wakers are at most a queue's worth ahead, and more only means more wakes.
+  for (int i = 0; i < kMaxWakeDrain; ++i) {
+    const ssize_t r = ::recv(rx, buf, sizeof(buf), MSG_DONTWAIT);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) break;
+    ++n;
+  }
+  return n;
+}
+
+bool IsWakeSocket(int fd) {
+  int domain = 0;
+  int type = 0;
+  socklen_t dl = sizeof(domain);
+  socklen_t tl = sizeof(type);
+  return ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) == 0 &&
+         ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && domain == AF_UNIX &&
+         type == SOCK_DGRAM;
 }
 
 int SegmentSize(int fd, uint64_t* size) {

@@ -48,6 +48,7 @@ bool ValidRange(uint64_t offset, uint64_t length, uint64_t size) {
 }
 
 int CreateChannel(Request& q) {
+  if (!IsWakeSocket(q.fds[0].get())) return EINVAL;
   return AddObject(q.pod.channels, proto::As<proto::CreateChannel>(q.msg).id, std::move(q.fds[0]));
 }
 
@@ -66,7 +67,7 @@ int CreateCq(Request& q) {
 int DestroyCq(Request& q) { return RemoveObject(q.pod.cqs, proto::As<proto::DestroyCq>(q.msg).id); }
 
 int CreateSrq(Request& q) {
-  if (!SegmentAtLeast(q.fds[0].get(), sizeof(SrqSegment))) return EINVAL;
+  if (!SealedAtLeast(q.fds[0].get(), sizeof(SrqSegment))) return EINVAL;
   return AddObject(q.pod.srqs, proto::As<proto::CreateSrq>(q.msg).id, std::move(q.fds[0]));
 }
 
@@ -81,7 +82,7 @@ int CreateQp(Request& q) {
   if (m.num_rings == 0 || m.num_rings > kMaxRingsPerQp || m.ring_bytes < kMinRingBytes ||
       m.ring_bytes > kMaxRingBytes || (m.ring_bytes & (m.ring_bytes - 1)) != 0)
     return EINVAL;
-  if (!SegmentAtLeast(q.fds[0].get(), QpSegmentBytes(m.num_rings, m.ring_bytes))) return EINVAL;
+  if (!SealedAtLeast(q.fds[0].get(), QpSegmentBytes(m.num_rings, m.ring_bytes))) return EINVAL;
   if (m.srq_id != proto::kNoId && !q.pod.srqs.count(m.srq_id)) return EINVAL;
   if (!q.pod.cqs.count(m.recv_cq_id) || !q.pod.cqs.count(m.send_cq_id)) return EINVAL;
   auto qp = std::make_unique<Qp>();
@@ -100,11 +101,10 @@ int CreateQp(Request& q) {
   return 0;
 }
 
-// Releases `qp`: its links to other nodes and the rings it and others produce into. Its
-// connected peers hear kPeerGone (its process died) or kPeerClosed (it was destroyed).
-void ReleaseQp(Broker::Parts& b, Qp& qp, bool died) {
+// Takes every ring of `qp` back from the QPs that produce into it; local RC/UC producers
+// hear `gone`.
+void ReleaseProducers(Broker::Parts& b, Qp& qp, bool died) {
   const proto::EventType gone = died ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed;
-  b.forwarder.DropQp(qp.qpn, died);
   const std::vector<Producer> producers = qp.producers;
   for (const Producer& p : producers) {
     if (p.kind == Producer::Kind::kRemote) b.executor.ReleaseSender(p.id, died);
@@ -114,6 +114,15 @@ void ReleaseQp(Broker::Parts& b, Qp& qp, bool died) {
     from->produces_into.erase(qp.qpn);
     if (from->type != IBV_QPT_UD) b.sessions.Notify(from->owner, gone, from->qpn);
   }
+  qp.producers.assign(qp.producers.size(), Producer{});
+}
+
+// Releases `qp`: its links to other nodes and the rings it and others produce into. Its
+// connected peers hear kPeerGone (its process died) or kPeerClosed (it was destroyed).
+void ReleaseQp(Broker::Parts& b, Qp& qp, bool died) {
+  const proto::EventType gone = died ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed;
+  b.forwarder.DropQp(qp.qpn, died);
+  ReleaseProducers(b, qp, died);
   for (uint32_t dest : b.tables.Unlink(qp)) {
     Qp* d = b.tables.FindQp(dest);
     if (d != nullptr && d->type != IBV_QPT_UD) b.sessions.Notify(d->owner, gone, dest);
@@ -130,12 +139,20 @@ int DestroyQp(Request& q) {
   return 0;
 }
 
+// Back at RESET: the QP forgets its peer, in both directions. The peer that produced into
+// it named the old connection and loses its ring (it hears kPeerClosed).
+void Disconnect(Broker::Parts& b, Qp& qp) {
+  b.forwarder.DropQp(qp.qpn, false);
+  b.tables.Unlink(qp);
+  if (qp.type != IBV_QPT_UD) ReleaseProducers(b, qp, false);
+  qp.named = Qp::Named{};
+}
+
 int DisconnectQp(Request& q) {
   const uint32_t qpn = proto::As<proto::DisconnectQp>(q.msg).id;
   Qp* qp = q.b.tables.FindOwnedQp(q.pod, qpn);
   if (qp == nullptr) return ENOENT;
-  q.b.forwarder.DropQp(qpn, false);
-  q.b.tables.Unlink(*qp);
+  Disconnect(q.b, *qp);
   return 0;
 }
 
@@ -145,57 +162,104 @@ int AcceptRegion(Request& q, bool is_new, uint32_t region_id, uint64_t region_si
   if (!is_new) return q.nfds == 0 ? 0 : EINVAL;
   if (q.nfds != 1 || q.pod.regions.count(region_id) || q.pod.regions.size() >= kMaxObjectsPerPod)
     return EINVAL;
-  if (!SegmentAtLeast(q.fds[0].get(), region_size)) return EINVAL;
-  q.pod.regions[region_id] = Region{std::move(q.fds[0]), region_size, Mapping{}};
+  if (!SealedAtLeast(q.fds[0].get(), region_size)) return EINVAL;
+  Region& r = q.pod.regions[region_id];
+  r.fd = std::move(q.fds[0]);
+  r.size = region_size;
   return 0;
+}
+
+constexpr uint32_t kRemoteAccess =
+    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+constexpr uint32_t kRemoteWriteAccess = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+
+// Counts a registration with `access` in (delta 1) or out of (-1) region `id`, if it exists.
+void CountMr(Pod& pod, uint32_t id, uint32_t access, int delta) {
+  auto region = pod.regions.find(id);
+  if (region == pod.regions.end() || !(access & kRemoteAccess)) return;
+  region->second.remote_mrs += static_cast<uint32_t>(delta);
+  if (access & kRemoteWriteAccess) region->second.writable_mrs += static_cast<uint32_t>(delta);
+}
+
+// A registration without remote access has no region: nobody but its owner reaches it.
+int RegLocalMr(Request& q, const proto::RegMr& m) {
+  if ((m.access & kRemoteAccess) || m.new_region || m.region_offset || m.region_size) return EINVAL;
+  const MrView entry{0, m.access, proto::kNoRegion, m.addr, m.length, 0};
+  return q.pod.mr.Add(entry, &q.reply.u.reg_mr.key);
 }
 
 int RegMr(Request& q) {
   const auto m = proto::As<proto::RegMr>(q.msg);
   if (m.length == 0 || m.length > kMaxMrSize) return EINVAL;
+  if (m.region_id == proto::kNoRegion) return q.nfds == 0 ? RegLocalMr(q, m) : EINVAL;
+  if (!(m.access & kRemoteAccess)) return EINVAL;  // memory of its own is never shared
   if (const int rc = AcceptRegion(q, m.new_region != 0, m.region_id, m.region_size)) return rc;
   auto region = q.pod.regions.find(m.region_id);
   if (region == q.pod.regions.end()) return ENOENT;
   if (!ValidRange(m.region_offset, m.length, region->second.size)) return EINVAL;
   const MrView entry{0, m.access, m.region_id, m.addr, m.length, m.region_offset};
-  return q.pod.mr.Add(entry, &q.reply.u.reg_mr.key);
+  if (const int rc = q.pod.mr.Add(entry, &q.reply.u.reg_mr.key)) return rc;
+  CountMr(q.pod, m.region_id, m.access, 1);
+  return 0;
 }
 
 int DeregMr(Request& q) {
   const auto m = proto::As<proto::DeregMr>(q.msg);
+  MrView v;
+  if (!q.pod.mr.Find(m.key, &v)) return EINVAL;
   uint32_t region = 0;
   if (const int rc = q.pod.mr.Remove(m.key, &region)) return rc;
-  if (m.release) q.pod.regions.erase(region);
+  CountMr(q.pod, region, v.access, -1);
+  if (m.release && region != proto::kNoRegion) q.pod.regions.erase(region);
   return 0;
 }
 
 int MoveMr(Request& q) {
   const auto m = proto::As<proto::MoveMr>(q.msg);
   MrView v;
-  if (!q.pod.mr.Find(m.key, &v)) return EINVAL;
+  if (!q.pod.mr.Find(m.key, &v) || v.region == proto::kNoRegion || m.region_id == proto::kNoRegion)
+    return EINVAL;
   if (const int rc = AcceptRegion(q, m.new_region != 0, m.region_id, m.region_size)) return rc;
   auto region = q.pod.regions.find(m.region_id);
   if (region == q.pod.regions.end()) return ENOENT;
   if (!ValidRange(m.region_offset, v.length, region->second.size)) return EINVAL;
   if (const int rc = q.pod.mr.Move(m.key, m.region_id, m.region_offset)) return rc;
+  CountMr(q.pod, v.region, v.access, -1);
+  CountMr(q.pod, m.region_id, v.access, 1);
   if (m.release && v.region != m.region_id) q.pod.regions.erase(v.region);
   return 0;
 }
 
-// The memfd of a region of a pod that QP `qpn` is connected to.
+// Answers with region `id` of `owner` for a connected peer, with the rights its
+// registrations grant: none (ENOENT), reads only (it must be sealed so), or writes.
+int ShareRegion(Request& q, Pod& owner, uint32_t id) {
+  auto it = owner.regions.find(id);
+  if (it == owner.regions.end() || it->second.remote_mrs == 0) return ENOENT;
+  Region& region = it->second;
+  const bool sealed = SealedReadOnly(region.fd.get());
+  if (region.writable_mrs == 0 && !sealed) {
+    spdlog::warn("client {}: region {} grants reads only but is not sealed read-only; not shared",
+                 owner.id, id);
+    return EACCES;
+  }
+  q.reply.u.region.size = region.size;
+  q.reply.u.region.writable = region.writable_mrs != 0 && !sealed ? 1 : 0;
+  q.reply_fds.push_back(region.fd.get());
+  return 0;
+}
+
+// The memfd of a region of the RC/UC peer QP `qpn` is connected to (with its consent:
+// a ring is only ever given to the QP the peer named). UD destinations share no memory.
 int GetRegion(Request& q) {
   const auto m = proto::As<proto::GetRegion>(q.msg);
   Qp* self = q.b.tables.FindOwnedQp(q.pod, m.qpn);
   if (self == nullptr) return ENOENT;
+  if (self->type == IBV_QPT_UD) return EINVAL;
   for (uint32_t dest : self->produces_into) {
     Qp* d = q.b.tables.FindQp(dest);
     Pod* owner = d != nullptr ? q.b.tables.FindPod(d->owner) : nullptr;
-    if (owner == nullptr) continue;
-    auto region = owner->regions.find(m.region_id);
-    if (region == owner->regions.end()) continue;
-    q.reply.u.region.size = region->second.size;
-    q.reply_fds.push_back(region->second.fd.get());
-    return 0;
+    if (owner != nullptr && d->Consents(q.pod.who.ip, self->qpn))
+      return ShareRegion(q, *owner, m.region_id);
   }
   return ENOENT;
 }
@@ -217,8 +281,9 @@ void Hello(Broker::Parts& b, const Call& call, const char* msg, UniqueFd* fds) {
   }
   int type = 0;
   socklen_t tl = sizeof(type);
-  if (!SegmentAtLeast(fds[0].get(), kNotifySegmentBytes) ||
-      ::getsockopt(fds[1].get(), SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_SEQPACKET)
+  if (!SealedAtLeast(fds[0].get(), kNotifySegmentBytes) ||
+      ::getsockopt(fds[1].get(), SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_SEQPACKET ||
+      !IsWakeSocket(fds[2].get()))
     return b.sessions.Answer(call, EINVAL, r);
   ::fcntl(fds[1].get(), F_SETFL, O_NONBLOCK);
   const PodIdentity who = *b.sessions.Identity(call.pod);
@@ -241,9 +306,10 @@ void Hello(Broker::Parts& b, const Call& call, const char* msg, UniqueFd* fds) {
 }
 
 // Gives `src` a ring of `dest` (both on this node) and the peer's segments.
-int ConnectLocal(Broker::Parts& b, Qp& src, Qp& dest, bool ud, proto::Response* r,
+int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, proto::Response* r,
                  std::vector<int>* fds) {
   if (dest.type != src.type) return EINVAL;
+  if (!dest.Consents(pod.who.ip, src.qpn)) return EINPROGRESS;  // it has not named us (yet)
   const int ring = dest.RingFor(Producer::Local(src.qpn));
   if (ring < 0) return ud ? ENOSPC : EBUSY;
   Pod* owner = b.tables.FindPod(dest.owner);
@@ -274,6 +340,15 @@ int ConnectLocal(Broker::Parts& b, Qp& src, Qp& dest, bool ud, proto::Response* 
   return 0;
 }
 
+// An RC/UC QP names its peer. Naming another than before forgets the old connection
+// first (the library does that at RESET; a pod speaking the protocol itself may not).
+void Name(Broker::Parts& b, Qp& src, const Qp::Named& peer) {
+  const Qp::Named& had = src.named;
+  if (had.ip == peer.ip && had.lid == peer.lid && had.qpn == peer.qpn) return;
+  if (had.qpn != proto::kNoId) Disconnect(b, src);
+  src.named = peer;
+}
+
 // ConnectQp (RC/UC, at RTR) and ResolveUd: a QP of this node answers now; one on another
 // node is the forwarder's, which answers when the peer router replies.
 void Connect(Broker::Parts& b, const Call& call, Pod& pod, const char* msg) {
@@ -283,6 +358,7 @@ void Connect(Broker::Parts& b, const Call& call, Pod& pod, const char* msg) {
   if (src == nullptr) return b.sessions.Answer(call, ENOENT);
   if ((src->type == IBV_QPT_UD) != ud) return b.sessions.Answer(call, EINVAL);
   const uint32_t ip = ntohl(m.dest_ip);
+  if (!ud) Name(b, *src, Qp::Named{ip, ip != 0 ? uint16_t{0} : m.dest_lid, m.dest_qpn});
   Qp* dest = b.tables.FindDest(ip, m.dest_lid, m.dest_qpn);
   if (dest == nullptr && ip != 0 && !b.directory.IsLocal(ip))
     return b.forwarder.Connect(call, *src, ip, m.dest_qpn, ud);
@@ -293,7 +369,7 @@ void Connect(Broker::Parts& b, const Call& call, Pod& pod, const char* msg) {
   }
   proto::Response r{};
   std::vector<int> fds;
-  const int status = ConnectLocal(b, *src, *dest, ud, &r, &fds);
+  const int status = ConnectLocal(b, pod, *src, *dest, ud, &r, &fds);
   b.sessions.Answer(call, status, r, fds.data(), static_cast<int>(fds.size()));
 }
 

@@ -44,6 +44,8 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m) {
   Pod* owner = dest != nullptr ? tables_.FindPod(dest->owner) : nullptr;
   if (owner == nullptr) return answer(EHOSTUNREACH);
   if (dest->type != m.qp_type) return answer(EINVAL);
+  // An RC/UC QP takes data only from the QP its owner named: until then, "ask again".
+  if (!dest->Consents(m.src_ip, m.src_qpn)) return answer(EINPROGRESS);
   if (senders_.count({link, chan})) Drop({link, chan}, false, false);
   auto s = std::make_unique<Sender>();
   s->id = next_id_++;
@@ -213,8 +215,8 @@ char* Executor::Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len
   char* p = nullptr;
   const ibv_wc_status st = ResolveTarget(
       s.hdr, owner.mr.entries(), v.req.rkey, v.req.remote_addr, len, need,
-      [&](uint32_t region) -> const Mapping* {
-        Region* r = owner.MappedRegion(region);
+      [&](uint32_t region, uint32_t access) -> const Mapping* {
+        Region* r = owner.MappedRegion(region, access);
         return r != nullptr ? &r->map : nullptr;
       },
       &p);

@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -73,8 +72,9 @@ int Forwarder::MakeSegment(Proxy& p) {
   hdr->ring_bytes = kProxyRingBytes;
   p.requests.Attach(QpRing(p.seg.get(), kProxyRequestRing, kProxyRingBytes), kProxyRingBytes);
   p.responses.Attach(QpRing(p.seg.get(), kProxyResponseRing, kProxyRingBytes), kProxyRingBytes);
-  p.doorbell.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  return p.doorbell ? 0 : errno;
+  // The library rings the doorbell through the sending end; the router only ever drains
+  // its own receiving end without blocking.
+  return CreateWakePair(&p.doorbell, &p.doorbell_tx, true);
 }
 
 void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t dest_ip,
@@ -118,24 +118,27 @@ void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
       c.ring_bytes = kProxyRingBytes;
       c.notify_slot = proto::kNoId;
       c.peer_qp_type = reply->qp_type;
-      const int fds[2] = {p.seg_fd.get(), p.doorbell.get()};
+      const int fds[2] = {p.seg_fd.get(), p.doorbell_tx.get()};
       sessions_.Answer(p.call, 0, r, fds, 2);
     } else {
       sessions_.Answer(p.call, status, r);
     }
   }
   if (status != 0 || !answered) {
-    if (status != 0)
+    if (status == EINPROGRESS) {
+      spdlog::debug("QP {:#x} at {} has not named QP {:#x} yet", p.dest_qpn, FormatIpv4(p.dest_ip),
+                    p.qpn);
+    } else if (status != 0) {
       spdlog::info("connect to QP {:#x} at {} failed: {}", p.dest_qpn, FormatIpv4(p.dest_ip),
                    std::strerror(status));
+    }
     return Drop(chan, status == 0, false);  // a peer that accepted hears that we are gone
   }
   p.connected = true;
   p.doorbell_watch = loop_.Watch(p.doorbell.get(), EPOLLIN, [this, chan](uint32_t) {
     auto it = proxies_.find(chan);
     if (it == proxies_.end()) return;
-    uint64_t v;
-    [[maybe_unused]] ssize_t n = ::read(it->second->doorbell.get(), &v, sizeof(v));
+    DrainWakes(it->second->doorbell.get());
     Drain(*it->second);
   });
   p.seg.as<QpSegmentHeader>()->doorbell.armed.store(1);
@@ -188,8 +191,7 @@ void Forwarder::Drain(Proxy& p) {
   if (consumed) p.requests.Release();
   if (sent >= kForwardRoundBytes) {
     // Yield to other proxies: a self-wake puts us behind them in the epoll queue.
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(p.doorbell.get(), &one, sizeof(one));
+    SendWake(p.doorbell_tx.get());
   }
 }
 

@@ -5,7 +5,7 @@
 // address's node (Directory), opens a channel on the link to that node's router and, once
 // the peer router accepts, answers the pod with a proxy segment (codec.h: the library
 // produces requests into kProxyRequestRing; the forwarder writes the peer's answers into
-// kProxyResponseRing) and a doorbell eventfd. Requests are forwarded in rounds of at most
+// kProxyResponseRing) and a doorbell wake socket. Requests are forwarded in rounds of at most
 // kForwardRoundBytes per proxy so that a long transfer on one QP does not starve the others;
 // a congested link pauses its proxies until it drains. A connect to an address the control
 // plane does not know yet waits up to --resolve-timeout-ms (a pod that just started).
@@ -78,7 +78,8 @@ class Forwarder {
     LinkId link = kNoLink;
     UniqueFd seg_fd;
     Mapping seg;
-    UniqueFd doorbell;
+    UniqueFd doorbell;     // receiving end of the doorbell wake socket: the router's
+    UniqueFd doorbell_tx;  // sending end: the library's (and the router's own self-wake)
     EventLoop::WatchId doorbell_watch = 0;
     RingConsumer requests;
     RingProducer responses;

@@ -10,8 +10,10 @@ namespace ff::router {
 int MrTable::Create() {
   if (const int rc = CreateSegment("ffrouter-mrtable", kMrTableBytes, &fd_)) return rc;
   if (const int rc = MapSegment(fd_.get(), kMrTableBytes, true, &map_)) return rc;
-  // A second, read-only open file description: mapping it writable fails for everyone who
-  // receives it.
+  // Only the mapping above may write the table: pods that reopen the memfd read-write
+  // through /proc/self/fd still cannot map it writable or write(2) to it.
+  if (const int rc = SealReadOnly(fd_.get())) return rc;
+  // And what pods receive is a read-only open file description besides.
   const std::string self = "/proc/self/fd/" + std::to_string(fd_.get());
   ro_fd_.reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
   if (!ro_fd_) return errno;

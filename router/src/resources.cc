@@ -1,5 +1,7 @@
 #include "resources.h"
 
+#include <infiniband/verbs.h>
+
 #include "find.h"
 #include "freeflow/ipv4.h"
 #include "freeflow/target_ops.h"
@@ -37,12 +39,26 @@ void Pod::WakeProcess() {
   if (slots != nullptr) WakeIfArmed(slots + proto::kWakeSlot, wake_fd.get());
 }
 
-Region* Pod::MappedRegion(uint32_t region_id) {
+Region* Pod::MappedRegion(uint32_t region_id, uint32_t need) {
   auto it = regions.find(region_id);
   if (it == regions.end()) return nullptr;
   Region& r = it->second;
-  if (!r.map.get() && MapSegment(r.fd.get(), r.size, true, &r.map) != 0) return nullptr;
+  if (!r.map.get()) {
+    // A region the owner sealed read-only can only be mapped so; the MR table may still
+    // claim write access (a hostile owner), and this is what keeps the router from
+    // writing through a read-only mapping.
+    r.map_writable = !SealedReadOnly(r.fd.get());
+    if (MapSegment(r.fd.get(), r.size, r.map_writable, &r.map) != 0) return nullptr;
+  }
+  if ((need & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !r.map_writable)
+    return nullptr;
   return &r;
+}
+
+bool Qp::Consents(uint32_t ip, uint32_t qpn) const {
+  if (type == IBV_QPT_UD) return true;
+  if (named.qpn != qpn) return false;
+  return named.ip != 0 ? named.ip == ip : named.lid == LidForIp(ip);
 }
 
 int Qp::RingFor(Producer p) const {

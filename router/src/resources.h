@@ -35,7 +35,10 @@ struct Producer {
 struct Region {
   UniqueFd fd;
   uint64_t size = 0;
+  uint32_t remote_mrs = 0;    // live registrations in it with a remote access flag
+  uint32_t writable_mrs = 0;  // of those, the ones that grant remote write or atomics
   Mapping map;  // the router's own mapping, made when a remote initiator first reaches it
+  bool map_writable = false;
 };
 
 struct Cq {
@@ -43,7 +46,7 @@ struct Cq {
   uint32_t chan_id = proto::kNoId;
 };
 
-// A notify word and the eventfd to write when its owner armed it.
+// A notify word and the wake socket to send on when its owner armed it.
 struct WakeTarget {
   NotifySlot* slot = nullptr;
   int fd = -1;
@@ -54,9 +57,9 @@ struct Pod {
   PodId id = 0;
   PodIdentity who;
   UniqueFd notify_seg;  // the process's notify words (CQ events, wake word)
-  UniqueFd wake_fd;     // rung after cross-node deliveries when the wake word is armed
+  UniqueFd wake_fd;     // wake socket: rung after cross-node deliveries when armed
   MrTable mr;
-  std::map<uint32_t, UniqueFd> channels;  // completion channel id -> eventfd
+  std::map<uint32_t, UniqueFd> channels;  // completion channel id -> its wake socket
   std::map<uint32_t, Cq> cqs;
   std::map<uint32_t, UniqueFd> srqs;  // SRQ id -> segment
   std::map<uint32_t, Region> regions;
@@ -64,15 +67,17 @@ struct Pod {
 
   // The notify words, mapped on first use; nullptr when they cannot be mapped.
   NotifySlot* NotifySlots();
-  // The event word (slot index) and channel eventfd of CQ `cq_id`; false when it has no
+  // The event word (slot index) and channel wake socket of CQ `cq_id`; false when it has no
   // completion channel.
   bool CqChannel(uint32_t cq_id, uint32_t* slot, int* fd) const;
   // The same, as a word to write: mapped, ready for WakeIfArmed.
   WakeTarget CqWake(uint32_t cq_id);
   // Wakes the process if it sleeps on its wake word (see proto::kWakeSlot).
   void WakeProcess();
-  // Region `region_id` mapped into the router, on first use; nullptr when unknown.
-  Region* MappedRegion(uint32_t region_id);
+  // Region `region_id` mapped into the router, on first use, for an access needing `need`
+  // (ibv_access_flags); nullptr when unknown, or when `need` writes and the owner sealed
+  // the region read-only.
+  Region* MappedRegion(uint32_t region_id, uint32_t need);
 
  private:
   Mapping notify_map_;
@@ -90,6 +95,17 @@ struct Qp {
   uint32_t send_cq_id = proto::kNoId;
   std::vector<Producer> producers;   // who produces into each ring
   std::set<uint32_t> produces_into;  // local QPs whose rings this QP produces into
+  // RC/UC: the peer its owner named at RTR (overlay IP or, when 0, LID; and QPN). Only that
+  // QP is given a ring of this one.
+  struct Named {
+    uint32_t ip = 0;
+    uint16_t lid = 0;
+    uint32_t qpn = proto::kNoId;
+  } named;
+
+  // True when an initiator QP `qpn` of the pod at `ip` may produce into this QP: any for
+  // UD, only the one its owner named for RC/UC.
+  bool Consents(uint32_t ip, uint32_t qpn) const;
 
   // The ring `p` produces into, else a free ring; -1 when there is neither.
   int RingFor(Producer p) const;

@@ -1,7 +1,10 @@
 // Unit tests of the target-side operations shared by the library (same node) and the
 // router (remote initiators): credits, access checks, region bounds, atomics, wake-ups.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <memory>
@@ -41,17 +44,20 @@ struct Fixture {
 TEST(Access, AcceptsInBoundsWithTheRightFlags) {
   Fixture f;
   MrView v{};
-  EXPECT_EQ(CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000, 4096, IBV_ACCESS_REMOTE_WRITE, &v),
-            IBV_WC_SUCCESS);
+  EXPECT_EQ(
+      CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000, 4096, IBV_ACCESS_REMOTE_WRITE, &v),
+      IBV_WC_SUCCESS);
   EXPECT_EQ(RegionOffset(v, 0x10010, 16, 8192), 512 + 16);
 }
 
 TEST(Access, RefusesForgedKeysBoundsAndFlags) {
   Fixture f;
   MrView v{};
-  EXPECT_EQ(CheckRemoteAccess(&f.qp, f.table.get(), f.key ^ 1, 0x10000, 8, IBV_ACCESS_REMOTE_WRITE, &v),
-            IBV_WC_REM_ACCESS_ERR);
-  EXPECT_EQ(CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000 + 4090, 8, IBV_ACCESS_REMOTE_WRITE, &v),
+  EXPECT_EQ(
+      CheckRemoteAccess(&f.qp, f.table.get(), f.key ^ 1, 0x10000, 8, IBV_ACCESS_REMOTE_WRITE, &v),
+      IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000 + 4090, 8,
+                              IBV_ACCESS_REMOTE_WRITE, &v),
             IBV_WC_REM_ACCESS_ERR);
   EXPECT_EQ(CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0xff00, 8, IBV_ACCESS_REMOTE_WRITE, &v),
             IBV_WC_REM_ACCESS_ERR);
@@ -59,15 +65,17 @@ TEST(Access, RefusesForgedKeysBoundsAndFlags) {
   EXPECT_EQ(CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000, 8, IBV_ACCESS_REMOTE_READ, &v),
             IBV_WC_REM_ACCESS_ERR);
   // The QP lacks REMOTE_ATOMIC.
-  EXPECT_EQ(CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000, 8, IBV_ACCESS_REMOTE_ATOMIC, &v),
-            IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(
+      CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000, 8, IBV_ACCESS_REMOTE_ATOMIC, &v),
+      IBV_WC_REM_ACCESS_ERR);
 }
 
 TEST(Access, RegionOffsetRefusesEntriesPointingOutsideTheRegion) {
   Fixture f;
   MrView v{};
-  ASSERT_EQ(CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000, 4096, IBV_ACCESS_REMOTE_WRITE, &v),
-            IBV_WC_SUCCESS);
+  ASSERT_EQ(
+      CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000, 4096, IBV_ACCESS_REMOTE_WRITE, &v),
+      IBV_WC_SUCCESS);
   EXPECT_EQ(RegionOffset(v, 0x10000, 4096, 4096), -1);  // 512 + 4096 > 4096
 }
 
@@ -83,19 +91,45 @@ TEST(Atomics, FetchAddAndCompareSwapReturnTheOriginal) {
 
 TEST(Wake, SignalsOnlyAnArmedSlotAndOnlyOnce) {
   NotifySlot slot;
-  const int fd = ::eventfd(0, EFD_NONBLOCK);
-  ASSERT_GE(fd, 0);
-  uint64_t v = 0;
-  WakeIfArmed(&slot, fd);
-  EXPECT_LT(::read(fd, &v, sizeof(v)), 0);  // not armed: nothing written
+  UniqueFd rx, tx;
+  ASSERT_EQ(CreateWakePair(&rx, &tx, true), 0);
+  EXPECT_TRUE(IsWakeSocket(tx.get()));
+  WakeIfArmed(&slot, tx.get());
+  EXPECT_EQ(DrainWakes(rx.get()), 0);  // not armed: nothing sent
   slot.armed.store(1);
-  WakeIfArmed(&slot, fd);
-  WakeIfArmed(&slot, fd);
-  EXPECT_EQ(::read(fd, &v, sizeof(v)), static_cast<ssize_t>(sizeof(v)));
-  EXPECT_EQ(v, 1u);
+  WakeIfArmed(&slot, tx.get());
+  WakeIfArmed(&slot, tx.get());
+  EXPECT_EQ(DrainWakes(rx.get()), 1);
   EXPECT_EQ(slot.fired.load(), 1u);
   EXPECT_EQ(slot.armed.load(), 0u);
-  ::close(fd);
+}
+
+// The sleeper holds both ends of its wake socket and may do anything to them: clear
+// O_NONBLOCK on the sending end (a shared open file description) and fill the queue. A
+// waker still never blocks (MSG_DONTWAIT is per call), and the sleeper is still woken.
+TEST(Wake, AWakerNeverBlocksWhateverTheSleeperDidToItsSocket) {
+  UniqueFd rx, tx;
+  ASSERT_EQ(CreateWakePair(&rx, &tx, true), 0);
+  ASSERT_EQ(::fcntl(tx.get(), F_SETFL, 0), 0);  // blocking, as a hostile owner would make it
+  const uint64_t start = MonotonicNs();
+  for (int i = 0; i < 5000; ++i) SendWake(tx.get());  // far past the queue's capacity
+  EXPECT_LT(MonotonicNs() - start, 2'000'000'000ull);
+  pollfd p{rx.get(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 1);
+  EXPECT_GT(DrainWakes(rx.get()), 0);
+  // Closed receiving end: no SIGPIPE, no error to the waker.
+  rx.reset();
+  SendWake(tx.get());
+}
+
+// An eventfd is not a wake socket: the router refuses one wherever it would wake through it.
+TEST(Wake, AnEventfdOrAStreamSocketIsNotAWakeSocket) {
+  UniqueFd efd(::eventfd(0, EFD_CLOEXEC));
+  EXPECT_FALSE(IsWakeSocket(efd.get()));
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  UniqueFd a(sv[0]), b(sv[1]);
+  EXPECT_FALSE(IsWakeSocket(a.get()));
 }
 
 }  // namespace

@@ -77,10 +77,7 @@ void WaitForRouter(Session* s) {
   }
   pollfd p{s->wake_fd.get(), POLLIN, 0};
   const timespec ts{wait_us / 1000000, (wait_us % 1000000) * 1000};
-  if (::ppoll(&p, 1, &ts, nullptr) > 0) {
-    uint64_t v;
-    [[maybe_unused]] ssize_t r = ::read(s->wake_fd.get(), &v, sizeof(v));
-  }
+  if (::ppoll(&p, 1, &ts, nullptr) > 0) ff::DrainWakes(s->wake_fd.get());
 }
 
 // The empty-poll path of a router-fed CQ: arm the wake word, look once more (no lost
@@ -118,7 +115,7 @@ Cq* TakeFiredCq(Channel* ch, bool* pending) {
   return found;
 }
 
-// Waits for the channel's eventfd: not at all when it is non-blocking, briefly while sends
+// Waits for the channel's wake socket: not at all when it is non-blocking, briefly while sends
 // are queued (they need retrying), else until it is written. 0, or a positive errno.
 int WaitForEvent(ibv_comp_channel* channel, bool pending) {
   const bool nonblocking = (::fcntl(channel->fd, F_GETFL) & O_NONBLOCK) != 0;
@@ -129,8 +126,7 @@ int WaitForEvent(ibv_comp_channel* channel, bool pending) {
   const int r = ::ppoll(&p, 1, nonblocking ? &zero : timeout, nullptr);
   if (r < 0) return errno == EINTR ? 0 : errno;
   if (r > 0) {
-    uint64_t v;
-    if (::read(channel->fd, &v, sizeof(v)) < 0 && errno != EAGAIN) return errno;
+    ff::DrainWakes(channel->fd);  // every wake so far: the fired words tell which CQ
     return 0;
   }
   return nonblocking ? EAGAIN : 0;
@@ -166,8 +162,7 @@ void OnCqOverflow(Cq* cq) {
 void WakeCq(Cq* cq) {
   if (cq->notify_slot == ff::proto::kNoId || cq->channel == nullptr) return;
   EventSlot(cq)->fired.store(1, std::memory_order_release);
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(cq->channel->ch.fd, &one, sizeof(one));
+  ff::SendWake(cq->channel->tx.get());
 }
 
 int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {

@@ -3,7 +3,7 @@
 //
 // Event words: a CQ with a completion channel owns a NotifySlot in its session's notify
 // segment. req_notify_cq arms it; whoever adds a completion (this process, or a peer or
-// router publishing a record that becomes one) disarms it and writes the channel's eventfd.
+// router publishing a record that becomes one) disarms it and sends on the channel's wake socket.
 #pragma once
 
 #include "internal.h"

@@ -3,6 +3,8 @@
 // and, on first use, its registered regions. This is where a link's operations are chosen.
 #include <arpa/inet.h>
 
+#include <algorithm>
+
 #include "link.h"
 #include "session.h"
 
@@ -59,7 +61,7 @@ int RouterLink(const ff::proto::ConnectReply& c, UniqueFd* fds, PeerLink* link) 
 }
 
 // A peer process on this node: fds are its QP segment, notify segment, MR table, then
-// its CQ's channel eventfd (when it has one) and its SRQ segment (when it has one).
+// its CQ's channel wake socket (when it has one) and its SRQ segment (when it has one).
 int SameNodeLink(Context* ctx, const ff::proto::ConnectReply& c, UniqueFd* fds, PeerLink* link) {
   if (const int rc = MapRingSegment(link, c, c.num_rings, fds[0])) return rc;
   int next = 3;
@@ -107,6 +109,47 @@ int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, 
   return 0;
 }
 
+namespace {
+
+// How long a requester retries a peer that does not answer: timeout x (retry_cnt + 1), as a
+// real RC QP counts it (4.096 us << timeout each), but never less than kConsentMinWaitNs;
+// timeout 0 waits forever.
+uint64_t PeerWaitNs(const Qp* qp) {
+  const uint32_t t = qp->attr.timeout;
+  if (t == 0) return UINT64_MAX;
+  const uint64_t each = uint64_t{4096} << std::min(t, 31u);
+  return std::max<uint64_t>(ff::kConsentMinWaitNs, each * (qp->attr.retry_cnt + 1u));
+}
+
+}  // namespace
+
+Exec AwaitPeer(Qp* qp, ibv_wc_status* st) {
+  Qp::AwaitedPeer& a = qp->awaited;
+  const uint64_t now = ff::MonotonicNs();
+  if (a.deadline_ns == 0) {
+    const uint64_t wait = PeerWaitNs(qp);
+    a.deadline_ns = wait == UINT64_MAX ? UINT64_MAX : now + wait;
+  }
+  if (now < a.next_ns) return Exec::kBlocked;
+  std::unique_ptr<PeerLink> link;
+  const int rc = ConnectLink(qp, a.ip, a.lid, a.qpn, false, &link);
+  if (rc == 0) {
+    qp->link = std::move(link);
+    a.waiting = false;
+    return Exec::kDone;
+  }
+  if (rc == EINPROGRESS && now < a.deadline_ns) {
+    a.backoff_ns = std::clamp(a.backoff_ns * 2, ff::kConsentRetryNs, ff::kConsentMaxRetryNs);
+    a.next_ns = now + a.backoff_ns;
+    return Exec::kBlocked;
+  }
+  LogError("QP 0x%x: QP 0x%x never accepted the connection: %s", qp->qpx.qp_base.qp_num, a.qpn,
+           rc == EINPROGRESS ? "it did not name this QP in time" : std::strerror(rc));
+  a.waiting = false;
+  *st = IBV_WC_RETRY_EXC_ERR;
+  return Exec::kDone;
+}
+
 PeerLink* UdLink(Qp* qp, const SendWqe& w) {
   const uint64_t key =
       (static_cast<uint64_t>(w.dest_ip != 0 ? w.dest_ip : w.dest_lid) << 32) | w.remote_qpn;
@@ -119,30 +162,41 @@ PeerLink* UdLink(Qp* qp, const SendWqe& w) {
   return raw;
 }
 
-int PeerRegion(Qp* qp, PeerLink* link, uint32_t region_id, Mapping** out) {
+// Asks the router for the peer's region `region_id` and maps it with the rights it grants.
+int MapPeerRegion(Qp* qp, uint32_t region_id, PeerRegionMap* out) {
+  ff::proto::GetRegion m{};
+  m.qpn = qp->qpx.qp_base.qp_num;
+  m.region_id = region_id;
+  ff::proto::Response r{};
+  UniqueFd fd;
+  int got = 0;
+  const int rc = qp->ctx->session->Call(&m, sizeof(m), nullptr, 0, &r, &fd, 1, &got);
+  if (rc != 0) return rc;
+  const uint64_t size = r.u.region.size;
+  out->writable = r.u.region.writable != 0;
+  if (got != 1 || size == 0 || ff::MapPeerSegment(fd.get(), size, out->writable, &out->map) != 0)
+    return EPROTO;
+  return 0;
+}
+
+int PeerRegion(Qp* qp, PeerLink* link, uint32_t region_id, uint32_t need, Mapping** out) {
   PeerCtx* p = link->pctx.get();
+  const bool writes = (need & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
   if (p->last_region == region_id) {
-    *out = p->last_mapping;
+    if (writes && !p->last_mapping->writable) return EACCES;
+    *out = &p->last_mapping->map;
     return 0;
   }
   auto it = p->regions.find(region_id);
   if (it == p->regions.end()) {
-    ff::proto::GetRegion m{};
-    m.qpn = qp->qpx.qp_base.qp_num;
-    m.region_id = region_id;
-    ff::proto::Response r{};
-    UniqueFd fd;
-    int got = 0;
-    const int rc = qp->ctx->session->Call(&m, sizeof(m), nullptr, 0, &r, &fd, 1, &got);
-    if (rc != 0) return rc;
-    const uint64_t size = r.u.region.size;
-    Mapping map;
-    if (got != 1 || size == 0 || ff::MapPeerSegment(fd.get(), size, true, &map) != 0) return EPROTO;
+    PeerRegionMap map;
+    if (const int rc = MapPeerRegion(qp, region_id, &map)) return rc;
     it = p->regions.emplace(region_id, std::move(map)).first;
   }
   p->last_region = region_id;
   p->last_mapping = &it->second;
-  *out = &it->second;
+  if (writes && !it->second.writable) return EACCES;
+  *out = &it->second.map;
   return 0;
 }
 

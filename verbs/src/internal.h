@@ -58,13 +58,17 @@ struct LinkOps;
 
 // A peer process on this node as its QPs' links see it: its notify words and MR table
 // (shared by every link to it) and the regions of its memory mapped so far.
+struct PeerRegionMap {
+  Mapping map;
+  bool writable = false;  // false: the owner shared it for reads only (and sealed it so)
+};
 struct PeerCtx {
   uint32_t ctx_id = 0;
   Mapping notify;
   Mapping mr_table;
-  std::unordered_map<uint32_t, Mapping> regions;
+  std::unordered_map<uint32_t, PeerRegionMap> regions;
   uint32_t last_region = ~0u;  // one-entry cache in front of `regions`
-  Mapping* last_mapping = nullptr;
+  PeerRegionMap* last_mapping = nullptr;
 };
 
 // The sending side of a connection: a ring we produce into, and how to use it. Made by
@@ -99,12 +103,15 @@ struct Pd {
 };
 
 // A memfd that backs registered memory (memory.cc). Process-wide by address.
+// Pages of registrations with remote access, moved into a memfd that the router may hand
+// to connected peers. Registrations without remote access have none.
 struct Region {
   uint32_t id = 0;
   uintptr_t start = 0;
   size_t size = 0;
   UniqueFd fd;
   Session* session = nullptr;  // the one router that has this memfd
+  bool read_only = false;      // sealed: no registration in it grants remote write/atomics
 };
 
 struct Mr {
@@ -115,7 +122,8 @@ struct Mr {
 };
 
 struct Channel {
-  ibv_comp_channel ch;
+  ibv_comp_channel ch;  // ch.fd: the receiving end of the channel's wake socket (fd.h)
+  UniqueFd tx;          // its sending end, which the router and same-node peers hold too
   uint32_t id = 0;
   Context* ctx = nullptr;
   std::vector<Cq*> cqs;
@@ -230,7 +238,18 @@ struct Qp {
   RecvQueue rq;              // unused with an SRQ
 
   // Outbound.
-  std::unique_ptr<PeerLink> link;                                    // RC/UC
+  std::unique_ptr<PeerLink> link;  // RC/UC
+  // RC/UC at RTR whose peer has not named this QP yet (the router answered EINPROGRESS):
+  // the link is asked for again, with backoff, when a WQE first needs it (connect.cc).
+  struct AwaitedPeer {
+    bool waiting = false;
+    uint32_t ip = 0;  // host order; 0: by LID
+    uint16_t lid = 0;
+    uint32_t qpn = 0;
+    uint64_t deadline_ns = 0;  // set by the first WQE that waits; UINT64_MAX: none
+    uint64_t next_ns = 0;
+    uint64_t backoff_ns = 0;
+  } awaited;
   std::unordered_map<uint64_t, std::unique_ptr<PeerLink>> ud_links;  // UD: ip<<32|qpn
   std::vector<SendWqe> sq;
   std::vector<ibv_sge> sq_sges;

@@ -50,12 +50,18 @@ extern const LinkOps kRouterOps;    // link_router.cc
 // context lock (a router round trip). 0 or a positive errno.
 int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, bool ud,
                 std::unique_ptr<PeerLink>* out);
+// The link of an RC/UC QP whose peer had not named it at RTR (Qp::awaited), asked for
+// again. kDone with qp->link set when it is there; kBlocked while the peer still has not
+// named us; kDone with *st = IBV_WC_RETRY_EXC_ERR once the QP's retry budget (at least
+// kConsentMinWaitNs) is spent or the router refuses. ctx->lock held.
+Exec AwaitPeer(Qp* qp, ibv_wc_status* st);
 // The link of a UD QP to the destination of `w`, connected on first use; nullptr when the
 // destination cannot be reached. ctx->lock held.
 PeerLink* UdLink(Qp* qp, const SendWqe& w);
-// The peer's region `region_id`, mapped on first use (same-node links). ctx->lock held.
-// 0 or a positive errno.
-int PeerRegion(Qp* qp, PeerLink* link, uint32_t region_id, Mapping** out);
+// The peer's region `region_id`, mapped on first use (same-node links), for an access that
+// needs `need` (ibv_access_flags): EACCES when it writes and the peer shared the region for
+// reads only. ctx->lock held. 0 or a positive errno.
+int PeerRegion(Qp* qp, PeerLink* link, uint32_t region_id, uint32_t need, Mapping** out);
 
 // ---- shared by both kinds of link ----------------------------------------------------------
 using OpHandler = Exec (*)(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st);

@@ -33,9 +33,9 @@ ibv_wc_status ResolveTarget(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t l
                             char** out) {
   return ff::ResolveTarget(
       link->hdr, link->pctx->mr_table.as<ff::MrEntry>(), w.rkey, w.remote_addr, len, need,
-      [&](uint32_t region) -> const Mapping* {
+      [&](uint32_t region, uint32_t access) -> const Mapping* {
         Mapping* m = nullptr;
-        return PeerRegion(qp, link, region, &m) == 0 ? m : nullptr;
+        return PeerRegion(qp, link, region, access, &m) == 0 ? m : nullptr;
       },
       out);
 }

@@ -1,8 +1,15 @@
-// Memory registration. A registered buffer must be reachable by peers without the owner
-// running, so its pages are moved into a memfd ("region") mapped over the same addresses
-// (MAP_FIXED): the application keeps using the same pointers, and the router can hand the
-// memfd to connected peers. Deregistration moves the pages back into private memory, so
-// from the moment ibv_dereg_mr returns no peer can reach them any more.
+// Memory registration. A buffer registered with remote access must be reachable by peers
+// without the owner running, so its pages are moved into a memfd ("region") mapped over the
+// same addresses (MAP_FIXED): the application keeps using the same pointers, and the router
+// can hand the memfd to connected peers. Deregistration moves the pages back into private
+// memory, so from the moment ibv_dereg_mr returns no peer can reach them any more.
+//
+// A registration without remote access has no region: its memory never leaves the process.
+// A region whose registrations grant remote reads only is sealed read-only (SealReadOnly)
+// once the application's own mapping is in place, so what a peer is given can only be
+// read, even reopened. When a registration that grants writes joins such a region, the
+// pages move to a fresh, writable region; when the last one leaves, they move to a fresh,
+// sealed one (peers that mapped the old memfd keep memory that no longer backs ours).
 //
 // Regions are process-wide, by address (pages belong to the process, not to a context);
 // each remembers the session whose router has its memfd. Overlapping registrations share
@@ -25,6 +32,13 @@ std::mutex g_region_mu;  // guards everything below; taken before any context lo
 std::map<uintptr_t, std::unique_ptr<Region>> g_regions;  // by start address
 std::unordered_map<Region*, std::vector<Mr*>> g_region_mrs;
 uint32_t g_next_region = 1;
+
+constexpr unsigned kRemoteAccess =
+    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+
+bool GrantsWrites(unsigned access) {
+  return (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
+}
 
 uintptr_t PageSize() {
   static const uintptr_t p = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
@@ -130,9 +144,33 @@ void MergeInto(Region* to, const std::vector<Region*>& merged, bool* fresh) {
   g_region_mrs[to] = std::move(moved);
 }
 
-// Finds or creates the region of session `s` that will back [addr, addr+len). *fresh tells
-// whether the router has not seen its memfd yet. g_region_mu held.
-int AcquireRegion(Session* s, uintptr_t addr, size_t len, Region** out, bool* fresh) {
+bool AnyGrantsWrites(const std::vector<Mr*>& mrs) {
+  return std::any_of(mrs.begin(), mrs.end(), [](const Mr* mr) { return GrantsWrites(mr->access); });
+}
+
+// A new region of session `s` over [lo, hi), the pages moved into it; sealed when
+// `read_only`. Not yet in g_regions.
+int NewRegion(Session* s, uintptr_t lo, uintptr_t hi, bool read_only,
+              std::unique_ptr<Region>* out) {
+  auto region = std::make_unique<Region>();
+  region->id = g_next_region++;
+  region->start = lo;
+  region->size = hi - lo;
+  region->session = s;
+  region->read_only = read_only;
+  if (const int rc = ShadowRange(lo, hi - lo, &region->fd)) return rc;
+  // After the MAP_FIXED mapping: ours stays writable, every later one is read-only.
+  if (read_only) {
+    if (const int rc = ff::SealReadOnly(region->fd.get())) return rc;
+  }
+  *out = std::move(region);
+  return 0;
+}
+
+// Finds or creates the region of session `s` that will back [addr, addr+len) for a
+// registration that grants remote writes when `writes`. *fresh tells whether the router
+// has not seen its memfd yet. g_region_mu held.
+int AcquireRegion(Session* s, uintptr_t addr, size_t len, bool writes, Region** out, bool* fresh) {
   const uintptr_t page = PageSize();
   uintptr_t lo = addr & ~(page - 1);
   uintptr_t hi = (addr + len + page - 1) & ~(page - 1);
@@ -145,18 +183,17 @@ int AcquireRegion(Session* s, uintptr_t addr, size_t len, Region** out, bool* fr
         len, reinterpret_cast<void*>(addr), s->name.c_str(), r->session->name.c_str());
     return EINVAL;
   }
-  if (overlap.size() == 1 && overlap[0]->start == lo && overlap[0]->size == hi - lo) {
+  if (overlap.size() == 1 && overlap[0]->start == lo && overlap[0]->size == hi - lo &&
+      !(writes && overlap[0]->read_only)) {
     *out = overlap[0];
     *fresh = false;
     return 0;
   }
   if (!RangeMapped(lo, hi - lo)) return EFAULT;
-  auto region = std::make_unique<Region>();
-  region->id = g_next_region++;
-  region->start = lo;
-  region->size = hi - lo;
-  region->session = s;
-  if (const int rc = ShadowRange(lo, hi - lo, &region->fd)) return rc;
+  bool read_only = !writes;
+  for (Region* old : overlap) read_only = read_only && !AnyGrantsWrites(g_region_mrs[old]);
+  std::unique_ptr<Region> region;
+  if (const int rc = NewRegion(s, lo, hi, read_only, &region)) return rc;
   *fresh = true;
   MergeInto(region.get(), overlap, fresh);
   *out = region.get();
@@ -164,18 +201,36 @@ int AcquireRegion(Session* s, uintptr_t addr, size_t len, Region** out, bool* fr
   return 0;
 }
 
+// The region's last registration that granted writes left: move its pages to a sealed one.
+void Reseal(Region* region) {
+  const std::vector<Mr*>& mrs = g_region_mrs[region];
+  if (region->read_only || mrs.empty() || AnyGrantsWrites(mrs)) return;
+  std::unique_ptr<Region> sealed;
+  const uintptr_t lo = region->start;
+  if (const int rc = NewRegion(region->session, lo, lo + region->size, true, &sealed)) {
+    LogError("cannot seal a region that now grants reads only: %s", std::strerror(rc));
+    return;
+  }
+  bool fresh = true;
+  MergeInto(sealed.get(), {region}, &fresh);
+  g_regions[lo] = std::move(sealed);
+}
+
+// Registers with the router; `region` is nullptr for a registration without remote access.
 int Register(Session* s, uintptr_t addr, size_t length, uint64_t iova, unsigned access,
              Region* region, bool fresh, uint32_t* key) {
   ff::proto::RegMr m{};
   m.addr = iova;
   m.length = length;
-  m.region_offset = addr - region->start;
-  m.region_size = region->size;
   m.access = access;
-  m.region_id = region->id;
-  m.new_region = fresh ? 1 : 0;
+  if (region != nullptr) {
+    m.region_offset = addr - region->start;
+    m.region_size = region->size;
+    m.region_id = region->id;
+    m.new_region = fresh ? 1 : 0;
+  }
   ff::proto::Response r{};
-  const int fd = region->fd.get();
+  const int fd = region != nullptr ? region->fd.get() : -1;
   const int rc = s->Call(&m, sizeof(m), fresh ? &fd : nullptr, fresh ? 1 : 0, &r);
   if (rc != 0) {
     LogError("memory registration refused by the router: %s", std::strerror(rc));
@@ -192,10 +247,14 @@ int RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access,
   std::lock_guard<std::mutex> g(g_region_mu);
   Region* region = nullptr;
   bool fresh = false;
-  if (const int rc = AcquireRegion(ctx->session, start, length, &region, &fresh)) return rc;
+  if (access & kRemoteAccess) {
+    const int rc =
+        AcquireRegion(ctx->session, start, length, GrantsWrites(access), &region, &fresh);
+    if (rc != 0) return rc;
+  }
   uint32_t key = 0;
   if (const int rc = Register(ctx->session, start, length, iova, access, region, fresh, &key)) {
-    if (g_region_mrs[region].empty()) DropRegion(region);
+    if (region != nullptr && g_region_mrs[region].empty()) DropRegion(region);
     return rc;
   }
   mr->mr.context = pd->context;
@@ -208,7 +267,7 @@ int RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access,
   mr->iova = iova;
   mr->access = static_cast<int>(access);
   mr->region = region;
-  g_region_mrs[region].push_back(mr.get());
+  if (region != nullptr) g_region_mrs[region].push_back(mr.get());
   std::lock_guard<SpinLock> l(ctx->lock);
   const uint32_t slot = ff::MrSlotOfKey(key);
   if (ctx->mrs_by_slot.size() <= slot) ctx->mrs_by_slot.resize(slot + 1, nullptr);
@@ -228,15 +287,25 @@ int DeregMr(Mr* mr) {
   }
   std::lock_guard<std::mutex> g(g_region_mu);
   Region* region = mr->region;
-  auto& list = g_region_mrs[region];
-  list.erase(std::remove(list.begin(), list.end(), mr), list.end());
+  bool last = false;
+  if (region != nullptr) {
+    auto& list = g_region_mrs[region];
+    list.erase(std::remove(list.begin(), list.end(), mr), list.end());
+    last = list.empty();
+  }
   ff::proto::DeregMr m{};
   m.key = mr->mr.lkey;
-  m.release = list.empty() ? 1 : 0;
-  const int rc = region->session->SimpleCall(&m, sizeof(m));
+  m.release = last ? 1 : 0;
+  Session* s = region != nullptr ? region->session : ctx->session;
+  const int rc = s->SimpleCall(&m, sizeof(m));
   if (rc != 0 && rc != ENOTCONN) LogError("router refused deregistration: %s", std::strerror(rc));
-  // Revoke: after this no peer mapping reaches the application's pages.
-  if (list.empty()) DropRegion(region);
+  // Revoke: after this no peer mapping reaches the application's pages (or, when reads
+  // remain, none that can write them).
+  if (last) {
+    DropRegion(region);
+  } else if (region != nullptr) {
+    Reseal(region);
+  }
   delete mr;
   return 0;
 }

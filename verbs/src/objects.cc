@@ -1,7 +1,6 @@
 // The small objects: protection domains, completion channels, completion queues, shared
 // receive queues and address handles. Each that the router must know about (channels, CQs,
 // SRQs) is announced to it after it exists here and withdrawn before it is freed.
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,16 +71,17 @@ int CreateChannel(Context* ctx, Channel** out) {
   auto ch = std::make_unique<Channel>();
   ch->ctx = ctx;
   ch->ch.context = &ctx->vctx.context;
-  ch->ch.fd = ::eventfd(0, EFD_CLOEXEC);
-  if (ch->ch.fd < 0) return errno;
+  // A wake socket, not an eventfd: the router and peers that wake us hold only the
+  // sending end, so nothing they do to it changes how the application's fd behaves.
+  UniqueFd rx;
+  if (const int rc = ff::CreateWakePair(&rx, &ch->tx, false)) return rc;
   ch->id = NextId(ctx);
   ff::proto::CreateChannel m{};
   m.id = ch->id;
   ff::proto::Response r{};
-  if (const int rc = ctx->session->Call(&m, sizeof(m), &ch->ch.fd, 1, &r)) {
-    ::close(ch->ch.fd);
-    return rc;
-  }
+  const int tx = ch->tx.get();
+  if (const int rc = ctx->session->Call(&m, sizeof(m), &tx, 1, &r)) return rc;
+  ch->ch.fd = rx.release();
   std::lock_guard<SpinLock> l(ctx->lock);
   ctx->channels.push_back(ch.get());
   *out = ch.release();

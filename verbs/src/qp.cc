@@ -208,6 +208,12 @@ int ConnectAtRtr(Qp* qp, const ibv_qp_attr* attr, std::unique_ptr<PeerLink>* lin
     return EINVAL;
   }
   const int rc = ConnectLink(qp, ip, ah.dlid, attr->dest_qp_num, false, link);
+  if (rc == EINPROGRESS) {
+    // The peer has not named this QP yet (it may reach RTR later): RTR succeeds, as on a
+    // real fabric, and the first WQE asks again (AwaitPeer).
+    qp->awaited = Qp::AwaitedPeer{true, ip, ip != 0 ? uint16_t{0} : ah.dlid, attr->dest_qp_num};
+    return 0;
+  }
   if (rc != 0) {
     const std::string where = ip != 0 ? ff::FormatIpv4(ip) : "LID " + std::to_string(ah.dlid);
     LogError("QP 0x%x: cannot connect to QP 0x%x at %s: %s", qpn, attr->dest_qp_num, where.c_str(),
@@ -257,6 +263,7 @@ void Disconnect(Qp* qp) {
   qp->ctx->session->SimpleCall(&m, sizeof(m));
   std::lock_guard<SpinLock> l(qp->ctx->lock);
   qp->link.reset();
+  qp->awaited = Qp::AwaitedPeer{};
   qp->ud_links.clear();
   qp->peer_gone.store(0);
 }

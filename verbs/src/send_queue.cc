@@ -180,6 +180,11 @@ Exec Execute(Qp* qp, SendWqe& w, uint64_t index, ibv_wc_status* st, PeerLink** t
     return Exec::kDone;
   }
   PeerLink* link = qp->type == IBV_QPT_UD ? UdLink(qp, w) : qp->link.get();
+  if (link == nullptr && qp->awaited.waiting) {
+    const Exec e = AwaitPeer(qp, st);
+    if (qp->link == nullptr) return e;
+    link = qp->link.get();
+  }
   if (link == nullptr) {
     // UD to an unknown destination is dropped, as on a real fabric.
     if (qp->type != IBV_QPT_UD) *st = IBV_WC_RETRY_EXC_ERR;

@@ -3,7 +3,6 @@
 #include "session.h"
 
 #include <arpa/inet.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -73,13 +72,9 @@ int PrepareHello(Session* s, UniqueFd* theirs) {
   }
   s->events.reset(pair[0]);
   theirs->reset(pair[1]);
-  s->wake_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!s->wake_fd) {
-    rc = errno;
-    LogError("cannot create an eventfd: %s", std::strerror(rc));
-    return rc;
-  }
-  return 0;
+  rc = ff::CreateWakePair(&s->wake_fd, &s->wake_tx, true);
+  if (rc != 0) LogError("cannot create a wake socket: %s", std::strerror(rc));
+  return rc;
 }
 
 int Hello(Session* s) {
@@ -88,12 +83,13 @@ int Hello(Session* s) {
   if (rc != 0) return rc;
   ff::proto::Hello hello{};
   hello.abi = ff::kAbiVersion;
-  const int fds[3] = {s->notify_fd.get(), theirs.get(), s->wake_fd.get()};
+  const int fds[3] = {s->notify_fd.get(), theirs.get(), s->wake_tx.get()};
   ff::proto::Response resp{};
   UniqueFd table;
   int got = 0;
   rc = s->Call(&hello, sizeof(hello), fds, 3, &resp, &table, 1, &got);
   theirs.reset();
+  s->wake_tx.reset();  // the router's now
   resp.u.hello.node[sizeof(resp.u.hello.node) - 1] = '\0';
   if (rc != 0) {
     LogError("the router at %s refused this process: %s%s%s", s->name.c_str(), std::strerror(rc),

@@ -40,7 +40,8 @@ struct Session {
   std::string node;
   UniqueFd notify_fd;
   Mapping notify;    // our NotifySlot array: CQ event words, then the wake word (kWakeSlot)
-  UniqueFd wake_fd;  // rung by the router after it delivered to this process
+  UniqueFd wake_fd;  // wake socket (fd.h), rung by the router after it delivered to us
+  UniqueFd wake_tx;  // its sending end, until HELLO hands it to the router
   Mapping mr_table;
   std::atomic<bool> fatal{false};    // the router is gone
   std::atomic<bool> closing{false};  // CloseSession is shutting the sockets down

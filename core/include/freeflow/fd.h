@@ -68,13 +68,34 @@ class Mapping {
 int CreateSegment(const char* name, size_t size, UniqueFd* out);
 // Maps `size` bytes of `fd` shared.
 int MapSegment(int fd, size_t size, bool writable, Mapping* out);
-// Maps `size` bytes of a segment another process handed over, after checking that the
-// object behind `fd` is at least that large (EINVAL when it is smaller).
+// Maps `size` bytes of a segment another process handed over, after checking it with
+// SealedAtLeast (EINVAL when it fails).
 int MapPeerSegment(int fd, size_t size, bool writable, Mapping* out);
 // Size of the object behind fd.
 int SegmentSize(int fd, uint64_t* size);
-// True when the object behind fd holds at least `bytes` bytes.
-bool SegmentAtLeast(int fd, uint64_t bytes);
+// True when `fd` is a memfd sealed against shrinking that holds at least `bytes` bytes:
+// one that another process handed over and can never make smaller under a mapping of it
+// (which would turn a later access into SIGBUS). Check before mapping a peer's memfd.
+bool SealedAtLeast(int fd, uint64_t bytes);
+// True when the memfd behind `fd` refuses new writable mappings (F_SEAL_WRITE or
+// F_SEAL_FUTURE_WRITE): a mapping of it can only be read.
+bool SealedReadOnly(int fd);
+// Forbids new writable mappings of the memfd behind `fd` (mappings made before keep their
+// rights): what the holders of `fd`, or of any reopened copy of it, can only read.
+int SealReadOnly(int fd);
+
+// Wake sockets. A process that sleeps on an fd another process must be able to wake owns
+// the receiving end of a Unix datagram socket pair and hands out the sending end. A waker
+// sends with MSG_DONTWAIT, a per-call flag: unlike an eventfd write (whose O_NONBLOCK lives
+// on the shared open file description), no holder of either end can make it block. A full
+// queue means a wake is already pending, so a failed send loses nothing.
+int CreateWakePair(UniqueFd* rx, UniqueFd* tx, bool rx_nonblocking);
+// Sends one wake; never blocks, never raises SIGPIPE; errors are ignored (see above).
+void SendWake(int tx);
+// Takes every pending wake off `rx` without blocking; returns how many there were.
+int DrainWakes(int rx);
+// True when `fd` is the sending end of a wake socket (a Unix datagram socket).
+bool IsWakeSocket(int fd);
 
 // Sends one datagram with optional descriptors (EMSGSIZE when it went out short).
 int SendWithFds(int sock, const void* buf, size_t len, const int* fds, int nfds, int flags = 0);

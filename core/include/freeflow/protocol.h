@@ -14,7 +14,7 @@
 namespace ff {
 // Version of the router <-> library protocol, of the shared-memory layouts and of the proxy
 // records: a library and a router with different values refuse each other at HELLO.
-inline constexpr uint32_t kAbiVersion = 2;
+inline constexpr uint32_t kAbiVersion = 3;
 }  // namespace ff
 
 namespace ff::proto {
@@ -57,10 +57,14 @@ template <typename M>
 inline constexpr Op OpOf = decltype(M::h)::kOp;
 
 inline constexpr uint32_t kNoId = 0xffffffffu;
+inline constexpr uint32_t kNoRegion = 0;  // a registration without remote access has none
 
-// fds: [notify segment memfd, event socket, wake eventfd]. The last notify slot
+// fds: [notify segment memfd, event socket, wake socket]. The last notify slot
 // (kWakeSlot) is the process's wake word: a router that delivers cross-node data to the
-// process rings the wake eventfd when the word is armed. CQs use the slots below it.
+// process sends on the wake socket when the word is armed. CQs use the slots below it.
+// Every memfd a pod hands over must be sealed against shrinking (SealedAtLeast, fd.h);
+// every fd the router or a peer wakes through is the sending end of a wake socket (fd.h),
+// never an eventfd: nothing a pod holds can make its waker block.
 inline constexpr uint32_t kWakeSlot = kNotifySlots - 1;
 static_assert(kWakeSlot == kNotifySlots - 1 && kWakeSlot > 0, "the wake word is the last slot");
 struct Hello {
@@ -76,7 +80,7 @@ struct ObjectRequest {
   uint32_t id;  // the channel, CQ or SRQ id the library chose; a QPN the router assigned
   uint32_t reserved;
 };
-using CreateChannel = ObjectRequest<Op::kCreateChannel>;  // fds: [channel eventfd]
+using CreateChannel = ObjectRequest<Op::kCreateChannel>;  // fds: [channel wake socket]
 using DestroyChannel = ObjectRequest<Op::kDestroyChannel>;
 using DestroyCq = ObjectRequest<Op::kDestroyCq>;
 using CreateSrq = ObjectRequest<Op::kCreateSrq>;  // fds: [SRQ segment memfd]
@@ -104,6 +108,9 @@ struct CreateQp {
 // Connects local `qpn` (RC/UC, at RTR; op kConnectQp) or resolves a UD destination (op
 // kResolveUd): the sender is given one ring of the destination QP to produce into. Address
 // by overlay IPv4 (GID) when dest_ip != 0, else by LID.
+// Consent: an RC/UC QP names its peer here, and a ring of an RC/UC QP is given only to the
+// QP it named. Until the destination names `qpn` the answer is EINPROGRESS (with no
+// descriptors): the QP is at RTR, and the library asks again when it first needs the link.
 struct ConnectQp {
   RequestHeader<Op::kConnectQp> h;
   uint32_t qpn;
@@ -115,6 +122,9 @@ struct ConnectQp {
 // Registrations share one layout; each op uses the fields marked with it. fds: [region
 // memfd] when new_region != 0. MoveMr moves a live registration to another region (the
 // library merged overlapping registrations into one memfd); its key stays the same.
+// Only a registration with a remote access flag has a region: the others name kNoRegion
+// and their memory never leaves the process. A region whose registrations grant no remote
+// write or atomic must be sealed read-only (SealReadOnly) before a peer may map it.
 template <Op kOpValue>
 struct MrRequest {
   RequestHeader<kOpValue> h;
@@ -132,7 +142,8 @@ struct MrRequest {
 using RegMr = MrRequest<Op::kRegMr>;
 using DeregMr = MrRequest<Op::kDeregMr>;
 using MoveMr = MrRequest<Op::kMoveMr>;
-// Asks for the memfd of a region of the peer connected to `qpn`.
+// Asks for the memfd of a region of the RC/UC peer connected to `qpn` (the peer named
+// `qpn`, and `qpn` named it); never of a UD destination.
 struct GetRegion {
   RequestHeader<Op::kGetRegion> h;
   uint32_t qpn;
@@ -151,10 +162,10 @@ struct CreateQpReply {
   uint32_t qpn;
   uint32_t reserved;
 };
-// fds: [peer QP segment, peer notify segment, peer MR table, peer channel eventfd (when
+// fds: [peer QP segment, peer notify segment, peer MR table, peer channel wake socket (when
 // notify_slot != kNoId), peer SRQ segment (when has_srq)]
 // A peer on another node is reached through a proxy segment owned by the router:
-// flags has kConnectRemote and fds are [proxy segment, doorbell eventfd]; the roles of its
+// flags has kConnectRemote and fds are [proxy segment, doorbell wake socket]; the roles of its
 // two rings are kProxyRequestRing and kProxyResponseRing (codec.h).
 inline constexpr uint16_t kConnectRemote = 1;
 struct ConnectReply {
@@ -174,9 +185,12 @@ struct RegMrReply {
   uint32_t key;
   uint32_t reserved;
 };
-// fds: [region memfd]
+// fds: [region memfd]. writable == 0: map it read-only (it is sealed so; its registrations
+// grant reads only).
 struct GetRegionReply {
   uint64_t size;
+  uint32_t writable;
+  uint32_t reserved;
 };
 
 struct Response {

@@ -21,8 +21,18 @@ class RingEnd {
  public:
   bool attached() const { return header_ != nullptr; }
   uint32_t size() const { return size_; }
+  // False when the indices found in shared memory at Attach could not be continued from
+  // (misaligned, or further apart than the ring): every operation then reports kCorrupt.
+  bool sane() const { return sane_; }
 
  protected:
+  // Indices are byte counts that only grow, always by whole cache lines, and never more
+  // than a ring apart. Whatever the other end wrote, an end that starts from these stays
+  // inside the ring.
+  static bool ValidIndices(uint64_t head, uint64_t tail, uint32_t bytes) {
+    return (head & (kCacheLine - 1)) == 0 && (tail & (kCacheLine - 1)) == 0 && head <= tail &&
+           tail - head <= bytes;
+  }
   void AttachTo(RingHeader* header, uint32_t bytes) {
     header_ = header;
     data_ = RingData(header);
@@ -31,6 +41,7 @@ class RingEnd {
   RingHeader* header_ = nullptr;
   char* data_ = nullptr;
   uint32_t size_ = 0;  // power of two
+  bool sane_ = true;
 };
 
 class RingProducer : public RingEnd {
@@ -40,17 +51,19 @@ class RingProducer : public RingEnd {
     AttachTo(header, bytes);
     tail_ = header->tail.load(std::memory_order_relaxed);
     head_cache_ = header->head.load(std::memory_order_acquire);
+    sane_ = ValidIndices(head_cache_, tail_, bytes);
   }
 
   // Finds room for one record of `total` bytes (a RecordBytes() value). On kOk, *out
   // points where the record goes; fill it and call Commit(total).
   RingStatus Reserve(uint32_t total, char** out) {
+    if (!sane_) return RingStatus::kCorrupt;
     uint64_t pos = tail_ & (size_ - 1);
     uint64_t contiguous = size_ - pos;
     uint64_t need = contiguous < total ? contiguous + total : total;
     if (size_ - (tail_ - head_cache_) < need) {
       const uint64_t head = header_->head.load(std::memory_order_acquire);
-      if (head > tail_ || tail_ - head > size_) return RingStatus::kCorrupt;
+      if (!ValidIndices(head, tail_, size_)) return RingStatus::kCorrupt;
       head_cache_ = head;
       if (size_ - (tail_ - head_cache_) < need) return RingStatus::kFull;
     }
@@ -82,15 +95,17 @@ class RingConsumer : public RingEnd {
     AttachTo(header, bytes);
     head_ = header->head.load(std::memory_order_relaxed);
     tail_cache_ = head_;
+    sane_ = ValidIndices(head_, head_, bytes);
   }
 
   // Copies the next record's header into *hdr and returns a pointer to its payload.
   // Padding records are skipped. kEmpty when nothing is published.
   RingStatus Peek(RecordHeader* hdr, const char** payload) {
+    if (!sane_) return RingStatus::kCorrupt;
     for (int skipped = 0; skipped < 2; ++skipped) {
       if (head_ == tail_cache_) {
         const uint64_t tail = header_->tail.load(std::memory_order_acquire);
-        if (tail < head_ || tail - head_ > size_) return RingStatus::kCorrupt;
+        if (!ValidIndices(head_, tail, size_)) return RingStatus::kCorrupt;
         tail_cache_ = tail;
         if (head_ == tail_cache_) return RingStatus::kEmpty;
       }

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "freeflow/fd.h"
 #include "freeflow/shm_layout.h"
 
 namespace ff {
@@ -91,8 +92,9 @@ inline int64_t RegionOffset(const MrView& v, uint64_t addr, uint64_t len, uint64
 }
 
 // Resolves an RDMA access to the target's memory: checks it (CheckRemoteAccess), finds the
-// region that backs the MR through map_region(region_id) -> const Mapping* (nullptr when it
-// cannot be mapped) and checks the bounds against that mapping. On success *out points at
+// region that backs the MR through map_region(region_id, need) -> const Mapping* (nullptr
+// when it cannot be mapped with the rights `need` asks for: a region shared read-only is
+// never written) and checks the bounds against that mapping. On success *out points at
 // the first byte.
 template <typename MapRegion>
 ibv_wc_status ResolveTarget(const QpSegmentHeader* target_qp, const MrEntry* table, uint32_t rkey,
@@ -101,7 +103,7 @@ ibv_wc_status ResolveTarget(const QpSegmentHeader* target_qp, const MrEntry* tab
   MrView v;
   const ibv_wc_status st = CheckRemoteAccess(target_qp, table, rkey, addr, len, need, &v);
   if (st != IBV_WC_SUCCESS) return st;
-  const auto* m = map_region(v.region);
+  const auto* m = map_region(v.region, need);
   if (m == nullptr) return IBV_WC_REM_ACCESS_ERR;
   const int64_t off = RegionOffset(v, addr, len, m->size());
   if (off < 0) return IBV_WC_REM_ACCESS_ERR;
@@ -119,7 +121,8 @@ inline uint64_t AtomicOp(uint64_t* word, uint32_t opcode, uint64_t compare_add, 
   return old;
 }
 
-// Records were published to a target: wake it if it armed `slot` (its CQ or doorbell).
+// Records were published to a target: wake it if it armed `slot` (its CQ or doorbell) by
+// sending on its wake socket `fd` (fd.h).
 // The fence orders the publication before the read of `armed` (the sleeper arms, then
 // looks again: one of the two sides always sees the other).
 inline void WakeIfArmed(NotifySlot* slot, int fd) {
@@ -127,8 +130,7 @@ inline void WakeIfArmed(NotifySlot* slot, int fd) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (slot->armed.load(std::memory_order_relaxed) && slot->armed.exchange(0)) {
     slot->fired.store(1, std::memory_order_release);
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof(one));
+    SendWake(fd);  // never blocks, whatever the sleeper did to its socket
   }
 }
 

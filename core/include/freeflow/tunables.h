@@ -42,6 +42,12 @@ inline constexpr int kRouterCallTimeoutS = 10;     // a router silent this long 
 inline constexpr int kSeqlockReadAttempts = 64;    // tries to read an MR entry being changed
 inline constexpr int kCreditClaimAttempts = 64;    // CAS tries to claim one receive credit
 inline constexpr uint64_t kPendingSendRetryNs = 200'000;  // get_cq_event retries queued sends
+inline constexpr int kMaxWakeDrain = 1024;                // wakes taken off a wake socket at once
+inline constexpr uint64_t kConsentRetryNs =
+    1'000'000;  // first retry of a connect awaiting its peer
+inline constexpr uint64_t kConsentMaxRetryNs = 50'000'000;  // longest wait between such retries
+inline constexpr uint64_t kConsentMinWaitNs =
+    2'000'000'000ull;  // least time a peer gets to name us
 
 // ---- router: its loop and tables ---------------------------------------------------------
 inline constexpr int kEpollBatch = 64;          // events taken from epoll per loop turn

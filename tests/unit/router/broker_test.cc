@@ -133,6 +133,8 @@ TEST_F(BrokerTest, SameNodeConnectHandsOverOneRingOfThePeer) {
   ASSERT_EQ(b.Hello(), 0);
   ASSERT_EQ(c.Hello(), 0);
   const RawQp qa = a.CreateQp(IBV_QPT_RC), qb = b.CreateQp(IBV_QPT_RC), qc = c.CreateQp(IBV_QPT_RC);
+  EXPECT_EQ(a.Connect(qa, Ip("10.0.0.2"), qb.qpn).status, EINPROGRESS);  // B has not named A
+  ASSERT_EQ(b.Name(qb, Ip("10.0.0.1"), qa.qpn), 0);  // A named B: B gets its ring at once
   RawLink link = a.Connect(qa, Ip("10.0.0.2"), qb.qpn);
   ASSERT_EQ(link.status, 0);
   EXPECT_EQ(link.reply.peer_qpn, qb.qpn);
@@ -149,8 +151,8 @@ TEST_F(BrokerTest, SameNodeConnectHandsOverOneRingOfThePeer) {
   std::vector<char> payload;
   ASSERT_TRUE(NextRecord(in, &h, &payload));
   EXPECT_EQ(std::string(payload.begin(), payload.end()), "ping");
-  // An RC QP has one ring, and A holds it: C is refused; A may connect again.
-  EXPECT_EQ(c.Connect(qc, Ip("10.0.0.2"), qb.qpn).status, EBUSY);
+  // B named A, not C: C never gets a ring of B's QP; A may connect again.
+  EXPECT_EQ(c.Connect(qc, Ip("10.0.0.2"), qb.qpn).status, EINPROGRESS);
   EXPECT_EQ(a.Connect(qa, Ip("10.0.0.2"), qb.qpn).status, 0);
   // Wrong address for that QP, unknown QP, type mismatch.
   EXPECT_EQ(a.Connect(qa, Ip("10.0.0.3"), qb.qpn).status, EHOSTUNREACH);
@@ -199,6 +201,8 @@ TEST_F(BrokerTest, RegistrationsArePublishedAndRevokedInTheMrTable) {
   m.region_offset = 4096;
   m.access = IBV_ACCESS_LOCAL_WRITE;
   m.region_id = 1;
+  EXPECT_EQ(pod.Call(m).status, EINVAL);  // no remote access: it may not have a region
+  m.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
   const proto::Response r = pod.Call(m);
   ASSERT_EQ(r.status, 0);
   m.region_offset = 8192;  // past the region's end
@@ -230,6 +234,8 @@ TEST_F(BrokerTest, PeersHearWhetherAQpWasDestroyedOrItsProcessDied) {
   const RawQp qa = a.CreateQp(IBV_QPT_RC), qb1 = b->CreateQp(IBV_QPT_RC);
   const RawQp qb2 = b->CreateQp(IBV_QPT_RC);
   const RawQp qa2 = a.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(b->Name(qb1, Ip("10.0.0.1"), qa.qpn), EINPROGRESS);
+  ASSERT_EQ(b->Name(qb2, Ip("10.0.0.1"), qa2.qpn), EINPROGRESS);
   ASSERT_EQ(a.Connect(qa, Ip("10.0.0.2"), qb1.qpn).status, 0);
   ASSERT_EQ(a.Connect(qa2, Ip("10.0.0.2"), qb2.qpn).status, 0);
   proto::DestroyQp d{};
@@ -258,6 +264,9 @@ TEST_F(BrokerTest, RegionsGoOnlyToConnectedPeers) {
   g.qpn = qa.qpn;
   g.region_id = 5;
   EXPECT_EQ(a.Call(g).status, ENOENT);  // not connected yet
+  EXPECT_EQ(a.Connect(qa, Ip("10.0.0.2"), qb.qpn).status, EINPROGRESS);
+  EXPECT_EQ(a.Call(g).status, ENOENT);  // B has not named A: no ring, no memory
+  ASSERT_EQ(b.Name(qb, Ip("10.0.0.1"), qa.qpn), 0);
   ASSERT_EQ(a.Connect(qa, Ip("10.0.0.2"), qb.qpn).status, 0);
   std::vector<UniqueFd> fds;
   const proto::Response r = a.Call(g, {}, &fds);

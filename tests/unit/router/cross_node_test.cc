@@ -2,6 +2,7 @@
 // forwarding (proxy segments, doorbells, answers) and target execution (credits and RNR,
 // records in the target's ring, WRITE/READ/ATOMIC against its memory), in order, with
 // back-pressure, and what each side hears when a peer, a process or a link goes away.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <sys/eventfd.h>
@@ -31,6 +32,7 @@ class CrossNodeTest : public ::testing::Test {
     qb = target.CreateQp(IBV_QPT_RC);
     qb.hdr()->qp_access.store(kAll);
     inbound.Attach(qb.ring(0), qb.ring_bytes);
+    ASSERT_EQ(target.Name(qb, Ip("10.1.0.1"), qa.qpn), EINPROGRESS);
     link = initiator.Connect(qa, Ip("10.2.0.1"), qb.qpn);
     ASSERT_EQ(link.status, 0);
     ASSERT_TRUE(link.reply.flags & proto::kConnectRemote);
@@ -253,6 +255,7 @@ TEST_F(CrossNodeTest, AccessViolationsAreAnsweredAsARealTargetWould) {
     const RawQp from = initiator.CreateQp(IBV_QPT_RC);
     const RawQp to = target.CreateQp(IBV_QPT_RC);
     to.hdr()->qp_access.store(kAll);
+    ASSERT_EQ(target.Name(to, Ip("10.1.0.1"), from.qpn), EINPROGRESS);
     link = initiator.Connect(from, Ip("10.2.0.1"), to.qpn);
     ASSERT_EQ(link.status, 0) << c.what;
     ProxyRequest r{};
@@ -287,6 +290,7 @@ TEST_F(CrossNodeTest, TheTargetsProcessExitingFailsTheInitiatorsQp) {
   ASSERT_EQ(other.Hello(), 0);
   const RawQp q = other.CreateQp(IBV_QPT_RC);
   const RawQp from = initiator.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(other.Name(q, Ip("10.1.0.1"), from.qpn), EINPROGRESS);
   ASSERT_EQ(initiator.Connect(from, Ip("10.2.0.2"), q.qpn).status, 0);
   { RawPod gone = std::move(other); }  // its process exits
   std::optional<proto::Event> e;
@@ -311,6 +315,7 @@ TEST_F(CrossNodeTest, AnInitiatorThatLeavesDuringItsConnectFreesTheTargetsRing) 
     RawPod leaver(a, Ip("10.1.0.9"));
     ASSERT_EQ(leaver.Hello(), 0);
     const RawQp from = leaver.CreateQp(IBV_QPT_RC);
+    ASSERT_EQ(target.Name(to, Ip("10.1.0.9"), from.qpn), EINPROGRESS);
     proto::ConnectQp m{};
     m.qpn = from.qpn;
     m.dest_ip = htonl(Ip("10.2.0.1"));
@@ -318,6 +323,11 @@ TEST_F(CrossNodeTest, AnInitiatorThatLeavesDuringItsConnectFreesTheTargetsRing) 
     leaver.SendRaw(&m, sizeof(m));  // and its process exits before the answer
   }
   const RawQp from = initiator.CreateQp(IBV_QPT_RC);
+  // The target forgets the leaver (RESET) and names the initiator instead.
+  proto::DisconnectQp reset{};
+  reset.id = to.qpn;
+  ASSERT_EQ(target.Call(reset).status, 0);
+  ASSERT_EQ(target.Name(to, Ip("10.1.0.1"), from.qpn), EINPROGRESS);
   EXPECT_TRUE(WaitFor([&] { return initiator.Connect(from, Ip("10.2.0.1"), to.qpn).status == 0; }))
       << "the target's only ring stayed taken by a channel nobody uses";
 }
@@ -340,6 +350,7 @@ TEST_F(CrossNodeTest, APodThatForgesItsProxyRingFailsOnlyItsOwnQp) {
   const RawQp from = initiator.CreateQp(IBV_QPT_RC);
   const RawQp to = target.CreateQp(IBV_QPT_RC);
   to.hdr()->credits.posted.store(1);
+  ASSERT_EQ(target.Name(to, Ip("10.1.0.1"), from.qpn), EINPROGRESS);
   link = initiator.Connect(from, Ip("10.2.0.1"), to.qpn);
   ASSERT_EQ(link.status, 0);
   Send(1, "still served");
@@ -347,24 +358,33 @@ TEST_F(CrossNodeTest, APodThatForgesItsProxyRingFailsOnlyItsOwnQp) {
 }
 
 // A pod closes the completion channel of a CQ that remote senders still wake. The router
-// must not write to the descriptor number it had for it: the next descriptor the process
-// opens gets that number (here: one of the test's own eventfds).
+// must not send on the descriptor number it had for it: the next descriptor the process
+// opens gets that number (here: one of the test's own wake sockets).
 TEST_F(CrossNodeTest, AChannelClosedUnderACrossNodeSenderIsNeverWrittenAgain) {
-  UniqueFd chan(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  UniqueFd chan_rx, chan;
+  ASSERT_EQ(CreateWakePair(&chan_rx, &chan, true), 0);
   proto::CreateChannel c{};
   c.id = 1;
+  UniqueFd efd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  EXPECT_EQ(target.Call(c, {efd.get()}).status, EINVAL);  // an eventfd is never woken
   ASSERT_EQ(target.Call(c, {chan.get()}).status, 0);
   ASSERT_EQ(target.CreateCq(2, 5, 1), 2u);
   const RawQp to = target.CreateQp(IBV_QPT_RC, 1, kRcRingBytes, 2);
   to.hdr()->credits.posted.store(1);
   const RawQp from = initiator.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(target.Name(to, Ip("10.1.0.1"), from.qpn), EINPROGRESS);
   link = initiator.Connect(from, Ip("10.2.0.1"), to.qpn);
   ASSERT_EQ(link.status, 0);  // the router now has a sender that wakes CQ 2
   proto::DestroyChannel d{};
   d.id = 1;
-  ASSERT_EQ(target.Call(d).status, 0);  // the router closed its copy of the eventfd
+  ASSERT_EQ(target.Call(d).status, 0);  // the router closed its copy of the socket
   std::vector<UniqueFd> reused;         // the lowest free numbers, the closed one among them
-  for (int i = 0; i < 64; ++i) reused.emplace_back(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  for (int i = 0; i < 32; ++i) {
+    UniqueFd rx, tx;
+    ASSERT_EQ(CreateWakePair(&rx, &tx, true), 0);
+    reused.push_back(std::move(rx));
+    reused.push_back(std::move(tx));
+  }
   target.Slot(5)->armed.store(1);  // the target waits for an event on CQ 2
   Send(1, "wake the closed channel");
   EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
@@ -373,10 +393,64 @@ TEST_F(CrossNodeTest, AChannelClosedUnderACrossNodeSenderIsNeverWrittenAgain) {
   RecordHeader h;
   std::vector<char> payload;
   ASSERT_TRUE(NextRecord(in, &h, &payload));
-  for (const UniqueFd& fd : reused) {
-    uint64_t v = 0;
-    EXPECT_EQ(::read(fd.get(), &v, sizeof(v)), -1) << "the router wrote to descriptor " << fd.get();
+  for (const UniqueFd& fd : reused)
+    EXPECT_EQ(DrainWakes(fd.get()), 0) << "the router sent on descriptor " << fd.get();
+  EXPECT_EQ(DrainWakes(chan_rx.get()), 0);
+}
+
+// Finding 2: the target makes the wake socket it handed the router blocking (O_NONBLOCK
+// lives on the open file description they share), fills it and arms its wake word and a
+// CQ event word. The router still delivers, answers and serves the next message: it never
+// waits on anything a pod holds.
+TEST_F(CrossNodeTest, APodThatMakesItsWakeSocketsBlockingCannotStopTheRouter) {
+  UniqueFd chan_rx, chan_tx;
+  ASSERT_EQ(CreateWakePair(&chan_rx, &chan_tx, true), 0);
+  proto::CreateChannel c{};
+  c.id = 1;
+  ASSERT_EQ(target.Call(c, {chan_tx.get()}).status, 0);
+  ASSERT_EQ(target.CreateCq(2, 5, 1), 2u);
+  const RawQp to = target.CreateQp(IBV_QPT_RC, 1, kRcRingBytes, 2);
+  to.hdr()->credits.posted.store(2);
+  const RawQp from = initiator.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(target.Name(to, Ip("10.1.0.1"), from.qpn), EINPROGRESS);
+  link = initiator.Connect(from, Ip("10.2.0.1"), to.qpn);
+  ASSERT_EQ(link.status, 0);
+  for (int fd : {target.wake_tx(), chan_tx.get()}) {
+    ASSERT_EQ(::fcntl(fd, F_SETFL, 0), 0);        // blocking, for everyone holding it
+    for (int i = 0; i < 5000; ++i) SendWake(fd);  // and full
   }
+  target.Slot(proto::kWakeSlot)->armed.store(1);
+  target.Slot(5)->armed.store(1);
+  Send(1, "wake a full, blocking socket");
+  EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
+  target.Slot(proto::kWakeSlot)->armed.store(1);
+  Send(2, "and again");
+  EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
+  // A new pod of the target's node opens its device as before.
+  RawPod other(b, Ip("10.2.0.3"));
+  ASSERT_EQ(other.Hello(), 0);
+}
+
+// Finding 4: the target leaves its ring's indices where no producer may start from
+// (misaligned, close to the end). The router's producer must not write a byte outside that
+// ring — here the next ring's header, checked — and the initiator gets an error.
+TEST_F(CrossNodeTest, ATargetThatCorruptsItsRingIndicesGetsNoWriteOutsideIt) {
+  const RawQp to = target.CreateQp(IBV_QPT_RC, 2, kMinRingBytes);
+  to.hdr()->credits.posted.store(1);
+  RingHeader* ring = to.ring(0);
+  ring->tail.store(kMinRingBytes - 8);
+  ring->head.store(kMinRingBytes - 8);
+  char canary[sizeof(RingHeader)];
+  std::memset(canary, 0x5a, sizeof(canary));
+  std::memcpy(static_cast<void*>(to.ring(1)), canary, sizeof(canary));
+  const RawQp from = initiator.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(target.Name(to, Ip("10.1.0.1"), from.qpn), EINPROGRESS);
+  link = initiator.Connect(from, Ip("10.2.0.1"), to.qpn);
+  ASSERT_EQ(link.status, 0);
+  Send(1, "into a corrupt ring");
+  EXPECT_NE(Answer().status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(static_cast<void*>(to.ring(1)), canary, sizeof(canary)), 0);
+  EXPECT_EQ(ring->tail.load(), kMinRingBytes - 8u);
 }
 
 TEST_F(CrossNodeTest, ALinkThatDiesFailsBothSides) {
@@ -392,6 +466,7 @@ TEST_F(CrossNodeTest, ALinkThatDiesFailsBothSides) {
   // A new connection dials a new link.
   const RawQp from = initiator.CreateQp(IBV_QPT_RC);
   const RawQp to = target.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(target.Name(to, Ip("10.1.0.1"), from.qpn), EINPROGRESS);
   EXPECT_EQ(initiator.Connect(from, Ip("10.2.0.1"), to.qpn).status, 0);
 }
 
@@ -409,6 +484,7 @@ TEST_F(CrossNodeTest, AConnectWaitsForAPodThatIsStillStarting) {
   RawPod starting(b, Ip("10.2.0.7"));
   ASSERT_EQ(starting.Hello(), 0);
   const RawQp q = starting.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(starting.Name(q, Ip("10.1.0.1"), from.qpn), EINPROGRESS);
   cluster.Erase(Ip("10.2.0.7"));  // not known yet, as if etcd lagged behind
   std::thread late([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -134,11 +133,11 @@ int RawPod::Hello(uint32_t abi) {
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return EIO;
   events_.reset(sv[0]);
   UniqueFd theirs(sv[1]);
-  wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (CreateWakePair(&wake_fd_, &wake_tx_, true) != 0) return EIO;
   proto::Hello m{};
   m.abi = abi;
   std::vector<UniqueFd> got;
-  const proto::Response r = Call(m, {notify_fd_.get(), theirs.get(), wake_fd_.get()}, &got);
+  const proto::Response r = Call(m, {notify_fd_.get(), theirs.get(), wake_tx_.get()}, &got);
   hello_ = r.u.hello;
   hello_.node[sizeof(hello_.node) - 1] = '\0';
   if (r.status == 0 && got.size() == 1) mr_table_ = std::move(got[0]);
@@ -255,6 +254,10 @@ uint32_t RawPod::Register(uint32_t region_id, size_t bytes, uint32_t access, uin
   if (CreateSegment("test-region", bytes, &fd) != 0 ||
       MapSegment(fd.get(), bytes, true, memory) != 0)
     return 0;
+  // As the library does: reads only -> sealed read-only once our own mapping exists.
+  if (!(access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      SealReadOnly(fd.get()) != 0)
+    return 0;
   proto::RegMr m{};
   m.addr = addr;
   m.length = bytes;
@@ -263,6 +266,16 @@ uint32_t RawPod::Register(uint32_t region_id, size_t bytes, uint32_t access, uin
   m.region_id = region_id;
   m.new_region = 1;
   const proto::Response r = Call(m, {fd.get()});
+  return r.status == 0 ? r.u.reg_mr.key : 0;
+}
+
+uint32_t RawPod::RegisterLocal(uint64_t addr, size_t bytes, uint32_t access) {
+  proto::RegMr m{};
+  m.addr = addr;
+  m.length = bytes;
+  m.access = access;
+  m.region_id = proto::kNoRegion;
+  const proto::Response r = Call(m);
   return r.status == 0 ? r.u.reg_mr.key : 0;
 }
 

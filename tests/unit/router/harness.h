@@ -104,7 +104,7 @@ struct RawLink {
 class RawPod {
  public:
   RawPod(TestRouter& router, uint32_t ip);
-  // HELLO with a fresh notify segment, event socket and wake eventfd. hello() holds the
+  // HELLO with a fresh notify segment, event socket and wake socket. hello() holds the
   // answer (on a refusal, the reason in its `node`).
   int Hello(uint32_t abi = kAbiVersion);
   // Sends `m` (its op from its type unless `op` is given) and waits for the answer.
@@ -132,9 +132,22 @@ class RawPod {
   // This pod's notify word `slot` (CQ events, the wake word), as the router sees it.
   NotifySlot* Slot(uint32_t slot);
   RawLink Connect(const RawQp& qp, uint32_t dest_ip, uint32_t dest_qpn, bool ud = false);
-  // Registers `bytes` of a fresh region memfd with `access`; returns the key (0 on failure).
+  // RC/UC `qp` names its peer (moves to RTR) before that peer connects to it: the connect
+  // status, EINPROGRESS as long as the peer has not named `qp` in turn.
+  int Name(const RawQp& qp, uint32_t peer_ip, uint32_t peer_qpn) {
+    return Connect(qp, peer_ip, peer_qpn).status;
+  }
+  // Registers `bytes` of a fresh region memfd with `access` (which must grant some remote
+  // access), sealed read-only as the library does when it grants reads only; returns the key
+  // (0 on failure).
   uint32_t Register(uint32_t region_id, size_t bytes, uint32_t access, uint64_t addr,
                     Mapping* memory);
+  // Registers memory without remote access (no region); returns the key (0 on failure).
+  uint32_t RegisterLocal(uint64_t addr, size_t bytes, uint32_t access);
+  // The receiving end of this pod's wake socket, and its sending end (the router holds it
+  // too; the pod keeps a copy, as a hostile one would).
+  int wake_fd() const { return wake_fd_.get(); }
+  int wake_tx() const { return wake_tx_.get(); }
 
   const proto::HelloReply& hello() const { return hello_; }
   int mr_table_fd() const { return mr_table_.get(); }
@@ -144,6 +157,7 @@ class RawPod {
   UniqueFd events_;
   UniqueFd notify_fd_;
   UniqueFd wake_fd_;
+  UniqueFd wake_tx_;
   UniqueFd mr_table_;
   Mapping notify_;
   proto::HelloReply hello_{};
