@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +17,23 @@ namespace {
 void MustSegment(const char* name, size_t bytes, ff::UniqueFd* fd, ff::Mapping* map) {
   ASSERT_EQ(ff::CreateSegment(name, bytes, fd), 0);
   ASSERT_EQ(ff::MapSegment(fd->get(), bytes, true, map), 0);
+}
+
+constexpr uint32_t kRemoteAccess =
+    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+
+// The library sent what the real router refuses: a bug in the library, so a test failure
+// as well as the router's answer.
+int Refuse(const char* what) {
+  ADD_FAILURE() << "the router would refuse this: " << what;
+  return EINVAL;
+}
+
+// The fd that get(value) finds in the value under `key` of `m`; -1 when there is none.
+template <typename Map, typename Get>
+int FdAt(const Map& m, uint32_t key, Get get) {
+  auto it = m.find(key);
+  return it == m.end() ? -1 : get(it->second);
 }
 
 void InitQpHeader(void* seg, uint32_t num_rings, uint32_t ring_bytes) {
@@ -41,6 +57,11 @@ SameNodePeer::SameNodePeer(uint32_t qpn_, uint32_t qp_type_, size_t region_bytes
   MustSegment("test-peer-notify", ff::kNotifySegmentBytes, &notify_fd, &notify);
   MustSegment("test-peer-mrs", ff::kMrTableBytes, &table_fd, &table);
   MustSegment("test-peer-region", region_bytes, &region_fd, &region);
+}
+
+void SameNodePeer::ShareReadOnly() {
+  region_writable = false;
+  ASSERT_EQ(ff::SealReadOnly(region_fd.get()), 0);
 }
 
 void SameNodePeer::PostCredits(uint64_t n) {
@@ -84,7 +105,7 @@ ProxySegment::ProxySegment() {
                   ff::kProxyRingBytes);
   responses.Attach(ff::QpRing(seg.get(), ff::kProxyResponseRing, ff::kProxyRingBytes),
                    ff::kProxyRingBytes);
-  doorbell.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  EXPECT_EQ(ff::CreateWakePair(&doorbell, &doorbell_tx, true), 0);
 }
 
 std::vector<Request> ProxySegment::TakeRequests() {
@@ -151,6 +172,16 @@ ProxySegment* FakeRouter::AnswerThroughRouter(uint32_t qpn, uint32_t peer_qpn,
 void FakeRouter::AnswerLoopback(uint32_t qpn, uint32_t dest_qpn) {
   std::lock_guard<std::mutex> g(mu_);
   answers_[qpn] = Answer{Answer::kLoopback, nullptr, nullptr, dest_qpn, 0};
+}
+
+void FakeRouter::WithholdConsent(uint32_t qpn, bool withhold) {
+  std::lock_guard<std::mutex> g(mu_);
+  withheld_[qpn] = withhold;
+}
+
+int FakeRouter::connect_count(uint32_t qpn) {
+  std::lock_guard<std::mutex> g(mu_);
+  return connects_[qpn];
 }
 
 void FakeRouter::Respond(ProxySegment* p, uint32_t seq, ibv_wc_status status, bool last,
@@ -220,8 +251,7 @@ uint32_t FakeRouter::last_qpn() {
 
 int FakeRouter::qp_segment_fd(uint32_t qpn) {
   std::lock_guard<std::mutex> g(mu_);
-  auto it = qps_.find(qpn);
-  return it == qps_.end() ? -1 : it->second.seg.get();
+  return FdAt(qps_, qpn, [](const QpRecord& q) { return q.seg.get(); });
 }
 
 int FakeRouter::move_mr_count() {
@@ -232,6 +262,21 @@ int FakeRouter::move_mr_count() {
 uint32_t FakeRouter::last_moved_region() {
   std::lock_guard<std::mutex> g(mu_);
   return last_moved_region_;
+}
+
+int FakeRouter::regions_received() {
+  std::lock_guard<std::mutex> g(mu_);
+  return static_cast<int>(regions_.size());
+}
+
+int FakeRouter::region_fd(uint32_t id) {
+  std::lock_guard<std::mutex> g(mu_);
+  return FdAt(regions_, id, [](const RegionRecord& r) { return r.fd.get(); });
+}
+
+int FakeRouter::last_channel_fd() {
+  std::lock_guard<std::mutex> g(mu_);
+  return FdAt(channels_, last_channel_, [](const ff::UniqueFd& fd) { return fd.get(); });
 }
 
 void FakeRouter::Serve() {
@@ -272,31 +317,47 @@ int FakeRouter::Handle(ff::proto::Op op, const char* buf, ff::UniqueFd* fds, int
   switch (op) {
     case Op::kHello:
       return OnHello(fds, r, out);
-    case Op::kCreateQp: {
-      const auto m = As<CreateQp>(buf);
-      last_qpn_ = next_qpn_++;
-      qps_[last_qpn_] = QpRecord{std::move(fds[0]), m.num_rings, m.ring_bytes, m.qp_type};
-      r->u.create_qp.qpn = last_qpn_;
-      return 0;
-    }
+    case Op::kCreateChannel:
+    case Op::kCreateSrq:
+    case Op::kCreateQp:
+      return OnCreate(op, buf, fds, r);
     case Op::kConnectQp:
     case Op::kResolveUd:
       return OnConnect(As<ConnectQp>(buf), r, out);
     case Op::kRegMr:
       return OnRegMr(As<RegMr>(buf), fds, nfds, r);
-    case Op::kDeregMr: {
-      const auto m = As<DeregMr>(buf);
-      ff::MrEntry& e = table_.as<ff::MrEntry>()[ff::MrSlotOfKey(m.key)];
-      ff::UpdateMrEntry(e, [&] { e.key.store(0); });
-      return 0;
-    }
+    case Op::kDeregMr:
+      return OnDeregMr(As<DeregMr>(buf));
     case Op::kMoveMr:
       return OnMoveMr(As<MoveMr>(buf), fds, nfds);
     case Op::kGetRegion:
       return OnGetRegion(As<GetRegion>(buf), r, out);
     default:
-      return 0;  // channels, CQs, SRQs, destroy and disconnect: nothing to keep here
+      return 0;  // CQs, destroy and disconnect: nothing to keep here
   }
+}
+
+int FakeRouter::OnCreate(ff::proto::Op op, const char* buf, ff::UniqueFd* fds,
+                         ff::proto::Response* r) {
+  using namespace ff::proto;
+  if (op == Op::kCreateChannel) {
+    if (!ff::IsWakeSocket(fds[0].get())) return Refuse("a channel fd that is not a wake socket");
+    last_channel_ = As<CreateChannel>(buf).id;
+    channels_[last_channel_] = std::move(fds[0]);
+    return 0;
+  }
+  if (op == Op::kCreateSrq) {
+    if (!ff::SealedAtLeast(fds[0].get(), sizeof(ff::SrqSegment)))
+      return Refuse("an SRQ segment not sealed against shrinking");
+    return 0;
+  }
+  const auto m = As<CreateQp>(buf);
+  if (!ff::SealedAtLeast(fds[0].get(), ff::QpSegmentBytes(m.num_rings, m.ring_bytes)))
+    return Refuse("a QP segment not sealed against shrinking, or too small");
+  last_qpn_ = next_qpn_++;
+  qps_[last_qpn_] = QpRecord{std::move(fds[0]), m.num_rings, m.ring_bytes, m.qp_type};
+  r->u.create_qp.qpn = last_qpn_;
+  return 0;
 }
 
 int FakeRouter::OnHello(ff::UniqueFd* fds, ff::proto::Response* r, std::vector<int>* out) {
@@ -304,6 +365,9 @@ int FakeRouter::OnHello(ff::UniqueFd* fds, ff::proto::Response* r, std::vector<i
     std::snprintf(r->u.hello.node, sizeof(r->u.hello.node), "%s", refuse_reason_.c_str());
     return refuse_status_;
   }
+  if (!ff::SealedAtLeast(fds[0].get(), ff::kNotifySegmentBytes))
+    return Refuse("a notify segment not sealed against shrinking");
+  if (!ff::IsWakeSocket(fds[2].get())) return Refuse("a wake fd that is not a wake socket");
   pod_notify_fd_ = std::move(fds[0]);
   events_ = std::move(fds[1]);
   wake_fd_ = std::move(fds[2]);
@@ -318,6 +382,8 @@ int FakeRouter::OnHello(ff::UniqueFd* fds, ff::proto::Response* r, std::vector<i
 
 int FakeRouter::OnConnect(const ff::proto::ConnectQp& m, ff::proto::Response* r,
                           std::vector<int>* out) {
+  ++connects_[m.qpn];
+  if (m.h.op == ff::proto::Op::kConnectQp && withheld_[m.qpn]) return EINPROGRESS;
   auto it = answers_.find(m.qpn);
   if (it == answers_.end()) return EHOSTUNREACH;
   const Answer& a = it->second;
@@ -331,7 +397,7 @@ int FakeRouter::OnConnect(const ff::proto::ConnectQp& m, ff::proto::Response* r,
     c.flags = ff::proto::kConnectRemote;
     c.num_rings = ff::kProxyRings;
     c.ring_bytes = ff::kProxyRingBytes;
-    *out = {a.proxy->seg_fd.get(), a.proxy->doorbell.get()};
+    *out = {a.proxy->seg_fd.get(), a.proxy->doorbell_tx.get()};
     return 0;
   }
   if (a.kind == Answer::kLoopback) {
@@ -352,15 +418,26 @@ int FakeRouter::OnConnect(const ff::proto::ConnectQp& m, ff::proto::Response* r,
 
 int FakeRouter::AcceptRegion(bool is_new, uint32_t id, uint64_t size, ff::UniqueFd* fds, int nfds) {
   if (!is_new) return nfds == 0 && regions_.count(id) ? 0 : EINVAL;
-  if (nfds != 1 || regions_.count(id) || !ff::SegmentAtLeast(fds[0].get(), size)) return EINVAL;
+  if (nfds != 1 || regions_.count(id) || !ff::SealedAtLeast(fds[0].get(), size)) return EINVAL;
   regions_[id] = RegionRecord{std::move(fds[0]), size};
   return 0;
 }
 
+void FakeRouter::Release(uint32_t region_id) {
+  auto it = regions_.find(region_id);
+  if (it != regions_.end()) it->second.released = true;
+}
+
 int FakeRouter::OnRegMr(const ff::proto::RegMr& m, ff::UniqueFd* fds, int nfds,
                         ff::proto::Response* r) {
-  if (const int rc = AcceptRegion(m.new_region != 0, m.region_id, m.region_size, fds, nfds))
-    return rc;
+  if (m.region_id == ff::proto::kNoRegion) {
+    if ((m.access & kRemoteAccess) || nfds != 0 || m.new_region || m.region_offset || m.region_size)
+      return Refuse("a registration without a region that grants remote access or has one");
+  } else {
+    if (!(m.access & kRemoteAccess)) return Refuse("a region for local-only memory");
+    if (const int rc = AcceptRegion(m.new_region != 0, m.region_id, m.region_size, fds, nfds))
+      return rc;
+  }
   const uint32_t slot = next_slot_++;
   const uint32_t key = slot << 8 | 1;
   ff::MrEntry& e = table_.as<ff::MrEntry>()[slot];
@@ -376,15 +453,28 @@ int FakeRouter::OnRegMr(const ff::proto::RegMr& m, ff::UniqueFd* fds, int nfds,
   return 0;
 }
 
+int FakeRouter::OnDeregMr(const ff::proto::DeregMr& m) {
+  ff::MrEntry& e = table_.as<ff::MrEntry>()[ff::MrSlotOfKey(m.key)];
+  if (e.key.load() != m.key) return EINVAL;
+  const uint32_t region = e.region.load();
+  ff::UpdateMrEntry(e, [&] { e.key.store(0); });
+  if (m.release && region != ff::proto::kNoRegion) Release(region);
+  return 0;
+}
+
 int FakeRouter::OnMoveMr(const ff::proto::MoveMr& m, ff::UniqueFd* fds, int nfds) {
   ff::MrEntry& e = table_.as<ff::MrEntry>()[ff::MrSlotOfKey(m.key)];
   if (e.key.load() != m.key) return EINVAL;
+  const uint32_t from = e.region.load();
+  if (from == ff::proto::kNoRegion || m.region_id == ff::proto::kNoRegion)
+    return Refuse("a move of a registration without a region, or into none");
   if (const int rc = AcceptRegion(m.new_region != 0, m.region_id, m.region_size, fds, nfds))
     return rc;
   ff::UpdateMrEntry(e, [&] {
     e.region.store(m.region_id);
     e.region_offset.store(m.region_offset);
   });
+  if (m.release && from != m.region_id) Release(from);
   ++move_mr_count_;
   last_moved_region_ = m.region_id;
   return 0;
@@ -396,13 +486,16 @@ int FakeRouter::OnGetRegion(const ff::proto::GetRegion& m, ff::proto::Response* 
   if (it != answers_.end() && it->second.kind == Answer::kSameNode &&
       it->second.peer->region_id == m.region_id) {
     r->u.region.size = it->second.peer->region.size();
+    r->u.region.writable = it->second.peer->region_writable ? 1 : 0;
     out->push_back(it->second.peer->region_fd.get());
     return 0;
   }
   auto own = regions_.find(m.region_id);  // loopback: the pod's own memory
-  if (it == answers_.end() || it->second.kind != Answer::kLoopback || own == regions_.end())
+  if (it == answers_.end() || it->second.kind != Answer::kLoopback || own == regions_.end() ||
+      own->second.released)
     return ENOENT;
   r->u.region.size = own->second.size;
+  r->u.region.writable = ff::SealedReadOnly(own->second.fd.get()) ? 0 : 1;
   out->push_back(own->second.fd.get());
   return 0;
 }

@@ -7,8 +7,11 @@
 // router does, so two fake routers hand out the same numbers), registers memory, and answers
 // ConnectQp / ResolveUd the way the test chose for that QP: as a peer process on this node
 // (a SameNodePeer the test owns) or as a peer on another node (a ProxySegment, as
-// router/src ConnectRemote + FinishConnect build it). It sends events on the event socket
-// and can close the connection as a dying router would.
+// router/src ConnectRemote + FinishConnect build it), or "ask again" (EINPROGRESS) while
+// the test withholds the peer's consent. It sends events on the event socket and can close
+// the connection as a dying router would. It checks what the real router checks of the
+// descriptors it is handed: memfds sealed against shrinking, wake sockets where it wakes
+// the pod, no region for a registration without remote access.
 //
 // Threading: one serving thread answers requests; the test thread calls the methods below.
 // All state is under one mutex. Shared memory (proxy rings, peer rings, MR tables) is
@@ -37,6 +40,11 @@ namespace fftest {
 struct SameNodePeer {
   SameNodePeer(uint32_t qpn, uint32_t qp_type, size_t region_bytes);
 
+  // Shares the region for reads only, as a peer whose registrations grant no remote write:
+  // sealed read-only (after our own writable mapping), and GetRegion answers writable = 0.
+  // The MR table may still claim write access.
+  void ShareReadOnly();
+
   uint32_t qpn;
   uint32_t qp_type;
   uint32_t ctx_id = 77;
@@ -49,6 +57,7 @@ struct SameNodePeer {
   ff::UniqueFd region_fd;
   ff::Mapping region;
   uint32_t region_id = 5;
+  bool region_writable = true;  // what GetRegion answers (and the seal agrees)
   ff::RingConsumer inbound;
 
   ff::QpSegmentHeader* header() const { return seg.as<ff::QpSegmentHeader>(); }
@@ -77,7 +86,8 @@ struct ProxySegment {
 
   ff::UniqueFd seg_fd;
   ff::Mapping seg;
-  ff::UniqueFd doorbell;
+  ff::UniqueFd doorbell;     // the receiving end of the doorbell's wake socket
+  ff::UniqueFd doorbell_tx;  // its sending end, which the pod is given
   ff::RingConsumer requests;
   ff::RingProducer responses;
 
@@ -107,6 +117,11 @@ class FakeRouter {
   ProxySegment* AnswerThroughRouter(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_qp_type);
   // ...or, for a loopback test, with the segment of the pod's own QP `dest_qpn`.
   void AnswerLoopback(uint32_t qpn, uint32_t dest_qpn);
+  // While withheld, ConnectQp from `qpn` is answered EINPROGRESS (with no descriptors), as
+  // the router does until the destination names `qpn`; then as set up above.
+  void WithholdConsent(uint32_t qpn, bool withhold);
+  // How many ConnectQp / ResolveUd requests came from `qpn`.
+  int connect_count(uint32_t qpn);
 
   // Writes response records to `p` through the codec and wakes the pod.
   void Respond(ProxySegment* p, uint32_t seq, ibv_wc_status status, bool last = true,
@@ -128,6 +143,12 @@ class FakeRouter {
   int qp_segment_fd(uint32_t qpn);  // the pod's segment of QP `qpn` (a router writes into it)
   int move_mr_count();
   uint32_t last_moved_region();
+  // Every region memfd the pod handed over (RegMr or MoveMr), released ones included.
+  int regions_received();
+  // The memfd the pod handed over for region `id` (-1: none). It stays open after release.
+  int region_fd(uint32_t id);
+  // The sending end of the wake socket of the channel the pod created last (-1: none).
+  int last_channel_fd();
 
  private:
   struct Answer {
@@ -146,14 +167,18 @@ class FakeRouter {
   struct RegionRecord {
     ff::UniqueFd fd;
     uint64_t size = 0;
+    bool released = false;  // kept so that a test can look at a memfd the pod let go
   };
 
   void Serve();
   void Dispatch(const char* buf, size_t len, ff::UniqueFd* fds, int nfds);
   int OnHello(ff::UniqueFd* fds, ff::proto::Response* r, std::vector<int>* out);
   int OnConnect(const ff::proto::ConnectQp& m, ff::proto::Response* r, std::vector<int>* out);
+  int OnCreate(ff::proto::Op op, const char* buf, ff::UniqueFd* fds, ff::proto::Response* r);
   int OnRegMr(const ff::proto::RegMr& m, ff::UniqueFd* fds, int nfds, ff::proto::Response* r);
+  int OnDeregMr(const ff::proto::DeregMr& m);
   int OnMoveMr(const ff::proto::MoveMr& m, ff::UniqueFd* fds, int nfds);
+  void Release(uint32_t region_id);
   int OnGetRegion(const ff::proto::GetRegion& m, ff::proto::Response* r, std::vector<int>* out);
   int AcceptRegion(bool is_new, uint32_t id, uint64_t size, ff::UniqueFd* fds, int nfds);
   int Handle(ff::proto::Op op, const char* buf, ff::UniqueFd* fds, int nfds, ff::proto::Response* r,
@@ -176,6 +201,10 @@ class FakeRouter {
   std::map<uint32_t, QpRecord> qps_;
   std::map<uint32_t, RegionRecord> regions_;
   std::map<uint32_t, Answer> answers_;
+  std::map<uint32_t, bool> withheld_;          // QPN -> consent withheld
+  std::map<uint32_t, int> connects_;           // QPN -> connect requests
+  std::map<uint32_t, ff::UniqueFd> channels_;  // channel id -> its wake socket
+  uint32_t last_channel_ = ff::proto::kNoId;
   std::vector<std::unique_ptr<ProxySegment>> proxies_;
   int move_mr_count_ = 0;
   uint32_t last_moved_region_ = 0;

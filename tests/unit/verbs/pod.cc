@@ -64,16 +64,24 @@ Pod::~Pod() {
   for (ibv_qp* qp : qps_) ibv_destroy_qp(qp);
   for (ibv_ah* ah : ahs_) ibv_destroy_ah(ah);
   for (ibv_cq* c : cqs_) ibv_destroy_cq(c);
+  for (ibv_comp_channel* ch : channels_) ibv_destroy_comp_channel(ch);
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
   ffv::CloseSession(session);
 }
 
-ibv_cq* Pod::NewCq(int cqe) {
-  ibv_cq* c = ibv_create_cq(ctx, cqe, nullptr, nullptr, 0);
+ibv_cq* Pod::NewCq(int cqe, ibv_comp_channel* channel) {
+  ibv_cq* c = ibv_create_cq(ctx, cqe, nullptr, channel, 0);
   EXPECT_NE(c, nullptr);
   if (c != nullptr) cqs_.push_back(c);
   return c;
+}
+
+ibv_comp_channel* Pod::NewChannel() {
+  ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
+  EXPECT_NE(ch, nullptr) << std::strerror(errno);
+  if (ch != nullptr) channels_.push_back(ch);
+  return ch;
 }
 
 ibv_ah* Pod::NewAh() {
@@ -129,8 +137,8 @@ int Pod::Connect(ibv_qp* qp, uint32_t dest_qpn, const QpOptions& o) {
   if (rc != 0) return rc;
   a = ibv_qp_attr{};
   a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
+  a.timeout = o.timeout;
+  a.retry_cnt = o.retry_cnt;
   a.rnr_retry = o.rnr_retry;
   a.max_rd_atomic = o.max_rd_atomic;
   mask = IBV_QP_STATE | IBV_QP_SQ_PSN;

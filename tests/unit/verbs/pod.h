@@ -42,6 +42,8 @@ struct QpOptions {
   uint8_t rnr_retry = 7;
   uint8_t min_rnr_timer = 1;
   uint8_t max_rd_atomic = 16;
+  uint8_t timeout = 14;  // RC: 4.096 us << timeout per try (0: wait forever)
+  uint8_t retry_cnt = 7;
   int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                IBV_ACCESS_REMOTE_ATOMIC;
   bool sq_sig_all = true;
@@ -67,12 +69,15 @@ class Pod {
   // INIT -> RTR -> RTS towards QP `dest_qpn` at 10.244.0.2 (how the fake router answers is
   // set up before). RTR's connect result is returned (0 or the errno modify_qp gave).
   int Connect(ibv_qp* qp, uint32_t dest_qpn, const QpOptions& o = {});
-  ibv_cq* NewCq(int cqe = 256);
+  ibv_cq* NewCq(int cqe = 256, ibv_comp_channel* channel = nullptr);
+  // A completion channel, destroyed after the CQs.
+  ibv_comp_channel* NewChannel();
   ibv_ah* NewAh();
 
  private:
   std::vector<ibv_qp*> qps_;
   std::vector<ibv_cq*> cqs_;
+  std::vector<ibv_comp_channel*> channels_;
   std::vector<ibv_ah*> ahs_;
 };
 

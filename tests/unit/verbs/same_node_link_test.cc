@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 
 #include "pod.h"
 
@@ -204,6 +205,61 @@ TEST_F(SameNodeLink, AccessesTheMrTableRefusesCompleteWithRemAccessErr) {
     EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
     EXPECT_EQ(StateOf(qp), IBV_QPS_ERR);
   }
+}
+
+// The peer shares its region for reads only (sealed; GetRegion answers writable = 0) while
+// its MR table claims every remote right: the library must not write through it.
+TEST_F(SameNodeLink, AReadFromARegionSharedForReadsOnlyWorksAndAWriteIntoItFails) {
+  peer->ShareReadOnly();
+  ibv_qp* qp = Up();
+  const uint32_t rkey = peer->AddMr(3, kPeerAddr, kMrOffset, 1 << 16, kAllRemote);
+  std::memset(PeerMemory(kPeerAddr), 'p', 4096);
+  Buffer buf(pod.pd, 8192);
+  std::memset(buf.data(), 'w', 8192);
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_READ, buf.Sge(4096, 100), 1, kPeerAddr, rkey), 0);
+  std::vector<ibv_wc> wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(buf.data() + 4096, PeerMemory(kPeerAddr), 100), 0);
+  // The region is mapped now (and cached): a write must still be refused.
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_WRITE, buf.Sge(0, 100), 2, kPeerAddr, rkey), 0);
+  wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(StateOf(qp), IBV_QPS_ERR);
+  EXPECT_EQ(std::string(PeerMemory(kPeerAddr), 4096), std::string(4096, 'p'));
+}
+
+TEST_F(SameNodeLink, WritesAndAtomicsIntoARegionSharedForReadsOnlyFailBeforeAnyRead) {
+  peer->ShareReadOnly();
+  const uint32_t rkey = peer->AddMr(3, kPeerAddr, kMrOffset, 1 << 16, kAllRemote);
+  const uint64_t ten = 10;
+  std::memset(PeerMemory(kPeerAddr), 'p', 4096);
+  std::memcpy(PeerMemory(kPeerAddr + 2048), &ten, 8);
+  Buffer buf(pod.pd, 4096);
+  std::memset(buf.data(), 'w', 4096);
+  ibv_qp* qp = Up();
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_WRITE, buf.Sge(0, 100), 1, kPeerAddr, rkey), 0);
+  std::vector<ibv_wc> wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+  qp = Up();
+  ASSERT_EQ(PostAtomic(qp, IBV_WR_ATOMIC_FETCH_AND_ADD, buf.Sge(1024, 8), 2, kPeerAddr + 2048, rkey,
+                       5, 0),
+            0);
+  wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+  uint64_t now = 0;
+  std::memcpy(&now, PeerMemory(kPeerAddr + 2048), 8);
+  EXPECT_EQ(now, 10u);
+  EXPECT_EQ(std::string(PeerMemory(kPeerAddr), 100), std::string(100, 'p'));
+  qp = Up();
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_READ, buf.Sge(2048, 100), 3, kPeerAddr, rkey), 0);
+  wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::string(buf.data() + 2048, 100), std::string(100, 'p'));
 }
 
 TEST_F(SameNodeLink, WriteWithImmediateLeavesARecordAfterTheData) {

@@ -46,17 +46,26 @@ TEST(Sessions, TwoSessionsKeepTheirQpNumbersApart) {
   EXPECT_EQ(PollN(b.cq, 1).size(), 1u);
 }
 
+// Registrations with remote access; only those have a region (memory of one session).
+constexpr int kRemote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+
 TEST(Sessions, PagesRegisteredThroughOneSessionCannotBeRegisteredThroughAnother) {
   Pod a;
   Pod b;
-  Buffer buf(a.pd, 3 * 4096);
+  Buffer buf(a.pd, 3 * 4096, kRemote);
   errno = 0;
-  EXPECT_EQ(ibv_reg_mr(b.pd, buf.data() + 4096, 100, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(ibv_reg_mr(b.pd, buf.data() + 4096, 100, kRemote), nullptr);
   EXPECT_EQ(errno, EINVAL);
   EXPECT_EQ(b.router.move_mr_count(), 0);
+  EXPECT_EQ(b.router.regions_received(), 0);
   EXPECT_EQ(a.router.move_mr_count(), 0) << "a's registration was moved for b";
-  Buffer other(b.pd, 4096);  // pages of its own are fine
+  Buffer other(b.pd, 4096, kRemote);  // pages of its own are fine
   EXPECT_NE(other.mr(), nullptr);
+  // Without remote access there is no region to share, so nothing to conflict with.
+  ibv_mr* local = ibv_reg_mr(b.pd, buf.data() + 4096, 100, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(local, nullptr);
+  EXPECT_EQ(a.router.move_mr_count(), 0);
+  EXPECT_EQ(ibv_dereg_mr(local), 0);
 }
 
 TEST(Sessions, OverlappingRegistrationsOfOneSessionMergeIntoOneRegion) {
@@ -66,8 +75,8 @@ TEST(Sessions, OverlappingRegistrationsOfOneSessionMergeIntoOneRegion) {
       ::mmap(nullptr, 6 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(area, MAP_FAILED);
   char* p = static_cast<char*>(area);
-  ibv_mr* head = ibv_reg_mr(pod.pd, p, 4 * page, IBV_ACCESS_LOCAL_WRITE);
-  ibv_mr* tail = ibv_reg_mr(pod.pd, p + 3 * page, 2 * page, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* head = ibv_reg_mr(pod.pd, p, 4 * page, kRemote);
+  ibv_mr* tail = ibv_reg_mr(pod.pd, p + 3 * page, 2 * page, kRemote);
   ASSERT_NE(head, nullptr);
   ASSERT_NE(tail, nullptr);
   EXPECT_EQ(pod.router.move_mr_count(), 1) << "the first registration moves to the merged region";
@@ -82,10 +91,12 @@ TEST(Sessions, OverlappingRegistrationsOfOneSessionMergeIntoOneRegion) {
 
 TEST(Sessions, OverlappingRegistrationsInsideOneBufferShareItsRegion) {
   Pod pod;
-  Buffer buf(pod.pd, 4 * 4096);
-  ibv_mr* inner = ibv_reg_mr(pod.pd, buf.data() + 100, 4096, IBV_ACCESS_LOCAL_WRITE);
+  Buffer buf(pod.pd, 4 * 4096, kRemote);
+  ibv_mr* inner = ibv_reg_mr(pod.pd, buf.data() + 100, 4096, kRemote);
   ASSERT_NE(inner, nullptr);
   EXPECT_EQ(pod.router.move_mr_count(), 0);
+  EXPECT_EQ(pod.router.regions_received(), 1);
+  EXPECT_NE(pod.router.mr_entry(buf.lkey())->region.load(), ff::proto::kNoRegion);
   EXPECT_EQ(pod.router.mr_entry(inner->lkey)->region.load(),
             pod.router.mr_entry(buf.lkey())->region.load());
   EXPECT_EQ(ibv_dereg_mr(inner), 0);
