@@ -314,6 +314,12 @@ int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, p
   if (ring < 0) return ud ? ENOSPC : EBUSY;
   Pod* owner = b.tables.FindPod(dest.owner);
   if (owner == nullptr) return EHOSTUNREACH;
+  const auto r_index = static_cast<uint32_t>(ring);
+  if (ud && dest.producers[r_index] != Producer::Local(src.qpn)) {
+    proto::Event e{};
+    if (const int rc = dest.NewUdRing(r_index, pod.who.ip, src.qpn, &e)) return rc;
+    b.sessions.NotifyWithFd(owner->id, e, dest.ud_rings[r_index].get());
+  }
   if (!ud) b.tables.Unlink(src, &dest);  // an RC/UC QP sends to one peer
   proto::ConnectReply& c = r->u.connect;
   c.peer_ctx_id = owner->id;
@@ -335,8 +341,14 @@ int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, p
     c.has_srq = 1;
     fds->push_back(srq->second.get());
   }
-  dest.producers[static_cast<size_t>(ring)] = Producer::Local(src.qpn);
+  if (ud) {
+    c.flags |= proto::kConnectOwnRing;
+    fds->push_back(dest.ud_rings[r_index].get());
+  }
+  dest.producers[r_index] = Producer::Local(src.qpn);
   src.produces_into.insert(dest.qpn);
+  // Dest may have asked for src before src named it: it may ask again now.
+  if (!ud) b.sessions.Notify(owner->id, proto::EventType::kPeerNamed, dest.qpn);
   return 0;
 }
 

@@ -71,8 +71,19 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m) {
       return answer(EHOSTUNREACH);
     s->credits = &s->srq_seg.as<SrqSegment>()->credits;
   }
-  s->producer.Attach(QpRing(s->seg.get(), static_cast<uint32_t>(ring), dest->ring_bytes),
-                     dest->ring_bytes);
+  if (dest->type == IBV_QPT_UD) {
+    // A ring of its own, and the receiver told whose it is (never read from the records).
+    proto::Event e{};
+    const auto r = static_cast<uint32_t>(ring);
+    if (dest->NewUdRing(r, m.src_ip, m.src_qpn, &e) != 0 ||
+        MapSegment(dest->ud_rings[r].get(), UdRingBytes(dest->ring_bytes), true, &s->ud_ring) != 0)
+      return answer(ENOMEM);
+    sessions_.NotifyWithFd(owner->id, e, dest->ud_rings[r].get());
+    s->producer.Attach(s->ud_ring.as<RingHeader>(), dest->ring_bytes);
+  } else {
+    s->producer.Attach(QpRing(s->seg.get(), static_cast<uint32_t>(ring), dest->ring_bytes),
+                       dest->ring_bytes);
+  }
   dest->producers[static_cast<size_t>(ring)] = Producer::Remote(s->id);
   reply.peer_qpn = dest->qpn;
   reply.peer_ip = owner->who.ip;
@@ -80,6 +91,9 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m) {
   by_id_[s->id] = {link, chan};
   senders_[{link, chan}] = std::move(s);
   answer(0);
+  // The target may have asked for its initiator before the initiator named it.
+  if (dest->type != IBV_QPT_UD)
+    sessions_.Notify(owner->id, proto::EventType::kPeerNamed, dest->qpn);
 }
 
 Executor::Verdict Executor::Record(LinkId link, uint32_t chan, const char* body, uint32_t len) {

@@ -62,6 +62,7 @@ class Executor {
     uint32_t qp_type = 0;
     Mapping seg;
     Mapping srq_seg;
+    Mapping ud_ring;  // UD: the ring of this sender's own the router made
     QpSegmentHeader* hdr = nullptr;
     RecvCredits* credits = nullptr;
     uint64_t posted_cache = 0;

@@ -145,10 +145,16 @@ void PodSessions::Answer(const Call& call, int status, const proto::Response& bo
 }
 
 void PodSessions::Notify(PodId pod, proto::EventType type, uint32_t qpn) {
+  proto::Event e{};
+  e.type = type;
+  e.qpn = qpn;
+  NotifyWithFd(pod, e, -1);
+}
+
+void PodSessions::NotifyWithFd(PodId pod, const proto::Event& e, int fd) {
   Session* s = Find(pod);
   if (s == nullptr || !s->events) return;
-  const proto::Event e{type, qpn};
-  const int rc = SendWithFds(s->events.get(), &e, sizeof(e), nullptr, 0, MSG_DONTWAIT);
+  const int rc = SendWithFds(s->events.get(), &e, sizeof(e), &fd, fd >= 0 ? 1 : 0, MSG_DONTWAIT);
   if (rc == EAGAIN) {
     spdlog::warn("client {} does not read its events; dropping its event socket", pod);
   }

@@ -62,6 +62,8 @@ class PodSessions {
   void Answer(const Call& call, int status) { Answer(call, status, proto::Response{}); }
   // Sends an event; a pod that does not read its events loses its event socket.
   void Notify(PodId pod, proto::EventType type, uint32_t qpn);
+  // Sends `e` with descriptor `fd` (kUdRing). A pod that does not take it loses its events.
+  void NotifyWithFd(PodId pod, const proto::Event& e, int fd);
   void NotifyAll(proto::EventType type);
   // Disconnects `pod` now (OnPodGone runs before this returns).
   void Drop(PodId pod, const char* why);

@@ -71,6 +71,16 @@ int Qp::RingFor(Producer p) const {
   return free_ring;
 }
 
+int Qp::NewUdRing(uint32_t ring, uint32_t src_ip, uint32_t src_qpn, proto::Event* event) {
+  if (ring >= num_rings) return EINVAL;
+  if (ud_rings.size() < num_rings) ud_rings.resize(num_rings);
+  UniqueFd fd;
+  if (const int rc = CreateSegment("ffrouter-udring", UdRingBytes(ring_bytes), &fd)) return rc;
+  ud_rings[ring] = std::move(fd);
+  *event = proto::Event{proto::EventType::kUdRing, qpn, ring, src_ip, src_qpn, 0};
+  return 0;
+}
+
 void Qp::ReleaseRingsOf(Producer p) {
   for (Producer& r : producers)
     if (r == p) r = Producer{};

@@ -95,6 +95,9 @@ struct Qp {
   uint32_t send_cq_id = proto::kNoId;
   std::vector<Producer> producers;   // who produces into each ring
   std::set<uint32_t> produces_into;  // local QPs whose rings this QP produces into
+  // UD: the memfd of each sender's own ring (kConnectOwnRing), made by the router per
+  // sender; the owner maps it when told (kUdRing).
+  std::vector<UniqueFd> ud_rings;
   // RC/UC: the peer its owner named at RTR (overlay IP or, when 0, LID; and QPN). Only that
   // QP is given a ring of this one.
   struct Named {
@@ -109,6 +112,10 @@ struct Qp {
 
   // The ring `p` produces into, else a free ring; -1 when there is neither.
   int RingFor(Producer p) const;
+  // UD: gives ring `ring` to a new sender: a fresh memfd (UdRingBytes(ring_bytes)) that
+  // replaces the last sender's, and the event that tells the owner who sends into it
+  // (`src_ip` host order). 0 or a positive errno.
+  int NewUdRing(uint32_t ring, uint32_t src_ip, uint32_t src_qpn, proto::Event* event);
   // Frees every ring `p` produces into.
   void ReleaseRingsOf(Producer p);
 };

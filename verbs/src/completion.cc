@@ -52,7 +52,11 @@ bool MaySleepOnRouter(const Context* ctx, const Cq* cq) {
   bool router_source = false;
   for (const Qp* qp : cq->recv_qps) {
     if (qp->type == IBV_QPT_UD) return false;
-    if (qp->link == nullptr) continue;  // not connected: delivers nothing
+    if (qp->link == nullptr) {
+      // Awaiting its peer's consent: that peer may already deliver, from anywhere.
+      if (qp->awaited.waiting) return false;
+      continue;  // not connected: delivers nothing
+    }
     if (!RouterFed(qp)) return false;
     router_source = true;
   }

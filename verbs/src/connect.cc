@@ -77,7 +77,14 @@ int SameNodeLink(Context* ctx, const ff::proto::ConnectReply& c, UniqueFd* fds, 
   if (link->pctx == nullptr) return EPROTO;
   if (c.notify_slot != ff::proto::kNoId)
     link->notify = link->pctx->notify.as<ff::NotifySlot>() + c.notify_slot;
-  link->producer.Attach(ff::QpRing(link->seg.get(), c.ring_index, c.ring_bytes), c.ring_bytes);
+  if (c.flags & ff::proto::kConnectOwnRing) {  // a UD destination: a ring of our own
+    const UniqueFd& ring = fds[next + (c.has_srq ? 1 : 0)];
+    if (ff::MapPeerSegment(ring.get(), ff::UdRingBytes(c.ring_bytes), true, &link->own_ring) != 0)
+      return EPROTO;
+    link->producer.Attach(link->own_ring.as<ff::RingHeader>(), c.ring_bytes);
+  } else {
+    link->producer.Attach(ff::QpRing(link->seg.get(), c.ring_index, c.ring_bytes), c.ring_bytes);
+  }
   link->ops = &kSameNodeOps;
   return 0;
 }
@@ -148,6 +155,14 @@ Exec AwaitPeer(Qp* qp, ibv_wc_status* st) {
   a.waiting = false;
   *st = IBV_WC_RETRY_EXC_ERR;
   return Exec::kDone;
+}
+
+void TryAwaitedLink(Qp* qp) {
+  Qp::AwaitedPeer& a = qp->awaited;
+  std::unique_ptr<PeerLink> link;
+  if (ConnectLink(qp, a.ip, a.lid, a.qpn, false, &link) != 0) return;  // the WQE path retries
+  qp->link = std::move(link);
+  a.waiting = false;
 }
 
 PeerLink* UdLink(Qp* qp, const SendWqe& w) {

@@ -84,6 +84,7 @@ struct PeerLink {
   // peer's CQ event word, or the router's doorbell).
   Mapping seg;
   ff::QpSegmentHeader* hdr = nullptr;
+  Mapping own_ring;  // a UD destination on this node: the ring of our own it gave us
   ff::RingProducer producer;
   ff::NotifySlot* notify = nullptr;
   UniqueFd notify_fd;
@@ -234,6 +235,23 @@ struct Qp {
   uint32_t num_rings = 0, ring_bytes = 0;
   std::vector<ff::RingConsumer> consumers;
   std::vector<InboundState> inbound;
+  // UD: each sender's ring is a memfd of its own that the router made and named the sender
+  // of (kUdRing); `sources` says who that is, whatever the records claim. The event thread
+  // queues new rings in `arriving`; the data path installs them (peer_events.cc).
+  struct UdSource {
+    uint32_t ip = 0;  // host order
+    uint32_t qpn = 0;
+    Mapping ring;
+  };
+  struct ArrivingRing {
+    uint32_t ring;
+    uint32_t ip;
+    uint32_t qpn;
+    UniqueFd fd;
+  };
+  std::vector<UdSource> sources;
+  std::mutex arriving_mu;
+  std::vector<ArrivingRing> arriving;
   InboundState imm_scratch;  // receive WQE of a WRITE_WITH_IMM being completed
   RecvQueue rq;              // unused with an SRQ
 
@@ -261,7 +279,8 @@ struct Qp {
   uint32_t reads_inflight = 0;  // of those, READs and atomics (at most max_rd_atomic)
   bool in_pending_list = false;
 
-  std::atomic<uint32_t> peer_gone{0};  // PeerGone, raised by the event thread
+  std::atomic<uint32_t> peer_gone{0};   // PeerGone, raised by the event thread
+  std::atomic<bool> peer_named{false};  // kPeerNamed came: an awaited link may be asked for
 
   // ibv_wr_* state between wr_start and wr_complete.
   std::vector<ibv_send_wr> wr_batch;

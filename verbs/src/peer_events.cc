@@ -54,6 +54,28 @@ void Registry::OnPeerGone(uint32_t qpn, bool died) {
   WakeQpCqs(qp);
 }
 
+void Registry::OnPeerNamed(uint32_t qpn) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  it->second->peer_named.store(true, std::memory_order_release);
+  it->second->ctx->attention.store(true, std::memory_order_release);
+  WakeQpCqs(it->second);  // a receiver asleep on its channel should link up now
+}
+
+void Registry::OnUdRing(const ff::proto::Event& e, UniqueFd fd) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = qps_.find(e.qpn);
+  if (it == qps_.end() || it->second->type != IBV_QPT_UD) return;
+  Qp* qp = it->second;
+  {
+    std::lock_guard<std::mutex> a(qp->arriving_mu);
+    qp->arriving.push_back(Qp::ArrivingRing{e.ring, e.src_ip, e.src_qpn, std::move(fd)});
+  }
+  qp->ctx->attention.store(true, std::memory_order_release);
+  WakeQpCqs(qp);  // a receiver asleep on its channel must poll to take the ring in
+}
+
 void Registry::OnFatal() {
   std::lock_guard<std::mutex> g(mu_);
   for (auto& [qpn, qp] : qps_)
@@ -65,10 +87,40 @@ void Registry::OnFatal() {
   for (auto& [qpn, qp] : qps_) WakeQpCqs(qp);
 }
 
+namespace {
+
+// Takes in the UD rings the router announced: what the last sender of a ring published is
+// delivered first, then the ring is the new sender's. ctx->lock held.
+void InstallRings(Qp* qp) {
+  std::vector<Qp::ArrivingRing> rings;
+  {
+    std::lock_guard<std::mutex> a(qp->arriving_mu);
+    rings.swap(qp->arriving);
+  }
+  for (Qp::ArrivingRing& r : rings) {
+    Mapping map;
+    if (r.ring >= qp->num_rings ||
+        ff::MapPeerSegment(r.fd.get(), ff::UdRingBytes(qp->ring_bytes), true, &map) != 0) {
+      LogError("QP 0x%x: the router announced a ring that cannot be used", qp->qpx.qp_base.qp_num);
+      continue;
+    }
+    if (qp->consumers[r.ring].attached()) Drain(qp);
+    qp->consumers[r.ring] = ff::RingConsumer{};
+    qp->consumers[r.ring].Attach(map.as<ff::RingHeader>(), qp->ring_bytes);
+    qp->inbound[r.ring] = InboundState{};
+    qp->sources[r.ring] = Qp::UdSource{r.ip, r.qpn, std::move(map)};
+  }
+}
+
+}  // namespace
+
 void HandleAttention(Context* ctx) {
   if (!ctx->attention.exchange(false, std::memory_order_acq_rel)) return;
   const bool router_gone = ctx->session->fatal.load();
   for (Qp* qp : ctx->qps) {
+    if (qp->type == IBV_QPT_UD) InstallRings(qp);
+    if (qp->peer_named.exchange(false, std::memory_order_acq_rel) && qp->awaited.waiting)
+      TryAwaitedLink(qp);
     const uint32_t gone = qp->peer_gone.load(std::memory_order_acquire);
     if (gone == 0) continue;
     const ibv_qp_state state = qp->qpx.qp_base.state;

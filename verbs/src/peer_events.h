@@ -26,6 +26,10 @@ class Registry {
   void OnPeerGone(uint32_t qpn, bool died);
   // Event thread: the router is gone; fail every QP and raise IBV_EVENT_DEVICE_FATAL.
   void OnFatal();
+  // Event thread: the peer RC/UC QP `qpn` awaits has named it (kPeerNamed).
+  void OnPeerNamed(uint32_t qpn);
+  // Event thread: UD QP `e.qpn` has a new sender producing into ring memfd `fd` (kUdRing).
+  void OnUdRing(const ff::proto::Event& e, UniqueFd fd);
 
  private:
   template <typename F>

@@ -122,7 +122,10 @@ int InitSegment(Qp* qp) {
   hdr->ring_bytes = qp->ring_bytes;
   qp->consumers.resize(qp->num_rings);
   qp->inbound.resize(qp->num_rings);
-  for (uint32_t i = 0; i < qp->num_rings; ++i)
+  // A UD QP's senders each get a ring of their own from the router (InstallRings); the
+  // rings in its segment stay unused.
+  if (qp->type == IBV_QPT_UD) qp->sources.resize(qp->num_rings);
+  for (uint32_t i = 0; i < qp->num_rings && qp->type != IBV_QPT_UD; ++i)
     qp->consumers[i].Attach(ff::QpRing(qp->seg.get(), i, qp->ring_bytes), qp->ring_bytes);
   if (qp->srq == nullptr)
     InitRecvQueue(&qp->rq, qp->cap.max_recv_wr, qp->cap.max_recv_sge, &hdr->credits);

@@ -126,7 +126,9 @@ void TakeWriteImm(Qp* qp, const ff::RecordHeader& h) {
 // Drains ring `r` (at most kDrainBudget records). false when the QP was failed.
 bool DrainRing(Qp* qp, uint32_t r, bool discard) {
   ff::RingConsumer& cons = qp->consumers[r];
+  if (!cons.attached()) return true;  // a UD ring nobody was given yet
   InboundState& in = qp->inbound[r];
+  const Qp::UdSource* source = qp->type == IBV_QPT_UD ? &qp->sources[r] : nullptr;
   bool consumed = false;
   bool ok = true;
   for (int budget = 0; ok && budget < ff::kDrainBudget; ++budget) {
@@ -144,6 +146,10 @@ bool DrainRing(Qp* qp, uint32_t r, bool discard) {
     consumed = true;
     cons.Consume(h);
     if (discard) continue;
+    if (source != nullptr) {  // who sent it is the ring's, not the record's to say
+      h.src_ip = htonl(source->ip);
+      h.src_qpn = source->qpn;
+    }
     if (h.kind == ff::kRecSend) {
       ok = TakeSendRecord(qp, &in, h, payload);
     } else if (h.kind == ff::kRecWriteImm) {
@@ -238,6 +244,7 @@ void ResetRecv(Qp* qp) {
   for (uint32_t r = 0; r < qp->num_rings; ++r) {
     qp->inbound[r] = InboundState{};
     ff::RingConsumer& cons = qp->consumers[r];
+    if (!cons.attached()) continue;
     ff::RecordHeader h;
     const char* payload;
     // A ring holds at most one record per cache line.

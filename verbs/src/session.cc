@@ -28,13 +28,23 @@ std::string EnvOr(const char* name, const char* fallback) {
 void EventLoop(Session* s) {
   for (;;) {
     ff::proto::Event ev{};
-    const ssize_t n = ::recv(s->events.get(), &ev, sizeof(ev), 0);
-    if (n < 0 && errno == EINTR) continue;
+    UniqueFd fd;
+    int nfds = 0;
+    size_t n = 0;
+    const int rc = ff::RecvWithFds(s->events.get(), &ev, sizeof(ev), &fd, 1, &nfds, &n);
     if (s->closing.load()) return;
-    if (n == static_cast<ssize_t>(sizeof(ev))) {
+    if (rc == 0 && n == sizeof(ev)) {
       if (ev.type == ff::proto::EventType::kPeerGone ||
           ev.type == ff::proto::EventType::kPeerClosed) {
         s->registry.OnPeerGone(ev.qpn, ev.type == ff::proto::EventType::kPeerGone);
+        continue;
+      }
+      if (ev.type == ff::proto::EventType::kPeerNamed) {
+        s->registry.OnPeerNamed(ev.qpn);
+        continue;
+      }
+      if (ev.type == ff::proto::EventType::kUdRing && nfds == 1) {
+        s->registry.OnUdRing(ev, std::move(fd));
         continue;
       }
       if (ev.type != ff::proto::EventType::kShutdown) continue;  // unknown: ignore it

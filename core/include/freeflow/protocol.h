@@ -167,7 +167,13 @@ struct CreateQpReply {
 // A peer on another node is reached through a proxy segment owned by the router:
 // flags has kConnectRemote and fds are [proxy segment, doorbell wake socket]; the roles of its
 // two rings are kProxyRequestRing and kProxyResponseRing (codec.h).
+// A UD destination on this node gives each sender a ring of its own: flags has
+// kConnectOwnRing and one more fd follows, a router-made memfd of UdRingBytes(ring_bytes)
+// (shm_layout.h) to produce into, instead of ring `ring_index` of the peer's segment. No
+// sender ever maps another sender's ring, and the receiver learns who produces into it from
+// the router (kUdRing), never from the records.
 inline constexpr uint16_t kConnectRemote = 1;
+inline constexpr uint16_t kConnectOwnRing = 2;
 struct ConnectReply {
   uint32_t peer_ctx_id;
   uint32_t peer_qpn;
@@ -212,10 +218,21 @@ enum class EventType : uint32_t {
   kPeerGone = 1,    // the peer of `qpn` died (process, router or node): fail the QP
   kShutdown = 2,    // the router is stopping
   kPeerClosed = 3,  // the peer of `qpn` destroyed its QP: later sends fail, receives stay
+  // UD QP `qpn` has a new sender in `ring`: QP src_qpn at src_ip (host order), producing
+  // into the memfd that comes with the event (UdRingBytes). Everything read from that ring
+  // is from that sender, whatever its records claim.
+  kUdRing = 4,
+  // The peer that RC/UC QP `qpn` named has now named it in turn (and produces into it): a
+  // connect that was answered EINPROGRESS succeeds if asked again.
+  kPeerNamed = 5,
 };
 struct Event {
   EventType type;
   uint32_t qpn;
+  uint32_t ring = 0;
+  uint32_t src_ip = 0;
+  uint32_t src_qpn = 0;
+  uint32_t reserved = 0;
 };
 
 inline constexpr int kMaxFds = 8;
@@ -291,7 +308,8 @@ inline int ConnectReplyFds(const ConnectReply& c) {
   if (c.flags & kConnectRemote) return c.num_rings == 2 && c.ring_index == 0 ? 2 : -1;
   if (c.num_rings == 0 || c.num_rings > kMaxRingsPerQp || c.ring_index >= c.num_rings) return -1;
   if (c.notify_slot != kNoId && c.notify_slot >= kWakeSlot) return -1;
-  return 3 + (c.notify_slot != kNoId ? 1 : 0) + (c.has_srq ? 1 : 0);
+  return 3 + (c.notify_slot != kNoId ? 1 : 0) + (c.has_srq ? 1 : 0) +
+         ((c.flags & kConnectOwnRing) ? 1 : 0);
 }
 
 }  // namespace ff::proto

@@ -115,6 +115,8 @@ inline RingHeader* QpRing(void* seg, uint32_t index, uint32_t ring_bytes) {
                                        index * RingStride(ring_bytes));
 }
 inline char* RingData(RingHeader* ring) { return reinterpret_cast<char*>(ring + 1); }
+// A ring of its own (one UD sender's): its header, then its data.
+inline constexpr size_t UdRingBytes(uint32_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
 
 // An SRQ segment is just its credits.
 struct SrqSegment {

@@ -3,9 +3,9 @@
 // transport. Every test runs both ways, so the same verbs calls must behave the same on one
 // node and across nodes: SEND/RECV, WRITE/READ/ATOMIC, RNR, error completions and the death
 // of a peer, its router or the link between them. No root, no namespaces.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -15,8 +15,8 @@
 #include <memory>
 #include <numeric>
 #include <optional>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -45,8 +45,8 @@ class Pod {
     ctx = ffv::OpenContext(session_);
     pd = ibv_alloc_pd(ctx);
     cq = ibv_create_cq(ctx, 1024, nullptr, nullptr, 0);
-    buf = static_cast<char*>(::mmap(nullptr, kBufferBytes, PROT_READ | PROT_WRITE,
-                                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    buf = static_cast<char*>(
+        ::mmap(nullptr, kBufferBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     mr = ibv_reg_mr(pd, buf, kBufferBytes, kAllAccess);
     ibv_qp_init_attr init{};
     init.send_cq = cq;
@@ -76,8 +76,8 @@ class Pod {
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
     a.qp_access_flags = kAllAccess;
-    if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                           IBV_QP_ACCESS_FLAGS))
+    if (int rc = ibv_modify_qp(
+            qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
       return rc;
     a = {};
     a.qp_state = IBV_QPS_RTR;
@@ -89,9 +89,10 @@ class Pod {
     a.ah_attr.port_num = 1;
     a.ah_attr.grh.sgid_index = 1;
     Ipv4MappedGid(peer.ip_, a.ah_attr.grh.dgid.raw);
-    if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                                           IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+    if (int rc =
+            ibv_modify_qp(qp, &a,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
       return rc;
     a = {};
     a.qp_state = IBV_QPS_RTS;
@@ -99,8 +100,9 @@ class Pod {
     a.retry_cnt = 7;
     a.rnr_retry = rnr_retry;
     a.max_rd_atomic = 16;
-    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-                                     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+    return ibv_modify_qp(qp, &a,
+                         IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
   }
 
   int PostRecv(uint64_t wr_id, size_t offset, uint32_t len) {
@@ -114,8 +116,9 @@ class Pod {
   }
 
   // Posts one work request whose local buffer is [offset, offset + len).
-  int Post(ibv_wr_opcode op, uint64_t wr_id, size_t offset, uint32_t len, const Pod* target = nullptr,
-           uint64_t remote_offset = 0, uint64_t compare_add = 0, uint64_t swap = 0) {
+  int Post(ibv_wr_opcode op, uint64_t wr_id, size_t offset, uint32_t len,
+           const Pod* target = nullptr, uint64_t remote_offset = 0, uint64_t compare_add = 0,
+           uint64_t swap = 0) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(buf + offset), len, mr->lkey};
     ibv_send_wr wr{};
     wr.wr_id = wr_id;
@@ -339,6 +342,63 @@ TEST_P(ClusterTest, ALinkOrRouterThatDiesFailsTheQpWithoutAHang) {
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_NE(wc[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(a->AsyncEvent(), cross() ? IBV_EVENT_QP_FATAL : IBV_EVENT_DEVICE_FATAL);
+}
+
+// A hostile pod that resolves a UD destination writes records claiming another source
+// (another pod's address and QPN). The receiving library reports the sender the router
+// gave the ring to, never what the record says; and the sender's ring is a memfd of its
+// own, so it cannot write into another sender's.
+TEST(UdIdentity, AUdSenderCannotClaimAnotherSource) {
+  TestRouter router{TestRouter::Options{}};
+  Pod victim(router, Ip("10.0.0.1"));
+  ibv_qp_init_attr init{};
+  init.send_cq = victim.cq;
+  init.recv_cq = victim.cq;
+  init.qp_type = IBV_QPT_UD;
+  init.cap = {16, 16, 1, 1, 0};
+  ibv_qp* ud = ibv_create_qp(victim.pd, &init);
+  ASSERT_NE(ud, nullptr);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = 0x1111;
+  ASSERT_EQ(ibv_modify_qp(ud, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(ibv_modify_qp(ud, &a, IBV_QP_STATE), 0);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(victim.buf), 256, victim.mr->lkey};
+  ibv_recv_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_recv(ud, &wr, &bad), 0);
+
+  router::test::RawPod forger(router, Ip("10.0.0.66"));
+  ASSERT_EQ(forger.Hello(), 0);
+  const router::test::RawQp mine = forger.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  router::test::RawLink link = forger.Connect(mine, Ip("10.0.0.1"), ud->qp_num, true);
+  ASSERT_EQ(link.status, 0);
+  ASSERT_TRUE(link.reply.flags & proto::kConnectOwnRing);
+  RecordHeader h{};
+  h.kind = kRecSend;
+  h.flags = kRecFirst | kRecLast;
+  h.qkey = 0x1111;
+  h.src_qpn = 0x4242;                // a QP of someone else...
+  h.src_ip = htonl(Ip("10.0.0.2"));  // ...at someone else's address
+  ASSERT_EQ(AppendRecord(link.producer, h, "forged", 6), RingStatus::kOk);
+  link.producer.Publish();
+
+  ibv_wc wc{};
+  ASSERT_TRUE(router::test::WaitFor([&] { return ibv_poll_cq(victim.cq, 1, &wc) == 1; }));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.src_qp, mine.qpn);
+  EXPECT_EQ(wc.slid, LidForIp(Ip("10.0.0.66")));
+  const auto* grh = reinterpret_cast<const ibv_grh*>(victim.buf);
+  uint8_t expected[16];
+  Ipv4MappedGid(Ip("10.0.0.66"), expected);
+  EXPECT_EQ(std::memcmp(grh->sgid.raw, expected, 16), 0);
+  EXPECT_EQ(std::memcmp(victim.buf + sizeof(ibv_grh), "forged", 6), 0);
+  ibv_destroy_qp(ud);
 }
 
 INSTANTIATE_TEST_SUITE_P(Nodes, ClusterTest, ::testing::Values(false, true),

@@ -512,16 +512,23 @@ TEST_F(CrossNodeTest, UdDatagramsCrossNodesWithTheirQkey) {
             RingStatus::kOk);
   link.producer.Publish();
   WakeIfArmed(&link.seg.as<QpSegmentHeader>()->doorbell, link.fds[1].get());
-  // The datagram lands in one of the target's rings; UD is not acknowledged.
-  std::vector<RingConsumer> rings(kUdRingsPerQp);
-  for (uint32_t i = 0; i < kUdRingsPerQp; ++i) rings[i].Attach(to.ring(i), to.ring_bytes);
+  // The datagram lands in a ring of the sender's own, which the target's router announced
+  // with who the sender is; UD is not acknowledged.
+  auto announced = target.NextSetupEvent();
+  while (announced && announced->event.type == proto::EventType::kPeerNamed)
+    announced = target.NextSetupEvent();  // the fixture's own RC connection said so
+  ASSERT_TRUE(announced.has_value());
+  EXPECT_EQ(announced->event.type, proto::EventType::kUdRing);
+  EXPECT_EQ(announced->event.qpn, to.qpn);
+  EXPECT_EQ(announced->event.src_ip, Ip("10.1.0.1"));
+  EXPECT_EQ(announced->event.src_qpn, from.qpn);
+  Mapping ring;
+  ASSERT_EQ(MapPeerSegment(announced->fd.get(), UdRingBytes(to.ring_bytes), true, &ring), 0);
+  RingConsumer in;
+  in.Attach(ring.as<RingHeader>(), to.ring_bytes);
   const char* p = nullptr;
   RecordHeader got{};
-  EXPECT_TRUE(WaitFor([&] {
-    for (auto& ring : rings)
-      if (ring.Peek(&got, &p) == RingStatus::kOk) return true;
-    return false;
-  }));
+  EXPECT_TRUE(WaitFor([&] { return in.Peek(&got, &p) == RingStatus::kOk; }));
   EXPECT_EQ(got.qkey, 0x1234u);
   EXPECT_EQ(std::string(p, 5), "hello");
   EXPECT_TRUE(NoAnswer(100));

@@ -172,12 +172,40 @@ bool RawPod::Disconnected(int timeout_ms) {
   return ::recv(sock_.get(), buf, sizeof(buf), MSG_DONTWAIT) == 0;
 }
 
-std::optional<proto::Event> RawPod::NextEvent(int timeout_ms) {
+std::optional<RawPod::SetupEvent> RawPod::ReadEvent(int timeout_ms) {
   pollfd p{events_.get(), POLLIN, 0};
   if (::poll(&p, 1, timeout_ms) <= 0) return std::nullopt;
-  proto::Event e{};
-  if (::recv(events_.get(), &e, sizeof(e), MSG_DONTWAIT) != static_cast<ssize_t>(sizeof(e)))
+  SetupEvent e;
+  int nfds = 0;
+  size_t n = 0;
+  if (RecvWithFds(events_.get(), &e.event, sizeof(e.event), &e.fd, 1, &nfds, &n, MSG_DONTWAIT) !=
+          0 ||
+      n != sizeof(e.event))
     return std::nullopt;
+  return e;
+}
+
+std::optional<proto::Event> RawPod::NextEvent(int timeout_ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
+    std::optional<SetupEvent> e = ReadEvent(static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    if (!e) return std::nullopt;
+    const proto::EventType t = e->event.type;
+    if (t != proto::EventType::kPeerNamed && t != proto::EventType::kUdRing) return e->event;
+    setup_.push_back(std::move(*e));
+  }
+}
+
+std::optional<RawPod::SetupEvent> RawPod::NextSetupEvent(int timeout_ms) {
+  if (setup_.empty()) {
+    std::optional<SetupEvent> e = ReadEvent(timeout_ms);
+    if (e) setup_.push_back(std::move(*e));
+  }
+  if (setup_.empty()) return std::nullopt;
+  SetupEvent e = std::move(setup_.front());
+  setup_.pop_front();
   return e;
 }
 
@@ -242,6 +270,10 @@ RawLink RawPod::Connect(const RawQp& qp, uint32_t dest_ip, uint32_t dest_qpn, bo
   if (c.flags & proto::kConnectRemote) {
     link.producer.Attach(QpRing(link.seg.get(), kProxyRequestRing, c.ring_bytes), c.ring_bytes);
     link.responses.Attach(QpRing(link.seg.get(), kProxyResponseRing, c.ring_bytes), c.ring_bytes);
+  } else if (c.flags & proto::kConnectOwnRing) {
+    if (MapPeerSegment(link.fds.back().get(), UdRingBytes(c.ring_bytes), true, &link.own_ring) != 0)
+      return link;
+    link.producer.Attach(link.own_ring.as<RingHeader>(), c.ring_bytes);
   } else {
     link.producer.Attach(QpRing(link.seg.get(), c.ring_index, c.ring_bytes), c.ring_bytes);
   }

@@ -96,6 +96,7 @@ struct RawLink {
   proto::ConnectReply reply{};
   std::vector<UniqueFd> fds;
   Mapping seg;             // the peer QP's segment, or the proxy segment
+  Mapping own_ring;        // a UD destination on this node: the sender's own ring
   RingProducer producer;   // where this QP's requests or messages go
   RingConsumer responses;  // proxies: the router's answers
 };
@@ -120,8 +121,15 @@ class RawPod {
   void SendRaw(const void* msg, size_t len, const std::vector<int>& fds = {});
   // True when the router closed this pod's socket within `timeout_ms`.
   bool Disconnected(int timeout_ms = 2000);
-  // The next event the router sent, within `timeout_ms`.
+  // The next event about a peer going away (kPeerGone, kPeerClosed, kShutdown) the router
+  // sent, within `timeout_ms`; set-up events met on the way are kept for NextSetupEvent.
   std::optional<proto::Event> NextEvent(int timeout_ms = 2000);
+  // The next set-up event (kPeerNamed, kUdRing with its ring memfd), within `timeout_ms`.
+  struct SetupEvent {
+    proto::Event event{};
+    UniqueFd fd;
+  };
+  std::optional<SetupEvent> NextSetupEvent(int timeout_ms = 2000);
 
   // A CQ; with a completion channel when `chan_id` names one (its event word: `slot`).
   // Returns `cq_id`, or 0 when the router refused it.
@@ -162,6 +170,9 @@ class RawPod {
   Mapping notify_;
   proto::HelloReply hello_{};
   std::vector<uint32_t> cqs_;
+  std::deque<SetupEvent> setup_;
+
+  std::optional<SetupEvent> ReadEvent(int timeout_ms);
 };
 
 // Polls `pred` until it holds or `timeout` passes.

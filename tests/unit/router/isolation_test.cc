@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -173,6 +174,39 @@ TEST_F(IsolationTest, AQpThatResetsRevokesItsOldPeer) {
   EXPECT_EQ(gone->qpn, a.qpn);
   g.qpn = a.qpn;
   EXPECT_EQ(attacker.Call(g).status, ENOENT);
+}
+
+// UD senders: each gets a ring memfd of its own and nothing of another sender's; the
+// receiver is told by the router who produces into each ring.
+TEST_F(IsolationTest, EachUdSenderGetsARingOfItsOwnAndTheReceiverLearnsWhoItIs) {
+  const RawQp ud = victim.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  const RawQp a = attacker.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  const RawQp p = peer.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  RawLink from_attacker = attacker.Connect(a, Ip("10.0.0.1"), ud.qpn, true);
+  RawLink from_peer = peer.Connect(p, Ip("10.0.0.1"), ud.qpn, true);
+  ASSERT_EQ(from_attacker.status, 0);
+  ASSERT_EQ(from_peer.status, 0);
+  auto inode = [](int fd) {
+    struct stat st {};
+    return ::fstat(fd, &st) == 0 ? st.st_ino : 0;
+  };
+  const ino_t peer_ring = inode(from_peer.fds.back().get());
+  for (const UniqueFd& fd : from_attacker.fds) EXPECT_NE(inode(fd.get()), peer_ring);
+  for (const auto& [ip, qpn] :
+       {std::pair{Ip("10.0.0.66"), a.qpn}, std::pair{Ip("10.0.0.2"), p.qpn}}) {
+    auto e = victim.NextSetupEvent();
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->event.type, proto::EventType::kUdRing);
+    EXPECT_EQ(e->event.qpn, ud.qpn);
+    EXPECT_EQ(e->event.src_ip, ip);
+    EXPECT_EQ(e->event.src_qpn, qpn);
+    EXPECT_TRUE(SealedAtLeast(e->fd.get(), UdRingBytes(kUdRingBytes)));
+  }
+  // Asking again gives the same ring, not a second one.
+  RawLink again = attacker.Connect(a, Ip("10.0.0.1"), ud.qpn, true);
+  ASSERT_EQ(again.status, 0);
+  EXPECT_EQ(inode(again.fds.back().get()), inode(from_attacker.fds.back().get()));
+  EXPECT_FALSE(victim.NextSetupEvent(100).has_value());
 }
 
 // Finding 3: every memfd a pod hands over must be sealed against shrinking, so that it can
