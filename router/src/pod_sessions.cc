@@ -59,7 +59,7 @@ void PodSessions::Accept() {
 void PodSessions::Adopt(UniqueFd sock) {
   auto s = std::make_unique<Session>();
   std::string error;
-  if (!identity_.Resolve(sock.get(), &s->who, &error)) {
+  if (!identity_.Resolve(sock.get(), &s->who, &error) || !AddressFree(s->who, &error)) {
     // Keep the connection until the client's HELLO arrives, so that it reads the reason
     // as its answer instead of a reset connection.
     spdlog::warn("refusing a client: {}", error);
@@ -80,6 +80,23 @@ void PodSessions::Adopt(UniqueFd sock) {
     spdlog::info("client {} connected: pid {} address {}", id, s->who.pid, FormatIpv4(s->who.ip));
   }
   sessions_[id] = std::move(s);
+}
+
+// Two network namespaces are never the same pod: an address held by live sessions from
+// another namespace is refused. Only a pod that took another's address, or put it in a
+// namespace of its own, gets here, so it is logged as such.
+bool PodSessions::AddressFree(const PodIdentity& who, std::string* error) const {
+  for (const auto& [id, s] : sessions_) {
+    if (!s->refusal.empty() || s->who.ip != who.ip || s->who.netns == who.netns) continue;
+    spdlog::warn(
+        "suspected impersonation: pid {} in network namespace {} claims {}, which client {} "
+        "(pid {}, network namespace {}) holds",
+        who.pid, who.netns, FormatIpv4(who.ip), id, s->who.pid, s->who.netns);
+    *error = "its overlay address " + FormatIpv4(who.ip) +
+             " is in use by another network namespace at this router";
+    return false;
+  }
+  return true;
 }
 
 PodSessions::Session* PodSessions::Find(PodId id) { return FindIn(sessions_, id); }

@@ -82,6 +82,8 @@ class PodSessions {
   // Handles one datagram. false: protocol violation.
   bool Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, int nfds);
   Session* Find(PodId id);
+  // false + *error when live sessions hold `who`'s address from another network namespace.
+  bool AddressFree(const PodIdentity& who, std::string* error) const;
 
   EventLoop& loop_;
   IdentityResolver& identity_;
