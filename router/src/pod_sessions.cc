@@ -2,8 +2,6 @@
 
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,31 +13,10 @@
 
 namespace ff::router {
 
-PodSessions::~PodSessions() {
-  if (listen_) ::unlink(path_.c_str());
-}
+PodSessions::~PodSessions() = default;
 
-bool PodSessions::Listen(const std::string& path, std::string* error) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path)) {
-    *error = "socket path " + path + " is longer than a Unix socket allows";
-    return false;
-  }
-  ::unlink(path.c_str());  // a stale socket of a router that died; the caller holds the lock
-  listen_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!listen_) {
-    *error = std::string("socket: ") + std::strerror(errno);
-    return false;
-  }
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  if (::bind(listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    *error = "cannot bind " + path + ": " + std::strerror(errno);
-    listen_.reset();
-    return false;
-  }
-  path_ = path;
-  ::chmod(path.c_str(), 0666);  // pods run as any user
+bool PodSessions::Listen(UniqueFd bound, std::string* error) {
+  listen_ = std::move(bound);
   if (::listen(listen_.get(), kPodListenBacklog) != 0 ||
       loop_.Watch(listen_.get(), EPOLLIN, [this](uint32_t) { Accept(); }) == 0) {
     *error = std::string("listen: ") + std::strerror(errno);

@@ -46,8 +46,8 @@ class PodSessions {
       : loop_(loop), identity_(identity), handler_(handler) {}
   ~PodSessions();
 
-  // Listens on `path` (replacing a stale socket). false + *error.
-  bool Listen(const std::string& path, std::string* error);
+  // Listens on `bound`, a Unix socket already bound where pods find it. false + *error.
+  bool Listen(UniqueFd bound, std::string* error);
   // Serves an already-connected client socket (as accepted, or a test's socketpair end).
   void Adopt(UniqueFd sock);
 
@@ -89,7 +89,6 @@ class PodSessions {
   IdentityResolver& identity_;
   Handler& handler_;
   UniqueFd listen_;
-  std::string path_;
   PodId next_id_ = 1;
   std::unordered_map<PodId, std::unique_ptr<Session>> sessions_;
 };

@@ -68,7 +68,8 @@ bool Router::Start(std::string* error) {
   }
   timer_.Arm(kIdleTickNs);
   // 5. Pods may come.
-  if (!sessions_.Listen(folder_.socket_path(), error)) return false;
+  UniqueFd sock;
+  if (!folder_.BindSocket(&sock, error) || !sessions_.Listen(std::move(sock), error)) return false;
   spdlog::info("ffrouter listening on {} (overlay {}, node {})", folder_.socket_path(),
                config_.overlay.ToString(), config_.node_name);
   if (transport_ != nullptr) {
