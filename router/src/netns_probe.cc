@@ -40,14 +40,8 @@ void ForEachAttribute(const nlmsghdr* h, size_t fixed, F f) {
 class Rtnl {
  public:
   bool Open(std::string* error) {
-    fd_.reset(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
-    const timeval tv{kNetlinkTimeoutMs / 1000, (kNetlinkTimeoutMs % 1000) * 1000};
-    if (!fd_ || ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
-      *error =
-          std::string("cannot open rtnetlink in the client's namespace: ") + std::strerror(errno);
-      return false;
-    }
-    return true;
+    fd_ = OpenNetlink(NETLINK_ROUTE, "rtnetlink in the client's namespace", error);
+    return static_cast<bool>(fd_);
   }
   // Sends `req` and hands each answer to `each`: all of a dump, or the one answer.
   bool Exchange(nlmsghdr* req, const Each& each, std::string* error);
@@ -114,17 +108,22 @@ struct Link {
   int32_t partner_nsid = NETNSA_NSID_NOT_ASSIGNED;  // IFLA_LINK_NETNSID, if any
 };
 
-bool DumpLinks(Rtnl& nl, std::unordered_map<int, Link>* links, std::string* error) {
+// Asks for every object of `type` (RTM_GETLINK, RTM_GETADDR) of `family`.
+bool Dump(Rtnl& nl, uint16_t type, unsigned char family, const Each& each, std::string* error) {
   struct {
     nlmsghdr h;
-    ifinfomsg i;
+    rtgenmsg g;
   } q{};
-  q.h.nlmsg_len = sizeof(q);
-  q.h.nlmsg_type = RTM_GETLINK;
+  q.h.nlmsg_len = NLMSG_LENGTH(sizeof(rtgenmsg));
+  q.h.nlmsg_type = type;
   q.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  q.i.ifi_family = AF_UNSPEC;
-  return nl.Exchange(
-      &q.h,
+  q.g.rtgen_family = family;
+  return nl.Exchange(&q.h, each, error);
+}
+
+bool DumpLinks(Rtnl& nl, std::unordered_map<int, Link>* links, std::string* error) {
+  return Dump(
+      nl, RTM_GETLINK, AF_UNSPEC,
       [&](const nlmsghdr* h) {
         if (h->nlmsg_type != RTM_NEWLINK || h->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) return;
         const auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(h));
@@ -146,16 +145,8 @@ struct Address {
 };
 
 bool DumpAddresses(Rtnl& nl, std::vector<Address>* out, std::string* error) {
-  struct {
-    nlmsghdr h;
-    ifaddrmsg a;
-  } q{};
-  q.h.nlmsg_len = sizeof(q);
-  q.h.nlmsg_type = RTM_GETADDR;
-  q.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  q.a.ifa_family = AF_INET;
-  return nl.Exchange(
-      &q.h,
+  return Dump(
+      nl, RTM_GETADDR, AF_INET,
       [&](const nlmsghdr* h) {
         if (h->nlmsg_type != RTM_NEWADDR || h->nlmsg_len < NLMSG_LENGTH(sizeof(ifaddrmsg))) return;
         const auto* ifa = static_cast<const ifaddrmsg*>(NLMSG_DATA(h));
@@ -201,6 +192,16 @@ bool RouterNsid(Rtnl& nl, int router_netns, int32_t* id, std::string* error) {
 }
 
 }  // namespace
+
+UniqueFd OpenNetlink(int protocol, const char* what, std::string* error) {
+  UniqueFd fd(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, protocol));
+  const timeval tv{kNetlinkTimeoutMs / 1000, (kNetlinkTimeoutMs % 1000) * 1000};
+  if (!fd || ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
+    *error = std::string("cannot open ") + what + ": " + std::strerror(errno);
+    return UniqueFd();
+  }
+  return fd;
+}
 
 bool ReadNamespaceAddresses(int router_netns, std::vector<InterfaceAddress>* out,
                             std::string* error) {

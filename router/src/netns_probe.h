@@ -6,9 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "freeflow/fd.h"
 #include "identity.h"
 
 namespace ff::router {
+
+// A netlink socket of `protocol` in the calling thread's namespace whose every receive
+// gives up after kNetlinkTimeoutMs. Empty + *error (naming `what`) on failure.
+UniqueFd OpenNetlink(int protocol, const char* what, std::string* error);
 
 // Reads the calling thread's network namespace. `router_netns` is an open descriptor of the
 // router's own namespace (/proc/self/ns/net). A namespace with more than kMaxNetnsEntries

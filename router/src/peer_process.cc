@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "freeflow/tunables.h"
+#include "netns_probe.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
@@ -111,12 +112,8 @@ ino_t PeerSocketInode(int sock, std::string* error) {
     *error = Why("cannot stat the client's socket", errno);
     return 0;
   }
-  UniqueFd nl(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
-  const timeval tv{kNetlinkTimeoutMs / 1000, (kNetlinkTimeoutMs % 1000) * 1000};
-  if (!nl || ::setsockopt(nl.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
-    *error = Why("cannot open a sock_diag socket", errno);
-    return 0;
-  }
+  UniqueFd nl = OpenNetlink(NETLINK_SOCK_DIAG, "a sock_diag socket", error);
+  if (!nl) return 0;
   struct {
     nlmsghdr h;
     unix_diag_req r;
