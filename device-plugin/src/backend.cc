@@ -217,7 +217,10 @@ class VirtualBackend final : public DeviceBackend {
       if (!ok) throw AllocationError(fmt::format("unknown device ID '{}'", id));
     }
     ContainerEdits edits;
-    edits.mounts.push_back({cfg_.freeflow_dir, cfg_.container_dir, false});
+    // Read-only: a pod that could write the folder could replace the library later pods
+    // load or the socket they connect to. Pods only connect() to the socket, which a
+    // read-only mount allows.
+    edits.mounts.push_back({cfg_.freeflow_dir, cfg_.container_dir, true});
     edits.envs["LD_PRELOAD"] = cfg_.container_dir + "/libffverbs.so";
     edits.envs["FFR_NAME"] = cfg_.router_name;
     return edits;

@@ -1,98 +1,142 @@
 #include "identity.h"
 
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
+#include <net/if.h>
 #include <sched.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <thread>
 
 #include "freeflow/fd.h"
-
-#ifndef SO_PEERPIDFD
-#define SO_PEERPIDFD 77
-#endif
+#include "netns_probe.h"
+#include "peer_process.h"
 
 namespace ff::router {
 namespace {
 
-// Lists the IPv4 addresses of the network namespace behind `nsfd` (a pidfd or an
-// /proc/<pid>/ns/net descriptor). setns() only moves the calling thread, so a
-// short-lived thread does the work and the router's own namespace is never touched.
-bool AddressInNamespace(int nsfd, const Ipv4Prefix& overlay, uint32_t* out, std::string* error) {
-  bool found = false;
+struct NetnsId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const NetnsId&) const = default;
+};
+
+// What the worker thread saw inside the client's network namespace.
+struct NamespaceView {
+  NetnsId id;
+  std::vector<InterfaceAddress> addresses;
+};
+
+// Reads the namespace behind `nsfd` (a pidfd or an /proc/<pid>/ns/net descriptor). setns()
+// moves only the calling thread, so a short-lived thread does the work and the router's own
+// namespace is never touched. A thread that cannot be created is an error, not a crash.
+bool ReadClientNamespace(int nsfd, int router_netns, NamespaceView* view, std::string* error) {
   std::string err;
-  std::thread worker([&] {
+  auto work = [&] {
     if (::setns(nsfd, CLONE_NEWNET) != 0) {
       err = std::string("cannot enter the client's network namespace: ") + std::strerror(errno);
       return;
     }
-    struct ifaddrs* list = nullptr;
-    if (::getifaddrs(&list) != 0) {
-      err = std::string("cannot list the client's addresses: ") + std::strerror(errno);
+    struct stat st {};
+    if (::stat("/proc/thread-self/ns/net", &st) != 0) {
+      err = std::string("cannot name the client's network namespace: ") + std::strerror(errno);
       return;
     }
-    for (struct ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-      const uint32_t a = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
-      if (overlay.Contains(a)) {
-        *out = a;
-        found = true;
-        break;
-      }
-    }
-    ::freeifaddrs(list);
-    if (!found) {
-      err = "no IPv4 address inside the overlay prefix " + overlay.ToString() +
-            " in its network namespace";
-    }
-  });
-  worker.join();
-  if (!found) *error = err;
-  return found;
+    view->id = {st.st_dev, st.st_ino};
+    ReadNamespaceAddresses(router_netns, &view->addresses, &err);
+  };
+  try {
+    std::thread worker(work);
+    worker.join();
+  } catch (const std::system_error& e) {
+    *error =
+        std::string("cannot start a thread to read the client's network namespace: ") + e.what();
+    return false;
+  }
+  if (!err.empty()) *error = err;
+  return err.empty();
 }
 
 class NetnsIdentityResolver : public IdentityResolver {
  public:
-  explicit NetnsIdentityResolver(Ipv4Prefix overlay) : overlay_(overlay) {}
+  NetnsIdentityResolver(IdentityOptions options, UniqueFd own, NetnsId own_id)
+      : options_(options), own_(std::move(own)), own_id_(own_id) {}
 
   bool Resolve(int sock, PodIdentity* out, std::string* error) override {
-    struct ucred cred {};
-    socklen_t len = sizeof(cred);
-    if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      *error = std::string("cannot read peer credentials: ") + std::strerror(errno);
+    if (!own_) {
+      *error = "the router cannot open its own network namespace (/proc/self/ns/net)";
       return false;
     }
-    // A pidfd names the process that connected even if its pid is reused later.
-    int pidfd = -1;
-    len = sizeof(pidfd);
-    UniqueFd nsfd;
-    if (::getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0) {
-      nsfd.reset(pidfd);
-    } else {
-      const std::string path = "/proc/" + std::to_string(cred.pid) + "/ns/net";
-      nsfd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-      if (!nsfd) {
-        *error = "cannot open " + path + ": " + std::strerror(errno);
-        return false;
-      }
+    PeerProcess peer;
+    if (!FindPeerProcess(sock, options_.use_peer_pidfd, &peer, error)) return false;
+    out->pid = peer.pid;
+    NamespaceView view;
+    if (!ReadClientNamespace(peer.namespace_handle(), own_.get(), &view, error)) return false;
+    out->netns = view.id.ino;
+    const bool router_namespace = view.id == own_id_;
+    if (router_namespace && !options_.allow_host_network) {
+      *error =
+          "it runs in the router's own network namespace (host network); "
+          "--allow-host-network-clients serves such processes";
+      return false;
     }
-    out->pid = cred.pid;
-    return AddressInNamespace(nsfd.get(), overlay_, &out->ip, error);
+    return ChooseOverlayAddress(view.addresses, options_.overlay, router_namespace, &out->ip,
+                                error);
   }
 
  private:
-  Ipv4Prefix overlay_;
+  const IdentityOptions options_;
+  const UniqueFd own_;  // the router's network namespace, for the kernel to compare links to
+  const NetnsId own_id_;
 };
+
+std::string Where(const InterfaceAddress& a) { return FormatIpv4(a.ip) + " on " + a.ifname; }
 
 }  // namespace
 
-std::unique_ptr<IdentityResolver> MakeNetnsIdentityResolver(Ipv4Prefix overlay) {
-  return std::make_unique<NetnsIdentityResolver>(overlay);
+bool ChooseOverlayAddress(const std::vector<InterfaceAddress>& addresses, const Ipv4Prefix& overlay,
+                          bool router_namespace, uint32_t* ip, std::string* error) {
+  std::vector<const InterfaceAddress*> inside;
+  for (const InterfaceAddress& a : addresses)
+    if (overlay.Contains(a.ip)) inside.push_back(&a);
+  if (inside.empty()) {
+    *error = "no IPv4 address inside the overlay prefix " + overlay.ToString() +
+             " in its network namespace";
+    return false;
+  }
+  if (inside.size() > 1) {
+    // An added address (a victim's, on lo or anywhere) makes the namespace ambiguous.
+    *error = std::to_string(inside.size()) + " addresses inside the overlay prefix (" +
+             Where(*inside[0]) + ", " + Where(*inside[1]) + (inside.size() > 2 ? ", ..." : "") +
+             "); a pod has one";
+    return false;
+  }
+  const InterfaceAddress* one = inside[0];
+  if ((one->flags & IFF_LOOPBACK) != 0) {
+    *error = "its overlay address " + Where(*one) + " is on a loopback interface";
+    return false;
+  }
+  if ((one->flags & IFF_UP) == 0) {
+    *error = "its overlay address " + Where(*one) + " is on an interface that is down";
+    return false;
+  }
+  if (!router_namespace && !one->linked) {
+    *error = "its overlay address " + Where(*one) +
+             " is on an interface not linked to the router's network namespace";
+    return false;
+  }
+  *ip = one->ip;
+  return true;
+}
+
+std::unique_ptr<IdentityResolver> MakeNetnsIdentityResolver(IdentityOptions options) {
+  UniqueFd own(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
+  struct stat st {};
+  if (own && ::fstat(own.get(), &st) != 0) own.reset();
+  return std::make_unique<NetnsIdentityResolver>(options, std::move(own),
+                                                 NetnsId{st.st_dev, st.st_ino});
 }
 
 }  // namespace ff::router

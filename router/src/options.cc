@@ -88,6 +88,9 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
       {"--realtime-priority", &c.realtime_priority, 0, 99, "SCHED_RR priority (0: normal)"}};
   for (const NumericFlag& f : numeric)
     app.add_option(f.name, *f.value, f.help)->check(CLI::Range(f.lo, f.hi));
+  app.add_flag("--allow-host-network-clients", c.allow_host_network_clients,
+               "serve processes in the router's own network namespace (host network)")
+      ->envname("FREEFLOW_ALLOW_HOST_NETWORK_CLIENTS");
   app.add_option("--log-level", c.log_level, "trace|debug|info|warn|error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
 }

@@ -28,6 +28,9 @@ struct RouterConfig {
   uint32_t resolve_timeout_ms =
       kDefaultResolveTimeoutMs;    // a connect waits this long for an unknown pod
   uint32_t realtime_priority = 0;  // SCHED_RR priority; 0: normal scheduling
+  // Serve processes in the router's own network namespace (host networking); see
+  // docs/security.md, "Pod identity". Off: they are refused.
+  bool allow_host_network_clients = false;
   std::string log_level = "info";
 };
 

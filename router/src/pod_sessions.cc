@@ -2,8 +2,6 @@
 
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,31 +13,10 @@
 
 namespace ff::router {
 
-PodSessions::~PodSessions() {
-  if (listen_) ::unlink(path_.c_str());
-}
+PodSessions::~PodSessions() = default;
 
-bool PodSessions::Listen(const std::string& path, std::string* error) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path)) {
-    *error = "socket path " + path + " is longer than a Unix socket allows";
-    return false;
-  }
-  ::unlink(path.c_str());  // a stale socket of a router that died; the caller holds the lock
-  listen_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!listen_) {
-    *error = std::string("socket: ") + std::strerror(errno);
-    return false;
-  }
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  if (::bind(listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    *error = "cannot bind " + path + ": " + std::strerror(errno);
-    listen_.reset();
-    return false;
-  }
-  path_ = path;
-  ::chmod(path.c_str(), 0666);  // pods run as any user
+bool PodSessions::Listen(UniqueFd bound, std::string* error) {
+  listen_ = std::move(bound);
   if (::listen(listen_.get(), kPodListenBacklog) != 0 ||
       loop_.Watch(listen_.get(), EPOLLIN, [this](uint32_t) { Accept(); }) == 0) {
     *error = std::string("listen: ") + std::strerror(errno);
@@ -59,7 +36,7 @@ void PodSessions::Accept() {
 void PodSessions::Adopt(UniqueFd sock) {
   auto s = std::make_unique<Session>();
   std::string error;
-  if (!identity_.Resolve(sock.get(), &s->who, &error)) {
+  if (!identity_.Resolve(sock.get(), &s->who, &error) || !AddressFree(s->who, &error)) {
     // Keep the connection until the client's HELLO arrives, so that it reads the reason
     // as its answer instead of a reset connection.
     spdlog::warn("refusing a client: {}", error);
@@ -80,6 +57,23 @@ void PodSessions::Adopt(UniqueFd sock) {
     spdlog::info("client {} connected: pid {} address {}", id, s->who.pid, FormatIpv4(s->who.ip));
   }
   sessions_[id] = std::move(s);
+}
+
+// Two network namespaces are never the same pod: an address held by live sessions from
+// another namespace is refused. Only a pod that took another's address, or put it in a
+// namespace of its own, gets here, so it is logged as such.
+bool PodSessions::AddressFree(const PodIdentity& who, std::string* error) const {
+  for (const auto& [id, s] : sessions_) {
+    if (!s->refusal.empty() || s->who.ip != who.ip || s->who.netns == who.netns) continue;
+    spdlog::warn(
+        "suspected impersonation: pid {} in network namespace {} claims {}, which client {} "
+        "(pid {}, network namespace {}) holds",
+        who.pid, who.netns, FormatIpv4(who.ip), id, s->who.pid, s->who.netns);
+    *error = "its overlay address " + FormatIpv4(who.ip) +
+             " is in use by another network namespace at this router";
+    return false;
+  }
+  return true;
 }
 
 PodSessions::Session* PodSessions::Find(PodId id) { return FindIn(sessions_, id); }

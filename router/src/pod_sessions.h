@@ -46,8 +46,8 @@ class PodSessions {
       : loop_(loop), identity_(identity), handler_(handler) {}
   ~PodSessions();
 
-  // Listens on `path` (replacing a stale socket). false + *error.
-  bool Listen(const std::string& path, std::string* error);
+  // Listens on `bound`, a Unix socket already bound where pods find it. false + *error.
+  bool Listen(UniqueFd bound, std::string* error);
   // Serves an already-connected client socket (as accepted, or a test's socketpair end).
   void Adopt(UniqueFd sock);
 
@@ -84,12 +84,13 @@ class PodSessions {
   // Handles one datagram. false: protocol violation.
   bool Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, int nfds);
   Session* Find(PodId id);
+  // false + *error when live sessions hold `who`'s address from another network namespace.
+  bool AddressFree(const PodIdentity& who, std::string* error) const;
 
   EventLoop& loop_;
   IdentityResolver& identity_;
   Handler& handler_;
   UniqueFd listen_;
-  std::string path_;
   PodId next_id_ = 1;
   std::unordered_map<PodId, std::unique_ptr<Session>> sessions_;
 };

@@ -12,7 +12,13 @@
 namespace ff::router {
 
 bool MakeNodeDeps(const RouterConfig& config, RouterDeps* deps, std::string* error) {
-  deps->identity = MakeNetnsIdentityResolver(config.overlay);
+  deps->identity = MakeNetnsIdentityResolver({config.overlay, config.allow_host_network_clients});
+  if (config.allow_host_network_clients) {
+    spdlog::warn(
+        "--allow-host-network-clients is set: processes in the router's own network namespace "
+        "are served as the pod whose overlay address this namespace holds; every process "
+        "with host networking on this node can act as that pod");
+  }
   if (config.control_plane.empty()) return true;
   const cp::Endpoint self{config.node_name, config.host_ip, config.port};
   std::string err;
@@ -62,7 +68,8 @@ bool Router::Start(std::string* error) {
   }
   timer_.Arm(kIdleTickNs);
   // 5. Pods may come.
-  if (!sessions_.Listen(folder_.socket_path(), error)) return false;
+  UniqueFd sock;
+  if (!folder_.BindSocket(&sock, error) || !sessions_.Listen(std::move(sock), error)) return false;
   spdlog::info("ffrouter listening on {} (overlay {}, node {})", folder_.socket_path(),
                config_.overlay.ToString(), config_.node_name);
   if (transport_ != nullptr) {

@@ -1,6 +1,6 @@
 // The per-node freeflow router: composes the components that each do one job.
 //
-//   HostFolder     the shared folder: lock, container library, socket path
+//   HostFolder     the shared folder: one router per folder, container library, socket
 //   EventLoop      epoll reactor, deferred work, the stop switch
 //   PodSessions    the pods' Unix socket: identity, request decoding, answers, events
 //   Broker         answers pod requests; QPs of this node meet through it

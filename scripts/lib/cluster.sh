@@ -155,6 +155,7 @@ multinode_up() {
     ip netns add "$ns"
     FF_MN_NS+=("$ns")
     mkdir -p "$(mn_dir "$n")"
+    chmod 0755 "$(mn_dir "$n")"  # the router refuses a folder others can write
     ip -n "$ns" link set lo up
     ip link add "fu${FF_TAG}x$n" type veth peer name eth0 netns "$ns"
     ip link set "fu${FF_TAG}x$n" netns "$u"

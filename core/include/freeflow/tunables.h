@@ -81,6 +81,11 @@ inline constexpr uint64_t kPingIntervalNs = 100'000'000;      // a dialled link 
 inline constexpr uint64_t kDialTimeoutNs = 5'000'000'000ull;  // a dial not connected by then fails
 inline constexpr uint32_t kInboundSilenceFactor = 3;  // accepted links (no pings) wait N timeouts
 
+// ---- router: pod identity ------------------------------------------------------------
+inline constexpr size_t kMaxNetnsEntries = 4096;  // interfaces or addresses read from a pod's netns
+inline constexpr int kNetlinkTimeoutMs = 1000;    // an rtnetlink / sock_diag answer takes this long
+inline constexpr size_t kMaxPeerFdScan = 65536;   // descriptors of a client examined (no pidfd)
+
 // ---- router: runtime option defaults ------------------------------------------------------
 inline constexpr uint16_t kDefaultRouterPort = 7471;        // --port
 inline constexpr uint32_t kDefaultPeerTimeoutMs = 2000;     // --peer-timeout-ms

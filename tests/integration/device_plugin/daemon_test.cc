@@ -212,6 +212,7 @@ TEST_F(DaemonTest, AllocateAnswersPerMode) {
     ASSERT_EQ(r.mounts_size(), 1);
     EXPECT_EQ(r.mounts(0).host_path(), ff_dir_);
     EXPECT_EQ(r.mounts(0).container_path(), "/freeflow");
+    EXPECT_TRUE(r.mounts(0).read_only());  // pods must not change what other pods load
     EXPECT_EQ(r.envs().at("LD_PRELOAD"), "/freeflow/libffverbs.so");
     EXPECT_EQ(r.envs().at("FFR_NAME"), "ffr");
   }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "cdi.h"
 #include "sysfs_fixture.h"
 
 namespace freeflow::dp {
@@ -211,11 +212,22 @@ TEST(VirtualBackend, HealthyOnlyWhileTheRouterAnswers) {
   ASSERT_EQ(edits.mounts.size(), 1u);
   EXPECT_EQ(edits.mounts[0].host_path, dir);
   EXPECT_EQ(edits.mounts[0].container_path, "/freeflow");
+  EXPECT_TRUE(edits.mounts[0].read_only);  // pods must not change what other pods load
   EXPECT_EQ(edits.envs.at("LD_PRELOAD"), "/freeflow/libffverbs.so");
   EXPECT_EQ(edits.envs.at("FFR_NAME"), "ffr1");
   EXPECT_TRUE(edits.devices.empty());
   EXPECT_THROW(b->allocate({"vrdma-3"}), AllocationError);
   EXPECT_THROW(b->allocate({"vrdma-"}), AllocationError);
+
+  // The CDI spec mounts the folder read-only too.
+  const auto spec = nlohmann::json::parse(render_cdi_spec("freeflow/vrdma", devs, *b));
+  ASSERT_EQ(spec["devices"].size(), 3u);
+  for (const auto& d : spec["devices"]) {
+    const auto& mounts = d["containerEdits"]["mounts"];
+    ASSERT_EQ(mounts.size(), 1u);
+    EXPECT_EQ(mounts[0]["hostPath"], dir);
+    EXPECT_EQ(mounts[0]["options"], nlohmann::json({"ro", "bind"}));
+  }
 }
 
 }  // namespace

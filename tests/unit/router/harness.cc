@@ -41,20 +41,21 @@ class FakeControlPlane final : public cp::ControlPlane {
 
 uint32_t Ip(const char* dotted) { return *ParseIpv4(dotted); }
 
-void FakeIdentity::Expect(uint32_t ip) {
+void FakeIdentity::Expect(uint32_t ip, uint64_t netns) {
   std::lock_guard<std::mutex> g(mu_);
-  next_.push_back(ip);
+  next_.emplace_back(ip, netns);
 }
 
 bool FakeIdentity::Resolve(int, PodIdentity* out, std::string* error) {
   std::lock_guard<std::mutex> g(mu_);
-  if (next_.empty() || next_.front() == 0) {
+  if (next_.empty() || next_.front().first == 0) {
     if (!next_.empty()) next_.pop_front();
     *error = "the process has no address inside the overlay prefix 10.0.0.0/8";
     return false;
   }
   out->pid = ::getpid();
-  out->ip = next_.front();
+  out->ip = next_.front().first;
+  out->netns = next_.front().second;
   next_.pop_front();
   return true;
 }
@@ -113,16 +114,16 @@ TestRouter::~TestRouter() {
   std::filesystem::remove_all(dir_, ec);
 }
 
-UniqueFd TestRouter::Connect(uint32_t ip) {
+UniqueFd TestRouter::Connect(uint32_t ip, uint64_t netns) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     throw std::runtime_error("socketpair failed");
-  identity_->Expect(ip);
+  identity_->Expect(ip, netns);
   router_->Adopt(UniqueFd(sv[1]));
   return UniqueFd(sv[0]);
 }
 
-RawPod::RawPod(TestRouter& router, uint32_t ip) : sock_(router.Connect(ip)) {
+RawPod::RawPod(TestRouter& router, uint32_t ip, uint64_t netns) : sock_(router.Connect(ip, netns)) {
   timeval tv{3, 0};
   ::setsockopt(sock_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }

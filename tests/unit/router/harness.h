@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "freeflow/codec.h"
@@ -30,15 +31,16 @@ namespace ff::router::test {
 
 uint32_t Ip(const char* dotted);  // host byte order
 
-// Hands out the overlay address of each adopted connection, in adoption order.
+// Hands out the overlay address (and network namespace) of each adopted connection, in
+// adoption order.
 class FakeIdentity final : public IdentityResolver {
  public:
-  void Expect(uint32_t ip);
+  void Expect(uint32_t ip, uint64_t netns = 0);
   bool Resolve(int sock, PodIdentity* out, std::string* error) override;
 
  private:
   std::mutex mu_;
-  std::deque<uint32_t> next_;
+  std::deque<std::pair<uint32_t, uint64_t>> next_;
 };
 
 // Where pods live, shared by the routers of one test (an in-memory etcd).
@@ -66,8 +68,9 @@ class TestRouter {
   };
   explicit TestRouter(Options options);
   ~TestRouter();
-  // Connects a new client socket as a pod with overlay address `ip`.
-  UniqueFd Connect(uint32_t ip);
+  // Connects a new client socket as a pod with overlay address `ip`, in network namespace
+  // `netns` (0: the one all tests share).
+  UniqueFd Connect(uint32_t ip, uint64_t netns = 0);
   cp::Endpoint endpoint() const { return {options_.node, options_.host_ip, 7471}; }
   const std::string& dir() const { return dir_; }
 
@@ -104,7 +107,7 @@ struct RawLink {
 // A pod that speaks the router protocol itself over a socketpair.
 class RawPod {
  public:
-  RawPod(TestRouter& router, uint32_t ip);
+  RawPod(TestRouter& router, uint32_t ip, uint64_t netns = 0);
   // HELLO with a fresh notify segment, event socket and wake socket. hello() holds the
   // answer (on a refusal, the reason in its `node`).
   int Hello(uint32_t abi = kAbiVersion);
