@@ -29,18 +29,27 @@ struct Request {
 // Returns 0 or a positive errno value for the answer's status.
 using Handler = int (*)(Request& q);
 
-// Adds a pod object under the pod's own id, within the per-pod limit.
+// Descriptors a session keeps after HELLO: notify segment, event socket, wake eventfd, and
+// the two of its MR table (its socket was charged when it connected).
+constexpr uint64_t kHelloFds = 5;
+
+// Adds a pod object under the pod's own id, within the per-connection limit and the pod's
+// quotas (one object, and `fds` descriptors the router keeps).
 template <typename Map, typename V>
-int AddObject(Map& objects, uint32_t id, V&& value) {
+int AddObject(Request& q, Map& objects, uint32_t id, V&& value, uint64_t fds) {
   if (objects.size() >= kMaxObjectsPerPod) return ENOSPC;
   if (objects.count(id)) return EEXIST;
+  if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kObjects, 1}, {Quota::kFds, fds}}))
+    return rc;
   objects.emplace(id, std::forward<V>(value));
   return 0;
 }
 
 template <typename Map>
-int RemoveObject(Map& objects, uint32_t id) {
-  return objects.erase(id) ? 0 : ENOENT;
+int RemoveObject(Request& q, Map& objects, uint32_t id, uint64_t fds) {
+  if (!objects.erase(id)) return ENOENT;
+  q.b.quotas.Give(q.pod.id, {{Quota::kObjects, 1}, {Quota::kFds, fds}});
+  return 0;
 }
 
 bool ValidRange(uint64_t offset, uint64_t length, uint64_t size) {
@@ -48,11 +57,12 @@ bool ValidRange(uint64_t offset, uint64_t length, uint64_t size) {
 }
 
 int CreateChannel(Request& q) {
-  return AddObject(q.pod.channels, proto::As<proto::CreateChannel>(q.msg).id, std::move(q.fds[0]));
+  return AddObject(q, q.pod.channels, proto::As<proto::CreateChannel>(q.msg).id,
+                   std::move(q.fds[0]), 1);
 }
 
 int DestroyChannel(Request& q) {
-  return RemoveObject(q.pod.channels, proto::As<proto::DestroyChannel>(q.msg).id);
+  return RemoveObject(q, q.pod.channels, proto::As<proto::DestroyChannel>(q.msg).id, 1);
 }
 
 int CreateCq(Request& q) {
@@ -60,18 +70,20 @@ int CreateCq(Request& q) {
   if (m.notify_slot != proto::kNoId &&
       (m.notify_slot >= proto::kWakeSlot || !q.pod.channels.count(m.chan_id)))
     return EINVAL;
-  return AddObject(q.pod.cqs, m.cq_id, Cq{m.notify_slot, m.chan_id});
+  return AddObject(q, q.pod.cqs, m.cq_id, Cq{m.notify_slot, m.chan_id}, 0);
 }
 
-int DestroyCq(Request& q) { return RemoveObject(q.pod.cqs, proto::As<proto::DestroyCq>(q.msg).id); }
+int DestroyCq(Request& q) {
+  return RemoveObject(q, q.pod.cqs, proto::As<proto::DestroyCq>(q.msg).id, 0);
+}
 
 int CreateSrq(Request& q) {
   if (!SegmentAtLeast(q.fds[0].get(), sizeof(SrqSegment))) return EINVAL;
-  return AddObject(q.pod.srqs, proto::As<proto::CreateSrq>(q.msg).id, std::move(q.fds[0]));
+  return AddObject(q, q.pod.srqs, proto::As<proto::CreateSrq>(q.msg).id, std::move(q.fds[0]), 1);
 }
 
 int DestroySrq(Request& q) {
-  return RemoveObject(q.pod.srqs, proto::As<proto::DestroySrq>(q.msg).id);
+  return RemoveObject(q, q.pod.srqs, proto::As<proto::DestroySrq>(q.msg).id, 1);
 }
 
 int CreateQp(Request& q) {
@@ -84,6 +96,7 @@ int CreateQp(Request& q) {
   if (!SegmentAtLeast(q.fds[0].get(), QpSegmentBytes(m.num_rings, m.ring_bytes))) return EINVAL;
   if (m.srq_id != proto::kNoId && !q.pod.srqs.count(m.srq_id)) return EINVAL;
   if (!q.pod.cqs.count(m.recv_cq_id) || !q.pod.cqs.count(m.send_cq_id)) return EINVAL;
+  if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, 1}})) return rc;
   auto qp = std::make_unique<Qp>();
   qp->type = m.qp_type;
   qp->owner = q.pod.id;
@@ -127,6 +140,7 @@ int DestroyQp(Request& q) {
   ReleaseQp(q.b, *qp, false);
   q.pod.qps.erase(qpn);
   q.b.tables.EraseQp(qpn);
+  q.b.quotas.Give(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, 1}});
   return 0;
 }
 
@@ -146,8 +160,19 @@ int AcceptRegion(Request& q, bool is_new, uint32_t region_id, uint64_t region_si
   if (q.nfds != 1 || q.pod.regions.count(region_id) || q.pod.regions.size() >= kMaxObjectsPerPod)
     return EINVAL;
   if (!SegmentAtLeast(q.fds[0].get(), region_size)) return EINVAL;
+  if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kRegions, 1}, {Quota::kFds, 1}})) return rc;
   q.pod.regions[region_id] = Region{std::move(q.fds[0]), region_size, Mapping{}};
   return 0;
+}
+
+// The owner no longer uses region `id`: its memfd, and the router's mapping if it made one.
+void ReleaseRegion(Request& q, uint32_t id) {
+  auto it = q.pod.regions.find(id);
+  if (it == q.pod.regions.end()) return;
+  const uint64_t mapped = it->second.map.get() != nullptr ? it->second.map.size() : 0;
+  q.pod.regions.erase(it);
+  q.b.quotas.Give(q.pod.id,
+                  {{Quota::kRegions, 1}, {Quota::kFds, 1}, {Quota::kMappedBytes, mapped}});
 }
 
 int RegMr(Request& q) {
@@ -158,14 +183,18 @@ int RegMr(Request& q) {
   if (region == q.pod.regions.end()) return ENOENT;
   if (!ValidRange(m.region_offset, m.length, region->second.size)) return EINVAL;
   const MrView entry{0, m.access, m.region_id, m.addr, m.length, m.region_offset};
-  return q.pod.mr.Add(entry, &q.reply.u.reg_mr.key);
+  if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kMrEntries, 1}})) return rc;
+  const int rc = q.pod.mr.Add(entry, &q.reply.u.reg_mr.key);
+  if (rc != 0) q.b.quotas.Give(q.pod.id, {{Quota::kMrEntries, 1}});
+  return rc;
 }
 
 int DeregMr(Request& q) {
   const auto m = proto::As<proto::DeregMr>(q.msg);
   uint32_t region = 0;
   if (const int rc = q.pod.mr.Remove(m.key, &region)) return rc;
-  if (m.release) q.pod.regions.erase(region);
+  q.b.quotas.Give(q.pod.id, {{Quota::kMrEntries, 1}});
+  if (m.release) ReleaseRegion(q, region);
   return 0;
 }
 
@@ -178,7 +207,7 @@ int MoveMr(Request& q) {
   if (region == q.pod.regions.end()) return ENOENT;
   if (!ValidRange(m.region_offset, v.length, region->second.size)) return EINVAL;
   if (const int rc = q.pod.mr.Move(m.key, m.region_id, m.region_offset)) return rc;
-  if (m.release && v.region != m.region_id) q.pod.regions.erase(v.region);
+  if (m.release && v.region != m.region_id) ReleaseRegion(q, v.region);
   return 0;
 }
 
@@ -220,11 +249,17 @@ void Hello(Broker::Parts& b, const Call& call, const char* msg, UniqueFd* fds) {
   if (!SegmentAtLeast(fds[0].get(), kNotifySegmentBytes) ||
       ::getsockopt(fds[1].get(), SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_SEQPACKET)
     return b.sessions.Answer(call, EINVAL, r);
+  if (const int rc = b.quotas.Take(call.pod, {{Quota::kFds, kHelloFds}})) {
+    std::snprintf(r.u.hello.node, sizeof(r.u.hello.node),
+                  "descriptor quota reached (--max-fds-per-pod)");
+    return b.sessions.Answer(call, rc, r);
+  }
   ::fcntl(fds[1].get(), F_SETFL, O_NONBLOCK);
   const PodIdentity who = *b.sessions.Identity(call.pod);
   Pod& pod = b.tables.AddPod(call.pod, who);
   if (const int rc = pod.mr.Create()) {
     b.tables.ErasePod(call.pod);
+    b.quotas.Give(call.pod, {{Quota::kFds, kHelloFds}});
     return b.sessions.Answer(call, rc, r);
   }
   pod.notify_seg = std::move(fds[0]);
