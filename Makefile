@@ -5,7 +5,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test unit integration demo bench clean format
+.PHONY: all deps build test unit integration soak demo bench clean format
 
 all: build
 
@@ -26,6 +26,10 @@ unit: build
 
 integration: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -L integration
+
+# The full router soak (ctest runs 200 cycles of it): 1000 pods killed at random points.
+soak: build
+	@FF_BUILD=$(abspath $(BUILD_DIR)) FF_SOAK_CYCLES=1000 bash tests/integration/soak.sh
 
 demo: build
 	@scripts/demo.sh $(BUILD_DIR)

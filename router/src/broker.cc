@@ -29,18 +29,27 @@ struct Request {
 // Returns 0 or a positive errno value for the answer's status.
 using Handler = int (*)(Request& q);
 
-// Adds a pod object under the pod's own id, within the per-pod limit.
+// Descriptors a session keeps after HELLO: notify segment, event socket, wake eventfd, and
+// the two of its MR table (its socket was charged when it connected).
+constexpr uint64_t kHelloFds = 5;
+
+// Adds a pod object under the pod's own id, within the per-connection limit and the pod's
+// quotas (one object, and `fds` descriptors the router keeps).
 template <typename Map, typename V>
-int AddObject(Map& objects, uint32_t id, V&& value) {
+int AddObject(Request& q, Map& objects, uint32_t id, V&& value, uint64_t fds) {
   if (objects.size() >= kMaxObjectsPerPod) return ENOSPC;
   if (objects.count(id)) return EEXIST;
+  if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kObjects, 1}, {Quota::kFds, fds}}))
+    return rc;
   objects.emplace(id, std::forward<V>(value));
   return 0;
 }
 
 template <typename Map>
-int RemoveObject(Map& objects, uint32_t id) {
-  return objects.erase(id) ? 0 : ENOENT;
+int RemoveObject(Request& q, Map& objects, uint32_t id, uint64_t fds) {
+  if (!objects.erase(id)) return ENOENT;
+  q.b.quotas.Give(q.pod.id, {{Quota::kObjects, 1}, {Quota::kFds, fds}});
+  return 0;
 }
 
 bool ValidRange(uint64_t offset, uint64_t length, uint64_t size) {
@@ -49,11 +58,12 @@ bool ValidRange(uint64_t offset, uint64_t length, uint64_t size) {
 
 int CreateChannel(Request& q) {
   if (!IsWakeSocket(q.fds[0].get())) return EINVAL;
-  return AddObject(q.pod.channels, proto::As<proto::CreateChannel>(q.msg).id, std::move(q.fds[0]));
+  return AddObject(q, q.pod.channels, proto::As<proto::CreateChannel>(q.msg).id,
+                   std::move(q.fds[0]), 1);
 }
 
 int DestroyChannel(Request& q) {
-  return RemoveObject(q.pod.channels, proto::As<proto::DestroyChannel>(q.msg).id);
+  return RemoveObject(q, q.pod.channels, proto::As<proto::DestroyChannel>(q.msg).id, 1);
 }
 
 int CreateCq(Request& q) {
@@ -61,18 +71,20 @@ int CreateCq(Request& q) {
   if (m.notify_slot != proto::kNoId &&
       (m.notify_slot >= proto::kWakeSlot || !q.pod.channels.count(m.chan_id)))
     return EINVAL;
-  return AddObject(q.pod.cqs, m.cq_id, Cq{m.notify_slot, m.chan_id});
+  return AddObject(q, q.pod.cqs, m.cq_id, Cq{m.notify_slot, m.chan_id}, 0);
 }
 
-int DestroyCq(Request& q) { return RemoveObject(q.pod.cqs, proto::As<proto::DestroyCq>(q.msg).id); }
+int DestroyCq(Request& q) {
+  return RemoveObject(q, q.pod.cqs, proto::As<proto::DestroyCq>(q.msg).id, 0);
+}
 
 int CreateSrq(Request& q) {
   if (!SealedAtLeast(q.fds[0].get(), sizeof(SrqSegment))) return EINVAL;
-  return AddObject(q.pod.srqs, proto::As<proto::CreateSrq>(q.msg).id, std::move(q.fds[0]));
+  return AddObject(q, q.pod.srqs, proto::As<proto::CreateSrq>(q.msg).id, std::move(q.fds[0]), 1);
 }
 
 int DestroySrq(Request& q) {
-  return RemoveObject(q.pod.srqs, proto::As<proto::DestroySrq>(q.msg).id);
+  return RemoveObject(q, q.pod.srqs, proto::As<proto::DestroySrq>(q.msg).id, 1);
 }
 
 int CreateQp(Request& q) {
@@ -85,6 +97,7 @@ int CreateQp(Request& q) {
   if (!SealedAtLeast(q.fds[0].get(), QpSegmentBytes(m.num_rings, m.ring_bytes))) return EINVAL;
   if (m.srq_id != proto::kNoId && !q.pod.srqs.count(m.srq_id)) return EINVAL;
   if (!q.pod.cqs.count(m.recv_cq_id) || !q.pod.cqs.count(m.send_cq_id)) return EINVAL;
+  if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, 1}})) return rc;
   auto qp = std::make_unique<Qp>();
   qp->type = m.qp_type;
   qp->owner = q.pod.id;
@@ -136,6 +149,7 @@ int DestroyQp(Request& q) {
   ReleaseQp(q.b, *qp, false);
   q.pod.qps.erase(qpn);
   q.b.tables.EraseQp(qpn);
+  q.b.quotas.Give(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, 1}});
   return 0;
 }
 
@@ -163,10 +177,21 @@ int AcceptRegion(Request& q, bool is_new, uint32_t region_id, uint64_t region_si
   if (q.nfds != 1 || q.pod.regions.count(region_id) || q.pod.regions.size() >= kMaxObjectsPerPod)
     return EINVAL;
   if (!SealedAtLeast(q.fds[0].get(), region_size)) return EINVAL;
+  if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kRegions, 1}, {Quota::kFds, 1}})) return rc;
   Region& r = q.pod.regions[region_id];
   r.fd = std::move(q.fds[0]);
   r.size = region_size;
   return 0;
+}
+
+// The owner no longer uses region `id`: its memfd, and the router's mapping if it made one.
+void ReleaseRegion(Request& q, uint32_t id) {
+  auto it = q.pod.regions.find(id);
+  if (it == q.pod.regions.end()) return;
+  const uint64_t mapped = it->second.map.get() != nullptr ? it->second.map.size() : 0;
+  q.pod.regions.erase(it);
+  q.b.quotas.Give(q.pod.id,
+                  {{Quota::kRegions, 1}, {Quota::kFds, 1}, {Quota::kMappedBytes, mapped}});
 }
 
 constexpr uint32_t kRemoteAccess =
@@ -181,11 +206,18 @@ void CountMr(Pod& pod, uint32_t id, uint32_t access, int delta) {
   if (access & kRemoteWriteAccess) region->second.writable_mrs += static_cast<uint32_t>(delta);
 }
 
+// Publishes `entry` within the pod's MR-entry quota.
+int AddMrEntry(Request& q, const MrView& entry) {
+  if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kMrEntries, 1}})) return rc;
+  const int rc = q.pod.mr.Add(entry, &q.reply.u.reg_mr.key);
+  if (rc != 0) q.b.quotas.Give(q.pod.id, {{Quota::kMrEntries, 1}});
+  return rc;
+}
+
 // A registration without remote access has no region: nobody but its owner reaches it.
 int RegLocalMr(Request& q, const proto::RegMr& m) {
   if ((m.access & kRemoteAccess) || m.new_region || m.region_offset || m.region_size) return EINVAL;
-  const MrView entry{0, m.access, proto::kNoRegion, m.addr, m.length, 0};
-  return q.pod.mr.Add(entry, &q.reply.u.reg_mr.key);
+  return AddMrEntry(q, MrView{0, m.access, proto::kNoRegion, m.addr, m.length, 0});
 }
 
 int RegMr(Request& q) {
@@ -198,7 +230,7 @@ int RegMr(Request& q) {
   if (region == q.pod.regions.end()) return ENOENT;
   if (!ValidRange(m.region_offset, m.length, region->second.size)) return EINVAL;
   const MrView entry{0, m.access, m.region_id, m.addr, m.length, m.region_offset};
-  if (const int rc = q.pod.mr.Add(entry, &q.reply.u.reg_mr.key)) return rc;
+  if (const int rc = AddMrEntry(q, entry)) return rc;
   CountMr(q.pod, m.region_id, m.access, 1);
   return 0;
 }
@@ -210,7 +242,8 @@ int DeregMr(Request& q) {
   uint32_t region = 0;
   if (const int rc = q.pod.mr.Remove(m.key, &region)) return rc;
   CountMr(q.pod, region, v.access, -1);
-  if (m.release && region != proto::kNoRegion) q.pod.regions.erase(region);
+  q.b.quotas.Give(q.pod.id, {{Quota::kMrEntries, 1}});
+  if (m.release && region != proto::kNoRegion) ReleaseRegion(q, region);
   return 0;
 }
 
@@ -226,7 +259,7 @@ int MoveMr(Request& q) {
   if (const int rc = q.pod.mr.Move(m.key, m.region_id, m.region_offset)) return rc;
   CountMr(q.pod, v.region, v.access, -1);
   CountMr(q.pod, m.region_id, v.access, 1);
-  if (m.release && v.region != m.region_id) q.pod.regions.erase(v.region);
+  if (m.release && v.region != m.region_id) ReleaseRegion(q, v.region);
   return 0;
 }
 
@@ -285,11 +318,17 @@ void Hello(Broker::Parts& b, const Call& call, const char* msg, UniqueFd* fds) {
       ::getsockopt(fds[1].get(), SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_SEQPACKET ||
       !IsWakeSocket(fds[2].get()))
     return b.sessions.Answer(call, EINVAL, r);
+  if (const int rc = b.quotas.Take(call.pod, {{Quota::kFds, kHelloFds}})) {
+    std::snprintf(r.u.hello.node, sizeof(r.u.hello.node),
+                  "descriptor quota reached (--max-fds-per-pod)");
+    return b.sessions.Answer(call, rc, r);
+  }
   ::fcntl(fds[1].get(), F_SETFL, O_NONBLOCK);
   const PodIdentity who = *b.sessions.Identity(call.pod);
   Pod& pod = b.tables.AddPod(call.pod, who);
   if (const int rc = pod.mr.Create()) {
     b.tables.ErasePod(call.pod);
+    b.quotas.Give(call.pod, {{Quota::kFds, kHelloFds}});
     return b.sessions.Answer(call, rc, r);
   }
   pod.notify_seg = std::move(fds[0]);

@@ -2,7 +2,8 @@
 // CQs, SRQs, QPs, registered regions), assigns QP numbers and memory keys, and introduces a
 // QP to its peer: a QP of this node gets a ring of the peer's segment; a QP on another node
 // is left to the forwarder. When a pod goes away, everything it held is released and the
-// QPs connected to its QPs hear of it.
+// QPs connected to its QPs hear of it. What each object costs its pod is charged to the
+// pod's quotas (quotas.h) when it is created and given back when it goes.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include "executor.h"
 #include "forwarder.h"
 #include "pod_sessions.h"
+#include "quotas.h"
 #include "resources.h"
 
 namespace ff::router {
@@ -25,6 +27,7 @@ class Broker final : public PodSessions::Handler {
     Directory& directory;
     Forwarder& forwarder;
     Executor& executor;
+    Quotas& quotas;
     std::string node_name;            // told to pods at HELLO
     uint32_t overlay_prefix_len = 0;  // likewise
   };

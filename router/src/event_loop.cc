@@ -59,6 +59,10 @@ void EventLoop::Post(std::function<void()> fn) {
 
 void EventLoop::Stop() {
   stopped_ = 1;
+  Wake();
+}
+
+void EventLoop::Wake() {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
 }

@@ -49,6 +49,8 @@ class EventLoop {
   int RunOnce(int timeout_ms);
   // Thread-safe and async-signal-safe: makes stopped() true and wakes the loop.
   void Stop();
+  // Thread-safe and async-signal-safe: makes the current or next RunOnce() return.
+  void Wake();
   bool stopped() const { return stopped_; }
 
  private:

@@ -59,9 +59,13 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m) {
   s->recv_cq_id = dest->recv_cq_id;
   s->owner = owner->id;
   s->qp_type = dest->type;
-  if (MapSegment(dest->seg.get(), QpSegmentBytes(dest->num_rings, dest->ring_bytes), true,
-                 &s->seg) != 0)
-    return answer(ENOMEM);
+  s->queued = Held(quotas_, owner->id, Quota::kQueuedBytes);
+  s->mapped = Held(quotas_, owner->id, Quota::kMappedBytes);
+  const uint64_t seg_bytes = QpSegmentBytes(dest->num_rings, dest->ring_bytes);
+  if (const int rc =
+          s->mapped.Take(seg_bytes + (dest->srq_id != proto::kNoId ? sizeof(SrqSegment) : 0)))
+    return answer(rc);
+  if (MapSegment(dest->seg.get(), seg_bytes, true, &s->seg) != 0) return answer(ENOMEM);
   s->hdr = s->seg.as<QpSegmentHeader>();
   s->credits = &s->hdr->credits;
   if (dest->srq_id != proto::kNoId) {
@@ -120,13 +124,13 @@ Executor::Verdict Executor::Record(LinkId link, uint32_t chan, const char* body,
     Publish(*s);  // the common case: executed from the receive buffer, no copy
     return Verdict::kConsumed;
   }
-  if (s->queued_bytes >= kSenderQueueLimit) {
+  if (s->queued.n() >= kSenderQueueLimit) {
     // The target does not keep up: read nothing more from this link until it does.
     s->holding = true;
     return Verdict::kHold;
   }
+  if (s->queued.Take(len) != 0) return Overflow(*s, v);
   s->queue.emplace_back(body, body + len);
-  s->queued_bytes += len;
   Run(*s);
   return Verdict::kConsumed;
 }
@@ -144,8 +148,7 @@ bool Executor::Apply(Sender& s, const RequestView& v) {
       ApplyWrite(s, *owner, v);
       return true;
     case kRecReadReq:
-      ApplyRead(s, *owner, v);
-      return true;
+      return ApplyRead(s, *owner, v);
     default:  // kRecAtomicReq: DecodeRequest admits no other kind
       ApplyAtomic(s, *owner, v);
       return true;
@@ -229,11 +232,7 @@ char* Executor::Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len
   char* p = nullptr;
   const ibv_wc_status st = ResolveTarget(
       s.hdr, owner.mr.entries(), v.req.rkey, v.req.remote_addr, len, need,
-      [&](uint32_t region, uint32_t access) -> const Mapping* {
-        Region* r = owner.MappedRegion(region, access);
-        return r != nullptr ? &r->map : nullptr;
-      },
-      &p);
+      [&](uint32_t region, uint32_t access) { return MapRegion(owner, region, access); }, &p);
   if (st != IBV_WC_SUCCESS) {
     Fail(s, v.req.seq, st);
     return nullptr;
@@ -250,19 +249,41 @@ void Executor::ApplyWrite(Sender& s, Pod& owner, const RequestView& v) {
   if (v.req.last) Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
 }
 
-void Executor::ApplyRead(Sender& s, Pod& owner, const RequestView& v) {
+// Region `id` of `owner` mapped into the router; the first mapping is charged to the
+// owner's kMappedBytes. nullptr when unknown, over the quota or not mappable.
+const Mapping* Executor::MapRegion(Pod& owner, uint32_t id, uint32_t need) {
+  auto it = owner.regions.find(id);
+  if (it == owner.regions.end()) return nullptr;
+  const uint64_t size = it->second.size;
+  const bool fresh = it->second.map.get() == nullptr;
+  if (fresh && quotas_.Take(owner.id, {{Quota::kMappedBytes, size}}) != 0) return nullptr;
+  if (owner.MappedRegion(id, need) == nullptr) {
+    if (fresh && it->second.map.get() == nullptr) quotas_.Give(owner.id, {{Quota::kMappedBytes, size}});
+    return nullptr;
+  }
+  return &it->second.map;
+}
+
+// Answers while the link takes them; false leaves the rest of the READ for when it drained.
+bool Executor::ApplyRead(Sender& s, Pod& owner, const RequestView& v) {
   const char* src = nullptr;
   if (v.req.length > 0) {
     src = Target(s, owner, v, v.req.length, IBV_ACCESS_REMOTE_READ);
-    if (src == nullptr) return;
+    if (src == nullptr) {
+      s.read_sent = 0;
+      return true;
+    }
   }
-  uint64_t sent = 0;
   do {
-    const auto frag = static_cast<uint32_t>(std::min<uint64_t>(v.req.length - sent, kMaxFragment));
-    Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, sent, src + sent, frag,
-            sent + frag == v.req.length);
-    sent += frag;
-  } while (sent < v.req.length);
+    if (transport_->Congested(s.link)) return false;
+    const uint64_t at = s.read_sent;
+    const auto frag = static_cast<uint32_t>(std::min<uint64_t>(v.req.length - at, kMaxFragment));
+    Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, at, src + at, frag,
+            at + frag == v.req.length);
+    s.read_sent += frag;
+  } while (s.read_sent < v.req.length);
+  s.read_sent = 0;
+  return true;
 }
 
 void Executor::ApplyAtomic(Sender& s, Pod& owner, const RequestView& v) {
@@ -310,7 +331,7 @@ void Executor::Run(Sender& s) {
     SplitRecord(rec.data(), rec.size(), &h, &payload);
     DecodeRequest(h, payload, &v);
     if (!Apply(s, v)) break;
-    s.queued_bytes -= rec.size();
+    s.queued.Give(rec.size());
     s.queue.pop_front();
     published = true;
   }
@@ -321,15 +342,21 @@ void Executor::Run(Sender& s) {
   } else if (waiting_.insert(key).second) {
     retry_soon_();
   }
-  if (s.holding && s.queued_bytes < kSenderQueueLimit / 2) {
+  if (s.holding && s.queued.n() < kSenderQueueLimit / 2) {
     s.holding = false;
     transport_->Resume(s.link);
   }
 }
 
 bool Executor::Retry() {
+  RunWaiting(kNoLink);
+  return !waiting_.empty();
+}
+
+void Executor::RunWaiting(LinkId link) {
   const std::set<Key> waiting = waiting_;
   for (const Key& key : waiting) {
+    if (link != kNoLink && key.first != link) continue;
     auto it = senders_.find(key);
     if (it == senders_.end()) {
       waiting_.erase(key);
@@ -337,11 +364,21 @@ bool Executor::Retry() {
     }
     Run(*it->second);
   }
-  return !waiting_.empty();
 }
 
 void Executor::OnDrained(LinkId link) {
   if (held_for_output_.erase(link)) transport_->Resume(link);
+  RunWaiting(link);  // READs that paused for this link
+}
+
+// The target pod's queue quota is spent: the router queues no more for it. The request
+// fails and the connection closes on both sides; a UD datagram is just lost.
+Executor::Verdict Executor::Overflow(Sender& s, const RequestView& v) {
+  if (s.qp_type == IBV_QPT_UD) return Verdict::kConsumed;
+  Respond(s.link, s.chan, v.req.seq, IBV_WC_RNR_RETRY_EXC_ERR, 0, nullptr, 0, true);
+  sessions_.Notify(s.owner, proto::EventType::kPeerGone, s.target_qpn);
+  Drop({s.link, s.chan}, true, true);
+  return Verdict::kConsumed;
 }
 
 void Executor::ReleaseSender(uint32_t id, bool died) {

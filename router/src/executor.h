@@ -9,7 +9,14 @@
 // proceed yet (no receive posted, ring full) waits with everything behind it and is retried
 // by Retry() on the router's timer. Back-pressure: a link whose answers pile up, or whose
 // target lags by more than kSenderQueueLimit, is held (NodeTransport Verdict::kHold) until
-// it drains.
+// it drains; a READ's answers go out only while the link is not congested, the rest when
+// it drained, so a long READ never piles up in the router.
+//
+// Quotas (quotas.h), charged to the pod that owns the target QP: the router's mappings of
+// its QP and SRQ segments and regions count against kMappedBytes (a connect over it gets
+// ENOMEM, an access REM_ACCESS_ERR); records queued for it count against kQueuedBytes. A
+// target over that loses the connection: the request gets IBV_WC_RNR_RETRY_EXC_ERR and both
+// sides hear the peer gone (a UD datagram is dropped, as on a fabric).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +31,7 @@
 #include "freeflow/target_ops.h"
 #include "node_transport.h"
 #include "pod_sessions.h"
+#include "quotas.h"
 #include "resources.h"
 
 namespace ff::router {
@@ -32,11 +40,12 @@ class Executor {
  public:
   using Verdict = NodeTransport::Handler::Verdict;
   // `retry_soon` asks the router for a fast timer tick (a sender waits).
-  Executor(NodeTransport* transport, ResourceTables& tables, PodSessions& sessions,
+  Executor(NodeTransport* transport, ResourceTables& tables, PodSessions& sessions, Quotas& quotas,
            std::function<void()> retry_soon)
       : transport_(transport),
         tables_(tables),
         sessions_(sessions),
+        quotas_(quotas),
         retry_soon_(std::move(retry_soon)) {}
 
   // kConnect, kRecord and kClose on a link another router dialled.
@@ -48,6 +57,7 @@ class Executor {
   void ReleaseSender(uint32_t id, bool died);
   // Runs senders that wait for a receive or ring space. True while any still waits.
   bool Retry();
+  size_t senders() const { return senders_.size(); }
 
  private:
   struct Sender {
@@ -68,8 +78,10 @@ class Executor {
     uint64_t posted_cache = 0;
     RingProducer producer;
     std::deque<std::vector<char>> queue;  // records not executed yet, in order
-    size_t queued_bytes = 0;
-    bool holding = false;  // its link is held until the queue drains
+    Held queued;                          // their bytes, of the target pod's kQueuedBytes
+    Held mapped;                          // the target's segments mapped for this sender
+    uint64_t read_sent = 0;               // answered bytes of the READ at the queue's head
+    bool holding = false;                 // its link is held until the queue drains
     bool have_credit = false;
     bool dropping = false;  // UC/UD message without a receive: drop its fragments
     bool errored = false;   // after an error nothing more is executed (RC semantics)
@@ -85,11 +97,14 @@ class Executor {
   bool ApplySend(Sender& s, Pod& owner, const RequestView& v);
   bool ApplyWriteImm(Sender& s, const RequestView& v);
   void ApplyWrite(Sender& s, Pod& owner, const RequestView& v);
-  void ApplyRead(Sender& s, Pod& owner, const RequestView& v);
+  bool ApplyRead(Sender& s, Pod& owner, const RequestView& v);
   void ApplyAtomic(Sender& s, Pod& owner, const RequestView& v);
   Credit ClaimCredit(Sender& s, const RequestView& v);
   // The target's memory behind an access; nullptr after answering the error.
   char* Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len, uint32_t need);
+  const Mapping* MapRegion(Pod& owner, uint32_t region, uint32_t need);
+  Verdict Overflow(Sender& s, const RequestView& v);
+  void RunWaiting(LinkId link);  // kNoLink: on every link
   void Fail(Sender& s, uint32_t seq, ibv_wc_status status);
   void Respond(LinkId link, uint32_t chan, uint32_t seq, uint32_t status, uint64_t offset,
                const char* data, uint32_t len, bool last);
@@ -101,6 +116,7 @@ class Executor {
   NodeTransport* transport_;
   ResourceTables& tables_;
   PodSessions& sessions_;
+  Quotas& quotas_;
   std::function<void()> retry_soon_;
   uint32_t next_id_ = 1;
   std::map<Key, std::unique_ptr<Sender>> senders_;

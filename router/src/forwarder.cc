@@ -84,6 +84,8 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   if (!ud) DropQp(src.qpn, false);  // an RC/UC QP has one peer: forget an earlier one
   const LinkId link = transport_->Dial(ep);
   if (link == kNoLink) return sessions_.Answer(call, EHOSTUNREACH);
+  if (const int rc = quotas_.Take(call.pod, {{Quota::kProxies, 1}, {Quota::kFds, 2}}))
+    return sessions_.Answer(call, rc);
   auto p = std::make_unique<Proxy>();
   p->chan = next_chan_++;
   p->pod = call.pod;
@@ -91,7 +93,10 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   p->dest_ip = dest_ip;
   p->dest_qpn = dest_qpn;
   p->link = link;
-  if (const int rc = MakeSegment(*p)) return sessions_.Answer(call, rc);
+  if (const int rc = MakeSegment(*p)) {
+    quotas_.Give(call.pod, {{Quota::kProxies, 1}, {Quota::kFds, 2}});
+    return sessions_.Answer(call, rc);
+  }
   p->answer_pending = true;
   p->call = call;
   p->connect_deadline_ns = MonotonicNs() + kDialTimeoutNs;
@@ -146,6 +151,7 @@ void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
 
 void Forwarder::MarkDead(Proxy& p, proto::EventType event) {
   p.dead = true;
+  ReleaseReads(p);  // no answer comes any more
   sessions_.Notify(p.pod, event, p.qpn);
 }
 
@@ -167,13 +173,14 @@ void Forwarder::Drain(Proxy& p) {
         spdlog::warn("client {} corrupted the proxy ring of QP {:#x}", p.pod, p.qpn);
         return MarkDead(p, proto::EventType::kPeerGone);
       }
+      if (!AdmitRead(p, v)) break;
       transport_->Send(p.link, wire::Type::kRecord, p.chan, 0,
                        {{&h, sizeof(h)}, {payload, h.frag_len}});
       p.requests.Consume(h);
       consumed = true;
       sent += h.frag_len;
     }
-    if (sent >= kForwardRoundBytes || transport_->Congested(p.link)) {
+    if (sent >= kForwardRoundBytes || transport_->Congested(p.link) || p.waiting_reads) {
       hdr->doorbell.armed.store(0);  // more to do: come back on the next round
       break;
     }
@@ -202,10 +209,13 @@ void Forwarder::Deliver(Proxy& p, const RecordHeader& h, const char* payload) {
     const RingStatus st = AppendRecord(p.responses, h, payload, h.frag_len);
     if (st == RingStatus::kOk) {
       p.responses.Publish();
-      return WakeOwner(p);
+      WakeOwner(p);
+      return Delivered(p, payload);
     }
     if (st != RingStatus::kFull) return;  // the library corrupted its ring: it loses its answers
   }
+  if (quotas_.Take(p.pod, {{Quota::kQueuedBytes, sizeof(h) + h.frag_len}}) != 0) return Overflow(p);
+  p.backlog_bytes += sizeof(h) + h.frag_len;
   std::vector<char> rec(sizeof(h) + h.frag_len);
   std::memcpy(rec.data(), &h, sizeof(h));
   std::memcpy(rec.data() + sizeof(h), payload, h.frag_len);
@@ -222,16 +232,64 @@ void Forwarder::FlushBacklog(Proxy& p) {
     const RingStatus st = AppendRecord(p.responses, h, rec.data() + sizeof(h), h.frag_len);
     if (st == RingStatus::kFull) break;
     if (st != RingStatus::kOk) {
+      quotas_.Give(p.pod, {{Quota::kQueuedBytes, p.backlog_bytes}});
+      p.backlog_bytes = 0;
       p.backlog.clear();
       break;
     }
+    const std::vector<char> done = std::move(p.backlog.front());
     p.backlog.pop_front();
+    p.backlog_bytes -= done.size();
+    quotas_.Give(p.pod, {{Quota::kQueuedBytes, done.size()}});
+    Delivered(p, done.data() + sizeof(RecordHeader));
     wrote = true;
   }
   if (!p.backlog.empty()) retry_soon_();
   if (!wrote) return;
   p.responses.Publish();
   WakeOwner(p);
+}
+
+// READs and atomics leave the request ring only within the QP's kMaxRdAtomic and the pod's
+// READ budget; one larger than the whole budget counts as the budget, so it goes alone.
+bool Forwarder::AdmitRead(Proxy& p, const RequestView& v) {
+  p.waiting_reads = false;
+  if (v.h.kind != kRecReadReq && v.h.kind != kRecAtomicReq) return true;
+  const uint64_t wanted = v.h.kind == kRecReadReq ? v.req.length : sizeof(uint64_t);
+  const uint64_t bytes = std::min(wanted, quotas_.limit(Quota::kReadBytes));
+  if (p.reads.size() >= kMaxRdAtomic || !quotas_.TryTake(p.pod, {Quota::kReadBytes, bytes})) {
+    p.waiting_reads = true;
+    retry_soon_();
+    return false;
+  }
+  p.reads.push_back({v.req.seq, bytes});
+  return true;
+}
+
+// An answer reached the response ring: the READ or atomic it completes is no longer in
+// flight, and a READ that waited for the budget may go.
+void Forwarder::Delivered(Proxy& p, const char* payload) {
+  if (p.reads.empty()) return;
+  ProxyResponse r;
+  std::memcpy(&r, payload, sizeof(r));
+  if (!r.last || r.seq != p.reads.front().seq) return;
+  quotas_.Give(p.pod, {{Quota::kReadBytes, p.reads.front().bytes}});
+  p.reads.pop_front();
+  if (p.waiting_reads) Drain(p);
+}
+
+void Forwarder::ReleaseReads(Proxy& p) {
+  for (const InFlightRead& r : p.reads) quotas_.Give(p.pod, {{Quota::kReadBytes, r.bytes}});
+  p.reads.clear();
+  p.waiting_reads = false;
+}
+
+// The pod does not take its answers and the router holds no more for it: its QP fails.
+void Forwarder::Overflow(Proxy& p) {
+  quotas_.Give(p.pod, {{Quota::kQueuedBytes, p.backlog_bytes}});
+  p.backlog_bytes = 0;
+  p.backlog.clear();
+  if (!p.dead) MarkDead(p, proto::EventType::kPeerGone);
 }
 
 // Wakes the library if it waits in poll_cq, or sleeps on the QP's send CQ.
@@ -310,6 +368,9 @@ void Forwarder::Drop(uint32_t chan, bool tell_peer, bool died) {
   // this channel; a peer that refused it ignores the close.
   if (tell_peer && p->link != kNoLink)
     transport_->Send(p->link, wire::Type::kClose, chan, died ? 1 : 0, {});
+  ReleaseReads(*p);
+  quotas_.Give(p->pod,
+               {{Quota::kQueuedBytes, p->backlog_bytes}, {Quota::kProxies, 1}, {Quota::kFds, 2}});
   if (p->answer_pending) sessions_.Answer(p->call, ECONNABORTED);
   loop_.Unwatch(p->doorbell_watch);
 }
@@ -336,7 +397,7 @@ bool Forwarder::Tick() {
     if (it != proxies_.end()) Finish(*it->second, ETIMEDOUT, nullptr);
   }
   bool waiting = !resolving_.empty();
-  for (auto& [chan, p] : proxies_) waiting |= !p->backlog.empty();
+  for (auto& [chan, p] : proxies_) waiting |= !p->backlog.empty() || p->waiting_reads;
   return waiting;
 }
 

@@ -9,6 +9,13 @@
 // kForwardRoundBytes per proxy so that a long transfer on one QP does not starve the others;
 // a congested link pauses its proxies until it drains. A connect to an address the control
 // plane does not know yet waits up to --resolve-timeout-ms (a pod that just started).
+//
+// Quotas (quotas.h), charged to the pod that owns the local QP: each proxy is one of its
+// kProxies and two of its kFds. READs and atomics wait in the request ring, as on a
+// requester HCA, while kMaxRdAtomic of the QP's or the pod's kReadBytes are in flight (a
+// READ counts until its last answer reached the response ring). Answers that the response
+// ring cannot take wait in a backlog charged to kQueuedBytes; a pod over it loses the QP
+// (kPeerGone) instead of the router holding more for it.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +31,7 @@
 #include "freeflow/codec.h"
 #include "node_transport.h"
 #include "pod_sessions.h"
+#include "quotas.h"
 #include "resources.h"
 
 namespace ff::router {
@@ -38,13 +46,15 @@ class Forwarder {
   // `transport` is nullptr on a router without a control plane. `retry_soon` asks the router
   // for a fast timer tick.
   Forwarder(Options options, EventLoop& loop, NodeTransport* transport, ResourceTables& tables,
-            PodSessions& sessions, Directory& directory, std::function<void()> retry_soon)
+            PodSessions& sessions, Directory& directory, Quotas& quotas,
+            std::function<void()> retry_soon)
       : options_(options),
         loop_(loop),
         transport_(transport),
         tables_(tables),
         sessions_(sessions),
         directory_(directory),
+        quotas_(quotas),
         retry_soon_(std::move(retry_soon)) {}
   ~Forwarder();
 
@@ -67,8 +77,14 @@ class Forwarder {
   void NoteTraffic();
   // Drains every proxy once; true when anything moved. Arms doorbells once the window closed.
   bool PollAll();
+  size_t proxies() const { return proxies_.size(); }
+  size_t resolving() const { return resolving_.size(); }
 
  private:
+  struct InFlightRead {
+    uint32_t seq;    // the work request
+    uint64_t bytes;  // charged to kReadBytes
+  };
   struct Proxy {
     uint32_t chan = 0;
     PodId pod = 0;
@@ -84,6 +100,9 @@ class Forwarder {
     RingConsumer requests;
     RingProducer responses;
     std::deque<std::vector<char>> backlog;  // answers waiting for ring space (header + payload)
+    uint64_t backlog_bytes = 0;             // charged to kQueuedBytes
+    std::deque<InFlightRead> reads;         // forwarded READs/atomics, oldest first
+    bool waiting_reads = false;             // a READ waits for the pod's budget
     bool connected = false;
     bool dead = false;  // the peer or the link went away: the library fails the QP
     bool answer_pending = false;
@@ -106,6 +125,10 @@ class Forwarder {
   void Drain(Proxy& p);
   void Deliver(Proxy& p, const RecordHeader& h, const char* payload);
   void FlushBacklog(Proxy& p);
+  bool AdmitRead(Proxy& p, const RequestView& v);
+  void Delivered(Proxy& p, const char* payload);
+  void ReleaseReads(Proxy& p);
+  void Overflow(Proxy& p);
   void WakeOwner(Proxy& p);
   void MarkDead(Proxy& p, proto::EventType event);
   void Drop(uint32_t chan, bool tell_peer, bool died);
@@ -118,6 +141,7 @@ class Forwarder {
   ResourceTables& tables_;
   PodSessions& sessions_;
   Directory& directory_;
+  Quotas& quotas_;
   std::function<void()> retry_soon_;
   uint32_t next_chan_ = 1;
   std::map<uint32_t, std::unique_ptr<Proxy>> proxies_;  // by channel

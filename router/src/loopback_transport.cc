@@ -51,6 +51,13 @@ class LoopbackNetwork::Transport final : public NodeTransport {
     return mine;
   }
 
+  size_t LinkCount() const override {
+    std::lock_guard<std::mutex> g(net_.mu_);
+    return static_cast<size_t>(
+        std::count_if(net_.links_.begin(), net_.links_.end(),
+                      [&](const auto& l) { return l.second.owner == this; }));
+  }
+
   bool Dialled(LinkId link) const override {
     std::lock_guard<std::mutex> g(net_.mu_);
     auto it = net_.links_.find(link);

@@ -1,5 +1,5 @@
 // ffrouter: the per-node freeflow router daemon. parse -> validate -> start -> serve until
-// SIGTERM/SIGINT.
+// SIGTERM/SIGINT. SIGUSR1 logs one line of what the router holds (Router::StatsLine).
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -12,6 +12,10 @@ ff::router::Router* g_router = nullptr;
 
 void OnSignal(int) {
   if (g_router != nullptr) g_router->Stop();  // async-signal-safe
+}
+
+void OnStatsSignal(int) {
+  if (g_router != nullptr) g_router->RequestStats();  // async-signal-safe
 }
 
 }  // namespace
@@ -42,6 +46,10 @@ int main(int argc, char** argv) {
   sa.sa_handler = OnSignal;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  struct sigaction stats {};
+  stats.sa_handler = OnStatsSignal;
+  stats.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &stats, nullptr);
   signal(SIGPIPE, SIG_IGN);
   router.Run();
   g_router = nullptr;

@@ -19,6 +19,8 @@ class MrTable {
   // The descriptor the owner and its peers map (read-only).
   int read_only_fd() const { return ro_fd_.get(); }
   const MrEntry* entries() const { return map_.as<const MrEntry>(); }
+  // Live registrations.
+  size_t size() const { return tags_.empty() ? 0 : kMrTableSlots - 1 - free_.size(); }
 
   // Publishes a registration; *key receives its key. ENOMEM when the table is full.
   int Add(const MrView& entry, uint32_t* key);

@@ -78,6 +78,8 @@ class NodeTransport {
   virtual bool Congested(LinkId link) const = 0;
   // Offers held messages again (after Verdict::kHold), later in this loop turn.
   virtual void Resume(LinkId link) = 0;
+  // Links open now, in both directions (for the router's statistics).
+  virtual size_t LinkCount() const = 0;
 };
 
 }  // namespace ff::router

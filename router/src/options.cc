@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -91,6 +92,14 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
   app.add_flag("--allow-host-network-clients", c.allow_host_network_clients,
                "serve processes in the router's own network namespace (host network)")
       ->envname("FREEFLOW_ALLOW_HOST_NETWORK_CLIENTS");
+  for (const QuotaSpec& q : kQuotaSpecs) {
+    const std::string unit = q.unit == 1 ? "" : " (MiB)";
+    app.add_option(std::string("--max-") + q.name + "-per-pod",
+                   c.pod_limits[static_cast<size_t>(q.quota)],
+                   std::string("per-pod quota: ") + q.what + unit)
+        ->envname(q.env)
+        ->check(CLI::Range(1u, 1u << 30));
+  }
   app.add_option("--log-level", c.log_level, "trace|debug|info|warn|error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
 }
@@ -166,9 +175,32 @@ std::optional<RouterConfig> ParseOptions(int argc, char** argv, int* exit_code) 
   return config;
 }
 
+namespace {
+
+// A router serves many pods from one process: take every descriptor the hard limit allows.
+void RaiseDescriptorLimit(const RouterConfig& config) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  if (r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
+  const uint64_t want = 256ull * config.pod_limits[static_cast<size_t>(Quota::kFds)] + kFdReserve;
+  if (r.rlim_cur != RLIM_INFINITY && r.rlim_cur < want) {
+    spdlog::warn(
+        "descriptor limit {} is below what 256 pods at --max-fds-per-pod {} need ({}); raise "
+        "the router's RLIMIT_NOFILE or lower the quota",
+        static_cast<uint64_t>(r.rlim_cur), config.pod_limits[static_cast<size_t>(Quota::kFds)],
+        want);
+  }
+}
+
+}  // namespace
+
 void ApplyProcessOptions(const RouterConfig& config) {
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ ffrouter: %v");
+  RaiseDescriptorLimit(config);
   if (config.realtime_priority > 0) {
     sched_param sp{};
     sp.sched_priority = static_cast<int>(config.realtime_priority);

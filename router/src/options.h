@@ -9,6 +9,7 @@
 
 #include "freeflow/ipv4.h"
 #include "freeflow/tunables.h"
+#include "quotas.h"
 
 namespace ff::router {
 
@@ -32,13 +33,17 @@ struct RouterConfig {
   // docs/security.md, "Pod identity". Off: they are refused.
   bool allow_host_network_clients = false;
   std::string log_level = "info";
+  PodLimits pod_limits = DefaultPodLimits();    // --max-*-per-pod
+  uint64_t hello_timeout_ns = kHelloTimeoutNs;  // not a flag: tests shorten it
 };
 
 // Parses and validates the command line and environment. On failure (or --help) returns
 // std::nullopt with the process exit code in *exit_code, after printing why.
 std::optional<RouterConfig> ParseOptions(int argc, char** argv, int* exit_code);
 
-// Applies the process-wide settings of `config`: log level and format, scheduling.
+// Applies the process-wide settings of `config`: log level and format, scheduling, and the
+// descriptor limit (raised to the hard limit; a warning when 256 pods at their descriptor
+// quota would not fit).
 void ApplyProcessOptions(const RouterConfig& config);
 
 }  // namespace ff::router

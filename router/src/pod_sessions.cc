@@ -10,6 +10,7 @@
 
 #include "find.h"
 #include "freeflow/ipv4.h"
+#include "freeflow/target_ops.h"
 
 namespace ff::router {
 
@@ -18,33 +19,44 @@ PodSessions::~PodSessions() = default;
 bool PodSessions::Listen(UniqueFd bound, std::string* error) {
   listen_ = std::move(bound);
   if (::listen(listen_.get(), kPodListenBacklog) != 0 ||
-      loop_.Watch(listen_.get(), EPOLLIN, [this](uint32_t) { Accept(); }) == 0) {
+      acceptor_.Start(loop_, listen_.get(), kAcceptBurst, "pod socket",
+                      [this](UniqueFd c) { Adopt(std::move(c)); }) != 0) {
     *error = std::string("listen: ") + std::strerror(errno);
     return false;
   }
   return true;
 }
 
-void PodSessions::Accept() {
-  for (int burst = 0; burst < kAcceptBurst; ++burst) {
-    UniqueFd c(::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!c) return;
-    Adopt(std::move(c));
+void PodSessions::Admit(Session& s) {
+  std::string error;
+  if (!identity_.Resolve(s.sock.get(), &s.who, &error) || !AddressFree(s.who, &error)) {
+    uint64_t held_back = 0;
+    if (refusal_log_.Allow(&held_back))
+      spdlog::warn("refusing a client: {} ({} more refused since the last line)", error, held_back);
+    s.refusal = error;
+    return;
+  }
+  s.refusal_error = quotas_.Open(s.id, s.who.ip);
+  if (s.refusal_error != 0) {
+    s.refusal = "pod " + FormatIpv4(s.who.ip) +
+                " has all the sessions or descriptors its quota allows "
+                "(--max-sessions-per-pod, --max-fds-per-pod)";
   }
 }
 
 void PodSessions::Adopt(UniqueFd sock) {
   auto s = std::make_unique<Session>();
-  std::string error;
-  if (!identity_.Resolve(sock.get(), &s->who, &error) || !AddressFree(s->who, &error)) {
-    // Keep the connection until the client's HELLO arrives, so that it reads the reason
-    // as its answer instead of a reset connection.
-    spdlog::warn("refusing a client: {}", error);
-    s->refusal = error;
-  }
   s->id = next_id_++;
   if (next_id_ == 0) next_id_ = 1;
   s->sock = std::move(sock);
+  Admit(*s);
+  if (!s->refusal.empty()) {
+    // Keep the connection until the client's HELLO arrives, so that it reads the reason
+    // as its answer instead of a reset connection; but not for too many clients at once.
+    if (refused_ >= static_cast<size_t>(kMaxRefusedSessions)) return;
+    ++refused_;
+  }
+  hello_deadlines_.emplace_back(MonotonicNs() + hello_timeout_ns_, s->id);
   const PodId id = s->id;
   s->watch = loop_.Watch(s->sock.get(), EPOLLIN | EPOLLRDHUP, [this, id](uint32_t events) {
     if (events & EPOLLIN) {
@@ -110,8 +122,13 @@ bool PodSessions::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fd
   if (!s.refusal.empty()) {
     proto::Response r{};
     std::snprintf(r.u.hello.node, sizeof(r.u.hello.node), "%s", s.refusal.c_str());
-    Answer(call, EACCES, r);
+    Send(call, s.refusal_error, r, nullptr, 0);
     return false;
+  }
+  // Answer() gives the charge back: only requests answered later keep it.
+  if (const int rc = quotas_.Take(s.id, {{Quota::kPending, 1}})) {
+    Send(call, rc, proto::Response{}, nullptr, 0);
+    return true;
   }
   return handler_.OnRequest(call, buf, fds, nfds);
 }
@@ -125,6 +142,12 @@ void PodSessions::Welcome(PodId pod, UniqueFd events) {
 
 void PodSessions::Answer(const Call& call, int status, const proto::Response& body, const int* fds,
                          int nfds) {
+  quotas_.Give(call.pod, {{Quota::kPending, 1}});
+  Send(call, status, body, fds, nfds);
+}
+
+void PodSessions::Send(const Call& call, int status, const proto::Response& body, const int* fds,
+                       int nfds) {
   Session* s = Find(call.pod);
   if (s == nullptr) return;
   proto::Response r = body;
@@ -165,8 +188,23 @@ void PodSessions::Drop(PodId pod, const char* why) {
   std::unique_ptr<Session> s = std::move(it->second);
   sessions_.erase(it);
   loop_.Unwatch(s->watch);
+  if (!s->refusal.empty()) --refused_;
   spdlog::info("client {} (pid {}, {}) gone: {}", pod, s->who.pid, FormatIpv4(s->who.ip), why);
   handler_.OnPodGone(pod);
+  quotas_.Close(pod);
+  s.reset();
+  acceptor_.Resume();  // its descriptors are closed
+}
+
+void PodSessions::Sweep() {
+  const uint64_t now = MonotonicNs();
+  while (!hello_deadlines_.empty() && hello_deadlines_.front().first <= now) {
+    const PodId id = hello_deadlines_.front().second;
+    hello_deadlines_.pop_front();
+    const Session* s = Find(id);
+    if (s != nullptr && !s->welcomed) Drop(id, "no HELLO in time");
+  }
+  acceptor_.Resume();
 }
 
 }  // namespace ff::router

@@ -6,19 +6,29 @@
 //
 // Answers: every request gets exactly one, through Answer(), now or later (a cross-node
 // connect is answered when the peer router replies). Requests of one pod are read one
-// after another, so a pod that waits for its answer never has two outstanding.
+// after another; a pod that does not wait for its answers has at most its kPending quota
+// of requests unanswered (later ones get EAGAIN).
+//
+// Quotas: each identified connection opens a ledger (Quotas::Open) that the session's
+// requests charge; a pod over its session quota is refused at HELLO with EMFILE. Refused
+// clients are kept (at most kMaxRefusedSessions) only until they read why, and every client
+// that does not say HELLO within kHelloTimeoutNs is dropped.
 // Threading: the loop's thread only.
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
 
+#include "acceptor.h"
 #include "event_loop.h"
 #include "freeflow/fd.h"
 #include "freeflow/protocol.h"
 #include "identity.h"
+#include "quotas.h"
 #include "resources.h"
 
 namespace ff::router {
@@ -42,8 +52,8 @@ class PodSessions {
     virtual void OnPodGone(PodId pod) = 0;
   };
 
-  PodSessions(EventLoop& loop, IdentityResolver& identity, Handler& handler)
-      : loop_(loop), identity_(identity), handler_(handler) {}
+  PodSessions(EventLoop& loop, IdentityResolver& identity, Quotas& quotas, Handler& handler)
+      : loop_(loop), identity_(identity), quotas_(quotas), handler_(handler) {}
   ~PodSessions();
 
   // Listens on `bound`, a Unix socket already bound where pods find it. false + *error.
@@ -67,7 +77,13 @@ class PodSessions {
   void NotifyAll(proto::EventType type);
   // Disconnects `pod` now (OnPodGone runs before this returns).
   void Drop(PodId pod, const char* why);
+  // On the router's timer: drops clients that did not say HELLO in time; accepts again
+  // if the listener paused for lack of descriptors.
+  void Sweep();
+  void set_hello_timeout(uint64_t ns) { hello_timeout_ns_ = ns; }
   size_t count() const { return sessions_.size(); }
+  size_t refused() const { return refused_; }
+  const Acceptor& acceptor() const { return acceptor_; }
 
  private:
   struct Session {
@@ -78,9 +94,12 @@ class PodSessions {
     PodIdentity who;
     bool welcomed = false;
     std::string refusal;  // why the client is not served (no overlay address, ...)
+    int refusal_error = EACCES;
   };
-  void Accept();
+  // Identifies a new client and opens its ledger; else sets why it is refused.
+  void Admit(Session& s);
   void OnReadable(PodId id);
+  void Send(const Call& call, int status, const proto::Response& body, const int* fds, int nfds);
   // Handles one datagram. false: protocol violation.
   bool Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, int nfds);
   Session* Find(PodId id);
@@ -89,10 +108,16 @@ class PodSessions {
 
   EventLoop& loop_;
   IdentityResolver& identity_;
+  Quotas& quotas_;
   Handler& handler_;
   UniqueFd listen_;
+  Acceptor acceptor_;
   PodId next_id_ = 1;
   std::unordered_map<PodId, std::unique_ptr<Session>> sessions_;
+  std::deque<std::pair<uint64_t, PodId>> hello_deadlines_;  // in adoption order
+  size_t refused_ = 0;
+  LogLimiter refusal_log_;
+  uint64_t hello_timeout_ns_ = kHelloTimeoutNs;
 };
 
 }  // namespace ff::router

@@ -142,4 +142,17 @@ std::vector<uint32_t> ResourceTables::Unlink(Qp& src, const Qp* keep) {
   return left;
 }
 
+ResourceTables::Totals ResourceTables::totals() const {
+  Totals t;
+  t.pods = pods_.size();
+  t.qps = qps_.size();
+  for (const auto& [id, pod] : pods_) {
+    t.objects += pod->channels.size() + pod->cqs.size() + pod->srqs.size();
+    t.regions += pod->regions.size();
+    for (const auto& [rid, r] : pod->regions) t.mapped_regions += r.map.get() != nullptr ? 1 : 0;
+    t.mr_entries += pod->mr.size();
+  }
+  return t;
+}
+
 }  // namespace ff::router

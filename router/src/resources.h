@@ -137,6 +137,12 @@ class ResourceTables {
   // Stops local QP `src` producing into every QP but `keep`; returns the QPs it left.
   std::vector<uint32_t> Unlink(Qp& src, const Qp* keep = nullptr);
 
+  // What all pods hold (for the router's statistics).
+  struct Totals {
+    size_t pods = 0, qps = 0, objects = 0, regions = 0, mapped_regions = 0, mr_entries = 0;
+  };
+  Totals totals() const;
+
  private:
   uint32_t next_qpn_ = kFirstQpn;
   std::unordered_map<PodId, std::unique_ptr<Pod>> pods_;

@@ -1,9 +1,12 @@
 #include "router.h"
 
+#include <dirent.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "freeflow/ipv4.h"
@@ -38,12 +41,15 @@ Router::Router(RouterConfig config, RouterDeps deps)
       transport_(std::move(deps.transport)),
       directory_(std::move(deps.control_plane),
                  cp::Endpoint{config_.node_name, config_.host_ip, config_.port}),
-      executor_(transport_.get(), tables_, sessions_, [this] { RetrySoon(); }),
+      quotas_(config_.pod_limits),
+      executor_(transport_.get(), tables_, sessions_, quotas_, [this] { RetrySoon(); }),
       forwarder_({config_.poll_us, config_.resolve_timeout_ms}, loop_, transport_.get(), tables_,
-                 sessions_, directory_, [this] { RetrySoon(); }),
-      broker_(Broker::Parts{tables_, sessions_, directory_, forwarder_, executor_,
+                 sessions_, directory_, quotas_, [this] { RetrySoon(); }),
+      broker_(Broker::Parts{tables_, sessions_, directory_, forwarder_, executor_, quotas_,
                             config_.node_name, config_.overlay.length}),
-      sessions_(loop_, *identity_, broker_) {}
+      sessions_(loop_, *identity_, quotas_, broker_) {
+  sessions_.set_hello_timeout(config_.hello_timeout_ns);
+}
 
 Router::~Router() = default;
 
@@ -81,6 +87,10 @@ bool Router::Start(std::string* error) {
 
 void Router::Run() {
   while (!loop_.stopped()) {
+    if (stats_requested_ != 0) {
+      stats_requested_ = 0;
+      spdlog::info("stats: {}", StatsLine());
+    }
     // While cross-node traffic flows with --poll-us, poll proxies instead of sleeping.
     const bool polling = forwarder_.Polling();
     const int n = loop_.RunOnce(polling ? 0 : -1);
@@ -116,6 +126,7 @@ void Router::OnLinkDown(LinkId link, const std::string&) {
 }
 
 void Router::OnTimer() {
+  sessions_.Sweep();
   const bool senders_wait = executor_.Retry();
   const bool forwarder_waits = forwarder_.Tick();
   fast_tick_ = senders_wait || forwarder_waits;
@@ -127,6 +138,42 @@ void Router::RetrySoon() {
   if (fast_tick_) return;
   fast_tick_ = true;
   timer_.Arm(kRetryTickNs);
+}
+
+namespace {
+
+// Descriptors this process has open (its /proc/self/fd entries, less the one reading them).
+size_t OpenDescriptors() {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return 0;
+  size_t n = 0;
+  while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.' ? 1 : 0;
+  ::closedir(d);
+  return n > 0 ? n - 1 : 0;
+}
+
+// Resident set size in KiB (/proc/self/statm: size, resident, ... in pages).
+uint64_t ResidentKib() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return got == 2 ? resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 1024 : 0;
+}
+
+}  // namespace
+
+std::string Router::StatsLine() const {
+  const ResourceTables::Totals t = tables_.totals();
+  return fmt::format(
+      "sessions={} refused={} pods={} accounts={} qps={} objects={} regions={} "
+      "mapped_regions={} mr_entries={} proxies={} resolving={} senders={} links={} "
+      "accept_paused={} fds={} rss_kib={}",
+      sessions_.count(), sessions_.refused(), t.pods, quotas_.accounts(), t.qps, t.objects,
+      t.regions, t.mapped_regions, t.mr_entries, forwarder_.proxies(), forwarder_.resolving(),
+      executor_.senders(), transport_ != nullptr ? transport_->LinkCount() : 0,
+      sessions_.acceptor().paused() ? 1 : 0, OpenDescriptors(), ResidentKib());
 }
 
 }  // namespace ff::router

@@ -4,6 +4,7 @@
 //   EventLoop      epoll reactor, deferred work, the stop switch
 //   PodSessions    the pods' Unix socket: identity, request decoding, answers, events
 //   Broker         answers pod requests; QPs of this node meet through it
+//   Quotas         what each pod (overlay address) may hold, and what it holds
 //   ResourceTables what each pod holds; which QP produces into which ring
 //   MrTable        each pod's published MR table
 //   Directory      where pods live (control-plane glue)
@@ -11,10 +12,13 @@
 //   Forwarder      a local QP's link to a QP on another node (initiator side)
 //   Executor       QPs on other nodes producing into local QPs (target side)
 //
-// Single-threaded: everything runs on the loop's thread; Stop() and Adopt() may be called
-// from any thread (Stop() also from a signal handler).
+// Single-threaded: everything runs on the loop's thread; Stop(), RequestStats() and Adopt()
+// may be called from any thread (Stop() and RequestStats() also from a signal handler).
 #pragma once
 
+#include <signal.h>
+
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,6 +32,7 @@
 #include "node_transport.h"
 #include "options.h"
 #include "pod_sessions.h"
+#include "quotas.h"
 #include "resources.h"
 
 namespace ff::router {
@@ -54,8 +59,18 @@ class Router final : private NodeTransport::Handler {
   // Serves until Stop(), then tells every pod that the router stops.
   void Run();
   void Stop() { loop_.Stop(); }
+  // Logs one line of what the router holds (StatsLine) from its loop; async-signal-safe.
+  void RequestStats() {
+    stats_requested_ = 1;
+    loop_.Wake();
+  }
+  // "sessions=N pods=N qps=N ... fds=N rss_kib=N": counts of what the router holds. The
+  // loop's thread only.
+  std::string StatsLine() const;
   // Serves an already-connected pod socket (a test's socketpair end). Thread-safe.
   void Adopt(UniqueFd sock);
+  // Runs `fn` on the loop's thread during its next turn. Thread-safe.
+  void Post(std::function<void()> fn) { loop_.Post(std::move(fn)); }
 
   std::string socket_path() const { return folder_.socket_path(); }
 
@@ -72,6 +87,7 @@ class Router final : private NodeTransport::Handler {
   std::unique_ptr<NodeTransport> transport_;
   HostFolder folder_;
   Directory directory_;
+  Quotas quotas_;
   ResourceTables tables_;
   // Constructed in this order: each takes references to those above it and to sessions_,
   // which is constructed last because it takes broker_ as its handler.
@@ -81,6 +97,7 @@ class Router final : private NodeTransport::Handler {
   PodSessions sessions_;
   Timer timer_;
   bool fast_tick_ = false;
+  volatile sig_atomic_t stats_requested_ = 0;
 };
 
 }  // namespace ff::router

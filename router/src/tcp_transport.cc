@@ -54,7 +54,12 @@ bool TcpTransport::Start(EventLoop& loop, Handler& handler, std::string* error) 
   socklen_t len = sizeof(bound);
   if (::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&bound), &len) == 0)
     options_.port = ntohs(bound.sin_port);
-  if (loop.Watch(listen_.get(), EPOLLIN, [this](uint32_t) { Accept(); }) == 0 ||
+  const auto accepted = [this](UniqueFd fd) {
+    NoDelay(fd.get());
+    Add(std::move(fd), false, EPOLLIN | EPOLLRDHUP);
+  };
+  if (acceptor_.Start(loop, listen_.get(), kNodeAcceptBurst, "router port " + where, accepted) !=
+          0 ||
       tick_.Start(loop, [this] { OnTick(); }) != 0) {
     *error = std::string("cannot watch the router port: ") + std::strerror(errno);
     return false;
@@ -81,15 +86,6 @@ TcpTransport::Link* TcpTransport::Add(UniqueFd fd, bool dialled, uint32_t events
   Link* raw = l.get();
   links_.emplace(id, std::move(l));
   return raw;
-}
-
-void TcpTransport::Accept() {
-  for (int burst = 0; burst < kNodeAcceptBurst; ++burst) {
-    UniqueFd fd(::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd) return;
-    NoDelay(fd.get());
-    Add(std::move(fd), false, EPOLLIN | EPOLLRDHUP);
-  }
 }
 
 LinkId TcpTransport::Dial(const cp::Endpoint& ep) {
@@ -378,6 +374,7 @@ void TcpTransport::Close(LinkId id, const std::string& why) {
   loop_->Unwatch(l.watch);
   if (l.dialled) dialled_.erase({l.endpoint.address, l.endpoint.port});
   links_.erase(it);
+  acceptor_.Resume();  // its descriptor is closed
   handler_->OnLinkDown(id, why);
 }
 
@@ -407,6 +404,7 @@ void TcpTransport::OnTick() {
     ScheduleFlush(*l);
   }
   for (auto& [id, why] : dead) Close(id, why);
+  acceptor_.Resume();
   tick_.Arm(kIdleTickNs);
 }
 

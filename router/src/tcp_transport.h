@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "acceptor.h"
 #include "node_transport.h"
 
 namespace ff::router {
@@ -34,6 +35,7 @@ class TcpTransport final : public NodeTransport {
             std::initializer_list<Bytes> parts) override;
   bool Congested(LinkId link) const override;
   void Resume(LinkId link) override;
+  size_t LinkCount() const override { return links_.size(); }
   // The peer's node name as its hello frame (or our dial) named it; "?" when unknown.
   std::string PeerName(LinkId link) const;
   // The port it listens on (the kernel's choice when Options::port was 0).
@@ -64,7 +66,6 @@ class TcpTransport final : public NodeTransport {
   Link* Find(LinkId id);
   const Link* Find(LinkId id) const;
   Link* Add(UniqueFd fd, bool dialled, uint32_t events);
-  void Accept();
   void OnEvents(LinkId id, uint32_t events);
   bool ReadAll(Link& l);        // false: the link was closed
   bool FinishConnect(Link& l);  // false: the connect failed and the link was closed
@@ -85,6 +86,7 @@ class TcpTransport final : public NodeTransport {
   EventLoop* loop_ = nullptr;
   Handler* handler_ = nullptr;
   UniqueFd listen_;
+  Acceptor acceptor_;
   Timer tick_;
   LinkId next_id_ = 1;
   std::unordered_map<LinkId, std::unique_ptr<Link>> links_;

@@ -55,11 +55,34 @@ inline constexpr uint32_t kFirstQpn = 0x100;    // QPNs below are never handed o
 inline constexpr uint32_t kQpnMask = 0xffffff;  // QPNs are 24-bit
 
 // ---- router: pod sessions ----------------------------------------------------------------
-inline constexpr int kPodListenBacklog = 128;       // pending pod connections
+inline constexpr int kPodListenBacklog = 128;  // pending pod connections
+// What one connection may hold whatever the quotas say (the device reports these).
 inline constexpr size_t kMaxQpsPerPod = 65536;      // QPs one pod connection may hold
 inline constexpr size_t kMaxObjectsPerPod = 16384;  // channels, CQs, SRQs, regions: each, per pod
 inline constexpr int kAcceptBurst = 64;             // pod connections accepted per loop turn
 inline constexpr int kPodMessageBurst = 32;         // requests read from one pod per loop turn
+
+// ---- router: per-pod quotas (router/src/quotas.h; defaults of the --max-*-per-pod flags) --
+// One pod is one overlay address: all its processes and connections share these. Sized so
+// that 256 pods at their limits fit a node: 256 x 1024 descriptors under the usual 1 Mi
+// RLIMIT_NOFILE, 256 x 64 GiB of mappings in the router's 128 TiB of address space, and
+// 256 x (32 MiB queued + 8 MiB READ data + 64 x 512 KiB proxy response rings) of memory
+// when every pod stalls at once.
+inline constexpr uint32_t kDefaultPodSessions = 32;      // processes with the device open
+inline constexpr uint32_t kDefaultPodFds = 1024;         // descriptors held for the pod
+inline constexpr uint32_t kDefaultPodQps = 512;          // QPs
+inline constexpr uint32_t kDefaultPodObjects = 4096;     // CQs + completion channels + SRQs
+inline constexpr uint32_t kDefaultPodRegions = 512;      // registered regions (memfds)
+inline constexpr uint32_t kDefaultPodMappedMiB = 65536;  // of its memory mapped by the router
+inline constexpr uint32_t kDefaultPodMrEntries = 16384;  // MR-table entries
+inline constexpr uint32_t kDefaultPodPending = 64;       // requests waiting for another node
+inline constexpr uint32_t kDefaultPodProxies = 64;       // cross-node channels (RC and UD)
+inline constexpr uint32_t kDefaultPodReadMiB = 8;        // READ/atomic data requested, in flight
+inline constexpr uint32_t kDefaultPodQueuedMiB = 32;     // queued because the pod lags
+inline constexpr uint64_t kQuotaLogIntervalNs = 10'000'000'000ull;  // one line per pod+quota
+inline constexpr int kMaxRefusedSessions = 64;  // refused clients kept until they read why
+inline constexpr uint64_t kHelloTimeoutNs = 5'000'000'000ull;  // a client says HELLO by then
+inline constexpr uint64_t kFdReserve = 256;  // descriptors the router keeps beyond pods' quotas
 
 // ---- router: forwarding and target execution --------------------------------------------
 inline constexpr size_t kForwardRoundBytes = 64 * 1024;  // per proxy per drain round (fairness)

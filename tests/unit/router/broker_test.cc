@@ -141,16 +141,7 @@ TEST_F(BrokerTest, SameNodeConnectHandsOverOneRingOfThePeer) {
   EXPECT_EQ(ntohl(link.reply.peer_ip), Ip("10.0.0.2"));
   EXPECT_EQ(link.fds.size(), static_cast<size_t>(proto::ConnectReplyFds(link.reply)));
   // What A writes into the ring it got is what B reads from its own segment.
-  RecordHeader h{};
-  h.kind = kRecSend;
-  h.flags = kRecFirst | kRecLast;
-  ASSERT_EQ(AppendRecord(link.producer, h, "ping", 4), RingStatus::kOk);
-  link.producer.Publish();
-  RingConsumer in;
-  in.Attach(qb.ring(link.reply.ring_index), qb.ring_bytes);
-  std::vector<char> payload;
-  ASSERT_TRUE(NextRecord(in, &h, &payload));
-  EXPECT_EQ(std::string(payload.begin(), payload.end()), "ping");
+  EXPECT_EQ(PassMessage(link, qb, "ping"), "ping");
   // B named A, not C: C never gets a ring of B's QP; A may connect again.
   EXPECT_EQ(c.Connect(qc, Ip("10.0.0.2"), qb.qpn).status, EINPROGRESS);
   EXPECT_EQ(a.Connect(qa, Ip("10.0.0.2"), qb.qpn).status, 0);

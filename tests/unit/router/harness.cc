@@ -6,8 +6,12 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <future>
 #include <stdexcept>
+
+#include "freeflow/target_ops.h"
 
 namespace ff::router::test {
 namespace {
@@ -40,6 +44,12 @@ class FakeControlPlane final : public cp::ControlPlane {
 }  // namespace
 
 uint32_t Ip(const char* dotted) { return *ParseIpv4(dotted); }
+
+PodLimits WithLimits(std::initializer_list<std::pair<Quota, uint32_t>> changed) {
+  PodLimits l = DefaultPodLimits();
+  for (const auto& [quota, n] : changed) l[static_cast<size_t>(quota)] = n;
+  return l;
+}
 
 void FakeIdentity::Expect(uint32_t ip, uint64_t netns) {
   std::lock_guard<std::mutex> g(mu_);
@@ -91,6 +101,8 @@ TestRouter::TestRouter(Options options) : options_(std::move(options)) {
   config.node_name = options_.node;
   config.host_ip = options_.host_ip;
   config.resolve_timeout_ms = options_.resolve_timeout_ms;
+  config.pod_limits = options_.limits;
+  config.hello_timeout_ns = options_.hello_timeout_ns;
   RouterDeps deps;
   auto identity = std::make_unique<FakeIdentity>();
   identity_ = identity.get();
@@ -114,6 +126,19 @@ TestRouter::~TestRouter() {
   std::filesystem::remove_all(dir_, ec);
 }
 
+std::string TestRouter::Stats() {
+  std::promise<std::string> line;
+  router_->Post([&] { line.set_value(router_->StatsLine()); });
+  return line.get_future().get();
+}
+
+uint64_t TestRouter::Stat(const std::string& name) {
+  const std::string line = " " + Stats();
+  const size_t at = line.find(" " + name + "=");
+  if (at == std::string::npos) throw std::runtime_error("no figure " + name + " in " + line);
+  return std::stoull(line.substr(at + name.size() + 2));
+}
+
 UniqueFd TestRouter::Connect(uint32_t ip, uint64_t netns) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
@@ -123,7 +148,10 @@ UniqueFd TestRouter::Connect(uint32_t ip, uint64_t netns) {
   return UniqueFd(sv[0]);
 }
 
-RawPod::RawPod(TestRouter& router, uint32_t ip, uint64_t netns) : sock_(router.Connect(ip, netns)) {
+RawPod::RawPod(TestRouter& router, uint32_t ip, uint64_t netns)
+    : RawPod(router.Connect(ip, netns)) {}
+
+RawPod::RawPod(UniqueFd sock) : sock_(std::move(sock)) {
   timeval tv{3, 0};
   ::setsockopt(sock_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
@@ -151,9 +179,17 @@ void RawPod::SendRaw(const void* msg, size_t len, const std::vector<int>& fds) {
 
 proto::Response RawPod::CallRaw(const void* msg, size_t len, const std::vector<int>& fds,
                                 std::vector<UniqueFd>* got) {
+  if (SendWithFds(sock_.get(), msg, len, fds.data(), static_cast<int>(fds.size())) != 0) {
+    proto::Response r{};
+    r.status = -1;  // no answer
+    return r;
+  }
+  return Receive(got);
+}
+
+proto::Response RawPod::Receive(std::vector<UniqueFd>* got) {
   proto::Response r{};
   r.status = -1;  // no answer
-  if (SendWithFds(sock_.get(), msg, len, fds.data(), static_cast<int>(fds.size())) != 0) return r;
   UniqueFd in[proto::kMaxFds];
   int nfds = 0;
   size_t n = 0;
@@ -249,6 +285,7 @@ RawQp RawPod::CreateQp(uint32_t type, uint32_t num_rings, uint32_t ring_bytes, u
   m.recv_cq_id = cq;
   m.send_cq_id = cq;
   const proto::Response r = Call(m, {qp.seg_fd.get()});
+  qp.status = r.status;
   if (r.status == 0) qp.qpn = r.u.create_qp.qpn;
   return qp;
 }
@@ -310,6 +347,52 @@ uint32_t RawPod::RegisterLocal(uint64_t addr, size_t bytes, uint32_t access) {
   m.region_id = proto::kNoRegion;
   const proto::Response r = Call(m);
   return r.status == 0 ? r.u.reg_mr.key : 0;
+}
+
+bool TryPostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyRequest& req,
+                    const void* data, uint32_t len, std::chrono::milliseconds wait) {
+  RecordHeader h{};
+  h.kind = kind;
+  h.flags = flags;
+  h.msg_len = req.length;
+  const auto fill = [&](char* dst) { std::memcpy(dst, data, len); };
+  if (!WaitFor([&] { return AppendRequest(link.producer, h, req, len, fill) == RingStatus::kOk; },
+               wait))
+    return false;
+  link.producer.Publish();
+  WakeIfArmed(&link.seg.as<QpSegmentHeader>()->doorbell, link.fds[1].get());
+  return true;
+}
+
+void PostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyRequest& req,
+                 const void* data, uint32_t len) {
+  if (!TryPostRequest(link, kind, flags, req, data, len, std::chrono::milliseconds(3000)))
+    throw std::runtime_error("the router takes nothing from the proxy request ring");
+}
+
+std::optional<ProxyResponse> NextAnswer(RawLink& link, std::vector<char>* data,
+                                        std::chrono::milliseconds timeout) {
+  RecordHeader h;
+  std::vector<char> payload;
+  ResponseView v{};
+  if (!NextRecord(link.responses, &h, &payload, timeout) || !DecodeResponse(h, payload.data(), &v))
+    return std::nullopt;
+  if (data != nullptr) data->assign(v.data, v.data + v.data_len);
+  return v.resp;
+}
+
+std::string PassMessage(RawLink& link, const RawQp& to, const std::string& text) {
+  RecordHeader h{};
+  h.kind = kRecSend;
+  h.flags = kRecFirst | kRecLast;
+  const auto len = static_cast<uint32_t>(text.size());
+  if (AppendRecord(link.producer, h, text.data(), len) != RingStatus::kOk) return "";
+  link.producer.Publish();
+  RingConsumer in;
+  in.Attach(to.ring(link.reply.ring_index), to.ring_bytes);
+  std::vector<char> got;
+  if (!NextRecord(in, &h, &got)) return "";
+  return std::string(got.begin(), got.end());
 }
 
 bool NextRecord(RingConsumer& ring, RecordHeader* h, std::vector<char>* payload,

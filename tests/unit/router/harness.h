@@ -31,6 +31,9 @@ namespace ff::router::test {
 
 uint32_t Ip(const char* dotted);  // host byte order
 
+// The default per-pod limits with some changed (in flag units: MiB for byte quotas).
+PodLimits WithLimits(std::initializer_list<std::pair<Quota, uint32_t>> changed);
+
 // Hands out the overlay address (and network namespace) of each adopted connection, in
 // adoption order.
 class FakeIdentity final : public IdentityResolver {
@@ -65,6 +68,8 @@ class TestRouter {
     LoopbackNetwork* network = nullptr;  // nullptr: this node only
     FakeCluster* cluster = nullptr;
     uint32_t resolve_timeout_ms = 300;
+    PodLimits limits = DefaultPodLimits();
+    uint64_t hello_timeout_ns = kHelloTimeoutNs;
   };
   explicit TestRouter(Options options);
   ~TestRouter();
@@ -73,6 +78,10 @@ class TestRouter {
   UniqueFd Connect(uint32_t ip, uint64_t netns = 0);
   cp::Endpoint endpoint() const { return {options_.node, options_.host_ip, 7471}; }
   const std::string& dir() const { return dir_; }
+  // Router::StatsLine, taken on the router's thread.
+  std::string Stats();
+  // One figure of Stats() ("qps", "fds", ...).
+  uint64_t Stat(const std::string& name);
 
  private:
   Options options_;
@@ -84,6 +93,7 @@ class TestRouter {
 
 // A QP whose segment the test owns, as the library would create it.
 struct RawQp {
+  int status = -1;  // the router's answer to CreateQp
   uint32_t qpn = 0;
   UniqueFd seg_fd;
   Mapping seg;
@@ -108,6 +118,7 @@ struct RawLink {
 class RawPod {
  public:
   RawPod(TestRouter& router, uint32_t ip, uint64_t netns = 0);
+  explicit RawPod(UniqueFd sock);  // a client socket connected some other way
   // HELLO with a fresh notify segment, event socket and wake socket. hello() holds the
   // answer (on a refusal, the reason in its `node`).
   int Hello(uint32_t abi = kAbiVersion);
@@ -120,6 +131,8 @@ class RawPod {
   }
   proto::Response CallRaw(const void* msg, size_t len, const std::vector<int>& fds,
                           std::vector<UniqueFd>* got);
+  // The next answer the router sends (status -1 when none came within 3 s).
+  proto::Response Receive(std::vector<UniqueFd>* got = nullptr);
   // Sends bytes without waiting for an answer.
   void SendRaw(const void* msg, size_t len, const std::vector<int>& fds = {});
   // True when the router closed this pod's socket within `timeout_ms`.
@@ -178,6 +191,18 @@ class RawPod {
   std::optional<SetupEvent> ReadEvent(int timeout_ms);
 };
 
+// Writes one request into a proxy link's request ring and rings the doorbell when the
+// router armed it, as the library does. false when the ring had no room within `wait`.
+bool TryPostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyRequest& req,
+                    const void* data, uint32_t len, std::chrono::milliseconds wait);
+// The same, waiting up to 3 s for room (and throwing when there is none).
+void PostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyRequest& req,
+                 const void* data = nullptr, uint32_t len = 0);
+// The router's next answer on a proxy link, its data in *data; nullopt when none came.
+std::optional<ProxyResponse> NextAnswer(
+    RawLink& link, std::vector<char>* data = nullptr,
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
+
 // Polls `pred` until it holds or `timeout` passes.
 template <typename Pred>
 bool WaitFor(Pred pred, std::chrono::milliseconds timeout = std::chrono::milliseconds(3000)) {
@@ -188,6 +213,10 @@ bool WaitFor(Pred pred, std::chrono::milliseconds timeout = std::chrono::millise
   }
   return true;
 }
+
+// Writes a one-record SEND of `text` through a same-node link and returns what QP `to` (the
+// link's peer) finds in the ring it was given ("" when nothing came).
+std::string PassMessage(RawLink& link, const RawQp& to, const std::string& text);
 
 // The next record of `ring`, waiting for it; false when none came.
 bool NextRecord(RingConsumer& ring, RecordHeader* h, std::vector<char>* payload,
