@@ -258,7 +258,8 @@ const Mapping* Executor::MapRegion(Pod& owner, uint32_t id, uint32_t need) {
   const bool fresh = it->second.map.get() == nullptr;
   if (fresh && quotas_.Take(owner.id, {{Quota::kMappedBytes, size}}) != 0) return nullptr;
   if (owner.MappedRegion(id, need) == nullptr) {
-    if (fresh && it->second.map.get() == nullptr) quotas_.Give(owner.id, {{Quota::kMappedBytes, size}});
+    if (fresh && it->second.map.get() == nullptr)
+      quotas_.Give(owner.id, {{Quota::kMappedBytes, size}});
     return nullptr;
   }
   return &it->second.map;

@@ -50,7 +50,7 @@ struct TwoNodes {
 // An initiator pod on node A and a target pod on node B with one RC QP each.
 struct Pair {
   Pair(TwoNodes& n, const char* from_ip, const char* to_ip)
-      : from(n.a, Ip(from_ip)), to(n.b, Ip(to_ip)), target_ip(Ip(to_ip)) {}
+      : from(n.a, Ip(from_ip)), to(n.b, Ip(to_ip)), target_ip(Ip(to_ip)), from_ip_(Ip(from_ip)) {}
 
   // HELLO on both sides, `exposed` bytes of the target's memory registered at kAddr for
   // every access (filled with a pattern), the QPs (the target's open to every access) and
@@ -66,12 +66,15 @@ struct Pair {
     qb = to.CreateQp(IBV_QPT_RC, target_rings, ring_bytes);
     if (qa.status != 0 || qb.status != 0) return -1;
     qb.hdr()->qp_access.store(kAll);
+    const int named = to.Name(qb, from_ip_, qa.qpn);  // the target consents first
+    if (named != EINPROGRESS) return named;
     link = from.Connect(qa, target_ip, qb.qpn);
     return link.status;
   }
 
   RawPod from, to;
   uint32_t target_ip;
+  uint32_t from_ip_;
   RawQp qa, qb;
   RawLink link;
   Mapping memory;  // the target's exposed memory
@@ -172,6 +175,8 @@ TEST(CrossNodeQuotaTest, CrossNodeChannelsAreBounded) {
     mine.push_back(from.CreateQp(IBV_QPT_RC));
     theirs.push_back(to.CreateQp(IBV_QPT_RC));
   }
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(to.Name(theirs[i], Ip("10.1.0.1"), mine[i].qpn), EINPROGRESS);
   EXPECT_EQ(from.Connect(mine[0], Ip("10.2.0.1"), theirs[0].qpn).status, 0);
   EXPECT_EQ(from.Connect(mine[1], Ip("10.2.0.1"), theirs[1].qpn).status, 0);
   EXPECT_EQ(from.Connect(mine[2], Ip("10.2.0.1"), theirs[2].qpn).status, ENOSPC);

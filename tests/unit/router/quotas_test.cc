@@ -38,7 +38,9 @@ void ExpectServed(TestRouter& router, const char* a_ip, const char* b_ip) {
   ASSERT_EQ(qa.status, 0);
   ASSERT_EQ(qb.status, 0);
   Mapping memory;
-  ASSERT_NE(b.Register(1, 4096, IBV_ACCESS_LOCAL_WRITE, 0x1000, &memory), 0u);
+  ASSERT_NE(b.Register(1, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 0x1000, &memory),
+            0u);
+  ASSERT_EQ(b.Name(qb, Ip(a_ip), qa.qpn), EINPROGRESS);
   RawLink link = a.Connect(qa, Ip(b_ip), qb.qpn);
   ASSERT_EQ(link.status, 0);
   EXPECT_EQ(PassMessage(link, qb, "still served"), "still served");
@@ -53,7 +55,8 @@ int CreateCq(RawPod& pod, uint32_t id) {
 }
 
 int CreateChannel(RawPod& pod, uint32_t id) {
-  UniqueFd fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  UniqueFd rx, fd;
+  if (CreateWakePair(&rx, &fd, true) != 0) return -1;
   proto::CreateChannel m{};
   m.id = id;
   return pod.Call(m, {fd.get()}).status;
@@ -67,7 +70,7 @@ int RegisterRegion(RawPod& pod, uint32_t region, size_t bytes) {
   m.addr = 0x100000ull * region;
   m.length = bytes;
   m.region_size = bytes;
-  m.access = IBV_ACCESS_LOCAL_WRITE;
+  m.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
   m.region_id = region;
   m.new_region = 1;
   return pod.Call(m, {fd.get()}).status;
@@ -195,8 +198,10 @@ TEST(PodQuotaTest, RegionsAndRegistrationsAreBounded) {
   EXPECT_EQ(RegisterRegion(pod, 2, 8192), 0);
   EXPECT_EQ(RegisterRegion(pod, 3, 8192), ENOSPC);
   // A registration inside region 1: no new region, one more entry.
-  const proto::RegMr m{
-      .addr = 0x100000, .length = 4096, .access = IBV_ACCESS_LOCAL_WRITE, .region_id = 1};
+  const proto::RegMr m{.addr = 0x100000,
+                       .length = 4096,
+                       .access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+                       .region_id = 1};
   const proto::Response third = pod.Call(m);
   ASSERT_EQ(third.status, 0);
   EXPECT_EQ(pod.Call(m).status, ENOSPC);
