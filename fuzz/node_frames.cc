@@ -19,6 +19,7 @@
 // cut and both pods leave, and the target waits until node-a released them.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -213,6 +214,19 @@ void SetUpInitiator(RawPod& pod, Rig& rig, PeerNode& peer, std::vector<Mapping>*
   rig.Pump([&] { return !peer.chans.empty(); }, 2000);
 }
 
+// A blocking connect; libFuzzer's timeout alarm may interrupt it, and it then goes on alone.
+bool Connected(int fd, const sockaddr_in& to) {
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) == 0) return true;
+  if (errno != EINTR) return false;
+  pollfd p{fd, POLLOUT, 0};
+  int err = 0;
+  socklen_t len = sizeof(err);
+  while (::poll(&p, 1, 5000) < 0 && errno == EINTR) {
+  }
+  return ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0 &&
+         (p.revents & POLLOUT) != 0;
+}
+
 // Writes the stream to a fresh connection to the TCP end and runs it until the link is down.
 void Stream(Rig& rig, const uint8_t* data, size_t size) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -225,7 +239,7 @@ void Stream(Rig& rig, const uint8_t* data, size_t size) {
   a.sin_port = htons(rig.tcp->port());
   a.sin_addr.s_addr = htonl(0x7f000001);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&self), sizeof(self)) != 0 ||
-      ::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0)
+      !Connected(fd.get(), a))
     __builtin_trap();  // the harness itself failed
   rig.front.down = false;
   size_t off = 0;
