@@ -4,8 +4,10 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 300
 
-.PHONY: all deps build test unit integration soak demo bench clean format
+.PHONY: all deps build test unit integration soak demo bench fuzz clean format
 
 all: build
 
@@ -38,8 +40,12 @@ bench: build
 	@bench/run.sh $(BUILD_DIR)
 	@bench/multinode.sh $(BUILD_DIR)
 
+# Every fuzz target for FUZZ_SECONDS each, in its own clang build (fuzz/README.md).
+fuzz: deps
+	@fuzz/run.sh -b $(FUZZ_DIR) -t $(FUZZ_SECONDS) -j $(JOBS)
+
 format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	@rm -rf $(BUILD_DIR)
+	@rm -rf $(BUILD_DIR) $(FUZZ_DIR)

@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   # toolchain (clang-tidy and python3 check the size limits in tests/style)
   build-essential cmake pkg-config git clang-tidy python3
+  # fuzz targets (fuzz/): clang, and libclang-rt-14-dev for -fsanitize=fuzzer (libFuzzer)
+  clang libclang-rt-14-dev
   # libraries
   libibverbs-dev librdmacm-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc

@@ -89,7 +89,7 @@ bool ParseStaticFile(std::string_view text, Mapping* mapping, std::string* error
   json doc;
   try {
     doc = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a huge number
     return Fail(error, fmt::format("not valid JSON: {}", e.what()));
   }
   if (!doc.is_object()) return Fail(error, "top level: expected a JSON object with \"nodes\"");

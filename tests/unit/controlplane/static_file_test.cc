@@ -122,5 +122,18 @@ TEST(StaticFileTest, SyntaxErrorsSaySo) {
   EXPECT_EQ(error.rfind("not valid JSON: ", 0), 0u) << error;
 }
 
+// Found by fuzz/controlplane_file: a number too large for a double is not a syntax error to
+// the JSON library (it throws out_of_range), and it used to escape the parser and end the
+// router that read the file.
+TEST(StaticFileTest, NumbersTooLargeAreRefusedNotThrown) {
+  for (const char* text : {"4E263864", R"({"nodes": [], "x": -1e999})",
+                           R"({"nodes": [{"name": "n", "address": "1.2.3.4", "port": 1e400}]})"}) {
+    Mapping m;
+    std::string error;
+    EXPECT_FALSE(ParseStaticFile(text, &m, &error)) << text;
+    EXPECT_EQ(error.rfind("not valid JSON: ", 0), 0u) << error;
+  }
+}
+
 }  // namespace
 }  // namespace ff::cp

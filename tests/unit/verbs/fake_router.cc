@@ -321,6 +321,12 @@ int FakeRouter::Handle(ff::proto::Op op, const char* buf, ff::UniqueFd* fds, int
     case Op::kCreateSrq:
     case Op::kCreateQp:
       return OnCreate(op, buf, fds, r);
+    case Op::kDestroyQp: {  // forget the segment, as the router does (long runs create many)
+      const uint32_t qpn = As<DestroyQp>(buf).id;
+      qps_.erase(qpn);
+      answers_.erase(qpn);
+      return 0;
+    }
     case Op::kConnectQp:
     case Op::kResolveUd:
       return OnConnect(As<ConnectQp>(buf), r, out);

@@ -1,0 +1,12 @@
+// MakeEtcdControlPlane for builds without gRPC (FREEFLOW_ETCD=OFF, e.g. the fuzz build): an
+// etcd spec is then refused with "this build has no etcd support".
+#include "implementations.h"
+
+namespace ff::cp {
+
+std::unique_ptr<ControlPlane> MakeEtcdControlPlane(std::vector<std::string>, const Endpoint&,
+                                                   const Options&) {
+  return nullptr;
+}
+
+}  // namespace ff::cp

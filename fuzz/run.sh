@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets in their own clang build and runs each for a bounded time.
+#
+#   fuzz/run.sh [-b BUILD_DIR] [-t SECONDS] [-j JOBS] [-p PARALLEL] [TARGET...]
+#
+# BUILD_DIR (default build-fuzz) is configured with clang and FREEFLOW_FUZZ=ON when it has no
+# cache yet. Each target runs SECONDS (default 300) on its corpus, BUILD_DIR/corpus/TARGET,
+# seeded from fuzz/corpus/TARGET; PARALLEL targets run at a time (default 1). Crash inputs
+# and logs go to BUILD_DIR/findings/TARGET. Exits non-zero when any target found a crash,
+# a leak, a timeout or a sanitizer report, or did not run.
+set -euo pipefail
+
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=build-fuzz
+seconds=300
+jobs=2
+parallel=1
+while getopts "b:t:j:p:" opt; do
+  case $opt in
+    b) build=$OPTARG ;;
+    t) seconds=$OPTARG ;;
+    j) jobs=$OPTARG ;;
+    p) parallel=$OPTARG ;;
+    *) echo "usage: $0 [-b BUILD_DIR] [-t SECONDS] [-j JOBS] [-p PARALLEL] [TARGET...]" >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+targets=("$@")
+# Heavy targets (a router thread each) alternate with light ones when run two at a time.
+((${#targets[@]})) || targets=(pod_messages controlplane_file node_frames ring_records)
+
+mkdir -p "$build"
+build=$(cd "$build" && pwd)
+if [[ ! -f $build/CMakeCache.txt ]]; then
+  launcher=()
+  if command -v ccache >/dev/null; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  fi
+  # -O1 and line tables only: libFuzzer's usual choice, and a build CI can afford.
+  cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Fuzz -DFREEFLOW_FUZZ=ON \
+    -DCMAKE_CXX_FLAGS_FUZZ="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_FUZZ="-O1 -gline-tables-only" \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang "${launcher[@]}" >/dev/null
+fi
+cmake --build "$build" -j "$jobs" --target "${targets[@]/#/fuzz_}" >/dev/null
+
+# Longest input each target reads (bytes) and the slowest one run it may take (s).
+declare -A max_len=([pod_messages]=4096 [node_frames]=16384 [ring_records]=8192
+                    [controlplane_file]=4096)
+# The library logs every corrupt ring it meets to stderr: ring_records runs with the target's
+# stderr closed (libFuzzer and the sanitizers keep reporting on their own copy of it).
+declare -A quiet=([ring_records]=-close_fd_mask=2)
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$src/fuzz/ubsan.supp
+
+run_one() {
+  local t=$1
+  local corpus=$build/corpus/$t findings=$build/findings/$t
+  mkdir -p "$corpus" "$findings"
+  [[ -d $src/fuzz/corpus/$t ]] && cp -n "$src/fuzz/corpus/$t"/* "$corpus"/ 2>/dev/null || true
+  local log=$findings/run.log
+  local rc=0
+  (cd "$findings" && "$build/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=20 \
+     -rss_limit_mb=4096 -max_len="${max_len[$t]:-4096}" -print_final_stats=1 ${quiet[$t]:-} \
+     -artifact_prefix="$findings/" "$corpus") >"$log" 2>&1 || rc=$?
+  local runs
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  if ((rc != 0)) || [[ -z $runs ]]; then
+    echo "fuzz $t: FAILED (exit $rc) after ${runs:-?} runs; see $log" >&2
+    grep -E "^==[0-9]+==ERROR|SUMMARY|^artifact_prefix|Test unit written" "$log" >&2 || true
+    return 1
+  fi
+  echo "fuzz $t: ${runs} runs in ${seconds} s, no crash (corpus $(ls "$corpus" | wc -l) inputs)"
+}
+
+failed=0
+pids=()
+for t in "${targets[@]}"; do
+  run_one "$t" &
+  pids+=($!)
+  if ((${#pids[@]} >= parallel)); then
+    wait "${pids[0]}" || failed=1
+    pids=("${pids[@]:1}")
+  fi
+done
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+if ((failed)); then
+  echo "fuzz: FAILED" >&2
+  exit 1
+fi
+echo "fuzz: ${#targets[@]} passed, 0 failed"

@@ -1,0 +1,25 @@
+// Waiting for the router's thread without sleeping a millisecond per look (WaitFor in the
+// router harness sleeps that long, which would cap a fuzz target near 1,000 runs a second).
+#pragma once
+
+#include <chrono>
+#include <thread>
+
+namespace fuzz {
+
+// Polls `done` until it holds (true) or `limit` passes (false): yields first, then naps.
+template <typename Pred>
+bool Settle(Pred done, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  for (int tries = 0; !done(); ++tries) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    if (tries < 200) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  return true;
+}
+
+}  // namespace fuzz
