@@ -1,0 +1,159 @@
+// A "raw pod": a client that speaks the router's pod protocol itself (core protocol.h) over a
+// connected SOCK_SEQPACKET socket, and the shared memory the router hands it, without the
+// library — what a hostile pod does. The router unit tests drive in-process routers with it
+// (over socketpairs, tests/unit/router/harness.h); the adversary suite drives real ffrouter
+// processes with it (over their Unix sockets, tests/adversary).
+#pragma once
+
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "freeflow/codec.h"
+#include "freeflow/fd.h"
+#include "freeflow/protocol.h"
+#include "freeflow/ring.h"
+
+namespace ff::test {
+
+// A QP whose segment the test owns, as the library would create it.
+struct RawQp {
+  uint32_t qpn = 0;  // 0 when the router refused the QP
+  int status = -1;   // the router's answer to CreateQp
+  UniqueFd seg_fd;
+  Mapping seg;
+  uint32_t num_rings = 0;
+  uint32_t ring_bytes = 0;
+  QpSegmentHeader* hdr() const { return seg.as<QpSegmentHeader>(); }
+  RingHeader* ring(uint32_t i) const { return QpRing(seg.get(), i, ring_bytes); }
+};
+
+// What a ConnectQp answer gave: the peer's segments (same node) or a proxy (another node).
+struct RawLink {
+  int status = 0;
+  proto::ConnectReply reply{};
+  std::vector<UniqueFd> fds;
+  Mapping seg;             // the peer QP's segment, or the proxy segment
+  RingProducer producer;   // where this QP's requests or messages go
+  RingConsumer responses;  // proxies: the router's answers
+};
+
+// Connects to the router socket at `path`; an invalid fd when nobody listens there.
+UniqueFd ConnectToRouter(const std::string& path);
+
+// A memfd of `bytes` that can still shrink (no seals): what a hostile pod hands over.
+UniqueFd UnsealedSegment(size_t bytes);
+
+// A pod that speaks the router protocol itself over `sock`.
+class RawPod {
+ public:
+  // `sock`: a connected SOCK_SEQPACKET socket to the router. Answers are awaited 3 s at most.
+  explicit RawPod(UniqueFd sock);
+  // HELLO with a fresh notify segment, event socket and wake socket. hello() holds the
+  // answer (on a refusal, the reason in its `node`).
+  int Hello(uint32_t abi = kAbiVersion);
+  // HELLO with the notify segment and wake descriptor the caller chose (a hostile pod may
+  // hand over anything); this pod keeps them.
+  int HelloWith(UniqueFd notify, UniqueFd wake_tx, uint32_t abi = kAbiVersion);
+  // Sends `m` (its op from its type unless `op` is given) and waits for the answer.
+  template <typename M>
+  proto::Response Call(M m, std::vector<int> fds = {}, std::vector<UniqueFd>* got = nullptr,
+                       proto::Op op = proto::OpOf<M>) {
+    m.h.op = op;
+    return CallRaw(&m, sizeof(m), fds, got);
+  }
+  proto::Response CallRaw(const void* msg, size_t len, const std::vector<int>& fds,
+                          std::vector<UniqueFd>* got);
+  // Sends bytes without waiting for an answer.
+  void SendRaw(const void* msg, size_t len, const std::vector<int>& fds = {});
+  // True when the router closed this pod's socket within `timeout_ms`.
+  bool Disconnected(int timeout_ms = 2000);
+  // The next event the router sent, within `timeout_ms`.
+  std::optional<proto::Event> NextEvent(int timeout_ms = 2000);
+
+  // A CQ; with a completion channel when `chan_id` names one (its event word: `slot`).
+  // Returns `cq_id`, or 0 when the router refused it.
+  uint32_t CreateCq(uint32_t cq_id, uint32_t slot = proto::kNoId, uint32_t chan_id = proto::kNoId);
+  // A QP of `type` on CQ `cq` (0: CQ 1, created on first use).
+  RawQp CreateQp(uint32_t type, uint32_t num_rings = 1, uint32_t ring_bytes = kRcRingBytes,
+                 uint32_t cq = 0);
+  // The same with the segment memfd the caller chose (at least QpSegmentBytes, mappable);
+  // its header is written here. qpn stays 0 when the router refused it.
+  RawQp CreateQpWith(UniqueFd seg_fd, uint32_t type, uint32_t num_rings, uint32_t ring_bytes,
+                     uint32_t cq = 0);
+  // This pod's notify word `slot` (CQ events, the wake word), as the router sees it.
+  NotifySlot* Slot(uint32_t slot);
+  RawLink Connect(const RawQp& qp, uint32_t dest_ip, uint32_t dest_qpn, bool ud = false);
+  // RC/UC `qp` names its peer (moves to RTR) before that peer connects to it: the connect
+  // status, EINPROGRESS as long as the peer has not named `qp` in turn.
+  int Name(const RawQp& qp, uint32_t peer_ip, uint32_t peer_qpn) {
+    return Connect(qp, peer_ip, peer_qpn).status;
+  }
+  // Registers `bytes` of a fresh region memfd with `access` (which must grant some remote
+  // access), sealed read-only as the library does when it grants reads only; returns the key
+  // (0 on failure).
+  uint32_t Register(uint32_t region_id, size_t bytes, uint32_t access, uint64_t addr,
+                    Mapping* memory);
+  // Registers `bytes` of region memfd `fd` (which the pod chose, sealed or not) as new
+  // region `region_id`: the answer's status; the key in *key.
+  int RegisterWith(UniqueFd fd, uint32_t region_id, size_t bytes, uint32_t access, uint64_t addr,
+                   uint32_t* key);
+  // Registers memory without remote access (no region); returns the key (0 on failure).
+  uint32_t RegisterLocal(uint64_t addr, size_t bytes, uint32_t access);
+  // The receiving end of this pod's wake socket, and its sending end (the router holds it
+  // too; the pod keeps a copy, as a hostile one would).
+  int wake_fd() const { return wake_fd_.get(); }
+  int wake_tx() const { return wake_tx_.get(); }
+  int notify_fd() const { return notify_fd_.get(); }
+
+  const proto::HelloReply& hello() const { return hello_; }
+  int mr_table_fd() const { return mr_table_.get(); }
+
+ private:
+  UniqueFd sock_;
+  UniqueFd events_;
+  UniqueFd notify_fd_;
+  UniqueFd wake_fd_;
+  UniqueFd wake_tx_;
+  UniqueFd mr_table_;
+  Mapping notify_;
+  proto::HelloReply hello_{};
+  std::vector<uint32_t> cqs_;
+};
+
+// Polls `pred` until it holds or `timeout` passes.
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds timeout = std::chrono::milliseconds(3000)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// The next record of `ring`, waiting for it; false when none came.
+bool NextRecord(RingConsumer& ring, RecordHeader* h, std::vector<char>* payload,
+                std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
+
+// ---- a proxy link (a peer on another node), as the library drives it -----------------
+// Writes one request into the proxy's request ring, publishes it and rings the doorbell
+// when the router armed it.
+RingStatus PostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyRequest& req,
+                       const void* data = nullptr, uint32_t len = 0);
+// One whole SEND of `text`, as work request `seq`.
+RingStatus PostSend(RawLink& link, uint32_t seq, const std::string& text, uint8_t rnr_retry = 7);
+// The router's next answer on the proxy (its data in *data); nothing when none came in time
+// or it was malformed.
+std::optional<ProxyResponse> NextAnswer(
+    RawLink& link, std::vector<char>* data = nullptr,
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
+
+}  // namespace ff::test

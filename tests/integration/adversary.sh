@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Integration: the adversary suite (docs/security.md). Two nodes with a router each. On node 0
+# a victim pod that uses the real library, an attacker pod that skips it and speaks the
+# router's protocol itself, and two pods whose ibv_rc_pingpong pairs (one on node 0, one
+# across nodes) run one after the other for the whole suite. On node 1 the attacker's helper
+# for the attacks that cross nodes. Each attack (tests/adversary) must print DEFENDED and exit
+# 0; while it holds, a fresh pod must open its device within 1 s and a ping-pong pair of each
+# kind must complete; another must complete after it; both routers must stay alive; and at
+# the end no byte of the victim's secrets may have changed.
+#   adversary.sh [ATTACK...]   the attacks named (default: all of ATTACKS)
+# FF_ADVERSARY and FF_VICTIM name the programs (default: in $FF_BUILD/tests/adversary);
+# ADV_ABI, when set, is the ABI the attacks announce (to aim them at an older router).
+set -uo pipefail
+source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+ADV=${FF_ADVERSARY:-$FF_BUILD/tests/adversary/ffadversary}
+VICTIM=${FF_VICTIM:-$FF_BUILD/tests/adversary/ffadversary_victim}
+
+# The attacks, one per finding of issue 9: "finding command helper", where helper is the
+# command the attack runs in a pod of the other node ("-": none). A new attack is one line
+# here and one command in tests/adversary/main.cc.
+ATTACKS=(
+  "1 attach -"
+  "2 wake peer"
+  "3 shrink peer"
+  "4 ring peer"
+  "5 mr-table -"
+)
+
+# Pods of node 0: the victim, the attacker, the ping-pong server (also the probe's pod), the
+# ping-pong client. Pods of node 1: the attacker's helper, the cross-node ping-pong client.
+VICTIM_POD=0 ATTACKER_POD=1 PP_SERVER=2 PP_CLIENT=3 HELPER_POD=0 PP_REMOTE=1
+failures=0
+check() {  # check NAME STATUS
+  if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi
+}
+cleanup() {
+  [[ -n "${RV:-}" ]] && touch "$RV/stop"
+  [[ -n "${LOOPS[*]:-}" ]] && for p in "${LOOPS[@]}"; do wait_pid "$p" 30 >/dev/null; done
+  multinode_down
+}
+trap cleanup EXIT
+
+# raw_bg NODE POD CMD...: CMD in a pod without the library (a hostile pod skips it), pointed
+# at its node's router as the library would be; its PID in FF_LAST_PID.
+raw_bg() {
+  local n=$1 i=$2
+  shift 2
+  ip netns exec "$(mn_pod_ns "$n" "$i")" env FREEFLOW_DIR="$(mn_dir "$n")" FFR_NAME=ffrouter "$@" &
+  FF_LAST_PID=$!
+  FF_PIDS+=("$FF_LAST_PID")
+}
+
+# pingpong_loop TAG SERVER_NODE SERVER_POD CLIENT_NODE CLIENT_POD PORT "OPTIONS": ibv_rc_pingpong
+# pairs one after the other until $RV/stop exists; each pair's exit statuses ("client server")
+# go to a line of $RV/pp-TAG.
+pingpong_loop() {
+  local tag=$1 sn=$2 sp=$3 cn=$4 cp=$5 port=$6 k i c s spid
+  local -a opts
+  read -r -a opts <<<"$7"
+  for ((k = 0; k < 400; k++)); do
+    [[ -e $RV/stop ]] && break
+    mn_pod_run "$sn" "$sp" timeout 20 ibv_rc_pingpong -g 1 -p "$port" "${opts[@]}" \
+      >>"$RV/pp-$tag.log" 2>&1 &
+    spid=$!
+    for ((i = 0; i < 100; i++)); do
+      ip netns exec "$(mn_pod_ns "$sn" "$sp")" ss -ltn 2>/dev/null | grep -q ":$port " && break
+      sleep 0.02
+    done
+    mn_pod_run "$cn" "$cp" timeout 20 ibv_rc_pingpong -g 1 -p "$port" "${opts[@]}" \
+      "$(mn_pod_ip "$sn" "$sp")" >>"$RV/pp-$tag.log" 2>&1
+    c=$?
+    wait "$spid"
+    s=$?
+    echo "$c $s" >>"$RV/pp-$tag"
+  done
+}
+pairs_done() { [[ -f $RV/pp-$1 ]] && wc -l <"$RV/pp-$1" || echo 0; }
+pairs_failed() { [[ -f $RV/pp-$1 ]] && awk '$0 != "0 0" {n++} END {print n + 0}' "$RV/pp-$1" || echo 0; }
+# wait_pairs TAG COUNT: waits (bounded: two ping-pong timeouts) until COUNT pairs completed.
+wait_pairs() {
+  local i
+  for ((i = 0; i < 900; i++)); do
+    (($(pairs_done "$1") >= $2)) && return 0
+    sleep 0.05
+  done
+  return 1
+}
+# more_pairs N: waits until both loops completed N more pairs than now (so that at least
+# N - 1 of them ran from start to end after this call).
+more_pairs() {
+  local s x
+  s=$(($(pairs_done same) + $1)) x=$(($(pairs_done cross) + $1))
+  wait_pairs same "$s" && wait_pairs cross "$x"
+}
+routers_alive() { kill -0 "${FF_NODE_ROUTER[0]}" 2>/dev/null && kill -0 "${FF_NODE_ROUTER[1]}" 2>/dev/null; }
+
+# run_attack FINDING COMMAND HELPER
+run_attack() {
+  local finding=$1 name=$2 helper=$3 meet="$RV/$2" hpid="" apid i a h=0 probe held after
+  local failed_before
+  failed_before=$(($(pairs_failed same) + $(pairs_failed cross)))
+  mkdir -p "$meet"
+  if [[ $helper != - ]]; then
+    raw_bg 1 "$HELPER_POD" "$ADV" "$helper" "$RV" "$name" >"$meet.helper.log" 2>&1
+    hpid=$FF_LAST_PID
+  fi
+  raw_bg 0 "$ATTACKER_POD" "$ADV" "$name" "$RV" >"$meet.log" 2>&1
+  apid=$FF_LAST_PID
+  for ((i = 0; i < 600; i++)); do
+    [[ -e $meet/holding ]] || ! kill -0 "$apid" 2>/dev/null && break
+    sleep 0.05
+  done
+  # The attack is in place: a fresh pod of the node opens its device, and traffic flows.
+  raw_bg 0 "$PP_SERVER" timeout 5 "$ADV" hello "$RV" >"$meet.probe.log" 2>&1
+  wait_pid "$FF_LAST_PID" 10
+  probe=$?
+  more_pairs 2
+  held=$?
+  touch "$meet/release"
+  wait_pid "$apid" 30
+  a=$?
+  if [[ -n $hpid ]]; then
+    wait_pid "$hpid" 30
+    h=$?
+  fi
+  more_pairs 1
+  after=$?
+  sed 's/^/    /' "$meet.log"
+  [[ $h -ne 0 ]] && { echo "    helper (exit $h):"; sed 's/^/      /' "$meet.helper.log"; }
+  grep -q "^DEFENDED $finding " "$meet.log" && ! grep -q "^BREACHED" "$meet.log"
+  local verdict=$?
+  check "finding $finding ($name): the attack failed (exit $a)" $((a != 0 || h != 0 || verdict != 0))
+  check "finding $finding ($name): a fresh pod's HELLO while it held: $(cat "$meet.probe.log")" $probe
+  local failed_now=$(($(pairs_failed same) + $(pairs_failed cross)))
+  check "finding $finding ($name): ping-pongs on node 0 and across nodes completed during and after it" \
+    $((held != 0 || after != 0 || failed_now != failed_before))
+  routers_alive
+  check "finding $finding ($name): both routers alive" $?
+}
+
+multinode_up 2 4
+# A generous peer timeout: the suite does not test lost links, and a loaded machine must not
+# make the routers declare each other dead.
+mn_router_up 0 --peer-timeout-ms 5000 || exit 1
+mn_router_up 1 --peer-timeout-ms 5000 || exit 1
+RV="$FF_DIR/adversary"
+mkdir -p "$RV"
+mn_pod_bg 0 "$VICTIM_POD" "$VICTIM" "$RV" >"$RV/victim.log" 2>&1
+victim_pid=$FF_LAST_PID
+for ((i = 0; i < 200; i++)); do
+  [[ -e $RV/victim ]] || ! kill -0 "$victim_pid" 2>/dev/null && break
+  sleep 0.05
+done
+[[ -e $RV/victim ]] || { echo "the victim did not start:"; cat "$RV/victim.log"; exit 1; }
+cat "$RV/victim.log"
+# Same-node pairs sleep on their completion channel (-e): two processes that spin take seconds
+# per pair on a loaded machine.
+pingpong_loop same 0 "$PP_SERVER" 0 "$PP_CLIENT" 18515 "-e -n 200" &
+LOOPS=($!)
+pingpong_loop cross 0 "$PP_SERVER" 1 "$PP_REMOTE" 18516 "-n 200" &
+LOOPS+=($!)
+wait_pairs same 1 && wait_pairs cross 1
+check "ping-pongs on node 0 and across nodes before the attacks" $?
+
+selected=("$@")
+for attack in "${ATTACKS[@]}"; do
+  read -r finding name helper <<<"$attack"
+  if [[ ${#selected[@]} -gt 0 ]]; then
+    case " ${selected[*]} " in *" $name "*) ;; *) continue ;; esac
+  fi
+  run_attack "$finding" "$name" "$helper"
+done
+
+touch "$RV/stop" "$RV/victim.release"
+for p in "${LOOPS[@]}"; do wait_pid "$p" 60 >/dev/null; done
+LOOPS=()
+echo "ping-pong pairs: $(pairs_done same) on node 0, $(pairs_done cross) across nodes;" \
+  "$(($(pairs_failed same) + $(pairs_failed cross))) failed"
+wait_pid "$victim_pid" 10
+v=$?
+tail -n 1 "$RV/victim.log"
+check "the victim's secrets: no byte changed (exit $v)" $v
+if [[ $failures -ne 0 ]]; then
+  for n in 0 1; do echo "--- router of node $n"; tail -n 30 "$(mn_dir "$n")/router.log"; done
+  for tag in same cross; do echo "--- ping-pongs ($tag)"; tail -n 12 "$RV/pp-$tag.log"; done
+fi
+[[ $failures -eq 0 ]]
