@@ -172,8 +172,7 @@ struct CreateQpReply {
 // (shm_layout.h) to produce into, instead of ring `ring_index` of the peer's segment. No
 // sender ever maps another sender's ring, and the receiver learns who produces into it from
 // the router (kUdRing), never from the records.
-inline constexpr uint16_t kConnectRemote = 1;
-inline constexpr uint16_t kConnectOwnRing = 2;
+inline constexpr uint16_t kConnectRemote = 1, kConnectOwnRing = 2;  // ConnectReply::flags
 struct ConnectReply {
   uint32_t peer_ctx_id;
   uint32_t peer_qpn;
