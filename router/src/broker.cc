@@ -394,9 +394,8 @@ int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, p
 // An RC/UC QP names its peer. Naming another than before forgets the old connection
 // first (the library does that at RESET; a pod speaking the protocol itself may not).
 void Name(Broker::Parts& b, Qp& src, const Qp::Named& peer) {
-  const Qp::Named& had = src.named;
-  if (had.ip == peer.ip && had.lid == peer.lid && had.qpn == peer.qpn) return;
-  if (had.qpn != proto::kNoId) Disconnect(b, src);
+  if (src.named == peer) return;
+  if (src.named.qpn != proto::kNoId) Disconnect(b, src);
   src.named = peer;
 }
 

@@ -104,6 +104,7 @@ struct Qp {
     uint32_t ip = 0;
     uint16_t lid = 0;
     uint32_t qpn = proto::kNoId;
+    bool operator==(const Named&) const = default;
   } named;
 
   // True when an initiator QP `qpn` of the pod at `ip` may produce into this QP: any for

@@ -138,13 +138,8 @@ Exec AwaitPeer(Qp* qp, ibv_wc_status* st) {
     a.deadline_ns = wait == UINT64_MAX ? UINT64_MAX : now + wait;
   }
   if (now < a.next_ns) return Exec::kBlocked;
-  std::unique_ptr<PeerLink> link;
-  const int rc = ConnectLink(qp, a.ip, a.lid, a.qpn, false, &link);
-  if (rc == 0) {
-    qp->link = std::move(link);
-    a.waiting = false;
-    return Exec::kDone;
-  }
+  const int rc = TryAwaitedLink(qp);
+  if (rc == 0) return Exec::kDone;
   if (rc == EINPROGRESS && now < a.deadline_ns) {
     a.backoff_ns = std::clamp(a.backoff_ns * 2, ff::kConsentRetryNs, ff::kConsentMaxRetryNs);
     a.next_ns = now + a.backoff_ns;
@@ -157,12 +152,13 @@ Exec AwaitPeer(Qp* qp, ibv_wc_status* st) {
   return Exec::kDone;
 }
 
-void TryAwaitedLink(Qp* qp) {
+int TryAwaitedLink(Qp* qp) {
   Qp::AwaitedPeer& a = qp->awaited;
   std::unique_ptr<PeerLink> link;
-  if (ConnectLink(qp, a.ip, a.lid, a.qpn, false, &link) != 0) return;  // the WQE path retries
+  if (const int rc = ConnectLink(qp, a.ip, a.lid, a.qpn, false, &link)) return rc;
   qp->link = std::move(link);
   a.waiting = false;
+  return 0;
 }
 
 PeerLink* UdLink(Qp* qp, const SendWqe& w) {

@@ -55,9 +55,9 @@ int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, 
 // named us; kDone with *st = IBV_WC_RETRY_EXC_ERR once the QP's retry budget (at least
 // kConsentMinWaitNs) is spent or the router refuses. ctx->lock held.
 Exec AwaitPeer(Qp* qp, ibv_wc_status* st);
-// Asks once for the awaited link of `qp` (the router said its peer named it); no deadline.
-// ctx->lock held.
-void TryAwaitedLink(Qp* qp);
+// Asks once for the awaited link of `qp`: 0 with qp->link set, else the router's answer
+// (EINPROGRESS while the peer has not named it); no deadline. ctx->lock held.
+int TryAwaitedLink(Qp* qp);
 // The link of a UD QP to the destination of `w`, connected on first use; nullptr when the
 // destination cannot be reached. ctx->lock held.
 PeerLink* UdLink(Qp* qp, const SendWqe& w);

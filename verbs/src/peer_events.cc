@@ -120,7 +120,7 @@ void HandleAttention(Context* ctx) {
   for (Qp* qp : ctx->qps) {
     if (qp->type == IBV_QPT_UD) InstallRings(qp);
     if (qp->peer_named.exchange(false, std::memory_order_acq_rel) && qp->awaited.waiting)
-      TryAwaitedLink(qp);
+      TryAwaitedLink(qp);  // on failure the first WQE asks again (AwaitPeer)
     const uint32_t gone = qp->peer_gone.load(std::memory_order_acquire);
     if (gone == 0) continue;
     const ibv_qp_state state = qp->qpx.qp_base.state;
