@@ -126,12 +126,16 @@ RawLink ConnectTo(RawPod& pod, const RawQp& qp, uint32_t ip, uint32_t qpn);
 int Conclude(const Report& r, const Rendezvous& rv);
 
 // ---- the commands --------------------------------------------------------------------
-int Attach(const Args& a);   // finding 1
-int Wake(const Args& a);     // finding 2
-int Shrink(const Args& a);   // finding 3
-int Ring(const Args& a);     // finding 4
-int MrTable(const Args& a);  // finding 5
+int Attach(const Args& a);    // finding 1
+int Wake(const Args& a);      // finding 2
+int Shrink(const Args& a);    // finding 3
+int Ring(const Args& a);      // finding 4
+int MrTable(const Args& a);   // finding 5
+int Identity(const Args& a);  // finding 6
+int Folder(const Args& a);    // finding 7
+int Quota(const Args& a);     // finding 8
 int PeerHelper(const Args& a);
+int HostHelper(const Args& a);
 int Probe(const Args& a);
 
 }  // namespace ff::adversary

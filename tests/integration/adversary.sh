@@ -16,14 +16,18 @@ ADV=${FF_ADVERSARY:-$FF_BUILD/tests/adversary/ffadversary}
 VICTIM=${FF_VICTIM:-$FF_BUILD/tests/adversary/ffadversary_victim}
 
 # The attacks, one per finding of issue 9: "finding command helper", where helper is the
-# command the attack runs in a pod of the other node ("-": none). A new attack is one line
-# here and one command in tests/adversary/main.cc.
+# helper command the attack needs ("-": none): "peer" runs in a pod of the other node, "host"
+# with host networking on node 0. A new attack is one line here and one command in
+# tests/adversary/main.cc.
 ATTACKS=(
   "1 attach -"
   "2 wake peer"
   "3 shrink peer"
   "4 ring peer"
   "5 mr-table -"
+  "6 identity host"
+  "7 folder -"
+  "8 quota -"
 )
 
 # Pods of node 0: the victim, the attacker, the ping-pong server (also the probe's pod), the
@@ -40,12 +44,25 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# as_pod DIR CMD...: CMD as a container's root sees the node: the shared folder DIR through
+# the read-only bind mount the device plugin asks for (in a mount namespace of its own), and
+# no CAP_SYS_ADMIN (it keeps NET_ADMIN for its own network namespace).
+as_pod() {
+  local dir=$1
+  shift
+  exec unshare --mount --propagation private sh -c 'mount --bind -o ro "$0" "$0" && exec "$@"' \
+    "$dir" setpriv --bounding-set -sys_admin --inh-caps -sys_admin -- \
+    env FREEFLOW_DIR="$dir" FFR_NAME=ffrouter "$@"
+}
+
 # raw_bg NODE POD CMD...: CMD in a pod without the library (a hostile pod skips it), pointed
-# at its node's router as the library would be; its PID in FF_LAST_PID.
+# at its node's router as the library would be; its PID in FF_LAST_PID. POD "host": the
+# node's own network namespace (a pod with host networking).
 raw_bg() {
-  local n=$1 i=$2
+  local n=$1 i=$2 ns
   shift 2
-  ip netns exec "$(mn_pod_ns "$n" "$i")" env FREEFLOW_DIR="$(mn_dir "$n")" FFR_NAME=ffrouter "$@" &
+  if [[ $i == host ]]; then ns=$(mn_node_ns "$n"); else ns=$(mn_pod_ns "$n" "$i"); fi
+  ip netns exec "$ns" bash -c "$(declare -f as_pod); as_pod \"\$@\"" _ "$(mn_dir "$n")" "$@" &
   FF_LAST_PID=$!
   FF_PIDS+=("$FF_LAST_PID")
 }
@@ -100,8 +117,11 @@ run_attack() {
   local failed_before
   failed_before=$(($(pairs_failed same) + $(pairs_failed cross)))
   mkdir -p "$meet"
-  if [[ $helper != - ]]; then
-    raw_bg 1 "$HELPER_POD" "$ADV" "$helper" "$RV" "$name" >"$meet.helper.log" 2>&1
+  if [[ $helper == peer ]]; then
+    raw_bg 1 "$HELPER_POD" "$ADV" peer "$RV" "$name" >"$meet.helper.log" 2>&1
+    hpid=$FF_LAST_PID
+  elif [[ $helper == host ]]; then
+    raw_bg 0 host "$ADV" host "$RV" "$name" >"$meet.helper.log" 2>&1
     hpid=$FF_LAST_PID
   fi
   raw_bg 0 "$ATTACKER_POD" "$ADV" "$name" "$RV" >"$meet.log" 2>&1
