@@ -178,7 +178,11 @@ struct Rig {
 };
 
 Rig& TheRig() {
-  static Rig* rig = new Rig();  // one router for the whole run
+  static Rig* rig = [] {  // one router for the whole run
+    auto* made = new Rig();
+    fuzz::RemoveAtExit(made->router->dir());
+    return made;
+  }();
   return *rig;
 }
 

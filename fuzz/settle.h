@@ -1,8 +1,13 @@
+// Helpers shared by the router fuzz targets.
+//
 // Waiting for the router's thread without sleeping a millisecond per look (WaitFor in the
 // router harness sleeps that long, which would cap a fuzz target near 1,000 runs a second).
 #pragma once
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
 #include <thread>
 
 namespace fuzz {
@@ -20,6 +25,16 @@ bool Settle(Pred done, std::chrono::milliseconds limit = std::chrono::millisecon
     }
   }
   return true;
+}
+
+// The router targets keep one router for the whole run and never destroy it (libFuzzer ends
+// the process with exit()); this removes its folder under /tmp when the process exits.
+inline void RemoveAtExit(const std::string& dir) {
+  static std::string* kept = new std::string(dir);
+  std::atexit([] {
+    std::error_code ec;
+    std::filesystem::remove_all(*kept, ec);
+  });
 }
 
 }  // namespace fuzz
