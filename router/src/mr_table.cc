@@ -17,10 +17,9 @@ int MrTable::Create() {
   const std::string self = "/proc/self/fd/" + std::to_string(fd_.get());
   ro_fd_.reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
   if (!ro_fd_) return errno;
-  tags_.assign(kMrTableSlots, 0);
+  next_slot_ = 1;
+  tags_.clear();
   free_.clear();
-  free_.reserve(kMrTableSlots);
-  for (uint32_t i = kMrTableSlots - 1; i >= 1; --i) free_.push_back(i);  // slot 0: never a key
   return 0;
 }
 
@@ -32,9 +31,16 @@ MrEntry* MrTable::Entry(uint32_t key) {
 }
 
 int MrTable::Add(const MrView& v, uint32_t* key) {
-  if (free_.empty()) return ENOMEM;
-  const uint32_t slot = free_.back();
-  free_.pop_back();
+  uint32_t slot = 0;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+  } else if (next_slot_ < kMrTableSlots && map_.get() != nullptr) {
+    slot = next_slot_++;
+    tags_.resize(next_slot_, 0);
+  } else {
+    return ENOMEM;
+  }
   uint8_t tag = ++tags_[slot];
   if (tag == 0) tag = tags_[slot] = 1;
   const uint32_t k = (slot << 8) | tag;

@@ -20,7 +20,7 @@ class MrTable {
   int read_only_fd() const { return ro_fd_.get(); }
   const MrEntry* entries() const { return map_.as<const MrEntry>(); }
   // Live registrations.
-  size_t size() const { return tags_.empty() ? 0 : kMrTableSlots - 1 - free_.size(); }
+  size_t size() const { return next_slot_ - 1 - free_.size(); }
 
   // Publishes a registration; *key receives its key. ENOMEM when the table is full.
   int Add(const MrView& entry, uint32_t* key);
@@ -38,8 +38,11 @@ class MrTable {
   UniqueFd fd_;     // read-write, the router's only
   UniqueFd ro_fd_;  // what the owner and its peers get
   Mapping map_;
+  // Slots are handed out in order and recycled from `free_`; only slots used so far have a
+  // tag, so a connection that registers little costs little (every HELLO makes a table).
+  uint32_t next_slot_ = 1;  // slot 0: never a key
   std::vector<uint8_t> tags_;
-  std::vector<uint32_t> free_;
+  std::vector<uint32_t> free_;  // released slots
 };
 
 }  // namespace ff::router
