@@ -161,9 +161,15 @@ bool TcpTransport::FinishConnect(Link& l) {
 bool TcpTransport::ReadAll(Link& l) {
   const LinkId id = l.id;
   for (int burst = 0; burst < kLinkReadBurst && !l.held; ++burst) {
-    if (l.in.size() - l.in_used < kLinkReadChunk / 2) l.in.resize(l.in_used + kLinkReadChunk);
+    if (l.in_cap - l.in_used < kLinkReadChunk / 2) {
+      const size_t cap = l.in_used + kLinkReadChunk;
+      std::unique_ptr<char[]> bigger(new char[cap]);  // left uninitialised: recv() fills it
+      if (l.in_used > 0) std::memcpy(bigger.get(), l.in.get(), l.in_used);
+      l.in = std::move(bigger);
+      l.in_cap = cap;
+    }
     const ssize_t n =
-        ::recv(l.fd.get(), l.in.data() + l.in_used, l.in.size() - l.in_used, MSG_DONTWAIT);
+        ::recv(l.fd.get(), l.in.get() + l.in_used, l.in_cap - l.in_used, MSG_DONTWAIT);
     if (n == 0) {
       Close(id, "peer router closed the connection");
       return false;
@@ -188,10 +194,10 @@ bool TcpTransport::Parse(Link& l) {
   size_t off = 0;
   while (!l.held && l.in_used - off >= sizeof(wire::FrameHeader)) {
     wire::FrameHeader h;
-    std::memcpy(&h, l.in.data() + off, sizeof(h));
+    std::memcpy(&h, l.in.get() + off, sizeof(h));
     if (!wire::ValidFrame(h)) return false;
     if (l.in_used - off < sizeof(h) + h.len) break;
-    const char* body = l.in.data() + off + sizeof(h);
+    const char* body = l.in.get() + off + sizeof(h);
     if (wire::IsTransportFrame(h.type)) {
       if (!OnTransportFrame(l, h, body)) return false;
     } else {
@@ -207,7 +213,7 @@ bool TcpTransport::Parse(Link& l) {
     off += sizeof(h) + h.len;
   }
   if (off > 0) {
-    std::memmove(l.in.data(), l.in.data() + off, l.in_used - off);
+    std::memmove(l.in.get(), l.in.get() + off, l.in_used - off);
     l.in_used -= off;
   }
   return true;
