@@ -87,6 +87,11 @@ int DestroySrq(Request& q) {
   return RemoveObject(q, q.pod.srqs, proto::As<proto::DestroySrq>(q.msg).id, 1);
 }
 
+// The descriptors the router may keep for a QP (its `fds` quota).
+uint32_t QpFds(uint32_t type, uint32_t num_rings) {
+  return 1 + (type == IBV_QPT_UD ? num_rings : 0);
+}
+
 int CreateQp(Request& q) {
   const auto m = proto::As<proto::CreateQp>(q.msg);
   if (q.pod.qps.size() >= kMaxQpsPerPod) return ENOSPC;
@@ -97,7 +102,9 @@ int CreateQp(Request& q) {
   if (!SealedAtLeast(q.fds[0].get(), QpSegmentBytes(m.num_rings, m.ring_bytes))) return EINVAL;
   if (m.srq_id != proto::kNoId && !q.pod.srqs.count(m.srq_id)) return EINVAL;
   if (!q.pod.cqs.count(m.recv_cq_id) || !q.pod.cqs.count(m.send_cq_id)) return EINVAL;
-  if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, 1}})) return rc;
+  // Descriptors: the segment, and for UD the memfd of each sender's own ring (NewUdRing).
+  const uint32_t fds = QpFds(m.qp_type, m.num_rings);
+  if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, fds}})) return rc;
   auto qp = std::make_unique<Qp>();
   qp->type = m.qp_type;
   qp->owner = q.pod.id;
@@ -127,7 +134,7 @@ void ReleaseProducers(Broker::Parts& b, Qp& qp, bool died) {
     from->produces_into.erase(qp.qpn);
     if (from->type != IBV_QPT_UD) b.sessions.Notify(from->owner, gone, from->qpn);
   }
-  qp.producers.assign(qp.producers.size(), Producer{});
+  for (size_t i = 0; i < qp.producers.size(); ++i) qp.FreeRing(i);
 }
 
 // Releases `qp`: its links to other nodes and the rings it and others produce into. Its
@@ -147,9 +154,10 @@ int DestroyQp(Request& q) {
   Qp* qp = q.b.tables.FindOwnedQp(q.pod, qpn);
   if (qp == nullptr) return ENOENT;
   ReleaseQp(q.b, *qp, false);
+  const uint32_t fds = QpFds(qp->type, qp->num_rings);
   q.pod.qps.erase(qpn);
   q.b.tables.EraseQp(qpn);
-  q.b.quotas.Give(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, 1}});
+  q.b.quotas.Give(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, fds}});
   return 0;
 }
 

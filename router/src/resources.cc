@@ -82,8 +82,14 @@ int Qp::NewUdRing(uint32_t ring, uint32_t src_ip, uint32_t src_qpn, proto::Event
 }
 
 void Qp::ReleaseRingsOf(Producer p) {
-  for (Producer& r : producers)
-    if (r == p) r = Producer{};
+  for (size_t i = 0; i < producers.size(); ++i)
+    if (producers[i] == p) FreeRing(i);
+}
+
+void Qp::FreeRing(size_t ring) {
+  producers[ring] = Producer{};
+  // A UD sender's own ring: the owner and the sender hold it; the next sender gets a new one.
+  if (ring < ud_rings.size()) ud_rings[ring].reset();
 }
 
 Pod& ResourceTables::AddPod(PodId id, const PodIdentity& who) {

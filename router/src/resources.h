@@ -119,6 +119,8 @@ struct Qp {
   int NewUdRing(uint32_t ring, uint32_t src_ip, uint32_t src_qpn, proto::Event* event);
   // Frees every ring `p` produces into.
   void ReleaseRingsOf(Producer p);
+  // Frees ring `ring` (< num_rings): no producer, and no UD sender's ring memfd.
+  void FreeRing(size_t ring);
 };
 
 class ResourceTables {

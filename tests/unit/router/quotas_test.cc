@@ -169,6 +169,35 @@ TEST(PodQuotaTest, EveryDescriptorTheRouterKeepsCounts) {
   EXPECT_EQ(RegisterRegion(pod, 2, 4096), 0);
 }
 
+TEST(PodQuotaTest, AUdQpCountsTheRingEachOfItsSendersGets) {
+  // The socket and HELLO's five, a UD QP's segment and one memfd per ring (a sender's own).
+  TestRouter router(Limited(WithLimits({{Quota::kFds, 6 + 1 + 4}})));
+  RawPod pod(router, Ip("10.0.0.1"));
+  ASSERT_EQ(pod.Hello(), 0);
+  EXPECT_EQ(pod.CreateQp(IBV_QPT_UD, 5, kUdRingBytes).status, EMFILE);
+  const RawQp ud = pod.CreateQp(IBV_QPT_UD, 4, kUdRingBytes);
+  ASSERT_EQ(ud.status, 0);
+  EXPECT_EQ(pod.CreateQp(IBV_QPT_RC).status, EMFILE);
+  // Four senders hold a ring each; the router lets go of each ring when its sender goes.
+  const uint64_t before = router.Stat("fds");
+  {
+    const char* ips[] = {"10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"};
+    std::vector<std::unique_ptr<RawPod>> senders;
+    std::vector<RawQp> qps;
+    std::vector<RawLink> links;
+    for (const char* ip : ips) {  // a pod each: every pod has the same small quota
+      senders.push_back(std::make_unique<RawPod>(router, Ip(ip)));
+      ASSERT_EQ(senders.back()->Hello(), 0);
+      qps.push_back(senders.back()->CreateQp(IBV_QPT_UD, 1, kUdRingBytes));
+      links.push_back(senders.back()->Connect(qps.back(), Ip("10.0.0.1"), ud.qpn, true));
+    }
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(links[i].status, 0) << i;
+    EXPECT_EQ(links[4].status, ENOSPC);
+    EXPECT_GT(router.Stat("fds"), before);
+  }
+  EXPECT_TRUE(WaitFor([&] { return router.Stat("fds") <= before; })) << router.Stats();
+}
+
 TEST(PodQuotaTest, CqsChannelsAndSrqsShareOneQuota) {
   TestRouter router(Limited(WithLimits({{Quota::kObjects, 3}})));
   RawPod a(router, Ip("10.0.0.1")), b(router, Ip("10.0.0.1"));
