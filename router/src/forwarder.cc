@@ -307,6 +307,11 @@ Forwarder::Verdict Forwarder::OnMessage(LinkId link, const NodeMessage& m) {
       wire::ConnectReply r;
       std::memcpy(&r, m.body, sizeof(r));
       Proxy* p = Find(link, m.chan);
+      if (!wire::ValidConnectStatus(r.status)) {
+        // Not passed on: a pod would read a negative status as no error at all.
+        if (p != nullptr && !p->connected) Finish(*p, EPROTO, nullptr);
+        return Verdict::kMalformed;
+      }
       if (p != nullptr && !p->connected) Finish(*p, r.status, &r);
       return Verdict::kConsumed;
     }

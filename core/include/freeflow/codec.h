@@ -209,6 +209,9 @@ struct ConnectReply {
   uint32_t peer_ip;
   uint32_t qp_type;
 };
+// True for a status a peer may send in a ConnectReply: 0 or an errno value (Linux's are
+// below 4096).
+constexpr bool ValidConnectStatus(int32_t status) { return status >= 0 && status < 4096; }
 
 static_assert(sizeof(RecordHeader) + kMaxRequestPayload <= kMaxFrame &&
                   sizeof(RecordHeader) + kMaxResponsePayload <= kMaxFrame,

@@ -619,5 +619,56 @@ TEST_F(CrossNodeTest, AMalformedOrMisdirectedMessageClosesOnlyTheLinkThatCarried
   EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
 }
 
+// A peer that answers a connect with a status no router sends (a negative one would read as
+// success to the library): the initiator gets EPROTO and the link is closed.
+TEST_F(CrossNodeTest, AConnectAnswerWithAnInvalidStatusIsRefused) {
+  struct Evil final : NodeTransport::Handler {
+    Verdict OnMessage(LinkId l, const NodeMessage& m) override {
+      if (m.type == wire::Type::kConnect) {
+        link = l;
+        chan = m.chan;
+      }
+      return Verdict::kConsumed;
+    }
+    void OnDrained(LinkId) override {}
+    void OnLinkDown(LinkId, const std::string&) override { down = true; }
+    LinkId link = kNoLink;
+    uint32_t chan = 0;
+    bool down = false;
+  };
+  Evil evil;
+  EventLoop loop;
+  ASSERT_EQ(loop.Init(), 0);
+  const cp::Endpoint where{"evil", Ip("192.168.0.66"), 7471};
+  std::unique_ptr<NodeTransport> t = net.Attach(where);
+  std::string error;
+  ASSERT_TRUE(t->Start(loop, evil, &error));
+  cluster.Set(Ip("10.66.0.1"), where);
+  for (int32_t status : {-6, 4096, INT32_MIN}) {
+    evil.link = kNoLink;
+    evil.down = false;
+    RawQp qp = initiator.CreateQp(IBV_QPT_RC);
+    proto::ConnectQp m{};
+    m.qpn = qp.qpn;
+    m.dest_ip = htonl(Ip("10.66.0.1"));
+    m.dest_qpn = 0x100;
+    initiator.SendRaw(&m, sizeof(m));
+    ASSERT_TRUE(WaitFor([&] {
+      loop.RunOnce(1);
+      return evil.link != kNoLink;
+    }));
+    const wire::ConnectReply reply{status, 0x100, Ip("10.66.0.1"), IBV_QPT_RC};
+    t->Send(evil.link, wire::Type::kConnectReply, evil.chan, 0, {{&reply, sizeof(reply)}});
+    EXPECT_TRUE(WaitFor([&] {
+      loop.RunOnce(1);
+      return evil.down;
+    })) << status;
+    EXPECT_EQ(initiator.Receive().status, EPROTO) << status;
+  }
+  qb.hdr()->credits.posted.store(1);
+  Send(9, "still served");
+  EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
+}
+
 }  // namespace
 }  // namespace ff::router::test
