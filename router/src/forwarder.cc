@@ -308,7 +308,7 @@ Forwarder::Verdict Forwarder::OnMessage(LinkId link, const NodeMessage& m) {
       std::memcpy(&r, m.body, sizeof(r));
       Proxy* p = Find(link, m.chan);
       if (!wire::ValidConnectStatus(r.status)) {
-        // Not passed on: a pod would read a negative status as no error at all.
+        // Not passed on: the library would return it from ibv_modify_qp as an errno.
         if (p != nullptr && !p->connected) Finish(*p, EPROTO, nullptr);
         return Verdict::kMalformed;
       }

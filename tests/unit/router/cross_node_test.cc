@@ -619,8 +619,8 @@ TEST_F(CrossNodeTest, AMalformedOrMisdirectedMessageClosesOnlyTheLinkThatCarried
   EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
 }
 
-// A peer that answers a connect with a status no router sends (a negative one would read as
-// success to the library): the initiator gets EPROTO and the link is closed.
+// A peer that answers a connect with a status that is neither 0 nor an errno: the initiator
+// gets EPROTO and the link is closed.
 TEST_F(CrossNodeTest, AConnectAnswerWithAnInvalidStatusIsRefused) {
   struct Evil final : NodeTransport::Handler {
     Verdict OnMessage(LinkId l, const NodeMessage& m) override {
