@@ -9,14 +9,16 @@
 // kConnectReply, kResp, kPeerGone on the link node-a dialled to node-b). Bit 0 of the first
 // byte swaps the two, as a peer that ignores the protocol's directions would.
 //
-// On node-a, per input: a victim pod with an RC and a UD QP, receive credits and one MR
-// open to remote access (what requests can target), and an initiator pod whose RC QP
-// connects to a pod of node-b (so node-a dials node-b and waits for its answers).
-// Replay: a kConnect whose dest_qpn is below kAliases names the victim's QP of that index,
-// dest_ip 1 or 2 the victim's or the initiator's address; a request record with rkey 0 names
-// the victim's MR; an answer whose channel is below kAliases names the channel node-a opened
-// with that index. At the end node-b's links are
-// cut and both pods leave, and the target waits until node-a released them.
+// On node-a, for the whole run: a victim pod with an RC and a UD QP, and one MR open to
+// remote access (what requests can target), and an initiator pod. Per input, the victim
+// consumes whatever the last input delivered and posts 8 receives afresh, and the
+// initiator's fresh RC QP connects to a pod of node-b (so node-a dials node-b and waits for
+// its answers). Replay: a kConnect whose dest_qpn is below kAliases names the victim's QP of
+// that index, dest_ip 1 or 2 the victim's or the initiator's address; a request record with
+// rkey 0 names the victim's MR; an answer whose channel is below kAliases names the channel
+// node-a opened with that index. At the end node-b's links are cut, the initiator's QP is
+// destroyed, and the target waits until node-a's figures (its stats line: QPs, proxies,
+// senders, links, descriptors, ...) are back to what they were before the input.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -25,7 +27,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -91,8 +95,6 @@ struct PeerNode final : NodeTransport::Handler {
     to_a_down = false;
     chans.clear();
     sentinel = false;
-    victim_qpns.clear();
-    victim_key = 0;
     swap = swap_directions;
   }
 
@@ -137,6 +139,85 @@ struct Front final : NodeTransport::Handler {
   void OnLinkDown(LinkId, const std::string&) override { down = true; }
 };
 
+// The victim: QPs with receives posted and memory open to remote access. It lives for the
+// whole run (a HELLO per input cost more than the rest of the input).
+struct Victim {
+  std::unique_ptr<RawPod> pod;
+  std::vector<RawQp> qps;
+  Mapping memory;
+
+  void SetUp(TestRouter& router, PeerNode& peer) {
+    pod = std::make_unique<RawPod>(router, kVictimIp);
+    if (pod->Hello() != 0) __builtin_trap();
+    for (uint32_t type : {IBV_QPT_RC, IBV_QPT_UD}) {
+      RawQp qp = type == IBV_QPT_UD ? pod->CreateQp(type, kUdRingsPerQp, kUdRingBytes)
+                                    : pod->CreateQp(type);
+      if (qp.qpn == 0) __builtin_trap();
+      qp.hdr()->qp_access.store(kAllRemote);
+      qp.hdr()->min_rnr_timer.store(1);
+      peer.victim_qpns.push_back(qp.qpn);
+      qps.push_back(std::move(qp));
+    }
+    peer.victim_key = pod->Register(1, 1 << 16, kAllRemote, 0x10000, &memory);
+    if (peer.victim_key == 0) __builtin_trap();
+  }
+
+  // What an input left: the victim consumes every record and posts 8 receives afresh, and
+  // reads its events, as a live pod would, so that each input finds it the same.
+  void Tidy() {
+    for (RawQp& qp : qps) {
+      for (uint32_t i = 0; i < qp.num_rings; ++i) {
+        RingHeader* ring = qp.ring(i);
+        ring->head.store(ring->tail.load(std::memory_order_acquire), std::memory_order_release);
+      }
+      RecvCredits& c = qp.hdr()->credits;
+      c.posted.store(c.claimed.load(std::memory_order_acquire) + 8, std::memory_order_release);
+    }
+    while (pod->NextEvent(0)) {
+    }
+    while (pod->NextSetupEvent(0)) {
+    }
+  }
+};
+
+// The initiator: a pod of node-a whose RC QP (a fresh one per input) connects to a pod of
+// node-b, so that node-a dials node-b and waits for its answers.
+struct Initiator {
+  std::unique_ptr<RawPod> pod;
+  RawQp qp;
+
+  void SetUp(TestRouter& router) {
+    pod = std::make_unique<RawPod>(router, kInitiatorIp);
+    if (pod->Hello() != 0 || pod->CreateCq(1) != 1) __builtin_trap();  // the QPs' CQ
+  }
+  // Sends the connect; its answer comes when node-b answers, or at Finish().
+  void Connect() {
+    qp = pod->CreateQp(IBV_QPT_RC);
+    if (qp.qpn == 0) __builtin_trap();
+    proto::ConnectQp m{};
+    m.qpn = qp.qpn;
+    m.dest_ip = htonl(kRemoteIp);
+    m.dest_qpn = 0x100;
+    pod->SendRaw(&m, sizeof(m));
+  }
+  // After node-b is gone: the connect's answer (whichever it was) and the QP's release.
+  void Finish() {
+    // libFuzzer's alarm (each second) may interrupt the wait: look again, a bounded number
+    // of times (each look waits up to 3 s).
+    int status = -1;
+    for (int look = 0; look < 3 && status < 0; ++look) status = pod->Receive().status;
+    if (status < 0) __builtin_trap();  // the connect was never answered
+    proto::DestroyQp d{};
+    d.id = qp.qpn;
+    if (pod->Call(d).status != 0) __builtin_trap();
+    qp = RawQp();
+    while (pod->NextEvent(0)) {
+    }
+    while (pod->NextSetupEvent(0)) {
+    }
+  }
+};
+
 struct Rig {
   LoopbackNetwork network;
   FakeCluster cluster;
@@ -146,6 +227,10 @@ struct Rig {
   Front front;
   PeerNode peer;
   uint32_t source = 0;  // varies the client address, so that no port pair is reused soon
+  Victim victim;
+  Initiator initiator;
+  std::string baseline;     // node-a's figures with only the two pods set up
+  size_t baseline_all = 0;  // descriptors then, pipes included
 
   Rig() {
     TestRouter::Options o;
@@ -163,15 +248,50 @@ struct Rig {
         !peer.transport->Start(loop, peer, &error))
       __builtin_trap();
     front.peer = &peer;
+    victim.SetUp(*router, peer);
+    initiator.SetUp(*router);
+    baseline = Figures();
+    baseline_all = Descriptors(true);
   }
 
-  // Runs node-b's loop until `done` holds or `ms` pass.
+  // What node-a holds: its stats line without the resident memory, which may move, and
+  // with the descriptors counted without pipes (the sanitizers' symbolizer opens two the
+  // first time it runs; node-a's and the harness's descriptors share this process).
+  std::string Figures() {
+    const std::string line = router->Stats();
+    return line.substr(0, line.find(" fds=")) + " fds=" + std::to_string(Descriptors(false));
+  }
+  // Figures() == baseline, read cheaply: the stats line (which counts every descriptor)
+  // first; pipes are looked for only when that count moved.
+  bool AtBaseline() {
+    const std::string line = router->Stats();
+    const std::string head = line.substr(0, line.find(" fds="));
+    if (baseline.compare(0, head.size() + 5, head + " fds=") != 0) return false;
+    const size_t all = Descriptors(true);
+    if (all == baseline_all) return true;
+    if (Figures() != baseline) return false;
+    baseline_all = all;  // the new pipes stay
+    return true;
+  }
+  static size_t Descriptors(bool with_pipes) {
+    size_t n = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+      std::error_code link_ec;
+      n += with_pipes ||
+           std::filesystem::read_symlink(e.path(), link_ec).string().rfind("pipe:", 0) != 0;
+    }
+    return n;
+  }
+
+  // Runs node-b's loop until `done` (which only node-b's handlers change) holds or `ms`
+  // pass. It sleeps in epoll between events: spinning would take the CPU node-a needs.
   template <typename Pred>
   bool Pump(Pred done, int ms) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     while (!done()) {
       if (std::chrono::steady_clock::now() > end) return false;
-      loop.RunOnce(0);
+      loop.RunOnce(1);
     }
     return true;
   }
@@ -184,38 +304,6 @@ Rig& TheRig() {
     return made;
   }();
   return *rig;
-}
-
-// The victim: QPs with receives posted and memory open to remote access.
-void SetUpVictim(RawPod& pod, PeerNode& peer, std::vector<Mapping>* keep) {
-  if (pod.Hello() != 0) return;
-  for (uint32_t type : {IBV_QPT_RC, IBV_QPT_UD}) {
-    RawQp qp =
-        type == IBV_QPT_UD ? pod.CreateQp(type, kUdRingsPerQp, kUdRingBytes) : pod.CreateQp(type);
-    if (qp.qpn == 0) continue;
-    qp.hdr()->qp_access.store(kAllRemote);
-    qp.hdr()->min_rnr_timer.store(1);
-    qp.hdr()->credits.posted.store(8);
-    peer.victim_qpns.push_back(qp.qpn);
-    keep->push_back(std::move(qp.seg));
-  }
-  Mapping memory;
-  peer.victim_key = pod.Register(1, 1 << 16, kAllRemote, 0x10000, &memory);
-  keep->push_back(std::move(memory));
-}
-
-// The initiator: an RC QP connecting to a pod of node-b (answered when node-b replies).
-void SetUpInitiator(RawPod& pod, Rig& rig, PeerNode& peer, std::vector<Mapping>* keep) {
-  if (pod.Hello() != 0) return;
-  RawQp qp = pod.CreateQp(IBV_QPT_RC);
-  if (qp.qpn == 0) return;
-  keep->push_back(std::move(qp.seg));
-  proto::ConnectQp m{};
-  m.qpn = qp.qpn;
-  m.dest_ip = htonl(kRemoteIp);
-  m.dest_qpn = 0x100;
-  pod.SendRaw(&m, sizeof(m));
-  rig.Pump([&] { return !peer.chans.empty(); }, 2000);
 }
 
 // A blocking connect; libFuzzer's timeout alarm may interrupt it, and it then goes on alone.
@@ -264,25 +352,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Rig& rig = TheRig();
   PeerNode& peer = rig.peer;
   peer.Reset((data[0] & 1) != 0);
-  {
-    std::vector<Mapping> keep;
-    RawPod victim(*rig.router, kVictimIp);
-    RawPod initiator(*rig.router, kInitiatorIp);
-    SetUpVictim(victim, peer, &keep);
-    SetUpInitiator(initiator, rig, peer, &keep);
-    Stream(rig, data + 1, size - 1);
-    // Everything forwarded is in node-a's inbox; a connect that fails marks its end.
-    const wire::Connect last{0, 0, 0, 0, 0, 0};
-    if (peer.to_a == kNoLink) peer.to_a = peer.transport->Dial(kNodeA);
-    peer.transport->Send(peer.to_a, wire::Type::kConnect, kSentinelChan, 0,
-                         {{&last, sizeof(last)}});
-    rig.Pump([&] { return peer.sentinel || peer.to_a_down; }, 200);
-    rig.network.Sever(kNodeA.node, kNodeB.node);
-    rig.loop.RunOnce(0);
-  }  // both pods leave
-  for (uint32_t ip : {kVictimIp, kInitiatorIp}) {
-    if (!fuzz::Settle([&] { return !rig.cluster.Lookup(ip).has_value(); }))
-      __builtin_trap();  // a pod the router never released: a hang or a leak
+  rig.victim.Tidy();
+  rig.initiator.Connect();
+  rig.Pump([&] { return !peer.chans.empty(); }, 2000);
+  Stream(rig, data + 1, size - 1);
+  // Everything forwarded is in node-a's inbox; a connect that fails marks its end.
+  const wire::Connect last{0, 0, 0, 0, 0, 0};
+  if (peer.to_a == kNoLink) peer.to_a = peer.transport->Dial(kNodeA);
+  peer.transport->Send(peer.to_a, wire::Type::kConnect, kSentinelChan, 0, {{&last, sizeof(last)}});
+  rig.Pump([&] { return peer.sentinel || peer.to_a_down; }, 200);
+  rig.network.Sever(kNodeA.node, kNodeB.node);
+  rig.loop.RunOnce(0);
+  rig.initiator.Finish();
+  rig.victim.Tidy();
+  // node-a is back to what it held before the input: nothing leaked, nothing left waiting.
+  if (!fuzz::Settle([&] { return rig.AtBaseline(); })) {
+    std::fprintf(stderr, "node-a before: %s\nnode-a after:  %s\n", rig.baseline.c_str(),
+                 rig.Figures().c_str());
+    __builtin_trap();  // a hang or a leak
   }
   return 0;
 }
