@@ -300,14 +300,15 @@ bool TryPostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyReque
   return PostRequest(link, kind, flags, req, data, len, wait) == RingStatus::kOk;
 }
 
-RingStatus PostSend(RawLink& link, uint32_t seq, const std::string& text, uint8_t rnr_retry) {
+RingStatus PostSend(RawLink& link, uint32_t seq, const std::string& text, uint8_t rnr_retry,
+                    std::chrono::milliseconds wait) {
   ProxyRequest r{};
   r.opcode = IBV_WR_SEND;
   r.seq = seq;
   r.length = static_cast<uint32_t>(text.size());
   r.last = 1;
   r.rnr_retry = rnr_retry;
-  return PostRequest(link, kRecSend, kRecFirst | kRecLast, r, text.data(), r.length);
+  return PostRequest(link, kRecSend, kRecFirst | kRecLast, r, text.data(), r.length, wait);
 }
 
 std::optional<ProxyResponse> NextAnswer(RawLink& link, std::vector<char>* data,

@@ -171,8 +171,9 @@ RingStatus PostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyRe
 // The same: true when the request went in within `wait`.
 bool TryPostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyRequest& req,
                     const void* data, uint32_t len, std::chrono::milliseconds wait);
-// One whole SEND of `text`, as work request `seq`.
-RingStatus PostSend(RawLink& link, uint32_t seq, const std::string& text, uint8_t rnr_retry = 7);
+// One whole SEND of `text`, as work request `seq` (room awaited as by PostRequest).
+RingStatus PostSend(RawLink& link, uint32_t seq, const std::string& text, uint8_t rnr_retry = 7,
+                    std::chrono::milliseconds wait = std::chrono::milliseconds(3000));
 // The router's next answer on the proxy (its data in *data); nothing when none came in time
 // or it was malformed.
 std::optional<ProxyResponse> NextAnswer(

@@ -98,6 +98,7 @@ using ff::test::NextAnswer;
 using ff::test::NextRecord;
 using ff::test::PassMessage;
 using ff::test::PostRequest;
+using ff::test::PostSend;
 using ff::test::RawLink;
 using ff::test::RawQp;
 using ff::test::TryPostRequest;
