@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "freeflow/target_ops.h"
@@ -63,9 +64,17 @@ void RawPod::SendRaw(const void* msg, size_t len, const std::vector<int>& fds) {
 
 proto::Response RawPod::CallRaw(const void* msg, size_t len, const std::vector<int>& fds,
                                 std::vector<UniqueFd>* got) {
+  if (SendWithFds(sock_.get(), msg, len, fds.data(), static_cast<int>(fds.size())) != 0) {
+    proto::Response r{};
+    r.status = -1;  // no answer
+    return r;
+  }
+  return Receive(got);
+}
+
+proto::Response RawPod::Receive(std::vector<UniqueFd>* got) {
   proto::Response r{};
   r.status = -1;  // no answer
-  if (SendWithFds(sock_.get(), msg, len, fds.data(), static_cast<int>(fds.size())) != 0) return r;
   UniqueFd in[proto::kMaxFds];
   int nfds = 0;
   size_t n = 0;
@@ -85,12 +94,40 @@ bool RawPod::Disconnected(int timeout_ms) {
   return ::recv(sock_.get(), buf, sizeof(buf), MSG_DONTWAIT) == 0;
 }
 
-std::optional<proto::Event> RawPod::NextEvent(int timeout_ms) {
+std::optional<RawPod::SetupEvent> RawPod::ReadEvent(int timeout_ms) {
   pollfd p{events_.get(), POLLIN, 0};
   if (::poll(&p, 1, timeout_ms) <= 0) return std::nullopt;
-  proto::Event e{};
-  if (::recv(events_.get(), &e, sizeof(e), MSG_DONTWAIT) != static_cast<ssize_t>(sizeof(e)))
+  SetupEvent e;
+  int nfds = 0;
+  size_t n = 0;
+  if (RecvWithFds(events_.get(), &e.event, sizeof(e.event), &e.fd, 1, &nfds, &n, MSG_DONTWAIT) !=
+          0 ||
+      n != sizeof(e.event))
     return std::nullopt;
+  return e;
+}
+
+std::optional<proto::Event> RawPod::NextEvent(int timeout_ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
+    std::optional<SetupEvent> e = ReadEvent(static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    if (!e) return std::nullopt;
+    const proto::EventType t = e->event.type;
+    if (t != proto::EventType::kPeerNamed && t != proto::EventType::kUdRing) return e->event;
+    setup_.push_back(std::move(*e));
+  }
+}
+
+std::optional<RawPod::SetupEvent> RawPod::NextSetupEvent(int timeout_ms) {
+  if (setup_.empty()) {
+    std::optional<SetupEvent> e = ReadEvent(timeout_ms);
+    if (e) setup_.push_back(std::move(*e));
+  }
+  if (setup_.empty()) return std::nullopt;
+  SetupEvent e = std::move(setup_.front());
+  setup_.pop_front();
   return e;
 }
 
@@ -112,7 +149,12 @@ NotifySlot* RawPod::Slot(uint32_t slot) {
 
 RawQp RawPod::CreateQp(uint32_t type, uint32_t num_rings, uint32_t ring_bytes, uint32_t cq) {
   UniqueFd seg;
-  if (CreateSegment("test-qp", QpSegmentBytes(num_rings, ring_bytes), &seg) != 0) return RawQp();
+  if (CreateSegment("test-qp", QpSegmentBytes(num_rings, ring_bytes), &seg) != 0) {
+    RawQp qp;
+    qp.num_rings = num_rings;
+    qp.ring_bytes = ring_bytes;
+    return qp;
+  }
   return CreateQpWith(std::move(seg), type, num_rings, ring_bytes, cq);
 }
 
@@ -162,6 +204,10 @@ RawLink RawPod::Connect(const RawQp& qp, uint32_t dest_ip, uint32_t dest_qpn, bo
   if (c.flags & proto::kConnectRemote) {
     link.producer.Attach(QpRing(link.seg.get(), kProxyRequestRing, c.ring_bytes), c.ring_bytes);
     link.responses.Attach(QpRing(link.seg.get(), kProxyResponseRing, c.ring_bytes), c.ring_bytes);
+  } else if (c.flags & proto::kConnectOwnRing) {
+    if (MapPeerSegment(link.fds.back().get(), UdRingBytes(c.ring_bytes), true, &link.own_ring) != 0)
+      return link;
+    link.producer.Attach(link.own_ring.as<RingHeader>(), c.ring_bytes);
   } else {
     link.producer.Attach(QpRing(link.seg.get(), c.ring_index, c.ring_bytes), c.ring_bytes);
   }
@@ -216,29 +262,53 @@ bool NextRecord(RingConsumer& ring, RecordHeader* h, std::vector<char>* payload,
   return true;
 }
 
+std::string PassMessage(RawLink& link, const RawQp& to, const std::string& text) {
+  RecordHeader h{};
+  h.kind = kRecSend;
+  h.flags = kRecFirst | kRecLast;
+  const auto len = static_cast<uint32_t>(text.size());
+  if (AppendRecord(link.producer, h, text.data(), len) != RingStatus::kOk) return "";
+  link.producer.Publish();
+  RingConsumer in;
+  in.Attach(to.ring(link.reply.ring_index), to.ring_bytes);
+  std::vector<char> got;
+  if (!NextRecord(in, &h, &got)) return "";
+  return std::string(got.begin(), got.end());
+}
+
 RingStatus PostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyRequest& req,
-                       const void* data, uint32_t len) {
+                       const void* data, uint32_t len, std::chrono::milliseconds wait) {
   RecordHeader h{};
   h.kind = kind;
   h.flags = flags;
   h.msg_len = req.length;
-  const RingStatus st = AppendRequest(link.producer, h, req, len, [&](char* dst) {
+  const auto fill = [&](char* dst) {
     if (len > 0) std::memcpy(dst, data, len);
-  });
-  if (st != RingStatus::kOk) return st;
+  };
+  RingStatus st = RingStatus::kOk;
+  if (!WaitFor(
+          [&] { return (st = AppendRequest(link.producer, h, req, len, fill)) == RingStatus::kOk; },
+          wait))
+    return st;
   link.producer.Publish();
   WakeIfArmed(&link.seg.as<QpSegmentHeader>()->doorbell, link.fds[1].get());
   return st;
 }
 
-RingStatus PostSend(RawLink& link, uint32_t seq, const std::string& text, uint8_t rnr_retry) {
+bool TryPostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyRequest& req,
+                    const void* data, uint32_t len, std::chrono::milliseconds wait) {
+  return PostRequest(link, kind, flags, req, data, len, wait) == RingStatus::kOk;
+}
+
+RingStatus PostSend(RawLink& link, uint32_t seq, const std::string& text, uint8_t rnr_retry,
+                    std::chrono::milliseconds wait) {
   ProxyRequest r{};
   r.opcode = IBV_WR_SEND;
   r.seq = seq;
   r.length = static_cast<uint32_t>(text.size());
   r.last = 1;
   r.rnr_retry = rnr_retry;
-  return PostRequest(link, kRecSend, kRecFirst | kRecLast, r, text.data(), r.length);
+  return PostRequest(link, kRecSend, kRecFirst | kRecLast, r, text.data(), r.length, wait);
 }
 
 std::optional<ProxyResponse> NextAnswer(RawLink& link, std::vector<char>* data,

@@ -1,8 +1,9 @@
 // A "raw pod": a client that speaks the router's pod protocol itself (core protocol.h) over a
 // connected SOCK_SEQPACKET socket, and the shared memory the router hands it, without the
-// library — what a hostile pod does. The router unit tests drive in-process routers with it
-// (over socketpairs, tests/unit/router/harness.h); the adversary suite drives real ffrouter
-// processes with it (over their Unix sockets, tests/adversary).
+// library — what a hostile pod does. The one copy of it: the router unit tests and the
+// fuzz targets drive in-process routers with it (over socketpairs, tests/unit/router/harness.h
+// makes one for a TestRouter); the adversary suite drives real ffrouter processes with it
+// (over their Unix sockets, tests/adversary).
 #pragma once
 
 #include <arpa/inet.h>
@@ -11,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <thread>
@@ -25,8 +27,8 @@ namespace ff::test {
 
 // A QP whose segment the test owns, as the library would create it.
 struct RawQp {
-  uint32_t qpn = 0;  // 0 when the router refused the QP
   int status = -1;   // the router's answer to CreateQp
+  uint32_t qpn = 0;  // 0 when the router refused the QP
   UniqueFd seg_fd;
   Mapping seg;
   uint32_t num_rings = 0;
@@ -41,6 +43,7 @@ struct RawLink {
   proto::ConnectReply reply{};
   std::vector<UniqueFd> fds;
   Mapping seg;             // the peer QP's segment, or the proxy segment
+  Mapping own_ring;        // a UD destination on this node: the sender's own ring
   RingProducer producer;   // where this QP's requests or messages go
   RingConsumer responses;  // proxies: the router's answers
 };
@@ -71,12 +74,21 @@ class RawPod {
   }
   proto::Response CallRaw(const void* msg, size_t len, const std::vector<int>& fds,
                           std::vector<UniqueFd>* got);
+  // The next answer the router sends (status -1 when none came within 3 s).
+  proto::Response Receive(std::vector<UniqueFd>* got = nullptr);
   // Sends bytes without waiting for an answer.
   void SendRaw(const void* msg, size_t len, const std::vector<int>& fds = {});
   // True when the router closed this pod's socket within `timeout_ms`.
   bool Disconnected(int timeout_ms = 2000);
-  // The next event the router sent, within `timeout_ms`.
+  // The next event about a peer going away (kPeerGone, kPeerClosed, kShutdown) the router
+  // sent, within `timeout_ms`; set-up events met on the way are kept for NextSetupEvent.
   std::optional<proto::Event> NextEvent(int timeout_ms = 2000);
+  // The next set-up event (kPeerNamed, kUdRing with its ring memfd), within `timeout_ms`.
+  struct SetupEvent {
+    proto::Event event{};
+    UniqueFd fd;
+  };
+  std::optional<SetupEvent> NextSetupEvent(int timeout_ms = 2000);
 
   // A CQ; with a completion channel when `chan_id` names one (its event word: `slot`).
   // Returns `cq_id`, or 0 when the router refused it.
@@ -126,6 +138,9 @@ class RawPod {
   Mapping notify_;
   proto::HelloReply hello_{};
   std::vector<uint32_t> cqs_;
+  std::deque<SetupEvent> setup_;
+
+  std::optional<SetupEvent> ReadEvent(int timeout_ms);
 };
 
 // Polls `pred` until it holds or `timeout` passes.
@@ -143,13 +158,22 @@ bool WaitFor(Pred pred, std::chrono::milliseconds timeout = std::chrono::millise
 bool NextRecord(RingConsumer& ring, RecordHeader* h, std::vector<char>* payload,
                 std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
 
+// Writes a one-record SEND of `text` through a same-node link and returns what QP `to` (the
+// link's peer) finds in the ring it was given ("" when nothing came).
+std::string PassMessage(RawLink& link, const RawQp& to, const std::string& text);
+
 // ---- a proxy link (a peer on another node), as the library drives it -----------------
 // Writes one request into the proxy's request ring, publishes it and rings the doorbell
-// when the router armed it.
+// when the router armed it. Waits up to `wait` for room: kOk, or why the ring took nothing.
 RingStatus PostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyRequest& req,
-                       const void* data = nullptr, uint32_t len = 0);
-// One whole SEND of `text`, as work request `seq`.
-RingStatus PostSend(RawLink& link, uint32_t seq, const std::string& text, uint8_t rnr_retry = 7);
+                       const void* data = nullptr, uint32_t len = 0,
+                       std::chrono::milliseconds wait = std::chrono::milliseconds(3000));
+// The same: true when the request went in within `wait`.
+bool TryPostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyRequest& req,
+                    const void* data, uint32_t len, std::chrono::milliseconds wait);
+// One whole SEND of `text`, as work request `seq` (room awaited as by PostRequest).
+RingStatus PostSend(RawLink& link, uint32_t seq, const std::string& text, uint8_t rnr_retry = 7,
+                    std::chrono::milliseconds wait = std::chrono::milliseconds(3000));
 // The router's next answer on the proxy (its data in *data); nothing when none came in time
 // or it was malformed.
 std::optional<ProxyResponse> NextAnswer(

@@ -104,7 +104,8 @@ void ExpectPeerGone(RawPod& pod, uint32_t qpn) {
 }
 
 void PostRead(RawLink& link, uint32_t seq, uint32_t rkey, uint64_t addr, uint32_t len) {
-  PostRequest(link, kRecReadReq, 0, Request(IBV_WR_RDMA_READ, seq, rkey, addr, len));
+  ASSERT_EQ(PostRequest(link, kRecReadReq, 0, Request(IBV_WR_RDMA_READ, seq, rkey, addr, len)),
+            RingStatus::kOk);
 }
 
 // Takes the answers of READ `seq` up to its last into *out: 0, the error status, or -1 when
@@ -127,7 +128,9 @@ void ExpectCrossNodeServed(TwoNodes& n, const char* from_ip, const char* to_ip) 
   Pair p(n, from_ip, to_ip);
   ASSERT_EQ(p.Open(64 * 1024), 0);
   p.qb.hdr()->credits.posted.store(1);
-  PostRequest(p.link, kRecSend, kRecFirst | kRecLast, Request(IBV_WR_SEND, 1, 0, 0, 4), "ping", 4);
+  ASSERT_EQ(PostRequest(p.link, kRecSend, kRecFirst | kRecLast, Request(IBV_WR_SEND, 1, 0, 0, 4),
+                        "ping", 4),
+            RingStatus::kOk);
   const std::optional<ProxyResponse> sent = NextAnswer(p.link);
   ASSERT_TRUE(sent.has_value());
   EXPECT_EQ(sent->status, IBV_WC_SUCCESS);
@@ -261,13 +264,16 @@ TEST(CrossNodeQuotaTest, WhatTheRouterMapsOfAPodIsBounded) {
   const uint32_t large_key = p.to.Register(2, kMiB, kAll, kAddr + 4 * kMiB, &large);
   ASSERT_NE(small_key, 0u);
   ASSERT_NE(large_key, 0u);
-  PostRequest(p.link, kRecWrite, 0, Request(IBV_WR_RDMA_WRITE, 1, small_key, kAddr, 4), "fits", 4);
+  ASSERT_EQ(PostRequest(p.link, kRecWrite, 0, Request(IBV_WR_RDMA_WRITE, 1, small_key, kAddr, 4),
+                        "fits", 4),
+            RingStatus::kOk);
   std::optional<ProxyResponse> r = NextAnswer(p.link);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, IBV_WC_SUCCESS);
   EXPECT_EQ(std::string(small.as<char>(), 4), "fits");
-  PostRequest(p.link, kRecWrite, 0, Request(IBV_WR_RDMA_WRITE, 2, large_key, kAddr + 4 * kMiB, 4),
-              "over", 4);
+  ASSERT_EQ(PostRequest(p.link, kRecWrite, 0,
+                        Request(IBV_WR_RDMA_WRITE, 2, large_key, kAddr + 4 * kMiB, 4), "over", 4),
+            RingStatus::kOk);
   r = NextAnswer(p.link);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, IBV_WC_REM_ACCESS_ERR);
