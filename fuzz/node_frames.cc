@@ -297,14 +297,7 @@ struct Rig {
   }
 };
 
-Rig& TheRig() {
-  static Rig* rig = [] {  // one router for the whole run
-    auto* made = new Rig();
-    fuzz::RemoveAtExit(made->router->dir());
-    return made;
-  }();
-  return *rig;
-}
+Rig& TheRig() { return fuzz::RigOfTheRun<Rig>(); }
 
 // A blocking connect; libFuzzer's timeout alarm may interrupt it, and it then goes on alone.
 bool Connected(int fd, const sockaddr_in& to) {

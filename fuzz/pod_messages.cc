@@ -58,14 +58,7 @@ struct Rig {
   }
 };
 
-Rig& TheRig() {
-  static Rig* rig = [] {  // one router for the whole run
-    auto* made = new Rig();
-    fuzz::RemoveAtExit(made->router->dir());
-    return made;
-  }();
-  return *rig;
-}
+Rig& TheRig() { return fuzz::RigOfTheRun<Rig>(); }
 
 // What one input has made so far.
 struct Run {

@@ -37,4 +37,15 @@ inline void RemoveAtExit(const std::string& dir) {
   });
 }
 
+// The one rig of the run, made on first use; R holds the router as `router`.
+template <typename R>
+R& RigOfTheRun() {
+  static R* rig = [] {
+    auto* made = new R();
+    RemoveAtExit(made->router->dir());
+    return made;
+  }();
+  return *rig;
+}
+
 }  // namespace fuzz
