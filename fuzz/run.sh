@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in their own clang build and runs each for a bounded time.
 #
-#   fuzz/run.sh [-b BUILD_DIR] [-t SECONDS] [-j JOBS] [-p PARALLEL] [TARGET...]
+#   fuzz/run.sh [-b BUILD_DIR] [-t SECONDS] [-n RUNS] [-L] [-j JOBS] [-p PARALLEL] [TARGET...]
 #
 # BUILD_DIR (default build-fuzz) is configured with clang and FREEFLOW_FUZZ=ON when it has no
-# cache yet. Each target runs SECONDS (default 300) on its corpus, BUILD_DIR/corpus/TARGET,
+# cache yet. Each target runs SECONDS (default 300), or with -n until it executed RUNS inputs
+# (the long runs: -n 10000000), on its corpus, BUILD_DIR/corpus/TARGET,
 # seeded from fuzz/corpus/TARGET; PARALLEL targets run at a time (default 1). Crash inputs
 # and logs go to BUILD_DIR/findings/TARGET. Exits non-zero when any target found a crash,
-# a leak, a timeout or a sanitizer report, or did not run.
+# a leak, a timeout or a sanitizer report, or did not run. -L turns leak detection off: in the
+# router targets libFuzzer looks for leaks after every input whose mallocs and frees differ,
+# which the router's own thread makes most of them, and that halves their speed.
 set -euo pipefail
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,13 +18,17 @@ build=build-fuzz
 seconds=300
 jobs=2
 parallel=1
-while getopts "b:t:j:p:" opt; do
+runs=-1
+leaks=1
+while getopts "b:t:n:Lj:p:" opt; do
   case $opt in
     b) build=$OPTARG ;;
     t) seconds=$OPTARG ;;
+    n) runs=$OPTARG seconds=0 ;;
+    L) leaks=0 ;;
     j) jobs=$OPTARG ;;
     p) parallel=$OPTARG ;;
-    *) echo "usage: $0 [-b BUILD_DIR] [-t SECONDS] [-j JOBS] [-p PARALLEL] [TARGET...]" >&2; exit 2 ;;
+    *) echo "usage: $0 [-b BUILD_DIR] [-t SECONDS] [-n RUNS] [-L] [-j JOBS] [-p PARALLEL] [TARGET...]" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -49,7 +56,7 @@ declare -A max_len=([pod_messages]=4096 [node_frames]=16384 [ring_records]=8192
 # The library logs every corrupt ring it meets to stderr: ring_records runs with the target's
 # stderr closed (libFuzzer and the sanitizers keep reporting on their own copy of it).
 declare -A quiet=([ring_records]=-close_fd_mask=2)
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export ASAN_OPTIONS=detect_leaks=$leaks:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$src/fuzz/ubsan.supp
 
 run_one() {
@@ -58,18 +65,18 @@ run_one() {
   mkdir -p "$corpus" "$findings"
   [[ -d $src/fuzz/corpus/$t ]] && cp -n "$src/fuzz/corpus/$t"/* "$corpus"/ 2>/dev/null || true
   local log=$findings/run.log
-  local rc=0
-  (cd "$findings" && "$build/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=20 \
+  local rc=0 started=$SECONDS
+  (cd "$findings" && "$build/fuzz/fuzz_$t" -max_total_time="$seconds" -runs="$runs" -timeout=20 \
      -rss_limit_mb=4096 -max_len="${max_len[$t]:-4096}" -print_final_stats=1 ${quiet[$t]:-} \
      -artifact_prefix="$findings/" "$corpus") >"$log" 2>&1 || rc=$?
-  local runs
-  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  if ((rc != 0)) || [[ -z $runs ]]; then
-    echo "fuzz $t: FAILED (exit $rc) after ${runs:-?} runs; see $log" >&2
+  local done_runs
+  done_runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  if ((rc != 0)) || [[ -z $done_runs ]]; then
+    echo "fuzz $t: FAILED (exit $rc) after ${done_runs:-?} runs; see $log" >&2
     grep -E "^==[0-9]+==ERROR|SUMMARY|^artifact_prefix|Test unit written" "$log" >&2 || true
     return 1
   fi
-  echo "fuzz $t: ${runs} runs in ${seconds} s, no crash (corpus $(ls "$corpus" | wc -l) inputs)"
+  echo "fuzz $t: ${done_runs} runs in $((SECONDS - started)) s, no crash (corpus $(ls "$corpus" | wc -l) inputs)"
 }
 
 failed=0
