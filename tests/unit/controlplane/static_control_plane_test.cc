@@ -69,6 +69,16 @@ class StaticControlPlaneTest : public ::testing::Test {
     EXPECT_TRUE(cp_->Healthy());
   }
 
+  // Creates a control plane on file_ whose Start() must fail; its error.
+  std::string StartError() {
+    std::string error;
+    cp_ = MakeControlPlane("static:" + file_.string(), kSelf, {}, &error);
+    if (!cp_) return "MakeControlPlane: " + error;
+    EXPECT_FALSE(cp_->Start(&error));
+    EXPECT_FALSE(cp_->Healthy());
+    return error;
+  }
+
   std::optional<uint32_t> NodeBAddress() {
     auto e = cp_->Lookup(Ip("10.244.2.9"));
     if (!e) return std::nullopt;
@@ -194,6 +204,42 @@ TEST_F(StaticControlPlaneTest, RelativePath) {
   Start("nodes.json");
   fs::current_path(old);
   EXPECT_EQ(NodeBAddress(), Ip("172.31.0.3"));
+}
+
+TEST_F(StaticControlPlaneTest, ItsNameAtAnotherAddressRefusesTheStart) {
+  // node-a listed at 172.31.0.9: this router (node-a at 172.31.0.2) must not start.
+  Write(file_, R"({"nodes": [{"name": "node-a", "address": "172.31.0.9", "port": 7471}]})");
+  const std::string error = StartError();
+  EXPECT_TRUE(error.starts_with("control plane file " + file_.string() +
+                                ": it lists node \"node-a\" at 172.31.0.9:7471, but this router "
+                                "serves node links on 172.31.0.2:7471"))
+      << error;
+  EXPECT_NE(error.find("--node-name"), std::string::npos) << error;
+}
+
+TEST_F(StaticControlPlaneTest, ItsAddressUnderAnotherNameRefusesTheStart) {
+  Write(file_, R"({"nodes": [{"name": "node-x", "address": "172.31.0.2", "port": 7471}]})");
+  const std::string error = StartError();
+  EXPECT_NE(error.find("start this router with --node-name node-x"), std::string::npos) << error;
+}
+
+TEST_F(StaticControlPlaneTest, AnUnlistedNodeStartsAndReachesTheOthers) {
+  Write(file_, R"({"nodes": [{"name": "node-b", "address": "172.31.0.3", "port": 7471,
+                              "podCIDRs": ["10.244.2.0/24"]}]})");
+  Start();
+  EXPECT_EQ(NodeBAddress(), Ip("172.31.0.3"));
+}
+
+TEST_F(StaticControlPlaneTest, AReloadThatMisnamesThisRouterKeepsItsOwnEndpoint) {
+  Write(file_, TwoNodes());
+  Start();
+  cp_->Publish(Ip("10.244.1.5"));
+  Write(file_, R"({"nodes": [
+    {"name": "node-a", "address": "172.31.0.9", "port": 7471, "podCIDRs": ["10.244.1.0/24"]},
+    {"name": "node-b", "address": "172.31.0.33", "port": 7471, "podCIDRs": ["10.244.2.0/24"]}]})");
+  EXPECT_TRUE(WaitFor([&] { return NodeBAddress() == Ip("172.31.0.33"); }));
+  EXPECT_EQ(cp_->Lookup(Ip("10.244.1.5")), kSelf);
+  EXPECT_EQ(cp_->Lookup(Ip("10.244.1.6")), kSelf);
 }
 
 }  // namespace
