@@ -19,6 +19,7 @@
 
 #include "cache.h"
 #include "implementations.h"
+#include "node_claim.h"
 #include "static_file.h"
 
 namespace ff::cp {
@@ -216,7 +217,8 @@ class StaticControlPlane final : public ControlPlane {
     else if (!check.problem.empty())
       spdlog::warn("control plane file {}: {}", path_, check.problem);
     else
-      spdlog::info("control plane file {} lists node {} as it is again", path_, cache_.self().node);
+      spdlog::info("control plane file {} now lists node {} at {}, as this router serves", path_,
+                   cache_.self().node, FormatEndpoint(cache_.self()));
   }
 
   std::string path_;

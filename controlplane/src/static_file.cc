@@ -173,11 +173,12 @@ SelfCheck CheckSelf(const Mapping& mapping, const Endpoint& self) {
                               "is, as node \"{}\": start this router with --node-name {} (or "
                               "NODE_NAME; the default is the host name)",
                               self.node, here, named_here, named_here)};
-  return {false, fmt::format("node \"{}\" is not in it, so routers that use this file cannot "
-                             "reach this node's pods (this router can still reach theirs): "
-                             "add {{\"name\": \"{}\", \"address\": \"{}\", \"port\": {}}} "
-                             "to its nodes, or start this router with the --node-name it has there",
-                             self.node, self.node, FormatIpv4(self.address), self.port)};
+  return {false,
+          fmt::format("node \"{}\" is not in it, so the routers that use this file cannot reach "
+                      "this node's pods until it lists them (the file is reloaded when it "
+                      "changes): add {{\"name\": \"{}\", \"address\": \"{}\", \"port\": {}}} to "
+                      "its nodes, or start this router with the --node-name it has there",
+                      self.node, self.node, FormatIpv4(self.address), self.port)};
 }
 
 }  // namespace ff::cp

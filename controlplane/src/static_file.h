@@ -20,9 +20,9 @@ bool ParseStaticFile(std::string_view text, Mapping* mapping, std::string* error
 // when the router must not start on this file: the file gives its node name another
 // endpoint (the other routers would send this node's traffic there), or gives its endpoint
 // another node name (it was started under the wrong name, e.g. the host name by default).
-// A node name the file does not list at all is not fatal: this router can still reach the
-// others (their answers come back on the links it dials); only its own pods are out of
-// reach, which `problem` says.
+// A node name the file does not list at all is not fatal, only reported in `problem`: the
+// node may be new and the file (a ConfigMap, say) not updated yet; every router reloads it
+// when it changes, and the node's pods become reachable then without a restart.
 struct SelfCheck {
   bool fatal = false;
   std::string problem;

@@ -2,13 +2,11 @@
 // refused at start and writes nothing; routers starting together elect one; a restart on
 // the same address, a crashed holder and an unleased key do not block a start; a router
 // whose key another writer takes says so and does not write it back.
-#include <spdlog/sinks/ringbuffer_sink.h>
-#include <spdlog/spdlog.h>
-
 #include <atomic>
 #include <thread>
 
 #include "etcd_fixture.h"
+#include "log_capture.h"
 
 namespace ff::cp {
 namespace {
@@ -16,33 +14,7 @@ namespace {
 const std::string kNodeA = "/freeflow/v1/nodes/node-a";
 const std::string kNodeP = "/freeflow/v1/nodes/node-p";
 constexpr auto npos = std::string::npos;
-
-// Captures what the control plane logs at warn and above while it lives.
-class LogCapture {
- public:
-  LogCapture()
-      : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)),
-        previous_(spdlog::default_logger()) {
-    auto logger = std::make_shared<spdlog::logger>("capture", sink_);
-    logger->set_level(spdlog::level::warn);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  // Lines logged so far that contain every one of `parts`.
-  int Count(std::initializer_list<const char*> parts) const {
-    int n = 0;
-    for (const std::string& line : sink_->last_formatted()) {
-      bool all = true;
-      for (const char* part : parts) all = all && line.find(part) != npos;
-      n += all ? 1 : 0;
-    }
-    return n;
-  }
-
- private:
-  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using ff::testing::LogCapture;
 
 // A 4 s lease the test refreshes every 1.5 s from a thread, as a live router would.
 class LiveLease {

@@ -184,10 +184,10 @@ TEST(CheckSelfTest, AnUnlistedNodeIsWarnedAbout) {
   const SelfCheck check = CheckSelf(TwoNodeMapping(), {"node-c", Ip("172.31.0.4"), 7471});
   EXPECT_FALSE(check.fatal);
   EXPECT_EQ(check.problem,
-            "node \"node-c\" is not in it, so routers that use this file cannot reach this "
-            "node's pods (this router can still reach theirs): add {\"name\": \"node-c\", "
-            "\"address\": \"172.31.0.4\", \"port\": 7471} to its nodes, or start this router "
-            "with the --node-name it has there");
+            "node \"node-c\" is not in it, so the routers that use this file cannot reach this "
+            "node's pods until it lists them (the file is reloaded when it changes): add "
+            "{\"name\": \"node-c\", \"address\": \"172.31.0.4\", \"port\": 7471} to its "
+            "nodes, or start this router with the --node-name it has there");
 }
 
 }  // namespace
