@@ -162,8 +162,8 @@ SelfCheck CheckSelf(const Mapping& mapping, const Endpoint& self) {
     const Endpoint& there = listed->second;
     if (there.address == self.address && there.port == self.port) return {};
     return {true, fmt::format("it lists node \"{0}\" at {1}, but this router serves node links "
-                              "on {2}: the other routers would send node {0}'s traffic to {1}. "
-                              "If this host is not node {0}, start this router with its own "
+                              "on {2}: the other routers would send {0}'s traffic to {1}. "
+                              "If this host is not {0}, start this router with its own "
                               "--node-name (or NODE_NAME; the default is the host name){3}; if "
                               "it is, correct the file or this router's --host-ip/--port",
                               self.node, FormatEndpoint(there), here, hint)};

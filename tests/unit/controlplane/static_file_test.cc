@@ -159,8 +159,8 @@ TEST(CheckSelfTest, ItsNameAtAnotherEndpointIsFatal) {
   EXPECT_TRUE(check.fatal);
   EXPECT_EQ(check.problem,
             "it lists node \"node-a\" at 172.31.0.2:7471, but this router serves node links on "
-            "172.31.0.3:7471: the other routers would send node node-a's traffic to "
-            "172.31.0.2:7471. If this host is not node node-a, start this router with its own "
+            "172.31.0.3:7471: the other routers would send node-a's traffic to "
+            "172.31.0.2:7471. If this host is not node-a, start this router with its own "
             "--node-name (or NODE_NAME; the default is the host name) (the file lists "
             "172.31.0.3:7471 as node \"node-b\": --node-name node-b?); if it is, correct the "
             "file or this router's --host-ip/--port");
