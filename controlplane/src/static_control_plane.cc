@@ -19,6 +19,7 @@
 
 #include "cache.h"
 #include "implementations.h"
+#include "node_claim.h"
 #include "static_file.h"
 
 namespace ff::cp {
@@ -99,6 +100,13 @@ class StaticControlPlane final : public ControlPlane {
       *error = fmt::format("control plane file {}: {}", path_, why);
       return false;
     }
+    const SelfCheck check = CheckSelf(mapping, cache_.self());
+    if (check.fatal) {
+      *error = fmt::format("control plane file {}: {}", path_, check.problem);
+      return false;
+    }
+    if (!check.problem.empty()) spdlog::warn("control plane file {}: {}", path_, check.problem);
+    self_problem_ = check.problem;
 
     dir_ = std::filesystem::path(path_).parent_path().string();
     if (dir_.empty()) dir_ = ".";
@@ -190,11 +198,27 @@ class StaticControlPlane final : public ControlPlane {
       return;
     }
     last_text_ = std::move(text);
+    ReportSelf(CheckSelf(mapping, cache_.self()));
     const size_t nodes = mapping.nodes.size();
     if (cache_.Replace(std::move(mapping))) {
       spdlog::info("control plane: reloaded {} ({} nodes)", path_, nodes);
       if (on_change_) on_change_();
     }
+  }
+
+  // A reloaded file that now names this router wrongly cannot stop it any more: say so
+  // (once per change), and keep serving with its own endpoint.
+  void ReportSelf(const SelfCheck& check) {
+    if (check.problem == self_problem_) return;
+    self_problem_ = check.problem;
+    if (check.fatal)
+      spdlog::error("control plane file {}: {}; this router keeps its own address", path_,
+                    check.problem);
+    else if (!check.problem.empty())
+      spdlog::warn("control plane file {}: {}", path_, check.problem);
+    else
+      spdlog::info("control plane file {} now lists node {} at {}, as this router serves", path_,
+                   cache_.self().node, FormatEndpoint(cache_.self()));
   }
 
   std::string path_;
@@ -209,6 +233,7 @@ class StaticControlPlane final : public ControlPlane {
   int watch_ = -1;
   FileStamp stamp_;
   std::string last_text_;
+  std::string self_problem_;  // what the file in force says wrongly about this router
   std::thread thread_;
 };
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "freeflow/ipv4.h"
+#include "node_claim.h"
 
 namespace ff::cp {
 namespace {
@@ -144,6 +145,40 @@ bool ParseStaticFile(std::string_view text, Mapping* mapping, std::string* error
   }
   *mapping = std::move(out);
   return true;
+}
+
+SelfCheck CheckSelf(const Mapping& mapping, const Endpoint& self) {
+  const std::string here = FormatEndpoint(self);
+  std::string named_here;  // the node the file puts at this router's endpoint, if another
+  for (const auto& [name, endpoint] : mapping.nodes)
+    if (name != self.node && endpoint.address == self.address && endpoint.port == self.port)
+      named_here = name;
+  const std::string hint = named_here.empty()
+                               ? ""
+                               : fmt::format(" (the file lists {} as node \"{}\": --node-name {}?)",
+                                             here, named_here, named_here);
+  const auto listed = mapping.nodes.find(self.node);
+  if (listed != mapping.nodes.end()) {
+    const Endpoint& there = listed->second;
+    if (there.address == self.address && there.port == self.port) return {};
+    return {true, fmt::format("it lists node \"{0}\" at {1}, but this router serves node links "
+                              "on {2}: the other routers would send {0}'s traffic to {1}. "
+                              "If this host is not {0}, start this router with its own "
+                              "--node-name (or NODE_NAME; the default is the host name){3}; if "
+                              "it is, correct the file or this router's --host-ip/--port",
+                              self.node, FormatEndpoint(there), here, hint)};
+  }
+  if (!named_here.empty())
+    return {true, fmt::format("this router's node name \"{}\" is not in it, but its address {} "
+                              "is, as node \"{}\": start this router with --node-name {} (or "
+                              "NODE_NAME; the default is the host name)",
+                              self.node, here, named_here, named_here)};
+  return {false,
+          fmt::format("node \"{}\" is not in it, so the routers that use this file cannot reach "
+                      "this node's pods until it lists them (the file is reloaded when it "
+                      "changes): add {{\"name\": \"{}\", \"address\": \"{}\", \"port\": {}}} to "
+                      "its nodes, or start this router with the --node-name it has there",
+                      self.node, self.node, FormatIpv4(self.address), self.port)};
 }
 
 }  // namespace ff::cp

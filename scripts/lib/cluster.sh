@@ -198,20 +198,26 @@ multinode_up() {
   } >"$FF_DIR/cluster.json"
 }
 
-# mn_router_up N [ffrouter args...]: (re)starts node N's router; default control plane is
-# the static file.
-mn_router_up() {
+# mn_router_start N [ffrouter args...]: (re)starts node N's router without waiting for it
+# (its PID in FF_NODE_ROUTER[N]); default control plane is the static file. Its node name
+# is node<N>, or $FF_MN_NODE_NAME when set.
+mn_router_start() {
   local n=$1
   shift
   local dir
   dir=$(mn_dir "$n")
-  rm -f "$dir/ffrouter.sock"  # a killed router's socket; wait for the new one below
+  rm -f "$dir/ffrouter.sock"  # a killed router's socket; wait for the new one
   ip netns exec "$(mn_node_ns "$n")" ${FF_ROUTER_WRAP:-} "$FF_BUILD/router/ffrouter" --dir "$dir" --name ffrouter \
-    --vnet-prefix 10.244.0.0/16 --host-ip "$(mn_node_ip "$n")" --port 7471 --node-name "node$n" \
+    --vnet-prefix 10.244.0.0/16 --host-ip "$(mn_node_ip "$n")" --port 7471 --node-name "${FF_MN_NODE_NAME:-node$n}" \
     --log-level "${FF_ROUTER_LOG:-info}" "${FF_CONTROL_PLANE_ARGS[@]:---control-plane=static:$FF_DIR/cluster.json}" "$@" \
     >>"$dir/router.log" 2>&1 &
   FF_NODE_ROUTER[$n]=$!
-  wait_router "${FF_NODE_ROUTER[$n]}" "$dir"
+}
+
+# mn_router_up N [ffrouter args...]: mn_router_start, then waits until the router serves.
+mn_router_up() {
+  mn_router_start "$@"
+  wait_router "${FF_NODE_ROUTER[$1]}" "$(mn_dir "$1")"
 }
 
 mn_router_down() {
@@ -221,6 +227,77 @@ mn_router_down() {
   kill "-$sig" "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   FF_NODE_ROUTER[$n]=""
+}
+
+# mn_pair SERVER_NODE SERVER_POD CLIENT_NODE CLIENT_POD CMD...: CMD as a server in one pod
+# and as its client (given the server's address) in another. 0 when both succeed; else
+# the tails of both logs are printed. The client's output stays in $FF_DIR/client.log. A
+# pair whose perftest could not measure the CPU clock runs once more (perftest_clock_failed).
+mn_pair() {
+  mn_pair_once "$@"
+  local st=$?
+  if [[ $st -ne 0 ]] && perftest_clock_failed "$FF_DIR/client.log" "$FF_DIR/server.log"; then
+    echo "perftest could not measure the CPU clock on this busy machine; running the pair again"
+    mn_pair_once "$@"
+    st=$?
+  fi
+  return $st
+}
+mn_pair_once() {
+  local sn=$1 sp=$2 cn=$3 cp=$4
+  shift 4
+  mn_pod_bg "$sn" "$sp" "$@" >"$FF_DIR/server.log" 2>&1
+  local spid=$FF_LAST_PID i
+  for ((i = 0; i < 100; i++)); do
+    ip netns exec "$(mn_pod_ns "$sn" "$sp")" ss -ltn 2>/dev/null | grep -qE ':(18515|18516|19[0-9]{3}) ' && break
+    sleep 0.05
+  done
+  mn_pod_run "$cn" "$cp" timeout 90 "$@" "$(mn_pod_ip "$sn" "$sp")" >"$FF_DIR/client.log" 2>&1
+  local c=$?
+  wait_pid "$spid" 30
+  local s=$?
+  [[ $c -ne 0 || $s -ne 0 ]] && { echo "--- server (exit $s)"; tail -n 12 "$FF_DIR/server.log"; echo "--- client (exit $c)"; tail -n 12 "$FF_DIR/client.log"; }
+  [[ $c -eq 0 && $s -eq 0 ]]
+}
+
+# mn_etcd_up: starts etcd in the underlay namespace, listening at $(mn_etcd_url); a restart
+# reuses the data directory, as a real etcd restart would. Its PID is FF_ETCD_PID;
+# multinode_down stops it and removes its data.
+FF_ETCD_PID=""
+FF_ETCD_DIR=""
+mn_etcd_url() { echo "http://172.31.${FF_NET}.2:2379"; }
+mn_etcd_up() {
+  FF_ETCD_DIR=${FF_ETCD_DIR:-$(mktemp -d /tmp/freeflow-etcd.XXXXXX)}
+  # etcd listens on the underlay bridge's side: give the underlay namespace an address.
+  ip -n "ff${FF_TAG}u" link set lo up
+  ip -n "ff${FF_TAG}u" addr add "172.31.${FF_NET}.2/24" dev ffu 2>/dev/null
+  ip netns exec "ff${FF_TAG}u" etcd --name ff --data-dir "$FF_ETCD_DIR/data" \
+    --listen-client-urls "$(mn_etcd_url)" --advertise-client-urls "$(mn_etcd_url)" \
+    --listen-peer-urls "http://127.0.0.1:2380" --initial-advertise-peer-urls "http://127.0.0.1:2380" \
+    --initial-cluster "ff=http://127.0.0.1:2380" --heartbeat-interval=10 --election-timeout=100 \
+    >>"$FF_ETCD_DIR/etcd.log" 2>&1 &
+  FF_ETCD_PID=$!
+  local i
+  for ((i = 0; i < 100; i++)); do
+    ip netns exec "ff${FF_TAG}u" curl -sf "$(mn_etcd_url)/health" >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "etcd did not start"; tail -n 20 "$FF_ETCD_DIR/etcd.log"
+  return 1
+}
+
+# mn_etcd_down: stops etcd, keeping its data for the next mn_etcd_up.
+mn_etcd_down() {
+  [[ -z "$FF_ETCD_PID" ]] && return 0
+  kill "$FF_ETCD_PID" 2>/dev/null
+  wait "$FF_ETCD_PID" 2>/dev/null
+  FF_ETCD_PID=""
+}
+
+# mn_etcd_get KEY [etcdctl get flags...]: what `etcdctl get` prints about KEY.
+mn_etcd_get() {
+  ip netns exec "ff${FF_TAG}u" env ETCDCTL_API=3 etcdctl --endpoints "$(mn_etcd_url)" \
+    --command-timeout=5s get "$@"
 }
 
 mn_pod_run() {
@@ -245,6 +322,9 @@ multinode_down() {
   for p in "${FF_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   FF_PIDS=()
   for n in "${!FF_NODE_ROUTER[@]}"; do mn_router_down "$n"; done
+  mn_etcd_down
+  [[ -n "$FF_ETCD_DIR" ]] && rm -rf "$FF_ETCD_DIR"
+  FF_ETCD_DIR=""
   for ((p = ${#FF_MN_NS[@]} - 1; p >= 0; p--)); do ip netns del "${FF_MN_NS[$p]}" 2>/dev/null || true; done
   FF_MN_NS=()
   [[ -n "$FF_DIR" ]] && rm -rf "$FF_DIR"

@@ -7,74 +7,26 @@
 set -uo pipefail
 source "$(dirname "$0")/../../scripts/lib/cluster.sh"
 FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs_faults}
-ETCD_PID=""
-cleanup() {
-  multinode_down
-  if [[ -n "$ETCD_PID" ]]; then kill "$ETCD_PID" 2>/dev/null; wait "$ETCD_PID" 2>/dev/null; fi
-  [[ -n "${ETCD_DIR:-}" ]] && rm -rf "$ETCD_DIR"
-}
-trap cleanup EXIT
+trap multinode_down EXIT
 failures=0
 check() { if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi; }
 
-# pair NAME SERVER_NODE SERVER_POD CLIENT_NODE CLIENT_POD CMD... (again once when perftest
-# could not measure the CPU clock: perftest_clock_failed)
+# pair NAME SERVER_NODE SERVER_POD CLIENT_NODE CLIENT_POD CMD...
 pair() {
-  pair_once "$@"
-  local st=$?
-  if [[ $st -ne 0 ]] && perftest_clock_failed "$FF_DIR/client.log" "$FF_DIR/server.log"; then
-    echo "$1: perftest could not measure the CPU clock on this busy machine; running it again"
-    pair_once "$@"
-    st=$?
-  fi
-  check "$1" $st
-}
-# pair_once NAME ...: one run of the pair; its status (0: both ends exited 0).
-pair_once() {
-  local sn=$2 sp=$3 cn=$4 cp=$5
-  shift 5
-  mn_pod_bg "$sn" "$sp" "$@" >"$FF_DIR/server.log" 2>&1
-  local spid=$FF_LAST_PID i
-  for ((i = 0; i < 100; i++)); do
-    ip netns exec "$(mn_pod_ns "$sn" "$sp")" ss -ltn 2>/dev/null | grep -qE ':(18515|18516|19[0-9]{3}) ' && break
-    sleep 0.05
-  done
-  mn_pod_run "$cn" "$cp" timeout 90 "$@" "$(mn_pod_ip "$sn" "$sp")" >"$FF_DIR/client.log" 2>&1
-  local c=$?
-  wait_pid "$spid" 30
-  local s=$?
-  [[ $c -ne 0 || $s -ne 0 ]] && { echo "--- server (exit $s)"; tail -n 12 "$FF_DIR/server.log"; echo "--- client (exit $c)"; tail -n 12 "$FF_DIR/client.log"; }
+  local name=$1
+  shift
+  mn_pair "$@"
+  local status=$?
   grep -hE '^ +[0-9]+ +[0-9]+ |iters in' "$FF_DIR/client.log" | tail -n 1
-  return $((c != 0 || s != 0))
-}
-
-start_etcd() {
-  # A restart reuses the data directory, as a real etcd restart would.
-  ETCD_DIR=${ETCD_DIR:-$(mktemp -d /tmp/freeflow-etcd.XXXXXX)}
-  # etcd listens on the underlay bridge's side: give the underlay namespace an address.
-  ip -n "ff${FF_TAG}u" link set lo up
-  ip -n "ff${FF_TAG}u" addr add "172.31.${FF_NET}.2/24" dev ffu 2>/dev/null
-  ip netns exec "ff${FF_TAG}u" etcd --name ff --data-dir "$ETCD_DIR/data" \
-    --listen-client-urls "http://172.31.${FF_NET}.2:2379" --advertise-client-urls "http://172.31.${FF_NET}.2:2379" \
-    --listen-peer-urls "http://127.0.0.1:2380" --initial-advertise-peer-urls "http://127.0.0.1:2380" \
-    --initial-cluster "ff=http://127.0.0.1:2380" --heartbeat-interval=10 --election-timeout=100 \
-    >>"$ETCD_DIR/etcd.log" 2>&1 &
-  ETCD_PID=$!
-  local i
-  for ((i = 0; i < 100; i++)); do
-    ip netns exec "ff${FF_TAG}u" curl -sf "http://172.31.${FF_NET}.2:2379/health" >/dev/null 2>&1 && return 0
-    sleep 0.05
-  done
-  echo "etcd did not start"; tail -n 20 "$ETCD_DIR/etcd.log"
-  return 1
+  check "$name" $status
 }
 
 mode=${1:-tools}
 cp=${2:-static}
 multinode_up 2 2
 if [[ $mode == etcd-outage || $cp == etcd ]]; then
-  start_etcd || exit 1
-  FF_CONTROL_PLANE_ARGS=(--control-plane "etcd:http://172.31.${FF_NET}.2:2379")
+  mn_etcd_up || exit 1
+  FF_CONTROL_PLANE_ARGS=(--control-plane "etcd:$(mn_etcd_url)")
 fi
 mn_router_up 0 --peer-timeout-ms 1000 || exit 1
 mn_router_up 1 --peer-timeout-ms 1000 || exit 1
@@ -177,13 +129,13 @@ case $mode in
     sleep 0.5
     mn_pod_bg 1 0 ib_write_bw -D 6 "$(mn_pod_ip 0 0)" >"$FF_DIR/client.log" 2>&1; cpid=$FF_LAST_PID
     sleep 2
-    kill "$ETCD_PID"; wait "$ETCD_PID" 2>/dev/null; ETCD_PID=""
+    mn_etcd_down
     wait_pid "$cpid" 30; c=$?
     wait_pid "$spid" 10; s=$?
     tail -n 2 "$FF_DIR/client.log"
     check "existing cross-node traffic keeps flowing while etcd is down" $((c != 0 || s != 0))
     # A pod on a third node appears while etcd is down; once etcd is back it resolves.
-    start_etcd || exit 1
+    mn_etcd_up || exit 1
     sleep 3  # routers reconnect with backoff and re-publish
     pair "after etcd returns, routers resolve pods again" 0 1 1 1 ibv_rc_pingpong -g 1 -n 100
     ;;

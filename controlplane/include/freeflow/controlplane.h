@@ -47,7 +47,11 @@ class ControlPlane {
   // A callback run on a control plane thread whenever the mapping learnt from the file or
   // from etcd changes (not for this router's own Publish/Withdraw). Set before Start().
   virtual void OnChange(std::function<void()> cb) = 0;
-  // Starts background work. false + *error (a sentence a person can act on) on bad config.
+  // Starts background work. false + *error (a sentence a person can act on) on bad config,
+  // or when `self`'s node name is taken: a static file listing it at another endpoint (or
+  // self's endpoint under another name), or a live router at another endpoint holding its
+  // etcd node key. The etcd implementation blocks until its node key is claimed or refused
+  // (up to the holder's remaining lease, at most ~30 s) or every URL failed once.
   virtual bool Start(std::string* error) = 0;
   // static: a valid file is loaded; etcd: connected right now.
   virtual bool Healthy() const = 0;

@@ -198,4 +198,51 @@ bool EtcdServer::RevokeLeaseOf(const std::string& key) const {
   return lease->LeaseRevoke(&context, request, &response).ok();
 }
 
+int64_t EtcdServer::LeaseOf(const std::string& key) const {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 2s);
+  etcdserverpb::RangeRequest request;
+  request.set_key(key);
+  etcdserverpb::RangeResponse range;
+  if (!KV()->Range(&context, request, &range).ok()) return -1;
+  return range.kvs_size() == 1 ? range.kvs(0).lease() : 0;
+}
+
+int64_t EtcdServer::Grant(int64_t ttl_seconds) const {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 2s);
+  etcdserverpb::LeaseGrantRequest request;
+  request.set_ttl(ttl_seconds);
+  etcdserverpb::LeaseGrantResponse response;
+  auto lease = etcdserverpb::Lease::NewStub(
+      grpc::CreateChannel(target(), grpc::InsecureChannelCredentials()));
+  if (!lease->LeaseGrant(&context, request, &response).ok()) return 0;
+  return response.id();
+}
+
+bool EtcdServer::KeepAlive(int64_t lease) const {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 2s);
+  auto stub = etcdserverpb::Lease::NewStub(
+      grpc::CreateChannel(target(), grpc::InsecureChannelCredentials()));
+  auto stream = stub->LeaseKeepAlive(&context);
+  etcdserverpb::LeaseKeepAliveRequest request;
+  request.set_id(lease);
+  etcdserverpb::LeaseKeepAliveResponse response;
+  const bool ok = stream->Write(request) && stream->Read(&response);
+  stream->WritesDone();
+  return stream->Finish().ok() && ok && response.ttl() > 0;
+}
+
+bool EtcdServer::Put(const std::string& key, const std::string& value, int64_t lease) const {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 2s);
+  etcdserverpb::PutRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  request.set_lease(lease);
+  etcdserverpb::PutResponse response;
+  return KV()->Put(&context, request, &response).ok();
+}
+
 }  // namespace ff::cp::testing

@@ -41,6 +41,14 @@ class EtcdServer {
   std::string Dump(const std::string& prefix) const;
   // Revokes the lease that `key` is attached to, behind its owner's back. false on error.
   bool RevokeLeaseOf(const std::string& key) const;
+  // The lease `key` is attached to: 0 when none or when the key is absent, -1 on error.
+  int64_t LeaseOf(const std::string& key) const;
+  // A new lease of `ttl_seconds` that nobody keeps alive; 0 on error.
+  int64_t Grant(int64_t ttl_seconds) const;
+  // Refreshes `lease` once. false on error or when the lease is gone.
+  bool KeepAlive(int64_t lease) const;
+  // Writes `key` (under `lease`, 0 for none), as another writer would. false on error.
+  bool Put(const std::string& key, const std::string& value, int64_t lease) const;
 
  private:
   void WaitExit(std::chrono::milliseconds limit);

@@ -10,6 +10,7 @@
 
 #include "freeflow/controlplane.h"
 #include "freeflow/ipv4.h"
+#include "log_capture.h"
 
 namespace ff::cp {
 namespace {
@@ -67,6 +68,16 @@ class StaticControlPlaneTest : public ::testing::Test {
     cp_->OnChange([this] { ++changes_; });
     ASSERT_TRUE(cp_->Start(&error)) << error;
     EXPECT_TRUE(cp_->Healthy());
+  }
+
+  // Creates a control plane on file_ whose Start() must fail; its error.
+  std::string StartError() {
+    std::string error;
+    cp_ = MakeControlPlane("static:" + file_.string(), kSelf, {}, &error);
+    if (!cp_) return "MakeControlPlane: " + error;
+    EXPECT_FALSE(cp_->Start(&error));
+    EXPECT_FALSE(cp_->Healthy());
+    return error;
   }
 
   std::optional<uint32_t> NodeBAddress() {
@@ -194,6 +205,50 @@ TEST_F(StaticControlPlaneTest, RelativePath) {
   Start("nodes.json");
   fs::current_path(old);
   EXPECT_EQ(NodeBAddress(), Ip("172.31.0.3"));
+}
+
+TEST_F(StaticControlPlaneTest, ItsNameAtAnotherAddressRefusesTheStart) {
+  // node-a listed at 172.31.0.9: this router (node-a at 172.31.0.2) must not start.
+  Write(file_, R"({"nodes": [{"name": "node-a", "address": "172.31.0.9", "port": 7471}]})");
+  const std::string error = StartError();
+  EXPECT_TRUE(error.starts_with("control plane file " + file_.string() +
+                                ": it lists node \"node-a\" at 172.31.0.9:7471, but this router "
+                                "serves node links on 172.31.0.2:7471"))
+      << error;
+  EXPECT_NE(error.find("--node-name"), std::string::npos) << error;
+}
+
+TEST_F(StaticControlPlaneTest, ItsAddressUnderAnotherNameRefusesTheStart) {
+  Write(file_, R"({"nodes": [{"name": "node-x", "address": "172.31.0.2", "port": 7471}]})");
+  const std::string error = StartError();
+  EXPECT_NE(error.find("start this router with --node-name node-x"), std::string::npos) << error;
+}
+
+TEST_F(StaticControlPlaneTest, AnUnlistedNodeStartsWithAWarning) {
+  ff::testing::LogCapture log;
+  Write(file_, R"({"nodes": [{"name": "node-b", "address": "172.31.0.3", "port": 7471,
+                              "podCIDRs": ["10.244.2.0/24"]}]})");
+  Start();
+  EXPECT_EQ(NodeBAddress(), Ip("172.31.0.3"));
+  EXPECT_EQ(log.Count({"node \"node-a\" is not in it"}), 1);
+}
+
+TEST_F(StaticControlPlaneTest, AReloadThatMisnamesThisRouterIsLoggedOnceAndChangesNothing) {
+  ff::testing::LogCapture log;
+  Write(file_, TwoNodes());
+  Start();
+  cp_->Publish(Ip("10.244.1.5"));
+  const std::string misnamed = R"({"nodes": [
+    {"name": "node-a", "address": "172.31.0.9", "port": 7471, "podCIDRs": ["10.244.1.0/24"]},
+    {"name": "node-b", "address": ")";
+  Write(file_, misnamed + R"(172.31.0.33", "port": 7471, "podCIDRs": ["10.244.2.0/24"]}]})");
+  EXPECT_TRUE(WaitFor([&] { return NodeBAddress() == Ip("172.31.0.33"); }));
+  Write(file_, misnamed + R"(172.31.0.34", "port": 7471, "podCIDRs": ["10.244.2.0/24"]}]})");
+  EXPECT_TRUE(WaitFor([&] { return NodeBAddress() == Ip("172.31.0.34"); }));
+  // This router's pods and node stay its own; the mistake is said once, not per reload.
+  EXPECT_EQ(cp_->Lookup(Ip("10.244.1.5")), kSelf);
+  EXPECT_EQ(cp_->Lookup(Ip("10.244.1.6")), kSelf);
+  EXPECT_EQ(log.Count({"it lists node \"node-a\" at 172.31.0.9:7471", "keeps its own address"}), 1);
 }
 
 }  // namespace

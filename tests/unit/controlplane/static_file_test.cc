@@ -135,5 +135,60 @@ TEST(StaticFileTest, NumbersTooLargeAreRefusedNotThrown) {
   }
 }
 
+// node-a at 172.31.0.2:7471 and node-b at 172.31.0.3:7471.
+Mapping TwoNodeMapping() {
+  Mapping m;
+  std::string error;
+  EXPECT_TRUE(ParseStaticFile(R"({"nodes": [
+    {"name": "node-a", "address": "172.31.0.2", "port": 7471},
+    {"name": "node-b", "address": "172.31.0.3", "port": 7471}]})",
+                              &m, &error))
+      << error;
+  return m;
+}
+
+TEST(CheckSelfTest, AListedNodeAtItsOwnEndpointIsFine) {
+  const SelfCheck check = CheckSelf(TwoNodeMapping(), {"node-a", Ip("172.31.0.2"), 7471});
+  EXPECT_FALSE(check.fatal);
+  EXPECT_EQ(check.problem, "");
+}
+
+TEST(CheckSelfTest, ItsNameAtAnotherEndpointIsFatal) {
+  // node-a's name, started on node-b's host: the classic default-host-name mistake.
+  SelfCheck check = CheckSelf(TwoNodeMapping(), {"node-a", Ip("172.31.0.3"), 7471});
+  EXPECT_TRUE(check.fatal);
+  EXPECT_EQ(check.problem,
+            "it lists node \"node-a\" at 172.31.0.2:7471, but this router serves node links on "
+            "172.31.0.3:7471: the other routers would send node-a's traffic to "
+            "172.31.0.2:7471. If this host is not node-a, start this router with its own "
+            "--node-name (or NODE_NAME; the default is the host name) (the file lists "
+            "172.31.0.3:7471 as node \"node-b\": --node-name node-b?); if it is, correct the "
+            "file or this router's --host-ip/--port");
+  // Another port is another endpoint too; no hint when no node has this endpoint.
+  check = CheckSelf(TwoNodeMapping(), {"node-a", Ip("172.31.0.2"), 7472});
+  EXPECT_TRUE(check.fatal);
+  EXPECT_NE(check.problem.find("serves node links on 172.31.0.2:7472"), std::string::npos);
+  EXPECT_EQ(check.problem.find("--node-name node-"), std::string::npos) << check.problem;
+}
+
+TEST(CheckSelfTest, ItsEndpointUnderAnotherNameIsFatal) {
+  const SelfCheck check = CheckSelf(TwoNodeMapping(), {"my-host", Ip("172.31.0.3"), 7471});
+  EXPECT_TRUE(check.fatal);
+  EXPECT_EQ(check.problem,
+            "this router's node name \"my-host\" is not in it, but its address 172.31.0.3:7471 "
+            "is, as node \"node-b\": start this router with --node-name node-b (or NODE_NAME; "
+            "the default is the host name)");
+}
+
+TEST(CheckSelfTest, AnUnlistedNodeIsWarnedAbout) {
+  const SelfCheck check = CheckSelf(TwoNodeMapping(), {"node-c", Ip("172.31.0.4"), 7471});
+  EXPECT_FALSE(check.fatal);
+  EXPECT_EQ(check.problem,
+            "node \"node-c\" is not in it, so the routers that use this file cannot reach this "
+            "node's pods until it lists them (the file is reloaded when it changes): add "
+            "{\"name\": \"node-c\", \"address\": \"172.31.0.4\", \"port\": 7471} to its "
+            "nodes, or start this router with the --node-name it has there");
+}
+
 }  // namespace
 }  // namespace ff::cp
