@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in their own clang build and runs each for a bounded time.
 #
-#   fuzz/run.sh [-b BUILD_DIR] [-t SECONDS] [-n RUNS] [-L] [-j JOBS] [-p PARALLEL] [TARGET...]
+#   fuzz/run.sh [-b BUILD_DIR] [-t SECONDS] [-n RUNS] [-L] [-f WORKERS] [-j JOBS] [-p PARALLEL] [TARGET...]
 #
 # BUILD_DIR (default build-fuzz) is configured with clang and FREEFLOW_FUZZ=ON when it has no
 # cache yet. Each target runs SECONDS (default 300), or with -n until it executed RUNS inputs
@@ -10,7 +10,8 @@
 # and logs go to BUILD_DIR/findings/TARGET. Exits non-zero when any target found a crash,
 # a leak, a timeout or a sanitizer report, or did not run. -L turns leak detection off: in the
 # router targets libFuzzer looks for leaks after every input whose mallocs and frees differ,
-# which the router's own thread makes most of them, and that halves their speed.
+# which the router's own thread makes most of them, and that halves their speed. -f runs
+# each target as one campaign of WORKERS processes (libFuzzer's -fork), one per core.
 set -euo pipefail
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,15 +21,17 @@ jobs=2
 parallel=1
 runs=-1
 leaks=1
-while getopts "b:t:n:Lj:p:" opt; do
+fork=()
+while getopts "b:t:n:Lf:j:p:" opt; do
   case $opt in
     b) build=$OPTARG ;;
     t) seconds=$OPTARG ;;
     n) runs=$OPTARG seconds=0 ;;
     L) leaks=0 ;;
+    f) fork=(-fork="$OPTARG") ;;
     j) jobs=$OPTARG ;;
     p) parallel=$OPTARG ;;
-    *) echo "usage: $0 [-b BUILD_DIR] [-t SECONDS] [-n RUNS] [-L] [-j JOBS] [-p PARALLEL] [TARGET...]" >&2; exit 2 ;;
+    *) echo "usage: $0 [-b BUILD_DIR] [-t SECONDS] [-n RUNS] [-L] [-f WORKERS] [-j JOBS] [-p PARALLEL] [TARGET...]" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -66,11 +69,12 @@ run_one() {
   [[ -d $src/fuzz/corpus/$t ]] && cp -n "$src/fuzz/corpus/$t"/* "$corpus"/ 2>/dev/null || true
   local log=$findings/run.log
   local rc=0 started=$SECONDS
-  (cd "$findings" && "$build/fuzz/fuzz_$t" -max_total_time="$seconds" -runs="$runs" -timeout=20 \
+  (cd "$findings" && "$build/fuzz/fuzz_$t" -max_total_time="$seconds" -runs="$runs" "${fork[@]}" -timeout=20 \
      -rss_limit_mb=4096 -max_len="${max_len[$t]:-4096}" -print_final_stats=1 ${quiet[$t]:-} \
      -artifact_prefix="$findings/" "$corpus") >"$log" 2>&1 || rc=$?
   local done_runs
-  done_runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  done_runs=$(sed -n -e 's/^stat::number_of_executed_units: *//p' \
+    -e 's/^INFO: fuzzed for \([0-9]*\) iterations.*/\1/p' "$log" | tail -1)  # fork: the latter
   if ((rc != 0)) || [[ -z $done_runs ]]; then
     echo "fuzz $t: FAILED (exit $rc) after ${done_runs:-?} runs; see $log" >&2
     grep -E "^==[0-9]+==ERROR|SUMMARY|^artifact_prefix|Test unit written" "$log" >&2 || true
