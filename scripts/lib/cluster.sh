@@ -233,16 +233,7 @@ mn_router_down() {
 # and as its client (given the server's address) in another. 0 when both succeed; else
 # the tails of both logs are printed. The client's output stays in $FF_DIR/client.log. A
 # pair whose perftest could not measure the CPU clock runs once more (perftest_clock_failed).
-mn_pair() {
-  mn_pair_once "$@"
-  local st=$?
-  if [[ $st -ne 0 ]] && perftest_clock_failed "$FF_DIR/client.log" "$FF_DIR/server.log"; then
-    echo "perftest could not measure the CPU clock on this busy machine; running the pair again"
-    mn_pair_once "$@"
-    st=$?
-  fi
-  return $st
-}
+mn_pair() { again_if_perftest_clock_failed mn_pair_once "$@"; }
 mn_pair_once() {
   local sn=$1 sp=$2 cn=$3 cp=$4
   shift 4
@@ -337,4 +328,17 @@ multinode_down() {
 # That is perftest's measurement failing, not the transfer: the tests run such a pair again.
 perftest_clock_failed() {
   grep -qs "Correlation coefficient r^2" "$@"
+}
+
+# again_if_perftest_clock_failed CMD...: runs CMD, a pair that leaves its logs in
+# $FF_DIR/client.log and server.log, and once more when it failed that way; its status.
+again_if_perftest_clock_failed() {
+  "$@"
+  local st=$?
+  if [[ $st -ne 0 ]] && perftest_clock_failed "$FF_DIR/client.log" "$FF_DIR/server.log"; then
+    echo "perftest could not measure the CPU clock on this busy machine; running the pair again"
+    "$@"
+    st=$?
+  fi
+  return $st
 }

@@ -16,14 +16,8 @@ check() {  # check NAME STATUS
 # pair NAME VENDOR CMD...: server in pod 0, client in pod 1, both must exit 0 (again once when
 # perftest could not measure the CPU clock: perftest_clock_failed).
 pair() {
-  pair_once "$@"
-  local st=$?
-  if [[ $st -ne 0 ]] && perftest_clock_failed "$FF_DIR/client.log" "$FF_DIR/server.log"; then
-    echo "$1: perftest could not measure the CPU clock on this busy machine; running it again"
-    pair_once "$@"
-    st=$?
-  fi
-  check "$1" $st
+  again_if_perftest_clock_failed pair_once "$@"
+  check "$1" $?
 }
 # pair_once NAME VENDOR CMD...: one run of the pair; its status.
 pair_once() {
