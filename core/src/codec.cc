@@ -76,6 +76,8 @@ bool ValidFrame(const FrameHeader& h) {
     case Type::kResp:
       return h.len >= kRecordMin + sizeof(ProxyResponse) &&
              h.len <= kRecordMin + kMaxResponsePayload;
+    case Type::kCredit:
+      return h.len == sizeof(Credit);
     case Type::kClose:
     case Type::kPeerGone:
     case Type::kPing:

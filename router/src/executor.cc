@@ -122,13 +122,11 @@ Executor::Verdict Executor::Record(LinkId link, uint32_t chan, const char* body,
   }
   if (s->queue.empty() && Apply(*s, v)) {
     Publish(*s);  // the common case: executed from the receive buffer, no copy
+    Credit(*s, len);
     return Verdict::kConsumed;
   }
-  if (s->queued.n() >= kSenderQueueLimit) {
-    // The target does not keep up: read nothing more from this link until it does.
-    s->holding = true;
-    return Verdict::kHold;
-  }
+  // The initiator keeps within the channel's window; the pod's queue quota bounds a peer
+  // that does not.
   if (s->queued.Take(len) != 0) return Overflow(*s, v);
   s->queue.emplace_back(body, body + len);
   Run(*s);
@@ -155,14 +153,14 @@ bool Executor::Apply(Sender& s, const RequestView& v) {
   }
 }
 
-Executor::Credit Executor::ClaimCredit(Sender& s, const RequestView& v) {
-  if (s.have_credit) return Credit::kHave;
+Executor::Claim Executor::ClaimCredit(Sender& s, const RequestView& v) {
+  if (s.have_credit) return Claim::kHave;
   if (ff::ClaimCredit(s.credits, &s.posted_cache)) {
     s.have_credit = true;
     s.rnr = RnrState{};
-    return Credit::kHave;
+    return Claim::kHave;
   }
-  if (s.qp_type != IBV_QPT_RC) return Credit::kDrop;  // UC/UD: no receive, the message is dropped
+  if (s.qp_type != IBV_QPT_RC) return Claim::kDrop;  // UC/UD: no receive, the message is dropped
   const uint32_t timer = s.hdr->min_rnr_timer.load(std::memory_order_relaxed);
   if (s.rnr.deadline_ns == 0) {
     SPDLOG_DEBUG("QP {:#x}: no receive posted for remote QP {:#x}; RNR retry in {} us",
@@ -170,17 +168,17 @@ Executor::Credit Executor::ClaimCredit(Sender& s, const RequestView& v) {
   }
   if (RnrRetryExhausted(&s.rnr, timer, v.req.rnr_retry, MonotonicNs())) {
     Fail(s, v.req.seq, IBV_WC_RNR_RETRY_EXC_ERR);
-    return Credit::kDrop;
+    return Claim::kDrop;
   }
-  return Credit::kWait;
+  return Claim::kWait;
 }
 
 bool Executor::ApplySend(Sender& s, Pod&, const RequestView& v) {
   if (v.h.flags & kRecFirst) {
     s.dropping = false;
-    const Credit c = ClaimCredit(s, v);
-    if (c == Credit::kWait) return false;
-    s.dropping = c == Credit::kDrop;
+    const Claim c = ClaimCredit(s, v);
+    if (c == Claim::kWait) return false;
+    s.dropping = c == Claim::kDrop;
     if (s.errored) return true;
   }
   if (!s.dropping) {
@@ -205,10 +203,10 @@ bool Executor::ApplySend(Sender& s, Pod&, const RequestView& v) {
 }
 
 bool Executor::ApplyWriteImm(Sender& s, const RequestView& v) {
-  const Credit c = ClaimCredit(s, v);
-  if (c == Credit::kWait) return false;
+  const Claim c = ClaimCredit(s, v);
+  if (c == Claim::kWait) return false;
   if (s.errored) return true;
-  if (c == Credit::kHave) {
+  if (c == Claim::kHave) {
     RecordHeader out{};
     out.kind = kRecWriteImm;
     out.flags = kRecFirst | kRecLast | kRecImm;
@@ -323,6 +321,7 @@ void Executor::Publish(Sender& s) {
 
 void Executor::Run(Sender& s) {
   bool published = false;
+  uint64_t done = 0;
   while (!s.queue.empty()) {
     const std::vector<char>& rec = s.queue.front();
     RecordHeader h;
@@ -333,20 +332,26 @@ void Executor::Run(Sender& s) {
     DecodeRequest(h, payload, &v);
     if (!Apply(s, v)) break;
     s.queued.Give(rec.size());
+    done += rec.size();
     s.queue.pop_front();
     published = true;
   }
   if (published) Publish(s);
+  if (done != 0) Credit(s, done);
   const Key key{s.link, s.chan};
   if (s.queue.empty()) {
     waiting_.erase(key);
   } else if (waiting_.insert(key).second) {
     retry_soon_();
   }
-  if (s.holding && s.queued.n() < kSenderQueueLimit / 2) {
-    s.holding = false;
-    transport_->Resume(s.link);
-  }
+}
+
+void Executor::Credit(Sender& s, uint64_t bytes) {
+  s.uncredited += bytes;
+  if (s.uncredited < kCreditBatch) return;
+  const wire::Credit c{s.uncredited};
+  s.uncredited = 0;
+  transport_->Send(s.link, wire::Type::kCredit, s.chan, 0, {{&c, sizeof(c)}});
 }
 
 bool Executor::Retry() {
@@ -403,7 +408,6 @@ void Executor::Drop(const Key& key, bool tell_peer, bool died) {
                        s->target_qpn);
     }
   }
-  if (s->holding) transport_->Resume(s->link);
 }
 
 void Executor::OnLinkDown(LinkId link) {

@@ -7,9 +7,11 @@
 // direct access to its registered memory, atomics. The target process does nothing for
 // WRITE, READ and ATOMIC. Every request gets one answer (kResp). A record that cannot
 // proceed yet (no receive posted, ring full) waits with everything behind it and is retried
-// by Retry() on the router's timer. Back-pressure: a link whose answers pile up, or whose
-// target lags by more than kSenderQueueLimit, is held (NodeTransport Verdict::kHold) until
-// it drains; a READ's answers go out only while the link is not congested, the rest when
+// by Retry() on the router's timer. Back-pressure is per channel: executed records are
+// credited back to the initiator (wire::Credit), which keeps at most kChannelWindow bytes
+// uncredited, so a target that never posts a receive or lags holds back only its own
+// channel. A link is held (NodeTransport Verdict::kHold) only while the answers it owes its
+// peer pile up; a READ's answers go out only while the link is not congested, the rest when
 // it drained, so a long READ never piles up in the router.
 //
 // Quotas (quotas.h), charged to the pod that owns the target QP: the router's mappings of
@@ -81,13 +83,13 @@ class Executor {
     Held queued;                          // their bytes, of the target pod's kQueuedBytes
     Held mapped;                          // the target's segments mapped for this sender
     uint64_t read_sent = 0;               // answered bytes of the READ at the queue's head
-    bool holding = false;                 // its link is held until the queue drains
+    uint64_t uncredited = 0;              // executed record bytes not credited yet
     bool have_credit = false;
     bool dropping = false;  // UC/UD message without a receive: drop its fragments
     bool errored = false;   // after an error nothing more is executed (RC semantics)
     RnrState rnr;
   };
-  enum class Credit { kHave, kDrop, kWait };
+  enum class Claim { kHave, kDrop, kWait };
   using Key = std::pair<LinkId, uint32_t>;  // (link, channel)
 
   void Connect(LinkId link, uint32_t chan, const wire::Connect& m);
@@ -99,7 +101,7 @@ class Executor {
   void ApplyWrite(Sender& s, Pod& owner, const RequestView& v);
   bool ApplyRead(Sender& s, Pod& owner, const RequestView& v);
   void ApplyAtomic(Sender& s, Pod& owner, const RequestView& v);
-  Credit ClaimCredit(Sender& s, const RequestView& v);
+  Claim ClaimCredit(Sender& s, const RequestView& v);
   // The target's memory behind an access; nullptr after answering the error.
   char* Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len, uint32_t need);
   const Mapping* MapRegion(Pod& owner, uint32_t region, uint32_t need);
@@ -110,6 +112,8 @@ class Executor {
                const char* data, uint32_t len, bool last);
   void Publish(Sender& s);  // makes executed records visible and wakes the target
   void Run(Sender& s);      // executes queued records
+  // `bytes` of the sender's records are done with: credits them back in batches.
+  void Credit(Sender& s, uint64_t bytes);
   void Drop(const Key& key, bool tell_peer, bool died);
   Sender* Find(LinkId link, uint32_t chan);
 

@@ -163,7 +163,8 @@ void Forwarder::Drain(Proxy& p) {
   size_t sent = 0;
   bool consumed = false;
   for (int pass = 0; pass < 2; ++pass) {
-    while (sent < kForwardRoundBytes && !transport_->Congested(p.link)) {
+    while (sent < kForwardRoundBytes && p.in_flight < kChannelWindow &&
+           !transport_->Congested(p.link)) {
       RecordHeader h;
       const char* payload = nullptr;
       const RingStatus rs = p.requests.Peek(&h, &payload);
@@ -179,9 +180,12 @@ void Forwarder::Drain(Proxy& p) {
       p.requests.Consume(h);
       consumed = true;
       sent += h.frag_len;
+      p.in_flight += sizeof(h) + h.frag_len;
     }
-    if (sent >= kForwardRoundBytes || transport_->Congested(p.link) || p.waiting_reads) {
-      hdr->doorbell.armed.store(0);  // more to do: come back on the next round
+    if (sent >= kForwardRoundBytes || transport_->Congested(p.link) || p.waiting_reads ||
+        p.in_flight >= kChannelWindow) {
+      // More to do: come back on the next round, when the link drains, or with a credit.
+      hdr->doorbell.armed.store(0);
       break;
     }
     if (options_.poll_us != 0) NoteTraffic();
@@ -324,6 +328,8 @@ Forwarder::Verdict Forwarder::OnMessage(LinkId link, const NodeMessage& m) {
       if (Proxy* p = Find(link, m.chan)) Deliver(*p, h, payload);
       return Verdict::kConsumed;
     }
+    case wire::Type::kCredit:
+      return OnCredit(link, m);
     case wire::Type::kPeerGone:
       if (Proxy* p = Find(link, m.chan)) {
         MarkDead(*p, m.flags != 0 ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed);
@@ -332,6 +338,23 @@ Forwarder::Verdict Forwarder::OnMessage(LinkId link, const NodeMessage& m) {
     default:
       return Verdict::kMalformed;  // requests travel the other way
   }
+}
+
+// The peer executed `bytes` more of the channel's records: the proxy may send that much more.
+Forwarder::Verdict Forwarder::OnCredit(LinkId link, const NodeMessage& m) {
+  wire::Credit c;
+  std::memcpy(&c, m.body, sizeof(c));
+  Proxy* p = Find(link, m.chan);
+  if (p == nullptr) return Verdict::kConsumed;  // closed meanwhile
+  if (c.bytes == 0 || c.bytes > p->in_flight) {
+    spdlog::warn("router credited {} bytes to channel {}, which has {} in flight", c.bytes, m.chan,
+                 p->in_flight);
+    return Verdict::kMalformed;
+  }
+  const bool was_full = p->in_flight >= kChannelWindow;
+  p->in_flight -= c.bytes;
+  if (was_full && p->in_flight < kChannelWindow) Drain(*p);
+  return Verdict::kConsumed;
 }
 
 void Forwarder::OnDrained(LinkId link) {

@@ -7,8 +7,9 @@
 // produces requests into kProxyRequestRing; the forwarder writes the peer's answers into
 // kProxyResponseRing) and a doorbell wake socket. Requests are forwarded in rounds of at most
 // kForwardRoundBytes per proxy so that a long transfer on one QP does not starve the others;
-// a congested link pauses its proxies until it drains. A connect to an address the control
-// plane does not know yet waits up to --resolve-timeout-ms (a pod that just started).
+// a congested link pauses its proxies until it drains, and a proxy with kChannelWindow bytes
+// that the peer has not credited back (wire::Credit) pauses until it does. A connect to an address
+// the control plane does not know yet waits up to --resolve-timeout-ms (a pod that just started).
 //
 // Quotas (quotas.h), charged to the pod that owns the local QP: each proxy is one of its
 // kProxies and two of its kFds. READs and atomics wait in the request ring, as on a
@@ -103,6 +104,7 @@ class Forwarder {
     uint64_t backlog_bytes = 0;             // charged to kQueuedBytes
     std::deque<InFlightRead> reads;         // forwarded READs/atomics, oldest first
     bool waiting_reads = false;             // a READ waits for the pod's budget
+    uint64_t in_flight = 0;                 // record bytes sent and not credited back
     bool connected = false;
     bool dead = false;  // the peer or the link went away: the library fails the QP
     bool answer_pending = false;
@@ -122,6 +124,7 @@ class Forwarder {
             bool ud);
   int MakeSegment(Proxy& p);
   void Finish(Proxy& p, int status, const wire::ConnectReply* reply);
+  Verdict OnCredit(LinkId link, const NodeMessage& m);
   void Drain(Proxy& p);
   void Deliver(Proxy& p, const RecordHeader& h, const char* payload);
   void FlushBacklog(Proxy& p);

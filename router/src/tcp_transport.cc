@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -394,7 +395,9 @@ void TcpTransport::OnTick() {
       if (now - l->last_tx_ns > kDialTimeoutNs) dead.emplace_back(id, "connect timed out");
       continue;
     }
-    if (now - l->last_rx_ns > timeout * (l->dialled ? 1 : kInboundSilenceFactor)) {
+    // A link we stopped reading (its answers pile up) is alive while its peer takes them.
+    const uint64_t heard = l->held ? std::max(l->last_rx_ns, l->last_tx_ns) : l->last_rx_ns;
+    if (now - heard > timeout * (l->dialled ? 1 : kInboundSilenceFactor)) {
       spdlog::warn(
           "link {}: nothing from router {} for {} ms (owed {} bytes, {} unparsed, held {})", id,
           l->peer_node, (now - l->last_rx_ns) / 1'000'000, l->owed(), l->in_used, l->held);

@@ -162,7 +162,7 @@ bool SplitRecord(const char* buf, size_t len, RecordHeader* h, const char** payl
 namespace wire {
 
 inline constexpr uint32_t kMagic = 0x46465257;  // "FFRW"
-inline constexpr uint32_t kVersion = 2;
+inline constexpr uint32_t kVersion = 3;         // 3: per-channel credits (kCredit)
 
 enum class Type : uint16_t {
   // Transport frames: a node link handles these itself.
@@ -177,6 +177,7 @@ enum class Type : uint16_t {
   kResp = 5,          // a response record (RecordHeader + ProxyResponse + data) for `chan`
   kClose = 6,         // the initiator's QP behind `chan` is gone (flags 1: its process died)
   kPeerGone = 7,      // the target QP behind `chan` is gone (flags 1: its process died)
+  kCredit = 10,       // the target executed more of `chan`'s records: Credit
 };
 
 struct FrameHeader {
@@ -209,6 +210,13 @@ struct ConnectReply {
   uint32_t peer_ip;
   uint32_t qp_type;
 };
+// Flow control per channel: the initiator keeps at most kChannelWindow bytes of kRecord
+// bodies that the target has not credited back, so a target that does not keep up holds
+// back only its own channel, never the link that other channels share.
+struct Credit {
+  uint64_t bytes;  // kRecord body bytes executed (or discarded) since the last credit
+};
+
 // True for a status a peer may send in a ConnectReply: 0 or an errno value (Linux's are
 // below 4096).
 constexpr bool ValidConnectStatus(int32_t status) { return status >= 0 && status < 4096; }

@@ -86,7 +86,8 @@ inline constexpr uint64_t kFdReserve = 256;  // descriptors the router keeps bey
 
 // ---- router: forwarding and target execution --------------------------------------------
 inline constexpr size_t kForwardRoundBytes = 64 * 1024;  // per proxy per drain round (fairness)
-inline constexpr size_t kSenderQueueLimit = 16u << 20;   // queued for a slow target before holding
+inline constexpr uint64_t kChannelWindow = 2u << 20;     // record bytes in flight per channel
+inline constexpr uint64_t kCreditBatch = 256 * 1024;     // executed bytes credited in one message
 inline constexpr uint64_t kRetryTickNs = 200'000;        // timer period while a retry waits
 inline constexpr uint64_t kIdleTickNs = 50'000'000;  // timer period otherwise (deadlines, sweeps)
 

@@ -516,6 +516,57 @@ TEST_F(CrossNodeTest, UdDatagramsCrossNodesWithTheirQkey) {
   EXPECT_TRUE(NoAnswer(100));
 }
 
+// A target that posts no receive (RNR retries forever) while its initiator keeps sending:
+// the initiator's router stops at the channel's window and everything else on the same link
+// goes on; once the target posts receives, every SEND arrives, in order.
+TEST_F(CrossNodeTest, ATargetThatPostsNoReceivesHoldsBackOnlyItsOwnChannel) {
+  const std::string big(kMaxFragment, 'f');
+  const uint64_t record = sizeof(RecordHeader) + sizeof(ProxyRequest) + kMaxFragment;
+  uint32_t posted = 0;
+  while (posted < 2 * kChannelWindow / record &&
+         PostSend(link, posted, big, 7, std::chrono::milliseconds(300)) == RingStatus::kOk)
+    ++posted;
+  // The window plus what the proxy ring holds, and no more, left the initiating pod.
+  EXPECT_GE(posted * record, kChannelWindow);
+  EXPECT_LT(posted * record, kChannelWindow + kProxyRingBytes + record);
+  EXPECT_TRUE(NoAnswer(50));
+
+  // A second pair across the same two routers, so the same link: served at once.
+  RawPod other_initiator{a, Ip("10.1.0.2")};
+  RawPod other_target{b, Ip("10.2.0.2")};
+  ASSERT_EQ(other_initiator.Hello(), 0);
+  ASSERT_EQ(other_target.Hello(), 0);
+  RawQp from = other_initiator.CreateQp(IBV_QPT_RC);
+  RawQp to = other_target.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(other_target.Name(to, Ip("10.1.0.2"), from.qpn), EINPROGRESS);
+  RawLink second = other_initiator.Connect(from, Ip("10.2.0.2"), to.qpn);
+  ASSERT_EQ(second.status, 0);
+  to.hdr()->credits.posted.store(20);
+  RingConsumer to_ring;
+  to_ring.Attach(to.ring(0), to.ring_bytes);
+  for (uint32_t i = 0; i < 20; ++i) {
+    ASSERT_EQ(PostSend(second, i, "ping " + std::to_string(i)), RingStatus::kOk);
+    RecordHeader h;
+    std::vector<char> payload;
+    ASSERT_TRUE(NextRecord(to_ring, &h, &payload, std::chrono::milliseconds(1000))) << i;
+    const std::optional<ProxyResponse> r = NextAnswer(second, nullptr, std::chrono::seconds(1));
+    ASSERT_TRUE(r.has_value()) << i;
+    EXPECT_EQ(r->status, IBV_WC_SUCCESS);
+  }
+
+  // The stalled channel resumes with nothing lost.
+  qb.hdr()->credits.posted.store(posted);
+  for (uint32_t i = 0; i < posted; ++i) {
+    RecordHeader h;
+    std::vector<char> payload;
+    ASSERT_TRUE(NextRecord(inbound, &h, &payload)) << i;
+    EXPECT_EQ(payload.size(), big.size());
+    const ProxyResponse r = Answer();
+    EXPECT_EQ(r.seq, i);
+    EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  }
+}
+
 // A slow network: the link's high-water mark is 64 KiB and node B takes nothing while paused.
 class CrossNodeBackPressureTest : public CrossNodeTest {
  protected:
@@ -601,24 +652,26 @@ TEST_F(CrossNodeTest, AMalformedOrMisdirectedMessageClosesOnlyTheLinkThatCarried
   EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
 }
 
+// A router that records the connects it is sent and answers them only as a test tells it.
+struct EvilPeer final : NodeTransport::Handler {
+  Verdict OnMessage(LinkId l, const NodeMessage& m) override {
+    if (m.type == wire::Type::kConnect) {
+      link = l;
+      chan = m.chan;
+    }
+    return Verdict::kConsumed;
+  }
+  void OnDrained(LinkId) override {}
+  void OnLinkDown(LinkId, const std::string&) override { down = true; }
+  LinkId link = kNoLink;
+  uint32_t chan = 0;
+  bool down = false;
+};
+
 // A peer that answers a connect with a status that is neither 0 nor an errno: the initiator
 // gets EPROTO and the link is closed.
 TEST_F(CrossNodeTest, AConnectAnswerWithAnInvalidStatusIsRefused) {
-  struct Evil final : NodeTransport::Handler {
-    Verdict OnMessage(LinkId l, const NodeMessage& m) override {
-      if (m.type == wire::Type::kConnect) {
-        link = l;
-        chan = m.chan;
-      }
-      return Verdict::kConsumed;
-    }
-    void OnDrained(LinkId) override {}
-    void OnLinkDown(LinkId, const std::string&) override { down = true; }
-    LinkId link = kNoLink;
-    uint32_t chan = 0;
-    bool down = false;
-  };
-  Evil evil;
+  EvilPeer evil;
   EventLoop loop;
   ASSERT_EQ(loop.Init(), 0);
   const cp::Endpoint where{"evil", Ip("192.168.0.66"), 7471};
@@ -647,6 +700,45 @@ TEST_F(CrossNodeTest, AConnectAnswerWithAnInvalidStatusIsRefused) {
     })) << status;
     EXPECT_EQ(initiator.Receive().status, EPROTO) << status;
   }
+  qb.hdr()->credits.posted.store(1);
+  Send(9, "still served");
+  EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
+}
+
+// A peer that credits a channel with more than was ever sent on it: the link is closed and
+// the QP that used it fails, instead of the window opening past its size.
+TEST_F(CrossNodeTest, ACreditForRecordsNeverSentClosesTheLink) {
+  EvilPeer evil;
+  EventLoop loop;
+  ASSERT_EQ(loop.Init(), 0);
+  const cp::Endpoint where{"evil", Ip("192.168.0.66"), 7471};
+  std::unique_ptr<NodeTransport> t = net.Attach(where);
+  std::string error;
+  ASSERT_TRUE(t->Start(loop, evil, &error));
+  cluster.Set(Ip("10.66.0.1"), where);
+  RawQp qp = initiator.CreateQp(IBV_QPT_RC);
+  proto::ConnectQp m{};
+  m.qpn = qp.qpn;
+  m.dest_ip = htonl(Ip("10.66.0.1"));
+  m.dest_qpn = 0x100;
+  initiator.SendRaw(&m, sizeof(m));
+  ASSERT_TRUE(WaitFor([&] {
+    loop.RunOnce(1);
+    return evil.link != kNoLink;
+  }));
+  const wire::ConnectReply reply{0, 0x100, Ip("10.66.0.1"), IBV_QPT_RC};
+  t->Send(evil.link, wire::Type::kConnectReply, evil.chan, 0, {{&reply, sizeof(reply)}});
+  EXPECT_EQ(initiator.Receive().status, 0);
+  const wire::Credit credit{1};
+  t->Send(evil.link, wire::Type::kCredit, evil.chan, 0, {{&credit, sizeof(credit)}});
+  EXPECT_TRUE(WaitFor([&] {
+    loop.RunOnce(1);
+    return evil.down;
+  }));
+  const std::optional<proto::Event> gone = initiator.NextEvent();
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_EQ(gone->type, proto::EventType::kPeerGone);
+  EXPECT_EQ(gone->qpn, qp.qpn);
   qb.hdr()->credits.posted.store(1);
   Send(9, "still served");
   EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
