@@ -18,8 +18,8 @@ PACKAGES=(
   iproute2 procps util-linux psmisc strace binutils curl
   # control plane used by later tests
   etcd-server etcd-client
-  # certificates of node links (scripts/ff-certs.sh)
-  openssl
+  # TLS on node links (the router links libssl) and their certificates (scripts/ff-certs.sh)
+  libssl-dev openssl
 )
 
 missing=()

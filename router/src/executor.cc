@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "find.h"
+#include "freeflow/ipv4.h"
 
 namespace ff::router {
 
@@ -40,6 +41,15 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m) {
     reply.status = status;
     transport_->Send(link, wire::Type::kConnectReply, chan, 0, {{&reply, sizeof(reply)}});
   };
+  const std::string peer = transport_->PeerNode(link);
+  const std::optional<cp::Endpoint> from = directory_.Locate(m.src_ip);
+  if (!from || from->node != peer) {
+    // Not known yet (a pod that just started): "ask again", as for an unnamed peer.
+    if (!from) return answer(EINPROGRESS);
+    spdlog::warn("router {} connected as {} (QP {:#x}), a pod of node {}: refused", peer,
+                 FormatIpv4(m.src_ip), m.src_qpn, from->node);
+    return answer(EACCES);
+  }
   Qp* dest = tables_.FindDest(m.dest_ip, 0, m.dest_qpn);
   Pod* owner = dest != nullptr ? tables_.FindPod(dest->owner) : nullptr;
   if (owner == nullptr) return answer(EHOSTUNREACH);

@@ -14,6 +14,10 @@
 // peer pile up; a READ's answers go out only while the link is not congested, the rest when
 // it drained, so a long READ never piles up in the router.
 //
+// A connect names its initiator (source address and QPN); the source must be a pod of the
+// node at the other end of the link, as the control plane says (with TLS, the node its
+// certificate names): a router cannot speak for another node's pods.
+//
 // Quotas (quotas.h), charged to the pod that owns the target QP: the router's mappings of
 // its QP and SRQ segments and regions count against kMappedBytes (a connect over it gets
 // ENOMEM, an access REM_ACCESS_ERR); records queued for it count against kQueuedBytes. A
@@ -29,6 +33,7 @@
 #include <set>
 #include <vector>
 
+#include "directory.h"
 #include "freeflow/codec.h"
 #include "freeflow/target_ops.h"
 #include "node_transport.h"
@@ -43,8 +48,9 @@ class Executor {
   using Verdict = NodeTransport::Handler::Verdict;
   // `retry_soon` asks the router for a fast timer tick (a sender waits).
   Executor(NodeTransport* transport, ResourceTables& tables, PodSessions& sessions, Quotas& quotas,
-           std::function<void()> retry_soon)
+           const Directory& directory, std::function<void()> retry_soon)
       : transport_(transport),
+        directory_(directory),
         tables_(tables),
         sessions_(sessions),
         quotas_(quotas),
@@ -118,6 +124,7 @@ class Executor {
   Sender* Find(LinkId link, uint32_t chan);
 
   NodeTransport* transport_;
+  const Directory& directory_;
   ResourceTables& tables_;
   PodSessions& sessions_;
   Quotas& quotas_;

@@ -58,6 +58,14 @@ class LoopbackNetwork::Transport final : public NodeTransport {
                       [&](const auto& l) { return l.second.owner == this; }));
   }
 
+  std::string PeerNode(LinkId link) const override {
+    std::lock_guard<std::mutex> g(net_.mu_);
+    auto it = net_.links_.find(link);
+    if (it == net_.links_.end() || it->second.owner != this) return "";
+    auto peer = net_.links_.find(it->second.peer);
+    return peer == net_.links_.end() ? "" : peer->second.owner->self_.node;
+  }
+
   bool Dialled(LinkId link) const override {
     std::lock_guard<std::mutex> g(net_.mu_);
     auto it = net_.links_.find(link);

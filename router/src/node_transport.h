@@ -69,6 +69,9 @@ class NodeTransport {
   // kNoLink when it cannot be reached at all; a dial that fails later reports OnLinkDown.
   virtual LinkId Dial(const cp::Endpoint& ep) = 0;
   virtual bool Dialled(LinkId link) const = 0;
+  // The node the router at the other end is, as far as the transport established it (with
+  // TLS: the node its verified certificate names); "" while unknown.
+  virtual std::string PeerNode(LinkId link) const = 0;
   // Queues one message whose body is the concatenation of `parts`. Never blocks. Sending on
   // a link that is gone does nothing (its OnLinkDown has come or is coming).
   virtual void Send(LinkId link, wire::Type type, uint32_t chan, uint16_t flags,

@@ -80,6 +80,15 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
   app.add_option("--control-plane", c.control_plane,
                  "where pods live: static:FILE or etcd:URL[,URL..]; empty = this node only")
       ->envname("FREEFLOW_CONTROL_PLANE");
+  app.add_option("--tls-ca", c.tls_ca, "CA certificate that signs every node's (PEM)")
+      ->envname("FREEFLOW_TLS_CA");
+  app.add_option("--tls-cert", c.tls_cert, "this node's certificate, naming --node-name (PEM)")
+      ->envname("FREEFLOW_TLS_CERT");
+  app.add_option("--tls-key", c.tls_key, "this node's private key (PEM)")
+      ->envname("FREEFLOW_TLS_KEY");
+  app.add_flag("--insecure-node-links", c.insecure_node_links,
+               "plaintext, unauthenticated router-to-router links (benchmarks only)")
+      ->envname("FREEFLOW_INSECURE_NODE_LINKS");
   const NumericFlag numeric[] = {
       {"--peer-timeout-ms", &c.peer_timeout_ms, 100, 600000,
        "silent peer routers are dead after it"},

@@ -24,6 +24,12 @@ struct RouterConfig {
   uint32_t host_ip = 0;  // host byte order
   uint16_t port = kDefaultRouterPort;
   std::string control_plane;
+  // Node links: TLS 1.3 with these (a Kubernetes TLS Secret's keys, mounted by the
+  // DaemonSet), unless insecure_node_links (plaintext, for benchmarks; logged loudly).
+  std::string tls_ca = std::string(kDefaultTlsDir) + "/ca.crt";
+  std::string tls_cert = std::string(kDefaultTlsDir) + "/tls.crt";
+  std::string tls_key = std::string(kDefaultTlsDir) + "/tls.key";
+  bool insecure_node_links = false;
   uint32_t peer_timeout_ms = kDefaultPeerTimeoutMs;  // a silent peer router is dead after this
   uint32_t poll_us = 0;                              // poll proxies this long after traffic
   uint32_t resolve_timeout_ms =

@@ -11,6 +11,7 @@
 
 #include "freeflow/ipv4.h"
 #include "tcp_transport.h"
+#include "tls.h"
 
 namespace ff::router {
 
@@ -30,8 +31,25 @@ bool MakeNodeDeps(const RouterConfig& config, RouterDeps* deps, std::string* err
     *error = "control plane " + config.control_plane + ": " + err;
     return false;
   }
-  deps->transport = std::make_unique<TcpTransport>(
-      TcpTransport::Options{config.node_name, config.host_ip, config.port, config.peer_timeout_ms});
+  std::shared_ptr<const TlsContext> tls;
+  if (config.insecure_node_links) {
+    spdlog::warn(
+        "--insecure-node-links is set: links to other routers are PLAINTEXT and "
+        "UNAUTHENTICATED; anyone who reaches port {} can act as a router and read or forge "
+        "cross-node traffic. Use it for benchmarks only.",
+        config.port);
+  } else {
+    tls =
+        TlsContext::Load({config.tls_ca, config.tls_cert, config.tls_key}, config.node_name, &err);
+    if (tls == nullptr) {
+      *error = "node links need TLS: " + err +
+               ". Make a CA and node certificates with scripts/ff-certs.sh and pass --tls-ca, "
+               "--tls-cert and --tls-key, or --insecure-node-links for a benchmark";
+      return false;
+    }
+  }
+  deps->transport = std::make_unique<TcpTransport>(TcpTransport::Options{
+      config.node_name, config.host_ip, config.port, config.peer_timeout_ms, std::move(tls)});
   return true;
 }
 
@@ -42,7 +60,7 @@ Router::Router(RouterConfig config, RouterDeps deps)
       directory_(std::move(deps.control_plane),
                  cp::Endpoint{config_.node_name, config_.host_ip, config_.port}),
       quotas_(config_.pod_limits),
-      executor_(transport_.get(), tables_, sessions_, quotas_, [this] { RetrySoon(); }),
+      executor_(transport_.get(), tables_, sessions_, quotas_, directory_, [this] { RetrySoon(); }),
       forwarder_({config_.poll_us, config_.resolve_timeout_ms}, loop_, transport_.get(), tables_,
                  sessions_, directory_, quotas_, [this] { RetrySoon(); }),
       broker_(Broker::Parts{tables_, sessions_, directory_, forwarder_, executor_, quotas_,

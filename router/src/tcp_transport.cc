@@ -55,10 +55,7 @@ bool TcpTransport::Start(EventLoop& loop, Handler& handler, std::string* error) 
   socklen_t len = sizeof(bound);
   if (::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&bound), &len) == 0)
     options_.port = ntohs(bound.sin_port);
-  const auto accepted = [this](UniqueFd fd) {
-    NoDelay(fd.get());
-    Add(std::move(fd), false, EPOLLIN | EPOLLRDHUP);
-  };
+  const auto accepted = [this](UniqueFd fd) { OnAccepted(std::move(fd)); };
   if (acceptor_.Start(loop, listen_.get(), kNodeAcceptBurst, "router port " + where, accepted) !=
           0 ||
       tick_.Start(loop, [this] { OnTick(); }) != 0) {
@@ -67,6 +64,19 @@ bool TcpTransport::Start(EventLoop& loop, Handler& handler, std::string* error) 
   }
   tick_.Arm(kIdleTickNs);
   return true;
+}
+
+// Connections that have not authenticated are bounded: a flood of them (anyone can reach the
+// port) must not exhaust the router's descriptors.
+void TcpTransport::OnAccepted(UniqueFd fd) {
+  const size_t pending = static_cast<size_t>(std::count_if(
+      links_.begin(), links_.end(), [](const auto& l) { return !l.second->ready(); }));
+  if (pending >= kMaxPendingNodeLinks) {
+    spdlog::warn("refusing a connection to the router port: {} are still authenticating", pending);
+    return;
+  }
+  NoDelay(fd.get());
+  Add(std::move(fd), false, EPOLLIN | EPOLLRDHUP);
 }
 
 TcpTransport::Link* TcpTransport::Find(LinkId id) { return FindIn(links_, id); }
@@ -79,7 +89,13 @@ TcpTransport::Link* TcpTransport::Add(UniqueFd fd, bool dialled, uint32_t events
   l->fd = std::move(fd);
   l->dialled = dialled;
   l->connected = !dialled;
-  l->last_rx_ns = l->last_tx_ns = MonotonicNs();
+  l->last_rx_ns = l->last_tx_ns = l->created_ns = MonotonicNs();
+  if (options_.tls != nullptr) {
+    l->ssl = options_.tls->NewSession(l->fd.get(), dialled);
+    if (l->ssl == nullptr) return nullptr;
+  } else {
+    l->secured = true;
+  }
   l->events = events;
   const LinkId id = l->id;
   l->watch = loop_->Watch(l->fd.get(), events, [this, id](uint32_t ev) { OnEvents(id, ev); });
@@ -121,9 +137,9 @@ bool TcpTransport::Dialled(LinkId link) const {
   return l != nullptr && l->dialled;
 }
 
-std::string TcpTransport::PeerName(LinkId link) const {
+std::string TcpTransport::PeerNode(LinkId link) const {
   const Link* l = Find(link);
-  return l == nullptr || l->peer_node.empty() ? "?" : l->peer_node;
+  return l == nullptr || !l->ready() ? "" : l->peer_node;
 }
 
 bool TcpTransport::Congested(LinkId link) const {
@@ -135,6 +151,8 @@ void TcpTransport::OnEvents(LinkId id, uint32_t events) {
   Link* l = Find(id);
   if (l == nullptr) return;
   if (!l->connected && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) && !FinishConnect(*l)) return;
+  if (!l->connected) return;
+  if (!l->secured && (!Secure(*l) || !l->secured)) return;  // closed, or the handshake goes on
   if (events & EPOLLIN) {
     if (!ReadAll(*l)) return;
   } else if (events & (EPOLLERR | EPOLLHUP | EPOLLRDHUP)) {
@@ -159,6 +177,55 @@ bool TcpTransport::FinishConnect(Link& l) {
   return true;
 }
 
+bool TcpTransport::Secure(Link& l) {
+  std::string error;
+  const TlsStatus status = TlsHandshake(l.ssl.get(), &error);
+  switch (status) {
+    case TlsStatus::kWantRead:
+    case TlsStatus::kWantWrite:
+      l.tls_wants_write = status == TlsStatus::kWantWrite;
+      SyncEvents(l);
+      return true;
+    case TlsStatus::kFailed:
+      Close(l.id, error);
+      return false;
+    case TlsStatus::kDone:
+      break;
+  }
+  l.tls_wants_write = false;
+  if (l.dialled && !TlsPeerIs(l.ssl.get(), l.endpoint.node)) {
+    Close(l.id, "the router at " + FormatIpv4(l.endpoint.address) + ":" +
+                    std::to_string(l.endpoint.port) + " presented the certificate of " +
+                    TlsPeerSubject(l.ssl.get()) + ", not of node " + l.endpoint.node);
+    return false;
+  }
+  l.secured = true;
+  spdlog::info("link {}: TLS with {} ({})", l.id,
+               l.dialled ? "router " + l.endpoint.node : TlsPeerSubject(l.ssl.get()),
+               TlsDescription(l.ssl.get()));
+  SyncEvents(l);
+  if (TlsHasPending(l.ssl.get())) ReadLater(l.id);  // came with the handshake's last flight
+  return true;
+}
+
+ssize_t TcpTransport::Receive(Link& l, char* p, size_t n) {
+  if (l.ssl == nullptr) return ::recv(l.fd.get(), p, n, MSG_DONTWAIT);
+  return TlsRead(l.ssl.get(), p, n, &l.tls_wants_write);
+}
+
+ssize_t TcpTransport::Transmit(Link& l, const char* p, size_t n) {
+  if (l.ssl == nullptr) return ::send(l.fd.get(), p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  bool wants_read = false;  // a key update: the read side carries on with it
+  return TlsWrite(l.ssl.get(), p, n, &wants_read);
+}
+
+void TcpTransport::ReadLater(LinkId id) {
+  loop_->Defer([this, id] {
+    Link* l = Find(id);
+    if (l != nullptr && !l->held && ReadAll(*l)) Flush(*l, true);
+  });
+}
+
 bool TcpTransport::ReadAll(Link& l) {
   const LinkId id = l.id;
   for (int burst = 0; burst < kLinkReadBurst && !l.held; ++burst) {
@@ -169,8 +236,7 @@ bool TcpTransport::ReadAll(Link& l) {
       l.in = std::move(bigger);
       l.in_cap = cap;
     }
-    const ssize_t n =
-        ::recv(l.fd.get(), l.in.get() + l.in_used, l.in_cap - l.in_used, MSG_DONTWAIT);
+    const ssize_t n = Receive(l, l.in.get() + l.in_used, l.in_cap - l.in_used);
     if (n == 0) {
       Close(id, "peer router closed the connection");
       return false;
@@ -184,10 +250,11 @@ bool TcpTransport::ReadAll(Link& l) {
     l.in_used += static_cast<size_t>(n);
     l.last_rx_ns = MonotonicNs();
     if (!Parse(l)) {
-      Close(id, "malformed frame from peer router");
+      Close(id, l.close_reason.empty() ? "malformed frame from peer router" : l.close_reason);
       return false;
     }
   }
+  if (l.ssl != nullptr && !l.held && TlsHasPending(l.ssl.get())) ReadLater(id);
   return true;
 }
 
@@ -197,6 +264,10 @@ bool TcpTransport::Parse(Link& l) {
     wire::FrameHeader h;
     std::memcpy(&h, l.in.get() + off, sizeof(h));
     if (!wire::ValidFrame(h)) return false;
+    if (!l.dialled && !l.hello_seen && h.type != wire::Type::kHello) {
+      l.close_reason = "peer router sent a message before saying which node it is";
+      return false;
+    }
     if (l.in_used - off < sizeof(h) + h.len) break;
     const char* body = l.in.get() + off + sizeof(h);
     if (wire::IsTransportFrame(h.type)) {
@@ -224,11 +295,21 @@ bool TcpTransport::OnTransportFrame(Link& l, const wire::FrameHeader& h, const c
   switch (h.type) {
     case wire::Type::kHello: {
       wire::Hello m;
-      if (l.dialled) return false;
+      if (l.dialled || l.hello_seen) return false;
       std::memcpy(&m, body, sizeof(m));
-      if (m.magic != wire::kMagic || m.version != wire::kVersion) return false;
+      if (m.magic != wire::kMagic || m.version != wire::kVersion) {
+        l.close_reason = "peer router speaks wire version " + std::to_string(m.version) +
+                         ", this one " + std::to_string(wire::kVersion);
+        return false;
+      }
       m.node[sizeof(m.node) - 1] = '\0';
+      if (l.ssl != nullptr && !TlsPeerIs(l.ssl.get(), m.node)) {
+        l.close_reason = "peer router says it is node '" + std::string(m.node) +
+                         "' but its certificate is " + TlsPeerSubject(l.ssl.get());
+        return false;
+      }
       l.peer_node = m.node;
+      l.hello_seen = true;
       return true;
     }
     case wire::Type::kPing: {
@@ -259,7 +340,7 @@ void TcpTransport::Send(LinkId link, wire::Type type, uint32_t chan, uint16_t fl
   size_t total = 0;
   for (const Bytes& b : parts) total += b.len;
   const wire::FrameHeader fh{static_cast<uint32_t>(total), type, flags, chan, 0};
-  if (total >= kDirectSendBytes && l->connected && parts.size() < 8) {
+  if (total >= kDirectSendBytes && l->ssl == nullptr && l->connected && parts.size() < 8) {
     iovec iov[8];
     int n = 0;
     iov[n++] = {const_cast<wire::FrameHeader*>(&fh), sizeof(fh)};
@@ -269,7 +350,11 @@ void TcpTransport::Send(LinkId link, wire::Type type, uint32_t chan, uint16_t fl
   }
   Append(*l, &fh, sizeof(fh));
   for (const Bytes& b : parts) Append(*l, b.data, b.len);
-  ScheduleFlush(*l);
+  if (total >= kDirectSendBytes && l->ssl != nullptr) {
+    Flush(*l, false);  // large records go at once, as on a plaintext link
+  } else {
+    ScheduleFlush(*l);
+  }
 }
 
 void TcpTransport::SendDirect(Link& l, const iovec* iov, int n, size_t total) {
@@ -320,10 +405,9 @@ void TcpTransport::ScheduleFlush(Link& l) {
 }
 
 void TcpTransport::Flush(Link& l, bool may_notify) {
-  if (!l.connected) return;
+  if (!l.connected || !l.secured) return;
   while (l.out_off < l.out.size()) {
-    const ssize_t n = ::send(l.fd.get(), l.out.data() + l.out_off, l.out.size() - l.out_off,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = Transmit(l, l.out.data() + l.out_off, l.out.size() - l.out_off);
     if (n > 0) {
       l.out_off += static_cast<size_t>(n);
       l.last_tx_ns = MonotonicNs();
@@ -349,8 +433,9 @@ void TcpTransport::Flush(Link& l, bool may_notify) {
 // Registers the epoll interest the link's state calls for: input unless a message is held,
 // output while bytes wait or the connect is still in progress.
 void TcpTransport::SyncEvents(Link& l) {
+  const bool out = !l.connected || l.tls_wants_write || (l.secured && l.owed() > 0);
   const uint32_t want = EPOLLRDHUP | (l.held ? 0u : static_cast<uint32_t>(EPOLLIN)) |
-                        (!l.connected || l.owed() > 0 ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+                        (out ? static_cast<uint32_t>(EPOLLOUT) : 0u);
   if (want == l.events) return;
   l.events = want;
   loop_->Modify(l.watch, want);
@@ -366,9 +451,10 @@ void TcpTransport::Resume(LinkId link) {
     Link* l = Find(link);
     if (l == nullptr || l->held) return;
     if (!Parse(*l)) {
-      Close(link, "malformed frame from peer router");
+      Close(link, l->close_reason.empty() ? "malformed frame from peer router" : l->close_reason);
       return;
     }
+    if (l->ssl != nullptr && !l->held && TlsHasPending(l->ssl.get()) && !ReadAll(*l)) return;
     Flush(*l, true);
   });
 }
@@ -395,6 +481,11 @@ void TcpTransport::OnTick() {
       if (now - l->last_tx_ns > kDialTimeoutNs) dead.emplace_back(id, "connect timed out");
       continue;
     }
+    if (!l->ready() && now - l->created_ns > kDialTimeoutNs) {
+      dead.emplace_back(id, l->secured ? "no hello from the peer router in time"
+                                       : "TLS handshake not finished in time");
+      continue;
+    }
     // A link we stopped reading (its answers pile up) is alive while its peer takes them.
     const uint64_t heard = l->held ? std::max(l->last_rx_ns, l->last_tx_ns) : l->last_rx_ns;
     if (now - heard > timeout * (l->dialled ? 1 : kInboundSilenceFactor)) {
@@ -404,7 +495,7 @@ void TcpTransport::OnTick() {
       dead.emplace_back(id, "peer router silent for too long");
       continue;
     }
-    if (l->dialled && now - l->last_tx_ns > kPingIntervalNs) ping.push_back(id);
+    if (l->dialled && l->ready() && now - l->last_tx_ns > kPingIntervalNs) ping.push_back(id);
   }
   const wire::FrameHeader frame{0, wire::Type::kPing, 0, 0, 0};
   for (LinkId id : ping) {

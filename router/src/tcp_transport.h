@@ -1,6 +1,13 @@
 // Node links over TCP: one connection per (dialling router, peer router), frames of
 // core/codec.h's wire format, flow control by the bytes a link owes its peer, and liveness
 // by pings (the dialler pings; both ends close a link that stays silent too long).
+//
+// With a TLS context (tls.h; the default in ffrouter) every link is TLS 1.3 with both ends'
+// certificates verified against the cluster CA, and nothing on a link is acted on before it
+// is "ready": the handshake finished, the certificate of a dialled peer names the node the
+// control plane gave for its endpoint, and an accepting end heard a hello naming the node
+// the dialler's certificate names. Links that do not get there within kDialTimeoutNs are
+// closed, and at most kMaxPendingNodeLinks accepted links may be on their way at once.
 #pragma once
 
 #include <sys/uio.h>
@@ -14,6 +21,7 @@
 
 #include "acceptor.h"
 #include "node_transport.h"
+#include "tls.h"
 
 namespace ff::router {
 
@@ -23,7 +31,8 @@ class TcpTransport final : public NodeTransport {
     std::string node_name;  // told to peers in the hello frame
     uint32_t host_ip = 0;   // address and port to listen on (host byte order)
     uint16_t port = 0;
-    uint32_t peer_timeout_ms = 0;  // a dialled link silent this long is closed
+    uint32_t peer_timeout_ms = 0;           // a dialled link silent this long is closed
+    std::shared_ptr<const TlsContext> tls;  // nullptr: plaintext links (--insecure-node-links)
   };
   explicit TcpTransport(Options options) : options_(std::move(options)) {}
   ~TcpTransport() override;
@@ -36,8 +45,9 @@ class TcpTransport final : public NodeTransport {
   bool Congested(LinkId link) const override;
   void Resume(LinkId link) override;
   size_t LinkCount() const override { return links_.size(); }
-  // The peer's node name as its hello frame (or our dial) named it; "?" when unknown.
-  std::string PeerName(LinkId link) const;
+  // The peer's node name once the link is ready: the node we dialled, or the one its hello
+  // named (with TLS, both checked against its certificate); "" before.
+  std::string PeerNode(LinkId link) const override;
   // The port it listens on (the kernel's choice when Options::port was 0).
   uint16_t port() const { return options_.port; }
 
@@ -48,8 +58,13 @@ class TcpTransport final : public NodeTransport {
     EventLoop::WatchId watch = 0;
     bool dialled = false;
     bool connected = false;
-    cp::Endpoint endpoint;  // dialled links: whom we dialled
+    bool secured = false;          // the TLS handshake finished (plaintext: as soon as connected)
+    bool hello_seen = false;       // accepted links: the peer said who it is
+    SslPtr ssl;                    // nullptr: plaintext
+    bool tls_wants_write = false;  // OpenSSL waits for the socket to become writable
+    cp::Endpoint endpoint;         // dialled links: whom we dialled
     std::string peer_node;
+    std::string close_reason;  // why Parse() refused the link, when it says
     // Bytes read and not parsed yet. Not a vector: growing one zero-fills the new room, which
     // touched half a MiB per link before the first byte came.
     std::unique_ptr<char[]> in;
@@ -63,7 +78,9 @@ class TcpTransport final : public NodeTransport {
     bool flush_queued = false;
     uint64_t last_rx_ns = 0;
     uint64_t last_tx_ns = 0;
+    uint64_t created_ns = 0;
     size_t owed() const { return out.size() - out_off; }
+    bool ready() const { return secured && (dialled || hello_seen); }
   };
 
   Link* Find(LinkId id);
@@ -72,6 +89,11 @@ class TcpTransport final : public NodeTransport {
   void OnEvents(LinkId id, uint32_t events);
   bool ReadAll(Link& l);        // false: the link was closed
   bool FinishConnect(Link& l);  // false: the connect failed and the link was closed
+  bool Secure(Link& l);         // advances the TLS handshake; false: the link was closed
+  void OnAccepted(UniqueFd fd);
+  ssize_t Receive(Link& l, char* p, size_t n);
+  ssize_t Transmit(Link& l, const char* p, size_t n);
+  void ReadLater(LinkId id);  // when OpenSSL holds bytes that epoll cannot report
   // Delivers complete frames. false: malformed, the link must be closed.
   bool Parse(Link& l);
   bool OnTransportFrame(Link& l, const wire::FrameHeader& h, const char* body);

@@ -7,7 +7,8 @@
 # Everything created is recorded and removed by cluster_down (also on EXIT when the
 # caller traps it). Processes are only ever stopped by the PID this file started.
 
-FF_BUILD=${FF_BUILD:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build}
+FF_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+FF_BUILD=${FF_BUILD:-$FF_SRC/build}
 FF_TAG=${FF_TAG:-$$}
 # Pod subnets stay below 10.244.192.0 so that every pod has a valid LID (low 16 bits).
 FF_NET=${FF_NET:-$(( (FF_TAG % 160) + 20 ))}
@@ -128,7 +129,9 @@ wait_pid() {
 #   node namespaces ff<tag>n<n> : eth0 172.31.<net>.<10+n> on the underlay, bridge ffbr
 #                                 10.244.<net+n>.1/24 for its pods, host-gateway routes
 #   pod namespaces ff<tag>n<n>p<i> : 10.244.<net+n>.<10+i>
-# Each node runs its own router with its own folder ($FF_DIR/node<n>).
+# Each node runs its own router with its own folder ($FF_DIR/node<n>). Node links use TLS
+# with certificates from scripts/ff-certs.sh in $FF_DIR/tls (outside every node's folder,
+# which pods see); FF_INSECURE_NODE_LINKS=1 runs them in plaintext instead.
 
 FF_NODES=0
 FF_MN_NS=()
@@ -198,19 +201,32 @@ multinode_up() {
   } >"$FF_DIR/cluster.json"
 }
 
+# mn_tls_args NAME: the ffrouter flags for node NAME's certificate (made on first use).
+mn_tls_args() {
+  local name=$1 tls=$FF_DIR/tls
+  if [[ ${FF_INSECURE_NODE_LINKS:-0} == 1 ]]; then
+    echo --insecure-node-links
+    return
+  fi
+  [[ -f $tls/ca.crt ]] || "$FF_SRC/scripts/ff-certs.sh" "$tls" ca >/dev/null
+  [[ -f $tls/$name.crt ]] || "$FF_SRC/scripts/ff-certs.sh" "$tls" node "$name" >/dev/null
+  echo --tls-ca "$tls/ca.crt" --tls-cert "$tls/$name.crt" --tls-key "$tls/$name.key"
+}
+
 # mn_router_start N [ffrouter args...]: (re)starts node N's router without waiting for it
 # (its PID in FF_NODE_ROUTER[N]); default control plane is the static file. Its node name
 # is node<N>, or $FF_MN_NODE_NAME when set.
 mn_router_start() {
   local n=$1
   shift
-  local dir
+  local dir name=${FF_MN_NODE_NAME:-node$n} tls_args
   dir=$(mn_dir "$n")
+  read -ra tls_args <<<"$(mn_tls_args "$name")"
   rm -f "$dir/ffrouter.sock"  # a killed router's socket; wait for the new one
   ip netns exec "$(mn_node_ns "$n")" ${FF_ROUTER_WRAP:-} "$FF_BUILD/router/ffrouter" --dir "$dir" --name ffrouter \
-    --vnet-prefix 10.244.0.0/16 --host-ip "$(mn_node_ip "$n")" --port 7471 --node-name "${FF_MN_NODE_NAME:-node$n}" \
-    --log-level "${FF_ROUTER_LOG:-info}" "${FF_CONTROL_PLANE_ARGS[@]:---control-plane=static:$FF_DIR/cluster.json}" "$@" \
-    >>"$dir/router.log" 2>&1 &
+    --vnet-prefix 10.244.0.0/16 --host-ip "$(mn_node_ip "$n")" --port 7471 --node-name "$name" \
+    --log-level "${FF_ROUTER_LOG:-info}" "${FF_CONTROL_PLANE_ARGS[@]:---control-plane=static:$FF_DIR/cluster.json}" \
+    "${tls_args[@]}" "$@" >>"$dir/router.log" 2>&1 &
   FF_NODE_ROUTER[$n]=$!
 }
 

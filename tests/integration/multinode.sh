@@ -4,6 +4,10 @@
 #   multinode.sh tools [static|etcd]   perftest + ibverbs tools between nodes
 #   multinode.sh failures              killed router, cut link, restarts
 #   multinode.sh etcd-outage           etcd stopped and restarted under live traffic
+#   multinode.sh links                 hand-built frames at the node port: plaintext from a
+#                                      pod and a node, TLS with another node's certificate
+#   multinode.sh fairness              ib_send_lat beside a flood at a receiver that posts
+#                                      no receives
 set -uo pipefail
 source "$(dirname "$0")/../../scripts/lib/cluster.sh"
 FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs_faults}
@@ -122,6 +126,63 @@ case $mode in
     ip -n "$(mn_node_ns 0)" route add "10.244.$((FF_NET + 1)).0/24" via "$(mn_node_ip 1)" 2>/dev/null
     sleep 0.5
     pair "after the link comes back, new QPs work" 0 0 1 0 ibv_rc_pingpong -g 1 -n 100
+    ;;
+  links)
+    # A victim with memory open to remote writes, connected to its real peer on node 1.
+    port=19103
+    mn_pod_bg 0 0 "$FAULTS" server $port >"$FF_DIR/victim.log" 2>&1; spid=$FF_LAST_PID
+    mkfifo "$FF_DIR/go"
+    mn_pod_bg 1 0 sh -c 'exec "$0" client "$1" "$2" intact 0<>"$3"' "$FAULTS" "$(mn_pod_ip 0 0)" \
+      $port "$FF_DIR/go" >"$FF_DIR/client.log" 2>&1; cpid=$FF_LAST_PID
+    for ((i = 0; i < 200; i++)); do grep -q VICTIM "$FF_DIR/client.log" && break; sleep 0.05; done
+    read -r _ qpn rkey addr src_qpn < <(grep VICTIM "$FF_DIR/client.log")
+    attack=(python3 "$FF_SRC/tests/integration/node_port_attack.py")
+    aim=("$(mn_pod_ip 1 0)" "${src_qpn:-0}" "$(mn_pod_ip 0 0)" "${qpn:-0}" "${rkey:-0}" "${addr:-0}")
+    mn_pod_run 1 1 "${attack[@]}" plain "$(mn_node_ip 0)" 7471 "${aim[@]}"
+    check "hand-built frames from a pod reach nothing" $?
+    ip netns exec "$(mn_node_ns 1)" "${attack[@]}" plain "$(mn_node_ip 0)" 7471 "${aim[@]}"
+    check "hand-built frames from a node namespace reach nothing" $?
+    # A certificate of the cluster's CA, for a node the control plane does not have.
+    mn_tls_args node2 >/dev/null
+    creds=("$FF_DIR/tls/ca.crt" "$FF_DIR/tls/node2.crt" "$FF_DIR/tls/node2.key")
+    ip netns exec "$(mn_node_ns 1)" "${attack[@]}" tls "$(mn_node_ip 0)" 7471 "${creds[@]}" node1 \
+      "$(mn_pod_ip 1 0)" "$(mn_pod_ip 0 0)" "${qpn:-0}" closed
+    check "a router with node2's certificate cannot say it is node1" $?
+    ip netns exec "$(mn_node_ns 1)" "${attack[@]}" tls "$(mn_node_ip 0)" 7471 "${creds[@]}" node2 \
+      "$(mn_pod_ip 1 0)" "$(mn_pod_ip 0 0)" "${qpn:-0}" eacces
+    check "a router cannot connect as a pod of another node" $?
+    echo go >"$FF_DIR/go"
+    wait_pid "$cpid" 20; c=$?
+    tail -n 1 "$FF_DIR/client.log"
+    check "the victim's memory and completion queue are untouched" $c
+    kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+    grep -q "TLS with router node0 (TLSv1.3" "$(mn_dir 1)/router.log"
+    check "node1 reached node0 over TLS 1.3" $?
+    pair "the routers go on serving" 0 1 1 1 ibv_rc_pingpong -g 1 -n 100
+    ;;
+  fairness)
+    # median_lat: ib_send_lat (2 bytes) from pod 1/1 to pod 0/1; its typical (median) latency.
+    median_lat() {
+      mn_pair 0 1 1 1 ib_send_lat -n 5000 >/dev/null || return 1
+      awk '/^ +2 +[0-9]+ / {print $5}' "$FF_DIR/client.log" | tail -n 1
+    }
+    idle=$(median_lat)
+    echo "ib_send_lat across nodes, idle link: median ${idle:-?} us"
+    port=19104
+    mn_pod_bg 0 0 "$FAULTS" server $port >"$FF_DIR/flood-s.log" 2>&1; spid=$FF_LAST_PID
+    mn_pod_bg 1 0 env FF_FLOOD_SECONDS=30 "$FAULTS" client "$(mn_pod_ip 0 0)" $port flood \
+      >"$FF_DIR/flood-c.log" 2>&1; cpid=$FF_LAST_PID
+    for ((i = 0; i < 200; i++)); do grep -q FLOODING "$FF_DIR/flood-c.log" && break; sleep 0.05; done
+    sleep 1  # the flood's channel fills its window
+    busy=$(median_lat)
+    echo "ib_send_lat across nodes beside the flood: median ${busy:-?} us"
+    awk -v b="${busy:-0}" -v i="${idle:-0}" 'BEGIN { exit !(b > 0 && i > 0 && b <= 2 * i) }'
+    check "beside a flood at a receiver without receives, the median stays within 2x (${busy:-?} vs ${idle:-?} us)" $?
+    kill -0 "$cpid" 2>/dev/null  # it exits at its first completion
+    check "the flood's SENDs still wait for receives, none failed" $?
+    kill "$cpid" "$spid" 2>/dev/null; wait "$cpid" "$spid" 2>/dev/null
+    ! grep -q "closed:" "$(mn_dir 0)/router.log" "$(mn_dir 1)/router.log"
+    check "the link the flood shares stayed up" $?
     ;;
   etcd-outage)
     # Traffic started while etcd is up keeps flowing while it is down.

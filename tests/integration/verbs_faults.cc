@@ -4,7 +4,8 @@
 // a hostile client misbehaves. Server and client meet over TCP like perftest does.
 //
 //   verbs_faults server PORT
-//   verbs_faults client SERVER_IP PORT TEST     TEST: access | dereg | rnr | peer_gone
+//   verbs_faults client SERVER_IP PORT TEST     TEST: access | dereg | rnr | peer_gone | flood |
+//                                               intact
 //   verbs_faults hostile SOCKET_PATH
 //   verbs_faults hold                            (creates resources, prints READY, sleeps)
 #include <arpa/inet.h>
@@ -124,8 +125,8 @@ struct Verbs {
     attr.ah_attr.grh.sgid_index = 1;
     attr.ah_attr.port_num = 1;
     if (ibv_modify_qp(qp, &attr,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                          IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
       Die("RTR");
     attr.qp_state = IBV_QPS_RTS;
     attr.timeout = 14;
@@ -218,6 +219,9 @@ int Server(int port) {
     char reply = 1;
     if (cmd == 'c') {
       reply = Untouched(v.a, kBuf) && Untouched(v.b, kBuf) ? 1 : 0;
+    } else if (cmd == 'e') {  // is the completion queue empty?
+      ibv_wc wc{};
+      reply = ibv_poll_cq(v.cq, 1, &wc) == 0 ? 1 : 0;
     } else if (cmd == 'w') {  // did the last legal write land?
       reply = v.a[100] == 0x11 ? 1 : 0;
     } else if (cmd == 'r') {  // restore the pattern
@@ -243,6 +247,46 @@ int Fail(const char* what, ibv_wc_status got) {
   std::fprintf(stderr, "FAIL %s (completion status %d: %s)\n", what, static_cast<int>(got),
                static_cast<int>(got) >= 0 ? ibv_wc_status_str(got) : "timeout");
   return 1;
+}
+
+// The server posts no receive and its QP retries RNR forever: post 64 SENDs of 1 MiB (far
+// more than a channel's window) and hold them for $FF_FLOOD_SECONDS (default 15) while the
+// harness measures other traffic between the same nodes. None may complete: not in error
+// (the link that carries them must stay up), and not successfully (nothing was received).
+int Flood(Verbs& v) {
+  constexpr size_t kMessage = 1 << 20;
+  char* big = static_cast<char*>(aligned_alloc(4096, kMessage));
+  std::memset(big, kPattern, kMessage);
+  ibv_mr* mr = ibv_reg_mr(v.pd, big, kMessage, IBV_ACCESS_LOCAL_WRITE);
+  if (mr == nullptr) Die("reg flood buffer");
+  int posted = 0;
+  for (; posted < 64; ++posted) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(big), kMessage, mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = static_cast<uint64_t>(posted);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    if (ibv_post_send(v.qp, &wr, &bad) != 0) break;
+  }
+  const char* env = std::getenv("FF_FLOOD_SECONDS");
+  const double seconds = env != nullptr ? std::atof(env) : 15.0;
+  std::printf("FLOODING %d SENDs of 1 MiB\n", posted);
+  std::fflush(stdout);
+  // Looks every 10 ms, not spinning: the CPU belongs to the traffic being measured.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  ibv_wc wc{};
+  int got = 0;
+  while (got == 0 && std::chrono::steady_clock::now() < end) {
+    got = ibv_poll_cq(v.cq, 1, &wc);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const bool held = got == 0;
+  std::printf("%s flood: %d SENDs held for %.0f s%s\n", held ? "PASS" : "FAIL", posted, seconds,
+              held ? "" : " (a completion came)");
+  return held && posted >= 16 ? 0 : 1;
 }
 
 int Client(const char* ip, int port, const std::string& test) {
@@ -290,6 +334,21 @@ int Client(const char* ip, int port, const std::string& test) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (st != IBV_WC_RNR_RETRY_EXC_ERR) failures += Fail("SEND without receive", st);
     std::printf("%s RNR retry exceeded after %.3f s\n", failures == 0 ? "PASS" : "FAIL", s);
+  } else if (test == "intact") {
+    // Tells the harness what an attacker would aim at, waits for a byte on stdin (the
+    // attacks are over), then checks the server's memory and completion queue.
+    std::printf("VICTIM %u %u %llu %u\n", peer.qpn, peer.rkey_a,
+                static_cast<unsigned long long>(peer.addr_a), mine.qpn);
+    std::fflush(stdout);
+    char go;
+    if (::read(0, &go, 1) != 1) Die("stdin");
+    const bool memory = Ask(sock, 'c') != 0, cq = Ask(sock, 'e') != 0;
+    if (!memory) failures += Fail("the server's memory changed", IBV_WC_SUCCESS);
+    if (!cq) failures += Fail("the server got a completion", IBV_WC_SUCCESS);
+    std::puts(failures == 0 ? "PASS the server's memory and CQ are untouched"
+                            : "FAIL the server was touched");
+  } else if (test == "flood") {
+    failures += Flood(v);
   } else if (test == "peer_gone") {
     // Post a receive and wait: the harness kills the server (or the router). The
     // receive must complete in error within the bound, not hang.
@@ -307,7 +366,8 @@ int Client(const char* ip, int port, const std::string& test) {
     if (static_cast<int>(st) < 0 || st == IBV_WC_SUCCESS) failures += Fail("peer gone", st);
     // A send after that fails too.
     const ibv_wc_status st2 = v.Post(IBV_WR_SEND, 0, 0, 16, 10.0);
-    if (static_cast<int>(st2) < 0 || st2 == IBV_WC_SUCCESS) failures += Fail("send to gone peer", st2);
+    if (static_cast<int>(st2) < 0 || st2 == IBV_WC_SUCCESS)
+      failures += Fail("send to gone peer", st2);
     std::printf("%s error completion %.3f s after READY (%s, then %s)\n",
                 failures == 0 ? "PASS" : "FAIL", s,
                 static_cast<int>(st) >= 0 ? ibv_wc_status_str(st) : "timeout",
@@ -366,19 +426,21 @@ int Overlap() {
   v.Open();
   char* big = static_cast<char*>(aligned_alloc(4096, 6 * 4096));
   std::memset(big, 0, 6 * 4096);
-  ibv_mr* first = ibv_reg_mr(v.pd, big + 100, 4096, IBV_ACCESS_LOCAL_WRITE |
-                             IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-  ibv_mr* second = ibv_reg_mr(v.pd, big + 3 * 4096 + 7, 2 * 4096, IBV_ACCESS_LOCAL_WRITE |
-                              IBV_ACCESS_REMOTE_WRITE);
+  ibv_mr* first =
+      ibv_reg_mr(v.pd, big + 100, 4096,
+                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  ibv_mr* second = ibv_reg_mr(v.pd, big + 3 * 4096 + 7, 2 * 4096,
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   // Bridges the two: the library must merge all three into one region.
   ibv_mr* bridge = ibv_reg_mr(v.pd, big + 2 * 4096, 2 * 4096, IBV_ACCESS_LOCAL_WRITE);
   if (first == nullptr || second == nullptr || bridge == nullptr) Die("overlapping reg_mr");
   v.Connect(v.Local(), 7);
   int failures = 0;
   std::memset(v.b, 0x22, 64);
-  ibv_wc_status st = v.Post(IBV_WR_RDMA_WRITE, second->rkey,
-                            reinterpret_cast<uintptr_t>(big + 3 * 4096 + 7), 64);
-  if (st != IBV_WC_SUCCESS || big[3 * 4096 + 7] != 0x22) failures += Fail("write into merged region", st);
+  ibv_wc_status st =
+      v.Post(IBV_WR_RDMA_WRITE, second->rkey, reinterpret_cast<uintptr_t>(big + 3 * 4096 + 7), 64);
+  if (st != IBV_WC_SUCCESS || big[3 * 4096 + 7] != 0x22)
+    failures += Fail("write into merged region", st);
   std::memset(v.b, 0x33, 64);
   st = v.Post(IBV_WR_RDMA_WRITE, first->rkey, reinterpret_cast<uintptr_t>(big + 100), 64);
   if (st != IBV_WC_SUCCESS || big[100] != 0x33) failures += Fail("write into first region", st);
@@ -388,7 +450,8 @@ int Overlap() {
   ibv_dereg_mr(bridge);
   ibv_dereg_mr(second);
   ibv_dereg_mr(first);
-  if (big[100] != 0x33 || big[3 * 4096 + 7] != 0x22) failures += Fail("contents kept after dereg", st);
+  if (big[100] != 0x33 || big[3 * 4096 + 7] != 0x22)
+    failures += Fail("contents kept after dereg", st);
   std::puts(failures == 0 ? "PASS overlapping registrations" : "FAIL overlapping registrations");
   return failures == 0 ? 0 : 1;
 }
@@ -411,6 +474,7 @@ int main(int argc, char** argv) {
   if (mode == "hostile" && argc == 3) return Hostile(argv[2]);
   if (mode == "hold") return Hold();
   if (mode == "overlap") return Overlap();
-  std::fprintf(stderr, "usage: verbs_faults server PORT | client IP PORT TEST | hostile SOCK | hold\n");
+  std::fprintf(stderr,
+               "usage: verbs_faults server PORT | client IP PORT TEST | hostile SOCK | hold\n");
   return 2;
 }

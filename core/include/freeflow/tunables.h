@@ -92,16 +92,18 @@ inline constexpr uint64_t kRetryTickNs = 200'000;        // timer period while a
 inline constexpr uint64_t kIdleTickNs = 50'000'000;  // timer period otherwise (deadlines, sweeps)
 
 // ---- node links (router <-> router) -------------------------------------------------------
-inline constexpr uint32_t kMaxFrame = 1u << 20;        // largest frame body a peer may send
-inline constexpr size_t kLinkHighWater = 8u << 20;     // owed bytes that make a link congested
-inline constexpr uint32_t kDirectSendBytes = 4096;     // larger records skip the copy to a buffer
-inline constexpr size_t kLinkReadChunk = 512 * 1024;   // receive buffer growth step
-inline constexpr int kLinkReadBurst = 64;              // reads from one link per loop turn
-inline constexpr int kNodeAcceptBurst = 16;            // router connections accepted per turn
-inline constexpr int kNodeListenBacklog = 64;          // pending router connections
-inline constexpr size_t kLinkCompactBytes = 4u << 20;  // sent bytes kept before the buffer moves
-inline constexpr int kLoopbackPumpBudget = 256;        // in-memory links: messages per turn
-inline constexpr uint64_t kPingIntervalNs = 100'000'000;      // a dialled link pings this often
+inline constexpr uint32_t kMaxFrame = 1u << 20;       // largest frame body a peer may send
+inline constexpr size_t kLinkHighWater = 8u << 20;    // owed bytes that make a link congested
+inline constexpr uint32_t kDirectSendBytes = 4096;    // larger records skip the copy to a buffer
+inline constexpr size_t kLinkReadChunk = 512 * 1024;  // receive buffer growth step
+inline constexpr int kLinkReadBurst = 64;             // reads from one link per loop turn
+inline constexpr int kNodeAcceptBurst = 16;           // router connections accepted per turn
+inline constexpr size_t kMaxPendingNodeLinks = 64;    // accepted links not authenticated yet
+inline constexpr const char* kDefaultTlsDir = "/etc/freeflow/tls";  // ca.crt, tls.crt, tls.key
+inline constexpr int kNodeListenBacklog = 64;                       // pending router connections
+inline constexpr size_t kLinkCompactBytes = 4u << 20;     // sent bytes kept before the buffer moves
+inline constexpr int kLoopbackPumpBudget = 256;           // in-memory links: messages per turn
+inline constexpr uint64_t kPingIntervalNs = 100'000'000;  // a dialled link pings this often
 inline constexpr uint64_t kDialTimeoutNs = 5'000'000'000ull;  // a dial not connected by then fails
 inline constexpr uint32_t kInboundSilenceFactor = 3;  // accepted links (no pings) wait N timeouts
 

@@ -1,7 +1,5 @@
 // The TCP node transport between two ends on 127.0.0.1 in one process: framing and order,
 // held messages, congestion and its relief, malformed frames and silent peers.
-#include "tcp_transport.h"
-
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -10,73 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "harness.h"
+#include "link_test_util.h"
 
 namespace ff::router::test {
 namespace {
-
-constexpr uint32_t kLoopback = 0x7f000001;
-
-struct Recorder final : NodeTransport::Handler {
-  struct Got {
-    LinkId link;
-    wire::Type type;
-    uint32_t chan;
-    std::string body;
-  };
-  Verdict OnMessage(LinkId link, const NodeMessage& m) override {
-    if (hold) {
-      ++offers_held;
-      held_link = link;
-      return Verdict::kHold;
-    }
-    got.push_back({link, m.type, m.chan, std::string(m.body, m.len)});
-    return Verdict::kConsumed;
-  }
-  void OnDrained(LinkId link) override { drained.push_back(link); }
-  void OnLinkDown(LinkId link, const std::string& why) override {
-    down.push_back(link);
-    last_why = why;
-  }
-  bool hold = false;
-  int offers_held = 0;
-  LinkId held_link = kNoLink;
-  std::vector<Got> got;
-  std::vector<LinkId> drained, down;
-  std::string last_why;
-};
-
-// One transport with its own loop, driven by the test's thread.
-struct End {
-  explicit End(const std::string& node, uint32_t timeout_ms = 2000)
-      : transport(TcpTransport::Options{node, kLoopback, 0, timeout_ms}) {
-    EXPECT_EQ(loop.Init(), 0);
-    std::string error;
-    EXPECT_TRUE(transport.Start(loop, recorder, &error)) << error;
-  }
-  cp::Endpoint endpoint() const { return {"peer", kLoopback, transport.port()}; }
-  EventLoop loop;
-  Recorder recorder;
-  TcpTransport transport;
-};
-
-template <typename Pred>
-bool Pump(std::initializer_list<End*> ends, Pred pred, int ms = 5000) {
-  return WaitFor(
-      [&] {
-        for (End* e : ends) e->loop.RunOnce(0);
-        return pred();
-      },
-      std::chrono::milliseconds(ms));
-}
-
-// A frame body of `len` bytes that a kResp frame may carry.
-std::string RespBody(uint32_t data_len, char fill) {
-  RecordHeader h = ResponseHeader(data_len);
-  std::string body(sizeof(h) + h.frag_len, fill);
-  std::memcpy(body.data(), &h, sizeof(h));
-  return body;
-}
 
 TEST(TcpTransport, FramesArriveWholeAndInOrder) {
   End a("node-a"), b("node-b");
@@ -96,7 +31,7 @@ TEST(TcpTransport, FramesArriveWholeAndInOrder) {
   }
   const LinkId in = b.recorder.got[0].link;
   EXPECT_FALSE(b.transport.Dialled(in));
-  EXPECT_EQ(b.transport.PeerName(in), "node-a");  // from the hello frame
+  EXPECT_EQ(b.transport.PeerNode(in), "node-a");  // from the hello frame
   EXPECT_EQ(a.transport.Dial(b.endpoint()), l);   // one link per peer
 }
 
@@ -140,17 +75,6 @@ TEST(TcpTransport, CongestionIsReportedAndClearsWhenThePeerDrains) {
   ASSERT_TRUE(Pump({&a, &b}, [&] { return b.recorder.got.size() == 1u + sent; }));
 }
 
-// A plain TCP client of a router's port.
-UniqueFd RawClient(uint16_t port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(kLoopback);
-  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  return fd;
-}
-
 TEST(TcpTransport, AMalformedFrameClosesTheLink) {
   End b("node-b");
   const std::vector<wire::FrameHeader> bad = {
@@ -165,7 +89,9 @@ TEST(TcpTransport, AMalformedFrameClosesTheLink) {
     bytes.resize(sizeof(bad[i]) + (bad[i].type == wire::Type::kHello ? sizeof(wire::Hello) : 3));
     ASSERT_EQ(::send(c.get(), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
     ASSERT_TRUE(Pump({&b}, [&] { return b.recorder.down.size() == i + 1; })) << i;
-    EXPECT_EQ(b.recorder.last_why, "malformed frame from peer router");
+    EXPECT_EQ(b.recorder.last_why, bad[i].type == wire::Type::kHello
+                                       ? "peer router speaks wire version 0, this one 3"
+                                       : "malformed frame from peer router");
   }
 }
 

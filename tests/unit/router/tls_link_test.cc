@@ -1,0 +1,190 @@
+// Node links with TLS between transport ends on 127.0.0.1, certificates made by
+// scripts/ff-certs.sh: what crosses an authenticated link, and every peer that must be
+// refused before anything it sends is acted on (plaintext, another CA, another node's
+// certificate, a hello that names another node, connections that never authenticate).
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "link_test_util.h"
+#include "tls.h"
+
+namespace ff::router::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TlsLink : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/ff-tls-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = new std::string(tmpl);
+    const std::string script = FF_CERTS_SCRIPT;
+    const std::string quiet = " >/dev/null 2>&1";
+    for (const std::string& cmd :
+         {script + " " + *dir_ + " ca", script + " " + *dir_ + " node node-a node-b node-c",
+          script + " " + *dir_ + "/other ca", script + " " + *dir_ + "/other node node-a"}) {
+      ASSERT_EQ(std::system((cmd + quiet).c_str()), 0) << cmd;
+    }
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  void SetUp() override { signal(SIGPIPE, SIG_IGN); }  // as ffrouter does
+
+  // The context of `node`, signed by the cluster's CA (or the other CA's, `sub` "other").
+  static std::shared_ptr<const TlsContext> Context(const std::string& node,
+                                                   const std::string& sub = "") {
+    const std::string d = sub.empty() ? *dir_ : *dir_ + "/" + sub;
+    std::string error;
+    auto ctx = TlsContext::Load({d + "/ca.crt", d + "/" + node + ".crt", d + "/" + node + ".key"},
+                                node, &error);
+    EXPECT_NE(ctx, nullptr) << error;
+    return ctx;
+  }
+  static std::string Dir() { return *dir_; }
+
+  // Sends a few frames on `l` and pumps until `to` has them or `l` went down.
+  static void SendSome(End& from, LinkId l) {
+    const std::string body = RespBody(100, 'r');
+    for (uint32_t i = 0; i < 3; ++i)
+      from.transport.Send(l, wire::Type::kResp, i, 0, {{body.data(), body.size()}});
+  }
+
+ private:
+  static std::string* dir_;
+};
+std::string* TlsLink::dir_ = nullptr;
+
+TEST_F(TlsLink, FramesCrossAnAuthenticatedLinkWholeAndInOrder) {
+  End a("node-a", 2000, Context("node-a")), b("node-b", 2000, Context("node-b"));
+  const LinkId l = a.transport.Dial(b.endpoint());
+  ASSERT_NE(l, kNoLink);
+  std::vector<std::string> sent;
+  for (uint32_t i = 0; i < 200; ++i) {
+    sent.push_back(RespBody((i * 7919) % (kMaxFragment + 1), static_cast<char>('a' + i % 26)));
+    a.transport.Send(l, wire::Type::kResp, i, 0, {{sent.back().data(), sent.back().size()}});
+  }
+  ASSERT_TRUE(Pump({&a, &b}, [&] { return b.recorder.got.size() == sent.size(); }));
+  for (uint32_t i = 0; i < sent.size(); ++i) EXPECT_EQ(b.recorder.got[i].body, sent[i]) << i;
+  const LinkId in = b.recorder.got[0].link;
+  EXPECT_EQ(b.transport.PeerNode(in), "node-a");
+  EXPECT_EQ(a.transport.PeerNode(l), "node-b");
+  // And back, on the same link.
+  a.recorder.got.clear();
+  b.transport.Send(in, wire::Type::kPeerGone, 7, 1, {});
+  ASSERT_TRUE(Pump({&a, &b}, [&] { return a.recorder.got.size() == 1; }));
+  EXPECT_EQ(a.recorder.got[0].chan, 7u);
+}
+
+// An unauthenticated process speaking the plaintext wire protocol: its hello, connect
+// (with a forged source), SEND record and READ request never reach the handler.
+TEST_F(TlsLink, APlaintextPeerIsRefusedBeforeAnyFrameIsActedOn) {
+  End b("node-b", 2000, Context("node-b"));
+  UniqueFd c = RawClient(b.transport.port());
+  std::string bytes;
+  const auto frame = [&](wire::Type type, const void* body, uint32_t len) {
+    const wire::FrameHeader h{len, type, 0, 1, 0};
+    bytes.append(reinterpret_cast<const char*>(&h), sizeof(h));
+    bytes.append(static_cast<const char*>(body), len);
+  };
+  wire::Hello hello{wire::kMagic, wire::kVersion, "node-a"};
+  frame(wire::Type::kHello, &hello, sizeof(hello));
+  const wire::Connect connect{0x0a2a2a2a, 0xbadbad, 2, 0x0a020001, 0x101, 0};
+  frame(wire::Type::kConnect, &connect, sizeof(connect));
+  ASSERT_EQ(::send(c.get(), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  ASSERT_TRUE(Pump({&b}, [&] { return !b.recorder.down.empty(); }));
+  EXPECT_TRUE(b.recorder.got.empty());
+  EXPECT_NE(b.recorder.last_why.find("TLS handshake failed"), std::string::npos)
+      << b.recorder.last_why;
+  char byte;
+  EXPECT_LE(::recv(c.get(), &byte, 1, 0), 0);  // closed
+}
+
+TEST_F(TlsLink, ARouterHoldingAnotherNodesCertificateIsRefusedByTheDialler) {
+  End a("node-a", 2000, Context("node-a")), c("node-c", 2000, Context("node-c"));
+  // The control plane says node-b listens where node-c's router does.
+  const cp::Endpoint wrong{"node-b", kLoopback, c.transport.port()};
+  const LinkId l = a.transport.Dial(wrong);
+  ASSERT_NE(l, kNoLink);
+  SendSome(a, l);
+  ASSERT_TRUE(Pump({&a, &c}, [&] { return !a.recorder.down.empty(); }));
+  EXPECT_NE(a.recorder.last_why.find("not of node node-b"), std::string::npos)
+      << a.recorder.last_why;
+  Pump(
+      {&a, &c}, [] { return false; }, 100);
+  EXPECT_TRUE(c.recorder.got.empty());
+}
+
+TEST_F(TlsLink, ARouterWhoseHelloNamesAnotherNodeThanItsCertificateIsRefused) {
+  End b("node-b", 2000, Context("node-b"));
+  End evil("node-a", 2000, Context("node-c"));  // says node-a, holds node-c's certificate
+  const LinkId l = evil.transport.Dial(b.endpoint());
+  ASSERT_NE(l, kNoLink);
+  SendSome(evil, l);
+  ASSERT_TRUE(Pump({&evil, &b}, [&] { return !b.recorder.down.empty(); }));
+  EXPECT_NE(b.recorder.last_why.find("says it is node 'node-a' but its certificate is"),
+            std::string::npos)
+      << b.recorder.last_why;
+  EXPECT_TRUE(b.recorder.got.empty());
+}
+
+TEST_F(TlsLink, ACertificateFromAnotherCaIsRefusedByBothEnds) {
+  End b("node-b", 2000, Context("node-b"));
+  End stranger("node-a", 2000, Context("node-a", "other"));
+  const LinkId l = stranger.transport.Dial(b.endpoint());
+  ASSERT_NE(l, kNoLink);
+  SendSome(stranger, l);
+  ASSERT_TRUE(Pump({&stranger, &b},
+                   [&] { return !b.recorder.down.empty() && !stranger.recorder.down.empty(); }));
+  EXPECT_TRUE(b.recorder.got.empty());
+  EXPECT_NE(stranger.recorder.last_why.find("certificate"), std::string::npos)
+      << stranger.recorder.last_why;
+}
+
+// Anyone can open connections to the port: those that never authenticate are bounded, and
+// closed once the bound is reached; an authenticated router gets in when they are gone.
+TEST_F(TlsLink, ConnectionsThatNeverAuthenticateAreBounded) {
+  End a("node-a", 2000, Context("node-a")), b("node-b", 2000, Context("node-b"));
+  std::vector<UniqueFd> idle;
+  for (size_t i = 0; i < kMaxPendingNodeLinks; ++i) idle.push_back(RawClient(b.transport.port()));
+  ASSERT_TRUE(Pump({&b}, [&] { return b.transport.LinkCount() == kMaxPendingNodeLinks; }));
+  UniqueFd extra = RawClient(b.transport.port());
+  char byte;
+  bool refused = false;
+  ASSERT_TRUE(Pump({&b}, [&] {
+    refused = ::recv(extra.get(), &byte, 1, MSG_DONTWAIT) == 0;
+    return refused;
+  }));
+  EXPECT_EQ(b.transport.LinkCount(), kMaxPendingNodeLinks);
+  idle.clear();
+  ASSERT_TRUE(Pump({&b}, [&] { return b.transport.LinkCount() == 0; }));
+  const LinkId l = a.transport.Dial(b.endpoint());
+  SendSome(a, l);
+  ASSERT_TRUE(Pump({&a, &b}, [&] { return b.recorder.got.size() == 3; }));
+}
+
+TEST_F(TlsLink, LoadingRefusesWhatCannotAuthenticateThisNode) {
+  const std::string d = Dir();
+  const struct {
+    TlsFiles files;
+    std::string node;
+    std::string says;
+  } cases[] = {
+      {{d + "/ca.crt", d + "/missing.crt", d + "/node-a.key"}, "node-a", d + "/missing.crt"},
+      {{d + "/ca.crt", d + "/node-a.crt", d + "/node-b.key"}, "node-a", "is not the key of"},
+      {{d + "/ca.crt", d + "/node-b.crt", d + "/node-b.key"}, "node-a", "not of node 'node-a'"},
+      {{d + "/nope.crt", d + "/node-a.crt", d + "/node-a.key"}, "node-a", d + "/nope.crt"},
+  };
+  for (const auto& c : cases) {
+    std::string error;
+    EXPECT_EQ(TlsContext::Load(c.files, c.node, &error), nullptr) << c.says;
+    EXPECT_NE(error.find(c.says), std::string::npos) << error;
+  }
+}
+
+}  // namespace
+}  // namespace ff::router::test
