@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The cross-node figures of issue 4, between a pod on node 0 and a pod on node 1, each the
-# median (min..max) of RUNS runs, beside iperf3 and sockperf between the same two pods.
+# The cross-node figures of issues 4 and 10, between a pod on node 0 and a pod on node 1, each
+# the median (min..max) of RUNS runs, beside iperf3 and sockperf between the same two pods.
+# Every run measures with node links in TLS (the default) and in plaintext
+# (--insecure-node-links), restarting both routers in between.
 set -euo pipefail
 BUILD=${1:-build}
 RUNS=${RUNS:-5}
@@ -13,9 +15,15 @@ multinode_up 2 1
 # Routers run at normal priority, as deployed by default; FF_ROUTER_RT=N runs them with
 # --realtime-priority N (docs/router.md has the figures of both).
 RT=${FF_ROUTER_RT:-0}
-mn_router_up 0 --realtime-priority "$RT"
-mn_router_up 1 --realtime-priority "$RT"
 echo "routers: --realtime-priority $RT" >&2
+# routers tls|plain: (re)starts both routers with node links in TLS or in plaintext.
+routers() {
+  mn_router_down 0
+  mn_router_down 1
+  FF_INSECURE_NODE_LINKS=$([[ $1 == plain ]] && echo 1 || echo 0)
+  mn_router_up 0 --realtime-priority "$RT"
+  mn_router_up 1 --realtime-priority "$RT"
+}
 
 # The measure.sh helpers address one-node pods; map them onto the two nodes' pods.
 ff_pod_ns() { mn_pod_ns "$1" 0; }
@@ -23,9 +31,13 @@ ff_pod_ip() { mn_pod_ip "$1" 0; }
 pod_bg() { local n=$1; shift; mn_pod_bg "$n" 0 "$@"; }
 pod_run() { local n=$1; shift; mn_pod_run "$n" 0 "$@"; }
 
-declare -a wbw=() q1=() q8=() tcp=() slat=() tlat=()
+declare -a wbw=() q1=() q8=() tcp=() slat=() tlat=() wbw_tls=() slat_tls=()
 for ((r = 1; r <= RUNS; r++)); do
   echo "run $r/$RUNS" >&2
+  routers tls
+  wbw_tls+=("$(perftest_run 0 1 bw ib_write_bw -s 65536 -n 5000)")
+  slat_tls+=("$(perftest_run 0 1 typical ib_send_lat -s 2 -n 5000)")
+  routers plain
   wbw+=("$(perftest_run 0 1 bw ib_write_bw -s 65536 -n 5000)")
   q1+=("$(perftest_run 0 1 bw ib_write_bw -s 65536 -n 2000 -q 1)")
   q8+=("$(perftest_run 0 1 bw ib_write_bw -s 65536 -n 500 -q 8)")
@@ -43,6 +55,8 @@ read -r f0_m f0_lo f0_hi <<<"$(stats $(floor BM_Tcp))"
 read -r f1_m f1_lo f1_hi <<<"$(stats $(floor BM_OneRelay))"
 read -r f2_m f2_lo f2_hi <<<"$(stats $(floor BM_TwoRelays))"
 read -r wbw_m wbw_lo wbw_hi <<<"$(stats "${wbw[@]}")"
+read -r wt_m wt_lo wt_hi <<<"$(stats "${wbw_tls[@]}")"
+read -r st_m st_lo st_hi <<<"$(stats "${slat_tls[@]}")"
 read -r q1_m q1_lo q1_hi <<<"$(stats "${q1[@]}")"
 read -r q8_m q8_lo q8_hi <<<"$(stats "${q8[@]}")"
 read -r tcp_m tcp_lo tcp_hi <<<"$(stats "${tcp[@]}")"
@@ -50,7 +64,12 @@ read -r sl_m sl_lo sl_hi <<<"$(stats "${slat[@]}")"
 read -r tl_m tl_lo tl_hi <<<"$(stats "${tlat[@]}")"
 echo
 echo "freeflow cross-node benchmark: median (min..max) of $RUNS runs, pods on two nodes"
+echo "(rows without 'TLS': node links in plaintext, --insecure-node-links)"
 printf '%-46s %-28s %s\n' "figure" "value" "target"
+printf '%-46s %-28s %s\n' "ib_write_bw 64 KiB, TLS node links, Gbit/s" "$wt_m ($wt_lo..$wt_hi)" \
+  "$(awk -v a="$wt_m" -v b="$wbw_m" 'BEGIN{printf "%.0f", 100*a/b}')% of plaintext (>= 80%)"
+printf '%-46s %-28s %s\n' "ib_send_lat 2 B, TLS node links, usec" "$st_m ($st_lo..$st_hi)" \
+  "$(awk -v a="$st_m" -v b="$tl_m" 'BEGIN{printf "%.2f", a/b}')x TCP"
 printf '%-46s %-28s %s\n' "ib_write_bw 64 KiB, Gbit/s" "$wbw_m ($wbw_lo..$wbw_hi)" \
   "$(awk -v a="$wbw_m" -v b="$tcp_m" 'BEGIN{printf "%.0f", 100*a/b}')% of TCP (>= 75%)"
 printf '%-46s %-28s %s\n' "  iperf3 single-stream TCP, Gbit/s" "$tcp_m ($tcp_lo..$tcp_hi)" ""

@@ -91,8 +91,8 @@ TcpTransport::Link* TcpTransport::Add(UniqueFd fd, bool dialled, uint32_t events
   l->connected = !dialled;
   l->last_rx_ns = l->last_tx_ns = l->created_ns = MonotonicNs();
   if (options_.tls != nullptr) {
-    l->ssl = options_.tls->NewSession(l->fd.get(), dialled);
-    if (l->ssl == nullptr) return nullptr;
+    l->tls = TlsSession::Create(*options_.tls, l->fd.get(), dialled);
+    if (l->tls == nullptr) return nullptr;
   } else {
     l->secured = true;
   }
@@ -179,7 +179,7 @@ bool TcpTransport::FinishConnect(Link& l) {
 
 bool TcpTransport::Secure(Link& l) {
   std::string error;
-  const TlsStatus status = TlsHandshake(l.ssl.get(), &error);
+  const TlsStatus status = l.tls->Handshake(&error);
   switch (status) {
     case TlsStatus::kWantRead:
     case TlsStatus::kWantWrite:
@@ -193,30 +193,24 @@ bool TcpTransport::Secure(Link& l) {
       break;
   }
   l.tls_wants_write = false;
-  if (l.dialled && !TlsPeerIs(l.ssl.get(), l.endpoint.node)) {
+  if (l.dialled && !l.tls->PeerIs(l.endpoint.node)) {
     Close(l.id, "the router at " + FormatIpv4(l.endpoint.address) + ":" +
                     std::to_string(l.endpoint.port) + " presented the certificate of " +
-                    TlsPeerSubject(l.ssl.get()) + ", not of node " + l.endpoint.node);
+                    l.tls->PeerSubject() + ", not of node " + l.endpoint.node);
     return false;
   }
   l.secured = true;
   spdlog::info("link {}: TLS with {} ({})", l.id,
-               l.dialled ? "router " + l.endpoint.node : TlsPeerSubject(l.ssl.get()),
-               TlsDescription(l.ssl.get()));
+               l.dialled ? "router " + l.endpoint.node : l.tls->PeerSubject(),
+               l.tls->Description());
   SyncEvents(l);
-  if (TlsHasPending(l.ssl.get())) ReadLater(l.id);  // came with the handshake's last flight
+  if (l.tls->HasPending()) ReadLater(l.id);  // came with the handshake's last flight
   return true;
 }
 
 ssize_t TcpTransport::Receive(Link& l, char* p, size_t n) {
-  if (l.ssl == nullptr) return ::recv(l.fd.get(), p, n, MSG_DONTWAIT);
-  return TlsRead(l.ssl.get(), p, n, &l.tls_wants_write);
-}
-
-ssize_t TcpTransport::Transmit(Link& l, const char* p, size_t n) {
-  if (l.ssl == nullptr) return ::send(l.fd.get(), p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-  bool wants_read = false;  // a key update: the read side carries on with it
-  return TlsWrite(l.ssl.get(), p, n, &wants_read);
+  if (l.tls == nullptr) return ::recv(l.fd.get(), p, n, MSG_DONTWAIT);
+  return l.tls->Read(p, n, &l.tls_wants_write);
 }
 
 void TcpTransport::ReadLater(LinkId id) {
@@ -228,7 +222,8 @@ void TcpTransport::ReadLater(LinkId id) {
 
 bool TcpTransport::ReadAll(Link& l) {
   const LinkId id = l.id;
-  for (int burst = 0; burst < kLinkReadBurst && !l.held; ++burst) {
+  int burst = 0;
+  for (; burst < kLinkReadBurst && !l.held; ++burst) {
     if (l.in_cap - l.in_used < kLinkReadChunk / 2) {
       const size_t cap = l.in_used + kLinkReadChunk;
       std::unique_ptr<char[]> bigger(new char[cap]);  // left uninitialised: recv() fills it
@@ -243,7 +238,7 @@ bool TcpTransport::ReadAll(Link& l) {
     }
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;  // epoll reports more
       Close(id, std::strerror(errno));
       return false;
     }
@@ -254,7 +249,9 @@ bool TcpTransport::ReadAll(Link& l) {
       return false;
     }
   }
-  if (l.ssl != nullptr && !l.held && TlsHasPending(l.ssl.get())) ReadLater(id);
+  // Out of turns with bytes left: a plaintext socket stays readable for epoll, but what
+  // OpenSSL already read is invisible to it.
+  if (burst == kLinkReadBurst && l.tls != nullptr && l.tls->HasPending()) ReadLater(id);
   return true;
 }
 
@@ -303,9 +300,9 @@ bool TcpTransport::OnTransportFrame(Link& l, const wire::FrameHeader& h, const c
         return false;
       }
       m.node[sizeof(m.node) - 1] = '\0';
-      if (l.ssl != nullptr && !TlsPeerIs(l.ssl.get(), m.node)) {
+      if (l.tls != nullptr && !l.tls->PeerIs(m.node)) {
         l.close_reason = "peer router says it is node '" + std::string(m.node) +
-                         "' but its certificate is " + TlsPeerSubject(l.ssl.get());
+                         "' but its certificate is " + l.tls->PeerSubject();
         return false;
       }
       l.peer_node = m.node;
@@ -340,7 +337,7 @@ void TcpTransport::Send(LinkId link, wire::Type type, uint32_t chan, uint16_t fl
   size_t total = 0;
   for (const Bytes& b : parts) total += b.len;
   const wire::FrameHeader fh{static_cast<uint32_t>(total), type, flags, chan, 0};
-  if (total >= kDirectSendBytes && l->ssl == nullptr && l->connected && parts.size() < 8) {
+  if (total >= kDirectSendBytes && l->connected && l->secured && parts.size() < 8) {
     iovec iov[8];
     int n = 0;
     iov[n++] = {const_cast<wire::FrameHeader*>(&fh), sizeof(fh)};
@@ -350,14 +347,11 @@ void TcpTransport::Send(LinkId link, wire::Type type, uint32_t chan, uint16_t fl
   }
   Append(*l, &fh, sizeof(fh));
   for (const Bytes& b : parts) Append(*l, b.data, b.len);
-  if (total >= kDirectSendBytes && l->ssl != nullptr) {
-    Flush(*l, false);  // large records go at once, as on a plaintext link
-  } else {
-    ScheduleFlush(*l);
-  }
+  ScheduleFlush(*l);
 }
 
 void TcpTransport::SendDirect(Link& l, const iovec* iov, int n, size_t total) {
+  if (l.tls != nullptr) return EncryptDirect(l, iov, n, total);
   Flush(l, false);  // what is queued goes first
   size_t sent = 0;
   if (l.owed() == 0) {
@@ -374,16 +368,56 @@ void TcpTransport::SendDirect(Link& l, const iovec* iov, int n, size_t total) {
     }
   }
   if (sent == total) return;
-  // Buffer the rest, byte-exact from where the socket stopped.
+  AppendFrom(l, iov, n, sent);
+  SyncEvents(l);
+}
+
+// Buffers `iov` from byte `skip` on (what the socket or the TLS session did not take).
+void TcpTransport::AppendFrom(Link& l, const iovec* iov, int n, size_t skip) {
   for (int i = 0; i < n; ++i) {
-    if (sent >= iov[i].iov_len) {
-      sent -= iov[i].iov_len;
+    if (skip >= iov[i].iov_len) {
+      skip -= iov[i].iov_len;
       continue;
     }
-    Append(l, static_cast<const char*>(iov[i].iov_base) + sent, iov[i].iov_len - sent);
-    sent = 0;
+    Append(l, static_cast<const char*>(iov[i].iov_base) + skip, iov[i].iov_len - skip);
+    skip = 0;
   }
-  SyncEvents(l);
+}
+
+// TLS: a large frame is encrypted straight from its parts into the session's send buffer
+// (no copy into the link's).
+void TcpTransport::EncryptDirect(Link& l, const iovec* iov, int n, size_t total) {
+  size_t taken = 0;
+  if (l.owed() == 0) {
+    // The small leading parts (headers) share one record.
+    char head[256];
+    size_t head_len = 0;
+    int i = 0;
+    for (; i < n - 1 && head_len + iov[i].iov_len <= sizeof(head); ++i) {
+      std::memcpy(head + head_len, iov[i].iov_base, iov[i].iov_len);
+      head_len += iov[i].iov_len;
+    }
+    const auto encrypt = [&](const char* p, size_t len) {
+      size_t off = 0;
+      while (off < len) {
+        const ssize_t w = l.tls->Write(p + off, len - off);
+        if (w > 0) {
+          off += static_cast<size_t>(w);
+        } else if (!l.tls->HasUnsent() || !l.tls->SendPending()) {
+          break;  // the buffer and the socket are full (or the session failed)
+        }
+      }
+      taken += off;
+      return off == len;
+    };
+    bool all = head_len == 0 || encrypt(head, head_len);
+    for (; all && i < n; ++i)
+      all = encrypt(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+  }
+  if (taken < total) AppendFrom(l, iov, n, taken);
+  // Sent at once, as a plaintext link does: waiting for the end of the loop turn to batch
+  // more halves the throughput (the peer idles meanwhile).
+  Flush(l, false);
 }
 
 // Small frames are written once per loop turn, so that many of them share one system call.
@@ -406,15 +440,20 @@ void TcpTransport::ScheduleFlush(Link& l) {
 
 void TcpTransport::Flush(Link& l, bool may_notify) {
   if (!l.connected || !l.secured) return;
-  while (l.out_off < l.out.size()) {
-    const ssize_t n = Transmit(l, l.out.data() + l.out_off, l.out.size() - l.out_off);
-    if (n > 0) {
-      l.out_off += static_cast<size_t>(n);
-      l.last_tx_ns = MonotonicNs();
-      continue;
+  if (l.tls != nullptr) {
+    FlushTls(l);
+  } else {
+    while (l.out_off < l.out.size()) {
+      const ssize_t n = ::send(l.fd.get(), l.out.data() + l.out_off, l.out.size() - l.out_off,
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        l.out_off += static_cast<size_t>(n);
+        l.last_tx_ns = MonotonicNs();
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      break;  // EAGAIN: EPOLLOUT resumes; an error shows up as EPOLLERR/EPOLLHUP
     }
-    if (n < 0 && errno == EINTR) continue;
-    break;  // EAGAIN: EPOLLOUT resumes; an error shows up as EPOLLERR/EPOLLHUP
   }
   if (l.out_off == l.out.size()) {
     l.out.clear();
@@ -430,10 +469,30 @@ void TcpTransport::Flush(Link& l, bool may_notify) {
   SyncEvents(l);
 }
 
+// Encrypted bytes go first; then what the link owes is encrypted into the send buffer and
+// sent, a buffer at a time, until the socket is full.
+void TcpTransport::FlushTls(Link& l) {
+  for (;;) {
+    if (l.tls->HasUnsent()) {
+      const bool all = l.tls->SendPending();
+      l.last_tx_ns = MonotonicNs();
+      if (!all) return;  // EPOLLOUT resumes
+    }
+    if (l.out_off == l.out.size()) return;
+    const ssize_t n = l.tls->Write(l.out.data() + l.out_off, l.out.size() - l.out_off);
+    if (n > 0) {
+      l.out_off += static_cast<size_t>(n);
+    } else if (!l.tls->HasUnsent()) {
+      return;  // waits for the read side (a key update) or failed: reading reports it
+    }
+  }
+}
+
 // Registers the epoll interest the link's state calls for: input unless a message is held,
 // output while bytes wait or the connect is still in progress.
 void TcpTransport::SyncEvents(Link& l) {
-  const bool out = !l.connected || l.tls_wants_write || (l.secured && l.owed() > 0);
+  const bool unsent = l.tls != nullptr && l.tls->HasUnsent();
+  const bool out = !l.connected || l.tls_wants_write || unsent || (l.secured && l.owed() > 0);
   const uint32_t want = EPOLLRDHUP | (l.held ? 0u : static_cast<uint32_t>(EPOLLIN)) |
                         (out ? static_cast<uint32_t>(EPOLLOUT) : 0u);
   if (want == l.events) return;
@@ -454,7 +513,7 @@ void TcpTransport::Resume(LinkId link) {
       Close(link, l->close_reason.empty() ? "malformed frame from peer router" : l->close_reason);
       return;
     }
-    if (l->ssl != nullptr && !l->held && TlsHasPending(l->ssl.get()) && !ReadAll(*l)) return;
+    if (l->tls != nullptr && !l->held && l->tls->HasPending() && !ReadAll(*l)) return;
     Flush(*l, true);
   });
 }

@@ -58,11 +58,11 @@ class TcpTransport final : public NodeTransport {
     EventLoop::WatchId watch = 0;
     bool dialled = false;
     bool connected = false;
-    bool secured = false;          // the TLS handshake finished (plaintext: as soon as connected)
-    bool hello_seen = false;       // accepted links: the peer said who it is
-    SslPtr ssl;                    // nullptr: plaintext
-    bool tls_wants_write = false;  // OpenSSL waits for the socket to become writable
-    cp::Endpoint endpoint;         // dialled links: whom we dialled
+    bool secured = false;     // the TLS handshake finished (plaintext: as soon as connected)
+    bool hello_seen = false;  // accepted links: the peer said who it is
+    std::unique_ptr<TlsSession> tls;  // nullptr: plaintext
+    bool tls_wants_write = false;     // OpenSSL waits for the socket to become writable
+    cp::Endpoint endpoint;            // dialled links: whom we dialled
     std::string peer_node;
     std::string close_reason;  // why Parse() refused the link, when it says
     // Bytes read and not parsed yet. Not a vector: growing one zero-fills the new room, which
@@ -79,7 +79,7 @@ class TcpTransport final : public NodeTransport {
     uint64_t last_rx_ns = 0;
     uint64_t last_tx_ns = 0;
     uint64_t created_ns = 0;
-    size_t owed() const { return out.size() - out_off; }
+    size_t owed() const { return out.size() - out_off; }  // not counting encrypted bytes
     bool ready() const { return secured && (dialled || hello_seen); }
   };
 
@@ -92,7 +92,7 @@ class TcpTransport final : public NodeTransport {
   bool Secure(Link& l);         // advances the TLS handshake; false: the link was closed
   void OnAccepted(UniqueFd fd);
   ssize_t Receive(Link& l, char* p, size_t n);
-  ssize_t Transmit(Link& l, const char* p, size_t n);
+  void FlushTls(Link& l);     // encrypts what the link owes and sends it in batches
   void ReadLater(LinkId id);  // when OpenSSL holds bytes that epoll cannot report
   // Delivers complete frames. false: malformed, the link must be closed.
   bool Parse(Link& l);
@@ -100,6 +100,8 @@ class TcpTransport final : public NodeTransport {
   void Append(Link& l, const void* p, size_t n);
   // Sends `parts` straight to the socket when nothing is queued ahead; buffers the rest.
   void SendDirect(Link& l, const iovec* iov, int n, size_t total);
+  void EncryptDirect(Link& l, const iovec* iov, int n, size_t total);
+  void AppendFrom(Link& l, const iovec* iov, int n, size_t skip);
   void ScheduleFlush(Link& l);
   // Writes what the link owes. May report OnDrained when `may_notify`.
   void Flush(Link& l, bool may_notify);

@@ -1,7 +1,12 @@
 #include "tls.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +16,8 @@
 
 namespace ff::router {
 namespace {
+
+constexpr size_t kTlsSendBuffer = 1u << 20;  // encrypted bytes batched into one send()
 
 // Everything OpenSSL queued on this thread, as one line; the queue is left empty.
 std::string Drain() {
@@ -48,6 +55,25 @@ bool CheckOwnName(SSL_CTX* ctx, const TlsFiles& files, const std::string& node,
   return false;
 }
 
+// True when this kernel offers TLS on TCP sockets (the "tls" upper-layer protocol): tried on
+// a connection over loopback, since the module may be absent or not loadable.
+bool ProbeKernelTls() {
+  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int cfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  bool ok = lfd >= 0 && cfd >= 0 && ::bind(lfd, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
+            ::listen(lfd, 1) == 0 &&
+            ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len) == 0 &&
+            ::connect(cfd, reinterpret_cast<sockaddr*>(&a), len) == 0;
+  ok = ok && ::setsockopt(cfd, IPPROTO_TCP, TCP_ULP, "tls", sizeof("tls")) == 0;
+  if (lfd >= 0) ::close(lfd);
+  if (cfd >= 0) ::close(cfd);
+  return ok;
+}
+
 }  // namespace
 
 std::shared_ptr<const TlsContext> TlsContext::Load(const TlsFiles& files, const std::string& node,
@@ -58,7 +84,7 @@ std::shared_ptr<const TlsContext> TlsContext::Load(const TlsFiles& files, const 
     *error = "cannot create a TLS context: " + Drain();
     return nullptr;
   }
-  std::shared_ptr<TlsContext> ctx(new TlsContext(raw));
+  std::shared_ptr<TlsContext> ctx(new TlsContext(raw, ProbeKernelTls()));
   const auto failed = [&](const std::string& what) {
     *error = what + ": " + Drain();
     return nullptr;
@@ -81,8 +107,7 @@ std::shared_ptr<const TlsContext> TlsContext::Load(const TlsFiles& files, const 
   SSL_CTX_set_verify(raw, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   SSL_CTX_set_num_tickets(raw, 0);  // links are long-lived: no resumption
   SSL_CTX_set_session_cache_mode(raw, SSL_SESS_CACHE_OFF);
-  SSL_CTX_set_mode(raw, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                            SSL_MODE_RELEASE_BUFFERS);
+  SSL_CTX_set_mode(raw, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_options(raw, SSL_OP_ENABLE_KTLS | SSL_OP_NO_RENEGOTIATION);
   // Read whole bursts of records with one system call.
   SSL_CTX_set_read_ahead(raw, 1);
@@ -92,28 +117,44 @@ std::shared_ptr<const TlsContext> TlsContext::Load(const TlsFiles& files, const 
 
 TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
 
-SslPtr TlsContext::NewSession(int fd, bool client) const {
-  SslPtr ssl(SSL_new(ctx_));
-  if (ssl == nullptr || SSL_set_fd(ssl.get(), fd) != 1) {
+std::unique_ptr<TlsSession> TlsSession::Create(const TlsContext& ctx, int fd, bool client) {
+  SSL* ssl = SSL_new(ctx.get());
+  BIO* inner = nullptr;
+  BIO* net = nullptr;
+  // With kernel TLS, OpenSSL hands the keys to the kernel and writes to the socket itself.
+  const bool ok =
+      ssl != nullptr &&
+      (ctx.kernel_tls() ? SSL_set_fd(ssl, fd) == 1
+                        : SSL_set_rfd(ssl, fd) == 1 &&
+                              BIO_new_bio_pair(&inner, kTlsSendBuffer, &net, kTlsSendBuffer) == 1);
+  if (!ok) {
     ERR_clear_error();
+    SSL_free(ssl);
     return nullptr;
   }
+  if (inner != nullptr) SSL_set0_wbio(ssl, inner);  // the SSL owns `inner` now
   if (client) {
-    SSL_set_connect_state(ssl.get());
+    SSL_set_connect_state(ssl);
   } else {
-    SSL_set_accept_state(ssl.get());
+    SSL_set_accept_state(ssl);
   }
-  return ssl;
+  return std::unique_ptr<TlsSession>(new TlsSession(ssl, net, fd));
 }
 
-TlsStatus TlsHandshake(SSL* ssl, std::string* error) {
+TlsSession::~TlsSession() {
+  SSL_free(ssl_);
+  if (net_ != nullptr) BIO_free(net_);
+}
+
+TlsStatus TlsSession::Handshake(std::string* error) {
   ERR_clear_error();
-  const int rc = SSL_do_handshake(ssl);
-  if (rc == 1) return TlsStatus::kDone;
-  const int e = SSL_get_error(ssl, rc);
-  if (e == SSL_ERROR_WANT_READ) return TlsStatus::kWantRead;
-  if (e == SSL_ERROR_WANT_WRITE) return TlsStatus::kWantWrite;
-  const long verify = SSL_get_verify_result(ssl);
+  const int rc = SSL_do_handshake(ssl_);
+  const int e = rc == 1 ? SSL_ERROR_NONE : SSL_get_error(ssl_, rc);
+  if (e == SSL_ERROR_NONE || e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+    if (!SendPending()) return TlsStatus::kWantWrite;
+    return e == SSL_ERROR_NONE ? TlsStatus::kDone : TlsStatus::kWantRead;
+  }
+  const long verify = SSL_get_verify_result(ssl_);
   std::string why = Drain();
   if (verify != X509_V_OK) {
     why = std::string("peer certificate refused: ") + X509_verify_cert_error_string(verify);
@@ -124,30 +165,29 @@ TlsStatus TlsHandshake(SSL* ssl, std::string* error) {
   return TlsStatus::kFailed;
 }
 
-bool TlsPeerIs(SSL* ssl, const std::string& node) {
-  return SSL_get_verify_result(ssl) == X509_V_OK && Names(SSL_get0_peer_certificate(ssl), node);
+bool TlsSession::PeerIs(const std::string& node) const {
+  return SSL_get_verify_result(ssl_) == X509_V_OK && Names(SSL_get0_peer_certificate(ssl_), node);
 }
 
-std::string TlsPeerSubject(SSL* ssl) { return Subject(SSL_get0_peer_certificate(ssl)); }
+std::string TlsSession::PeerSubject() const { return Subject(SSL_get0_peer_certificate(ssl_)); }
 
-std::string TlsDescription(SSL* ssl) {
-  const bool ktx = BIO_get_ktls_send(SSL_get_wbio(ssl));
-  const bool krx = BIO_get_ktls_recv(SSL_get_rbio(ssl));
-  std::string out = std::string(SSL_get_version(ssl)) + " " + SSL_get_cipher_name(ssl);
-  out += ktx && krx ? ", kernel TLS"
-         : ktx      ? ", kernel TLS send"
-         : krx      ? ", kernel TLS receive"
-                    : ", TLS in user space";
-  return out;
+std::string TlsSession::Description() const {
+  const bool ktx = net_ == nullptr && BIO_get_ktls_send(SSL_get_wbio(ssl_));
+  const bool krx = BIO_get_ktls_recv(SSL_get_rbio(ssl_));
+  const char* where = ktx && krx ? ", kernel TLS"
+                      : ktx      ? ", kernel TLS send"
+                      : krx      ? ", kernel TLS receive"
+                                 : ", TLS in user space";
+  return std::string(SSL_get_version(ssl_)) + " " + SSL_get_cipher_name(ssl_) + where;
 }
 
 namespace {
 
 // Maps an OpenSSL I/O outcome onto the recv()/send() convention.
-ssize_t Outcome(SSL* ssl, int rc, bool* want_other, int other) {
+ssize_t Outcome(SSL* ssl, int rc, bool* want_write) {
   const int e = SSL_get_error(ssl, rc);
   if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-    *want_other = e == other;
+    *want_write = e == SSL_ERROR_WANT_WRITE;
     errno = EAGAIN;
     return -1;
   }
@@ -158,26 +198,44 @@ ssize_t Outcome(SSL* ssl, int rc, bool* want_other, int other) {
   return -1;
 }
 
+int ClampInt(size_t len) {
+  return static_cast<int>(std::min<size_t>(len, std::numeric_limits<int>::max()));
+}
+
 }  // namespace
 
-ssize_t TlsRead(SSL* ssl, void* buf, size_t len, bool* want_write) {
+ssize_t TlsSession::Read(void* buf, size_t len, bool* want_write) {
   *want_write = false;
   ERR_clear_error();
-  const int n = static_cast<int>(std::min<size_t>(len, std::numeric_limits<int>::max()));
-  const int rc = SSL_read(ssl, buf, n);
+  const int rc = SSL_read(ssl_, buf, ClampInt(len));
   if (rc > 0) return rc;
-  return Outcome(ssl, rc, want_write, SSL_ERROR_WANT_WRITE);
+  return Outcome(ssl_, rc, want_write);
 }
 
-ssize_t TlsWrite(SSL* ssl, const void* buf, size_t len, bool* want_read) {
-  *want_read = false;
+ssize_t TlsSession::Write(const void* buf, size_t len) {
   ERR_clear_error();
-  const int n = static_cast<int>(std::min<size_t>(len, std::numeric_limits<int>::max()));
-  const int rc = SSL_write(ssl, buf, n);
+  const int rc = SSL_write(ssl_, buf, ClampInt(len));
   if (rc > 0) return rc;
-  return Outcome(ssl, rc, want_read, SSL_ERROR_WANT_READ);
+  bool want_write = false;
+  return Outcome(ssl_, rc, &want_write);
 }
 
-bool TlsHasPending(SSL* ssl) { return SSL_has_pending(ssl) == 1; }
+bool TlsSession::SendPending() {
+  if (net_ == nullptr) return true;  // kernel TLS: nothing is held back
+  for (;;) {
+    char* p = nullptr;
+    const int n = BIO_nread0(net_, &p);
+    if (n <= 0) return true;
+    const ssize_t sent = ::send(fd_, p, static_cast<size_t>(n), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent <= 0) return false;
+    BIO_nread(net_, &p, static_cast<int>(sent));
+    if (sent < n) return false;
+  }
+}
+
+bool TlsSession::HasUnsent() const { return net_ != nullptr && BIO_ctrl_pending(net_) > 0; }
+
+bool TlsSession::HasPending() const { return SSL_has_pending(ssl_) == 1; }
 
 }  // namespace ff::router

@@ -20,11 +20,6 @@ struct TlsFiles {
   std::string key;   // PEM: its private key
 };
 
-struct SslFree {
-  void operator()(SSL* s) const { SSL_free(s); }
-};
-using SslPtr = std::unique_ptr<SSL, SslFree>;
-
 class TlsContext {
  public:
   // Loads the files and checks them: the key matches the certificate, and the certificate
@@ -35,33 +30,57 @@ class TlsContext {
   TlsContext(const TlsContext&) = delete;
   TlsContext& operator=(const TlsContext&) = delete;
 
-  // A session on connected socket `fd`: the client end when this router dialled.
-  SslPtr NewSession(int fd, bool client) const;
+  SSL_CTX* get() const { return ctx_; }
+  // The kernel offers TLS sockets: sessions hand their keys to it (SSL_OP_ENABLE_KTLS).
+  bool kernel_tls() const { return kernel_tls_; }
 
  private:
-  explicit TlsContext(SSL_CTX* ctx) : ctx_(ctx) {}
+  TlsContext(SSL_CTX* ctx, bool kernel_tls) : ctx_(ctx), kernel_tls_(kernel_tls) {}
   SSL_CTX* ctx_;
+  bool kernel_tls_;
 };
 
 enum class TlsStatus { kDone, kWantRead, kWantWrite, kFailed };
 
-// Advances the handshake. On kFailed, *error says why (an unverifiable certificate, a
-// plaintext peer, ...).
-TlsStatus TlsHandshake(SSL* ssl, std::string* error);
-// True when the verified peer certificate names `node` (a DNS subjectAltName, or the
-// subject CN of a certificate without any).
-bool TlsPeerIs(SSL* ssl, const std::string& node);
-// The peer certificate's subject, for log lines.
-std::string TlsPeerSubject(SSL* ssl);
-// "TLSv1.3 TLS_AES_128_GCM_SHA256, kernel TLS send+receive" and the like.
-std::string TlsDescription(SSL* ssl);
+// One end of a TLS link on a non-blocking socket. Records are read straight from the socket
+// (OpenSSL reads ahead in large chunks). Without kernel TLS, written records go into a
+// buffer pair and leave with one send() per batch: a write() per 16 KiB record, as OpenSSL
+// does on a socket, cost more here than the encryption (3x the CPU per byte).
+class TlsSession {
+ public:
+  // The client end when this router dialled. nullptr when OpenSSL cannot make one.
+  static std::unique_ptr<TlsSession> Create(const TlsContext& ctx, int fd, bool client);
+  ~TlsSession();
+  TlsSession(const TlsSession&) = delete;
+  TlsSession& operator=(const TlsSession&) = delete;
 
-// recv()/send() semantics: bytes moved; 0 when the peer closed (read); -1 with errno
-// EAGAIN when the socket must become readable (or, *want_write set, writable) first, and
-// EPROTO or the socket's error otherwise.
-ssize_t TlsRead(SSL* ssl, void* buf, size_t len, bool* want_write);
-ssize_t TlsWrite(SSL* ssl, const void* buf, size_t len, bool* want_read);
-// True when OpenSSL holds received bytes that no read returned yet (epoll cannot see them).
-bool TlsHasPending(SSL* ssl);
+  // Advances the handshake and sends what it produced. On kFailed, *error says why (an
+  // unverifiable certificate, a plaintext peer, ...). kWantWrite: the socket is full.
+  TlsStatus Handshake(std::string* error);
+  // recv() semantics: bytes, 0 when the peer closed, -1 with errno EAGAIN (wait for the
+  // socket; *want_write: to become writable) or EPROTO / the socket's error.
+  ssize_t Read(void* buf, size_t len, bool* want_write);
+  // Encrypts up to `len` bytes into the send buffer: bytes taken, or -1 with errno EAGAIN
+  // when the buffer is full (SendPending first) or EPROTO.
+  ssize_t Write(const void* buf, size_t len);
+  // Sends encrypted bytes. true when none are left; false when the socket is full or broken
+  // (the read side reports the error).
+  bool SendPending();
+  bool HasUnsent() const;
+  // True when OpenSSL holds received bytes that no read returned yet (epoll cannot see them).
+  bool HasPending() const;
+  // True when the verified peer certificate names `node` (a DNS subjectAltName, or the
+  // subject CN of a certificate without any).
+  bool PeerIs(const std::string& node) const;
+  std::string PeerSubject() const;  // for log lines
+  // "TLSv1.3 TLS_AES_128_GCM_SHA256, kernel TLS" and the like.
+  std::string Description() const;
+
+ private:
+  TlsSession(SSL* ssl, BIO* net, int fd) : ssl_(ssl), net_(net), fd_(fd) {}
+  SSL* ssl_;
+  BIO* net_;  // our end of the pair OpenSSL writes records into
+  int fd_;
+};
 
 }  // namespace ff::router

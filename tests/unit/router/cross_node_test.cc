@@ -652,52 +652,73 @@ TEST_F(CrossNodeTest, AMalformedOrMisdirectedMessageClosesOnlyTheLinkThatCarried
   EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
 }
 
-// A router that records the connects it is sent and answers them only as a test tells it.
-struct EvilPeer final : NodeTransport::Handler {
+// A router at 192.168.0.66 holding 10.66.0.1 that records the connects it is sent and answers
+// them only as a test tells it.
+class EvilRouter final : public NodeTransport::Handler {
+ public:
+  EvilRouter(LoopbackNetwork& net, FakeCluster& cluster) {
+    EXPECT_EQ(loop_.Init(), 0);
+    const cp::Endpoint where{"evil", Ip("192.168.0.66"), 7471};
+    transport_ = net.Attach(where);
+    std::string error;
+    EXPECT_TRUE(transport_->Start(loop_, *this, &error)) << error;
+    cluster.Set(Ip("10.66.0.1"), where);
+  }
   Verdict OnMessage(LinkId l, const NodeMessage& m) override {
     if (m.type == wire::Type::kConnect) {
-      link = l;
-      chan = m.chan;
+      link_ = l;
+      chan_ = m.chan;
     }
     return Verdict::kConsumed;
   }
   void OnDrained(LinkId) override {}
-  void OnLinkDown(LinkId, const std::string&) override { down = true; }
-  LinkId link = kNoLink;
-  uint32_t chan = 0;
-  bool down = false;
+  void OnLinkDown(LinkId, const std::string&) override { down_ = true; }
+
+  // `pod` connects `qp` to a QP of ours; true once its router's kConnect arrived.
+  bool Connected(RawPod& pod, const RawQp& qp) {
+    link_ = kNoLink;
+    down_ = false;
+    proto::ConnectQp m{};
+    m.qpn = qp.qpn;
+    m.dest_ip = htonl(Ip("10.66.0.1"));
+    m.dest_qpn = 0x100;
+    pod.SendRaw(&m, sizeof(m));
+    return Pump([&] { return link_ != kNoLink; });
+  }
+  // Sends `type` with `body` on the channel of the last connect.
+  template <typename T>
+  void Say(wire::Type type, const T& body) {
+    transport_->Send(link_, type, chan_, 0, {{&body, sizeof(body)}});
+  }
+  bool Closed() {
+    return Pump([&] { return down_; });
+  }
+
+ private:
+  template <typename Pred>
+  bool Pump(Pred pred) {
+    return WaitFor([&] {
+      loop_.RunOnce(1);
+      return pred();
+    });
+  }
+  EventLoop loop_;
+  std::unique_ptr<NodeTransport> transport_;
+  LinkId link_ = kNoLink;
+  uint32_t chan_ = 0;
+  bool down_ = false;
 };
 
 // A peer that answers a connect with a status that is neither 0 nor an errno: the initiator
 // gets EPROTO and the link is closed.
 TEST_F(CrossNodeTest, AConnectAnswerWithAnInvalidStatusIsRefused) {
-  EvilPeer evil;
-  EventLoop loop;
-  ASSERT_EQ(loop.Init(), 0);
-  const cp::Endpoint where{"evil", Ip("192.168.0.66"), 7471};
-  std::unique_ptr<NodeTransport> t = net.Attach(where);
-  std::string error;
-  ASSERT_TRUE(t->Start(loop, evil, &error));
-  cluster.Set(Ip("10.66.0.1"), where);
+  EvilRouter evil(net, cluster);
   for (int32_t status : {-6, 4096, INT32_MIN}) {
-    evil.link = kNoLink;
-    evil.down = false;
     RawQp qp = initiator.CreateQp(IBV_QPT_RC);
-    proto::ConnectQp m{};
-    m.qpn = qp.qpn;
-    m.dest_ip = htonl(Ip("10.66.0.1"));
-    m.dest_qpn = 0x100;
-    initiator.SendRaw(&m, sizeof(m));
-    ASSERT_TRUE(WaitFor([&] {
-      loop.RunOnce(1);
-      return evil.link != kNoLink;
-    }));
-    const wire::ConnectReply reply{status, 0x100, Ip("10.66.0.1"), IBV_QPT_RC};
-    t->Send(evil.link, wire::Type::kConnectReply, evil.chan, 0, {{&reply, sizeof(reply)}});
-    EXPECT_TRUE(WaitFor([&] {
-      loop.RunOnce(1);
-      return evil.down;
-    })) << status;
+    ASSERT_TRUE(evil.Connected(initiator, qp));
+    evil.Say(wire::Type::kConnectReply,
+             wire::ConnectReply{status, 0x100, Ip("10.66.0.1"), IBV_QPT_RC});
+    EXPECT_TRUE(evil.Closed()) << status;
     EXPECT_EQ(initiator.Receive().status, EPROTO) << status;
   }
   qb.hdr()->credits.posted.store(1);
@@ -708,33 +729,13 @@ TEST_F(CrossNodeTest, AConnectAnswerWithAnInvalidStatusIsRefused) {
 // A peer that credits a channel with more than was ever sent on it: the link is closed and
 // the QP that used it fails, instead of the window opening past its size.
 TEST_F(CrossNodeTest, ACreditForRecordsNeverSentClosesTheLink) {
-  EvilPeer evil;
-  EventLoop loop;
-  ASSERT_EQ(loop.Init(), 0);
-  const cp::Endpoint where{"evil", Ip("192.168.0.66"), 7471};
-  std::unique_ptr<NodeTransport> t = net.Attach(where);
-  std::string error;
-  ASSERT_TRUE(t->Start(loop, evil, &error));
-  cluster.Set(Ip("10.66.0.1"), where);
+  EvilRouter evil(net, cluster);
   RawQp qp = initiator.CreateQp(IBV_QPT_RC);
-  proto::ConnectQp m{};
-  m.qpn = qp.qpn;
-  m.dest_ip = htonl(Ip("10.66.0.1"));
-  m.dest_qpn = 0x100;
-  initiator.SendRaw(&m, sizeof(m));
-  ASSERT_TRUE(WaitFor([&] {
-    loop.RunOnce(1);
-    return evil.link != kNoLink;
-  }));
-  const wire::ConnectReply reply{0, 0x100, Ip("10.66.0.1"), IBV_QPT_RC};
-  t->Send(evil.link, wire::Type::kConnectReply, evil.chan, 0, {{&reply, sizeof(reply)}});
+  ASSERT_TRUE(evil.Connected(initiator, qp));
+  evil.Say(wire::Type::kConnectReply, wire::ConnectReply{0, 0x100, Ip("10.66.0.1"), IBV_QPT_RC});
   EXPECT_EQ(initiator.Receive().status, 0);
-  const wire::Credit credit{1};
-  t->Send(evil.link, wire::Type::kCredit, evil.chan, 0, {{&credit, sizeof(credit)}});
-  EXPECT_TRUE(WaitFor([&] {
-    loop.RunOnce(1);
-    return evil.down;
-  }));
+  evil.Say(wire::Type::kCredit, wire::Credit{1});
+  EXPECT_TRUE(evil.Closed());
   const std::optional<proto::Event> gone = initiator.NextEvent();
   ASSERT_TRUE(gone.has_value());
   EXPECT_EQ(gone->type, proto::EventType::kPeerGone);
