@@ -20,6 +20,8 @@ PACKAGES=(
   etcd-server etcd-client
   # certificates of node links (scripts/ff-certs.sh)
   openssl
+  # the control plane checks etcd's TLS files with libcrypto
+  libssl-dev
 )
 
 missing=()

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "freeflow/controlplane.h"
 #include "freeflow/ipv4.h"
 #include "freeflow/tunables.h"
 #include "quotas.h"
@@ -24,6 +25,7 @@ struct RouterConfig {
   uint32_t host_ip = 0;  // host byte order
   uint16_t port = kDefaultRouterPort;
   std::string control_plane;
+  cp::EtcdSecurity etcd;  // --etcd-cacert, --etcd-cert, --etcd-key, --etcd-user, --etcd-password
   uint32_t peer_timeout_ms = kDefaultPeerTimeoutMs;  // a silent peer router is dead after this
   uint32_t poll_us = 0;                              // poll proxies this long after traffic
   uint32_t resolve_timeout_ms =
