@@ -49,8 +49,8 @@ std::string DescribeRefusal(const grpc::Status& status, std::string_view what,
         "role (scripts/ff-etcd-auth.sh node NODE)",
         what, Describe(status), who);
   if (code == grpc::StatusCode::INVALID_ARGUMENT && Contains(status, "authentication failed"))
-    return fmt::format("etcd refused etcd user \"{}\" ({}): a wrong password, or no such user",
-                       user, Describe(status));
+    return fmt::format("etcd refused user \"{}\" ({}): a wrong password, or no such user", user,
+                       Describe(status));
   if (code == grpc::StatusCode::INVALID_ARGUMENT && Contains(status, "user name is empty"))
     return fmt::format(
         "etcd has authentication on and this router gave no credentials it accepts ({}): "

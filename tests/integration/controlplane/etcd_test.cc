@@ -115,10 +115,11 @@ TEST_F(EtcdTest, ALostLeaseIsReplacedAndEverythingRewritten) {
   // node-a's keys go (b notices through its watch) and come back under a new lease.
   EXPECT_TRUE(WaitFor([&] { return changes >= before + 2; }, 2s));
   EXPECT_TRUE(WaitFor([&] { return Sees(*b, "10.244.1.5", kA) && a->Healthy(); }, 2s));
-  EXPECT_EQ(etcd_.Dump("/freeflow/v2/"),
-            "/freeflow/v2/nodes/node-a/endpoint={\"address\":\"127.0.0.1\",\"port\":7471} leased\n"
-            "/freeflow/v2/nodes/node-a/pods/10.244.1.5= leased\n"
-            "/freeflow/v2/nodes/node-b/endpoint={\"address\":\"127.0.0.2\",\"port\":7472} leased\n");
+  EXPECT_EQ(
+      etcd_.Dump("/freeflow/v2/"),
+      "/freeflow/v2/nodes/node-a/endpoint={\"address\":\"127.0.0.1\",\"port\":7471} leased\n"
+      "/freeflow/v2/nodes/node-a/pods/10.244.1.5= leased\n"
+      "/freeflow/v2/nodes/node-b/endpoint={\"address\":\"127.0.0.2\",\"port\":7472} leased\n");
 }
 
 TEST_F(EtcdTest, ARestartedRouterDeletesItsStalePods) {
