@@ -127,6 +127,8 @@ case $what in
     (($# >= 1)) || usage
     for n in "$@"; do
       valid_name "$n" || { echo "ff-etcd-auth: '$n' is not a node name (a DNS subdomain)" >&2; exit 2; }
+      # With --client-cert-auth a certificate with CN root is etcd's root user.
+      [[ $n != root ]] || { echo "ff-etcd-auth: 'root' is etcd's root user, not a node name" >&2; exit 2; }
     done
     for n in "$@"; do
       pw=
