@@ -37,7 +37,7 @@ bool IsTokenError(const grpc::Status& status) {
 }
 
 std::string DescribeRefusal(const grpc::Status& status, std::string_view what,
-                            const EtcdConnection& connection) {
+                            const EtcdConnection& connection, bool first) {
   const std::string& user = connection.user;
   const std::string who = user.empty()
                               ? "this router's client certificate (its CN is the etcd user)"
@@ -57,7 +57,7 @@ std::string DescribeRefusal(const grpc::Status& status, std::string_view what,
         "give --etcd-user and --etcd-password, or a client certificate (--etcd-cert, "
         "--etcd-key) when etcd runs with --client-cert-auth",
         Describe(status));
-  if (code != grpc::StatusCode::UNAVAILABLE || !connection.tls) return {};
+  if (code != grpc::StatusCode::UNAVAILABLE || !connection.tls || !first) return {};
   // The TLS handshake failed: gRPC tells it only in the message.
   if (Contains(status, "certificate verify failed"))
     return fmt::format(
@@ -65,11 +65,15 @@ std::string DescribeRefusal(const grpc::Status& status, std::string_view what,
         "--etcd-cacert (or by a system root when none is given), or it does not name the "
         "endpoint's host or address",
         Describe(status));
-  if (Contains(status, "Endpoint read failed") || Contains(status, "Ssl handshake failed"))
+  // etcd refusing the client certificate: TLS 1.3 tells the client after its side of the
+  // handshake, as an alert on its first read or, when the client has already sent more, a
+  // reset.
+  if (Contains(status, "Endpoint read failed") || Contains(status, "Ssl handshake failed") ||
+      Contains(status, "Connection reset by peer"))
     return fmt::format(
-        "etcd ended the TLS handshake ({}): it did not accept this router's client "
-        "certificate, or requires one and none was given (--etcd-cert, --etcd-key), or it "
-        "does not speak TLS on that port",
+        "etcd closed the TLS connection at the handshake ({}): it did not accept this "
+        "router's client certificate, or requires one and none was given (--etcd-cert, "
+        "--etcd-key), or it does not speak TLS on that port",
         Describe(status));
   return {};
 }
@@ -85,6 +89,7 @@ bool EtcdSession::Open(const std::string& target, std::string* why) {
   Close();
   target_ = target;
   refused_.clear();
+  answered_ = false;
   channel_ = MakeChannel(connection_, target_);
   kv_ = pb::KV::NewStub(channel_);
   lease_ = pb::Lease::NewStub(channel_);
@@ -125,7 +130,7 @@ EtcdSession::Call::~Call() {
 }
 
 bool EtcdSession::Failed(const grpc::Status& status, std::string_view what, std::string* why) {
-  refused_ = DescribeRefusal(status, what, connection_);
+  refused_ = DescribeRefusal(status, what, connection_, !answered_);
   *why = refused_.empty() ? fmt::format("{}: {}", what, Describe(status)) : refused_;
   return false;
 }
@@ -141,7 +146,7 @@ bool EtcdSession::Authenticate(std::string* why, bool survives_stop) {
   const auto status = auth_->Authenticate(&call.context, request, &response);
   if (status.ok()) {
     token_ = response.token();
-    return true;
+    return answered_ = true;
   }
   if (status.error_code() != grpc::StatusCode::FAILED_PRECONDITION)
     return Failed(status, "Authenticate", why);
@@ -172,7 +177,7 @@ bool EtcdSession::KeepAlive(int64_t lease, milliseconds timeout, int64_t* ttl, s
     const auto status = stream->Finish();
     if (ok) {
       *ttl = response.ttl();
-      return true;
+      return answered_ = true;
     }
     if (status.ok()) {
       *why = "LeaseKeepAlive: no answer";

@@ -31,9 +31,10 @@ bool IsTokenError(const grpc::Status& status);
 // password, no credentials while etcd requires them, no permission on a key, or a
 // certificate one side does not accept. Retrying with the same configuration cannot help.
 // Returns the sentence to tell the person who configured the router ("" when `status` is
-// not such a refusal). `what`: the call that failed.
+// not such a refusal). `what`: the call that failed; `first`: no call on this channel has
+// been answered yet (a connection that breaks later is an outage, not a refusal).
 std::string DescribeRefusal(const grpc::Status& status, std::string_view what,
-                            const EtcdConnection& connection);
+                            const EtcdConnection& connection, bool first);
 
 // "<message> (<code>)".
 std::string Describe(const grpc::Status& status);
@@ -65,7 +66,7 @@ class EtcdSession {
     for (bool retried = false;; retried = true) {
       Call call(this, rpc_timeout_);
       const auto status = (stub->*rpc)(&call.context, request, response);
-      if (status.ok()) return true;
+      if (status.ok()) return answered_ = true;
       if (retried || !TokenRejected(status, what)) return Failed(status, what, why);
       if (!Authenticate(why)) return false;
     }
@@ -110,6 +111,7 @@ class EtcdSession {
   std::string target_;
   std::string token_;  // from Authenticate; empty without an etcd user
   std::string refused_;
+  bool answered_ = false;  // a call on this channel succeeded
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<etcdserverpb::KV::Stub> kv_;
   std::unique_ptr<etcdserverpb::Lease::Stub> lease_;

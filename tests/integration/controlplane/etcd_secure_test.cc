@@ -35,14 +35,14 @@ TEST_F(EtcdSecureTest, RoutersWithTheRightCredentialsSeeEachOther) {
 
 TEST_F(EtcdSecureTest, WithoutAClientCertificateTheRouterIsRefused) {
   const std::string error = Refusal({File("ca.crt"), "", "", "node-a", "pw-a"});
-  EXPECT_NE(error.find("etcd ended the TLS handshake"), npos) << error;
+  EXPECT_NE(error.find("etcd closed the TLS connection at the handshake"), npos) << error;
   EXPECT_NE(error.find("--etcd-cert"), npos) << error;
 }
 
 TEST_F(EtcdSecureTest, ACertificateFromAnotherCaIsRefused) {
   const std::string error =
       Refusal({File("ca.crt"), File("other/node-a.crt"), File("other/node-a.key"), "", ""});
-  EXPECT_NE(error.find("etcd ended the TLS handshake"), npos) << error;
+  EXPECT_NE(error.find("etcd closed the TLS connection at the handshake"), npos) << error;
 }
 
 TEST_F(EtcdSecureTest, WithTheWrongCaTheRouterRefusesEtcd) {
@@ -73,6 +73,28 @@ TEST_F(EtcdSecureTest, WithoutAnEtcdUserTheRouterIsRefused) {
   const std::string as_c = Refusal(security);
   EXPECT_NE(as_c.find("has no permission on this node's keys"), npos) << as_c;
   EXPECT_NE(as_c.find("/freeflow/v2/nodes/node-a/endpoint"), npos) << as_c;
+}
+
+// ff-etcd-auth.sh, run again, puts a node's permissions back to exactly its own: a role
+// widened by hand is made anew, and another role given to the node's user is revoked.
+TEST_F(EtcdSecureTest, TheAuthScriptLeavesANodeExactlyItsOwnKeys) {
+  const std::string b_key = "/freeflow/v2/nodes/node-b/endpoint";
+  ASSERT_EQ(etcd_->Admin("etcdctl role grant-permission freeflow-node-node-a readwrite "
+                         "/freeflow/v2/nodes/node-b/ --prefix"),
+            0);
+  EXPECT_EQ(Client(*etcd_, As("node-a", "pw-a")).Put(b_key, "x"), grpc::StatusCode::OK);
+  ASSERT_EQ(etcd_->Admin(kAuth + " node node-a"), 0);
+  EXPECT_EQ(Client(*etcd_, As("node-a", "pw-a")).Put(b_key, "y"),
+            grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_EQ(etcd_->Admin("etcdctl user grant-role node-a root"), 0);
+  EXPECT_EQ(Client(*etcd_, As("node-a", "pw-a")).Put(b_key, "z"), grpc::StatusCode::OK);
+  ASSERT_EQ(etcd_->Admin(kAuth + " node node-a"), 0);
+  Client a(*etcd_, As("node-a", "pw-a"));
+  EXPECT_EQ(a.Put(b_key, "w"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(a.Put("/freeflow/v2/nodes/node-a/endpoint", "{}"), grpc::StatusCode::OK);
+  EXPECT_EQ(etcd_->Dump(b_key), b_key + "=z unleased\n");
+  // No node may be called root: a certificate with CN root is etcd's root user.
+  EXPECT_EQ(etcd_->Admin(kAuth + " node root"), 2);
 }
 
 // node-a's certificate and password (and node-c's certificate) write their own node's keys
