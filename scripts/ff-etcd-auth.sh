@@ -22,20 +22,22 @@
 # (the control plane's default) and must end with '/'.
 set -euo pipefail
 
-prefix=/freeflow/v2/
-stdin_passwords=0
 usage() {
-  sed -n '6,7p' "$0" | sed 's/^# */usage: /' >&2
+  sed -n '5,6p' "$0" | sed 's/^# */usage: /' >&2
   exit 2
 }
-while getopts "p:s" opt; do
-  case $opt in
-    p) prefix=$OPTARG ;;
-    s) stdin_passwords=1 ;;
-    *) usage ;;
-  esac
+prefix=/freeflow/v2/ stdin_passwords=0
+while (($# > 0)) && [[ $1 == -* ]]; do
+  if [[ $1 == -s ]]; then
+    stdin_passwords=1
+    shift
+  elif [[ $1 == -p && $# -ge 2 ]]; then
+    prefix=$2
+    shift 2
+  else
+    usage
+  fi
 done
-shift $((OPTIND - 1))
 (($# >= 1)) || usage
 what=$1
 shift

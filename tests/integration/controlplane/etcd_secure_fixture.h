@@ -6,12 +6,12 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "etcd_fixture.h"
+#include "test_certs.h"
 
 namespace ff::cp {
 
@@ -100,14 +100,10 @@ class EtcdSecureTest : public ::testing::Test {
   // root's and the nodes'; node-x has a certificate but no etcd user; other/ is a second
   // CA with its own node-a.
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/ff-etcd-certs-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    certs_ = tmpl;
-    const std::string make = std::string("bash ") + FF_CERTS + " ";
-    for (const std::string& args : {certs_ + " ca", "-i 127.0.0.1 " + certs_ + " node localhost",
-                                    certs_ + " node root node-a node-b node-c node-x",
-                                    certs_ + "/other ca", certs_ + "/other node node-a"})
-      ASSERT_EQ(std::system((make + args + " >/dev/null").c_str()), 0) << args;
+    certs_ = ff::testing::MakeTestCerts(FF_CERTS, {"DIR ca", "-i 127.0.0.1 DIR node localhost",
+                                                   "DIR node root node-a node-b node-c node-x",
+                                                   "DIR/other ca", "DIR/other node node-a"});
+    ASSERT_NE(certs_, "");
   }
   static void TearDownTestSuite() { std::filesystem::remove_all(certs_); }
 
@@ -145,13 +141,7 @@ class EtcdSecureTest : public ::testing::Test {
 
   std::unique_ptr<ControlPlane> Router(const Endpoint& self, const EtcdSecurity& security,
                                        std::initializer_list<const char*> ips = {}) {
-    auto cp = Make(self, security);
-    if (!cp) return cp;
-    for (const char* ip : ips) cp->Publish(Ip(ip));
-    std::string error;
-    EXPECT_TRUE(cp->Start(&error)) << error;
-    EXPECT_TRUE(WaitFor([&] { return cp->Healthy(); }, 5s)) << self.node << " never connected";
-    return cp;
+    return Started(Make(self, security), self, ips);
   }
 
   // Start()'s refusal for a router with `security` (it must be refused, promptly).

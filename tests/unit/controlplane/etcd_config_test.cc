@@ -5,9 +5,10 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+
+#include "test_certs.h"
 
 namespace ff::cp {
 namespace {
@@ -17,12 +18,8 @@ namespace fs = std::filesystem;
 class EtcdConfigTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/ff-etcd-config-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    const std::string certs = std::string("bash ") + FF_CERTS + " '" + dir_ + "' ";
-    ASSERT_EQ(std::system((certs + "ca >/dev/null").c_str()), 0);
-    ASSERT_EQ(std::system((certs + "node node-a node-b >/dev/null").c_str()), 0);
+    dir_ = ff::testing::MakeTestCerts(FF_CERTS, {"DIR ca", "DIR node node-a node-b"});
+    ASSERT_NE(dir_, "");
     std::ofstream(dir_ + "/text.pem") << "not a certificate\n";
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
