@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "etcd_fixture.h"
+#include "log_capture.h"
 
 namespace ff::cp {
 namespace {
@@ -201,6 +202,21 @@ TEST_F(EtcdTest, TriesEveryEndpointInTurn) {
   std::string error;
   ASSERT_TRUE(a->Start(&error)) << error;
   EXPECT_TRUE(WaitFor([&] { return a->Healthy(); }, 3s));
+}
+
+// A router given an etcd user on an etcd whose authentication is off works, and warns that
+// anyone who reaches etcd can change where pods live.
+TEST_F(EtcdTest, AUserOnAnEtcdWithoutAuthenticationIsWarnedAbout) {
+  ff::testing::LogCapture log;
+  options_.etcd.user = "node-a";
+  options_.etcd.password = "secret";
+  auto a = Router(kA, {"10.244.1.5"});
+  options_.etcd = {};
+  auto b = Router(kB);
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(WaitFor([&] { return Sees(*b, "10.244.1.5", kA); }, 1s));
+  EXPECT_EQ(log.Count({"has authentication off", "anyone who reaches it"}), 1);
+  EXPECT_EQ(log.Count({"authenticates over plaintext http://"}), 1);
 }
 
 TEST_F(EtcdTest, CustomPrefixKeepsDeploymentsApart) {
