@@ -66,7 +66,9 @@ TEST(NodeClashMessageTest, NamesTheNodeBothEndpointsTheKeyAndTheFix) {
   const std::string m = NodeClashMessage(kSelf, kKey, {kOtherValue, 0x1234abcd});
   EXPECT_NE(m.find("node name \"node-a\" is taken"), std::string::npos) << m;
   EXPECT_NE(m.find("a live router at 172.31.0.3:7471 holds it"), std::string::npos) << m;
-  EXPECT_NE(m.find("etcd key /freeflow/v2/nodes/node-a/endpoint, lease 1234abcd"), std::string::npos) << m;
+  EXPECT_NE(m.find("etcd key /freeflow/v2/nodes/node-a/endpoint, lease 1234abcd"),
+            std::string::npos)
+      << m;
   EXPECT_NE(m.find("this router serves node links on 172.31.0.2:7471"), std::string::npos) << m;
   EXPECT_NE(m.find("--node-name"), std::string::npos) << m;
   EXPECT_EQ(m.find("the same address"), std::string::npos) << m;
