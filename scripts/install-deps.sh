@@ -18,7 +18,8 @@ PACKAGES=(
   iproute2 procps util-linux psmisc strace binutils curl
   # control plane used by later tests
   etcd-server etcd-client
-  # TLS on node links (the router links libssl) and their certificates (scripts/ff-certs.sh)
+  # TLS on node links (the router links libssl), etcd's TLS files checked with libcrypto,
+  # and certificates (scripts/ff-certs.sh)
   libssl-dev openssl
 )
 

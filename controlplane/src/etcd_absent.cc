@@ -4,7 +4,7 @@
 
 namespace ff::cp {
 
-std::unique_ptr<ControlPlane> MakeEtcdControlPlane(std::vector<std::string>, const Endpoint&,
+std::unique_ptr<ControlPlane> MakeEtcdControlPlane(EtcdConnection, const Endpoint&,
                                                    const Options&) {
   return nullptr;
 }

@@ -1,9 +1,11 @@
-// etcd:URL[,URL...]. One worker thread owns the connection: it grants (or keeps) this
-// router's lease, claims this router's node key (node_claim.h: never from a live router at
-// another endpoint), writes its published pods, loads the whole prefix into the cache, and
-// then serves Publish/Withdraw and lease refreshes; a second thread reads the watch stream
-// and applies its events to the cache. Any failure drops the connection (the cache stays
-// as it is) and the worker reconnects with backoff.
+// etcd:URL[,URL...]. One worker thread owns the connection: it authenticates (when an etcd
+// user is configured), grants (or keeps) this router's lease, claims this router's node key
+// (node_claim.h: never from a live router at another endpoint), writes its published pods,
+// loads the whole prefix into the cache, and then serves Publish/Withdraw and lease
+// refreshes; a second thread reads the watch stream and applies its events to the cache.
+// Every key it writes is under its node's own prefix (etcd_keys.h). Any failure drops the
+// connection (the cache stays as it is) and the worker reconnects with backoff; a call
+// whose token etcd rejects is repeated once with a new token.
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
@@ -16,6 +18,8 @@
 #include <thread>
 
 #include "cache.h"
+#include "etcd_keys.h"
+#include "etcd_session.h"
 #include "ff_etcd_rpc.grpc.pb.h"
 #include "freeflow/ipv4.h"
 #include "implementations.h"
@@ -36,8 +40,9 @@ constexpr int kClaimRounds = 8;
 constexpr milliseconds kProbeInterval{100};
 constexpr milliseconds kExpiryMargin{1500};
 constexpr milliseconds kMaxHolderWait{30000};
-// While another router holds this router's node name, the error is repeated this often.
-constexpr std::chrono::seconds kClashLogInterval{60};
+// While another router holds this router's node name, or etcd refuses its credentials, the
+// error is repeated this often.
+constexpr std::chrono::seconds kRefusalLogInterval{60};
 
 // The end of the key range holding every key that starts with `prefix`.
 std::string PrefixEnd(const std::string& prefix) {
@@ -52,19 +57,15 @@ std::string PrefixEnd(const std::string& prefix) {
   return std::string(1, '\0');  // every key
 }
 
-std::string Describe(const grpc::Status& status) {
-  return fmt::format("{} ({})", status.error_message(), static_cast<int>(status.error_code()));
-}
-
 class EtcdControlPlane final : public ControlPlane {
  public:
-  EtcdControlPlane(std::vector<std::string> targets, const Endpoint& self, const Options& options)
-      : targets_(std::move(targets)),
+  EtcdControlPlane(EtcdConnection connection, const Endpoint& self, const Options& options)
+      : session_(std::move(connection), options.rpc_timeout),
+        targets_(session_.connection().targets),
         options_(options),
         cache_(self),
-        nodes_prefix_(options.prefix + "nodes/"),
-        pods_prefix_(options.prefix + "pods/"),
-        node_key_(nodes_prefix_ + self.node),
+        keys_(options.prefix),
+        node_key_(keys_.Endpoint(self.node)),
         node_value_(NodeValue(self)),
         ttl_seconds_(std::max<int64_t>(1, (options.lease_ttl.count() + 999) / 1000)),
         refresh_interval_(ttl_seconds_ * 1000 / 3),
@@ -74,7 +75,7 @@ class EtcdControlPlane final : public ControlPlane {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
-      if (active_call_) active_call_->TryCancel();
+      session_.Stop();
       if (watch_context_) watch_context_->TryCancel();
     }
     cv_.notify_all();
@@ -106,6 +107,7 @@ class EtcdControlPlane final : public ControlPlane {
     if (refusal_.empty()) return true;
     *error = refusal_;
     stop_ = true;
+    session_.Stop();
     lock.unlock();
     cv_.notify_all();
     worker_.join();
@@ -133,41 +135,6 @@ class EtcdControlPlane final : public ControlPlane {
     return stop_;
   }
 
-  // A client context with a deadline. Unless `survives_stop`, it is registered so that
-  // the destructor cancels it (and it starts cancelled once stopping).
-  class Call {
-   public:
-    Call(EtcdControlPlane* cp, milliseconds timeout, bool survives_stop = false)
-        : cp_(survives_stop ? nullptr : cp) {
-      context.set_deadline(std::chrono::system_clock::now() + timeout);
-      if (!cp_) return;
-      std::lock_guard lock(cp_->mu_);
-      if (cp_->stop_) context.TryCancel();
-      cp_->active_call_ = &context;
-    }
-    ~Call() {
-      if (!cp_) return;
-      std::lock_guard lock(cp_->mu_);
-      cp_->active_call_ = nullptr;
-    }
-    grpc::ClientContext context;
-
-   private:
-    EtcdControlPlane* cp_;
-  };
-
-  // One unary call under a deadline (`rpc`: a stub method such as &pb::KV::Stub::Put).
-  // false + *why ("<what>: <status>") when it fails.
-  template <typename Stub, typename Request, typename Response>
-  bool Unary(Stub* stub, grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
-             const Request& request, Response* response, std::string_view what, std::string* why) {
-    Call call(this, options_.rpc_timeout);
-    const auto status = (stub->*rpc)(&call.context, request, response);
-    if (status.ok()) return true;
-    *why = fmt::format("{}: {}", what, Describe(status));
-    return false;
-  }
-
   // ---- the worker thread ----
 
   void Run() {
@@ -179,29 +146,34 @@ class EtcdControlPlane final : public ControlPlane {
         healthy_ = true;
         backoff = options_.backoff_min;
         reported = false;
-        spdlog::info("control plane: connected to etcd at {} (lease {:x}, {} nodes known)", target_,
-                     lease_, cache_.Nodes().size());
+        spdlog::info("control plane: connected to etcd at {} (lease {:x}, {} nodes known)",
+                     session_.target(), lease_, cache_.Nodes().size());
         Serve(&why);
         healthy_ = false;
         if (Stopping()) break;
       }
       Disconnect();
+      const std::string& refusal = clash_.empty() ? session_.refused() : clash_;
       {
         std::lock_guard lock(mu_);
         ++attempts_;
+        if (starting_ && !refusal.empty() && refusal_.empty()) {
+          refusal_ = refusal;  // Start() returns it
+          claim_decided_ = true;
+        }
       }
       cv_.notify_all();
       if (Stopping()) break;
-      if (!clash_.empty()) {
-        ReportClash();
+      if (!refusal.empty()) {
+        ReportRefusal(refusal);
         backoff = options_.backoff_max;
         reported = true;
       } else if (!reported) {
-        spdlog::warn("control plane: etcd at {}: {}; retrying with backoff up to {} ms", target_,
-                     why, options_.backoff_max.count());
+        spdlog::warn("control plane: etcd at {}: {}; retrying with backoff up to {} ms",
+                     session_.target(), why, options_.backoff_max.count());
         reported = true;
       } else {
-        spdlog::debug("control plane: etcd at {}: {}", target_, why);
+        spdlog::debug("control plane: etcd at {}: {}", session_.target(), why);
       }
       // +-20% jitter, so that routers do not all come back at the same instant.
       const auto jittered = milliseconds(static_cast<int64_t>(
@@ -212,20 +184,14 @@ class EtcdControlPlane final : public ControlPlane {
       }
       backoff = std::min(backoff * 2, options_.backoff_max);
     }
-    if (channel_ && lease_ != 0) Revoke();
+    if (session_.is_open() && lease_ != 0) Revoke();
     Disconnect();
     healthy_ = false;
   }
 
   bool Connect(std::string* why) {
     clash_.clear();  // set again if this attempt finds the node name taken
-    target_ = targets_[next_target_++ % targets_.size()];
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);  // a Range of a large cluster may exceed 4 MiB
-    channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
-    kv_ = pb::KV::NewStub(channel_);
-    lease_stub_ = pb::Lease::NewStub(channel_);
-    watch_stub_ = pb::Watch::NewStub(channel_);
+    if (!session_.Open(targets_[next_target_++ % targets_.size()], why)) return false;
 
     // Keep the lease across reconnections when etcd still has it: nothing expires and
     // nobody sees this router go away and come back.
@@ -236,7 +202,7 @@ class EtcdControlPlane final : public ControlPlane {
       dirty_.clear();
     }
     for (uint32_t ip : cache_.Local())
-      if (!Put(pods_prefix_ + FormatIpv4(ip), self().node, why)) return false;
+      if (!Put(keys_.Pod(self().node, ip), "", why)) return false;
 
     int64_t revision = 0;
     if (!Load(&revision, why)) return false;
@@ -254,11 +220,9 @@ class EtcdControlPlane final : public ControlPlane {
       watch_context_.reset();
       watch_failed_ = false;
       watch_created_ = false;
+      watch_refusal_.clear();
     }
-    kv_.reset();
-    lease_stub_.reset();
-    watch_stub_.reset();
-    channel_.reset();
+    session_.Close();
   }
 
   // Connected: writes Publish/Withdraw changes, refreshes the lease. Returns on failure
@@ -288,8 +252,8 @@ class EtcdControlPlane final : public ControlPlane {
       // A failure leaves the rest undone: reconnecting rewrites every published pod and
       // deletes this node's stale pod keys.
       for (uint32_t ip : work) {
-        const std::string key = pods_prefix_ + FormatIpv4(ip);
-        if (cache_.IsLocal(ip) ? !Put(key, self().node, why) : !DeleteOwn(key, why)) return;
+        const std::string key = keys_.Pod(self().node, ip);
+        if (cache_.IsLocal(ip) ? !Put(key, "", why) : !Delete(key, why)) return;
       }
       if (Clock::now() >= next_refresh) {
         if (!KeepAlive(why)) {
@@ -305,8 +269,8 @@ class EtcdControlPlane final : public ControlPlane {
     pb::LeaseGrantRequest request;
     request.set_ttl(ttl_seconds_);
     pb::LeaseGrantResponse response;
-    if (!Unary(lease_stub_.get(), &pb::Lease::Stub::LeaseGrant, request, &response, "LeaseGrant",
-               why))
+    if (!session_.Unary(session_.lease(), &pb::Lease::Stub::LeaseGrant, request, &response,
+                        "LeaseGrant", why))
       return false;
     if (!response.error().empty() || response.id() == 0) {
       *why = "LeaseGrant refused: " + response.error();
@@ -316,21 +280,12 @@ class EtcdControlPlane final : public ControlPlane {
     return true;
   }
 
-  // One lease refresh on a short-lived stream, so that it has a deadline like every call.
+  // One lease refresh, under a deadline like every call.
   bool KeepAlive(std::string* why) {
-    Call call(this, std::min(options_.rpc_timeout, milliseconds(ttl_seconds_ * 1000)));
-    auto stream = lease_stub_->LeaseKeepAlive(&call.context);
-    pb::LeaseKeepAliveRequest request;
-    request.set_id(lease_);
-    pb::LeaseKeepAliveResponse response;
-    const bool ok = stream->Write(request) && stream->Read(&response);
-    stream->WritesDone();
-    const auto status = stream->Finish();
-    if (!ok) {
-      *why = "LeaseKeepAlive: " + (status.ok() ? std::string("no answer") : Describe(status));
-      return false;
-    }
-    if (response.ttl() <= 0) {
+    int64_t ttl = 0;
+    const auto timeout = std::min(options_.rpc_timeout, milliseconds(ttl_seconds_ * 1000));
+    if (!session_.KeepAlive(lease_, timeout, &ttl, why)) return false;
+    if (ttl <= 0) {
       *why = fmt::format("lease {:x} expired or was revoked", lease_);
       return false;
     }
@@ -338,11 +293,7 @@ class EtcdControlPlane final : public ControlPlane {
   }
 
   void Revoke() {
-    Call call(this, std::min(options_.rpc_timeout, milliseconds(1000)), /*survives_stop=*/true);
-    pb::LeaseRevokeRequest request;
-    request.set_id(lease_);
-    pb::LeaseRevokeResponse response;
-    const auto status = lease_stub_->LeaseRevoke(&call.context, request, &response);
+    const auto status = session_.Revoke(lease_, std::min(options_.rpc_timeout, milliseconds(1000)));
     if (status.ok())
       spdlog::info("control plane: revoked lease {:x}", lease_);
     else
@@ -351,27 +302,22 @@ class EtcdControlPlane final : public ControlPlane {
     lease_ = 0;
   }
 
+  // Writes (and deletes) only keys under this node's own prefix.
   bool Put(const std::string& key, const std::string& value, std::string* why) {
     pb::PutRequest request;
     request.set_key(key);
     request.set_value(value);
     request.set_lease(lease_);
     pb::PutResponse response;
-    return Unary(kv_.get(), &pb::KV::Stub::Put, request, &response, "Put " + key, why);
+    return session_.Unary(session_.kv(), &pb::KV::Stub::Put, request, &response, "Put " + key, why);
   }
 
-  // Deletes `key` only while it still names this node: a pod that moved to another node
-  // keeps that node's entry.
-  bool DeleteOwn(const std::string& key, std::string* why) {
-    pb::TxnRequest request;
-    auto* compare = request.add_compare();
-    compare->set_result(pb::Compare::EQUAL);
-    compare->set_target(pb::Compare::VALUE);
-    compare->set_key(key);
-    compare->set_value(self().node);
-    request.add_success()->mutable_request_delete_range()->set_key(key);
-    pb::TxnResponse response;
-    return Unary(kv_.get(), &pb::KV::Stub::Txn, request, &response, "Txn delete " + key, why);
+  bool Delete(const std::string& key, std::string* why) {
+    pb::DeleteRangeRequest request;
+    request.set_key(key);
+    pb::DeleteRangeResponse response;
+    return session_.Unary(session_.kv(), &pb::KV::Stub::DeleteRange, request, &response,
+                          "DeleteRange " + key, why);
   }
 
   // ---- the node key: one router per node name (node_claim.h) ----
@@ -420,7 +366,8 @@ class EtcdControlPlane final : public ControlPlane {
     pb::RangeRequest request;
     request.set_key(node_key_);
     pb::RangeResponse response;
-    if (!Unary(kv_.get(), &pb::KV::Stub::Range, request, &response, "Range " + node_key_, why))
+    if (!session_.Unary(session_.kv(), &pb::KV::Stub::Range, request, &response,
+                        "Range " + node_key_, why))
       return false;
     held->reset();
     if (response.kvs_size() == 1) *held = response.kvs(0);
@@ -447,7 +394,8 @@ class EtcdControlPlane final : public ControlPlane {
     put->set_lease(lease_);
     request.add_failure()->mutable_request_range()->set_key(node_key_);
     pb::TxnResponse response;
-    if (!Unary(kv_.get(), &pb::KV::Stub::Txn, request, &response, "Txn claim " + node_key_, why))
+    if (!session_.Unary(session_.kv(), &pb::KV::Stub::Txn, request, &response,
+                        "Txn claim " + node_key_, why))
       return false;
     *written = response.succeeded();
     held->reset();
@@ -489,8 +437,8 @@ class EtcdControlPlane final : public ControlPlane {
     pb::LeaseTimeToLiveRequest request;
     request.set_id(lease);
     pb::LeaseTimeToLiveResponse response;
-    if (!Unary(lease_stub_.get(), &pb::Lease::Stub::LeaseTimeToLive, request, &response,
-               fmt::format("LeaseTimeToLive {:x}", lease), why))
+    if (!session_.Unary(session_.lease(), &pb::Lease::Stub::LeaseTimeToLive, request, &response,
+                        fmt::format("LeaseTimeToLive {:x}", lease), why))
       return false;
     *ttl = response.ttl();
     return true;
@@ -516,21 +464,21 @@ class EtcdControlPlane final : public ControlPlane {
     cv_.notify_all();
   }
 
-  // A clash found after Start() returned: an error now, again when it changes, and every
-  // kClashLogInterval while it lasts.
-  void ReportClash() {
+  // A refusal (node name taken, credentials refused) found after Start() returned: an error
+  // now, again when it changes, and every kRefusalLogInterval while it lasts.
+  void ReportRefusal(const std::string& refusal) {
     {
       std::lock_guard lock(mu_);
       if (!refusal_.empty()) return;  // Start() hands it to its caller
     }
     const auto now = Clock::now();
-    if (clash_ == clash_logged_ && now < clash_logged_at_ + kClashLogInterval) return;
+    if (refusal == refusal_logged_ && now < refusal_logged_at_ + kRefusalLogInterval) return;
     spdlog::error(
         "control plane: {}. Until then this router's pods are not announced; it tries again "
         "every {} ms",
-        clash_, options_.backoff_max.count());
-    clash_logged_ = clash_;
-    clash_logged_at_ = now;
+        refusal, options_.backoff_max.count());
+    refusal_logged_ = refusal;
+    refusal_logged_at_ = now;
   }
 
   // On the watch thread: this router's node key was written under a lease not its own.
@@ -549,55 +497,61 @@ class EtcdControlPlane final : public ControlPlane {
   }
 
   // Reads the whole prefix into the cache; deletes this node's stale pod keys (withdrawn
-  // while disconnected, or left by a previous run of this router).
+  // while disconnected, or left by a previous run of this router). Runs before the watch
+  // thread starts, which is then the only user of claims_ until Disconnect joins it.
   bool Load(int64_t* revision, std::string* why) {
     pb::RangeRequest request;
     request.set_key(options_.prefix);
     request.set_range_end(PrefixEnd(options_.prefix));
     pb::RangeResponse response;
-    if (!Unary(kv_.get(), &pb::KV::Stub::Range, request, &response, "Range", why)) return false;
+    if (!session_.Unary(session_.kv(), &pb::KV::Stub::Range, request, &response, "Range", why))
+      return false;
     *revision = response.header().revision();
     Mapping mapping;
     std::vector<std::string> stale;
+    claims_.Clear();
     for (const auto& kv : response.kvs()) {
-      if (Ingest(kv.key(), kv.value(), &mapping)) continue;
-      stale.push_back(kv.key());
+      const auto parsed = keys_.Parse(kv.key());
+      if (parsed.kind == EtcdKeys::Parsed::Kind::kEndpoint) {
+        if (auto endpoint = ParseNode(kv.key(), parsed.node, kv.value()))
+          mapping.nodes[endpoint->node] = *endpoint;
+      } else if (parsed.kind == EtcdKeys::Parsed::Kind::kPod && parsed.node == self().node) {
+        if (!cache_.IsLocal(parsed.ip)) stale.push_back(kv.key());
+      } else if (parsed.kind == EtcdKeys::Parsed::Kind::kPod) {
+        claims_.Put(parsed.ip, parsed.node, kv.create_revision());
+        WarnShared(parsed.ip);
+      }
     }
+    mapping.pods = claims_.Holders();
     if (cache_.Replace(std::move(mapping))) NotifyChange();
     for (const auto& key : stale) {
       spdlog::info("control plane: deleting stale {}", key);
-      if (!DeleteOwn(key, why)) return false;
+      if (!Delete(key, why)) return false;
     }
     return true;
   }
 
-  // Adds one key to `mapping`. false only for a pod key naming this node that this router
-  // has not published (a stale key to delete).
-  bool Ingest(const std::string& key, const std::string& value, Mapping* mapping) {
-    if (key.starts_with(nodes_prefix_)) {
-      if (auto endpoint = ParseNode(key.substr(nodes_prefix_.size()), value))
-        mapping->nodes[endpoint->node] = *endpoint;
-    } else if (key.starts_with(pods_prefix_)) {
-      const auto ip = ParseIpv4(std::string_view(key).substr(pods_prefix_.size()));
-      if (!ip) return true;
-      if (value == self().node) return cache_.IsLocal(*ip);
-      mapping->pods[*ip] = value;
-    }
-    return true;
-  }
-
-  std::optional<Endpoint> ParseNode(const std::string& name, const std::string& value) {
+  std::optional<Endpoint> ParseNode(const std::string& key, const std::string& name,
+                                    const std::string& value) {
     auto endpoint = ParseNodeValue(name, value);
-    if (!endpoint)
-      spdlog::warn("control plane: ignoring malformed {}{}: {}", nodes_prefix_, name, value);
+    if (!endpoint) spdlog::warn("control plane: ignoring malformed {}: {}", key, value);
     return endpoint;
+  }
+
+  // Another node announces an address that one node holds already: the first keeps it.
+  void WarnShared(uint32_t ip) {
+    if (claims_.Claimants(ip) < 2) return;
+    spdlog::warn(
+        "control plane: {} nodes announce {}; it stays with {}, which announced it first, "
+        "until that node withdraws it",
+        claims_.Claimants(ip), FormatIpv4(ip), claims_.Holder(ip).value_or("?"));
   }
 
   // Starts the watch thread and waits (bounded) until etcd confirms the watch.
   bool StartWatch(int64_t start_revision, std::string* why) {
     {
       std::lock_guard lock(mu_);
-      watch_context_ = std::make_unique<grpc::ClientContext>();
+      watch_context_ = session_.WatchContext();
       if (stop_) watch_context_->TryCancel();
     }
     watcher_ =
@@ -606,8 +560,12 @@ class EtcdControlPlane final : public ControlPlane {
     cv_.wait_for(lock, options_.rpc_timeout,
                  [this] { return stop_ || watch_created_ || watch_failed_; });
     if (watch_created_ && !watch_failed_) return true;
-    *why = "Watch was not confirmed in time";
-    return false;
+    if (watch_refusal_.empty()) {
+      *why = "Watch was not confirmed in time";
+      return false;
+    }
+    return session_.Failed(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, watch_refusal_),
+                           "Watch", why);
   }
 
   // ---- the watch thread ----
@@ -620,7 +578,7 @@ class EtcdControlPlane final : public ControlPlane {
       std::lock_guard lock(mu_);
       context = watch_context_.get();
     }
-    auto stream = watch_stub_->Watch(context);
+    auto stream = session_.watch()->Watch(context);
     pb::WatchRequest request;
     auto* create = request.mutable_create_request();
     create->set_key(options_.prefix);
@@ -630,6 +588,11 @@ class EtcdControlPlane final : public ControlPlane {
     if (stream->Write(request)) {
       pb::WatchResponse response;
       while (stream->Read(&response)) {
+        if (response.created() && response.canceled()) {  // refused, e.g. no read permission
+          std::lock_guard lock(mu_);
+          watch_refusal_ = response.cancel_reason();
+          break;
+        }
         if (response.created()) {
           {
             std::lock_guard lock(mu_);
@@ -663,26 +626,29 @@ class EtcdControlPlane final : public ControlPlane {
     const std::string& key = event.kv().key();
     const bool put = event.type() == mvccpb::Event::PUT;
     if (put && key == node_key_ && event.kv().lease() != lease) NodeKeyTaken(event.kv(), lease);
-    if (key.starts_with(nodes_prefix_)) {
-      const std::string name = key.substr(nodes_prefix_.size());
-      if (!put) return cache_.DeleteNode(name);
-      if (auto endpoint = ParseNode(name, event.kv().value())) return cache_.PutNode(*endpoint);
-      return cache_.DeleteNode(name);
+    const auto parsed = keys_.Parse(key);
+    if (parsed.kind == EtcdKeys::Parsed::Kind::kEndpoint) {
+      if (!put) return cache_.DeleteNode(parsed.node);
+      if (auto endpoint = ParseNode(key, parsed.node, event.kv().value()))
+        return cache_.PutNode(*endpoint);
+      return cache_.DeleteNode(parsed.node);
     }
-    if (key.starts_with(pods_prefix_)) {
-      const auto ip = ParseIpv4(std::string_view(key).substr(pods_prefix_.size()));
-      if (!ip) return false;
-      // This node's own pods come from Publish, never from etcd.
-      if (!put || event.kv().value() == self().node) return cache_.DeletePod(*ip);
-      return cache_.PutPod(*ip, event.kv().value());
+    // This node's own pods come from Publish, never from etcd.
+    if (parsed.kind != EtcdKeys::Parsed::Kind::kPod || parsed.node == self().node) return false;
+    if (put) {
+      const std::string holder = claims_.Put(parsed.ip, parsed.node, event.kv().create_revision());
+      WarnShared(parsed.ip);
+      return cache_.PutPod(parsed.ip, holder);
     }
-    return false;
+    const auto holder = claims_.Delete(parsed.ip, parsed.node);
+    return holder ? cache_.PutPod(parsed.ip, *holder) : cache_.DeletePod(parsed.ip);
   }
 
-  const std::vector<std::string> targets_;
+  EtcdSession session_;                      // the worker's, but for Stop()
+  const std::vector<std::string>& targets_;  // the connection's
   const Options options_;
   Cache cache_;
-  const std::string nodes_prefix_, pods_prefix_;
+  const EtcdKeys keys_;
   const std::string node_key_, node_value_;  // this router's node key and its value
   const int64_t ttl_seconds_;
   const milliseconds refresh_interval_;
@@ -695,10 +661,10 @@ class EtcdControlPlane final : public ControlPlane {
   std::condition_variable cv_;
   bool stop_ = false;
   std::set<uint32_t> dirty_;  // published or withdrawn since last written to etcd
-  grpc::ClientContext* active_call_ = nullptr;
   std::unique_ptr<grpc::ClientContext> watch_context_;
   bool watch_created_ = false;
   bool watch_failed_ = false;
+  std::string watch_refusal_;   // why etcd refused to create the watch
   bool node_taken_ = false;     // the watch saw another writer on this router's node key
   bool starting_ = true;        // Start() waits for what follows
   bool claim_decided_ = false;  // the node key was claimed, or refused
@@ -708,25 +674,21 @@ class EtcdControlPlane final : public ControlPlane {
   // The worker's own state.
   std::minstd_rand jitter_;
   size_t next_target_ = 0;
-  std::string target_;
   int64_t lease_ = 0;
-  int64_t claimed_lease_ = 0;  // the lease of the last successful claim of the node key
-  std::string clash_;          // why the last claim was refused; empty after a success
-  std::string clash_logged_;   // the last clash logged, and when
-  Clock::time_point clash_logged_at_{};
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<pb::KV::Stub> kv_;
-  std::unique_ptr<pb::Lease::Stub> lease_stub_;
-  std::unique_ptr<pb::Watch::Stub> watch_stub_;
+  int64_t claimed_lease_ = 0;   // the lease of the last successful claim of the node key
+  std::string clash_;           // why the last claim was refused; empty after a success
+  std::string refusal_logged_;  // the last refusal logged, and when
+  Clock::time_point refusal_logged_at_{};
+  PodClaims claims_;  // other nodes' pod keys; the worker's, then the watch thread's
   std::thread watcher_;
   std::thread worker_;
 };
 
 }  // namespace
 
-std::unique_ptr<ControlPlane> MakeEtcdControlPlane(std::vector<std::string> targets,
-                                                   const Endpoint& self, const Options& options) {
-  return std::make_unique<EtcdControlPlane>(std::move(targets), self, options);
+std::unique_ptr<ControlPlane> MakeEtcdControlPlane(EtcdConnection connection, const Endpoint& self,
+                                                   const Options& options) {
+  return std::make_unique<EtcdControlPlane>(std::move(connection), self, options);
 }
 
 }  // namespace ff::cp

@@ -52,6 +52,7 @@ struct Raw {
   std::string host_ip;
   std::string host_prefix;
   int port = kDefaultRouterPort;
+  std::string etcd_user;  // USER or USER:PASSWORD
 };
 
 // A numeric knob: its flag, where it goes, the values it accepts and what it does.
@@ -113,6 +114,37 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
 }
 
+// TLS and authentication towards etcd, named as etcdctl names them (its flags without the
+// "etcd-", and its ETCDCTL_* environment).
+void AddEtcdFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
+  app.add_option("--etcd-cacert", c.etcd.cacert, "etcd: CA bundle to verify etcd's certificate")
+      ->envname("ETCDCTL_CACERT");
+  app.add_option("--etcd-cert", c.etcd.cert, "etcd: client certificate (with --etcd-key)")
+      ->envname("ETCDCTL_CERT");
+  app.add_option("--etcd-key", c.etcd.key, "etcd: client certificate's private key")
+      ->envname("ETCDCTL_KEY");
+  app.add_option("--etcd-user", raw.etcd_user, "etcd: USER[:PASSWORD] to authenticate as")
+      ->envname("ETCDCTL_USER");
+  app.add_option("--etcd-password", c.etcd.password,
+                 "etcd: the user's password (better: ETCDCTL_PASSWORD, not in ps)")
+      ->envname("ETCDCTL_PASSWORD");
+}
+
+// --etcd-user USER:PASSWORD, as etcdctl's --user: with a password given apart, the whole
+// value is the user name.
+void SplitEtcdUser(const Raw& raw, RouterConfig* c) {
+  c->etcd.user = raw.etcd_user;
+  const auto colon = raw.etcd_user.find(':');
+  if (c->etcd.password.empty() && colon != std::string::npos) {
+    c->etcd.user = raw.etcd_user.substr(0, colon);
+    c->etcd.password = raw.etcd_user.substr(colon + 1);
+  }
+  const bool any = !c->etcd.cacert.empty() || !c->etcd.cert.empty() || !c->etcd.key.empty() ||
+                   !c->etcd.user.empty() || !c->etcd.password.empty();
+  if (any && !c->control_plane.starts_with("etcd:"))
+    spdlog::warn("etcd TLS or user options are set but the control plane is not etcd:; ignored");
+}
+
 // Turns the flags into a configuration. false + *error (a sentence a person can act on).
 bool Validate(const Raw& raw, RouterConfig* c, std::string* error) {
   if (raw.prefix.empty()) {
@@ -150,6 +182,7 @@ bool Validate(const Raw& raw, RouterConfig* c, std::string* error) {
       return false;
     }
   }
+  SplitEtcdUser(raw, c);
   if (!c->control_plane.empty() && c->host_ip == 0) {
     *error =
         "--control-plane needs this node's address: pass --host-ip, or set HOST_IP or "
@@ -169,6 +202,7 @@ std::optional<RouterConfig> ParseOptions(int argc, char** argv, int* exit_code) 
   config.node_name = host;
   Raw raw;
   AddFlags(app, config, raw);
+  AddEtcdFlags(app, config, raw);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "freeflow/controlplane.h"
 #include "freeflow/ipv4.h"
 #include "freeflow/tunables.h"
 #include "quotas.h"
@@ -24,6 +25,7 @@ struct RouterConfig {
   uint32_t host_ip = 0;  // host byte order
   uint16_t port = kDefaultRouterPort;
   std::string control_plane;
+  cp::EtcdSecurity etcd;  // --etcd-cacert, --etcd-cert, --etcd-key, --etcd-user, --etcd-password
   // Node links: TLS 1.3 with these (a Kubernetes TLS Secret's keys, mounted by the
   // DaemonSet), unless insecure_node_links (plaintext, for benchmarks; logged loudly).
   std::string tls_ca = std::string(kDefaultTlsDir) + "/ca.crt";

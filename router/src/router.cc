@@ -26,7 +26,9 @@ bool MakeNodeDeps(const RouterConfig& config, RouterDeps* deps, std::string* err
   if (config.control_plane.empty()) return true;
   const cp::Endpoint self{config.node_name, config.host_ip, config.port};
   std::string err;
-  deps->control_plane = cp::MakeControlPlane(config.control_plane, self, cp::Options{}, &err);
+  cp::Options options;
+  options.etcd = config.etcd;
+  deps->control_plane = cp::MakeControlPlane(config.control_plane, self, options, &err);
   if (deps->control_plane == nullptr) {
     *error = "control plane " + config.control_plane + ": " + err;
     return false;

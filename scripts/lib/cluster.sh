@@ -269,24 +269,40 @@ mn_pair_once() {
 
 # mn_etcd_up: starts etcd in the underlay namespace, listening at $(mn_etcd_url); a restart
 # reuses the data directory, as a real etcd restart would. Its PID is FF_ETCD_PID;
-# multinode_down stops it and removes its data.
+# multinode_down stops it and removes its data. With FF_ETCD_SECURE=1 it serves https only
+# and requires client certificates (--client-cert-auth), with certificates that
+# scripts/ff-certs.sh makes in $FF_ETCD_DIR/pki: ca, etcd (its address as an IP name),
+# root, and node0..node3; turning authentication on is left to the caller (mn_etcdctl).
 FF_ETCD_PID=""
 FF_ETCD_DIR=""
-mn_etcd_url() { echo "http://172.31.${FF_NET}.2:2379"; }
+mn_etcd_ip() { echo "172.31.${FF_NET}.2"; }
+mn_etcd_url() {
+  if [[ ${FF_ETCD_SECURE:-0} == 1 ]]; then echo "https://$(mn_etcd_ip):2379"; else echo "http://$(mn_etcd_ip):2379"; fi
+}
 mn_etcd_up() {
   FF_ETCD_DIR=${FF_ETCD_DIR:-$(mktemp -d /tmp/freeflow-etcd.XXXXXX)}
+  local pki=$FF_ETCD_DIR/pki tls=() curl_tls=()
+  if [[ ${FF_ETCD_SECURE:-0} == 1 ]]; then
+    if [[ ! -f $pki/ca.crt ]]; then
+      bash "$FF_SRC/scripts/ff-certs.sh" "$pki" ca >/dev/null &&
+        bash "$FF_SRC/scripts/ff-certs.sh" -i "$(mn_etcd_ip)" "$pki" node etcd >/dev/null &&
+        bash "$FF_SRC/scripts/ff-certs.sh" "$pki" node root node0 node1 node2 node3 >/dev/null || return 1
+    fi
+    tls=(--cert-file "$pki/etcd.crt" --key-file "$pki/etcd.key" --trusted-ca-file "$pki/ca.crt" --client-cert-auth)
+    curl_tls=(--cacert "$pki/ca.crt" --cert "$pki/root.crt" --key "$pki/root.key")
+  fi
   # etcd listens on the underlay bridge's side: give the underlay namespace an address.
   ip -n "ff${FF_TAG}u" link set lo up
-  ip -n "ff${FF_TAG}u" addr add "172.31.${FF_NET}.2/24" dev ffu 2>/dev/null
+  ip -n "ff${FF_TAG}u" addr add "$(mn_etcd_ip)/24" dev ffu 2>/dev/null
   ip netns exec "ff${FF_TAG}u" etcd --name ff --data-dir "$FF_ETCD_DIR/data" \
     --listen-client-urls "$(mn_etcd_url)" --advertise-client-urls "$(mn_etcd_url)" \
     --listen-peer-urls "http://127.0.0.1:2380" --initial-advertise-peer-urls "http://127.0.0.1:2380" \
     --initial-cluster "ff=http://127.0.0.1:2380" --heartbeat-interval=10 --election-timeout=100 \
-    >>"$FF_ETCD_DIR/etcd.log" 2>&1 &
+    "${tls[@]}" >>"$FF_ETCD_DIR/etcd.log" 2>&1 &
   FF_ETCD_PID=$!
   local i
   for ((i = 0; i < 100; i++)); do
-    ip netns exec "ff${FF_TAG}u" curl -sf "$(mn_etcd_url)/health" >/dev/null 2>&1 && return 0
+    ip netns exec "ff${FF_TAG}u" curl -sf "${curl_tls[@]}" "$(mn_etcd_url)/health" >/dev/null 2>&1 && return 0
     sleep 0.05
   done
   echo "etcd did not start"; tail -n 20 "$FF_ETCD_DIR/etcd.log"
@@ -301,11 +317,18 @@ mn_etcd_down() {
   FF_ETCD_PID=""
 }
 
-# mn_etcd_get KEY [etcdctl get flags...]: what `etcdctl get` prints about KEY.
-mn_etcd_get() {
-  ip netns exec "ff${FF_TAG}u" env ETCDCTL_API=3 etcdctl --endpoints "$(mn_etcd_url)" \
-    --command-timeout=5s get "$@"
+# mn_etcdctl COMMAND...: runs COMMAND (etcdctl, or a script calling it) in the underlay
+# namespace with etcdctl's environment pointing at mn_etcd_up's etcd, as root (its
+# certificate) when FF_ETCD_SECURE=1.
+mn_etcdctl() {
+  local env=(ETCDCTL_API=3 "ETCDCTL_ENDPOINTS=$(mn_etcd_url)" ETCDCTL_COMMAND_TIMEOUT=5s)
+  [[ ${FF_ETCD_SECURE:-0} == 1 ]] && env+=("ETCDCTL_CACERT=$FF_ETCD_DIR/pki/ca.crt"
+    "ETCDCTL_CERT=$FF_ETCD_DIR/pki/root.crt" "ETCDCTL_KEY=$FF_ETCD_DIR/pki/root.key")
+  ip netns exec "ff${FF_TAG}u" env "${env[@]}" "$@"
 }
+
+# mn_etcd_get KEY [etcdctl get flags...]: what `etcdctl get` prints about KEY.
+mn_etcd_get() { mn_etcdctl etcdctl get "$@"; }
 
 mn_pod_run() {
   local n=$1 i=$2

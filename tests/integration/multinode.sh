@@ -4,6 +4,7 @@
 #   multinode.sh tools [static|etcd]   perftest + ibverbs tools between nodes
 #   multinode.sh failures              killed router, cut link, restarts
 #   multinode.sh etcd-outage           etcd stopped and restarted under live traffic
+#   multinode.sh etcd-secure           etcd with TLS, client certificates and auth on
 #   multinode.sh links                 hand-built frames at the node port: plaintext from a
 #                                      pod and a node, TLS with another node's certificate
 #   multinode.sh fairness              ib_send_lat beside a flood at a receiver that posts
@@ -28,13 +29,25 @@ pair() {
 mode=${1:-tools}
 cp=${2:-static}
 multinode_up 2 2
-if [[ $mode == etcd-outage || $cp == etcd ]]; then
+# etcd-secure: set up as docs/control-plane.md says; node0 authenticates with its
+# certificate alone (flags), node1 with its certificate and a password (ETCDCTL_* env).
+node0_args=() node1_wrap=""
+if [[ $mode == etcd-secure ]]; then
+  FF_ETCD_SECURE=1
+  mn_etcd_up || exit 1
+  pki=$FF_ETCD_DIR/pki auth="bash $FF_SRC/scripts/ff-etcd-auth.sh"
+  mn_etcdctl $auth enable >/dev/null && mn_etcdctl $auth node node0 >/dev/null &&
+    printf 'pw-node1\n' | mn_etcdctl $auth -s node node1 >/dev/null || { echo "etcd auth setup failed"; exit 1; }
+  FF_CONTROL_PLANE_ARGS=(--control-plane "etcd:$(mn_etcd_url)" --etcd-cacert "$pki/ca.crt")
+  node0_args=(--etcd-cert "$pki/node0.crt" --etcd-key "$pki/node0.key")
+  node1_wrap="env ETCDCTL_CERT=$pki/node1.crt ETCDCTL_KEY=$pki/node1.key ETCDCTL_USER=node1:pw-node1"
+elif [[ $mode == etcd-outage || $cp == etcd ]]; then
   mn_etcd_up || exit 1
   FF_CONTROL_PLANE_ARGS=(--control-plane "etcd:$(mn_etcd_url)")
 fi
-mn_router_up 0 --peer-timeout-ms 1000 || exit 1
-mn_router_up 1 --peer-timeout-ms 1000 || exit 1
-[[ $cp == etcd ]] && sleep 0.5  # let both routers publish
+mn_router_up 0 --peer-timeout-ms 1000 "${node0_args[@]}" || exit 1
+FF_ROUTER_WRAP=$node1_wrap mn_router_up 1 --peer-timeout-ms 1000 || exit 1
+[[ $cp == etcd || $mode == etcd-secure ]] && sleep 0.5  # let both routers publish
 
 case $mode in
   tools)
@@ -199,6 +212,46 @@ case $mode in
     mn_etcd_up || exit 1
     sleep 3  # routers reconnect with backoff and re-publish
     pair "after etcd returns, routers resolve pods again" 0 1 1 1 ibv_rc_pingpong -g 1 -n 100
+    ;;
+  etcd-secure)
+    pair "ibv_rc_pingpong across nodes, etcd over TLS with auth" 0 0 1 0 ibv_rc_pingpong -g 1 -n 200
+    pair "ib_write_bw across nodes, etcd over TLS with auth" 0 0 1 0 ib_write_bw -n 1000
+    # While a pod on each node holds a QP, etcd has both nodes' endpoints and pods, each
+    # under its node's prefix, and nothing else.
+    mn_pod_bg 0 0 ibv_rc_pingpong -g 1 -n 100000 >"$FF_DIR/keys-s.log" 2>&1
+    kpid0=$FF_LAST_PID
+    sleep 0.5
+    mn_pod_bg 1 0 ibv_rc_pingpong -g 1 -n 100000 "$(mn_pod_ip 0 0)" >"$FF_DIR/keys-c.log" 2>&1
+    kpid1=$FF_LAST_PID
+    sleep 1
+    keys=$(mn_etcd_get /freeflow/v2/ --prefix --keys-only | sed '/^$/d')
+    kill "$kpid0" "$kpid1" 2>/dev/null; wait "$kpid0" "$kpid1" 2>/dev/null
+    echo "$keys"
+    [[ $(grep -c '^/freeflow/v2/nodes/node[01]/endpoint$' <<<"$keys") -eq 2 &&
+      $(grep -c "^/freeflow/v2/nodes/node0/pods/$(mn_pod_ip 0 0)\$" <<<"$keys") -eq 1 &&
+      $(grep -c "^/freeflow/v2/nodes/node1/pods/$(mn_pod_ip 1 0)\$" <<<"$keys") -eq 1 &&
+      $(grep -cvE '^/freeflow/v2/nodes/node[01]/(endpoint|pods/[0-9.]+)$' <<<"$keys") -eq 0 ]]
+    check "each node's keys are under its own prefix" $?
+    # node1's credentials cannot rewrite node0's endpoint.
+    before=$(mn_etcd_get /freeflow/v2/nodes/node0/endpoint --print-value-only)
+    ip netns exec "ff${FF_TAG}u" env ETCDCTL_API=3 etcdctl --endpoints "$(mn_etcd_url)" --cacert "$pki/ca.crt" \
+      --cert "$pki/node1.crt" --key "$pki/node1.key" --user node1:pw-node1 \
+      put /freeflow/v2/nodes/node0/endpoint '{"address":"172.31.9.9","port":7471}' >"$FF_DIR/put.log" 2>&1
+    [[ $? -ne 0 ]] && grep -q "permission denied" "$FF_DIR/put.log" &&
+      [[ $(mn_etcd_get /freeflow/v2/nodes/node0/endpoint --print-value-only) == "$before" ]]
+    check "node1's credentials may not write node0's endpoint" $?
+    # node1 restarted with a wrong password: exits at once and says why; with the right
+    # one it comes back and serves.
+    mn_router_down 1
+    FF_ROUTER_WRAP="${node1_wrap%:*}:wrong" mn_router_start 1 --peer-timeout-ms 1000
+    wait_pid "${FF_NODE_ROUTER[1]}" 15
+    status=$?
+    FF_NODE_ROUTER[1]=""
+    [[ $status -ne 0 && $status -ne 124 ]] && grep -q 'etcd refused user "node1"' "$(mn_dir 1)/router.log"
+    check "a router with a wrong etcd password exits and says so" $?
+    FF_ROUTER_WRAP=$node1_wrap mn_router_up 1 --peer-timeout-ms 1000 || exit 1
+    sleep 0.5
+    pair "after the restart, ping-pong across nodes" 0 1 1 1 ibv_rc_pingpong -g 1 -n 100
     ;;
 esac
 [[ $failures -eq 0 ]]

@@ -42,7 +42,7 @@ expect_refusal() {
 lease_of() { mn_etcd_get "$1" -w fields | awk '/"Lease"/ {print $3}'; }
 
 etcd_case() {
-  local key=/freeflow/v1/nodes/node0 lease ip0 ip1
+  local key=/freeflow/v2/nodes/node0/endpoint lease ip0 ip1
   ip0=$(mn_node_ip 0)
   ip1=$(mn_node_ip 1)
   lease=$(lease_of "$key")

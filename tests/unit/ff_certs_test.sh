@@ -32,4 +32,14 @@ for bad in Node-A "node a" "node/a" -node "" "a..b/c" "$(printf 'x%.0s' {1..254}
   check "'${bad:0:20}' is refused as a node name" "! '$certs' '$dir' node '$bad' 2>/dev/null && [[ ! -e '$dir/$bad.key' ]]"
 done
 check "a bad -d is refused" "! '$certs' -d 0 '$dir' node node-c 2>/dev/null"
+# -i: IP subjectAltNames, for a server reached by address (etcd at https://127.0.0.1:2379).
+check "-i adds IP names" "'$certs' -i 127.0.0.1 -i 10.0.0.7 '$dir' node localhost >/dev/null"
+check "the certificate names its DNS name and both IPs" "openssl x509 -in '$dir/localhost.crt' -noout -ext subjectAltName | grep -q 'DNS:localhost, IP Address:127.0.0.1, IP Address:10.0.0.7\$'"
+check "it verifies for 127.0.0.1" "openssl verify -CAfile '$dir/ca.crt' -verify_ip 127.0.0.1 '$dir/localhost.crt' >/dev/null"
+check "it does not verify for another address" "! openssl verify -CAfile '$dir/ca.crt' -verify_ip 127.0.0.2 '$dir/localhost.crt' >/dev/null 2>&1"
+check "without -i no IP is named" "! openssl x509 -in '$dir/node-b.example.crt' -noout -ext subjectAltName | grep -q 'IP Address'"
+for bad in 256.0.0.1 1.2.3 ::1 "1.2.3.4 " 01.2.3.4x; do
+  check "-i '$bad' is refused" "! '$certs' -i '$bad' '$dir' node node-d 2>/dev/null && [[ ! -e '$dir/node-d.key' ]]"
+done
+check "-i is refused for the CA" "! '$certs' -f -i 127.0.0.1 '$dir' ca 2>/dev/null"
 exit $((failures != 0))

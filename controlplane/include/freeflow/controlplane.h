@@ -5,8 +5,9 @@
 // docs/control-plane.md):
 //   static:FILE          a JSON file (nodes, their pod CIDRs, explicit pod entries),
 //                        reloaded when it changes;
-//   etcd:URL[,URL...]    etcd v3 over gRPC; entries carry this router's lease so that a
-//                        dead router's entries expire.
+//   etcd:URL[,URL...]    etcd v3 over gRPC (plaintext or TLS, with a client certificate
+//                        and/or etcd's user/password authentication); entries carry this
+//                        router's lease so that a dead router's entries expire.
 //
 // Threading: Publish, Withdraw, Lookup and Nodes never do I/O and never wait for the
 // network; they may be called from any thread (the router's epoll loop in practice).
@@ -50,30 +51,53 @@ class ControlPlane {
   // Starts background work. false + *error (a sentence a person can act on) on bad config,
   // or when `self`'s node name is taken: a static file listing it at another endpoint (or
   // self's endpoint under another name), or a live router at another endpoint holding its
-  // etcd node key. The etcd implementation blocks until its node key is claimed or refused
-  // (up to the holder's remaining lease, at most ~30 s) or every URL failed once.
+  // etcd node key, or when etcd refused this router's credentials (a wrong password, a
+  // certificate or CA etcd does not accept, no permission on its node's keys). The etcd
+  // implementation blocks until its node key is claimed or refused (up to the holder's
+  // remaining lease, at most ~30 s) or every URL failed once.
   virtual bool Start(std::string* error) = 0;
   // static: a valid file is loaded; etcd: connected right now.
   virtual bool Healthy() const = 0;
+};
+
+// etcd: how the control plane checks that it talks to etcd, and proves to etcd who it is
+// (docs/control-plane.md, "Running etcd securely"). The router fills it from --etcd-cacert,
+// --etcd-cert, --etcd-key, --etcd-user and --etcd-password, or ETCDCTL_CACERT, ETCDCTL_CERT,
+// ETCDCTL_KEY, ETCDCTL_USER and ETCDCTL_PASSWORD, as etcdctl names them. Files are read by
+// MakeControlPlane, which refuses a file it cannot read, a certificate without its key (or
+// a key without its certificate), TLS files with an http:// endpoint, and a user without a
+// password.
+struct EtcdSecurity {
+  std::string cacert;    // PEM CA bundle that signed etcd's certificate; empty: system roots
+  std::string cert;      // PEM client certificate (chain), presented to etcd
+  std::string key;       // its PEM private key
+  std::string user;      // etcd user to authenticate as; empty: none (with etcd's
+                         // --client-cert-auth, the certificate's CN is the user)
+  std::string password;  // that user's password
 };
 
 struct Options {
   // etcd: TTL of this router's lease (rounded up to whole seconds, at least 1 s). A router
   // that dies without revoking its lease disappears from the others after about this long.
   std::chrono::milliseconds lease_ttl{5000};
-  // etcd: every key lives under this prefix.
-  std::string prefix = "/freeflow/v1/";
+  // etcd: every key lives under this prefix; a router writes only under
+  // <prefix>nodes/<its node>/ (docs/control-plane.md, "Keys in etcd").
+  std::string prefix = "/freeflow/v2/";
   // etcd: bounds of the exponential backoff between reconnection attempts.
   std::chrono::milliseconds backoff_min{100}, backoff_max{2000};
   // etcd: deadline of each unary gRPC call (and of each lease refresh).
   std::chrono::milliseconds rpc_timeout{2000};
   // static: how long the file must be quiet after a change before it is reloaded.
   std::chrono::milliseconds reload_debounce{50};
+  // etcd: TLS and authentication.
+  EtcdSecurity etcd;
 };
 
-// spec: "static:FILE" or "etcd:URL[,URL...]" (URL like http://127.0.0.1:2379, or host:port).
-// `self` is this router's own endpoint. nullptr + *error on a malformed spec or options;
-// the file or the etcd cluster is only looked at by Start().
+// spec: "static:FILE" or "etcd:URL[,URL...]" (URL like http://127.0.0.1:2379,
+// https://etcd.example:2379, or host:port: TLS when any TLS file is given). `self` is this
+// router's own endpoint. nullptr + *error on a malformed spec or options, or an etcd TLS
+// file that cannot be read; the static file or the etcd cluster is only looked at by
+// Start().
 std::unique_ptr<ControlPlane> MakeControlPlane(const std::string& spec, const Endpoint& self,
                                                const Options& options, std::string* error);
 

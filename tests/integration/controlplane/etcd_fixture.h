@@ -36,6 +36,18 @@ bool WaitFor(F done, std::chrono::milliseconds limit) {
   return done();
 }
 
+// Publishes `ips` on `cp` (made for `self`), starts it and waits (bounded) until it is
+// connected.
+inline std::unique_ptr<ControlPlane> Started(std::unique_ptr<ControlPlane> cp, const Endpoint& self,
+                                             std::initializer_list<const char*> ips) {
+  if (!cp) return cp;
+  for (const char* ip : ips) cp->Publish(Ip(ip));
+  std::string error;
+  EXPECT_TRUE(cp->Start(&error)) << error;
+  EXPECT_TRUE(WaitFor([&] { return cp->Healthy(); }, 5s)) << self.node << " never connected";
+  return cp;
+}
+
 // The helper binary in a child process, with pipes on its stdin and stdout.
 class Peer {
  public:
@@ -117,13 +129,7 @@ class EtcdTest : public ::testing::Test {
   // Makes, starts and waits until connected.
   std::unique_ptr<ControlPlane> Router(const Endpoint& self,
                                        std::initializer_list<const char*> ips = {}) {
-    auto cp = Make(self);
-    if (!cp) return cp;
-    for (const char* ip : ips) cp->Publish(Ip(ip));
-    std::string error;
-    EXPECT_TRUE(cp->Start(&error)) << error;
-    EXPECT_TRUE(WaitFor([&] { return cp->Healthy(); }, 5s)) << self.node << " never connected";
-    return cp;
+    return Started(Make(self), self, ips);
   }
 
   static bool Sees(const ControlPlane& cp, const char* ip, const Endpoint& where) {

@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -21,6 +23,23 @@ namespace ff::cp::testing {
 namespace {
 
 using namespace std::chrono_literals;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Plaintext, or TLS as root with the certificates in `dir`.
+std::shared_ptr<grpc::ChannelCredentials> Credentials(const std::string& dir) {
+  if (dir.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = Slurp(dir + "/ca.crt");
+  ssl.pem_cert_chain = Slurp(dir + "/root.crt");
+  ssl.pem_private_key = Slurp(dir + "/root.key");
+  return grpc::SslCredentials(ssl);
+}
 
 std::string PrefixEnd(std::string prefix) {
   prefix.back() = static_cast<char>(prefix.back() + 1);
@@ -49,7 +68,9 @@ std::string EtcdServer::Binary() {
   return {};
 }
 
-EtcdServer::EtcdServer() {
+EtcdServer::EtcdServer() : EtcdServer(Tls{}) {}
+
+EtcdServer::EtcdServer(Tls tls) : tls_(std::move(tls)) {
   char tmpl[] = "/tmp/ff-cp-etcd-XXXXXX";
   if (::mkdtemp(tmpl)) dir_ = tmpl;
   client_port_ = FreePort();
@@ -63,7 +84,9 @@ EtcdServer::~EtcdServer() {
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
 }
 
-std::string EtcdServer::url() const { return "http://" + target(); }
+std::string EtcdServer::url() const {
+  return (tls_.dir.empty() ? "http://" : "https://") + target();
+}
 std::string EtcdServer::target() const { return "127.0.0.1:" + std::to_string(client_port_); }
 
 bool EtcdServer::Start(std::string* error) {
@@ -84,6 +107,16 @@ bool EtcdServer::Start(std::string* error) {
                                    "--initial-cluster=default=" + peer,
                                    "--heartbeat-interval=10",
                                    "--election-timeout=100"};
+  if (!tls_.dir.empty()) {
+    for (const char* arg :
+         {"--cert-file=/localhost.crt", "--key-file=/localhost.key", "--trusted-ca-file=/ca.crt"}) {
+      std::string a = arg;
+      args.push_back(a.insert(a.find('=') + 1, tls_.dir));
+    }
+    args.push_back("--client-cert-auth");
+    if (tls_.auth_token_ttl_s > 0)
+      args.push_back("--auth-token-ttl=" + std::to_string(tls_.auth_token_ttl_s));
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -110,7 +143,7 @@ bool EtcdServer::Start(std::string* error) {
   channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20);
   channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
   auto kv = etcdserverpb::KV::NewStub(
-      grpc::CreateCustomChannel(target(), grpc::InsecureChannelCredentials(), channel_args));
+      grpc::CreateCustomChannel(target(), Credentials(tls_.dir), channel_args));
   for (auto end = std::chrono::steady_clock::now() + 15s; std::chrono::steady_clock::now() < end;) {
     int status;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -159,8 +192,7 @@ void EtcdServer::Kill() {
 }
 
 std::unique_ptr<etcdserverpb::KV::Stub> EtcdServer::KV() const {
-  return etcdserverpb::KV::NewStub(
-      grpc::CreateChannel(target(), grpc::InsecureChannelCredentials()));
+  return etcdserverpb::KV::NewStub(Channel());
 }
 
 std::string EtcdServer::Dump(const std::string& prefix) const {
@@ -193,8 +225,7 @@ bool EtcdServer::RevokeLeaseOf(const std::string& key) const {
   etcdserverpb::LeaseRevokeRequest request;
   request.set_id(range.kvs(0).lease());
   etcdserverpb::LeaseRevokeResponse response;
-  auto lease = etcdserverpb::Lease::NewStub(
-      grpc::CreateChannel(target(), grpc::InsecureChannelCredentials()));
+  auto lease = etcdserverpb::Lease::NewStub(Channel());
   return lease->LeaseRevoke(&context, request, &response).ok();
 }
 
@@ -214,8 +245,7 @@ int64_t EtcdServer::Grant(int64_t ttl_seconds) const {
   etcdserverpb::LeaseGrantRequest request;
   request.set_ttl(ttl_seconds);
   etcdserverpb::LeaseGrantResponse response;
-  auto lease = etcdserverpb::Lease::NewStub(
-      grpc::CreateChannel(target(), grpc::InsecureChannelCredentials()));
+  auto lease = etcdserverpb::Lease::NewStub(Channel());
   if (!lease->LeaseGrant(&context, request, &response).ok()) return 0;
   return response.id();
 }
@@ -223,8 +253,7 @@ int64_t EtcdServer::Grant(int64_t ttl_seconds) const {
 bool EtcdServer::KeepAlive(int64_t lease) const {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + 2s);
-  auto stub = etcdserverpb::Lease::NewStub(
-      grpc::CreateChannel(target(), grpc::InsecureChannelCredentials()));
+  auto stub = etcdserverpb::Lease::NewStub(Channel());
   auto stream = stub->LeaseKeepAlive(&context);
   etcdserverpb::LeaseKeepAliveRequest request;
   request.set_id(lease);
@@ -243,6 +272,43 @@ bool EtcdServer::Put(const std::string& key, const std::string& value, int64_t l
   request.set_lease(lease);
   etcdserverpb::PutResponse response;
   return KV()->Put(&context, request, &response).ok();
+}
+
+}  // namespace ff::cp::testing
+
+namespace ff::cp::testing {
+
+std::shared_ptr<grpc::Channel> EtcdServer::Channel() const {
+  return grpc::CreateChannel(target(), Credentials(tls_.dir));
+}
+
+int EtcdServer::Admin(const std::string& command) const {
+  std::vector<std::string> env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "ETCDCTL_API=3",
+                                  "ETCDCTL_ENDPOINTS=" + url()};
+  if (!tls_.dir.empty()) {
+    env.push_back("ETCDCTL_CACERT=" + tls_.dir + "/ca.crt");
+    env.push_back("ETCDCTL_CERT=" + tls_.dir + "/root.crt");
+    env.push_back("ETCDCTL_KEY=" + tls_.dir + "/root.key");
+  }
+  std::vector<std::string> args = {"timeout", "30", "/bin/sh", "-c", command};
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  const std::string log = dir_ + "/etcd.log";
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = -1;
+  const int rc =
+      ::posix_spawn(&pid, "/usr/bin/timeout", &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return -1;
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
 }
 
 }  // namespace ff::cp::testing

@@ -1,6 +1,6 @@
 // A throwaway etcd for tests: its own data directory under /tmp, client and peer URLs on
 // free 127.0.0.1 ports, started and stopped by PID. Restartable on the same directory and
-// ports.
+// ports. Plaintext, or TLS with client certificates required (EtcdServer::Tls).
 #pragma once
 
 #include <sys/types.h>
@@ -16,7 +16,15 @@ namespace ff::cp::testing {
 
 class EtcdServer {
  public:
-  EtcdServer();
+  // https with the certificates scripts/ff-certs.sh made in `dir`: ca.crt,
+  // localhost.crt/.key (with IP 127.0.0.1) for the server, root.crt/.key (CN root) for the
+  // test's own calls, which are root's once authentication is on.
+  struct Tls {
+    std::string dir;           // empty: plaintext http
+    int auth_token_ttl_s = 0;  // etcd's --auth-token-ttl (simple tokens); 0: its default
+  };
+  EtcdServer();  // plaintext
+  explicit EtcdServer(Tls tls);
   ~EtcdServer();  // stops the server and removes its directory
   EtcdServer(const EtcdServer&) = delete;
   EtcdServer& operator=(const EtcdServer&) = delete;
@@ -31,7 +39,7 @@ class EtcdServer {
   // SIGKILL, as in a crash.
   void Kill();
 
-  std::string url() const;     // http://127.0.0.1:PORT
+  std::string url() const;     // http(s)://127.0.0.1:PORT
   std::string target() const;  // 127.0.0.1:PORT
   const std::string& dir() const { return dir_; }
 
@@ -49,9 +57,16 @@ class EtcdServer {
   bool KeepAlive(int64_t lease) const;
   // Writes `key` (under `lease`, 0 for none), as another writer would. false on error.
   bool Put(const std::string& key, const std::string& value, int64_t lease) const;
+  // A channel to this server with the test's own (root's) credentials.
+  std::shared_ptr<grpc::Channel> Channel() const;
+  // Runs `command` under /bin/sh (killed after 30 s) with etcdctl's environment pointing
+  // at this server as root (ETCDCTL_ENDPOINTS, _CACERT, _CERT, _KEY); its output goes to
+  // etcd.log. The exit status, -1 when it could not run.
+  int Admin(const std::string& command) const;
 
  private:
   void WaitExit(std::chrono::milliseconds limit);
+  const Tls tls_;
   std::string dir_;
   uint16_t client_port_ = 0;
   uint16_t peer_port_ = 0;

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "etcd_fixture.h"
+#include "log_capture.h"
 
 namespace ff::cp {
 namespace {
@@ -24,9 +25,9 @@ TEST_F(EtcdTest, TwoRoutersSeeEachOthersNodesAndPods) {
 TEST_F(EtcdTest, KeyLayoutAndLeases) {
   auto a = Router(kA, {"10.244.1.5"});
   ASSERT_TRUE(a);
-  EXPECT_EQ(etcd_.Dump("/freeflow/v1/"),
-            "/freeflow/v1/nodes/node-a={\"address\":\"127.0.0.1\",\"port\":7471} leased\n"
-            "/freeflow/v1/pods/10.244.1.5=node-a leased\n");
+  EXPECT_EQ(etcd_.Dump("/freeflow/v2/"),
+            "/freeflow/v2/nodes/node-a/endpoint={\"address\":\"127.0.0.1\",\"port\":7471} leased\n"
+            "/freeflow/v2/nodes/node-a/pods/10.244.1.5= leased\n");
 }
 
 TEST_F(EtcdTest, PublishAndWithdrawAfterStartAreSeenWithinOneSecond) {
@@ -55,7 +56,7 @@ TEST_F(EtcdTest, PublishAndWithdrawAfterStartAreSeenWithinOneSecond) {
   EXPECT_TRUE(Unknown(*b, "10.244.2.7"));
   EXPECT_TRUE(WaitFor([&] { return Unknown(*a, "10.244.2.7"); }, 1s));
   EXPECT_LT(Clock::now() - t0, 1s);
-  EXPECT_EQ(etcd_.Dump("/freeflow/v1/pods/"), "");
+  EXPECT_EQ(etcd_.Dump("/freeflow/v2/nodes/node-b/pods/"), "");
 }
 
 TEST_F(EtcdTest, DestroyingARouterRevokesItsEntries) {
@@ -67,8 +68,9 @@ TEST_F(EtcdTest, DestroyingARouterRevokesItsEntries) {
   b.reset();
   EXPECT_LT(Clock::now() - t0, 1500ms) << "the destructor must be prompt";
   EXPECT_TRUE(WaitFor([&] { return Unknown(*a, "10.244.2.5") && a->Nodes().empty(); }, 1s));
-  EXPECT_EQ(etcd_.Dump("/freeflow/v1/"),
-            "/freeflow/v1/nodes/node-a={\"address\":\"127.0.0.1\",\"port\":7471} leased\n");
+  EXPECT_EQ(
+      etcd_.Dump("/freeflow/v2/"),
+      "/freeflow/v2/nodes/node-a/endpoint={\"address\":\"127.0.0.1\",\"port\":7471} leased\n");
 }
 
 TEST_F(EtcdTest, ACrashedRoutersEntriesExpireWithItsLease) {
@@ -110,14 +112,15 @@ TEST_F(EtcdTest, ALostLeaseIsReplacedAndEverythingRewritten) {
   ASSERT_TRUE(b->Start(&error)) << error;
   ASSERT_TRUE(WaitFor([&] { return Sees(*b, "10.244.1.5", kA); }, 2s));
   const int before = changes;
-  ASSERT_TRUE(etcd_.RevokeLeaseOf("/freeflow/v1/nodes/node-a"));
+  ASSERT_TRUE(etcd_.RevokeLeaseOf("/freeflow/v2/nodes/node-a/endpoint"));
   // node-a's keys go (b notices through its watch) and come back under a new lease.
   EXPECT_TRUE(WaitFor([&] { return changes >= before + 2; }, 2s));
   EXPECT_TRUE(WaitFor([&] { return Sees(*b, "10.244.1.5", kA) && a->Healthy(); }, 2s));
-  EXPECT_EQ(etcd_.Dump("/freeflow/v1/"),
-            "/freeflow/v1/nodes/node-a={\"address\":\"127.0.0.1\",\"port\":7471} leased\n"
-            "/freeflow/v1/nodes/node-b={\"address\":\"127.0.0.2\",\"port\":7472} leased\n"
-            "/freeflow/v1/pods/10.244.1.5=node-a leased\n");
+  EXPECT_EQ(
+      etcd_.Dump("/freeflow/v2/"),
+      "/freeflow/v2/nodes/node-a/endpoint={\"address\":\"127.0.0.1\",\"port\":7471} leased\n"
+      "/freeflow/v2/nodes/node-a/pods/10.244.1.5= leased\n"
+      "/freeflow/v2/nodes/node-b/endpoint={\"address\":\"127.0.0.2\",\"port\":7472} leased\n");
 }
 
 TEST_F(EtcdTest, ARestartedRouterDeletesItsStalePods) {
@@ -135,18 +138,33 @@ TEST_F(EtcdTest, ARestartedRouterDeletesItsStalePods) {
   EXPECT_TRUE(Sees(*a, "10.244.3.5", kPeer));
 }
 
-TEST_F(EtcdTest, WithdrawDoesNotDeleteAPodThatMovedToAnotherNode) {
+// Each node writes only its own keys, so two nodes may announce one address: the first
+// keeps it (a node cannot take over an address another node serves), until it withdraws.
+TEST_F(EtcdTest, AnAddressTwoNodesAnnounceStaysWithTheFirstUntilItWithdraws) {
   auto a = Router(kA, {"10.244.1.5"});
   auto b = Router(kB);
   auto c = Router(kC);
   ASSERT_TRUE(a && b && c);
   ASSERT_TRUE(WaitFor([&] { return Sees(*c, "10.244.1.5", kA); }, 1s));
-  b->Publish(Ip("10.244.1.5"));  // the pod now lives on node-b
-  ASSERT_TRUE(WaitFor([&] { return Sees(*c, "10.244.1.5", kB); }, 1s));
-  a->Withdraw(Ip("10.244.1.5"));  // node-a cleans up late
+  b->Publish(Ip("10.244.1.5"));  // the pod moves to node-b before node-a withdraws it
+  ASSERT_TRUE(WaitFor([&] { return etcd_.Dump("/freeflow/v2/nodes/node-b/pods/") != ""; }, 1s));
   std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(Sees(*c, "10.244.1.5", kA));
+  EXPECT_TRUE(Sees(*b, "10.244.1.5", kB));  // a router's own pods resolve to itself
+  a->Withdraw(Ip("10.244.1.5"));            // node-a cleans up late
+  EXPECT_TRUE(WaitFor([&] { return Sees(*c, "10.244.1.5", kB); }, 1s));
+  EXPECT_TRUE(WaitFor([&] { return Sees(*a, "10.244.1.5", kB); }, 1s));
+  // A router that starts now reads both states from etcd and agrees.
+  b->Withdraw(Ip("10.244.1.5"));
+  ASSERT_TRUE(WaitFor([&] { return Unknown(*c, "10.244.1.5"); }, 1s));
+  b->Publish(Ip("10.244.1.5"));
+  ASSERT_TRUE(WaitFor([&] { return etcd_.Dump("/freeflow/v2/nodes/node-b/pods/") != ""; }, 1s));
+  a->Publish(Ip("10.244.1.5"));
+  ASSERT_TRUE(WaitFor([&] { return etcd_.Dump("/freeflow/v2/nodes/node-a/pods/") != ""; }, 1s));
+  c.reset();
+  c = Router(kC);
+  ASSERT_TRUE(c);
   EXPECT_TRUE(Sees(*c, "10.244.1.5", kB));
-  EXPECT_TRUE(Sees(*a, "10.244.1.5", kB));
 }
 
 TEST_F(EtcdTest, EtcdOutageKeepsTheCacheAndRecovers) {
@@ -186,10 +204,25 @@ TEST_F(EtcdTest, TriesEveryEndpointInTurn) {
   EXPECT_TRUE(WaitFor([&] { return a->Healthy(); }, 3s));
 }
 
+// A router given an etcd user on an etcd whose authentication is off works, and warns that
+// anyone who reaches etcd can change where pods live.
+TEST_F(EtcdTest, AUserOnAnEtcdWithoutAuthenticationIsWarnedAbout) {
+  ff::testing::LogCapture log;
+  options_.etcd.user = "node-a";
+  options_.etcd.password = "secret";
+  auto a = Router(kA, {"10.244.1.5"});
+  options_.etcd = {};
+  auto b = Router(kB);
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(WaitFor([&] { return Sees(*b, "10.244.1.5", kA); }, 1s));
+  EXPECT_EQ(log.Count({"has authentication off", "anyone who reaches it"}), 1);
+  EXPECT_EQ(log.Count({"authenticates over plaintext http://"}), 1);
+}
+
 TEST_F(EtcdTest, CustomPrefixKeepsDeploymentsApart) {
   options_.prefix = "/other/";
   auto a = Router(kA, {"10.244.1.5"});
-  options_.prefix = "/freeflow/v1/";
+  options_.prefix = "/freeflow/v2/";
   auto b = Router(kB);
   ASSERT_TRUE(a && b);
   std::this_thread::sleep_for(200ms);

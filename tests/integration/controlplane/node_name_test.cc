@@ -11,8 +11,8 @@
 namespace ff::cp {
 namespace {
 
-const std::string kNodeA = "/freeflow/v1/nodes/node-a";
-const std::string kNodeP = "/freeflow/v1/nodes/node-p";
+const std::string kNodeA = "/freeflow/v2/nodes/node-a/endpoint";
+const std::string kNodeP = "/freeflow/v2/nodes/node-p/endpoint";
 constexpr auto npos = std::string::npos;
 using ff::testing::LogCapture;
 
@@ -47,7 +47,7 @@ TEST_F(EtcdTest, ARouterWithATakenNameIsRefusedAndWritesNothing) {
   auto a = Router(kA, {"10.244.1.5"});
   auto b = Router(kB);
   ASSERT_TRUE(a && b);
-  const std::string before = etcd_.Dump("/freeflow/v1/");
+  const std::string before = etcd_.Dump("/freeflow/v2/");
   const int64_t lease = etcd_.LeaseOf(kNodeA);
   ASSERT_GT(lease, 0);
 
@@ -68,7 +68,7 @@ TEST_F(EtcdTest, ARouterWithATakenNameIsRefusedAndWritesNothing) {
   twin.reset();
 
   // The holder is untouched: same keys, same lease, still connected and resolved.
-  EXPECT_EQ(etcd_.Dump("/freeflow/v1/"), before);
+  EXPECT_EQ(etcd_.Dump("/freeflow/v2/"), before);
   EXPECT_EQ(etcd_.LeaseOf(kNodeA), lease);
   EXPECT_TRUE(a->Healthy());
   EXPECT_TRUE(Sees(*b, "10.244.1.5", kA));
@@ -164,7 +164,7 @@ TEST_F(EtcdTest, AKeyTakenByAnotherWriterIsReportedAndNotWrittenBack) {
       },
       5s));
   EXPECT_FALSE(a->Healthy());
-  EXPECT_EQ(etcd_.Dump("/freeflow/v1/pods/"), "");
+  EXPECT_EQ(etcd_.Dump("/freeflow/v2/nodes/node-a/pods/"), "");
   for (int i = 0; i < 15; ++i) {
     ASSERT_EQ(etcd_.LeaseOf(kNodeA), intruder.id()) << "after " << i * 100 << " ms";
     std::this_thread::sleep_for(100ms);
@@ -175,9 +175,9 @@ TEST_F(EtcdTest, AKeyTakenByAnotherWriterIsReportedAndNotWrittenBack) {
   intruder.Stop();
   ASSERT_TRUE(etcd_.RevokeLeaseOf(kNodeA));
   EXPECT_TRUE(WaitFor([&] { return a->Healthy(); }, 5s));
-  EXPECT_EQ(etcd_.Dump("/freeflow/v1/"),
-            "/freeflow/v1/nodes/node-a={\"address\":\"127.0.0.1\",\"port\":7471} leased\n"
-            "/freeflow/v1/pods/10.244.1.5=node-a leased\n");
+  EXPECT_EQ(etcd_.Dump("/freeflow/v2/"),
+            "/freeflow/v2/nodes/node-a/endpoint={\"address\":\"127.0.0.1\",\"port\":7471} leased\n"
+            "/freeflow/v2/nodes/node-a/pods/10.244.1.5= leased\n");
 }
 
 TEST_F(EtcdTest, ASecondRouterAtTheSameAddressWinsAndTheFirstGivesWay) {

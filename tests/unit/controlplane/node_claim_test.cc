@@ -12,7 +12,7 @@ namespace {
 const Endpoint kSelf{"node-a", 0xac1f0002, 7471};  // 172.31.0.2:7471
 const std::string kSelfValue = R"({"address":"172.31.0.2","port":7471})";
 const std::string kOtherValue = R"({"address":"172.31.0.3","port":7471})";
-const std::string kKey = "/freeflow/v1/nodes/node-a";
+const std::string kKey = "/freeflow/v2/nodes/node-a/endpoint";
 
 TEST(NodeValueTest, RoundTrips) {
   EXPECT_EQ(NodeValue(kSelf), kSelfValue);
@@ -66,7 +66,9 @@ TEST(NodeClashMessageTest, NamesTheNodeBothEndpointsTheKeyAndTheFix) {
   const std::string m = NodeClashMessage(kSelf, kKey, {kOtherValue, 0x1234abcd});
   EXPECT_NE(m.find("node name \"node-a\" is taken"), std::string::npos) << m;
   EXPECT_NE(m.find("a live router at 172.31.0.3:7471 holds it"), std::string::npos) << m;
-  EXPECT_NE(m.find("etcd key /freeflow/v1/nodes/node-a, lease 1234abcd"), std::string::npos) << m;
+  EXPECT_NE(m.find("etcd key /freeflow/v2/nodes/node-a/endpoint, lease 1234abcd"),
+            std::string::npos)
+      << m;
   EXPECT_NE(m.find("this router serves node links on 172.31.0.2:7471"), std::string::npos) << m;
   EXPECT_NE(m.find("--node-name"), std::string::npos) << m;
   EXPECT_EQ(m.find("the same address"), std::string::npos) << m;

@@ -29,7 +29,7 @@ TEST(SpecTest, RejectsUnknownKinds) {
 }
 
 TEST(SpecTest, RejectsMalformedEtcdEndpoints) {
-  EXPECT_NE(ErrorFor("etcd:https://127.0.0.1:2379").find("TLS is not supported"),
+  EXPECT_NE(ErrorFor("etcd:https://127.0.0.1:2379,http://127.0.0.1:2380").find("mix http://"),
             std::string::npos);
   EXPECT_NE(ErrorFor("etcd:127.0.0.1").find("\"127.0.0.1\" is not of the form"), std::string::npos);
   EXPECT_NE(ErrorFor("etcd:http://127.0.0.1:2379,http://x/y:1").find("\"http://x/y:1\""),
@@ -62,6 +62,8 @@ TEST(SpecTest, AcceptsEtcdEndpointForms) {
   EXPECT_NE(MakeControlPlane("etcd:http://127.0.0.1:2379", kSelf, {}, &error), nullptr) << error;
   EXPECT_NE(MakeControlPlane("etcd:127.0.0.1:2379, http://localhost:2379/", kSelf, {}, &error),
             nullptr)
+      << error;
+  EXPECT_NE(MakeControlPlane("etcd:https://etcd.example:2379", kSelf, {}, &error), nullptr)
       << error;
 }
 
