@@ -24,6 +24,8 @@ Executor::Verdict Executor::OnMessage(LinkId link, const NodeMessage& m) {
     case wire::Type::kRecord:
       return Record(link, m.chan, m.body, m.len);
     case wire::Type::kClose:
+      std::erase_if(unresolved_,
+                    [&](const Unresolved& u) { return u.link == link && u.chan == m.chan; });
       if (senders_.count({link, m.chan})) Drop({link, m.chan}, false, m.flags != 0);
       return Verdict::kConsumed;
     default:
@@ -43,9 +45,14 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m) {
   };
   const std::string peer = transport_->PeerNode(link);
   const std::optional<cp::Endpoint> from = directory_.Locate(m.src_ip);
-  if (!from || from->node != peer) {
-    // Not known yet (a pod that just started): "ask again", as for an unnamed peer.
-    if (!from) return answer(EINPROGRESS);
+  if (!from) {
+    // Perhaps a pod that just started, whose entry is still on its way: look again on the
+    // router's timer until the deadline (RetryUnresolved).
+    unresolved_.push_back({link, chan, m, MonotonicNs() + kSourceResolveNs});
+    retry_soon_();
+    return;
+  }
+  if (from->node != peer) {
     spdlog::warn("router {} connected as {} (QP {:#x}), a pod of node {}: refused", peer,
                  FormatIpv4(m.src_ip), m.src_qpn, from->node);
     return answer(EACCES);
@@ -366,7 +373,28 @@ void Executor::Credit(Sender& s, uint64_t bytes) {
 
 bool Executor::Retry() {
   RunWaiting(kNoLink);
-  return !waiting_.empty();
+  RetryUnresolved();
+  return !waiting_.empty() || !unresolved_.empty();
+}
+
+void Executor::RetryUnresolved() {
+  std::vector<Unresolved> pending;
+  pending.swap(unresolved_);
+  const uint64_t now = MonotonicNs();
+  for (const Unresolved& u : pending) {
+    if (directory_.Locate(u.m.src_ip) || now >= u.deadline_ns) {
+      if (!directory_.Locate(u.m.src_ip)) {
+        spdlog::warn("router {} connected as {} (QP {:#x}), which no node holds: refused",
+                     transport_->PeerNode(u.link), FormatIpv4(u.m.src_ip), u.m.src_qpn);
+        const wire::ConnectReply reply{EACCES, 0, 0, 0};
+        transport_->Send(u.link, wire::Type::kConnectReply, u.chan, 0, {{&reply, sizeof(reply)}});
+        continue;
+      }
+      Connect(u.link, u.chan, u.m);
+    } else {
+      unresolved_.push_back(u);
+    }
+  }
 }
 
 void Executor::RunWaiting(LinkId link) {
@@ -422,6 +450,7 @@ void Executor::Drop(const Key& key, bool tell_peer, bool died) {
 
 void Executor::OnLinkDown(LinkId link) {
   held_for_output_.erase(link);
+  std::erase_if(unresolved_, [link](const Unresolved& u) { return u.link == link; });
   std::vector<Key> keys;
   for (const auto& [key, s] : senders_)
     if (key.first == link) keys.push_back(key);

@@ -16,7 +16,9 @@
 //
 // A connect names its initiator (source address and QPN); the source must be a pod of the
 // node at the other end of the link, as the control plane says (with TLS, the node its
-// certificate names): a router cannot speak for another node's pods.
+// certificate names): a router cannot speak for another node's pods. A source the control
+// plane does not know yet is looked up again for kSourceResolveNs before the connect is
+// refused (a pod that just started).
 //
 // Quotas (quotas.h), charged to the pod that owns the target QP: the router's mappings of
 // its QP and SRQ segments and regions count against kMappedBytes (a connect over it gets
@@ -96,9 +98,17 @@ class Executor {
     RnrState rnr;
   };
   enum class Claim { kHave, kDrop, kWait };
+  // A connect whose source address the control plane did not know yet.
+  struct Unresolved {
+    LinkId link;
+    uint32_t chan;
+    wire::Connect m;
+    uint64_t deadline_ns;
+  };
   using Key = std::pair<LinkId, uint32_t>;  // (link, channel)
 
   void Connect(LinkId link, uint32_t chan, const wire::Connect& m);
+  void RetryUnresolved();
   Verdict Record(LinkId link, uint32_t chan, const char* body, uint32_t len);
   // Executes one request. false: it cannot proceed yet (retry later).
   bool Apply(Sender& s, const RequestView& v);
@@ -134,6 +144,7 @@ class Executor {
   std::map<uint32_t, Key> by_id_;
   std::set<Key> waiting_;             // senders with queued records
   std::set<LinkId> held_for_output_;  // links held because their answers pile up
+  std::vector<Unresolved> unresolved_;
 };
 
 }  // namespace ff::router

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 namespace ff::router {
 namespace {
@@ -89,6 +90,15 @@ std::shared_ptr<const TlsContext> TlsContext::Load(const TlsFiles& files, const 
     *error = what + ": " + Drain();
     return nullptr;
   };
+  const std::pair<const char*, const std::string*> named[] = {{"the node certificate", &files.cert},
+                                                              {"the node key", &files.key},
+                                                              {"the CA certificate", &files.ca}};
+  for (const auto& [what, path] : named) {
+    if (::access(path->c_str(), R_OK) != 0) {
+      *error = std::string("cannot read ") + what + " " + *path + ": " + std::strerror(errno);
+      return nullptr;
+    }
+  }
   if (SSL_CTX_use_certificate_chain_file(raw, files.cert.c_str()) != 1)
     return failed("cannot read the node certificate " + files.cert);
   if (SSL_CTX_use_PrivateKey_file(raw, files.key.c_str(), SSL_FILETYPE_PEM) != 1)

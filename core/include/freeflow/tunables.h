@@ -88,7 +88,8 @@ inline constexpr uint64_t kFdReserve = 256;  // descriptors the router keeps bey
 inline constexpr size_t kForwardRoundBytes = 64 * 1024;  // per proxy per drain round (fairness)
 inline constexpr uint64_t kChannelWindow = 2u << 20;     // record bytes in flight per channel
 inline constexpr uint64_t kCreditBatch = 256 * 1024;     // executed bytes credited in one message
-inline constexpr uint64_t kRetryTickNs = 200'000;        // timer period while a retry waits
+inline constexpr uint64_t kSourceResolveNs = 3'000'000'000ull;  // a connect's unknown source
+inline constexpr uint64_t kRetryTickNs = 200'000;               // timer period while a retry waits
 inline constexpr uint64_t kIdleTickNs = 50'000'000;  // timer period otherwise (deadlines, sweeps)
 
 // ---- node links (router <-> router) -------------------------------------------------------

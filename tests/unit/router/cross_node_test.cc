@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "freeflow/target_ops.h"
 #include "harness.h"
@@ -514,6 +515,32 @@ TEST_F(CrossNodeTest, UdDatagramsCrossNodesWithTheirQkey) {
   EXPECT_EQ(got.qkey, 0x1234u);
   EXPECT_EQ(std::string(p, 5), "hello");
   EXPECT_TRUE(NoAnswer(100));
+}
+
+// The target's router checks that a connect's source is a pod of the node that sent it: a
+// source the control plane does not know yet waits for it; one it places on another node is
+// refused.
+TEST_F(CrossNodeTest, AConnectsSourceMustBeAPodOfTheNodeThatSentIt) {
+  RawQp from = initiator.CreateQp(IBV_QPT_RC);
+  RawQp to = target.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(target.Name(to, Ip("10.1.0.1"), from.qpn), EINPROGRESS);
+  cluster.Erase(Ip("10.1.0.1"));  // its entry is still on its way
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cluster.Set(Ip("10.1.0.1"), a.endpoint());
+  });
+  const auto start = std::chrono::steady_clock::now();
+  RawLink late = initiator.Connect(from, Ip("10.2.0.1"), to.qpn);
+  later.join();
+  EXPECT_EQ(late.status, 0);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
+
+  RawQp forged = initiator.CreateQp(IBV_QPT_RC);
+  RawQp victim = target.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(target.Name(victim, Ip("10.1.0.1"), forged.qpn), EINPROGRESS);
+  cluster.Set(Ip("10.1.0.1"), {"node-c", Ip("192.168.0.3"), 7471});  // says another node
+  EXPECT_EQ(initiator.Connect(forged, Ip("10.2.0.1"), victim.qpn).status, EACCES);
+  cluster.Set(Ip("10.1.0.1"), a.endpoint());
 }
 
 // A target that posts no receive (RNR retries forever) while its initiator keeps sending:
