@@ -58,7 +58,7 @@ Exec Write(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st
     char* dst = nullptr;
     *st = ResolveTarget(qp, link, w, w.length, IBV_ACCESS_REMOTE_WRITE, &dst);
     if (*st != IBV_WC_SUCCESS) return Exec::kDone;
-    CopyFromSges(WqeSges(qp, index), w.num_sge, 0, dst, w.length);
+    if (w.length > 0) CopyFromSges(WqeSges(qp, index), w.num_sge, 0, dst, w.length);
     w.started = true;
   }
   if (w.opcode == IBV_WR_RDMA_WRITE) return Exec::kDone;
@@ -77,7 +77,8 @@ Exec Write(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st
 Exec Read(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {
   char* src = nullptr;
   *st = ResolveTarget(qp, link, w, w.length, IBV_ACCESS_REMOTE_READ, &src);
-  if (*st == IBV_WC_SUCCESS) CopyToSges(WqeSges(qp, index), w.num_sge, 0, src, w.length);
+  if (*st == IBV_WC_SUCCESS && w.length > 0)
+    CopyToSges(WqeSges(qp, index), w.num_sge, 0, src, w.length);
   return Exec::kDone;
 }
 

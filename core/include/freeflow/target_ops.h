@@ -95,11 +95,19 @@ inline int64_t RegionOffset(const MrView& v, uint64_t addr, uint64_t len, uint64
 // region that backs the MR through map_region(region_id, need) -> const Mapping* (nullptr
 // when it cannot be mapped with the rights `need` asks for: a region shared read-only is
 // never written) and checks the bounds against that mapping. On success *out points at
-// the first byte.
+// the first byte. A zero-length access names no memory: only the target QP's access flags
+// are checked, not the R_Key or the address (IBTA C9-88, as rxe does), and *out is nullptr.
+// UCX flushes an RC endpoint with such a WRITE (rkey 0, address 0).
 template <typename MapRegion>
 ibv_wc_status ResolveTarget(const QpSegmentHeader* target_qp, const MrEntry* table, uint32_t rkey,
                             uint64_t addr, uint64_t len, uint32_t need, MapRegion&& map_region,
                             char** out) {
+  if (len == 0) {
+    *out = nullptr;
+    return (target_qp->qp_access.load(std::memory_order_relaxed) & need) == need
+               ? IBV_WC_SUCCESS
+               : IBV_WC_REM_ACCESS_ERR;
+  }
   MrView v;
   const ibv_wc_status st = CheckRemoteAccess(target_qp, table, rkey, addr, len, need, &v);
   if (st != IBV_WC_SUCCESS) return st;

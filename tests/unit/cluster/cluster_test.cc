@@ -314,6 +314,26 @@ TEST_P(ClusterTest, AForgedRkeyCompletesWithARemoteAccessError) {
   EXPECT_EQ(wc[0].status, IBV_WC_REM_ACCESS_ERR);
 }
 
+// A zero-length WRITE or READ names no memory: no R_Key or address is checked (UCX flushes
+// with rkey 0 and address 0), but the target QP must still allow the access.
+TEST_P(ClusterTest, AZeroLengthWriteOrReadNeedsNoKeyButTheQpsAccess) {
+  ConnectBoth();
+  for (const ibv_wr_opcode op : {IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ}) {
+    ibv_send_wr wr{};
+    wr.wr_id = 11;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.num_sge = 0;
+    wr.wr.rdma.remote_addr = 0;
+    wr.wr.rdma.rkey = 0;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(a->qp, &wr, &bad), 0);
+    const auto wc = a->Poll(1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS) << op;
+  }
+}
+
 TEST_P(ClusterTest, APeerWhoseProcessDiesFailsTheQpWithoutAHang) {
   ConnectBoth();
   ASSERT_EQ(a->PostRecv(1, 0, 64), 0);
