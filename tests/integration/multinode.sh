@@ -26,6 +26,17 @@ pair() {
   check "$name" $status
 }
 
+# long_pingpong TAG: a long ibv_rc_pingpong from pod 1/0 to pod 0/0, running after 1.5 s;
+# its PIDs in pp_server and pp_client, its logs $FF_DIR/TAG-{s,c}.log.
+long_pingpong() {
+  mn_pod_bg 0 0 ibv_rc_pingpong -g 1 -n 100000000 >"$FF_DIR/$1-s.log" 2>&1
+  pp_server=$FF_LAST_PID
+  sleep 0.5
+  mn_pod_bg 1 0 ibv_rc_pingpong -g 1 -n 100000000 "$(mn_pod_ip 0 0)" >"$FF_DIR/$1-c.log" 2>&1
+  pp_client=$FF_LAST_PID
+  sleep 1
+}
+
 mode=${1:-tools}
 cp=${2:-static}
 multinode_up 2 2
@@ -71,12 +82,8 @@ case $mode in
     pair "ib_write_bw across nodes, mlx5 path" 0 0 1 0 env FFV_VENDOR=mlx5 ib_write_bw -n 1000
     # A pod polling a CQ that only the router feeds sleeps instead of spinning: the routers
     # need that CPU. Stop the client mid-run and read the server's CPU time for 1 s.
-    mn_pod_bg 0 0 ibv_rc_pingpong -g 1 -n 100000000 >"$FF_DIR/spin-s.log" 2>&1
-    spid=$FF_LAST_PID
-    sleep 0.5
-    mn_pod_bg 1 0 ibv_rc_pingpong -g 1 -n 100000000 "$(mn_pod_ip 0 0)" >"$FF_DIR/spin-c.log" 2>&1
-    cpid=$FF_LAST_PID
-    sleep 1
+    long_pingpong spin
+    spid=$pp_server cpid=$pp_client
     kill -STOP "$cpid"
     sleep 0.2
     cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo -1; }
@@ -218,12 +225,8 @@ case $mode in
     pair "ib_write_bw across nodes, etcd over TLS with auth" 0 0 1 0 ib_write_bw -n 1000
     # While a pod on each node holds a QP, etcd has both nodes' endpoints and pods, each
     # under its node's prefix, and nothing else.
-    mn_pod_bg 0 0 ibv_rc_pingpong -g 1 -n 100000 >"$FF_DIR/keys-s.log" 2>&1
-    kpid0=$FF_LAST_PID
-    sleep 0.5
-    mn_pod_bg 1 0 ibv_rc_pingpong -g 1 -n 100000 "$(mn_pod_ip 0 0)" >"$FF_DIR/keys-c.log" 2>&1
-    kpid1=$FF_LAST_PID
-    sleep 1
+    long_pingpong keys
+    kpid0=$pp_server kpid1=$pp_client
     keys=$(mn_etcd_get /freeflow/v2/ --prefix --keys-only | sed '/^$/d')
     kill "$kpid0" "$kpid1" 2>/dev/null; wait "$kpid0" "$kpid1" 2>/dev/null
     echo "$keys"
