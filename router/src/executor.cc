@@ -37,7 +37,7 @@ Executor::Sender* Executor::Find(LinkId link, uint32_t chan) {
   return FindIn(senders_, Key{link, chan});
 }
 
-void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m) {
+void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint64_t deadline_ns) {
   wire::ConnectReply reply{0, 0, 0, 0};
   auto answer = [&](int status) {
     reply.status = status;
@@ -48,9 +48,16 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m) {
   if (!from) {
     // Perhaps a pod that just started, whose entry is still on its way: look again on the
     // router's timer until the deadline (RetryUnresolved).
-    unresolved_.push_back({link, chan, m, MonotonicNs() + kSourceResolveNs});
-    retry_soon_();
-    return;
+    const uint64_t now = MonotonicNs();
+    if (deadline_ns == 0) deadline_ns = now + kSourceResolveNs;
+    if (now < deadline_ns) {
+      unresolved_.push_back({link, chan, m, deadline_ns});
+      retry_soon_();
+      return;
+    }
+    spdlog::warn("router {} connected as {} (QP {:#x}), which no node holds: refused", peer,
+                 FormatIpv4(m.src_ip), m.src_qpn);
+    return answer(EACCES);
   }
   if (from->node != peer) {
     spdlog::warn("router {} connected as {} (QP {:#x}), a pod of node {}: refused", peer,
@@ -380,21 +387,7 @@ bool Executor::Retry() {
 void Executor::RetryUnresolved() {
   std::vector<Unresolved> pending;
   pending.swap(unresolved_);
-  const uint64_t now = MonotonicNs();
-  for (const Unresolved& u : pending) {
-    if (directory_.Locate(u.m.src_ip) || now >= u.deadline_ns) {
-      if (!directory_.Locate(u.m.src_ip)) {
-        spdlog::warn("router {} connected as {} (QP {:#x}), which no node holds: refused",
-                     transport_->PeerNode(u.link), FormatIpv4(u.m.src_ip), u.m.src_qpn);
-        const wire::ConnectReply reply{EACCES, 0, 0, 0};
-        transport_->Send(u.link, wire::Type::kConnectReply, u.chan, 0, {{&reply, sizeof(reply)}});
-        continue;
-      }
-      Connect(u.link, u.chan, u.m);
-    } else {
-      unresolved_.push_back(u);
-    }
-  }
+  for (const Unresolved& u : pending) Connect(u.link, u.chan, u.m, u.deadline_ns);
 }
 
 void Executor::RunWaiting(LinkId link) {

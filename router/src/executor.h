@@ -107,7 +107,8 @@ class Executor {
   };
   using Key = std::pair<LinkId, uint32_t>;  // (link, channel)
 
-  void Connect(LinkId link, uint32_t chan, const wire::Connect& m);
+  // `deadline_ns`: until when an unknown source is looked up again (0: a fresh connect).
+  void Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint64_t deadline_ns = 0);
   void RetryUnresolved();
   Verdict Record(LinkId link, uint32_t chan, const char* body, uint32_t len);
   // Executes one request. false: it cannot proceed yet (retry later).

@@ -397,22 +397,16 @@ void TcpTransport::EncryptDirect(Link& l, const iovec* iov, int n, size_t total)
       std::memcpy(head + head_len, iov[i].iov_base, iov[i].iov_len);
       head_len += iov[i].iov_len;
     }
-    const auto encrypt = [&](const char* p, size_t len) {
-      size_t off = 0;
-      while (off < len) {
-        const ssize_t w = l.tls->Write(p + off, len - off);
-        if (w > 0) {
-          off += static_cast<size_t>(w);
-        } else if (!l.tls->HasUnsent() || !l.tls->SendPending()) {
-          break;  // the buffer and the socket are full (or the session failed)
-        }
-      }
-      taken += off;
-      return off == len;
-    };
-    bool all = head_len == 0 || encrypt(head, head_len);
-    for (; all && i < n; ++i)
-      all = encrypt(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+    bool all = true;
+    if (head_len > 0) {
+      taken = Encrypt(l, head, head_len);
+      all = taken == head_len;
+    }
+    for (; all && i < n; ++i) {
+      const size_t got = Encrypt(l, static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+      taken += got;
+      all = got == iov[i].iov_len;
+    }
   }
   if (taken < total) AppendFrom(l, iov, n, taken);
   // Sent at once, as a plaintext link does: waiting for the end of the loop turn to batch
@@ -469,23 +463,33 @@ void TcpTransport::Flush(Link& l, bool may_notify) {
   SyncEvents(l);
 }
 
-// Encrypted bytes go first; then what the link owes is encrypted into the send buffer and
-// sent, a buffer at a time, until the socket is full.
+// Encrypts what the link owes into the session's send buffer and sends it, a buffer at a
+// time, until the socket is full.
 void TcpTransport::FlushTls(Link& l) {
-  for (;;) {
-    if (l.tls->HasUnsent()) {
-      const bool all = l.tls->SendPending();
-      l.last_tx_ns = MonotonicNs();
-      if (!all) return;  // EPOLLOUT resumes
-    }
-    if (l.out_off == l.out.size()) return;
-    const ssize_t n = l.tls->Write(l.out.data() + l.out_off, l.out.size() - l.out_off);
-    if (n > 0) {
-      l.out_off += static_cast<size_t>(n);
-    } else if (!l.tls->HasUnsent()) {
-      return;  // waits for the read side (a key update) or failed: reading reports it
+  l.out_off += Encrypt(l, l.out.data() + l.out_off, l.out.size() - l.out_off);
+  if (l.tls->HasUnsent()) SendTls(l);
+}
+
+// Encrypts up to `len` bytes, sending the send buffer whenever it is full. The bytes taken:
+// fewer when the socket is full, or the session waits for its peer or failed (reading
+// reports that).
+size_t TcpTransport::Encrypt(Link& l, const char* p, size_t len) {
+  size_t off = 0;
+  while (off < len) {
+    const ssize_t w = l.tls->Write(p + off, len - off);
+    if (w > 0) {
+      off += static_cast<size_t>(w);
+    } else if (!l.tls->HasUnsent() || !SendTls(l)) {
+      break;
     }
   }
+  return off;
+}
+
+bool TcpTransport::SendTls(Link& l) {
+  const bool all = l.tls->SendPending();
+  l.last_tx_ns = MonotonicNs();
+  return all;
 }
 
 // Registers the epoll interest the link's state calls for: input unless a message is held,

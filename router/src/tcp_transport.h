@@ -92,7 +92,9 @@ class TcpTransport final : public NodeTransport {
   bool Secure(Link& l);         // advances the TLS handshake; false: the link was closed
   void OnAccepted(UniqueFd fd);
   ssize_t Receive(Link& l, char* p, size_t n);
-  void FlushTls(Link& l);     // encrypts what the link owes and sends it in batches
+  void FlushTls(Link& l);  // encrypts what the link owes and sends it in batches
+  size_t Encrypt(Link& l, const char* p, size_t len);
+  bool SendTls(Link& l);      // sends the encrypted bytes; false: the socket is full
   void ReadLater(LinkId id);  // when OpenSSL holds bytes that epoll cannot report
   // Delivers complete frames. false: malformed, the link must be closed.
   bool Parse(Link& l);

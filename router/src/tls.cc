@@ -45,8 +45,7 @@ bool Names(X509* cert, const std::string& node) {
              1;
 }
 
-// Reads the node's own certificate again to check the name in it (the context keeps its
-// own copy).
+// Checks that the certificate the context loaded names this node.
 bool CheckOwnName(SSL_CTX* ctx, const TlsFiles& files, const std::string& node,
                   std::string* error) {
   X509* own = SSL_CTX_get0_certificate(ctx);
