@@ -98,6 +98,21 @@ int DrainWakes(int rx) {
   return n;
 }
 
+int WaitForWakes(int rx) {
+  constexpr int kBatch = 16;
+  char bytes[kBatch];
+  iovec iov[kBatch];
+  mmsghdr msgs[kBatch] = {};
+  for (int i = 0; i < kBatch; ++i) {
+    iov[i] = iovec{&bytes[i], 1};
+    msgs[i].msg_hdr.msg_iov = &iov[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+  }
+  // MSG_WAITFORONE: blocks for the first datagram only; the rest are taken if present.
+  if (::recvmmsg(rx, msgs, kBatch, MSG_WAITFORONE, nullptr) < 0) return errno;
+  return 0;
+}
+
 bool IsWakeSocket(int fd) {
   int domain = 0;
   int type = 0;

@@ -11,8 +11,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "exports.h"
@@ -105,32 +107,41 @@ int SleepOnRouter(Context* ctx, Cq* cq, int n, ibv_wc* wc) {
 // nobody else advances while the application sleeps. ctx->lock held.
 Cq* TakeFiredCq(Channel* ch, bool* pending) {
   Context* ctx = ch->ctx;
+  // The oldest event first: a program waiting on the receive CQ right after an event of
+  // its send CQ (perftest's and qperf's event loops do) must see them in that order.
   Cq* found = nullptr;
+  uint64_t oldest = UINT64_MAX;
   for (Cq* cq : ch->cqs) {
-    ff::NotifySlot* slot = EventSlot(cq);
-    if (slot->fired.load(std::memory_order_acquire) && slot->fired.exchange(0)) {
+    const uint64_t when = EventSlot(cq)->fired.load(std::memory_order_acquire);
+    if (when != 0 && when < oldest) {
+      oldest = when;
       found = cq;
-      break;
     }
   }
+  if (found != nullptr) EventSlot(found)->fired.store(0, std::memory_order_relaxed);
   if (ctx->attention.load(std::memory_order_relaxed)) HandleAttention(ctx);
   ProgressPending(ctx);
   *pending = !ctx->pending.empty();
   return found;
 }
 
-// Waits for the channel's wake socket: not at all when it is non-blocking, briefly while sends
-// are queued (they need retrying), else until it is written. 0, or a positive errno.
-int WaitForEvent(ibv_comp_channel* channel, bool pending) {
+// Waits for the channel's wake socket as a read of a real channel does: until it is
+// written (EAGAIN at once when it is non-blocking; EINTR when a signal interrupts it and the
+// handler does not ask for restarts). While sends are queued it waits at most *retry_ns,
+// then returns 0 so that they are retried, doubling *retry_ns up to kPendingSendRetryNs:
+// a peer that frees room is noticed within microseconds, a stalled one costs few wake-ups.
+// 0, or a positive errno.
+int WaitForEvent(ibv_comp_channel* channel, bool pending, uint64_t* retry_ns) {
+  if (!pending) return ff::WaitForWakes(channel->fd);  // the fired words tell which CQ
   const bool nonblocking = (::fcntl(channel->fd, F_GETFL) & O_NONBLOCK) != 0;
-  const timespec retry{0, static_cast<long>(ff::kPendingSendRetryNs)};
-  const timespec* timeout = pending ? &retry : nullptr;
+  const timespec retry{0, static_cast<long>(*retry_ns)};
   const timespec zero{0, 0};
+  *retry_ns = std::min(*retry_ns * 2, ff::kPendingSendRetryNs);
   pollfd p{channel->fd, POLLIN, 0};
-  const int r = ::ppoll(&p, 1, nonblocking ? &zero : timeout, nullptr);
-  if (r < 0) return errno == EINTR ? 0 : errno;
+  const int r = ::ppoll(&p, 1, nonblocking ? &zero : &retry, nullptr);
+  if (r < 0) return errno;
   if (r > 0) {
-    ff::DrainWakes(channel->fd);  // every wake so far: the fired words tell which CQ
+    ff::DrainWakes(channel->fd);
     return 0;
   }
   return nonblocking ? EAGAIN : 0;
@@ -138,6 +149,7 @@ int WaitForEvent(ibv_comp_channel* channel, bool pending) {
 
 int GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq_out, void** cq_context) {
   Channel* ch = ToChannel(channel);
+  uint64_t retry_ns = ff::kPendingSendFirstRetryNs;
   for (;;) {
     bool pending = false;
     Cq* found;
@@ -150,7 +162,7 @@ int GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq_out, void** cq_context) {
       if (cq_context != nullptr) *cq_context = found->cq.cq_context;
       return 0;
     }
-    if (const int rc = WaitForEvent(channel, pending)) return rc;
+    if (const int rc = WaitForEvent(channel, pending, &retry_ns)) return rc;
   }
 }
 
@@ -163,10 +175,16 @@ void OnCqOverflow(Cq* cq) {
   PushAsyncEvent(cq->ctx, IBV_EVENT_CQ_ERR, &cq->cq);
 }
 
-void WakeCq(Cq* cq) {
+void FireCq(Cq* cq) {
   if (cq->notify_slot == ff::proto::kNoId || cq->channel == nullptr) return;
-  EventSlot(cq)->fired.store(1, std::memory_order_release);
+  // Always written, even by the thread that will wait: a program may watch the channel's
+  // descriptor with poll or epoll instead of blocking in ibv_get_cq_event.
+  EventSlot(cq)->fired.store(ff::MonotonicNs() | 1, std::memory_order_release);
   ff::SendWake(cq->channel->tx.get());
+}
+
+void NudgeCq(Cq* cq) {
+  if (cq->channel != nullptr) ff::SendWake(cq->channel->tx.get());
 }
 
 int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {

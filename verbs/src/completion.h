@@ -17,22 +17,33 @@ inline ff::NotifySlot* EventSlot(const Cq* cq) { return cq->ctx->session->slot(c
 
 void OnCqOverflow(Cq* cq);  // rare: reported once per CQ
 
-// Fires `cq`'s completion event whether or not it is armed, so that a process asleep in
-// ibv_get_cq_event polls and sees an error. Any thread.
-void WakeCq(Cq* cq);
+// Fires `cq`'s completion event (its caller disarmed it). Any thread.
+void FireCq(Cq* cq);
+
+// Wakes a process asleep in ibv_get_cq_event on `cq`'s channel without an event: it handles
+// what the router told it (a peer linked up or went away, a UD ring arrived), which may add
+// completions that fire events of their own, and sleeps again if none did. A real channel
+// never delivers an event without a completion, and programs that take one event per
+// completion (perftest's and qperf's event loops) go out of step on a spurious one. Any
+// thread.
+void NudgeCq(Cq* cq);
 
 // Adds a completion (ctx->lock held) and fires the event if req_notify_cq armed it. No fence
 // is needed against the arming side: after arming, it polls under the lock we hold.
-inline void PushWc(Cq* cq, const ibv_wc& wc) {
+// `announced`: the completion comes from a record or response whose publisher already fired
+// the event when it published it (a peer, or the router). It entered the CQ then, as far as
+// the application can tell, so taking it out of a ring now must not fire the event again:
+// a program that re-arms, then polls (the usual loop) would get a second event for it.
+inline void PushWc(Cq* cq, const ibv_wc& wc, bool announced = false) {
   if (__builtin_expect(CqFull(cq), 0)) {
     OnCqOverflow(cq);
     return;
   }
   cq->wcs[cq->tail & cq->mask] = wc;
   ++cq->tail;
-  if (cq->notify_slot == ff::proto::kNoId) return;
+  if (announced || cq->notify_slot == ff::proto::kNoId) return;
   ff::NotifySlot* slot = EventSlot(cq);
-  if (slot->armed.load(std::memory_order_relaxed) && slot->armed.exchange(0)) WakeCq(cq);
+  if (slot->armed.load(std::memory_order_relaxed) && slot->armed.exchange(0)) FireCq(cq);
 }
 
 // ctx->ops entry points.

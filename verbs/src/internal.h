@@ -201,6 +201,7 @@ struct SendWqe {
   uint32_t pre_status;  // ibv_wc_status found at post time (bad lkey, ...)
   bool in_flight;       // executed; the outcome comes back later (LinkOps::collect)
   bool done;            // outcome known (status), waiting to be retired in order
+  bool answered;        // the outcome came in a response (whose writer fired the CQ event)
   uint32_t status;
 };
 

@@ -94,6 +94,7 @@ Exec ExecuteThroughRouter(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ib
 void Finish(Qp* qp, SendWqe& w, uint32_t status) {
   w.in_flight = false;
   w.done = true;
+  w.answered = true;
   w.status = status;
   --qp->inflight;
   if (IsReadOrAtomic(w.opcode)) --qp->reads_inflight;

@@ -12,8 +12,8 @@ namespace ffv {
 namespace {
 
 void WakeQpCqs(Qp* qp) {
-  if (qp->scq != nullptr) WakeCq(qp->scq);
-  if (qp->rcq != nullptr && qp->rcq != qp->scq) WakeCq(qp->rcq);
+  if (qp->scq != nullptr) NudgeCq(qp->scq);
+  if (qp->rcq != nullptr && qp->rcq != qp->scq) NudgeCq(qp->rcq);
 }
 
 void FailPeerless(Context* ctx, Qp* qp) {

@@ -53,7 +53,7 @@ void CompleteRecv(Qp* qp, const InboundState& in, const ff::RecordHeader& h, ibv
     wc.imm_data = h.imm;
   }
   if (qp->type == IBV_QPT_UD) wc.wc_flags |= IBV_WC_GRH;
-  PushWc(qp->rcq, wc);
+  PushWc(qp->rcq, wc, /*announced=*/true);
 }
 
 void WriteGrh(InboundState* in, const ff::RecordHeader& h, uint32_t my_ip) {

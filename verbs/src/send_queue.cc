@@ -128,6 +128,7 @@ void Enqueue(Qp* qp, const ibv_send_wr* wr, uint64_t length) {
   w.pre_status = IBV_WC_SUCCESS;
   w.in_flight = false;
   w.done = false;
+  w.answered = false;
   w.status = IBV_WC_SUCCESS;
   TakeData(qp, w, index, wr);
   TakeAddressing(qp, w, wr);
@@ -157,7 +158,8 @@ void CompleteSend(Qp* qp, const SendWqe& w, ibv_wc_status st) {
   wc.opcode = SendWcOpcode(w.opcode);
   wc.byte_len = static_cast<uint32_t>(w.length);
   wc.qp_num = qp->qpx.qp_base.qp_num;
-  PushWc(qp->scq, wc);
+  // A request the router answered: its response fired the event when it was written.
+  PushWc(qp->scq, wc, /*announced=*/w.answered);
 }
 
 void UpdatePending(Qp* qp) {

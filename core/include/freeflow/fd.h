@@ -94,6 +94,11 @@ int CreateWakePair(UniqueFd* rx, UniqueFd* tx, bool rx_nonblocking);
 void SendWake(int tx);
 // Takes every pending wake off `rx` without blocking; returns how many there were.
 int DrainWakes(int rx);
+// Waits for a wake on `rx` and takes it with those already queued behind it, in one system
+// call, as a blocking read of a real completion channel would wait: EAGAIN at once when
+// `rx` is non-blocking, EINTR when a signal handler without SA_RESTART interrupts it. 0, or
+// a positive errno.
+int WaitForWakes(int rx);
 // True when `fd` is the sending end of a wake socket (a Unix datagram socket).
 bool IsWakeSocket(int fd);
 

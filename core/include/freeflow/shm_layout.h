@@ -19,9 +19,11 @@ inline constexpr size_t kCacheLine = 64;
 // context's notify segment, which connected peers map so they can wake the owner.
 struct NotifySlot {
   // Owner sets 1 in req_notify_cq; whoever adds a completion (or a record that becomes
-  // one) exchanges it to 0 and, if it was 1, raises `fired` and writes the eventfd.
+  // one) exchanges it to 0 and, if it was 1, stores in `fired` when that happened
+  // (MonotonicNs, never 0) and writes the owner's wake socket. The owner takes events
+  // oldest first, as a real completion channel delivers them, and clears `fired` to 0.
   alignas(kCacheLine) std::atomic<uint32_t> armed{0};
-  std::atomic<uint32_t> fired{0};
+  std::atomic<uint64_t> fired{0};
 };
 static_assert(sizeof(NotifySlot) == kCacheLine);
 inline constexpr uint32_t kQpSegMagic = 0x46465150;  // "FFQP"

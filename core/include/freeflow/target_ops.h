@@ -137,7 +137,7 @@ inline void WakeIfArmed(NotifySlot* slot, int fd) {
   if (slot == nullptr) return;
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (slot->armed.load(std::memory_order_relaxed) && slot->armed.exchange(0)) {
-    slot->fired.store(1, std::memory_order_release);
+    slot->fired.store(MonotonicNs() | 1, std::memory_order_release);
     SendWake(fd);  // never blocks, whatever the sleeper did to its socket
   }
 }

@@ -41,8 +41,9 @@ inline constexpr int kDefaultRemoteWaitUs = 1000;  // FFV_REMOTE_WAIT_US: longes
 inline constexpr int kRouterCallTimeoutS = 10;     // a router silent this long is an error
 inline constexpr int kSeqlockReadAttempts = 64;    // tries to read an MR entry being changed
 inline constexpr int kCreditClaimAttempts = 64;    // CAS tries to claim one receive credit
-inline constexpr uint64_t kPendingSendRetryNs = 200'000;  // get_cq_event retries queued sends
-inline constexpr int kMaxWakeDrain = 1024;                // wakes taken off a wake socket at once
+inline constexpr uint64_t kPendingSendFirstRetryNs = 5'000;  // get_cq_event retries queued sends
+inline constexpr uint64_t kPendingSendRetryNs = 200'000;     // ... backing off up to this
+inline constexpr int kMaxWakeDrain = 1024;  // wakes taken off a wake socket at once
 inline constexpr uint64_t kConsentRetryNs =
     1'000'000;  // first retry of a connect awaiting its peer
 inline constexpr uint64_t kConsentMaxRetryNs = 50'000'000;  // longest wait between such retries
