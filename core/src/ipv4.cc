@@ -60,9 +60,20 @@ std::string Ipv4Prefix::ToString() const {
   return FormatIpv4(network) + "/" + std::to_string(length);
 }
 
-uint16_t LidForIp(uint32_t a) {
-  const uint32_t low = a & 0xffff;
-  return (low >= 1 && low <= 0xbfff) ? static_cast<uint16_t>(low) : 0;
+namespace {
+constexpr uint32_t kMaxUnicastLid = 0xbfff;  // 0xc000 and up are multicast LIDs
+}
+
+uint16_t LidForIp(uint32_t a, const Ipv4Prefix& overlay) {
+  if (!overlay.Contains(a)) return 0;
+  const uint32_t offset = a - overlay.network;
+  return (offset >= 1 && offset <= kMaxUnicastLid) ? static_cast<uint16_t>(offset) : 0;
+}
+
+uint32_t IpForLid(uint16_t lid, const Ipv4Prefix& overlay) {
+  if (lid == 0 || lid > kMaxUnicastLid) return 0;
+  const uint64_t size = overlay.length == 0 ? (1ull << 32) : (1ull << (32 - overlay.length));
+  return lid < size ? overlay.network + lid : 0;
 }
 
 void Ipv4MappedGid(uint32_t a, uint8_t gid[16]) {

@@ -344,8 +344,8 @@ void Hello(Broker::Parts& b, const Call& call, const char* msg, UniqueFd* fds) {
   b.directory.Publish(who.ip);
   r.u.hello.ctx_id = call.pod;
   r.u.hello.ip = htonl(who.ip);
-  r.u.hello.lid = LidForIp(who.ip);
-  r.u.hello.prefix_len = b.overlay_prefix_len;
+  r.u.hello.lid = LidForIp(who.ip, b.overlay);
+  r.u.hello.prefix_len = b.overlay.length;
   std::snprintf(r.u.hello.node, sizeof(r.u.hello.node), "%s", b.node_name.c_str());
   b.sessions.Welcome(call.pod, std::move(fds[1]));
   const int table = pod.mr.read_only_fd();
@@ -372,7 +372,7 @@ int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, p
   c.peer_ctx_id = owner->id;
   c.peer_qpn = dest.qpn;
   c.peer_ip = htonl(owner->who.ip);
-  c.peer_lid = LidForIp(owner->who.ip);
+  c.peer_lid = LidForIp(owner->who.ip, b.overlay);
   c.ring_index = static_cast<uint32_t>(ring);
   c.num_rings = dest.num_rings;
   c.ring_bytes = dest.ring_bytes;
@@ -415,14 +415,19 @@ void Connect(Broker::Parts& b, const Call& call, Pod& pod, const char* msg) {
   Qp* src = b.tables.FindOwnedQp(pod, m.qpn);
   if (src == nullptr) return b.sessions.Answer(call, ENOENT);
   if ((src->type == IBV_QPT_UD) != ud) return b.sessions.Answer(call, EINVAL);
-  const uint32_t ip = ntohl(m.dest_ip);
-  if (!ud) Name(b, *src, Qp::Named{ip, ip != 0 ? uint16_t{0} : m.dest_lid, m.dest_qpn});
-  Qp* dest = b.tables.FindDest(ip, m.dest_lid, m.dest_qpn);
-  if (dest == nullptr && ip != 0 && !b.directory.IsLocal(ip))
+  // A LID (no GID given) names the pod at that offset of the overlay, on any node: from
+  // here on the peer is its address, as if the program had given its GID.
+  const uint32_t ip = m.dest_ip != 0 ? ntohl(m.dest_ip) : IpForLid(m.dest_lid, b.overlay);
+  if (ip == 0) {
+    spdlog::info("client {}: LID {} names no overlay address", pod.id, m.dest_lid);
+    return b.sessions.Answer(call, EHOSTUNREACH);
+  }
+  if (!ud) Name(b, *src, Qp::Named{ip, m.dest_qpn});
+  Qp* dest = b.tables.FindDest(ip, m.dest_qpn);
+  if (dest == nullptr && !b.directory.IsLocal(ip))
     return b.forwarder.Connect(call, *src, ip, m.dest_qpn, ud);
   if (dest == nullptr) {
-    spdlog::info("client {}: no QP {:#x} at {}", pod.id, m.dest_qpn,
-                 ip != 0 ? FormatIpv4(ip) : "lid " + std::to_string(m.dest_lid));
+    spdlog::info("client {}: no QP {:#x} at {}", pod.id, m.dest_qpn, FormatIpv4(ip));
     return b.sessions.Answer(call, EHOSTUNREACH);
   }
   proto::Response r{};

@@ -12,6 +12,7 @@
 #include "directory.h"
 #include "executor.h"
 #include "forwarder.h"
+#include "freeflow/ipv4.h"
 #include "pod_sessions.h"
 #include "quotas.h"
 #include "resources.h"
@@ -28,8 +29,8 @@ class Broker final : public PodSessions::Handler {
     Forwarder& forwarder;
     Executor& executor;
     Quotas& quotas;
-    std::string node_name;            // told to pods at HELLO
-    uint32_t overlay_prefix_len = 0;  // likewise
+    std::string node_name;  // told to pods at HELLO
+    Ipv4Prefix overlay;     // likewise (its length); LIDs are offsets in it
   };
   explicit Broker(Parts parts) : parts_(std::move(parts)) {}
 

@@ -64,7 +64,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
                  FormatIpv4(m.src_ip), m.src_qpn, from->node);
     return answer(EACCES);
   }
-  Qp* dest = tables_.FindDest(m.dest_ip, 0, m.dest_qpn);
+  Qp* dest = tables_.FindDest(m.dest_ip, m.dest_qpn);
   Pod* owner = dest != nullptr ? tables_.FindPod(dest->owner) : nullptr;
   if (owner == nullptr) return answer(EHOSTUNREACH);
   if (dest->type != m.qp_type) return answer(EINVAL);

@@ -117,7 +117,7 @@ void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
       c.flags = proto::kConnectRemote;
       c.peer_qpn = reply->peer_qpn;
       c.peer_ip = htonl(reply->peer_ip);
-      c.peer_lid = LidForIp(reply->peer_ip);
+      c.peer_lid = LidForIp(reply->peer_ip, options_.overlay);
       c.ring_index = 0;
       c.num_rings = kProxyRings;
       c.ring_bytes = kProxyRingBytes;

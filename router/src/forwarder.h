@@ -30,6 +30,7 @@
 #include "directory.h"
 #include "event_loop.h"
 #include "freeflow/codec.h"
+#include "freeflow/ipv4.h"
 #include "node_transport.h"
 #include "pod_sessions.h"
 #include "quotas.h"
@@ -43,6 +44,7 @@ class Forwarder {
   struct Options {
     uint32_t poll_us = 0;             // poll proxies this long after the last traffic (0: sleep)
     uint32_t resolve_timeout_ms = 0;  // how long a connect waits for an unknown address
+    Ipv4Prefix overlay;               // pod addresses (a peer's LID is its offset in it)
   };
   // `transport` is nullptr on a router without a control plane. `retry_soon` asks the router
   // for a fast timer tick.

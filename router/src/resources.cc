@@ -58,7 +58,7 @@ Region* Pod::MappedRegion(uint32_t region_id, uint32_t need) {
 bool Qp::Consents(uint32_t ip, uint32_t qpn) const {
   if (type == IBV_QPT_UD) return true;
   if (named.qpn != qpn) return false;
-  return named.ip != 0 ? named.ip == ip : named.lid == LidForIp(ip);
+  return named.ip == ip;
 }
 
 int Qp::RingFor(Producer p) const {
@@ -124,12 +124,12 @@ Qp* ResourceTables::FindOwnedQp(const Pod& pod, uint32_t qpn) {
 
 void ResourceTables::EraseQp(uint32_t qpn) { qps_.erase(qpn); }
 
-Qp* ResourceTables::FindDest(uint32_t ip, uint16_t lid, uint32_t qpn) {
+Qp* ResourceTables::FindDest(uint32_t ip, uint32_t qpn) {
   Qp* qp = FindQp(qpn);
   if (qp == nullptr) return nullptr;
   const Pod* owner = FindPod(qp->owner);
   if (owner == nullptr) return nullptr;
-  if (ip != 0 ? owner->who.ip != ip : LidForIp(owner->who.ip) != lid) return nullptr;
+  if (owner->who.ip != ip) return nullptr;
   return qp;
 }
 

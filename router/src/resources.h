@@ -98,11 +98,10 @@ struct Qp {
   // UD: the memfd of each sender's own ring (kConnectOwnRing), made by the router per
   // sender; the owner maps it when told (kUdRing).
   std::vector<UniqueFd> ud_rings;
-  // RC/UC: the peer its owner named at RTR (overlay IP or, when 0, LID; and QPN). Only that
-  // QP is given a ring of this one.
+  // RC/UC: the peer its owner named at RTR (overlay IP, also when it was named by LID; and
+  // QPN). Only that QP is given a ring of this one.
   struct Named {
     uint32_t ip = 0;
-    uint16_t lid = 0;
     uint32_t qpn = proto::kNoId;
     bool operator==(const Named&) const = default;
   } named;
@@ -136,7 +135,7 @@ class ResourceTables {
   Qp* FindOwnedQp(const Pod& pod, uint32_t qpn);
   void EraseQp(uint32_t qpn);
   // QP `qpn` of a pod on this node addressed by overlay IP (host order; 0: by LID).
-  Qp* FindDest(uint32_t ip, uint16_t lid, uint32_t qpn);
+  Qp* FindDest(uint32_t ip, uint32_t qpn);
   // Stops local QP `src` producing into every QP but `keep`; returns the QPs it left.
   std::vector<uint32_t> Unlink(Qp& src, const Qp* keep = nullptr);
 

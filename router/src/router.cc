@@ -63,10 +63,11 @@ Router::Router(RouterConfig config, RouterDeps deps)
                  cp::Endpoint{config_.node_name, config_.host_ip, config_.port}),
       quotas_(config_.pod_limits),
       executor_(transport_.get(), tables_, sessions_, quotas_, directory_, [this] { RetrySoon(); }),
-      forwarder_({config_.poll_us, config_.resolve_timeout_ms}, loop_, transport_.get(), tables_,
-                 sessions_, directory_, quotas_, [this] { RetrySoon(); }),
+      forwarder_({config_.poll_us, config_.resolve_timeout_ms, config_.overlay}, loop_,
+                 transport_.get(), tables_, sessions_, directory_, quotas_,
+                 [this] { RetrySoon(); }),
       broker_(Broker::Parts{tables_, sessions_, directory_, forwarder_, executor_, quotas_,
-                            config_.node_name, config_.overlay.length}),
+                            config_.node_name, config_.overlay}),
       sessions_(loop_, *identity_, quotas_, broker_) {
   sessions_.set_hello_timeout(config_.hello_timeout_ns);
 }

@@ -39,10 +39,32 @@ TEST(Gid, Ipv4MappedRoundTrip) {
   EXPECT_FALSE(IpFromGid(gid));
 }
 
-TEST(Lid, DerivedFromLow16BitsWhenValid) {
-  EXPECT_EQ(LidForIp(*ParseIpv4("10.244.1.12")), 0x010c);
-  EXPECT_EQ(LidForIp(*ParseIpv4("10.244.0.0")), 0);      // LID 0 is invalid
-  EXPECT_EQ(LidForIp(*ParseIpv4("10.244.192.1")), 0);    // multicast range
+TEST(Lid, IsTheOffsetInTheOverlayWhenThatIsAUnicastLid) {
+  const Ipv4Prefix slash16 = *Ipv4Prefix::Parse("10.244.0.0/16");
+  EXPECT_EQ(LidForIp(*ParseIpv4("10.244.1.12"), slash16), 0x010c);  // the low 16 bits
+  EXPECT_EQ(LidForIp(*ParseIpv4("10.244.0.0"), slash16), 0);        // LID 0 is invalid
+  EXPECT_EQ(LidForIp(*ParseIpv4("10.244.192.1"), slash16), 0);      // multicast range
+  EXPECT_EQ(LidForIp(*ParseIpv4("10.245.1.12"), slash16), 0);       // not a pod address
+  // A wider overlay: addresses that share their low 16 bits never share a LID.
+  const Ipv4Prefix slash8 = *Ipv4Prefix::Parse("10.0.0.0/8");
+  EXPECT_EQ(LidForIp(*ParseIpv4("10.0.1.12"), slash8), 0x010c);
+  EXPECT_EQ(LidForIp(*ParseIpv4("10.1.1.12"), slash8), 0);
+  // A narrower one starts at its own network.
+  const Ipv4Prefix slash20 = *Ipv4Prefix::Parse("10.244.16.0/20");
+  EXPECT_EQ(LidForIp(*ParseIpv4("10.244.17.2"), slash20), 0x0102);
+}
+
+TEST(Lid, TurnsBackIntoTheAddressOnEveryNode) {
+  const Ipv4Prefix slash16 = *Ipv4Prefix::Parse("10.244.0.0/16");
+  for (const char* a : {"10.244.0.1", "10.244.21.10", "10.244.191.255"}) {
+    const uint32_t ip = *ParseIpv4(a);
+    EXPECT_EQ(IpForLid(LidForIp(ip, slash16), slash16), ip) << a;
+  }
+  EXPECT_EQ(IpForLid(0, slash16), 0u);
+  EXPECT_EQ(IpForLid(0xc001, slash16), 0u);  // multicast: no pod
+  const Ipv4Prefix slash24 = *Ipv4Prefix::Parse("10.244.7.0/24");
+  EXPECT_EQ(IpForLid(0x20, slash24), *ParseIpv4("10.244.7.32"));
+  EXPECT_EQ(IpForLid(0x100, slash24), 0u);  // past the overlay
 }
 
 TEST(MrTable, ReadsOnlyLiveMatchingKeys) {

@@ -47,7 +47,7 @@ void CompleteRecv(Qp* qp, const InboundState& in, const ff::RecordHeader& h, ibv
   wc.byte_len = byte_len;
   wc.qp_num = qp->qpx.qp_base.qp_num;
   wc.src_qp = h.src_qpn;
-  wc.slid = ff::LidForIp(ntohl(h.src_ip));
+  wc.slid = ff::LidForIp(ntohl(h.src_ip), qp->ctx->session->overlay);
   if (h.flags & ff::kRecImm) {
     wc.wc_flags |= IBV_WC_WITH_IMM;
     wc.imm_data = h.imm;

@@ -106,13 +106,16 @@ int Hello(Session* s) {
              resp.u.hello.node[0] ? ": " : "", resp.u.hello.node);
     return rc;
   }
-  if (got != 1 || ff::MapPeerSegment(table.get(), ff::kMrTableBytes, false, &s->mr_table) != 0) {
+  const uint32_t len = resp.u.hello.prefix_len;
+  if (got != 1 || len > 32 ||
+      ff::MapPeerSegment(table.get(), ff::kMrTableBytes, false, &s->mr_table) != 0) {
     LogError("the router at %s sent a malformed HELLO answer", s->name.c_str());
     return EPROTO;
   }
   s->ctx_id = resp.u.hello.ctx_id;
   s->ip = ntohl(resp.u.hello.ip);
   s->lid = resp.u.hello.lid;
+  s->overlay = ff::Ipv4Prefix{s->ip & (len == 0 ? 0 : ~0u << (32 - len)), len};
   s->node = resp.u.hello.node;
   return 0;
 }

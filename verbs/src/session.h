@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "freeflow/ipv4.h"
 #include "internal.h"
 #include "peer_events.h"
 
@@ -37,6 +38,7 @@ struct Session {
   uint32_t ctx_id = 0;
   uint32_t ip = 0;  // host byte order
   uint16_t lid = 0;
+  ff::Ipv4Prefix overlay;  // the pod network: a peer's LID is its address's offset in it
   std::string node;
   UniqueFd notify_fd;
   Mapping notify;    // our NotifySlot array: CQ event words, then the wake word (kWakeSlot)

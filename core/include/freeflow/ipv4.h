@@ -23,10 +23,14 @@ struct Ipv4Prefix {
 std::optional<uint32_t> ParseIpv4(std::string_view text);
 std::string FormatIpv4(uint32_t addr_host_order);
 
-// The LID a pod's port reports: the low 16 bits of its overlay address when that is a
-// valid unicast LID (1..0xBFFF), which holds for every address of a /16 overlay below
-// x.y.192.0; 0 otherwise (the pod is then reachable by GID only).
-uint16_t LidForIp(uint32_t addr_host_order);
+// The LID a pod's port reports: the offset of its address in the overlay prefix (for a /16
+// overlay, the low 16 bits of the address) when that is a valid unicast LID (1..0xBFFF); 0
+// otherwise (the pod is then reachable by GID only: addresses from x.y.192.0 on in a /16).
+// Every router and pod of a cluster shares the overlay prefix, so a LID names one pod in
+// the whole cluster, and IpForLid turns it back into the address the control plane knows.
+uint16_t LidForIp(uint32_t addr_host_order, const Ipv4Prefix& overlay);
+// The overlay address (host order) whose LID is `lid`; 0 when no address has it.
+uint32_t IpForLid(uint16_t lid, const Ipv4Prefix& overlay);
 
 // GID index 1 of a pod's port: the IPv4-mapped address ::ffff:a.b.c.d (RoCE v2).
 void Ipv4MappedGid(uint32_t addr_host_order, uint8_t gid[16]);

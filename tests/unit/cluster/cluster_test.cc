@@ -70,8 +70,10 @@ class Pod {
   Pod(const Pod&) = delete;
   Pod& operator=(const Pod&) = delete;
 
-  // INIT -> RTR -> RTS towards `peer`, addressed by its GID (the overlay address).
-  int ConnectTo(const Pod& peer, uint8_t rnr_retry = 7, uint8_t min_rnr_timer = 1) {
+  // INIT -> RTR -> RTS towards `peer`, addressed by its GID (the overlay address), or by
+  // its LID only (`lid` != 0: no GRH, as InfiniBand programs address a peer).
+  int ConnectTo(const Pod& peer, uint8_t rnr_retry = 7, uint8_t min_rnr_timer = 1,
+                uint16_t lid = 0) {
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
@@ -85,10 +87,11 @@ class Pod {
     a.dest_qp_num = peer.qp->qp_num;
     a.max_dest_rd_atomic = 16;
     a.min_rnr_timer = min_rnr_timer;
-    a.ah_attr.is_global = 1;
+    a.ah_attr.is_global = lid == 0;
+    a.ah_attr.dlid = lid;
     a.ah_attr.port_num = 1;
     a.ah_attr.grh.sgid_index = 1;
-    Ipv4MappedGid(peer.ip_, a.ah_attr.grh.dgid.raw);
+    if (lid == 0) Ipv4MappedGid(peer.ip_, a.ah_attr.grh.dgid.raw);
     if (int rc =
             ibv_modify_qp(qp, &a,
                           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
@@ -229,6 +232,35 @@ TEST_P(ClusterTest, SendsArriveWholeAndInOrder) {
     EXPECT_EQ(std::memcmp(b->buf + off, a->buf + off, sizes[i]), 0) << i;
     off += sizes[i];
   }
+}
+
+// A LID names one pod in the whole cluster (its offset in the overlay, 10.0.0.0/8 here), so
+// a program that exchanges LIDs instead of GIDs reaches a pod on another node too.
+TEST_P(ClusterTest, APeerAddressedByItsLidIsReachedOnAnyNode) {
+  Pod x(*a_router, Ip("10.0.1.7"));
+  Pod y(cross() ? *b_router : *a_router, Ip("10.0.2.9"));
+  ibv_port_attr px{}, py{};
+  ASSERT_EQ(ibv_query_port(x.ctx, 1, &px), 0);
+  ASSERT_EQ(ibv_query_port(y.ctx, 1, &py), 0);
+  EXPECT_EQ(px.lid, 0x0107);
+  EXPECT_EQ(py.lid, 0x0209);
+  ASSERT_EQ(y.ConnectTo(x, 7, 1, px.lid), 0);
+  ASSERT_EQ(x.ConnectTo(y, 7, 1, py.lid), 0);
+  ASSERT_EQ(y.PostRecv(1, 0, 64), 0);
+  std::memcpy(x.buf, "by lid", 6);
+  ASSERT_EQ(x.Post(IBV_WR_SEND, 2, 0, 6), 0);
+  const auto got = y.Poll(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(got[0].slid, px.lid);
+  EXPECT_EQ(std::memcmp(y.buf, "by lid", 6), 0);
+  ASSERT_EQ(x.Poll(1).size(), 1u);
+}
+
+// A multicast LID names no pod: a QP addressed to it fails at RTR instead of waiting.
+TEST_P(ClusterTest, ALidThatNamesNoPodIsUnreachable) {
+  Pod x(*a_router, Ip("10.0.1.7"));
+  ASSERT_EQ(x.ConnectTo(*a, 7, 1, 0xc001), EHOSTUNREACH);  // a multicast LID: no pod
 }
 
 TEST_P(ClusterTest, WriteReadAndAtomicsNeedNothingFromTheTarget) {
@@ -412,7 +444,7 @@ TEST(UdIdentity, AUdSenderCannotClaimAnotherSource) {
   ASSERT_TRUE(router::test::WaitFor([&] { return ibv_poll_cq(victim.cq, 1, &wc) == 1; }));
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   EXPECT_EQ(wc.src_qp, mine.qpn);
-  EXPECT_EQ(wc.slid, LidForIp(Ip("10.0.0.66")));
+  EXPECT_EQ(wc.slid, LidForIp(Ip("10.0.0.66"), *Ipv4Prefix::Parse("10.0.0.0/8")));
   const auto* grh = reinterpret_cast<const ibv_grh*>(victim.buf);
   uint8_t expected[16];
   Ipv4MappedGid(Ip("10.0.0.66"), expected);

@@ -17,10 +17,10 @@ class BrokerTest : public ::testing::Test {
 };
 
 TEST_F(BrokerTest, HelloTellsThePodWhoItIsAndSharesAReadOnlyMrTable) {
-  RawPod pod(router, Ip("10.1.2.3"));
+  RawPod pod(router, Ip("10.0.2.3"));
   ASSERT_EQ(pod.Hello(), 0);
-  EXPECT_EQ(ntohl(pod.hello().ip), Ip("10.1.2.3"));
-  EXPECT_EQ(pod.hello().lid, 0x0203);
+  EXPECT_EQ(ntohl(pod.hello().ip), Ip("10.0.2.3"));
+  EXPECT_EQ(pod.hello().lid, 0x0203);  // its offset in the overlay 10.0.0.0/8
   EXPECT_EQ(pod.hello().prefix_len, 8u);
   EXPECT_STREQ(pod.hello().node, "node-a");
   Mapping ro;
