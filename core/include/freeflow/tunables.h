@@ -11,9 +11,11 @@
 namespace ff {
 
 // ---- shared memory: rings, tables, slots ------------------------------------------------
-inline constexpr uint32_t kRcRingBytes = 512 * 1024;  // an RC/UC QP's inbound ring
-inline constexpr uint32_t kUdRingBytes = 64 * 1024;   // each of a UD QP's rings (a message <= MTU)
-inline constexpr uint32_t kUdRingsPerQp = 16;         // UD senders a UD QP hears at once
+inline constexpr uint32_t kRcRingBytes = 512 * 1024;  // an RC/UC QP's inbound ring, at least
+inline constexpr uint32_t kMaxRcRingBytes = 2 * 1024 * 1024;  // ... at most
+inline constexpr uint32_t kRcRingBytesPerRecv = 2048;         // ... sized by the receive queue
+inline constexpr uint32_t kUdRingBytes = 64 * 1024;  // each of a UD QP's rings (a message <= MTU)
+inline constexpr uint32_t kUdRingsPerQp = 16;        // UD senders a UD QP hears at once
 inline constexpr uint32_t kProxyRingBytes = 512 * 1024;  // each ring of a proxy segment
 inline constexpr uint32_t kMaxFragment = 32 * 1024;  // largest record payload (pipelines copies)
 inline constexpr uint32_t kMrTableSlots = 16384;     // MR entries per context (key: slot<<8|tag)
