@@ -13,7 +13,7 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev
   # real clients and baselines used by tests, demo and benchmarks
-  perftest ibverbs-utils rdmacm-utils iperf3 sockperf
+  perftest ibverbs-utils rdmacm-utils iperf3 sockperf qperf
   # namespaces, bridges, processes
   iproute2 procps util-linux psmisc strace binutils curl
   # control plane used by later tests

@@ -66,6 +66,9 @@ case $mode in
       pair "ibv_${t}_pingpong across nodes" 0 0 1 0 "ibv_${t}_pingpong" -g 1 -n 200
       pair "ibv_${t}_pingpong -e across nodes" 0 0 1 0 "ibv_${t}_pingpong" -g 1 -e -n 200
     done
+    # Without -g the pingpongs address their peer by LID only: unique in the cluster.
+    pair "ibv_rc_pingpong by LID across nodes" 0 0 1 0 ibv_rc_pingpong -n 200
+    pair "ibv_ud_pingpong by LID across nodes" 0 0 1 0 ibv_ud_pingpong -n 200
     pair "ib_send_bw RC across nodes" 0 0 1 0 ib_send_bw -n 2000
     pair "ib_send_bw UC across nodes" 0 0 1 0 ib_send_bw -c UC -n 2000
     pair "ib_send_bw UD across nodes" 0 0 1 0 ib_send_bw -c UD -n 2000
