@@ -39,6 +39,7 @@ demo: build
 bench: build
 	@bench/run.sh $(BUILD_DIR)
 	@bench/multinode.sh $(BUILD_DIR)
+	@bench/qperf.sh $(BUILD_DIR)
 
 # Every fuzz target for FUZZ_SECONDS each, in its own clang build (fuzz/README.md).
 fuzz: deps
