@@ -216,6 +216,7 @@ bool Executor::ApplySend(Sender& s, Pod&, const RequestView& v) {
       return true;
     }
     if (v.data_len >= kMaxFragment) s.producer.Publish();  // let it start on long messages
+    if ((v.h.flags & (kRecLast | kRecSolicited)) == (kRecLast | kRecSolicited)) s.solicited = true;
   }
   if (v.h.flags & kRecLast) {
     s.have_credit = false;
@@ -233,7 +234,7 @@ bool Executor::ApplyWriteImm(Sender& s, const RequestView& v) {
   if (c == Claim::kHave) {
     RecordHeader out{};
     out.kind = kRecWriteImm;
-    out.flags = kRecFirst | kRecLast | kRecImm;
+    out.flags = kRecFirst | kRecLast | kRecImm | (v.h.flags & kRecSolicited);
     out.msg_len = v.req.length;
     out.imm = v.h.imm;
     out.src_qpn = s.src_qpn;
@@ -244,6 +245,7 @@ bool Executor::ApplyWriteImm(Sender& s, const RequestView& v) {
       Fail(s, v.req.seq, IBV_WC_REM_OP_ERR);
       return true;
     }
+    if (out.flags & kRecSolicited) s.solicited = true;
   }
   s.have_credit = false;
   Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
@@ -339,7 +341,8 @@ void Executor::Publish(Sender& s) {
   Pod* owner = tables_.FindPod(s.owner);
   if (owner == nullptr) return;
   const WakeTarget cq = owner->CqWake(s.recv_cq_id);
-  if (cq) WakeIfArmed(cq.slot, cq.fd);
+  if (cq) WakeIfArmed(cq.slot, cq.fd, s.solicited);
+  s.solicited = false;
   owner->WakeProcess();
 }
 

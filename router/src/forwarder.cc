@@ -302,7 +302,8 @@ void Forwarder::WakeOwner(Proxy& p) {
   Qp* qp = tables_.FindQp(p.qpn);
   if (pod == nullptr || qp == nullptr) return;
   pod->WakeProcess();
-  if (const WakeTarget cq = pod->CqWake(qp->send_cq_id)) WakeIfArmed(cq.slot, cq.fd);
+  // Outcomes of our own requests: never solicited completions.
+  if (const WakeTarget cq = pod->CqWake(qp->send_cq_id)) WakeIfArmed(cq.slot, cq.fd, false);
 }
 
 Forwarder::Verdict Forwarder::OnMessage(LinkId link, const NodeMessage& m) {

@@ -36,7 +36,7 @@ WakeTarget Pod::CqWake(uint32_t cq_id) {
 
 void Pod::WakeProcess() {
   NotifySlot* slots = wake_fd ? NotifySlots() : nullptr;
-  if (slots != nullptr) WakeIfArmed(slots + proto::kWakeSlot, wake_fd.get());
+  if (slots != nullptr) WakeIfArmed(slots + proto::kWakeSlot, wake_fd.get(), true);
 }
 
 Region* Pod::MappedRegion(uint32_t region_id, uint32_t need) {

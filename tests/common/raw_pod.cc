@@ -291,7 +291,7 @@ RingStatus PostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyRe
           wait))
     return st;
   link.producer.Publish();
-  WakeIfArmed(&link.seg.as<QpSegmentHeader>()->doorbell, link.fds[1].get());
+  WakeIfArmed(&link.seg.as<QpSegmentHeader>()->doorbell, link.fds[1].get(), true);
   return st;
 }
 

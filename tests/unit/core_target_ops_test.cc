@@ -94,11 +94,11 @@ TEST(Wake, SignalsOnlyAnArmedSlotAndOnlyOnce) {
   UniqueFd rx, tx;
   ASSERT_EQ(CreateWakePair(&rx, &tx, true), 0);
   EXPECT_TRUE(IsWakeSocket(tx.get()));
-  WakeIfArmed(&slot, tx.get());
+  WakeIfArmed(&slot, tx.get(), false);
   EXPECT_EQ(DrainWakes(rx.get()), 0);  // not armed: nothing sent
   slot.armed.store(1);
-  WakeIfArmed(&slot, tx.get());
-  WakeIfArmed(&slot, tx.get());
+  WakeIfArmed(&slot, tx.get(), false);
+  WakeIfArmed(&slot, tx.get(), false);
   EXPECT_EQ(DrainWakes(rx.get()), 1);
   EXPECT_NE(slot.fired.load(), 0u);  // when it fired: events are taken oldest first
   EXPECT_EQ(slot.armed.load(), 0u);

@@ -207,10 +207,18 @@ int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   return rc != 0 && k == 0 ? -rc : k;
 }
 
-int ReqNotifyCq(ibv_cq* ibcq, int) {
+// Arms for the next completion, or (solicited_only) the next solicited one or error. A CQ
+// already armed for any completion stays so. Full barriers: the caller polls next.
+int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
   Cq* cq = ToCq(ibcq);
   if (cq->notify_slot == ff::proto::kNoId) return 0;
-  EventSlot(cq)->armed.exchange(1, std::memory_order_seq_cst);  // full barrier before polls
+  std::atomic<uint32_t>& armed = EventSlot(cq)->armed;
+  if (!solicited_only) {
+    armed.exchange(ff::kArmedAny, std::memory_order_seq_cst);
+  } else {
+    uint32_t idle = 0;
+    armed.compare_exchange_strong(idle, ff::kArmedSolicited, std::memory_order_seq_cst);
+  }
   return 0;
 }
 

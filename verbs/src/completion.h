@@ -43,7 +43,11 @@ inline void PushWc(Cq* cq, const ibv_wc& wc, bool announced = false) {
   ++cq->tail;
   if (announced || cq->notify_slot == ff::proto::kNoId) return;
   ff::NotifySlot* slot = EventSlot(cq);
-  if (slot->armed.load(std::memory_order_relaxed) && slot->armed.exchange(0)) FireCq(cq);
+  // Completions made here are never solicited messages: a CQ armed for those alone fires
+  // only on an error.
+  uint32_t armed = slot->armed.load(std::memory_order_relaxed);
+  if (armed == 0 || (armed == ff::kArmedSolicited && wc.status == IBV_WC_SUCCESS)) return;
+  if (slot->armed.compare_exchange_strong(armed, 0)) FireCq(cq);
 }
 
 // ctx->ops entry points.

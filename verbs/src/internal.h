@@ -89,7 +89,8 @@ struct PeerLink {
   ff::NotifySlot* notify = nullptr;
   UniqueFd notify_fd;
   bool dead = false;
-  bool dirty = false;  // records committed but not yet published
+  bool dirty = false;      // records committed but not yet published
+  bool solicited = false;  // ... among them, the end of a message marked IBV_SEND_SOLICITED
   // Same node only: the receive credits we claim, and the peer process.
   Mapping srq_seg;
   ff::RecvCredits* credits = nullptr;

@@ -130,6 +130,12 @@ inline uint8_t SendFlags(const SendWqe& w, bool first, bool last) {
                               ((w.flags & IBV_SEND_SOLICITED) ? ff::kRecSolicited : 0));
 }
 
+// Flags of WRITE_WITH_IMM's record (the one that completes a receive).
+inline uint8_t WriteImmFlags(const SendWqe& w) {
+  return static_cast<uint8_t>(ff::kRecFirst | ff::kRecLast | ff::kRecImm |
+                              ((w.flags & IBV_SEND_SOLICITED) ? ff::kRecSolicited : 0));
+}
+
 // Writes the rest of `w`'s payload as records of at most `max_frag` bytes (at least one
 // record, for an empty message). append(frag, first, last) writes one through the codec
 // and returns its RingStatus. A full ring blocks (progress is kept in `w`); a corrupt one

@@ -69,8 +69,7 @@ Exec WriteRequests(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_st
   if (e != Exec::kDone || *st != IBV_WC_SUCCESS) return e;
   if (!with_imm) return Exec::kInFlight;
   op.last = 1;
-  return AppendSingle(qp, link, w, index, ff::kRecWriteImm,
-                      ff::kRecFirst | ff::kRecLast | ff::kRecImm, op, st);
+  return AppendSingle(qp, link, w, index, ff::kRecWriteImm, WriteImmFlags(w), op, st);
 }
 
 Exec ReadOrAtomicRequest(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {

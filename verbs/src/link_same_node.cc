@@ -45,9 +45,12 @@ Exec Send(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st)
   const ibv_sge* sges = WqeSges(qp, index);
   return PutFragments(link, w, max_frag, st, [&](uint32_t frag, bool first, bool last) {
     // The header is passed as a prvalue: it is built in AppendRecord's parameter, not copied.
-    return ff::AppendRecord(link->producer,
-                            MessageHeader(qp, w, ff::kRecSend, SendFlags(w, first, last)), frag,
-                            [&](char* dst) { CopyFromSges(sges, w.num_sge, w.sent, dst, frag); });
+    const uint8_t flags = SendFlags(w, first, last);
+    const ff::RingStatus rs =
+        ff::AppendRecord(link->producer, MessageHeader(qp, w, ff::kRecSend, flags), frag,
+                         [&](char* dst) { CopyFromSges(sges, w.num_sge, w.sent, dst, frag); });
+    if (rs == ff::RingStatus::kOk && last && (flags & ff::kRecSolicited)) link->solicited = true;
+    return rs;
   });
 }
 
@@ -62,12 +65,12 @@ Exec Write(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st
     w.started = true;
   }
   if (w.opcode == IBV_WR_RDMA_WRITE) return Exec::kDone;
-  const ff::RecordHeader h =
-      MessageHeader(qp, w, ff::kRecWriteImm, ff::kRecFirst | ff::kRecLast | ff::kRecImm);
+  const ff::RecordHeader h = MessageHeader(qp, w, ff::kRecWriteImm, WriteImmFlags(w));
   const ff::RingStatus rs = ff::AppendRecord(link->producer, h, nullptr, 0);
   if (rs == ff::RingStatus::kFull) return Exec::kBlocked;
   if (rs == ff::RingStatus::kOk) {
     link->dirty = true;
+    link->solicited = link->solicited || (h.flags & ff::kRecSolicited) != 0;
   } else {
     *st = IBV_WC_REM_OP_ERR;
   }

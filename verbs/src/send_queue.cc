@@ -204,7 +204,8 @@ void PublishLink(PeerLink* link) {
   if (!link->dirty) return;
   link->producer.Publish();
   link->dirty = false;
-  ff::WakeIfArmed(link->notify, link->notify_fd.get());
+  ff::WakeIfArmed(link->notify, link->notify_fd.get(), link->solicited);
+  link->solicited = false;
 }
 
 // The links one pass produced into, published together at its end (one wake-up each).

@@ -22,9 +22,11 @@ struct NotifySlot {
   // one) exchanges it to 0 and, if it was 1, stores in `fired` when that happened
   // (MonotonicNs, never 0) and writes the owner's wake socket. The owner takes events
   // oldest first, as a real completion channel delivers them, and clears `fired` to 0.
+  // 0, kArmedAny, or kArmedSolicited (ibv_req_notify_cq's solicited_only).
   alignas(kCacheLine) std::atomic<uint32_t> armed{0};
   std::atomic<uint64_t> fired{0};
 };
+inline constexpr uint32_t kArmedAny = 1, kArmedSolicited = 2;
 static_assert(sizeof(NotifySlot) == kCacheLine);
 inline constexpr uint32_t kQpSegMagic = 0x46465150;  // "FFQP"
 

@@ -130,13 +130,16 @@ inline uint64_t AtomicOp(uint64_t* word, uint32_t opcode, uint64_t compare_add, 
 }
 
 // Records were published to a target: wake it if it armed `slot` (its CQ or doorbell) by
-// sending on its wake socket `fd` (fd.h).
+// sending on its wake socket `fd` (fd.h). `solicited`: they complete a message its sender
+// marked IBV_SEND_SOLICITED, which a CQ armed for solicited completions only waits for.
 // The fence orders the publication before the read of `armed` (the sleeper arms, then
 // looks again: one of the two sides always sees the other).
-inline void WakeIfArmed(NotifySlot* slot, int fd) {
+inline void WakeIfArmed(NotifySlot* slot, int fd, bool solicited) {
   if (slot == nullptr) return;
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (slot->armed.load(std::memory_order_relaxed) && slot->armed.exchange(0)) {
+  uint32_t armed = slot->armed.load(std::memory_order_relaxed);
+  if (armed == 0 || (armed == kArmedSolicited && !solicited)) return;
+  if (slot->armed.compare_exchange_strong(armed, 0)) {
     slot->fired.store(MonotonicNs() | 1, std::memory_order_release);
     SendWake(fd);  // never blocks, whatever the sleeper did to its socket
   }

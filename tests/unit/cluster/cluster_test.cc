@@ -4,6 +4,7 @@
 // node and across nodes: SEND/RECV, WRITE/READ/ATOMIC, RNR, error completions and the death
 // of a peer, its router or the link between them. No root, no namespaces.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
@@ -34,17 +35,18 @@ constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 constexpr size_t kBufferBytes = 1 << 20;
 
-// One pod: a library session on `router` with overlay address `ip`, a context, a PD, a CQ,
-// an RC QP and a registered buffer.
+// One pod: a library session on `router` with overlay address `ip`, a context, a PD, a CQ
+// (with a completion channel when asked), an RC QP and a registered buffer.
 class Pod {
  public:
-  Pod(TestRouter& router, uint32_t ip) : ip_(ip) {
+  Pod(TestRouter& router, uint32_t ip, bool with_channel = false) : ip_(ip) {
     int error = 0;
     session_ = ffv::OpenSession(router.Connect(ip), "test router", &error);
     if (session_ == nullptr) throw std::runtime_error("OpenSession: " + std::to_string(error));
     ctx = ffv::OpenContext(session_);
     pd = ibv_alloc_pd(ctx);
-    cq = ibv_create_cq(ctx, 1024, nullptr, nullptr, 0);
+    if (with_channel) channel = ibv_create_comp_channel(ctx);
+    cq = ibv_create_cq(ctx, 1024, nullptr, channel, 0);
     buf = static_cast<char*>(
         ::mmap(nullptr, kBufferBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     mr = ibv_reg_mr(pd, buf, kBufferBytes, kAllAccess);
@@ -63,6 +65,7 @@ class Pod {
     ibv_dereg_mr(mr);
     ::munmap(buf, kBufferBytes);
     ibv_destroy_cq(cq);
+    if (channel != nullptr) ibv_destroy_comp_channel(channel);
     ibv_dealloc_pd(pd);
     ibv_close_device(ctx);
     ffv::CloseSession(session_);
@@ -128,6 +131,7 @@ class Pod {
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = op;
+    wr.send_flags = send_flags;
     if (op == IBV_WR_ATOMIC_FETCH_AND_ADD || op == IBV_WR_ATOMIC_CMP_AND_SWP) {
       wr.wr.atomic.remote_addr = reinterpret_cast<uintptr_t>(target->buf + remote_offset);
       wr.wr.atomic.rkey = target->mr->rkey;
@@ -168,6 +172,8 @@ class Pod {
   void Die() { ::shutdown(session_->sock.get(), SHUT_RDWR); }
 
   ibv_context* ctx = nullptr;
+  ibv_comp_channel* channel = nullptr;
+  unsigned send_flags = 0;  // of the work requests Post() makes (sq_sig_all signals them)
   ibv_pd* pd = nullptr;
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
@@ -261,6 +267,46 @@ TEST_P(ClusterTest, APeerAddressedByItsLidIsReachedOnAnyNode) {
 TEST_P(ClusterTest, ALidThatNamesNoPodIsUnreachable) {
   Pod x(*a_router, Ip("10.0.1.7"));
   ASSERT_EQ(x.ConnectTo(*a, 7, 1, 0xc001), EHOSTUNREACH);  // a multicast LID: no pod
+}
+
+// ibv_req_notify_cq(cq, 1): only a message its sender marked IBV_SEND_SOLICITED raises the
+// event (through the peer on one node, through both routers across nodes).
+TEST_P(ClusterTest, ACqArmedForSolicitedCompletionsWaitsForOne) {
+  Pod x(*a_router, Ip("10.0.1.7"));
+  Pod y(cross() ? *b_router : *a_router, Ip("10.0.2.9"), true);
+  ASSERT_EQ(y.ConnectTo(x), 0);
+  ASSERT_EQ(x.ConnectTo(y), 0);
+  ASSERT_EQ(::fcntl(y.channel->fd, F_SETFL, O_NONBLOCK), 0);
+  const auto event = [&]() -> ibv_cq* {  // within 2 s, or nullptr
+    for (int i = 0; i < 200; ++i) {
+      ibv_cq* cq = nullptr;
+      void* context = nullptr;
+      if (ibv_get_cq_event(y.channel, &cq, &context) == 0) {
+        ibv_ack_cq_events(cq, 1);
+        return cq;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return nullptr;
+  };
+  ASSERT_EQ(ibv_req_notify_cq(y.cq, 1), 0);
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_EQ(y.PostRecv(i, 0, 64), 0);
+  ASSERT_EQ(x.Post(IBV_WR_SEND, 1, 0, 8), 0);
+  ASSERT_EQ(x.Poll(1).size(), 1u);
+  EXPECT_EQ(event(), nullptr) << "an unsolicited message raised the event";
+  x.send_flags = IBV_SEND_SOLICITED;
+  ASSERT_EQ(x.Post(IBV_WR_SEND, 2, 0, 8), 0);
+  EXPECT_EQ(event(), y.cq);
+  EXPECT_EQ(y.Poll(2).size(), 2u);
+  // WRITE_WITH_IMM carries the mark too; armed for any completion, a plain SEND fires.
+  ASSERT_EQ(ibv_req_notify_cq(y.cq, 1), 0);
+  ASSERT_EQ(x.Post(IBV_WR_RDMA_WRITE_WITH_IMM, 3, 0, 8, &y), 0);
+  EXPECT_EQ(event(), y.cq);
+  ASSERT_EQ(ibv_req_notify_cq(y.cq, 0), 0);
+  x.send_flags = 0;
+  ASSERT_EQ(x.Post(IBV_WR_SEND, 4, 0, 8), 0);
+  EXPECT_EQ(event(), y.cq);
+  EXPECT_EQ(y.Poll(2).size(), 2u);
 }
 
 TEST_P(ClusterTest, WriteReadAndAtomicsNeedNothingFromTheTarget) {

@@ -494,7 +494,7 @@ TEST_F(CrossNodeTest, UdDatagramsCrossNodesWithTheirQkey) {
   ASSERT_EQ(AppendRequest(link.producer, h, r, 5, [](char* d) { std::memcpy(d, "hello", 5); }),
             RingStatus::kOk);
   link.producer.Publish();
-  WakeIfArmed(&link.seg.as<QpSegmentHeader>()->doorbell, link.fds[1].get());
+  WakeIfArmed(&link.seg.as<QpSegmentHeader>()->doorbell, link.fds[1].get(), true);
   // The datagram lands in a ring of the sender's own, which the target's router announced
   // with who the sender is; UD is not acknowledged.
   auto announced = target.NextSetupEvent();

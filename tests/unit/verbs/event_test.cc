@@ -67,7 +67,7 @@ TEST(Events, ACompletionTakenOutOfItsRingAfterReArmingFiresNoSecondEvent) {
   ASSERT_NE(slot, nullptr);
 
   pod.router.DeliverSend(qp->qp_num, 0x500, "ping", 4);
-  ff::WakeIfArmed(slot, pod.router.last_channel_fd());
+  ff::WakeIfArmed(slot, pod.router.last_channel_fd(), false);
   EXPECT_EQ(EventNow(ch), cq);
   ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
   const std::vector<ibv_wc> wcs = PollN(cq, 1);
@@ -78,7 +78,7 @@ TEST(Events, ACompletionTakenOutOfItsRingAfterReArmingFiresNoSecondEvent) {
   // The next completion raises the next event.
   ASSERT_EQ(PostRecv(qp, buf.Sge(0, 64), 8), 0);
   pod.router.DeliverSend(qp->qp_num, 0x500, "pong", 4);
-  ff::WakeIfArmed(slot, pod.router.last_channel_fd());
+  ff::WakeIfArmed(slot, pod.router.last_channel_fd(), false);
   EXPECT_EQ(EventNow(ch), cq);
   EXPECT_EQ(PollN(cq, 1).size(), 1u);
 }
@@ -98,9 +98,9 @@ TEST(Events, TheCqsOfAChannelDeliverTheirEventsOldestFirst) {
   ASSERT_NE(b, nullptr);
   ASSERT_EQ(ibv_req_notify_cq(first, 0), 0);
   const int tx = pod.router.last_channel_fd();
-  ff::WakeIfArmed(b, tx);
+  ff::WakeIfArmed(b, tx, false);
   std::this_thread::sleep_for(milliseconds(1));
-  ff::WakeIfArmed(a, tx);
+  ff::WakeIfArmed(a, tx, false);
   EXPECT_EQ(EventNow(ch), second);
   EXPECT_EQ(EventNow(ch), first);
   EXPECT_EQ(EventNow(ch), nullptr);
@@ -161,7 +161,7 @@ TEST(Events, ASignalInterruptsTheWaitAsItInterruptsARead) {
   const int tx = pod.router.last_channel_fd();
   std::thread fire([&] {
     std::this_thread::sleep_for(milliseconds(200));
-    ff::WakeIfArmed(slot, tx);
+    ff::WakeIfArmed(slot, tx, false);
   });
   EXPECT_EQ(ibv_get_cq_event(ch, &got, &context), 0);
   fire.join();

@@ -220,7 +220,7 @@ void FakeRouter::DeliverSend(uint32_t qpn, uint32_t src_qpn, const char* data, u
 void FakeRouter::WakePod() {
   std::lock_guard<std::mutex> g(mu_);
   if (!pod_notify_.get()) return;
-  ff::WakeIfArmed(pod_notify_.as<ff::NotifySlot>() + ff::proto::kWakeSlot, wake_fd_.get());
+  ff::WakeIfArmed(pod_notify_.as<ff::NotifySlot>() + ff::proto::kWakeSlot, wake_fd_.get(), true);
 }
 
 void FakeRouter::SendEvent(ff::proto::EventType type, uint32_t qpn) {
