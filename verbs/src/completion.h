@@ -34,6 +34,8 @@ void NudgeCq(Cq* cq);
 // the event when it published it (a peer, or the router). It entered the CQ then, as far as
 // the application can tell, so taking it out of a ring now must not fire the event again:
 // a program that re-arms, then polls (the usual loop) would get a second event for it.
+// Publishers fire a CQ armed for solicited completions only for solicited messages, so an
+// unsuccessful completion still fires it here.
 inline void PushWc(Cq* cq, const ibv_wc& wc, bool announced = false) {
   if (__builtin_expect(CqFull(cq), 0)) {
     OnCqOverflow(cq);
@@ -41,13 +43,14 @@ inline void PushWc(Cq* cq, const ibv_wc& wc, bool announced = false) {
   }
   cq->wcs[cq->tail & cq->mask] = wc;
   ++cq->tail;
-  if (announced || cq->notify_slot == ff::proto::kNoId) return;
+  if (cq->notify_slot == ff::proto::kNoId) return;
   ff::NotifySlot* slot = EventSlot(cq);
+  uint32_t armed = slot->armed.load(std::memory_order_relaxed);
+  if (armed == 0) return;
   // Completions made here are never solicited messages: a CQ armed for those alone fires
   // only on an error.
-  uint32_t armed = slot->armed.load(std::memory_order_relaxed);
-  if (armed == 0 || (armed == ff::kArmedSolicited && wc.status == IBV_WC_SUCCESS)) return;
-  if (slot->armed.compare_exchange_strong(armed, 0)) FireCq(cq);
+  const bool fires = armed == ff::kArmedSolicited ? wc.status != IBV_WC_SUCCESS : !announced;
+  if (fires && slot->armed.compare_exchange_strong(armed, 0)) FireCq(cq);
 }
 
 // ctx->ops entry points.
