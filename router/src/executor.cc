@@ -252,23 +252,26 @@ bool Executor::ApplyWriteImm(Sender& s, const RequestView& v) {
   return true;
 }
 
-char* Executor::Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len, uint32_t need) {
-  char* p = nullptr;
+bool Executor::Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len, uint32_t need,
+                      char** out) {
+  char*& p = *out;
+  p = nullptr;
   const ibv_wc_status st = ResolveTarget(
       s.hdr, owner.mr.entries(), v.req.rkey, v.req.remote_addr, len, need,
       [&](uint32_t region, uint32_t access) { return MapRegion(owner, region, access); }, &p);
   if (st != IBV_WC_SUCCESS) {
     Fail(s, v.req.seq, st);
-    return nullptr;
+    return false;
   }
-  return p;
+  return true;
 }
 
 void Executor::ApplyWrite(Sender& s, Pod& owner, const RequestView& v) {
-  if (v.data_len > 0) {
-    char* dst = Target(s, owner, v, v.data_len, IBV_ACCESS_REMOTE_WRITE);
-    if (dst == nullptr) return;
-    std::memcpy(dst, v.data, v.data_len);
+  // Every fragment is checked; a zero-length WRITE checks only the target QP's access.
+  if (v.data_len > 0 || v.req.length == 0) {
+    char* dst = nullptr;
+    if (!Target(s, owner, v, v.data_len, IBV_ACCESS_REMOTE_WRITE, &dst)) return;
+    if (v.data_len > 0) std::memcpy(dst, v.data, v.data_len);
   }
   if (v.req.last) Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
 }
@@ -291,13 +294,10 @@ const Mapping* Executor::MapRegion(Pod& owner, uint32_t id, uint32_t need) {
 
 // Answers while the link takes them; false leaves the rest of the READ for when it drained.
 bool Executor::ApplyRead(Sender& s, Pod& owner, const RequestView& v) {
-  const char* src = nullptr;
-  if (v.req.length > 0) {
-    src = Target(s, owner, v, v.req.length, IBV_ACCESS_REMOTE_READ);
-    if (src == nullptr) {
-      s.read_sent = 0;
-      return true;
-    }
+  char* src = nullptr;  // a zero-length READ checks only the target QP's access
+  if (!Target(s, owner, v, v.req.length, IBV_ACCESS_REMOTE_READ, &src)) {
+    s.read_sent = 0;
+    return true;
   }
   do {
     if (transport_->Congested(s.link)) return false;
@@ -313,8 +313,8 @@ bool Executor::ApplyRead(Sender& s, Pod& owner, const RequestView& v) {
 
 void Executor::ApplyAtomic(Sender& s, Pod& owner, const RequestView& v) {
   if ((v.req.remote_addr & 7) != 0) return Fail(s, v.req.seq, IBV_WC_REM_INV_REQ_ERR);
-  char* word = Target(s, owner, v, 8, IBV_ACCESS_REMOTE_ATOMIC);
-  if (word == nullptr) return;
+  char* word = nullptr;
+  if (!Target(s, owner, v, 8, IBV_ACCESS_REMOTE_ATOMIC, &word)) return;
   const uint64_t old =
       AtomicOp(reinterpret_cast<uint64_t*>(word), v.req.opcode, v.req.compare_add, v.req.swap);
   Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, reinterpret_cast<const char*>(&old), 8,

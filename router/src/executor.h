@@ -120,8 +120,9 @@ class Executor {
   bool ApplyRead(Sender& s, Pod& owner, const RequestView& v);
   void ApplyAtomic(Sender& s, Pod& owner, const RequestView& v);
   Claim ClaimCredit(Sender& s, const RequestView& v);
-  // The target's memory behind an access; nullptr after answering the error.
-  char* Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len, uint32_t need);
+  // The target's memory behind an access (*out; nullptr for zero bytes, after checking the
+  // target QP's access flags alone); false after answering the error.
+  bool Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len, uint32_t need, char** out);
   const Mapping* MapRegion(Pod& owner, uint32_t region, uint32_t need);
   Verdict Overflow(Sender& s, const RequestView& v);
   void RunWaiting(LinkId link);  // kNoLink: on every link

@@ -410,6 +410,19 @@ TEST_P(ClusterTest, AZeroLengthWriteOrReadNeedsNoKeyButTheQpsAccess) {
     ASSERT_EQ(wc.size(), 1u);
     EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS) << op;
   }
+  // The target QP takes reads only now: a zero-length WRITE is refused all the same.
+  ibv_qp_attr attr{};
+  attr.qp_access_flags = IBV_ACCESS_REMOTE_READ;
+  ASSERT_EQ(ibv_modify_qp(b->qp, &attr, IBV_QP_ACCESS_FLAGS), 0);
+  ibv_send_wr wr{};
+  wr.wr_id = 12;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a->qp, &wr, &bad), 0);
+  const auto wc = a->Poll(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_REM_ACCESS_ERR);
 }
 
 TEST_P(ClusterTest, APeerWhoseProcessDiesFailsTheQpWithoutAHang) {
