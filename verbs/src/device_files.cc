@@ -43,19 +43,6 @@ bool IsNode(const char* path) {
   return node != nullptr && path != nullptr && std::strcmp(path, node) == 0;
 }
 
-// libc's signatures, without the attributes (nonnull) that a template argument drops.
-using StatFn = int (*)(const char*, struct stat*);
-using Stat64Fn = int (*)(const char*, struct stat64*);
-using StatAtFn = int (*)(int, const char*, struct stat*, int);
-using StatAt64Fn = int (*)(int, const char*, struct stat64*, int);
-using StatxFn = int (*)(int, const char*, int, unsigned int, struct statx*);
-using XstatFn = int (*)(int, const char*, struct stat*);
-using Xstat64Fn = int (*)(int, const char*, struct stat64*);
-using FxstatatFn = int (*)(int, int, const char*, struct stat*, int);
-using Fxstatat64Fn = int (*)(int, int, const char*, struct stat64*, int);
-using AccessFn = int (*)(const char*, int);
-using AccessAtFn = int (*)(int, const char*, int, int);
-
 // Calls the next definition of the symbol after this library, looked up once into `slot`
 // (a race only looks it up twice); -1 with ENOSYS when there is none.
 template <typename Fn, typename... Args>
@@ -145,119 +132,70 @@ using ffv::FillStat;
 using ffv::FillStatx;
 using ffv::Serve;
 
+// One interposer per libc name; those of one signature are made by one macro. Each keeps its
+// own slot for libc's function. (Template arguments cannot carry libc's nonnull attributes,
+// hence the spelled-out pointer types.)
+#define FFV_PATH_STAT(name, stat_t)                                         \
+  FFV_EXPORT int name(const char* path, struct stat_t* buf) noexcept {      \
+    static std::atomic<int (*)(const char*, struct stat_t*)> real{nullptr}; \
+    return Serve(                                                           \
+        real, #name, path, [&] { return FillStat(buf); }, path, buf);       \
+  }
+#define FFV_VERSIONED_STAT(name, stat_t)                                         \
+  FFV_EXPORT int name(int ver, const char* path, struct stat_t* buf) noexcept {  \
+    static std::atomic<int (*)(int, const char*, struct stat_t*)> real{nullptr}; \
+    return Serve(                                                                \
+        real, #name, path, [&] { return FillStat(buf); }, ver, path, buf);       \
+  }
+#define FFV_AT_STAT(name, stat_t)                                                            \
+  FFV_EXPORT int name(int dirfd, const char* path, struct stat_t* buf, int flags) noexcept { \
+    static std::atomic<int (*)(int, const char*, struct stat_t*, int)> real{nullptr};        \
+    return Serve(                                                                            \
+        real, #name, path, [&] { return FillStat(buf); }, dirfd, path, buf, flags);          \
+  }
+#define FFV_VERSIONED_AT_STAT(name, stat_t)                                                \
+  FFV_EXPORT int name(int ver, int dirfd, const char* path, struct stat_t* buf,            \
+                      int flags) noexcept {                                                \
+    static std::atomic<int (*)(int, int, const char*, struct stat_t*, int)> real{nullptr}; \
+    return Serve(                                                                          \
+        real, #name, path, [&] { return FillStat(buf); }, ver, dirfd, path, buf, flags);   \
+  }
+#define FFV_PATH_ACCESS(name)                                              \
+  FFV_EXPORT int name(const char* path, int mode) noexcept {               \
+    static std::atomic<int (*)(const char*, int)> real{nullptr};           \
+    return Serve(                                                          \
+        real, #name, path, [&] { return ffv::Access(mode); }, path, mode); \
+  }
+
 extern "C" {
 
-// glibc >= 2.33 no longer declares the versioned wrappers (x86-64 still exports them).
-int __xstat(int ver, const char* path, struct stat* buf) noexcept;
-int __xstat64(int ver, const char* path, struct stat64* buf) noexcept;
-int __lxstat(int ver, const char* path, struct stat* buf) noexcept;
-int __lxstat64(int ver, const char* path, struct stat64* buf) noexcept;
-int __fxstatat(int ver, int dirfd, const char* path, struct stat* buf, int flags) noexcept;
-int __fxstatat64(int ver, int dirfd, const char* path, struct stat64* buf, int flags) noexcept;
-
-FFV_EXPORT int stat(const char* path, struct stat* buf) noexcept {
-  static std::atomic<ffv::StatFn> real{nullptr};
-  return Serve(
-      real, "stat", path, [&] { return FillStat(buf); }, path, buf);
-}
-
-FFV_EXPORT int stat64(const char* path, struct stat64* buf) noexcept {
-  static std::atomic<ffv::Stat64Fn> real{nullptr};
-  return Serve(
-      real, "stat64", path, [&] { return FillStat(buf); }, path, buf);
-}
-
-FFV_EXPORT int lstat(const char* path, struct stat* buf) noexcept {
-  static std::atomic<ffv::StatFn> real{nullptr};
-  return Serve(
-      real, "lstat", path, [&] { return FillStat(buf); }, path, buf);
-}
-
-FFV_EXPORT int lstat64(const char* path, struct stat64* buf) noexcept {
-  static std::atomic<ffv::Stat64Fn> real{nullptr};
-  return Serve(
-      real, "lstat64", path, [&] { return FillStat(buf); }, path, buf);
-}
-
-FFV_EXPORT int fstatat(int dirfd, const char* path, struct stat* buf, int flags) noexcept {
-  static std::atomic<ffv::StatAtFn> real{nullptr};
-  return Serve(
-      real, "fstatat", path, [&] { return FillStat(buf); }, dirfd, path, buf, flags);
-}
-
-FFV_EXPORT int fstatat64(int dirfd, const char* path, struct stat64* buf, int flags) noexcept {
-  static std::atomic<ffv::StatAt64Fn> real{nullptr};
-  return Serve(
-      real, "fstatat64", path, [&] { return FillStat(buf); }, dirfd, path, buf, flags);
-}
+FFV_PATH_STAT(stat, stat)
+FFV_PATH_STAT(stat64, stat64)
+FFV_PATH_STAT(lstat, stat)
+FFV_PATH_STAT(lstat64, stat64)
+FFV_VERSIONED_STAT(__xstat, stat)
+FFV_VERSIONED_STAT(__xstat64, stat64)
+FFV_VERSIONED_STAT(__lxstat, stat)
+FFV_VERSIONED_STAT(__lxstat64, stat64)
+FFV_AT_STAT(fstatat, stat)
+FFV_AT_STAT(fstatat64, stat64)
+FFV_VERSIONED_AT_STAT(__fxstatat, stat)
+FFV_VERSIONED_AT_STAT(__fxstatat64, stat64)
+FFV_PATH_ACCESS(access)
+FFV_PATH_ACCESS(euidaccess)
+FFV_PATH_ACCESS(eaccess)
 
 FFV_EXPORT int statx(int dirfd, const char* path, int flags, unsigned int mask,
                      struct statx* buf) noexcept {
-  static std::atomic<ffv::StatxFn> real{nullptr};
+  static std::atomic<int (*)(int, const char*, int, unsigned int, struct statx*)> real{nullptr};
   return Serve(
       real, "statx", path, [&] { return FillStatx(buf); }, dirfd, path, flags, mask, buf);
 }
 
-FFV_EXPORT int __xstat(int ver, const char* path, struct stat* buf) noexcept {
-  static std::atomic<ffv::XstatFn> real{nullptr};
-  return Serve(
-      real, "__xstat", path, [&] { return FillStat(buf); }, ver, path, buf);
-}
-
-FFV_EXPORT int __xstat64(int ver, const char* path, struct stat64* buf) noexcept {
-  static std::atomic<ffv::Xstat64Fn> real{nullptr};
-  return Serve(
-      real, "__xstat64", path, [&] { return FillStat(buf); }, ver, path, buf);
-}
-
-FFV_EXPORT int __lxstat(int ver, const char* path, struct stat* buf) noexcept {
-  static std::atomic<ffv::XstatFn> real{nullptr};
-  return Serve(
-      real, "__lxstat", path, [&] { return FillStat(buf); }, ver, path, buf);
-}
-
-FFV_EXPORT int __lxstat64(int ver, const char* path, struct stat64* buf) noexcept {
-  static std::atomic<ffv::Xstat64Fn> real{nullptr};
-  return Serve(
-      real, "__lxstat64", path, [&] { return FillStat(buf); }, ver, path, buf);
-}
-
-FFV_EXPORT int __fxstatat(int ver, int dirfd, const char* path, struct stat* buf,
-                          int flags) noexcept {
-  static std::atomic<ffv::FxstatatFn> real{nullptr};
-  return Serve(
-      real, "__fxstatat", path, [&] { return FillStat(buf); }, ver, dirfd, path, buf, flags);
-}
-
-FFV_EXPORT int __fxstatat64(int ver, int dirfd, const char* path, struct stat64* buf,
-                            int flags) noexcept {
-  static std::atomic<ffv::Fxstatat64Fn> real{nullptr};
-  return Serve(
-      real, "__fxstatat64", path, [&] { return FillStat(buf); }, ver, dirfd, path, buf, flags);
-}
-
-FFV_EXPORT int access(const char* path, int mode) noexcept {
-  static std::atomic<ffv::AccessFn> real{nullptr};
-  return Serve(
-      real, "access", path, [&] { return ffv::Access(mode); }, path, mode);
-}
-
 FFV_EXPORT int faccessat(int dirfd, const char* path, int mode, int flags) noexcept {
-  static std::atomic<ffv::AccessAtFn> real{nullptr};
+  static std::atomic<int (*)(int, const char*, int, int)> real{nullptr};
   return Serve(
       real, "faccessat", path, [&] { return ffv::Access(mode); }, dirfd, path, mode, flags);
-}
-
-FFV_EXPORT int euidaccess(const char* path, int mode) noexcept {
-  static std::atomic<ffv::AccessFn> real{nullptr};
-  return Serve(
-      real, "euidaccess", path, [&] { return ffv::Access(mode); }, path, mode);
-}
-
-FFV_EXPORT int eaccess(const char* path, int mode) noexcept {
-  static std::atomic<ffv::AccessFn> real{nullptr};
-  return Serve(
-      real, "eaccess", path, [&] { return ffv::Access(mode); }, path, mode);
 }
 
 }  // extern "C"

@@ -6,6 +6,8 @@
 // one path in-process (device_files.cc), once this process has the device.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <string>
 
 namespace ffv {
@@ -22,3 +24,15 @@ void ServeDeviceNode(const std::string& path);
 void StopServingDeviceNode();
 
 }  // namespace ffv
+
+// The stat wrappers of glibc < 2.33, which programs built against it call instead of stat,
+// lstat and fstatat; newer headers no longer declare them (x86-64's glibc still exports
+// them). The library defines them (device_files.cc).
+extern "C" {
+int __xstat(int ver, const char* path, struct stat* buf) noexcept;
+int __xstat64(int ver, const char* path, struct stat64* buf) noexcept;
+int __lxstat(int ver, const char* path, struct stat* buf) noexcept;
+int __lxstat64(int ver, const char* path, struct stat64* buf) noexcept;
+int __fxstatat(int ver, int dirfd, const char* path, struct stat* buf, int flags) noexcept;
+int __fxstatat64(int ver, int dirfd, const char* path, struct stat64* buf, int flags) noexcept;
+}

@@ -7,30 +7,17 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include "pod.h"
-
-extern "C" {
-int __xstat(int ver, const char* path, struct stat* buf) noexcept;
-int __xstat64(int ver, const char* path, struct stat64* buf) noexcept;
-int __lxstat(int ver, const char* path, struct stat* buf) noexcept;
-int __lxstat64(int ver, const char* path, struct stat64* buf) noexcept;
-int __fxstatat(int ver, int dirfd, const char* path, struct stat* buf, int flags) noexcept;
-int __fxstatat64(int ver, int dirfd, const char* path, struct stat64* buf, int flags) noexcept;
-}
 
 namespace fftest {
 namespace {
@@ -73,38 +60,30 @@ TEST_F(DeviceNode, TheServedPathAnswersAsACharacterDeviceThroughEveryName) {
   const int dirfd = ::open(dir(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   ASSERT_GE(dirfd, 0);
   struct stat64 st64 {};
-  // errno stays what it was before each successful call.
+  // Each answers as the node, and errno stays what it was before the call.
+  auto answered = [](const char* how, int rc, const auto& st) {
+    EXPECT_EQ(rc, 0) << how;
+    EXPECT_EQ(errno, EXDEV) << how;
+    ExpectCharDevice(st, how);
+  };
+  errno = EXDEV;
+  answered("stat", ::stat(path(), &st), st);
+  answered("lstat", ::lstat(path(), &st), st);
+  answered("fstatat", ::fstatat(AT_FDCWD, path(), &st, 0), st);
+  answered("fstatat, absolute path", ::fstatat(dirfd, path(), &st, AT_SYMLINK_NOFOLLOW), st);
+  answered("stat64", ::stat64(path(), &st64), st64);
+  answered("lstat64", ::lstat64(path(), &st64), st64);
+  answered("fstatat64", ::fstatat64(AT_FDCWD, path(), &st64, 0), st64);
+  answered("__xstat", __xstat(kStatVer, path(), &st), st);
+  answered("__xstat64", __xstat64(kStatVer, path(), &st64), st64);
+  answered("__lxstat", __lxstat(kStatVer, path(), &st), st);
+  answered("__lxstat64", __lxstat64(kStatVer, path(), &st64), st64);
+  answered("__fxstatat", __fxstatat(kStatVer, AT_FDCWD, path(), &st, 0), st);
+  answered("__fxstatat64", __fxstatat64(kStatVer, AT_FDCWD, path(), &st64, 0), st64);
   auto ok = [](int rc, const char* how) {
     EXPECT_EQ(rc, 0) << how;
     EXPECT_EQ(errno, EXDEV) << how;
   };
-  errno = EXDEV;
-  ok(::stat(path(), &st), "stat");
-  ExpectCharDevice(st, "stat");
-  ok(::lstat(path(), &st), "lstat");
-  ExpectCharDevice(st, "lstat");
-  ok(::fstatat(AT_FDCWD, path(), &st, 0), "fstatat");
-  ExpectCharDevice(st, "fstatat");
-  ok(::fstatat(dirfd, path(), &st, AT_SYMLINK_NOFOLLOW), "fstatat, absolute path");
-  ExpectCharDevice(st, "fstatat, absolute path");
-  ok(::stat64(path(), &st64), "stat64");
-  ExpectCharDevice(st64, "stat64");
-  ok(::lstat64(path(), &st64), "lstat64");
-  ExpectCharDevice(st64, "lstat64");
-  ok(::fstatat64(AT_FDCWD, path(), &st64, 0), "fstatat64");
-  ExpectCharDevice(st64, "fstatat64");
-  ok(__xstat(kStatVer, path(), &st), "__xstat");
-  ExpectCharDevice(st, "__xstat");
-  ok(__xstat64(kStatVer, path(), &st64), "__xstat64");
-  ExpectCharDevice(st64, "__xstat64");
-  ok(__lxstat(kStatVer, path(), &st), "__lxstat");
-  ExpectCharDevice(st, "__lxstat");
-  ok(__lxstat64(kStatVer, path(), &st64), "__lxstat64");
-  ExpectCharDevice(st64, "__lxstat64");
-  ok(__fxstatat(kStatVer, AT_FDCWD, path(), &st, 0), "__fxstatat");
-  ExpectCharDevice(st, "__fxstatat");
-  ok(__fxstatat64(kStatVer, AT_FDCWD, path(), &st64, 0), "__fxstatat64");
-  ExpectCharDevice(st64, "__fxstatat64");
   struct statx sx {};
   ok(::statx(AT_FDCWD, path(), 0, STATX_BASIC_STATS, &sx), "statx");
   EXPECT_TRUE(S_ISCHR(sx.stx_mode));
@@ -204,29 +183,12 @@ TEST(DeviceNodeOfTheProcess, AnswersOnceTheDeviceListFoundTheRouter) {
   const bool real = ReallyExists(node.c_str());
   struct stat st {};
   EXPECT_EQ(::stat(node.c_str(), &st) == 0, real) << "nothing answers before the device exists";
-  char dir[] = "/tmp/ffv-devlist-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string sock = std::string(dir) + "/ffrouter.sock";
-  ff::UniqueFd listener(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strcpy(addr.sun_path, sock.c_str());
-  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(listener.get(), 1), 0);
-  std::unique_ptr<FakeRouter> router;
-  std::thread acceptor([&] {
-    pollfd p{listener.get(), POLLIN, 0};
-    if (::poll(&p, 1, 5000) == 1)
-      router =
-          std::make_unique<FakeRouter>(ff::UniqueFd(::accept(listener.get(), nullptr, nullptr)));
-  });
-  ::setenv("FREEFLOW_DIR", dir, 1);
+  ListeningRouter router;
+  ::setenv("FREEFLOW_DIR", router.dir().c_str(), 1);
   ::setenv("FFR_NAME", "ffrouter", 1);
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
-  acceptor.join();
-  ::unlink(sock.c_str());
-  ::rmdir(dir);
+  EXPECT_NE(router.Accepted(), nullptr);
   ASSERT_NE(list, nullptr);
   ASSERT_EQ(n, 1);
   EXPECT_EQ(ffv::DeviceNodePath(list[0]->dev_name), node);
