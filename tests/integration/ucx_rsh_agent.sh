@@ -8,10 +8,16 @@
 set -euo pipefail
 host=$1
 shift
+found=""
 while read -r addr ns dir; do
-  [[ $addr == "$host" ]] || continue
-  exec ip netns exec "$ns" env FREEFLOW_DIR="$dir" FFR_NAME=ffrouter \
-    LD_PRELOAD="$dir/libffverbs.so" sh -c "$*"
+  if [[ $addr == "$host" ]]; then
+    found=$ns
+    break
+  fi
 done <"${FF_MPI_PODS:?the pod list}"
-echo "ucx_rsh_agent: no pod has the address $host" >&2
-exit 255
+if [[ -z $found ]]; then
+  echo "ucx_rsh_agent: no pod has the address $host" >&2
+  exit 255
+fi
+exec ip netns exec "$found" env FREEFLOW_DIR="$dir" FFR_NAME=ffrouter \
+  LD_PRELOAD="$dir/libffverbs.so" sh -c "$*"
