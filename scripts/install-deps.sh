@@ -14,6 +14,9 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # real clients and baselines used by tests, demo and benchmarks
   perftest ibverbs-utils rdmacm-utils iperf3 sockperf qperf
+  # UCX and Open MPI over freeflow0 (tests/integration/ucx.sh); libopenmpi-dev lets CMake's
+  # find_package(MPI) build the test's MPI program
+  ucx-utils openmpi-bin libopenmpi-dev
   # namespaces, bridges, processes
   iproute2 procps util-linux psmisc strace binutils curl
   # control plane used by later tests

@@ -15,7 +15,17 @@
 // each remembers the session whose router has its memfd. Overlapping registrations share
 // or merge regions of one session; a registration overlapping a region of another session
 // is refused (EINVAL), since merging would move a registration between routers.
+//
+// The address-space changes below go straight to the kernel, never through libc's mmap,
+// munmap or mremap: programs hook those. UCX's libucm replaces them (in libc itself or in
+// every loaded object's relocations) to watch for unmapped memory; its mremap takes four
+// arguments and dropped the fifth, MREMAP_FIXED's target, so Unshadow's copy landed at an
+// arbitrary address (EINVAL, or address 0 when root). Freeflow's remaps keep every page
+// mapped with the same contents, so there is nothing for such a hook to see either: UCM's
+// registration cache would take the MAP_FIXED of a registration for an unmap and drop
+// registrations that stay valid.
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +55,18 @@ uintptr_t PageSize() {
   return p;
 }
 
+// x86-64's mmap system call (SYS_mmap takes the six arguments there).
+void* RawMmap(void* addr, size_t len, int prot, int flags, int fd, off_t offset) {
+  return reinterpret_cast<void*>(::syscall(SYS_mmap, addr, len, prot, flags, fd, offset));
+}
+
+void RawMunmap(void* addr, size_t len) { ::syscall(SYS_munmap, addr, len); }
+
+void* RawMremapFixed(void* from, size_t len, void* to) {
+  return reinterpret_cast<void*>(
+      ::syscall(SYS_mremap, from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to));
+}
+
 bool RangeMapped(uintptr_t start, size_t size) {
   std::vector<unsigned char> vec((size + PageSize() - 1) / PageSize());
   return ::mincore(reinterpret_cast<void*>(start), size, vec.data()) == 0;
@@ -57,13 +79,13 @@ int ShadowRange(uintptr_t start, size_t size, UniqueFd* out) {
   UniqueFd fd;
   int rc = ff::CreateSegment("ffverbs-mr", size, &fd);
   if (rc != 0) return rc;
-  void* tmp = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* tmp = RawMmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (tmp == MAP_FAILED) return errno;
   std::memcpy(tmp, reinterpret_cast<void*>(start), size);
-  void* fixed = ::mmap(reinterpret_cast<void*>(start), size, PROT_READ | PROT_WRITE,
-                       MAP_SHARED | MAP_FIXED, fd.get(), 0);
+  void* fixed = RawMmap(reinterpret_cast<void*>(start), size, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_FIXED, fd.get(), 0);
   const int err = errno;
-  ::munmap(tmp, size);
+  RawMunmap(tmp, size);
   if (fixed == MAP_FAILED) return err;
   *out = std::move(fd);
   return 0;
@@ -72,16 +94,15 @@ int ShadowRange(uintptr_t start, size_t size, UniqueFd* out) {
 // Gives [start, start+size) private anonymous pages with the current contents.
 void Unshadow(uintptr_t start, size_t size) {
   if (!RangeMapped(start, size)) return;  // the application unmapped it already
-  void* tmp = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* tmp = RawMmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (tmp == MAP_FAILED) {
     LogError("cannot restore private memory after deregistration: %s", std::strerror(errno));
     return;
   }
   std::memcpy(tmp, reinterpret_cast<void*>(start), size);
-  if (::mremap(tmp, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(start)) ==
-      MAP_FAILED) {
+  if (RawMremapFixed(tmp, size, reinterpret_cast<void*>(start)) == MAP_FAILED) {
     LogError("cannot restore private memory after deregistration: %s", std::strerror(errno));
-    ::munmap(tmp, size);
+    RawMunmap(tmp, size);
   }
 }
 

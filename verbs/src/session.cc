@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "device_files.h"
+
 namespace ffv {
 namespace {
 
@@ -182,6 +184,8 @@ Session* GetSession() {
         EnvOr("FREEFLOW_DIR", "/freeflow") + "/" + EnvOr("FFR_NAME", "ffrouter") + ".sock";
     int error = 0;
     g_session = OpenSession(path, &error);
+    // The process has the device now: programs may check its node (device_files.h).
+    if (g_session != nullptr) ServeDeviceNode(DeviceNodePath(g_session->device.dev.dev_name));
   }
   return g_session;
 }

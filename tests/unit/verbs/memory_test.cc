@@ -1,17 +1,73 @@
 // Memory registration and what the router is given of it: nothing for memory without remote
 // access, a memfd sealed read-only for memory peers may only read, a writable one for memory
 // they may write, and pages that move between them as registrations come and go.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
 
 #include "pod.h"
+
+// Stand-ins for a program's hooks on libc's mapping functions, as UCX's libucm installs
+// them (its mremap takes four arguments and loses MREMAP_FIXED's target). They forward to
+// libc; while a range is watched they count calls that name an address in it, and refuse
+// every MREMAP_FIXED (EINVAL, what UCM's lost target gave). The library must not need them.
+namespace {
+std::atomic<uintptr_t> g_watch_lo{0};
+std::atomic<uintptr_t> g_watch_hi{0};
+std::atomic<int> g_hooked{0};
+
+bool Watched(const void* addr) {
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  return a >= g_watch_lo.load() && a < g_watch_hi.load();
+}
+
+template <typename Fn>
+Fn Libc(const char* name) {
+  return reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
+}
+}  // namespace
+
+extern "C" void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) noexcept {
+  using Fn = void* (*)(void*, size_t, int, int, int, off_t);
+  static const Fn real = Libc<Fn>("mmap");
+  if (Watched(addr)) ++g_hooked;
+  return real(addr, len, prot, flags, fd, off);
+}
+
+extern "C" int munmap(void* addr, size_t len) noexcept {
+  using Fn = int (*)(void*, size_t);
+  static const Fn real = Libc<Fn>("munmap");
+  if (Watched(addr)) ++g_hooked;
+  return real(addr, len);
+}
+
+extern "C" void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) noexcept {
+  using Fn = void* (*)(void*, size_t, size_t, int, ...);
+  static const Fn real = Libc<Fn>("mremap");
+  void* to = nullptr;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    to = va_arg(ap, void*);
+    va_end(ap);
+    if (g_watch_hi.load() != 0) {
+      ++g_hooked;
+      errno = EINVAL;
+      return MAP_FAILED;
+    }
+  }
+  if (Watched(old) || Watched(to)) ++g_hooked;
+  return real(old, old_len, new_len, flags, to);
+}
 
 namespace fftest {
 namespace {
@@ -151,6 +207,30 @@ TEST(Memory, AReadOnlyRegionIsSealedMovesOutForAWriteRegistrationAndBackWhenItLe
   EXPECT_EQ(now.as<char>()[400], 'd');
   EXPECT_EQ(now.as<char>()[200], 'c');
   EXPECT_EQ(ibv_dereg_mr(rd), 0);
+}
+
+TEST(Memory, RemapsBypassHooksOnLibcsMappingFunctions) {
+  Pod pod;
+  Area area(3);
+  std::memset(area.data(), 'h', area.size());
+  g_hooked = 0;
+  g_watch_lo = reinterpret_cast<uintptr_t>(area.data());
+  g_watch_hi = g_watch_lo + area.size();
+  ibv_mr* mr =
+      ibv_reg_mr(pod.pd, area.data() + 10, 5000, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(mr, nullptr) << std::strerror(errno);
+  EXPECT_TRUE(InARegion(area.data())) << MappingOf(area.data());
+  const int region_fd = pod.router.region_fd(pod.router.mr_entry(mr->lkey)->region.load());
+  ASSERT_GE(region_fd, 0);
+  ff::Mapping peer;  // what a peer that writes maps
+  ASSERT_EQ(ff::MapSegment(region_fd, 2 * Page(), true, &peer), 0);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  g_watch_hi = 0;
+  EXPECT_EQ(g_hooked.load(), 0) << "the library's remaps went through hookable libc functions";
+  EXPECT_FALSE(InARegion(area.data())) << "the pages stayed shared after deregistration";
+  peer.as<char>()[100] = 'X';
+  EXPECT_EQ(area.data()[100], 'h') << "a peer mapping still reaches the pages after dereg";
+  EXPECT_EQ(area.data()[2 * Page() - 1], 'h');
 }
 
 }  // namespace

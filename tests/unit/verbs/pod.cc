@@ -4,12 +4,53 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 namespace fftest {
+
+ListeningRouter::ListeningRouter() {
+  char dir[] = "/tmp/ffv-router-XXXXXX";
+  if (::mkdtemp(dir) == nullptr) {
+    ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
+    return;
+  }
+  dir_ = dir;
+  path_ = dir_ + "/ffrouter.sock";
+  listener_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
+  if (!listener_ ||
+      ::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(listener_.get(), 1) != 0) {
+    ADD_FAILURE() << "cannot listen at " << path_ << ": " << std::strerror(errno);
+    return;
+  }
+  acceptor_ = std::thread([this] {
+    pollfd p{listener_.get(), POLLIN, 0};
+    const int ms = static_cast<int>(std::chrono::milliseconds(kWaitLimit).count());
+    if (::poll(&p, 1, ms) == 1)
+      router_ =
+          std::make_unique<FakeRouter>(ff::UniqueFd(::accept(listener_.get(), nullptr, nullptr)));
+  });
+}
+
+ListeningRouter::~ListeningRouter() {
+  if (acceptor_.joinable()) acceptor_.join();
+  if (!path_.empty()) ::unlink(path_.c_str());
+  if (!dir_.empty()) ::rmdir(dir_.c_str());
+}
+
+FakeRouter* ListeningRouter::Accepted() {
+  if (acceptor_.joinable()) acceptor_.join();
+  return router_.get();
+}
 namespace {
 
 constexpr uint32_t kPeerIp = 0x0af40002;  // 10.244.0.2, what the fake router reports

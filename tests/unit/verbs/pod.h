@@ -7,6 +7,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_router.h"
@@ -16,6 +19,27 @@ namespace fftest {
 
 using Clock = std::chrono::steady_clock;
 inline constexpr auto kWaitLimit = std::chrono::seconds(5);
+
+// A router found by its socket path, as the library finds ffrouter: a scratch folder with a
+// listening socket (`path()`) whose first connection (within kWaitLimit) a FakeRouter serves.
+class ListeningRouter {
+ public:
+  ListeningRouter();
+  ~ListeningRouter();  // removes the socket and the folder
+  ListeningRouter(const ListeningRouter&) = delete;
+  ListeningRouter& operator=(const ListeningRouter&) = delete;
+  const std::string& dir() const { return dir_; }
+  const std::string& path() const { return path_; }
+  // Waits until the connection came or the wait ran out; the router serving it, or nullptr.
+  FakeRouter* Accepted();
+
+ private:
+  std::string dir_;
+  std::string path_;
+  ff::UniqueFd listener_;
+  std::thread acceptor_;
+  std::unique_ptr<FakeRouter> router_;
+};
 
 // Page-aligned memory registered with the pod's PD (registration remaps whole pages).
 class Buffer {

@@ -1,15 +1,11 @@
 // Several sessions in one process (as in-process tests of two pods need): their own QP
 // numbers, their own routers, and the one limit they share (registered pages).
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
-#include <thread>
 
 #include "pod.h"
 
@@ -117,27 +113,10 @@ TEST(Sessions, OpenSessionOnAMissingSocketFails) {
 }
 
 TEST(Sessions, OpenSessionConnectsToARouterSocketPath) {
-  char dir[] = "/tmp/ffv-session-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/router.sock";
-  ff::UniqueFd listener(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strcpy(addr.sun_path, path.c_str());
-  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(listener.get(), 1), 0);
-  std::unique_ptr<FakeRouter> router;
-  std::thread acceptor([&] {
-    pollfd p{listener.get(), POLLIN, 0};
-    if (::poll(&p, 1, 5000) == 1)
-      router =
-          std::make_unique<FakeRouter>(ff::UniqueFd(::accept(listener.get(), nullptr, nullptr)));
-  });
+  ListeningRouter router;
   int error = 0;
-  ffv::Session* s = ffv::OpenSession(path, &error);
-  acceptor.join();
-  ::unlink(path.c_str());
-  ::rmdir(dir);
+  ffv::Session* s = ffv::OpenSession(router.path(), &error);
+  EXPECT_NE(router.Accepted(), nullptr);
   ASSERT_NE(s, nullptr) << std::strerror(error);
   EXPECT_EQ(s->node, "fake-node");
   ibv_context* ctx = ffv::OpenContext(s);
