@@ -183,6 +183,12 @@ void FireCq(Cq* cq) {
   ff::SendWake(cq->channel->tx.get());
 }
 
+void FireIfArmed(Cq* cq) {
+  if (cq->notify_slot == ff::proto::kNoId) return;
+  std::atomic<uint32_t>& armed = EventSlot(cq)->armed;
+  if (armed.load(std::memory_order_relaxed) != 0 && armed.exchange(0) != 0) FireCq(cq);
+}
+
 void NudgeCq(Cq* cq) {
   if (cq->channel != nullptr) ff::SendWake(cq->channel->tx.get());
 }

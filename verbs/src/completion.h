@@ -19,6 +19,9 @@ void OnCqOverflow(Cq* cq);  // rare: reported once per CQ
 
 // Fires `cq`'s completion event (its caller disarmed it). Any thread.
 void FireCq(Cq* cq);
+// Fires it if it is armed (for any completion or solicited ones): completions are waiting
+// whose publisher's event the application may have taken before it could see them.
+void FireIfArmed(Cq* cq);
 
 // Wakes a process asleep in ibv_get_cq_event on `cq`'s channel without an event: it handles
 // what the router told it (a peer linked up or went away, a UD ring arrived), which may add

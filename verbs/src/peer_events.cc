@@ -90,13 +90,17 @@ void Registry::OnFatal() {
 namespace {
 
 // Takes in the UD rings the router announced: what the last sender of a ring published is
-// delivered first, then the ring is the new sender's. ctx->lock held.
+// delivered first, then the ring is the new sender's. A new sender may publish (and fire our
+// receive CQ) before we hear of its ring: the application then took that event and polled
+// nothing. Messages found waiting in a ring we install now fire the CQ again if it is armed,
+// or they would wait for the next message. ctx->lock held.
 void InstallRings(Qp* qp) {
   std::vector<Qp::ArrivingRing> rings;
   {
     std::lock_guard<std::mutex> a(qp->arriving_mu);
     rings.swap(qp->arriving);
   }
+  bool waiting = false;
   for (Qp::ArrivingRing& r : rings) {
     Mapping map;
     if (r.ring >= qp->num_rings ||
@@ -109,7 +113,11 @@ void InstallRings(Qp* qp) {
     qp->consumers[r.ring].Attach(map.as<ff::RingHeader>(), qp->ring_bytes);
     qp->inbound[r.ring] = InboundState{};
     qp->sources[r.ring] = Qp::UdSource{r.ip, r.qpn, std::move(map)};
+    ff::RecordHeader h;
+    const char* payload = nullptr;
+    waiting = waiting || qp->consumers[r.ring].Peek(&h, &payload) == ff::RingStatus::kOk;
   }
+  if (waiting && qp->rcq != nullptr) FireIfArmed(qp->rcq);
 }
 
 }  // namespace
