@@ -176,6 +176,34 @@ int TakeAsyncEvent(Context* ctx, ibv_async_event* event) {
   return 0;
 }
 
+template <typename T>
+std::vector<T*> Snapshot(Context* ctx, const std::vector<T*>& v) {
+  std::lock_guard<SpinLock> l(ctx->lock);
+  std::vector<T*> out;
+  for (T* x : v)
+    if (x != nullptr) out.push_back(x);
+  return out;
+}
+
+// What the application left open when it closed the device goes with it, as the kernel
+// frees a closed context's objects: otherwise the router would keep them (and their ids,
+// memory and descriptors) for as long as the process lives. Users first, then what they use.
+void ReleaseLeftovers(Context* ctx) {
+  const auto qps = Snapshot(ctx, ctx->qps);
+  const auto srqs = Snapshot(ctx, ctx->srqs);
+  const auto mrs = Snapshot(ctx, ctx->mrs_by_slot);
+  const auto cqs = Snapshot(ctx, ctx->cqs);
+  const auto channels = Snapshot(ctx, ctx->channels);
+  const size_t n = qps.size() + srqs.size() + mrs.size() + cqs.size() + channels.size();
+  if (n == 0) return;
+  LogDebug("ibv_close_device: releasing %zu objects the application left open", n);
+  for (Qp* qp : qps) ibv_destroy_qp(&qp->qpx.qp_base);
+  for (Srq* srq : srqs) ibv_destroy_srq(&srq->srq);
+  for (Mr* mr : mrs) ibv_dereg_mr(&mr->mr);
+  for (Cq* cq : cqs) ibv_destroy_cq(&cq->cq);
+  for (Channel* ch : channels) ibv_destroy_comp_channel(&ch->ch);
+}
+
 }  // namespace
 
 void PushAsyncEvent(Context* ctx, ibv_event_type type, void* element) {
@@ -240,6 +268,7 @@ FFV_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
 FFV_EXPORT int ibv_close_device(ibv_context* context) {
   if (!ValidContext(context)) return EINVAL;
   Context* ctx = ToCtx(context);
+  ReleaseLeftovers(ctx);
   ctx->session->registry.RemoveContext(ctx);
   pthread_mutex_destroy(&context->mutex);
   delete ctx;

@@ -310,7 +310,6 @@ struct Context {
   std::unordered_map<uint32_t, std::weak_ptr<PeerCtx>> peers;
   std::vector<Mr*> mrs_by_slot;  // local lkey lookup
   const Mr* last_mr = nullptr;   // the registration the last SGE check found (one-entry cache)
-  uint32_t next_id = 1;
   // Async events (any thread may push; the application reads them).
   std::mutex async_mu;
   std::deque<AsyncEvent> async_events;

@@ -30,9 +30,12 @@ void FreeNotifySlot(Session* s, uint32_t slot) {
   s->free_slots.push_back(slot);
 }
 
+// A fresh id (never 0 or kNoId, which the protocol reserves) from the session's counter.
 uint32_t NextId(Context* ctx) {
-  std::lock_guard<SpinLock> l(ctx->lock);
-  return ctx->next_id++;
+  for (;;) {
+    const uint32_t id = ctx->session->next_id.fetch_add(1, std::memory_order_relaxed);
+    if (id != 0 && id != ff::proto::kNoId) return id;
+  }
 }
 
 template <typename T>

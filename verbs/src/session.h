@@ -52,6 +52,10 @@ struct Session {
   std::mutex slot_mu;
   std::vector<uint32_t> free_slots;
   uint32_t next_slot = 0;
+  // Ids of channels, CQs, SRQs and PDs. The router keeps them per session (one namespace for
+  // every context of the process), so they come from here, never from a context: two contexts
+  // numbering from 1 each collided (EEXIST from ibv_create_cq / ibv_create_comp_channel).
+  std::atomic<uint32_t> next_id{1};
 
   // One synchronous request. Returns 0, a positive errno from the router, or a local one
   // (ENOTCONN: router gone, ETIMEDOUT: no answer within kRouterCallTimeoutS, EPROTO: a
