@@ -122,6 +122,7 @@ void InstallOps(Context* ctx, ibv_device* device) {
   v.query_port = QueryPortExt;
   v.query_device_ex = QueryDeviceEx;
   v.create_qp_ex = CreateQpEx;
+  v.create_cq_ex = CreateCqEx;
   ibv_context& c = v.context;
   c.device = device;
   c.cmd_fd = -1;

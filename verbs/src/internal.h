@@ -131,7 +131,10 @@ struct Channel {
 };
 
 struct Cq {
-  ibv_cq cq;
+  union {
+    ibv_cq cq;      // ibv_cq_ex begins with ibv_cq's fields: one CQ, seen either way
+    ibv_cq_ex cqx;  // filled in by ibv_create_cq_ex only (cq_ex.cc)
+  };
   uint32_t id = 0;
   Context* ctx = nullptr;
   std::vector<ibv_wc> wcs;  // ring of completions, power-of-two size
@@ -143,6 +146,11 @@ struct Cq {
   std::vector<Qp*> recv_qps;  // QPs whose receives complete here
   bool overflowed = false;
   uint32_t events_acked = 0;
+  // Extended CQs: the completion start_poll/next_poll made current, and the lock held from
+  // start_poll to end_poll unless the CQ was created single-threaded.
+  ibv_wc current{};
+  SpinLock poll_lock;
+  bool single_threaded = false;
 };
 
 struct RecvWqe {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "completion.h"
 #include "exports.h"
 #include "freeflow/ipv4.h"
 #include "recv_path.h"
@@ -134,6 +135,38 @@ int CreateCq(Context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel,
   return 0;
 }
 
+// What ibv_create_cq and ibv_create_cq_ex refuse with EINVAL, as the kernel and mlx5 do.
+int CheckCqArgs(ibv_context* context, int cqe, ibv_comp_channel* channel, uint32_t comp_vector) {
+  if (context == nullptr || cqe < 1 || static_cast<uint32_t>(cqe) > ff::kMaxCqe) return EINVAL;
+  if (comp_vector >= static_cast<uint32_t>(context->num_comp_vectors)) return EINVAL;
+  if (channel != nullptr && channel->context != context) return EINVAL;
+  return 0;
+}
+
+// ibv_create_cq_ex's checks (mlx5's answers): unknown comp_mask bits or creation flags are
+// EINVAL; a work-completion field the device cannot report is EOPNOTSUPP. No parent domains
+// (IBV_CQ_INIT_ATTR_MASK_PD) and no timestamps: see docs/verbs-library.md.
+int CheckCqExArgs(ibv_context* context, const ibv_cq_init_attr_ex* a) {
+  if (a == nullptr) return EINVAL;
+  if (a->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS)) {
+    LogError("ibv_create_cq_ex: comp_mask 0x%x not supported", a->comp_mask);
+    return EINVAL;
+  }
+  if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+      (a->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+    LogError("ibv_create_cq_ex: creation flags 0x%x not supported", a->flags);
+    return EINVAL;
+  }
+  if (a->wc_flags & ~kCqExWcFlags) {
+    LogError("ibv_create_cq_ex: wc_flags 0x%llx not supported (supported: 0x%llx)",
+             static_cast<unsigned long long>(a->wc_flags & ~kCqExWcFlags),
+             static_cast<unsigned long long>(kCqExWcFlags));
+    return EOPNOTSUPP;
+  }
+  return CheckCqArgs(context, static_cast<int>(a->cqe > INT32_MAX ? 0 : a->cqe), a->channel,
+                     a->comp_vector);
+}
+
 int ResizeCq(Cq* cq, int cqe) {
   std::lock_guard<SpinLock> l(cq->ctx->lock);
   if (static_cast<uint64_t>(cqe) < cq->tail - cq->head) return EINVAL;
@@ -251,6 +284,23 @@ int CreateAh(ibv_pd* pd, const ibv_ah_attr* attr, Ah** out) {
 }
 
 }  // namespace
+
+ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  Cq* cq = nullptr;
+  int rc = CheckCqExArgs(context, attr);
+  if (rc == 0) {
+    rc = Guarded([&] {
+      return CreateCq(ToCtx(context), static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
+                      &cq);
+    });
+  }
+  if (rc != 0) return ObjectOrNull<ibv_cq_ex>(rc, nullptr);
+  cq->single_threaded = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+                        (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED);
+  InstallCqExOps(cq, attr->wc_flags);
+  return &cq->cqx;
+}
+
 }  // namespace ffv
 
 using namespace ffv;
@@ -289,7 +339,7 @@ FFV_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
 
 FFV_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
                                  ibv_comp_channel* channel, int comp_vector) {
-  if (context == nullptr || cqe < 1 || static_cast<uint32_t>(cqe) > ff::kMaxCqe || comp_vector != 0)
+  if (CheckCqArgs(context, cqe, channel, static_cast<uint32_t>(comp_vector)) != 0)
     return ObjectOrNull<ibv_cq>(EINVAL, nullptr);
   Cq* cq = nullptr;
   const int rc = Guarded([&] { return CreateCq(ToCtx(context), cqe, cq_context, channel, &cq); });
