@@ -339,6 +339,10 @@ inline Mr* ToMr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
 inline Ah* ToAh(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
 inline Channel* ToChannel(ibv_comp_channel* c) { return reinterpret_cast<Channel*>(c); }
 
+// The index of the interface (in this process's network namespace: the pod's) that holds
+// IPv4 address `ip` (host order), or 0 when none does: the GID entries' ndev_ifindex.
+uint32_t IfindexOfIp(uint32_t ip);
+
 // Queues an asynchronous event for ibv_get_async_event (device.cc). Any thread.
 void PushAsyncEvent(Context* ctx, ibv_event_type type, void* element);
 
