@@ -59,6 +59,10 @@ inline constexpr uint64_t kCqExWcFlags =
 void InstallCqExOps(Cq* cq, uint64_t wc_flags);
 // vctx->create_cq_ex (objects.cc).
 ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr);
+// vctx->open_xrcd, close_xrcd, create_srq_ex (objects.cc): no XRC.
+ibv_xrcd* OpenXrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
+int CloseXrcd(ibv_xrcd* xrcd);
+ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr);
 
 // ctx->ops entry points.
 int PollCq(ibv_cq* cq, int n, ibv_wc* wc);

@@ -105,9 +105,10 @@ int QueryPortExt(ibv_context* c, uint8_t port, ibv_port_attr* attr, size_t len) 
   return 0;
 }
 
-int QueryDeviceEx(ibv_context* c, const ibv_query_device_ex_input*, ibv_device_attr_ex* attr,
+int QueryDeviceEx(ibv_context* c, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                   size_t size) {
   if (!ValidContext(c) || attr == nullptr || size < sizeof(ibv_device_attr)) return EINVAL;
+  if (input != nullptr && input->comp_mask != 0) return EINVAL;
   ibv_device_attr_ex full{};
   FillDeviceAttr(ToCtx(c)->session, &full.orig_attr);
   std::memcpy(attr, &full, size < sizeof(full) ? size : sizeof(full));
@@ -128,6 +129,9 @@ void InstallOps(Context* ctx, ibv_device* device) {
   v.query_device_ex = QueryDeviceEx;
   v.create_qp_ex = CreateQpEx;
   v.create_cq_ex = CreateCqEx;
+  v.open_xrcd = OpenXrcd;
+  v.close_xrcd = CloseXrcd;
+  v.create_srq_ex = CreateSrqEx;
   ibv_context& c = v.context;
   c.device = device;
   c.cmd_fd = -1;

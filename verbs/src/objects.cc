@@ -71,6 +71,19 @@ bool UsedByQp(Context* ctx, const void* obj) {
   return false;
 }
 
+// True while a QP, SRQ or MR of its context still uses `pd`.
+bool PdInUse(ibv_pd* pd) {
+  Context* ctx = ToCtx(pd->context);
+  std::lock_guard<SpinLock> l(ctx->lock);
+  for (const Qp* qp : ctx->qps)
+    if (qp->qpx.qp_base.pd == pd) return true;
+  for (const Srq* srq : ctx->srqs)
+    if (srq->srq.pd == pd) return true;
+  for (const Mr* mr : ctx->mrs_by_slot)
+    if (mr != nullptr && mr->mr.pd == pd) return true;
+  return false;
+}
+
 int CreateChannel(Context* ctx, Channel** out) {
   auto ch = std::make_unique<Channel>();
   ch->ctx = ctx;
@@ -277,6 +290,7 @@ int CreateAh(ibv_pd* pd, const ibv_ah_attr* attr, Ah** out) {
     ah->lid = attr->dlid;
     if (ah->lid == 0) return EINVAL;
   }
+  if (attr->port_num != 1 || (attr->is_global && attr->grh.sgid_index >= 2)) return EINVAL;
   ah->ah.context = pd->context;
   ah->ah.pd = pd;
   *out = ah.release();
@@ -284,6 +298,29 @@ int CreateAh(ibv_pd* pd, const ibv_ah_attr* attr, Ah** out) {
 }
 
 }  // namespace
+
+// XRC is left out (docs/verbs-library.md says why): its entry points refuse clearly.
+ibv_xrcd* OpenXrcd(ibv_context*, ibv_xrcd_init_attr*) {
+  LogError("ibv_open_xrcd: XRC is not supported by this device");
+  return ObjectOrNull<ibv_xrcd>(EOPNOTSUPP, nullptr);
+}
+
+int CloseXrcd(ibv_xrcd*) { return EOPNOTSUPP; }
+
+// Only what ibv_create_srq does (libibverbs' inline wrapper sends plain requests there
+// already); XRC and tag-matching SRQs are refused.
+ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr) {
+  if (context == nullptr || attr == nullptr) return ObjectOrNull<ibv_srq>(EINVAL, nullptr);
+  const bool typed = attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE;
+  if (typed && attr->srq_type != IBV_SRQT_BASIC) {
+    LogError("ibv_create_srq_ex: SRQ type %d is not supported (%s)", attr->srq_type,
+             attr->srq_type == IBV_SRQT_XRC ? "no XRC" : "no tag matching");
+    return ObjectOrNull<ibv_srq>(EOPNOTSUPP, nullptr);
+  }
+  if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == nullptr)
+    return ObjectOrNull<ibv_srq>(EINVAL, nullptr);
+  return ibv_create_srq(attr->pd, reinterpret_cast<ibv_srq_init_attr*>(attr));
+}
 
 ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   Cq* cq = nullptr;
@@ -321,6 +358,7 @@ FFV_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
 
 FFV_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
   if (pd == nullptr) return EINVAL;
+  if (PdInUse(pd)) return EBUSY;  // as the kernel answers while objects still use it
   delete reinterpret_cast<Pd*>(pd);
   return 0;
 }
