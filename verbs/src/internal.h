@@ -343,6 +343,12 @@ inline Channel* ToChannel(ibv_comp_channel* c) { return reinterpret_cast<Channel
 // IPv4 address `ip` (host order), or 0 when none does: the GID entries' ndev_ifindex.
 uint32_t IfindexOfIp(uint32_t ip);
 
+// fork support (memory.cc): the region registry's lock, held across fork(), and the
+// child's side, which makes its copy of registered memory private and forgets the regions.
+void LockRegions();
+void UnlockRegions();
+void PrivatizeRegionsInChild();
+
 // Queues an asynchronous event for ibv_get_async_event (device.cc). Any thread.
 void PushAsyncEvent(Context* ctx, ibv_event_type type, void* element);
 

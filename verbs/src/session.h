@@ -74,6 +74,13 @@ Session* GetSession();
 // The process-wide session if it is connected, without trying to connect.
 Session* ProcessSession();
 
+// fork support (fork.cc): the process-wide session's lock, held across fork(), and the
+// child's side: it drops the parent's session (closing its descriptors in the child) so
+// that its first verb connects a session of its own. Child side: no other thread runs.
+void LockProcessSession();
+void UnlockProcessSession();
+void ForgetProcessSessionInChild();
+
 // ---- internal API for tests (not exported from libffverbs.so) -----------------------------
 // Connects to the router listening at `socket_path` (HELLO, event thread), independently of
 // the process-wide session. nullptr and a positive errno in *error on failure.
