@@ -21,6 +21,8 @@
 #include <string>
 #include <thread>
 
+#include "rc_pair.h"
+
 namespace {
 
 constexpr size_t kBuf = 64 * 1024;
@@ -84,14 +86,7 @@ void Cycle(int i, char* buf, bool leave) {
   if (cq == nullptr) Die("ibv_create_cq", i);
   ibv_cq* cq2 = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
   if (cq2 == nullptr) Die("ibv_create_cq (no channel)", i);
-  ibv_qp_init_attr qa{};
-  qa.send_cq = cq;
-  qa.recv_cq = cq2;
-  qa.qp_type = IBV_QPT_RC;
-  qa.cap.max_send_wr = qa.cap.max_recv_wr = 64;
-  qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-  ibv_qp* qp = ibv_create_qp(pd, &qa);
-  if (qp == nullptr) Die("ibv_create_qp", i);
+  ibv_qp* qp = rcpair::NewRcQp(pd, cq, cq2, 64, IBV_ACCESS_REMOTE_WRITE);
   // A second context open beside the first: ids must not collide between them.
   ibv_context* other = Open(i);
   ibv_comp_channel* other_ch = ibv_create_comp_channel(other);

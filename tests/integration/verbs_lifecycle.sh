@@ -15,17 +15,9 @@ result() {  # result NAME STATUS
   if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi
 }
 
-# The router's counters of what it holds (its SIGUSR1 stats line), without rss and sessions.
+# The router's counters of what it holds (its stats line), without rss and sessions.
 router_stats() {
-  local before i line
-  before=$(grep -c 'stats:' "$FF_DIR/router.log")
-  kill -USR1 "$FF_ROUTER_PID"
-  for ((i = 0; i < 100; i++)); do
-    [[ $(grep -c 'stats:' "$FF_DIR/router.log") -gt $before ]] && break
-    sleep 0.05
-  done
-  line=$(grep 'stats:' "$FF_DIR/router.log" | tail -n 1)
-  echo "$line" | grep -o -E '(pods|qps|objects|regions|mapped_regions|mr_entries|proxies|fds)=[0-9]+' |
+  router_stats_line | grep -o -E '(pods|qps|objects|regions|mapped_regions|mr_entries|proxies|fds)=[0-9]+' |
     tr '\n' ' '
 }
 

@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "rc_pair.h"
+
 namespace {
 
 constexpr size_t kBuf = 64 * 1024;
@@ -34,10 +36,9 @@ using Clock = std::chrono::steady_clock;
 
 int g_failures = 0;
 
-[[noreturn]] void Die(const char* what) {
-  std::fprintf(stderr, "verbs_portable: %s: %s\n", what, std::strerror(errno));
-  std::exit(2);
-}
+using rcpair::Die;
+using rcpair::ReadAll;
+using rcpair::WriteAll;
 
 void Check(bool ok, const std::string& what) {
   if (!ok) {
@@ -46,17 +47,6 @@ void Check(bool ok, const std::string& what) {
   }
 }
 
-void WriteAll(int fd, const void* p, size_t n) {
-  if (::send(fd, p, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n)) Die("tcp send");
-}
-void ReadAll(int fd, void* p, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::recv(fd, static_cast<char*>(p) + got, n - got, 0);
-    if (r <= 0) Die("tcp recv");
-    got += static_cast<size_t>(r);
-  }
-}
 char Exchange(int fd, char mine) {
   char theirs = 0;
   WriteAll(fd, &mine, 1);
@@ -81,23 +71,20 @@ struct Cqe {
   uint8_t sl, path_bits;
 };
 
+// One end: a context whose only CQ is extended (with a channel on the event-driven side),
+// one RC QP and one registered buffer.
 struct Side {
   ibv_context* ctx = nullptr;
-  ibv_pd* pd = nullptr;
   ibv_comp_channel* ch = nullptr;
   ibv_cq_ex* cqx = nullptr;
-  ibv_qp* qp = nullptr;
-  ibv_mr* mr = nullptr;
-  char* buf = nullptr;
   ibv_gid gid{};
+  ibv_pd* pd = nullptr;
+  ibv_qp* qp = nullptr;
+  char* buf = nullptr;
+  ibv_mr* mr = nullptr;
 
   void Open(bool events) {
-    int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
-    if (list == nullptr || n == 0) Die("no RDMA device");
-    ctx = ibv_open_device(list[0]);
-    ibv_free_device_list(list);
-    if (ctx == nullptr) Die("open device");
+    ctx = rcpair::OpenFirstDevice();
     pd = ibv_alloc_pd(ctx);
     if (events && (ch = ibv_create_comp_channel(ctx)) == nullptr) Die("channel");
     ibv_cq_init_attr_ex ca{};
@@ -113,20 +100,9 @@ struct Side {
     mr = ibv_reg_mr(pd, buf, kBuf,
                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
     if (pd == nullptr || mr == nullptr) Die("pd/mr");
-    ibv_qp_init_attr init{};
-    init.send_cq = init.recv_cq = ibv_cq_ex_to_cq(cqx);
-    init.qp_type = IBV_QPT_RC;
-    init.cap = {128, 128, 1, 1, 0};
-    qp = ibv_create_qp(pd, &init);
-    if (qp == nullptr) Die("create qp");
+    ibv_cq* cq = ibv_cq_ex_to_cq(cqx);
+    qp = rcpair::NewRcQp(pd, cq, cq, 128, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
     if (ibv_query_gid(ctx, 1, 1, &gid) != 0) Die("query gid");
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_INIT;
-    attr.port_num = 1;
-    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    if (ibv_modify_qp(qp, &attr,
-                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-      Die("INIT");
   }
 
   Wire Local() const {
@@ -135,54 +111,25 @@ struct Side {
     return w;
   }
 
-  void Connect(const Wire& peer) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_RTR;
-    attr.path_mtu = IBV_MTU_4096;
-    attr.dest_qp_num = peer.qpn;
-    attr.max_dest_rd_atomic = 4;
-    attr.min_rnr_timer = 1;
-    attr.ah_attr.is_global = 1;
-    std::memcpy(attr.ah_attr.grh.dgid.raw, peer.gid, 16);
-    attr.ah_attr.grh.sgid_index = 1;
-    attr.ah_attr.port_num = 1;
-    if (ibv_modify_qp(qp, &attr,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-      Die("RTR");
-    attr.qp_state = IBV_QPS_RTS;
-    attr.timeout = 14;
-    attr.retry_cnt = 7;
-    attr.rnr_retry = 7;
-    attr.max_rd_atomic = 4;
-    if (ibv_modify_qp(qp, &attr,
-                      IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                          IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-      Die("RTS");
+  void Connect(const Wire& peer) { rcpair::ToRts(qp, peer.qpn, peer.gid, 7, 4); }
+
+  ibv_sge Sge(uint32_t off, uint32_t len) const {
+    return {reinterpret_cast<uintptr_t>(buf) + off, len, mr->lkey};
   }
 
   void PostRecv(uint64_t id, uint32_t off, uint32_t len) {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf) + off, len, mr->lkey};
-    ibv_recv_wr wr{};
+    ibv_sge sge = Sge(off, len);
+    ibv_recv_wr wr{id, nullptr, &sge, 1};
     ibv_recv_wr* bad = nullptr;
-    wr.wr_id = id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
     if (ibv_post_recv(qp, &wr, &bad) != 0) Die("post recv");
   }
 
   void PostSend(ibv_wr_opcode op, uint64_t id, uint32_t off, uint32_t len, uint32_t imm,
                 uint64_t raddr = 0, uint32_t rkey = 0) {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf) + off, len, mr->lkey};
-    ibv_send_wr wr{};
-    ibv_send_wr* bad = nullptr;
-    wr.wr_id = id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = op;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.imm_data = htonl(imm);
+    ibv_sge sge = Sge(off, len);
+    ibv_send_wr wr{id, nullptr, &sge, 1, op, IBV_SEND_SIGNALED, {htonl(imm)}, {}, {}, {}};
     wr.wr.rdma = {raddr, rkey};
+    ibv_send_wr* bad = nullptr;
     if (ibv_post_send(qp, &wr, &bad) != 0) Die("post send");
   }
 
@@ -233,35 +180,6 @@ struct Side {
     return out;
   }
 };
-
-int Listen(int port) {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  const int one = 1;
-  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(s, 1) != 0)
-    Die("listen");
-  const int c = ::accept(s, nullptr, nullptr);
-  ::close(s);
-  if (c < 0) Die("accept");
-  return c;
-}
-
-int Dial(const char* ip, int port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (::inet_pton(AF_INET, ip, &a.sin_addr) != 1) Die("address");
-  for (int i = 0; i < 200; ++i) {
-    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return s;
-    ::close(s);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  Die("connect");
-}
 
 Wire Meet(int sock, Side& me) {
   const Wire mine = me.Local();
@@ -474,7 +392,8 @@ int main(int argc, char** argv) {
   Side me;
   me.Open(!server && mode == "cqex");
   CheckGidInterface(me.ctx);
-  const int sock = server ? Listen(std::atoi(argv[2])) : Dial(argv[2], std::atoi(argv[3]));
+  const int sock =
+      server ? rcpair::Listen(std::atoi(argv[2])) : rcpair::Dial(argv[2], std::atoi(argv[3]));
   const Wire peer = Meet(sock, me);
   int rc = 2;
   if (mode == "cqex") rc = server ? CqexServer(sock, me, peer) : CqexClient(sock, me, peer);

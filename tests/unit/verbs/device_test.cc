@@ -51,6 +51,15 @@ TEST(GidTable, IfindexIsTheInterfaceHoldingTheAddress) {
   EXPECT_EQ(ffv::IfindexOfIp(0x0a0b0c0d), 0u);  // 10.11.12.13: nobody's
 }
 
+// A second context on the pod's session; closing it releases what the test made in it.
+struct OtherContext {
+  explicit OtherContext(Pod& pod) : ctx(ffv::OpenContext(pod.session)) { EXPECT_NE(ctx, nullptr); }
+  ~OtherContext() { EXPECT_EQ(ibv_close_device(ctx), 0); }
+  OtherContext(const OtherContext&) = delete;
+  OtherContext& operator=(const OtherContext&) = delete;
+  ibv_context* ctx;
+};
+
 // The errno of each bad call, checked as rdma-core's tests (tests/test_device.py,
 // test_cq.py, test_pd.py, test_qp.py) make them.
 TEST(BadCalls, DeviceAndPortQueries) {
@@ -78,14 +87,11 @@ TEST(BadCalls, CqSizesVectorsAndForeignChannels) {
   }
   EXPECT_EQ(ibv_create_cq(pod.ctx, 8, nullptr, nullptr, 1), nullptr);  // one vector
   EXPECT_EQ(errno, EINVAL);
-  ibv_context* other = ffv::OpenContext(pod.session);
-  ASSERT_NE(other, nullptr);
-  ibv_comp_channel* foreign = ibv_create_comp_channel(other);
+  OtherContext other(pod);
+  ibv_comp_channel* foreign = ibv_create_comp_channel(other.ctx);
   ASSERT_NE(foreign, nullptr);
   EXPECT_EQ(ibv_create_cq(pod.ctx, 8, nullptr, foreign, 0), nullptr);
   EXPECT_EQ(errno, EINVAL);
-  EXPECT_EQ(ibv_destroy_comp_channel(foreign), 0);
-  EXPECT_EQ(ibv_close_device(other), 0);
 }
 
 TEST(BadCalls, DestroyingWhatIsInUseIsEbusy) {
@@ -140,16 +146,12 @@ TEST(BadCalls, QpCapsTypesAndForeignCqs) {
   bad.send_cq = nullptr;
   EXPECT_EQ(ibv_create_qp(pod.pd, &bad), nullptr);
   EXPECT_EQ(errno, EINVAL);
-  ibv_context* other = ffv::OpenContext(pod.session);
-  ASSERT_NE(other, nullptr);
-  ibv_cq* foreign = ibv_create_cq(other, 8, nullptr, nullptr, 0);
-  ASSERT_NE(foreign, nullptr);
+  OtherContext other(pod);
   bad = qa;
-  bad.recv_cq = foreign;
+  bad.recv_cq = ibv_create_cq(other.ctx, 8, nullptr, nullptr, 0);
+  ASSERT_NE(bad.recv_cq, nullptr);
   EXPECT_EQ(ibv_create_qp(pod.pd, &bad), nullptr);
   EXPECT_EQ(errno, EINVAL);
-  EXPECT_EQ(ibv_destroy_cq(foreign), 0);
-  EXPECT_EQ(ibv_close_device(other), 0);
 }
 
 TEST(BadCalls, ModifyQpAndAhOutsideThePortAndTables) {
