@@ -18,14 +18,7 @@ FF_ROUTER_LOG=info router_up || exit 1
 # The router's stats line (it logs one on SIGUSR1), with /proc's view of its descriptors and
 # resident memory appended.
 stats() {
-  local before i
-  before=$(grep -c ' stats: ' "$FF_DIR/router.log")
-  kill -USR1 "$FF_ROUTER_PID"
-  for ((i = 0; i < 200; i++)); do
-    [[ $(grep -c ' stats: ' "$FF_DIR/router.log") -gt $before ]] && break
-    sleep 0.02
-  done
-  echo "$(grep ' stats: ' "$FF_DIR/router.log" | tail -n 1 | sed 's/.* stats: //')" \
+  echo "$(router_stats_line)" \
     "proc_fds=$(ls "/proc/$FF_ROUTER_PID/fd" | wc -l)" \
     "proc_rss_kib=$(awk '/^VmRSS/ {print $2}' "/proc/$FF_ROUTER_PID/status")"
 }

@@ -20,6 +20,8 @@
 #include <cstring>
 #include <vector>
 
+#include "rc_pair.h"
+
 namespace {
 
 constexpr size_t kBytes = 256 * 1024;
@@ -63,29 +65,7 @@ void ToInit(ibv_qp* qp) {
 
 // RTR towards `peer_qpn` at this process's own address, then RTS.
 void ToRts(ibv_qp* qp, uint32_t peer_qpn, const ibv_gid& gid) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_4096;
-  a.dest_qp_num = peer_qpn;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = gid;
-  a.ah_attr.grh.sgid_index = 1;
-  a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    Fail("modify to RTR");
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 1;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                        IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-    Fail("modify to RTS");
+  rcpair::ToRts(qp, peer_qpn, gid.raw, 7, 1);
 }
 
 void PostRecv(Side& s) {

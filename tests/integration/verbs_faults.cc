@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "rc_pair.h"
+
 namespace {
 
 constexpr size_t kBuf = 64 * 1024;
@@ -38,22 +40,11 @@ struct Wire {
   uint8_t gid[16];
 };
 
-[[noreturn]] void Die(const char* what) {
-  std::fprintf(stderr, "verbs_faults: %s: %s\n", what, std::strerror(errno));
-  std::exit(2);
-}
-
-void WriteAll(int fd, const void* p, size_t n) {
-  if (::send(fd, p, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n)) Die("tcp send");
-}
-void ReadAll(int fd, void* p, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::recv(fd, static_cast<char*>(p) + got, n - got, 0);
-    if (r <= 0) Die("tcp recv");
-    got += static_cast<size_t>(r);
-  }
-}
+using rcpair::Dial;
+using rcpair::Die;
+using rcpair::Listen;
+using rcpair::ReadAll;
+using rcpair::WriteAll;
 
 struct Verbs {
   ibv_context* ctx = nullptr;
@@ -67,12 +58,7 @@ struct Verbs {
   ibv_gid gid{};
 
   void Open() {
-    int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
-    if (list == nullptr || n == 0) Die("no RDMA device");
-    ctx = ibv_open_device(list[0]);
-    ibv_free_device_list(list);
-    if (ctx == nullptr) Die("open device");
+    ctx = rcpair::OpenFirstDevice();
     pd = ibv_alloc_pd(ctx);
     cq = ibv_create_cq(ctx, 256, nullptr, nullptr, 0);
     a = static_cast<char*>(aligned_alloc(4096, kBuf));
@@ -84,22 +70,10 @@ struct Verbs {
                           IBV_ACCESS_REMOTE_ATOMIC);
     mr_b = ibv_reg_mr(pd, b, kBuf, IBV_ACCESS_LOCAL_WRITE);
     if (pd == nullptr || cq == nullptr || mr_a == nullptr || mr_b == nullptr) Die("resources");
-    ibv_qp_init_attr init{};
-    init.send_cq = cq;
-    init.recv_cq = cq;
-    init.qp_type = IBV_QPT_RC;
-    init.cap = {64, 64, 1, 1, 0};
-    qp = ibv_create_qp(pd, &init);
-    if (qp == nullptr) Die("create qp");
+    qp = rcpair::NewRcQp(
+        pd, cq, cq, 64,
+        IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
     if (ibv_query_gid(ctx, 1, 1, &gid) != 0) Die("query gid");
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_INIT;
-    attr.port_num = 1;
-    attr.qp_access_flags =
-        IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-    if (ibv_modify_qp(qp, &attr,
-                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-      Die("INIT");
   }
 
   Wire Local() const {
@@ -114,29 +88,7 @@ struct Verbs {
   }
 
   void Connect(const Wire& peer, uint8_t rnr_retry) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_RTR;
-    attr.path_mtu = IBV_MTU_4096;
-    attr.dest_qp_num = peer.qpn;
-    attr.max_dest_rd_atomic = 4;
-    attr.min_rnr_timer = 1;  // 10 us between RNR retries
-    attr.ah_attr.is_global = 1;
-    std::memcpy(attr.ah_attr.grh.dgid.raw, peer.gid, 16);
-    attr.ah_attr.grh.sgid_index = 1;
-    attr.ah_attr.port_num = 1;
-    if (ibv_modify_qp(qp, &attr,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-      Die("RTR");
-    attr.qp_state = IBV_QPS_RTS;
-    attr.timeout = 14;
-    attr.retry_cnt = 7;
-    attr.rnr_retry = rnr_retry;
-    attr.max_rd_atomic = 4;
-    if (ibv_modify_qp(qp, &attr,
-                      IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                          IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-      Die("RTS");
+    rcpair::ToRts(qp, peer.qpn, peer.gid, rnr_retry, 4);
   }
 
   // Posts one signaled WR and waits (bounded) for its completion.
@@ -168,34 +120,6 @@ struct Verbs {
     return static_cast<ibv_wc_status>(-1);
   }
 };
-
-int Listen(int port) {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(s, 1) != 0)
-    Die("listen");
-  const int c = ::accept(s, nullptr, nullptr);
-  ::close(s);
-  return c;
-}
-
-int Dial(const char* ip, int port) {
-  for (int i = 0; i < 100; ++i) {
-    int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    ::inet_pton(AF_INET, ip, &a.sin_addr);
-    if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return s;
-    ::close(s);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  Die("connect");
-}
 
 bool Untouched(const char* p, size_t n) {
   for (size_t i = 0; i < n; ++i)

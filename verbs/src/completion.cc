@@ -193,11 +193,12 @@ void NudgeCq(Cq* cq) {
   if (cq->channel != nullptr) ff::SendWake(cq->channel->tx.get());
 }
 
-int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
-  Cq* cq = ToCq(ibcq);
-  Context* ctx = cq->ctx;
-  if (n <= 0) return 0;
-  std::lock_guard<SpinLock> l(ctx->lock);
+namespace {
+
+// poll_cq's body (ctx->lock held), shared with the extended CQ's start_poll and next_poll.
+// `may_sleep`: an empty poll of a router-fed CQ may wait for the router (see SleepOnRouter).
+__attribute__((always_inline)) inline int PollBody(Context* ctx, Cq* cq, int n, ibv_wc* wc,
+                                                   bool may_sleep) {
   const int rc = Guarded([&] {
     if (ctx->attention.load(std::memory_order_relaxed)) HandleAttention(ctx);
     if (!ctx->pending.empty()) ProgressPending(ctx);
@@ -207,10 +208,24 @@ int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
     return 0;
   });
   int k = PopWcs(cq, n, wc, 0);
-  if (__builtin_expect(k == 0, 0) && rc == 0 && MaySleepOnRouter(ctx, cq)) {
+  if (__builtin_expect(k == 0, 0) && may_sleep && rc == 0 && MaySleepOnRouter(ctx, cq)) {
     Guarded([&] { return (k = SleepOnRouter(ctx, cq, n, wc)), 0; });
   }
   return rc != 0 && k == 0 ? -rc : k;
+}
+
+}  // namespace
+
+int PollLocked(Cq* cq, int n, ibv_wc* wc, bool may_sleep) {
+  return PollBody(cq->ctx, cq, n, wc, may_sleep);
+}
+
+int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
+  Cq* cq = ToCq(ibcq);
+  Context* ctx = cq->ctx;
+  if (n <= 0) return 0;
+  std::lock_guard<SpinLock> l(ctx->lock);
+  return PollBody(ctx, cq, n, wc, true);
 }
 
 // Arms for the next completion, or (solicited_only) the next solicited one or error. A CQ

@@ -56,6 +56,24 @@ inline void PushWc(Cq* cq, const ibv_wc& wc, bool announced = false) {
   if (fires && slot->armed.compare_exchange_strong(armed, 0)) FireCq(cq);
 }
 
+// poll_cq with cq->ctx->lock held: up to `n` completions into `wc`, or -errno. An empty
+// poll of a router-fed CQ sleeps briefly on the router's wake word if `may_sleep` (the lock
+// is released meanwhile).
+int PollLocked(Cq* cq, int n, ibv_wc* wc, bool may_sleep);
+
+// Extended CQs (cq_ex.cc). The work-completion fields an extended CQ can report, and the
+// poll and read functions of one created with `wc_flags` (a subset of them).
+inline constexpr uint64_t kCqExWcFlags =
+    IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
+    IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS;
+void InstallCqExOps(Cq* cq, uint64_t wc_flags);
+// vctx->create_cq_ex (objects.cc).
+ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr);
+// vctx->open_xrcd, close_xrcd, create_srq_ex (objects.cc): no XRC.
+ibv_xrcd* OpenXrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
+int CloseXrcd(ibv_xrcd* xrcd);
+ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr);
+
 // ctx->ops entry points.
 int PollCq(ibv_cq* cq, int n, ibv_wc* wc);
 int ReqNotifyCq(ibv_cq* cq, int solicited_only);

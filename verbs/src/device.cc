@@ -1,6 +1,9 @@
 // The virtual device: discovery, opening and closing contexts, every query verb, and
 // asynchronous events.
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -18,6 +21,8 @@
 
 namespace ffv {
 namespace {
+
+constexpr uint32_t kGidTableLen = 2;  // 0: RoCE v1 (link-local), 1: RoCE v2 (IPv4-mapped)
 
 struct DeviceIds {
   uint32_t vendor_id;
@@ -79,7 +84,7 @@ void FillPortAttr(const Session* s, ibv_port_attr* p, size_t len) {
   a.state = IBV_PORT_ACTIVE;
   a.max_mtu = IBV_MTU_4096;
   a.active_mtu = IBV_MTU_4096;
-  a.gid_tbl_len = 2;
+  a.gid_tbl_len = kGidTableLen;
   a.port_cap_flags = IBV_PORT_CM_SUP;
   a.max_msg_sz = static_cast<uint32_t>(ff::kMaxMsgSize);
   a.pkey_tbl_len = 1;
@@ -100,9 +105,10 @@ int QueryPortExt(ibv_context* c, uint8_t port, ibv_port_attr* attr, size_t len) 
   return 0;
 }
 
-int QueryDeviceEx(ibv_context* c, const ibv_query_device_ex_input*, ibv_device_attr_ex* attr,
+int QueryDeviceEx(ibv_context* c, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                   size_t size) {
   if (!ValidContext(c) || attr == nullptr || size < sizeof(ibv_device_attr)) return EINVAL;
+  if (input != nullptr && input->comp_mask != 0) return EINVAL;
   ibv_device_attr_ex full{};
   FillDeviceAttr(ToCtx(c)->session, &full.orig_attr);
   std::memcpy(attr, &full, size < sizeof(full) ? size : sizeof(full));
@@ -122,6 +128,10 @@ void InstallOps(Context* ctx, ibv_device* device) {
   v.query_port = QueryPortExt;
   v.query_device_ex = QueryDeviceEx;
   v.create_qp_ex = CreateQpEx;
+  v.create_cq_ex = CreateCqEx;
+  v.open_xrcd = OpenXrcd;
+  v.close_xrcd = CloseXrcd;
+  v.create_srq_ex = CreateSrqEx;
   ibv_context& c = v.context;
   c.device = device;
   c.cmd_fd = -1;
@@ -176,7 +186,48 @@ int TakeAsyncEvent(Context* ctx, ibv_async_event* event) {
   return 0;
 }
 
+template <typename T>
+std::vector<T*> Snapshot(Context* ctx, const std::vector<T*>& v) {
+  std::lock_guard<SpinLock> l(ctx->lock);
+  std::vector<T*> out;
+  for (T* x : v)
+    if (x != nullptr) out.push_back(x);
+  return out;
+}
+
+// What the application left open when it closed the device goes with it, as the kernel
+// frees a closed context's objects: otherwise the router would keep them (and their ids,
+// memory and descriptors) for as long as the process lives. Users first, then what they use.
+void ReleaseLeftovers(Context* ctx) {
+  const auto qps = Snapshot(ctx, ctx->qps);
+  const auto srqs = Snapshot(ctx, ctx->srqs);
+  const auto mrs = Snapshot(ctx, ctx->mrs_by_slot);
+  const auto cqs = Snapshot(ctx, ctx->cqs);
+  const auto channels = Snapshot(ctx, ctx->channels);
+  const size_t n = qps.size() + srqs.size() + mrs.size() + cqs.size() + channels.size();
+  if (n == 0) return;
+  LogDebug("ibv_close_device: releasing %zu objects the application left open", n);
+  for (Qp* qp : qps) ibv_destroy_qp(&qp->qpx.qp_base);
+  for (Srq* srq : srqs) ibv_destroy_srq(&srq->srq);
+  for (Mr* mr : mrs) ibv_dereg_mr(&mr->mr);
+  for (Cq* cq : cqs) ibv_destroy_cq(&cq->cq);
+  for (Channel* ch : channels) ibv_destroy_comp_channel(&ch->ch);
+}
+
 }  // namespace
+
+uint32_t IfindexOfIp(uint32_t ip) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return 0;
+  uint32_t index = 0;
+  for (const ifaddrs* a = list; a != nullptr && index == 0; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    const auto* sin = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (ntohl(sin->sin_addr.s_addr) == ip) index = ::if_nametoindex(a->ifa_name);
+  }
+  ::freeifaddrs(list);
+  return index;
+}
 
 void PushAsyncEvent(Context* ctx, ibv_event_type type, void* element) {
   {
@@ -240,6 +291,7 @@ FFV_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
 FFV_EXPORT int ibv_close_device(ibv_context* context) {
   if (!ValidContext(context)) return EINVAL;
   Context* ctx = ToCtx(context);
+  ReleaseLeftovers(ctx);
   ctx->session->registry.RemoveContext(ctx);
   pthread_mutex_destroy(&context->mutex);
   delete ctx;
@@ -273,30 +325,35 @@ FFV_EXPORT int ibv_query_gid(ibv_context* context, uint8_t port, int index, ibv_
   return 0;
 }
 
+// As the kernel's GID ioctls answer: a bad port, unknown flags or an index past the table are
+// EINVAL (ENODATA is for an unused entry inside it, which this table has none of).
 FFV_EXPORT int _ibv_query_gid_ex(ibv_context* context, uint32_t port, uint32_t index,
                                  ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
-  if (!ValidContext(context) || entry == nullptr || flags != 0 || port != 1) return EINVAL;
-  if (index > 1) return ENODATA;
+  if (!ValidContext(context) || entry == nullptr || port != 1 || index >= kGidTableLen ||
+      flags != 0)
+    return EINVAL;
   ibv_gid_entry e{};
   ibv_query_gid(context, 1, static_cast<int>(index), &e.gid);
   e.gid_index = index;
   e.port_num = 1;
   e.gid_type = index == 0 ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;
-  e.ndev_ifindex = 0;
+  e.ndev_ifindex = IfindexOfIp(ToCtx(context)->session->ip);
   std::memcpy(entry, &e, entry_size < sizeof(e) ? entry_size : sizeof(e));
   return 0;
 }
 
+// The whole table or nothing: a buffer too small for it is EINVAL (rdma-core and the kernel).
 FFV_EXPORT ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries,
                                         size_t max_entries, uint32_t flags, size_t entry_size) {
-  if (!ValidContext(context) || flags != 0 || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
-  size_t n = 0;
-  for (uint32_t i = 0; i < 2 && n < max_entries; ++i, ++n) {
+  if (!ValidContext(context) || entry_size < sizeof(ibv_gid_entry) || flags != 0 ||
+      entries == nullptr || max_entries < kGidTableLen)
+    return -EINVAL;
+  for (uint32_t i = 0; i < kGidTableLen; ++i) {
     auto* entry =
-        reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) + n * entry_size);
-    _ibv_query_gid_ex(context, 1, i, entry, 0, entry_size);
+        reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) + i * entry_size);
+    if (const int rc = _ibv_query_gid_ex(context, 1, i, entry, 0, entry_size)) return -rc;
   }
-  return static_cast<ssize_t>(n);
+  return kGidTableLen;
 }
 
 FFV_EXPORT int ibv_query_gid_type(ibv_context* context, uint8_t port, unsigned int index,

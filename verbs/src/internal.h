@@ -132,7 +132,10 @@ struct Channel {
 };
 
 struct Cq {
-  ibv_cq cq;
+  union {
+    ibv_cq cq;      // ibv_cq_ex begins with ibv_cq's fields: one CQ, seen either way
+    ibv_cq_ex cqx;  // filled in by ibv_create_cq_ex only (cq_ex.cc)
+  };
   uint32_t id = 0;
   Context* ctx = nullptr;
   std::vector<ibv_wc> wcs;  // ring of completions, power-of-two size
@@ -144,6 +147,11 @@ struct Cq {
   std::vector<Qp*> recv_qps;  // QPs whose receives complete here
   bool overflowed = false;
   uint32_t events_acked = 0;
+  // Extended CQs: the completion start_poll/next_poll made current, and the lock held from
+  // start_poll to end_poll unless the CQ was created single-threaded.
+  ibv_wc current{};
+  SpinLock poll_lock;
+  bool single_threaded = false;
 };
 
 struct RecvWqe {
@@ -311,7 +319,6 @@ struct Context {
   std::unordered_map<uint32_t, std::weak_ptr<PeerCtx>> peers;
   std::vector<Mr*> mrs_by_slot;  // local lkey lookup
   const Mr* last_mr = nullptr;   // the registration the last SGE check found (one-entry cache)
-  uint32_t next_id = 1;
   // Async events (any thread may push; the application reads them).
   std::mutex async_mu;
   std::deque<AsyncEvent> async_events;
@@ -332,6 +339,16 @@ inline Srq* ToSrq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
 inline Mr* ToMr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
 inline Ah* ToAh(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
 inline Channel* ToChannel(ibv_comp_channel* c) { return reinterpret_cast<Channel*>(c); }
+
+// The index of the interface (in this process's network namespace: the pod's) that holds
+// IPv4 address `ip` (host order), or 0 when none does: the GID entries' ndev_ifindex.
+uint32_t IfindexOfIp(uint32_t ip);
+
+// fork support (memory.cc): the region registry's lock, held across fork(), and the
+// child's side, which makes its copy of registered memory private and forgets the regions.
+void LockRegions();
+void UnlockRegions();
+void PrivatizeRegionsInChild();
 
 // Queues an asynchronous event for ibv_get_async_event (device.cc). Any thread.
 void PushAsyncEvent(Context* ctx, ibv_event_type type, void* element);

@@ -332,6 +332,24 @@ int DeregMr(Mr* mr) {
 }
 
 }  // namespace
+
+void LockRegions() { g_region_mu.lock(); }
+void UnlockRegions() { g_region_mu.unlock(); }
+
+// After fork, the child shares the parent's regions (MAP_SHARED memfds): its writes would
+// land in memory that peers and the router reach. Each becomes a private copy-on-write view
+// of its memfd in the child (a copy, if that mapping fails), as a kernel that breaks COW on
+// pinned pages gives the child of a real RDMA process; then the child forgets them.
+void PrivatizeRegionsInChild() {
+  for (auto& [start, region] : g_regions) {
+    void* p = ::mmap(reinterpret_cast<void*>(start), region->size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_FIXED, region->fd.get(), 0);
+    if (p == MAP_FAILED) Unshadow(start, region->size);
+  }
+  g_region_mrs.clear();
+  g_regions.clear();
+}
+
 }  // namespace ffv
 
 using namespace ffv;

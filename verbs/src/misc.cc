@@ -1,4 +1,4 @@
-// The rest of the libibverbs surface: string and rate helpers, fork support, and clear
+// The rest of the libibverbs surface: string and rate helpers (fork support: fork.cc), and clear
 // refusals (EOPNOTSUPP) for what a virtual device cannot offer. Everything libibverbs
 // exports is defined here or elsewhere in this library, so no call ever reaches the
 // system's libibverbs with one of our objects.
@@ -100,13 +100,6 @@ FFV_EXPORT int ibv_rate_to_mbps(ibv_rate rate) {
 FFV_EXPORT ibv_rate mbps_to_ibv_rate(int mbps) {
   return ConvertRate(&RateRow::mbps, mbps, &RateRow::rate, IBV_RATE_MAX);
 }
-
-// Registered memory is backed by shared mappings, which a child inherits as shared: the
-// fork hazards ibv_fork_init guards against do not arise.
-FFV_EXPORT int ibv_fork_init(void) { return 0; }
-FFV_EXPORT ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
-FFV_EXPORT int ibv_dontfork_range(void*, size_t) { return 0; }
-FFV_EXPORT int ibv_dofork_range(void*, size_t) { return 0; }
 
 FFV_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 FFV_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }

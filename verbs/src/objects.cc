@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "completion.h"
 #include "exports.h"
 #include "freeflow/ipv4.h"
 #include "recv_path.h"
@@ -30,9 +31,12 @@ void FreeNotifySlot(Session* s, uint32_t slot) {
   s->free_slots.push_back(slot);
 }
 
+// A fresh id (never 0 or kNoId, which the protocol reserves) from the session's counter.
 uint32_t NextId(Context* ctx) {
-  std::lock_guard<SpinLock> l(ctx->lock);
-  return ctx->next_id++;
+  for (;;) {
+    const uint32_t id = ctx->session->next_id.fetch_add(1, std::memory_order_relaxed);
+    if (id != 0 && id != ff::proto::kNoId) return id;
+  }
 }
 
 template <typename T>
@@ -64,6 +68,19 @@ int Retract(T* obj, uint32_t M::*id_field, Unlink&& unlink) {
 bool UsedByQp(Context* ctx, const void* obj) {
   for (const Qp* qp : ctx->qps)
     if (qp->scq == obj || qp->rcq == obj || qp->srq == obj) return true;
+  return false;
+}
+
+// True while a QP, SRQ or MR of its context still uses `pd`.
+bool PdInUse(ibv_pd* pd) {
+  Context* ctx = ToCtx(pd->context);
+  std::lock_guard<SpinLock> l(ctx->lock);
+  for (const Qp* qp : ctx->qps)
+    if (qp->qpx.qp_base.pd == pd) return true;
+  for (const Srq* srq : ctx->srqs)
+    if (srq->srq.pd == pd) return true;
+  for (const Mr* mr : ctx->mrs_by_slot)
+    if (mr != nullptr && mr->mr.pd == pd) return true;
   return false;
 }
 
@@ -129,6 +146,38 @@ int CreateCq(Context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel,
   if (cq->channel != nullptr) cq->channel->cqs.push_back(cq.get());
   *out = cq.release();
   return 0;
+}
+
+// What ibv_create_cq and ibv_create_cq_ex refuse with EINVAL, as the kernel and mlx5 do.
+int CheckCqArgs(ibv_context* context, int cqe, ibv_comp_channel* channel, uint32_t comp_vector) {
+  if (context == nullptr || cqe < 1 || static_cast<uint32_t>(cqe) > ff::kMaxCqe) return EINVAL;
+  if (comp_vector >= static_cast<uint32_t>(context->num_comp_vectors)) return EINVAL;
+  if (channel != nullptr && channel->context != context) return EINVAL;
+  return 0;
+}
+
+// ibv_create_cq_ex's checks (mlx5's answers): unknown comp_mask bits or creation flags are
+// EINVAL; a work-completion field the device cannot report is EOPNOTSUPP. No parent domains
+// (IBV_CQ_INIT_ATTR_MASK_PD) and no timestamps: see docs/verbs-library.md.
+int CheckCqExArgs(ibv_context* context, const ibv_cq_init_attr_ex* a) {
+  if (a == nullptr) return EINVAL;
+  if (a->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS)) {
+    LogError("ibv_create_cq_ex: comp_mask 0x%x not supported", a->comp_mask);
+    return EINVAL;
+  }
+  if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+      (a->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+    LogError("ibv_create_cq_ex: creation flags 0x%x not supported", a->flags);
+    return EINVAL;
+  }
+  if (a->wc_flags & ~kCqExWcFlags) {
+    LogError("ibv_create_cq_ex: wc_flags 0x%llx not supported (supported: 0x%llx)",
+             static_cast<unsigned long long>(a->wc_flags & ~kCqExWcFlags),
+             static_cast<unsigned long long>(kCqExWcFlags));
+    return EOPNOTSUPP;
+  }
+  return CheckCqArgs(context, static_cast<int>(a->cqe > INT32_MAX ? 0 : a->cqe), a->channel,
+                     a->comp_vector);
 }
 
 int ResizeCq(Cq* cq, int cqe) {
@@ -241,6 +290,7 @@ int CreateAh(ibv_pd* pd, const ibv_ah_attr* attr, Ah** out) {
     ah->lid = attr->dlid;
     if (ah->lid == 0) return EINVAL;
   }
+  if (attr->port_num != 1 || (attr->is_global && attr->grh.sgid_index >= 2)) return EINVAL;
   ah->ah.context = pd->context;
   ah->ah.pd = pd;
   *out = ah.release();
@@ -248,6 +298,46 @@ int CreateAh(ibv_pd* pd, const ibv_ah_attr* attr, Ah** out) {
 }
 
 }  // namespace
+
+// XRC is left out (docs/verbs-library.md says why): its entry points refuse clearly.
+ibv_xrcd* OpenXrcd(ibv_context*, ibv_xrcd_init_attr*) {
+  LogError("ibv_open_xrcd: XRC is not supported by this device");
+  return ObjectOrNull<ibv_xrcd>(EOPNOTSUPP, nullptr);
+}
+
+int CloseXrcd(ibv_xrcd*) { return EOPNOTSUPP; }
+
+// Only what ibv_create_srq does (libibverbs' inline wrapper sends plain requests there
+// already); XRC and tag-matching SRQs are refused.
+ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr) {
+  if (context == nullptr || attr == nullptr) return ObjectOrNull<ibv_srq>(EINVAL, nullptr);
+  const bool typed = attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE;
+  if (typed && attr->srq_type != IBV_SRQT_BASIC) {
+    LogError("ibv_create_srq_ex: SRQ type %d is not supported (%s)", attr->srq_type,
+             attr->srq_type == IBV_SRQT_XRC ? "no XRC" : "no tag matching");
+    return ObjectOrNull<ibv_srq>(EOPNOTSUPP, nullptr);
+  }
+  if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == nullptr)
+    return ObjectOrNull<ibv_srq>(EINVAL, nullptr);
+  return ibv_create_srq(attr->pd, reinterpret_cast<ibv_srq_init_attr*>(attr));
+}
+
+ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  Cq* cq = nullptr;
+  int rc = CheckCqExArgs(context, attr);
+  if (rc == 0) {
+    rc = Guarded([&] {
+      return CreateCq(ToCtx(context), static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
+                      &cq);
+    });
+  }
+  if (rc != 0) return ObjectOrNull<ibv_cq_ex>(rc, nullptr);
+  cq->single_threaded = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+                        (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED);
+  InstallCqExOps(cq, attr->wc_flags);
+  return &cq->cqx;
+}
+
 }  // namespace ffv
 
 using namespace ffv;
@@ -268,6 +358,7 @@ FFV_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
 
 FFV_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
   if (pd == nullptr) return EINVAL;
+  if (PdInUse(pd)) return EBUSY;  // as the kernel answers while objects still use it
   delete reinterpret_cast<Pd*>(pd);
   return 0;
 }
@@ -286,7 +377,7 @@ FFV_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
 
 FFV_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
                                  ibv_comp_channel* channel, int comp_vector) {
-  if (context == nullptr || cqe < 1 || static_cast<uint32_t>(cqe) > ff::kMaxCqe || comp_vector != 0)
+  if (CheckCqArgs(context, cqe, channel, static_cast<uint32_t>(comp_vector)) != 0)
     return ObjectOrNull<ibv_cq>(EINVAL, nullptr);
   Cq* cq = nullptr;
   const int rc = Guarded([&] { return CreateCq(ToCtx(context), cqe, cq_context, channel, &cq); });

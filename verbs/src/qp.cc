@@ -84,6 +84,11 @@ int CheckCaps(const ibv_qp_init_attr_ex* attr) {
       cap.max_recv_wr > ff::kMaxQpWr || cap.max_send_sge > ff::kMaxSge ||
       cap.max_recv_sge > ff::kMaxSge || cap.max_inline_data > ff::kMaxInline)
     return EINVAL;
+  // Its CQs and SRQ must belong to the PD's device context.
+  const ibv_context* c = attr->pd->context;
+  if (attr->send_cq->context != c || attr->recv_cq->context != c ||
+      (attr->srq != nullptr && attr->srq->context != c))
+    return EINVAL;
   return 0;
 }
 
@@ -243,6 +248,11 @@ int CheckModify(const Qp* qp, const ibv_qp_attr* attr, int mask) {
   const int required = (mask & IBV_QP_STATE) ? RequiredMask(qp->type, cur, next) : 0;
   if ((mask & required) != required) return EINVAL;
   if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;  // one P_Key
+  if ((mask & IBV_QP_PATH_MTU) && (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > IBV_MTU_4096))
+    return EINVAL;
+  if ((mask & IBV_QP_AV) && attr->ah_attr.is_global && attr->ah_attr.grh.sgid_index >= 2)
+    return EINVAL;  // past the GID table
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr->max_dest_rd_atomic > ff::kMaxRdAtomic)
     return EINVAL;
   if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && attr->max_rd_atomic > ff::kMaxRdAtomic) return EINVAL;
@@ -321,10 +331,13 @@ int DestroyQp(Qp* qp) {
 ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   int rc = 0;
-  if (context == nullptr || attr == nullptr || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD))
-    rc = EINVAL;
-  else if ((attr->comp_mask & ~kKnown) != 0)
+  if (attr != nullptr && (attr->qp_type == IBV_QPT_XRC_SEND || attr->qp_type == IBV_QPT_XRC_RECV)) {
+    LogError("ibv_create_qp_ex: XRC QPs are not supported by this device");
     rc = EOPNOTSUPP;
+  } else if (context == nullptr || attr == nullptr || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+    rc = EINVAL;
+  }
+  if (rc == 0 && (attr->comp_mask & ~kKnown) != 0) rc = EOPNOTSUPP;
   Qp* qp = nullptr;
   if (rc == 0) rc = Guarded([&] { return CreateQp(ToCtx(context), attr->pd, attr, &qp); });
   return ObjectOrNull(rc, rc == 0 ? &qp->qpx.qp_base : nullptr);

@@ -195,6 +195,20 @@ Session* ProcessSession() {
   return g_session;
 }
 
+void LockProcessSession() { g_session_mu.lock(); }
+void UnlockProcessSession() { g_session_mu.unlock(); }
+
+void ForgetProcessSessionInChild() {
+  Session* s = g_session;
+  g_session = nullptr;
+  if (s == nullptr) return;
+  // The parent's connection stays the parent's: the child's copies of its descriptors would
+  // keep the router from seeing the parent go, and requests on them would be the parent's.
+  // The Session itself is left as it is (its event thread did not survive the fork).
+  for (UniqueFd* fd : {&s->sock, &s->events, &s->notify_fd, &s->wake_fd, &s->wake_tx})
+    if (*fd) ::close(fd->release());
+}
+
 Session* OpenSession(const std::string& socket_path, int* error) {
   return NoThrowOpen(error, [&](Session** out) {
     UniqueFd sock;

@@ -54,6 +54,10 @@ struct Session {
   std::mutex slot_mu;
   std::vector<uint32_t> free_slots;
   uint32_t next_slot = 0;
+  // Ids of channels, CQs, SRQs and PDs. The router keeps them per session (one namespace for
+  // every context of the process), so they come from here, never from a context: two contexts
+  // numbering from 1 each collided (EEXIST from ibv_create_cq / ibv_create_comp_channel).
+  std::atomic<uint32_t> next_id{1};
 
   // One synchronous request. Returns 0, a positive errno from the router, or a local one
   // (ENOTCONN: router gone, ETIMEDOUT: no answer within kRouterCallTimeoutS, EPROTO: a
@@ -71,6 +75,13 @@ struct Session {
 Session* GetSession();
 // The process-wide session if it is connected, without trying to connect.
 Session* ProcessSession();
+
+// fork support (fork.cc): the process-wide session's lock, held across fork(), and the
+// child's side: it drops the parent's session (closing its descriptors in the child) so
+// that its first verb connects a session of its own. Child side: no other thread runs.
+void LockProcessSession();
+void UnlockProcessSession();
+void ForgetProcessSessionInChild();
 
 // ---- internal API for tests (not exported from libffverbs.so) -----------------------------
 // Connects to the router listening at `socket_path` (HELLO, event thread), independently of
