@@ -32,7 +32,8 @@ Exec NoCredit(Qp* qp, PeerLink* link, SendWqe& w, ibv_wc_status* st) {
 ibv_wc_status ResolveTarget(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t len, uint32_t need,
                             char** out) {
   return ff::ResolveTarget(
-      link->hdr, link->pctx->mr_table.as<ff::MrEntry>(), w.rkey, w.remote_addr, len, need,
+      link->hdr, qp->attr.dest_qp_num, link->pctx->mr_table.as<ff::MrEntry>(), w.rkey,
+      w.remote_addr, len, need,
       [&](uint32_t region, uint32_t access) -> const Mapping* {
         Mapping* m = nullptr;
         return PeerRegion(qp, link, region, access, &m) == 0 ? m : nullptr;

@@ -280,6 +280,7 @@ int DeregMr(Mr* mr) {
   Context* ctx = ToCtx(mr->mr.context);
   {
     std::lock_guard<SpinLock> l(ctx->lock);
+    if (mr->windows > 0) return EBUSY;  // memory windows are bound to it (as on mlx5)
     const uint32_t slot = ff::MrSlotOfKey(mr->mr.lkey);
     if (slot < ctx->mrs_by_slot.size() && ctx->mrs_by_slot[slot] == mr)
       ctx->mrs_by_slot[slot] = nullptr;

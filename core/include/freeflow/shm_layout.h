@@ -137,7 +137,11 @@ struct MrEntry {
   std::atomic<uint64_t> addr{0};    // application virtual address of the first byte
   std::atomic<uint64_t> length{0};
   std::atomic<uint64_t> region_offset{0};  // offset of `addr` inside the region memfd
-  uint64_t reserved[3];
+  // A memory window of type 2 is reached only through the QP it was bound through (its
+  // number); 0 for registrations and type 1 windows, which any QP of the owner serves.
+  std::atomic<uint32_t> qpn{0};
+  uint32_t reserved0;
+  uint64_t reserved[2];
 };
 static_assert(sizeof(MrEntry) == kCacheLine);
 inline constexpr size_t kMrTableBytes = sizeof(MrEntry) * kMrTableSlots;
@@ -163,6 +167,7 @@ struct MrView {
   uint64_t addr;
   uint64_t length;
   uint64_t region_offset;
+  uint32_t qpn = 0;
 };
 
 // Reads slot `key`'s entry; false when the key does not name a live registration.
@@ -179,6 +184,7 @@ inline bool ReadMrEntry(const MrEntry* table, uint32_t key, MrView* out) {
     out->addr = e.addr.load(std::memory_order_relaxed);
     out->length = e.length.load(std::memory_order_relaxed);
     out->region_offset = e.region_offset.load(std::memory_order_relaxed);
+    out->qpn = e.qpn.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (e.seq.load(std::memory_order_relaxed) != s1) continue;
     return out->key == key;
