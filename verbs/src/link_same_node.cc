@@ -13,7 +13,7 @@ namespace {
 
 bool NeedsCredit(uint32_t opcode) {
   return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM ||
-         opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+         opcode == IBV_WR_SEND_WITH_INV || opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
 }
 
 // The peer has no receive posted. RC retries (kBlocked) until rnr_retry x the peer's

@@ -25,9 +25,9 @@ bool OpcodeAllowed(ibv_qp_type type, uint32_t op) {
     case IBV_QPT_UD:
       return send;
     case IBV_QPT_UC:
-      return send || write || op == IBV_WR_LOCAL_INV;
+      return send || write || op == IBV_WR_SEND_WITH_INV || op == IBV_WR_LOCAL_INV;
     default:
-      return send || write || read_atomic || IsWindowOp(op);
+      return send || write || read_atomic || op == IBV_WR_SEND_WITH_INV || IsWindowOp(op);
   }
 }
 
@@ -47,8 +47,8 @@ uint64_t TotalLength(const ibv_send_wr* wr) {
 bool WantsInline(const ibv_send_wr* wr) {
   const uint32_t op = wr->opcode;
   return (wr->send_flags & IBV_SEND_INLINE) &&
-         (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
-          op == IBV_WR_RDMA_WRITE_WITH_IMM);
+         (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
+          op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM);
 }
 
 // 0 when `wr` may be queued on `qp`, else the errno post_send returns. *length: its bytes.

@@ -137,7 +137,9 @@ void BindMw(ibv_qp_ex* q, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* inf
 void LocalInv(ibv_qp_ex* q, uint32_t rkey) {
   NewWr(q, IBV_WR_LOCAL_INV, [&](ibv_send_wr* wr) { wr->invalidate_rkey = rkey; });
 }
-void SendInv(ibv_qp_ex* q, uint32_t) { Unsupported(q); }
+void SendInv(ibv_qp_ex* q, uint32_t rkey) {
+  NewWr(q, IBV_WR_SEND_WITH_INV, [&](ibv_send_wr* wr) { wr->invalidate_rkey = rkey; });
+}
 void SendTso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { Unsupported(q); }
 void SetXrc(ibv_qp_ex* q, uint32_t) { Unsupported(q); }
 void AtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { Unsupported(q); }

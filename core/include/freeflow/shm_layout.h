@@ -68,6 +68,7 @@ enum RecordFlags : uint8_t {
   kRecLast = 2,
   kRecImm = 4,
   kRecSolicited = 8,
+  kRecInv = 16,  // SEND_WITH_INV: `imm` is the R_Key of the receiver's window to invalidate
 };
 struct RecordHeader {
   uint32_t total;  // bytes of this record including the header, multiple of 64
@@ -75,7 +76,7 @@ struct RecordHeader {
   uint8_t flags;   // RecordFlags
   uint16_t reserved;
   uint32_t msg_len;   // whole message length (valid on the first fragment)
-  uint32_t imm;       // immediate data, network byte order, when kRecImm
+  uint32_t imm;       // immediate data, network byte order, when kRecImm (kRecInv: an R_Key)
   uint32_t src_qpn;   // sending QP
   uint32_t src_ip;    // sending pod's overlay address, network byte order (UD GRH)
   uint32_t frag_len;  // payload bytes that follow this header

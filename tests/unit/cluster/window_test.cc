@@ -236,6 +236,55 @@ TEST_P(WindowTest, ATypeTwoWindowIsBoundByAWorkRequestAndInvalidatedLocally) {
   EXPECT_EQ(Access(IBV_WR_RDMA_WRITE, rkey, kWindowAt, 8), IBV_WC_REM_ACCESS_ERR);
 }
 
+// a sends SEND_WITH_INV naming `rkey`; b's receive completion.
+ibv_wc SendWithInv(Pod& a, Pod& b, uint32_t rkey) {
+  EXPECT_EQ(b.PostRecv(60, 0, 64), 0);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf), 16, a.mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 61;
+  wr.opcode = IBV_WR_SEND_WITH_INV;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.invalidate_rkey = rkey;
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+  const auto sent = a.Poll(1);
+  EXPECT_EQ(sent.size(), 1u);
+  const auto got = b.Poll(1);
+  ibv_wc wc{};
+  wc.status = IBV_WC_GENERAL_ERR;
+  return got.size() == 1 ? got[0] : wc;
+}
+
+TEST_P(WindowTest, APeersSendWithInvalidateUnbindsATypeTwoWindow) {
+  ConnectBoth();
+  Register();
+  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_2);
+  ASSERT_NE(mw, nullptr);
+  const uint32_t rkey = ibv_inc_rkey(mw->rkey);
+  ASSERT_EQ(BindType2(b->qp, rkey, IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
+  EXPECT_EQ(Access(IBV_WR_RDMA_READ, rkey, kWindowAt, 8), IBV_WC_SUCCESS);
+  const ibv_wc wc = SendWithInv(*a, *b, rkey);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+  EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_INV);
+  EXPECT_EQ(wc.invalidated_rkey, rkey);
+  EXPECT_EQ(Access(IBV_WR_RDMA_READ, rkey, kWindowAt, 8), IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_P(WindowTest, ASendWithInvalidateMayNameOnlyAWindowOfItsQp) {
+  ConnectBoth();
+  Register();
+  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
+  ASSERT_NE(mw, nullptr);
+  ASSERT_EQ(BindType1(IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
+  const ibv_wc wc = SendWithInv(*a, *b, mw->rkey);  // type 1: not invalidated remotely
+  EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_FALSE(wc.wc_flags & IBV_WC_WITH_INV);
+  EXPECT_EQ(Access(IBV_WR_RDMA_READ, mw->rkey, kWindowAt, 8), IBV_WC_SUCCESS);
+  ASSERT_EQ(BindType1(0, 0), IBV_WC_SUCCESS);
+}
+
 TEST_P(WindowTest, ATypeTwoWindowMustBeInvalidatedBeforeItIsBoundAgain) {
   ConnectBoth();
   Register();
