@@ -23,7 +23,17 @@
 #include <thread>
 #include <vector>
 
+#include "meet.h"
+
 namespace {
+
+using ffit::Dial;
+using ffit::Die;
+using ffit::Listen;
+using ffit::ReadAll;
+using ffit::ToInit;
+using ffit::ToRts;
+using ffit::WriteAll;
 
 constexpr size_t kBuf = 64 * 1024;
 constexpr uint8_t kPattern = 0x5a;
@@ -37,23 +47,6 @@ struct Wire {
   uint64_t addr_b;
   uint8_t gid[16];
 };
-
-[[noreturn]] void Die(const char* what) {
-  std::fprintf(stderr, "verbs_faults: %s: %s\n", what, std::strerror(errno));
-  std::exit(2);
-}
-
-void WriteAll(int fd, const void* p, size_t n) {
-  if (::send(fd, p, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n)) Die("tcp send");
-}
-void ReadAll(int fd, void* p, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::recv(fd, static_cast<char*>(p) + got, n - got, 0);
-    if (r <= 0) Die("tcp recv");
-    got += static_cast<size_t>(r);
-  }
-}
 
 struct Verbs {
   ibv_context* ctx = nullptr;
@@ -92,14 +85,7 @@ struct Verbs {
     qp = ibv_create_qp(pd, &init);
     if (qp == nullptr) Die("create qp");
     if (ibv_query_gid(ctx, 1, 1, &gid) != 0) Die("query gid");
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_INIT;
-    attr.port_num = 1;
-    attr.qp_access_flags =
-        IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-    if (ibv_modify_qp(qp, &attr,
-                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-      Die("INIT");
+    ToInit(qp);
   }
 
   Wire Local() const {
@@ -113,31 +99,7 @@ struct Verbs {
     return w;
   }
 
-  void Connect(const Wire& peer, uint8_t rnr_retry) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_RTR;
-    attr.path_mtu = IBV_MTU_4096;
-    attr.dest_qp_num = peer.qpn;
-    attr.max_dest_rd_atomic = 4;
-    attr.min_rnr_timer = 1;  // 10 us between RNR retries
-    attr.ah_attr.is_global = 1;
-    std::memcpy(attr.ah_attr.grh.dgid.raw, peer.gid, 16);
-    attr.ah_attr.grh.sgid_index = 1;
-    attr.ah_attr.port_num = 1;
-    if (ibv_modify_qp(qp, &attr,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-      Die("RTR");
-    attr.qp_state = IBV_QPS_RTS;
-    attr.timeout = 14;
-    attr.retry_cnt = 7;
-    attr.rnr_retry = rnr_retry;
-    attr.max_rd_atomic = 4;
-    if (ibv_modify_qp(qp, &attr,
-                      IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                          IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-      Die("RTS");
-  }
+  void Connect(const Wire& peer, uint8_t rnr_retry) { ToRts(qp, peer.qpn, peer.gid, rnr_retry); }
 
   // Posts one signaled WR and waits (bounded) for its completion.
   ibv_wc_status Post(ibv_wr_opcode op, uint32_t rkey, uint64_t raddr, uint32_t len,
@@ -168,34 +130,6 @@ struct Verbs {
     return static_cast<ibv_wc_status>(-1);
   }
 };
-
-int Listen(int port) {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(s, 1) != 0)
-    Die("listen");
-  const int c = ::accept(s, nullptr, nullptr);
-  ::close(s);
-  return c;
-}
-
-int Dial(const char* ip, int port) {
-  for (int i = 0; i < 100; ++i) {
-    int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    ::inet_pton(AF_INET, ip, &a.sin_addr);
-    if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return s;
-    ::close(s);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  Die("connect");
-}
 
 bool Untouched(const char* p, size_t n) {
   for (size_t i = 0; i < n; ++i)
