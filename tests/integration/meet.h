@@ -64,6 +64,17 @@ inline int Dial(const char* ip, int port) {
   Die("connect");
 }
 
+// The first RDMA device, opened (freeflow0 under the preload).
+inline ibv_context* OpenFirstDevice() {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr || n == 0) Die("no RDMA device");
+  ibv_context* ctx = ibv_open_device(list[0]);
+  ibv_free_device_list(list);
+  if (ctx == nullptr) Die("open device");
+  return ctx;
+}
+
 // RESET -> INIT, allowing remote write, read and atomics.
 inline void ToInit(ibv_qp* qp) {
   ibv_qp_attr attr{};

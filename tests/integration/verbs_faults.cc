@@ -60,12 +60,7 @@ struct Verbs {
   ibv_gid gid{};
 
   void Open() {
-    int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
-    if (list == nullptr || n == 0) Die("no RDMA device");
-    ctx = ibv_open_device(list[0]);
-    ibv_free_device_list(list);
-    if (ctx == nullptr) Die("open device");
+    ctx = ffit::OpenFirstDevice();
     pd = ibv_alloc_pd(ctx);
     cq = ibv_create_cq(ctx, 256, nullptr, nullptr, 0);
     a = static_cast<char*>(aligned_alloc(4096, kBuf));

@@ -53,12 +53,7 @@ struct Side {
   ibv_gid gid{};
 
   void Open() {
-    int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
-    if (list == nullptr || n == 0) Die("no RDMA device");
-    ctx = ibv_open_device(list[0]);
-    ibv_free_device_list(list);
-    if (ctx == nullptr) Die("open device");
+    ctx = ffit::OpenFirstDevice();
     ibv_device_attr attr{};
     if (ibv_query_device(ctx, &attr) != 0) Die("query device");
     Check((attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW) &&

@@ -44,13 +44,7 @@ class Pod {
     buf = static_cast<char*>(
         ::mmap(nullptr, kBufferBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     mr = ibv_reg_mr(pd, buf, kBufferBytes, kAllAccess);
-    ibv_qp_init_attr init{};
-    init.send_cq = cq;
-    init.recv_cq = cq;
-    init.qp_type = IBV_QPT_RC;
-    init.sq_sig_all = 1;
-    init.cap = {256, 256, 4, 4, 64};
-    qp = ibv_create_qp(pd, &init);
+    qp = CreateRcQp();
     if (ctx == nullptr || pd == nullptr || cq == nullptr || mr == nullptr || qp == nullptr)
       throw std::runtime_error("cannot set up the pod's verbs objects");
   }
@@ -74,15 +68,30 @@ class Pod {
 
   // Another RC QP of this pod, on its PD and CQ (destroyed with the pod).
   ibv_qp* NewQp() {
-    ibv_qp_init_attr init{};
-    init.send_cq = cq;
-    init.recv_cq = cq;
-    init.qp_type = IBV_QPT_RC;
-    init.sq_sig_all = 1;
-    init.cap = {256, 256, 4, 4, 64};
-    ibv_qp* q = ibv_create_qp(pd, &init);
+    ibv_qp* q = CreateRcQp();
     if (q != nullptr) extra_qps_.push_back(q);
     return q;
+  }
+
+  // a's access of `len` bytes at `remote` through `rkey` on `through` (the pod's QP when
+  // nullptr), from or into its buffer at `offset`: the completion's status.
+  ibv_wc_status Access(ibv_wr_opcode op, uint32_t rkey, uint64_t remote, size_t offset,
+                       uint32_t len, ibv_qp* through = nullptr) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf + offset), len, mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 5;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = op;
+    if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      wr.wr.atomic = {remote, 1, 0, rkey};
+    } else {
+      wr.wr.rdma = {remote, rkey};
+    }
+    ibv_send_wr* bad = nullptr;
+    if (ibv_post_send(through != nullptr ? through : qp, &wr, &bad) != 0) return IBV_WC_GENERAL_ERR;
+    const auto wc = Poll(1);
+    return wc.size() == 1 ? wc[0].status : IBV_WC_GENERAL_ERR;
   }
 
   // Connects `own`, a QP of this pod, to QP `peer_qpn` of `peer`.
@@ -188,6 +197,16 @@ class Pod {
   char* buf = nullptr;
 
  private:
+  ibv_qp* CreateRcQp() {
+    ibv_qp_init_attr init{};
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.sq_sig_all = 1;
+    init.cap = {256, 256, 4, 4, 64};
+    return ibv_create_qp(pd, &init);
+  }
+
   uint32_t ip_;
   std::vector<ibv_qp*> extra_qps_;
   ffv::Session* session_ = nullptr;

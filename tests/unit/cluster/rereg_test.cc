@@ -14,20 +14,10 @@ namespace {
 
 class ReregTest : public ClusterTest {
  protected:
-  // a reads `len` bytes at b's buffer + `offset` through `rkey`: the completion's status.
+  // a reads (or `op`) `len` bytes at b's buffer + `offset` through `rkey`: its status.
   ibv_wc_status Read(uint32_t rkey, size_t offset, uint32_t len = 8,
                      ibv_wr_opcode op = IBV_WR_RDMA_READ) {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(a->buf + 600000), len, a->mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 3;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = op;
-    wr.wr.rdma = {reinterpret_cast<uintptr_t>(b->buf + offset), rkey};
-    ibv_send_wr* bad = nullptr;
-    EXPECT_EQ(ibv_post_send(a->qp, &wr, &bad), 0);
-    const auto wc = a->Poll(1);
-    return wc.size() == 1 ? wc[0].status : IBV_WC_GENERAL_ERR;
+    return a->Access(op, rkey, reinterpret_cast<uintptr_t>(b->buf + offset), 600000, len);
   }
 };
 

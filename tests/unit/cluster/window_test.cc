@@ -80,22 +80,14 @@ class WindowTest : public ClusterTest {
   // a's access of `len` bytes at b's buffer + `offset` through `rkey`: its status.
   ibv_wc_status Access(ibv_wr_opcode op, uint32_t rkey, size_t offset, uint32_t len,
                        ibv_qp* qp = nullptr) {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(a->buf + 500000), len, a->mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 5;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = op;
-    const auto remote = reinterpret_cast<uintptr_t>(b->buf + offset);
-    if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-      wr.wr.atomic = {remote, 1, 0, rkey};
-    } else {
-      wr.wr.rdma = {remote, rkey};
-    }
-    ibv_send_wr* bad = nullptr;
-    EXPECT_EQ(ibv_post_send(qp != nullptr ? qp : a->qp, &wr, &bad), 0);
-    const auto wc = a->Poll(1);
-    return wc.size() == 1 ? wc[0].status : IBV_WC_GENERAL_ERR;
+    return a->Access(op, rkey, reinterpret_cast<uintptr_t>(b->buf + offset), 500000, len, qp);
+  }
+  // Both QPs connected, b's registration for windows, and a window of `type` in `mw`.
+  void SetUpWindow(ibv_mw_type type, int access = kWindowMr) {
+    ConnectBoth();
+    Register(access);
+    mw = ibv_alloc_mw(b->pd, type);
+    ASSERT_NE(mw, nullptr);
   }
   static ibv_qp_state State(ibv_qp* qp) {
     ibv_qp_attr attr{};
@@ -121,10 +113,7 @@ TEST_P(WindowTest, TheDeviceReportsWindowsOfBothTypes) {
 }
 
 TEST_P(WindowTest, AnUnboundWindowReachesNothing) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1));
   EXPECT_EQ(mw->type, IBV_MW_TYPE_1);
   EXPECT_EQ(mw->pd, b->pd);
   EXPECT_EQ(Access(IBV_WR_RDMA_WRITE, mw->rkey, kWindowAt, 8), IBV_WC_REM_ACCESS_ERR);
@@ -132,10 +121,7 @@ TEST_P(WindowTest, AnUnboundWindowReachesNothing) {
 }
 
 TEST_P(WindowTest, ATypeOneBindChangesTheKeyAndGrantsTheWindowsRights) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1));
   const uint32_t before = mw->rkey;
   ASSERT_EQ(BindType1(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC),
             IBV_WC_SUCCESS);
@@ -151,10 +137,7 @@ TEST_P(WindowTest, ATypeOneBindChangesTheKeyAndGrantsTheWindowsRights) {
 }
 
 TEST_P(WindowTest, ARebindRetiresTheOldKeyAndAZeroLengthBindUnbinds) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1));
   ASSERT_EQ(BindType1(IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
   const uint32_t first = mw->rkey;
   ASSERT_EQ(BindType1(IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
@@ -165,10 +148,7 @@ TEST_P(WindowTest, ARebindRetiresTheOldKeyAndAZeroLengthBindUnbinds) {
 }
 
 TEST_P(WindowTest, AnOldKeyOfAReboundWindowIsRefused) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1));
   ASSERT_EQ(BindType1(IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
   const uint32_t first = mw->rkey;
   ASSERT_EQ(BindType1(IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
@@ -177,44 +157,29 @@ TEST_P(WindowTest, AnOldKeyOfAReboundWindowIsRefused) {
 }
 
 TEST_P(WindowTest, AWindowGrantsOnlyItsRights) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1));
   ASSERT_EQ(BindType1(IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
   EXPECT_EQ(Access(IBV_WR_RDMA_WRITE, mw->rkey, kWindowAt, 8), IBV_WC_REM_ACCESS_ERR);
 }
 
 TEST_P(WindowTest, ABindOverARegistrationWithoutMwBindFailsTheQp) {
-  ConnectBoth();
-  Register(kAllAccess);
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1, kAllAccess));
   EXPECT_EQ(BindType1(IBV_ACCESS_REMOTE_READ), IBV_WC_MW_BIND_ERR);
   EXPECT_EQ(State(b->qp), IBV_QPS_ERR);
 }
 
 TEST_P(WindowTest, AWindowMayNotGrantMoreThanItsRegistration) {
-  ConnectBoth();
-  Register(IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND);
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND));
   EXPECT_EQ(BindType1(IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE), IBV_WC_MW_BIND_ERR);
 }
 
 TEST_P(WindowTest, AWindowMustLieInsideItsRegistration) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1));
   EXPECT_EQ(BindType1(IBV_ACCESS_REMOTE_READ, kWindowBytes), IBV_WC_MW_BIND_ERR);
 }
 
 TEST_P(WindowTest, ARegistrationWithBoundWindowsCannotBeDeregistered) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1));
   ASSERT_EQ(BindType1(IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
   EXPECT_EQ(ibv_dereg_mr(bmr), EBUSY);
   EXPECT_EQ(Access(IBV_WR_RDMA_READ, mw->rkey, kWindowAt, 8), IBV_WC_SUCCESS);
@@ -224,10 +189,7 @@ TEST_P(WindowTest, ARegistrationWithBoundWindowsCannotBeDeregistered) {
 }
 
 TEST_P(WindowTest, ATypeTwoWindowIsBoundByAWorkRequestAndInvalidatedLocally) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_2);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_2));
   const uint32_t rkey = ibv_inc_rkey(mw->rkey);
   ASSERT_EQ(BindType2(b->qp, rkey, IBV_ACCESS_REMOTE_WRITE), IBV_WC_SUCCESS);
   EXPECT_EQ(mw->rkey, rkey);
@@ -257,10 +219,7 @@ ibv_wc SendWithInv(Pod& a, Pod& b, uint32_t rkey) {
 }
 
 TEST_P(WindowTest, APeersSendWithInvalidateUnbindsATypeTwoWindow) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_2);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_2));
   const uint32_t rkey = ibv_inc_rkey(mw->rkey);
   ASSERT_EQ(BindType2(b->qp, rkey, IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
   EXPECT_EQ(Access(IBV_WR_RDMA_READ, rkey, kWindowAt, 8), IBV_WC_SUCCESS);
@@ -273,10 +232,7 @@ TEST_P(WindowTest, APeersSendWithInvalidateUnbindsATypeTwoWindow) {
 }
 
 TEST_P(WindowTest, ASendWithInvalidateMayNameOnlyAWindowOfItsQp) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1));
   ASSERT_EQ(BindType1(IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
   const ibv_wc wc = SendWithInv(*a, *b, mw->rkey);  // type 1: not invalidated remotely
   EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR);
@@ -286,20 +242,14 @@ TEST_P(WindowTest, ASendWithInvalidateMayNameOnlyAWindowOfItsQp) {
 }
 
 TEST_P(WindowTest, ATypeTwoWindowMustBeInvalidatedBeforeItIsBoundAgain) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_2);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_2));
   ASSERT_EQ(BindType2(b->qp, ibv_inc_rkey(mw->rkey), IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
   EXPECT_EQ(BindType2(b->qp, ibv_inc_rkey(mw->rkey), IBV_ACCESS_REMOTE_READ), IBV_WC_MW_BIND_ERR);
   EXPECT_EQ(State(b->qp), IBV_QPS_ERR);
 }
 
 TEST_P(WindowTest, ATypeTwoKeyMustKeepTheWindowsIndex) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_2);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_2));
   EXPECT_EQ(BindType2(b->qp, mw->rkey + 0x100, IBV_ACCESS_REMOTE_READ), IBV_WC_MW_BIND_ERR);
 }
 
@@ -327,10 +277,7 @@ TEST_P(WindowTest, ATypeTwoWindowServesOnlyTheQpItWasBoundThrough) {
 }
 
 TEST_P(WindowTest, EachWindowTypeIsBoundOnlyItsOwnWay) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1));
   ibv_send_wr wr{};
   wr.opcode = IBV_WR_BIND_MW;
   wr.bind_mw.mw = mw;
@@ -348,10 +295,7 @@ TEST_P(WindowTest, EachWindowTypeIsBoundOnlyItsOwnWay) {
 }
 
 TEST_P(WindowTest, LocalInvalidationOfATypeOneWindowFails) {
-  ConnectBoth();
-  Register();
-  mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
-  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1));
   ASSERT_EQ(BindType1(IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
   EXPECT_EQ(LocalInv(mw->rkey), IBV_WC_LOC_QP_OP_ERR);
   EXPECT_EQ(Access(IBV_WR_RDMA_READ, mw->rkey, kWindowAt, 8), IBV_WC_SUCCESS);
