@@ -241,6 +241,50 @@ TEST_P(WindowTest, ASendWithInvalidateMayNameOnlyAWindowOfItsQp) {
   ASSERT_EQ(BindType1(0, 0), IBV_WC_SUCCESS);
 }
 
+// The same through the ibv_wr_* API: ibv_wr_bind_mw, ibv_wr_send_inv, ibv_wr_local_inv.
+TEST_P(WindowTest, TheWorkRequestApiBindsAndInvalidates) {
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_2));
+  ibv_qp_ex* bx = ibv_qp_to_qp_ex(b->qp);
+  ibv_qp_ex* ax = ibv_qp_to_qp_ex(a->qp);
+  ASSERT_NE(bx, nullptr);
+  ASSERT_NE(ax, nullptr);
+  uint32_t rkey = ibv_inc_rkey(mw->rkey);
+  const ibv_mw_bind_info info = Info(IBV_ACCESS_REMOTE_READ);
+  ibv_wr_start(bx);
+  bx->wr_id = 90;
+  ibv_wr_bind_mw(bx, mw, rkey, &info);
+  ASSERT_EQ(ibv_wr_complete(bx), 0);
+  EXPECT_EQ(Completion(*b, IBV_WC_BIND_MW, 90), IBV_WC_SUCCESS);
+  EXPECT_EQ(Access(IBV_WR_RDMA_READ, rkey, kWindowAt, 8), IBV_WC_SUCCESS);
+  ASSERT_EQ(b->PostRecv(91, 0, 64), 0);
+  ibv_wr_start(ax);
+  ax->wr_id = 92;
+  ibv_wr_send_inv(ax, rkey);
+  ibv_wr_set_sge(ax, a->mr->lkey, reinterpret_cast<uintptr_t>(a->buf), 8);
+  ASSERT_EQ(ibv_wr_complete(ax), 0);
+  EXPECT_EQ(a->Poll(1).size(), 1u);
+  const auto got = b->Poll(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].wc_flags & IBV_WC_WITH_INV);
+  EXPECT_EQ(got[0].invalidated_rkey, rkey);
+  rkey = ibv_inc_rkey(rkey);
+  ibv_wr_start(bx);
+  bx->wr_id = 93;
+  ibv_wr_bind_mw(bx, mw, rkey, &info);
+  bx->wr_id = 94;
+  ibv_wr_local_inv(bx, rkey);
+  ASSERT_EQ(ibv_wr_complete(bx), 0);
+  const auto done = b->Poll(2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].wr_id, 93u);
+  EXPECT_EQ(done[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(done[0].opcode, IBV_WC_BIND_MW);
+  EXPECT_EQ(done[1].wr_id, 94u);
+  EXPECT_EQ(done[1].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(done[1].opcode, IBV_WC_LOCAL_INV);
+  EXPECT_EQ(Access(IBV_WR_RDMA_READ, rkey, kWindowAt, 8), IBV_WC_REM_ACCESS_ERR);
+}
+
 TEST_P(WindowTest, ATypeTwoWindowMustBeInvalidatedBeforeItIsBoundAgain) {
   ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_2));
   ASSERT_EQ(BindType2(b->qp, ibv_inc_rkey(mw->rkey), IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
