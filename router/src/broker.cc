@@ -157,6 +157,7 @@ int DestroyQp(Request& q) {
   const uint32_t fds = QpFds(qp->type, qp->num_rings);
   q.pod.qps.erase(qpn);
   q.b.tables.EraseQp(qpn);
+  q.pod.windows.QpGone(q.pod.mr, qpn);
   q.b.quotas.Give(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, fds}});
   return 0;
 }

@@ -10,6 +10,10 @@ namespace {
 constexpr uint32_t kRemoteRights =
     IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
 
+// No QP has this number (QP numbers are 24 bits): what a type 2 window bound through a
+// destroyed QP names.
+constexpr uint32_t kNoQpn = 0xffffffffu;
+
 bool Within(const MrView& mr, uint64_t addr, uint64_t length) {
   return addr >= mr.addr && length <= mr.length && addr - mr.addr <= mr.length - length;
 }
@@ -90,6 +94,16 @@ void Windows::FollowMr(MrTable& table, uint32_t mr_key) {
     if (!table.FindSlot(slot, &v)) continue;
     v.region = mr.region;
     v.region_offset = mr.region_offset + (v.addr - mr.addr);
+    table.Rewrite(v.key, v);
+  }
+}
+
+void Windows::QpGone(MrTable& table, uint32_t qpn) {
+  for (const auto& [slot, w] : windows_) {
+    MrView v;
+    if (w.type != IBV_MW_TYPE_2 || w.mr_key == 0 || !table.FindSlot(slot, &v) || v.qpn != qpn)
+      continue;
+    v.qpn = kNoQpn;
     table.Rewrite(v.key, v);
   }
 }

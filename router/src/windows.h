@@ -35,6 +35,9 @@ class Windows {
   bool Busy(uint32_t mr_key) const;
   // Registration `mr_key` moved to another region: its windows follow.
   void FollowMr(MrTable& table, uint32_t mr_key);
+  // QP `qpn` was destroyed: the type 2 windows bound through it stay bound (they must be
+  // invalidated or freed, as on an HCA) but serve no QP, even one that reuses the number.
+  void QpGone(MrTable& table, uint32_t qpn);
 
  private:
   struct Window {

@@ -151,6 +151,21 @@ TEST_F(WindowsTest, TypeTwoNeedsAnRcQpOfThePodAndAnInvalidationBeforeARebind) {
   EXPECT_EQ(pod.Call(d).status, 0);
 }
 
+TEST_F(WindowsTest, ATypeTwoWindowServesNoQpOnceItsQpIsDestroyed) {
+  const uint32_t key = Alloc(IBV_MW_TYPE_2);
+  ASSERT_EQ(Bind(key, key + 1, mr, 0x10000, 64, kRead, qp.qpn), 0);
+  proto::DestroyQp d{};
+  d.id = qp.qpn;
+  ASSERT_EQ(pod.Call(d).status, 0);
+  const MrView v = Seen(key + 1);
+  EXPECT_EQ(v.length, 64u);  // still bound: it must be invalidated or freed
+  EXPECT_NE(v.qpn, qp.qpn);
+  EXPECT_NE(v.qpn, 0u);  // and not open to every QP
+  proto::DeregMr dereg{};
+  dereg.key = mr;
+  EXPECT_EQ(pod.Call(dereg).status, EBUSY);
+}
+
 TEST_F(WindowsTest, AWindowFollowsItsRegistrationIntoAnotherRegion) {
   const uint32_t key = Alloc(IBV_MW_TYPE_1);
   ASSERT_EQ(Bind(key, key + 1, mr, 0x11000, 64, kRead), 0);
