@@ -98,6 +98,15 @@ void ResolveAliases(const Run& run, Op op, char* msg) {
     case Op::kDeregMr:
     case Op::kMoveMr:
       return patch(proto::As<proto::MoveMr>(msg), [&](auto& m) { m.key = Alias(run.keys, m.key); });
+    case Op::kBindMw:
+    case Op::kInvalidateMw:
+    case Op::kDeallocMw:
+      return patch(proto::As<proto::BindMw>(msg), [&](auto& m) {
+        m.key = Alias(run.keys, m.key);
+        m.new_key = Alias(run.keys, m.new_key);
+        m.mr_key = Alias(run.keys, m.mr_key);
+        m.qpn = Alias(run.qpns, m.qpn);
+      });
     default:
       return;
   }
@@ -221,7 +230,7 @@ void OneRequest(Run& run, FuzzedDataProvider& in) {
     return;
   }
   if (r.status == 0 && op == Op::kCreateQp) run.qpns.push_back(r.u.create_qp.qpn);
-  if (r.status == 0 && op == Op::kRegMr) run.keys.push_back(r.u.reg_mr.key);
+  if (r.status == 0 && (op == Op::kRegMr || op == Op::kAllocMw)) run.keys.push_back(r.u.reg_mr.key);
 }
 
 }  // namespace

@@ -6,7 +6,8 @@ namespace {
 bool KindAllowsOpcode(uint8_t kind, uint8_t opcode) {
   switch (kind) {
     case kRecSend:
-      return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM;
+      return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM ||
+             opcode == IBV_WR_SEND_WITH_INV;
     case kRecWrite:
       return opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
     case kRecWriteImm:

@@ -157,6 +157,7 @@ int DestroyQp(Request& q) {
   const uint32_t fds = QpFds(qp->type, qp->num_rings);
   q.pod.qps.erase(qpn);
   q.b.tables.EraseQp(qpn);
+  q.pod.windows.QpGone(q.pod.mr, qpn);
   q.b.quotas.Give(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, fds}});
   return 0;
 }
@@ -246,7 +247,8 @@ int RegMr(Request& q) {
 int DeregMr(Request& q) {
   const auto m = proto::As<proto::DeregMr>(q.msg);
   MrView v;
-  if (!q.pod.mr.Find(m.key, &v)) return EINVAL;
+  if (!q.pod.mr.Find(m.key, &v) || q.pod.windows.IsWindow(m.key)) return EINVAL;
+  if (q.pod.windows.Busy(m.key)) return EBUSY;  // memory windows are bound to it
   uint32_t region = 0;
   if (const int rc = q.pod.mr.Remove(m.key, &region)) return rc;
   CountMr(q.pod, region, v.access, -1);
@@ -258,16 +260,47 @@ int DeregMr(Request& q) {
 int MoveMr(Request& q) {
   const auto m = proto::As<proto::MoveMr>(q.msg);
   MrView v;
-  if (!q.pod.mr.Find(m.key, &v) || v.region == proto::kNoRegion || m.region_id == proto::kNoRegion)
+  if (!q.pod.mr.Find(m.key, &v) || v.region == proto::kNoRegion ||
+      m.region_id == proto::kNoRegion || q.pod.windows.IsWindow(m.key))
     return EINVAL;
   if (const int rc = AcceptRegion(q, m.new_region != 0, m.region_id, m.region_size)) return rc;
   auto region = q.pod.regions.find(m.region_id);
   if (region == q.pod.regions.end()) return ENOENT;
   if (!ValidRange(m.region_offset, v.length, region->second.size)) return EINVAL;
   if (const int rc = q.pod.mr.Move(m.key, m.region_id, m.region_offset)) return rc;
+  q.pod.windows.FollowMr(q.pod.mr, m.key);
   CountMr(q.pod, v.region, v.access, -1);
   CountMr(q.pod, m.region_id, v.access, 1);
   if (m.release && v.region != m.region_id) ReleaseRegion(q, v.region);
+  return 0;
+}
+
+// Memory windows (windows.h): each is an MR-table entry, within the pod's MR-entry quota.
+int AllocMw(Request& q) {
+  const auto m = proto::As<proto::AllocMw>(q.msg);
+  if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kMrEntries, 1}})) return rc;
+  const int rc = q.pod.windows.Alloc(q.pod.mr, m.type, &q.reply.u.reg_mr.key);
+  if (rc != 0) q.b.quotas.Give(q.pod.id, {{Quota::kMrEntries, 1}});
+  return rc;
+}
+
+int BindMw(Request& q) {
+  const auto m = proto::As<proto::BindMw>(q.msg);
+  const Qp* qp = m.qpn != 0 ? q.b.tables.FindOwnedQp(q.pod, m.qpn) : nullptr;
+  const int rc = q.pod.windows.Bind(q.pod.mr, m, qp != nullptr && qp->type == IBV_QPT_RC);
+  if (rc != 0) spdlog::debug("client {}: memory window bind refused: {}", q.pod.id, rc);
+  return rc;
+}
+
+int InvalidateMw(Request& q) {
+  const auto m = proto::As<proto::InvalidateMw>(q.msg);
+  return q.pod.windows.Invalidate(q.pod.mr, m.key, m.qpn);
+}
+
+int DeallocMw(Request& q) {
+  const auto m = proto::As<proto::DeallocMw>(q.msg);
+  if (const int rc = q.pod.windows.Dealloc(q.pod.mr, m.key)) return rc;
+  q.b.quotas.Give(q.pod.id, {{Quota::kMrEntries, 1}});
   return 0;
 }
 
@@ -307,9 +340,10 @@ int GetRegion(Request& q) {
 
 // Requests answered at once, indexed by proto::Op (HELLO and the connects are not).
 constexpr Handler kHandlers[] = {
-    nullptr,    nullptr,     &CreateChannel, &DestroyChannel, &CreateCq, &DestroyCq,
-    &CreateSrq, &DestroySrq, &CreateQp,      &DestroyQp,      nullptr,   &DisconnectQp,
-    nullptr,    &RegMr,      &DeregMr,       &GetRegion,      &MoveMr};
+    nullptr,    nullptr,       &CreateChannel, &DestroyChannel, &CreateCq, &DestroyCq,
+    &CreateSrq, &DestroySrq,   &CreateQp,      &DestroyQp,      nullptr,   &DisconnectQp,
+    nullptr,    &RegMr,        &DeregMr,       &GetRegion,      &MoveMr,   &AllocMw,
+    &BindMw,    &InvalidateMw, &DeallocMw};
 static_assert(sizeof(kHandlers) / sizeof(kHandlers[0]) == static_cast<size_t>(proto::Op::kMaxOp));
 
 void Hello(Broker::Parts& b, const Call& call, const char* msg, UniqueFd* fds) {

@@ -257,7 +257,7 @@ bool Executor::Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len,
   char*& p = *out;
   p = nullptr;
   const ibv_wc_status st = ResolveTarget(
-      s.hdr, owner.mr.entries(), v.req.rkey, v.req.remote_addr, len, need,
+      s.hdr, s.target_qpn, owner.mr.entries(), v.req.rkey, v.req.remote_addr, len, need,
       [&](uint32_t region, uint32_t access) { return MapRegion(owner, region, access); }, &p);
   if (st != IBV_WC_SUCCESS) {
     Fail(s, v.req.seq, st);

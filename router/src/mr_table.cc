@@ -44,20 +44,39 @@ int MrTable::Add(const MrView& v, uint32_t* key) {
   uint8_t tag = ++tags_[slot];
   if (tag == 0) tag = tags_[slot] = 1;
   const uint32_t k = (slot << 8) | tag;
-  MrEntry& e = map_.as<MrEntry>()[slot];
+  Write(map_.as<MrEntry>()[slot], k, v);
+  *key = k;
+  return 0;
+}
+
+void MrTable::Write(MrEntry& e, uint32_t key, const MrView& v) {
   UpdateMrEntry(e, [&] {
     e.access.store(v.access, std::memory_order_relaxed);
     e.region.store(v.region, std::memory_order_relaxed);
     e.addr.store(v.addr, std::memory_order_relaxed);
     e.length.store(v.length, std::memory_order_relaxed);
     e.region_offset.store(v.region_offset, std::memory_order_relaxed);
-    e.key.store(k, std::memory_order_relaxed);
+    e.qpn.store(v.qpn, std::memory_order_relaxed);
+    e.key.store(key, std::memory_order_relaxed);
   });
-  *key = k;
+}
+
+int MrTable::Rewrite(uint32_t key, const MrView& v) {
+  MrEntry* e = Entry(key);
+  if (e == nullptr || v.key == 0 || MrSlotOfKey(v.key) != MrSlotOfKey(key)) return EINVAL;
+  // The slot's next key after it is freed follows this one, so it differs from it.
+  tags_[MrSlotOfKey(key)] = static_cast<uint8_t>(v.key & 0xff);
+  Write(*e, v.key, v);
   return 0;
 }
 
 bool MrTable::Find(uint32_t key, MrView* out) const { return ReadMrEntry(entries(), key, out); }
+
+bool MrTable::FindSlot(uint32_t slot, MrView* out) const {
+  if (slot == 0 || slot >= kMrTableSlots || map_.get() == nullptr) return false;
+  const uint32_t key = entries()[slot].key.load(std::memory_order_relaxed);
+  return key != 0 && Find(key, out);
+}
 
 int MrTable::Remove(uint32_t key, uint32_t* region) {
   MrEntry* e = Entry(key);

@@ -26,14 +26,20 @@ class MrTable {
   int Add(const MrView& entry, uint32_t* key);
   // The live entry of `key`: false when `key` names none.
   bool Find(uint32_t key, MrView* out) const;
+  // The live entry in `slot`, whatever its key: false when the slot is free.
+  bool FindSlot(uint32_t slot, MrView* out) const;
   // Invalidates `key` before returning, so no peer lookup succeeds afterwards; *region
   // receives the region the entry named. EINVAL for an unknown key.
   int Remove(uint32_t key, uint32_t* region);
   // Points a live entry at another region (the owner merged overlapping registrations).
   int Move(uint32_t key, uint32_t region, uint64_t region_offset);
+  // Rewrites the live entry of `key` as `v`, under v.key, which must name the same slot (a
+  // memory window rebound with a new key). EINVAL otherwise.
+  int Rewrite(uint32_t key, const MrView& v);
 
  private:
   MrEntry* Entry(uint32_t key);  // nullptr unless `key` is live
+  static void Write(MrEntry& e, uint32_t key, const MrView& v);
 
   UniqueFd fd_;     // read-write, the router's only
   UniqueFd ro_fd_;  // what the owner and its peers get

@@ -16,6 +16,7 @@
 #include "freeflow/shm_layout.h"
 #include "identity.h"
 #include "mr_table.h"
+#include "windows.h"
 
 namespace ff::router {
 
@@ -59,6 +60,7 @@ struct Pod {
   UniqueFd notify_seg;  // the process's notify words (CQ events, wake word)
   UniqueFd wake_fd;     // wake socket: rung after cross-node deliveries when armed
   MrTable mr;
+  Windows windows;                        // the memory windows among mr's entries
   std::map<uint32_t, UniqueFd> channels;  // completion channel id -> its wake socket
   std::map<uint32_t, Cq> cqs;
   std::map<uint32_t, UniqueFd> srqs;  // SRQ id -> segment

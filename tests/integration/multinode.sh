@@ -9,9 +9,11 @@
 #                                      pod and a node, TLS with another node's certificate
 #   multinode.sh fairness              ib_send_lat beside a flood at a receiver that posts
 #                                      no receives
+#   multinode.sh windows               memory windows (verbs_windows) between pods of two nodes
 set -uo pipefail
 source "$(dirname "$0")/../../scripts/lib/cluster.sh"
 FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs_faults}
+WINDOWS=${FF_WINDOWS:-$FF_BUILD/tests/integration/verbs_windows}
 trap multinode_down EXIT
 failures=0
 check() { if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi; }
@@ -121,6 +123,11 @@ case $mode in
     c=$?
     wait_pid "$lpid" 10; s=$?
     check "a pod started after the routers is reachable from the other node" $((c != 0 || s != 0))
+    ;;
+  windows)
+    pair "memory windows: bind, access, invalidate (local and remote) across nodes" \
+      0 0 1 0 "$WINDOWS" 19201
+    grep -hE '^(ok|FAILED):' "$FF_DIR/server.log" "$FF_DIR/client.log"
     ;;
   failures)
     # Router of the server's node killed: the client gets error completions, not a hang.

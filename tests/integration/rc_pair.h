@@ -78,6 +78,17 @@ inline ibv_context* OpenFirstDevice() {
   return ctx;
 }
 
+// RESET -> INIT with `access` (remote rights).
+inline void ToInit(ibv_qp* qp, unsigned access) {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qp_access_flags = access;
+  if (ibv_modify_qp(qp, &attr,
+                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    Die("modify to INIT");
+}
+
 // An RC QP with `depth` WRs of one SGE each way, in INIT with `access` (remote rights).
 inline ibv_qp* NewRcQp(ibv_pd* pd, ibv_cq* send_cq, ibv_cq* recv_cq, uint32_t depth,
                        unsigned access) {
@@ -88,13 +99,7 @@ inline ibv_qp* NewRcQp(ibv_pd* pd, ibv_cq* send_cq, ibv_cq* recv_cq, uint32_t de
   init.cap = {depth, depth, 1, 1, 0};
   ibv_qp* qp = ibv_create_qp(pd, &init);
   if (qp == nullptr) Die("create qp");
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_INIT;
-  attr.port_num = 1;
-  attr.qp_access_flags = access;
-  if (ibv_modify_qp(qp, &attr,
-                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-    Die("modify to INIT");
+  ToInit(qp, access);
   return qp;
 }
 

@@ -25,6 +25,8 @@ TEST(Credits, ClaimsOnlyWhatWasPosted) {
   EXPECT_EQ(c.claimed.load(), 2u);
 }
 
+constexpr uint32_t kTargetQpn = 0x123;
+
 struct Fixture {
   Fixture() : table(new MrEntry[kMrTableSlots]) {
     qp.qp_access.store(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
@@ -41,41 +43,57 @@ struct Fixture {
   const uint32_t key = (3u << 8) | 9;
 };
 
+// A memory window of type 2 names the QP it was bound through: another QP of the owner does
+// not serve it, even with the right key, range and rights.
+TEST(Access, ATypeTwoWindowServesOnlyItsQp) {
+  Fixture f;
+  f.table[3].qpn.store(kTargetQpn);
+  MrView v;
+  EXPECT_EQ(CheckRemoteAccess(&f.qp, kTargetQpn, f.table.get(), f.key, 0x10000, 8,
+                              IBV_ACCESS_REMOTE_WRITE, &v),
+            IBV_WC_SUCCESS);
+  EXPECT_EQ(CheckRemoteAccess(&f.qp, kTargetQpn + 1, f.table.get(), f.key, 0x10000, 8,
+                              IBV_ACCESS_REMOTE_WRITE, &v),
+            IBV_WC_REM_ACCESS_ERR);
+}
+
 TEST(Access, AcceptsInBoundsWithTheRightFlags) {
   Fixture f;
   MrView v{};
-  EXPECT_EQ(
-      CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000, 4096, IBV_ACCESS_REMOTE_WRITE, &v),
-      IBV_WC_SUCCESS);
+  EXPECT_EQ(CheckRemoteAccess(&f.qp, kTargetQpn, f.table.get(), f.key, 0x10000, 4096,
+                              IBV_ACCESS_REMOTE_WRITE, &v),
+            IBV_WC_SUCCESS);
   EXPECT_EQ(RegionOffset(v, 0x10010, 16, 8192), 512 + 16);
 }
 
 TEST(Access, RefusesForgedKeysBoundsAndFlags) {
   Fixture f;
   MrView v{};
-  EXPECT_EQ(
-      CheckRemoteAccess(&f.qp, f.table.get(), f.key ^ 1, 0x10000, 8, IBV_ACCESS_REMOTE_WRITE, &v),
-      IBV_WC_REM_ACCESS_ERR);
-  EXPECT_EQ(CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000 + 4090, 8,
+  EXPECT_EQ(CheckRemoteAccess(&f.qp, kTargetQpn, f.table.get(), f.key ^ 1, 0x10000, 8,
                               IBV_ACCESS_REMOTE_WRITE, &v),
             IBV_WC_REM_ACCESS_ERR);
-  EXPECT_EQ(CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0xff00, 8, IBV_ACCESS_REMOTE_WRITE, &v),
+  EXPECT_EQ(CheckRemoteAccess(&f.qp, kTargetQpn, f.table.get(), f.key, 0x10000 + 4090, 8,
+                              IBV_ACCESS_REMOTE_WRITE, &v),
+            IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(CheckRemoteAccess(&f.qp, kTargetQpn, f.table.get(), f.key, 0xff00, 8,
+                              IBV_ACCESS_REMOTE_WRITE, &v),
             IBV_WC_REM_ACCESS_ERR);
   // The MR lacks REMOTE_READ even though the QP allows it.
-  EXPECT_EQ(CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000, 8, IBV_ACCESS_REMOTE_READ, &v),
+  EXPECT_EQ(CheckRemoteAccess(&f.qp, kTargetQpn, f.table.get(), f.key, 0x10000, 8,
+                              IBV_ACCESS_REMOTE_READ, &v),
             IBV_WC_REM_ACCESS_ERR);
   // The QP lacks REMOTE_ATOMIC.
-  EXPECT_EQ(
-      CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000, 8, IBV_ACCESS_REMOTE_ATOMIC, &v),
-      IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(CheckRemoteAccess(&f.qp, kTargetQpn, f.table.get(), f.key, 0x10000, 8,
+                              IBV_ACCESS_REMOTE_ATOMIC, &v),
+            IBV_WC_REM_ACCESS_ERR);
 }
 
 TEST(Access, RegionOffsetRefusesEntriesPointingOutsideTheRegion) {
   Fixture f;
   MrView v{};
-  ASSERT_EQ(
-      CheckRemoteAccess(&f.qp, f.table.get(), f.key, 0x10000, 4096, IBV_ACCESS_REMOTE_WRITE, &v),
-      IBV_WC_SUCCESS);
+  ASSERT_EQ(CheckRemoteAccess(&f.qp, kTargetQpn, f.table.get(), f.key, 0x10000, 4096,
+                              IBV_ACCESS_REMOTE_WRITE, &v),
+            IBV_WC_SUCCESS);
   EXPECT_EQ(RegionOffset(v, 0x10000, 4096, 4096), -1);  // 512 + 4096 > 4096
 }
 

@@ -60,12 +60,14 @@ void FillDeviceAttr(const Session* s, ibv_device_attr* a) {
   a->max_qp_wr = ff::kMaxQpWr;
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
                         IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
-                        IBV_DEVICE_CHANGE_PHY_PORT;
+                        IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_MEM_WINDOW |
+                        IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_sge = ff::kMaxSge;
   a->max_sge_rd = ff::kMaxSge;
   a->max_cq = ff::kMaxObjectsPerPod;
   a->max_cqe = ff::kMaxCqe;
   a->max_mr = ff::kMrTableSlots - 1;
+  a->max_mw = ff::kMrTableSlots - 1;  // windows are MR-table entries too
   a->max_pd = ff::kMaxObjectsPerPod;
   a->max_qp_rd_atom = ff::kMaxRdAtomic;
   a->max_qp_init_rd_atom = ff::kMaxRdAtomic;
@@ -115,12 +117,6 @@ int QueryDeviceEx(ibv_context* c, const ibv_query_device_ex_input* input, ibv_de
   return 0;
 }
 
-ibv_mw* AllocMwUnsupported(ibv_pd*, ibv_mw_type) {
-  return ObjectOrNull<ibv_mw>(EOPNOTSUPP, nullptr);
-}
-int BindMwUnsupported(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; }
-int DeallocMwUnsupported(ibv_mw*) { return EOPNOTSUPP; }
-
 void InstallOps(Context* ctx, ibv_device* device) {
   verbs_context& v = ctx->vctx;
   std::memset(&v, 0, sizeof(v));
@@ -144,9 +140,9 @@ void InstallOps(Context* ctx, ibv_device* device) {
   c.ops.post_send = PostSend;
   c.ops.post_recv = PostRecv;
   c.ops.post_srq_recv = PostSrqRecv;
-  c.ops.alloc_mw = AllocMwUnsupported;
-  c.ops.bind_mw = BindMwUnsupported;
-  c.ops.dealloc_mw = DeallocMwUnsupported;
+  c.ops.alloc_mw = AllocMw;
+  c.ops.bind_mw = BindMw;
+  c.ops.dealloc_mw = DeallocMw;
 }
 
 int CreateContext(Session* s, Context** out) {

@@ -121,6 +121,15 @@ struct Mr {
   uint64_t iova = 0;
   int access = 0;
   Region* region = nullptr;
+  uint32_t windows = 0;  // memory windows bound to it (ctx->lock): it cannot be deregistered
+};
+
+// A memory window (mw.cc): an entry of the context's MR table that the router points at part
+// of a registration when the window is bound.
+struct Mw {
+  ibv_mw mw;
+  uint32_t key = 0;     // its key as the router has it (mw.rkey may be ahead: type 1 binds)
+  Mr* bound = nullptr;  // the registration it is bound to, nullptr when unbound (ctx->lock)
 };
 
 struct Channel {
@@ -198,6 +207,10 @@ struct SendWqe {
   uint32_t rkey;
   uint32_t imm;
   uint64_t compare_add, swap;
+  // BIND_MW only (with remote_addr, compare_add as the length, rkey as the new key and imm
+  // as the rights); not reset for other opcodes.
+  ibv_mw* mw;
+  ibv_mr* bind_mr;
   // UD
   uint32_t dest_ip;
   uint16_t dest_lid;
@@ -317,8 +330,9 @@ struct Context {
   std::vector<Srq*> srqs;
   std::vector<Channel*> channels;
   std::unordered_map<uint32_t, std::weak_ptr<PeerCtx>> peers;
-  std::vector<Mr*> mrs_by_slot;  // local lkey lookup
-  const Mr* last_mr = nullptr;   // the registration the last SGE check found (one-entry cache)
+  std::vector<Mr*> mrs_by_slot;           // local lkey lookup
+  std::unordered_map<uint32_t, Mw*> mws;  // memory windows by MR-table slot
+  const Mr* last_mr = nullptr;  // the registration the last SGE check found (one-entry cache)
   // Async events (any thread may push; the application reads them).
   std::mutex async_mu;
   std::deque<AsyncEvent> async_events;
@@ -337,6 +351,7 @@ inline Qp* ToQp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
 inline Cq* ToCq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 inline Srq* ToSrq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
 inline Mr* ToMr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
+inline Mw* ToMw(ibv_mw* m) { return reinterpret_cast<Mw*>(m); }
 inline Ah* ToAh(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
 inline Channel* ToChannel(ibv_comp_channel* c) { return reinterpret_cast<Channel*>(c); }
 
@@ -349,6 +364,12 @@ uint32_t IfindexOfIp(uint32_t ip);
 void LockRegions();
 void UnlockRegions();
 void PrivatizeRegionsInChild();
+
+// Memory windows (mw.cc), the verbs_context ops ibv_alloc_mw / ibv_bind_mw / ibv_dealloc_mw
+// call.
+ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type type);
+int BindMw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
+int DeallocMw(ibv_mw* mw);
 
 // Queues an asynchronous event for ibv_get_async_event (device.cc). Any thread.
 void PushAsyncEvent(Context* ctx, ibv_event_type type, void* element);

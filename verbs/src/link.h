@@ -82,6 +82,7 @@ inline Exec Dispatch(const OpHandlers& h, Qp* qp, PeerLink* link, SendWqe& w, ui
   switch (w.opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
       return h.send(qp, link, w, index, st);
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -127,6 +128,7 @@ inline ff::RecordHeader MessageHeader(const Qp* qp, const SendWqe& w, uint8_t ki
 inline uint8_t SendFlags(const SendWqe& w, bool first, bool last) {
   return static_cast<uint8_t>((first ? ff::kRecFirst : 0) | (last ? ff::kRecLast : 0) |
                               (w.opcode == IBV_WR_SEND_WITH_IMM ? ff::kRecImm : 0) |
+                              (w.opcode == IBV_WR_SEND_WITH_INV ? ff::kRecInv : 0) |
                               ((w.flags & IBV_SEND_SOLICITED) ? ff::kRecSolicited : 0));
 }
 

@@ -13,7 +13,7 @@ namespace {
 
 bool NeedsCredit(uint32_t opcode) {
   return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM ||
-         opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+         opcode == IBV_WR_SEND_WITH_INV || opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
 }
 
 // The peer has no receive posted. RC retries (kBlocked) until rnr_retry x the peer's
@@ -32,7 +32,8 @@ Exec NoCredit(Qp* qp, PeerLink* link, SendWqe& w, ibv_wc_status* st) {
 ibv_wc_status ResolveTarget(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t len, uint32_t need,
                             char** out) {
   return ff::ResolveTarget(
-      link->hdr, link->pctx->mr_table.as<ff::MrEntry>(), w.rkey, w.remote_addr, len, need,
+      link->hdr, qp->attr.dest_qp_num, link->pctx->mr_table.as<ff::MrEntry>(), w.rkey,
+      w.remote_addr, len, need,
       [&](uint32_t region, uint32_t access) -> const Mapping* {
         Mapping* m = nullptr;
         return PeerRegion(qp, link, region, access, &m) == 0 ? m : nullptr;

@@ -301,6 +301,7 @@ int DeregMr(Mr* mr) {
   Context* ctx = ToCtx(mr->mr.context);
   {
     std::lock_guard<SpinLock> l(ctx->lock);
+    if (mr->windows > 0) return EBUSY;  // memory windows are bound to it (as on mlx5)
     const uint32_t slot = ff::MrSlotOfKey(mr->mr.lkey);
     if (slot < ctx->mrs_by_slot.size() && ctx->mrs_by_slot[slot] == mr)
       ctx->mrs_by_slot[slot] = nullptr;
@@ -328,6 +329,58 @@ int DeregMr(Mr* mr) {
     Reseal(region);
   }
   delete mr;
+  return 0;
+}
+
+// Points the bookkeeping of registration `from` (its region's list, the lkey lookup) at `to`.
+void Repoint(Mr* from, Mr* to) {
+  Context* ctx = ToCtx(from->mr.context);
+  {
+    std::lock_guard<std::mutex> g(g_region_mu);
+    if (from->region != nullptr) {
+      auto& list = g_region_mrs[from->region];
+      std::replace(list.begin(), list.end(), from, to);
+    }
+  }
+  std::lock_guard<SpinLock> l(ctx->lock);
+  const uint32_t slot = ff::MrSlotOfKey(from->mr.lkey);
+  if (slot < ctx->mrs_by_slot.size() && ctx->mrs_by_slot[slot] == from) ctx->mrs_by_slot[slot] = to;
+  ctx->last_mr = nullptr;
+}
+
+// ibv_rereg_mr: a new registration with what `flags` change, then the old one deregistered,
+// both behind the application's handle. The handle keeps its address; its keys are new (as
+// mlx5 gives), and the old keys name nothing any more, so peers still using them fail.
+int ReregMr(Mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, unsigned access) {
+  if (flags & IBV_REREG_MR_CHANGE_PD) {
+    if (pd == nullptr || pd->context != mr->mr.context) return EINVAL;
+  } else {
+    pd = mr->mr.pd;
+  }
+  uint64_t iova = mr->iova;
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    if (length > ff::kMaxMrSize) return EINVAL;
+    iova = reinterpret_cast<uintptr_t>(addr);
+  } else {
+    addr = mr->mr.addr;
+    length = mr->mr.length;
+  }
+  if (!(flags & IBV_REREG_MR_CHANGE_ACCESS)) access = static_cast<unsigned>(mr->access);
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(access & IBV_ACCESS_LOCAL_WRITE))
+    return EINVAL;
+  {
+    std::lock_guard<SpinLock> l(ToCtx(mr->mr.context)->lock);
+    if (mr->windows > 0) return EBUSY;  // memory windows are bound to it
+  }
+  Mr* fresh = nullptr;
+  if (const int rc = RegMr(pd, addr, length, iova, access, &fresh)) return rc;
+  auto* old = new Mr(*mr);
+  Repoint(mr, old);
+  DeregMr(old);  // deletes it
+  *mr = *fresh;
+  Repoint(fresh, mr);
+  delete fresh;
   return 0;
 }
 
@@ -388,8 +441,21 @@ FFV_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, i
   return ObjectOrNull<ibv_mr>(EOPNOTSUPP, nullptr);
 }
 
-FFV_EXPORT int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) {
-  errno = EOPNOTSUPP;
+// Input errors as libibverbs checks them (the old registration stays valid either way: the
+// new one is made before the old one goes).
+FFV_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length,
+                            int access) {
+  int rc = 0;
+  if (mr == nullptr || flags == 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
+      ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (addr == nullptr || length == 0)) ||
+      (access != 0 && !(flags & IBV_REREG_MR_CHANGE_ACCESS)))
+    rc = EINVAL;
+  if (rc == 0) {
+    rc = Guarded(
+        [&] { return ReregMr(ToMr(mr), flags, pd, addr, length, static_cast<unsigned>(access)); });
+  }
+  if (rc == 0) return 0;
+  errno = rc;
   return IBV_REREG_MR_ERR_INPUT;
 }
 

@@ -51,6 +51,16 @@ void CompleteRecv(Qp* qp, const InboundState& in, const ff::RecordHeader& h, ibv
   if (h.flags & ff::kRecImm) {
     wc.wc_flags |= IBV_WC_WITH_IMM;
     wc.imm_data = h.imm;
+  } else if ((h.flags & ff::kRecInv) && wc.status == IBV_WC_SUCCESS) {
+    // The sender invalidates a type 2 window of ours bound through this QP (mw.cc).
+    if (InvalidateMw(qp->ctx, h.imm, qp->qpx.qp_base.qp_num) == 0) {
+      wc.wc_flags |= IBV_WC_WITH_INV;
+      wc.invalidated_rkey = h.imm;
+    } else {
+      LogDebug("QP 0x%x: a SEND_WITH_INV names key 0x%x, no window bound through this QP",
+               qp->qpx.qp_base.qp_num, h.imm);
+      wc.status = IBV_WC_REM_INV_REQ_ERR;
+    }
   }
   if (qp->type == IBV_QPT_UD) wc.wc_flags |= IBV_WC_GRH;
   PushWc(qp->rcq, wc, /*announced=*/true);

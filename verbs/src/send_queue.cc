@@ -15,6 +15,8 @@
 namespace ffv {
 namespace {
 
+bool IsWindowOp(uint32_t op) { return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV; }
+
 bool OpcodeAllowed(ibv_qp_type type, uint32_t op) {
   const bool send = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
   const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -23,10 +25,17 @@ bool OpcodeAllowed(ibv_qp_type type, uint32_t op) {
     case IBV_QPT_UD:
       return send;
     case IBV_QPT_UC:
-      return send || write;
+      return send || write || op == IBV_WR_SEND_WITH_INV || op == IBV_WR_LOCAL_INV;
     default:
-      return send || write || read_atomic;
+      return send || write || read_atomic || op == IBV_WR_SEND_WITH_INV || IsWindowOp(op);
   }
+}
+
+// A BIND_MW names a window of type 2 (type 1 windows are bound through ibv_bind_mw).
+bool BindAllowed(const ibv_send_wr* wr, bool type1) {
+  if (wr->opcode != IBV_WR_BIND_MW) return true;
+  const ibv_mw* mw = wr->bind_mw.mw;
+  return mw != nullptr && mw->type == (type1 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2);
 }
 
 uint64_t TotalLength(const ibv_send_wr* wr) {
@@ -38,14 +47,18 @@ uint64_t TotalLength(const ibv_send_wr* wr) {
 bool WantsInline(const ibv_send_wr* wr) {
   const uint32_t op = wr->opcode;
   return (wr->send_flags & IBV_SEND_INLINE) &&
-         (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
-          op == IBV_WR_RDMA_WRITE_WITH_IMM);
+         (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
+          op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM);
 }
 
 // 0 when `wr` may be queued on `qp`, else the errno post_send returns. *length: its bytes.
-int CheckWr(const Qp* qp, const ibv_send_wr* wr, uint64_t* length) {
+int CheckWr(const Qp* qp, const ibv_send_wr* wr, bool type1, uint64_t* length) {
   const uint64_t queued = qp->sq_tail - qp->sq_head;
   if (queued > qp->sq_mask || queued >= qp->cap.max_send_wr) return ENOMEM;
+  if (IsWindowOp(wr->opcode)) {
+    *length = 0;
+    return OpcodeAllowed(qp->type, wr->opcode) && BindAllowed(wr, type1) ? 0 : EINVAL;
+  }
   if (!OpcodeAllowed(qp->type, wr->opcode) || wr->num_sge < 0 ||
       static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge ||
       (qp->type == IBV_QPT_UD && wr->wr.ud.ah == nullptr))
@@ -75,6 +88,17 @@ void TakeData(Qp* qp, SendWqe& w, uint64_t index, const ibv_send_wr* wr) {
 
 void TakeAddressing(const Qp* qp, SendWqe& w, const ibv_send_wr* wr) {
   switch (wr->opcode) {
+    case IBV_WR_BIND_MW:
+      w.mw = wr->bind_mw.mw;
+      w.bind_mr = wr->bind_mw.bind_info.mr;
+      w.remote_addr = wr->bind_mw.bind_info.addr;
+      w.compare_add = wr->bind_mw.bind_info.length;
+      w.rkey = wr->bind_mw.rkey;
+      w.imm = wr->bind_mw.bind_info.mw_access_flags;
+      break;
+    case IBV_WR_LOCAL_INV:
+      w.rkey = wr->invalidate_rkey;
+      break;
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
     case IBV_WR_RDMA_READ:
@@ -130,7 +154,7 @@ void Enqueue(Qp* qp, const ibv_send_wr* wr, uint64_t length) {
   w.done = false;
   w.answered = false;
   w.status = IBV_WC_SUCCESS;
-  TakeData(qp, w, index, wr);
+  if (!IsWindowOp(wr->opcode)) TakeData(qp, w, index, wr);
   TakeAddressing(qp, w, wr);
   ++qp->sq_tail;
 }
@@ -146,6 +170,10 @@ ibv_wc_opcode SendWcOpcode(uint32_t op) {
       return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return IBV_WC_FETCH_ADD;
+    case IBV_WR_BIND_MW:
+      return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV:
+      return IBV_WC_LOCAL_INV;
     default:
       return IBV_WC_SEND;
   }
@@ -179,6 +207,10 @@ Exec Execute(Qp* qp, SendWqe& w, uint64_t index, ibv_wc_status* st, PeerLink** t
   *st = IBV_WC_SUCCESS;
   if (w.pre_status != IBV_WC_SUCCESS) {
     *st = static_cast<ibv_wc_status>(w.pre_status);
+    return Exec::kDone;
+  }
+  if (IsWindowOp(w.opcode)) {
+    *st = ExecuteWindowOp(qp, w);
     return Exec::kDone;
   }
   PeerLink* link = qp->type == IBV_QPT_UD ? UdLink(qp, w) : qp->link.get();
@@ -311,7 +343,9 @@ void ResetQueues(Qp* qp) {
   UpdatePending(qp);
 }
 
-int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
+namespace {
+
+int PostList(ibv_qp* ibqp, ibv_send_wr* wr, bool type1, ibv_send_wr** bad) {
   Qp* qp = ToQp(ibqp);
   Context* ctx = qp->ctx;
   std::lock_guard<SpinLock> l(ctx->lock);
@@ -325,7 +359,7 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     int rc = 0;
     for (; wr != nullptr; wr = wr->next) {
       uint64_t length = 0;
-      rc = CheckWr(qp, wr, &length);
+      rc = CheckWr(qp, wr, type1, &length);
       if (rc != 0) {
         *bad = wr;
         break;
@@ -335,6 +369,17 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     Progress(qp);
     return rc;
   });
+}
+
+}  // namespace
+
+int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  return PostList(qp, wr, false, bad);
+}
+
+int PostBindType1(ibv_qp* qp, ibv_send_wr* wr) {
+  ibv_send_wr* bad = nullptr;
+  return PostList(qp, wr, true, &bad);
 }
 
 }  // namespace ffv

@@ -14,6 +14,15 @@ namespace ffv {
 
 // ctx->ops entry point.
 int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
+// PostSend() for ibv_bind_mw: the one way a type 1 window's bind joins the send queue.
+int PostBindType1(ibv_qp* qp, ibv_send_wr* wr);
+
+// What a memory-window WQE (BIND_MW, LOCAL_INV) does when it is executed, in order with the
+// rest of the queue (mw.cc): its completion status.
+ibv_wc_status ExecuteWindowOp(Qp* qp, const SendWqe& w);
+// Unbinds type 2 window `key` of `ctx` (LOCAL_INV; with `qpn` != 0 a SEND_WITH_INV received
+// on that QP, which must be the one the window is bound through): 0 or an errno value.
+int InvalidateMw(Context* ctx, uint32_t key, uint32_t qpn);
 
 // Executes what can be executed and retires what is done.
 void Progress(Qp* qp);

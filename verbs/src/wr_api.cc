@@ -127,9 +127,19 @@ void FetchAdd(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t add) {
   });
 }
 void Unsupported(ibv_qp_ex* q) { FromEx(q)->wr_error = EOPNOTSUPP; }
-void BindMw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { Unsupported(q); }
-void LocalInv(ibv_qp_ex* q, uint32_t) { Unsupported(q); }
-void SendInv(ibv_qp_ex* q, uint32_t) { Unsupported(q); }
+void BindMw(ibv_qp_ex* q, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  NewWr(q, IBV_WR_BIND_MW, [&](ibv_send_wr* wr) {
+    wr->bind_mw.mw = mw;
+    wr->bind_mw.rkey = rkey;
+    wr->bind_mw.bind_info = *info;
+  });
+}
+void LocalInv(ibv_qp_ex* q, uint32_t rkey) {
+  NewWr(q, IBV_WR_LOCAL_INV, [&](ibv_send_wr* wr) { wr->invalidate_rkey = rkey; });
+}
+void SendInv(ibv_qp_ex* q, uint32_t rkey) {
+  NewWr(q, IBV_WR_SEND_WITH_INV, [&](ibv_send_wr* wr) { wr->invalidate_rkey = rkey; });
+}
 void SendTso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { Unsupported(q); }
 void SetXrc(ibv_qp_ex* q, uint32_t) { Unsupported(q); }
 void AtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { Unsupported(q); }

@@ -14,7 +14,7 @@
 namespace ff {
 // Version of the router <-> library protocol, of the shared-memory layouts and of the proxy
 // records: a library and a router with different values refuse each other at HELLO.
-inline constexpr uint32_t kAbiVersion = 3;
+inline constexpr uint32_t kAbiVersion = 4;
 }  // namespace ff
 
 namespace ff::proto {
@@ -36,6 +36,10 @@ enum class Op : uint32_t {
   kDeregMr,
   kGetRegion,
   kMoveMr,
+  kAllocMw,
+  kBindMw,
+  kInvalidateMw,
+  kDeallocMw,
   kMaxOp,
 };
 
@@ -142,6 +146,29 @@ struct MrRequest {
 using RegMr = MrRequest<Op::kRegMr>;
 using DeregMr = MrRequest<Op::kDeregMr>;
 using MoveMr = MrRequest<Op::kMoveMr>;
+// Memory windows share one layout; each op uses the fields marked with it. A window is an
+// entry of the MR table (its key names it) that AllocMw publishes unbound (no range, no
+// rights). BindMw points it at part of a live registration of the pod that allows
+// IBV_ACCESS_MW_BIND and has a region, with at most that registration's remote rights, and
+// gives it `new_key` (same slot); length 0 unbinds. InvalidateMw unbinds a bound type 2
+// window (LOCAL_INV; with qpn != 0, a SEND_WITH_INV received on that QP, which must be the
+// window's). The reply to AllocMw carries the key in reg_mr.key.
+template <Op kOpValue>
+struct MwRequest {
+  RequestHeader<kOpValue> h;
+  uint64_t addr;     // Bind: the window's first address (iova of the registration)
+  uint64_t length;   // Bind
+  uint32_t key;      // Bind, Invalidate, Dealloc: the window's current key
+  uint32_t new_key;  // Bind
+  uint32_t mr_key;   // Bind: the registration it is bound to
+  uint32_t access;   // Bind: remote rights (ibv_access_flags)
+  uint32_t qpn;      // Bind: type 2, the QP it is bound through (0: type 1); Invalidate
+  uint32_t type;     // Alloc: ibv_mw_type
+};
+using AllocMw = MwRequest<Op::kAllocMw>;
+using BindMw = MwRequest<Op::kBindMw>;
+using InvalidateMw = MwRequest<Op::kInvalidateMw>;
+using DeallocMw = MwRequest<Op::kDeallocMw>;
 // Asks for the memfd of a region of the RC/UC peer connected to `qpn` (the peer named
 // `qpn`, and `qpn` named it); never of a UD destination.
 struct GetRegion {
@@ -260,7 +287,11 @@ inline constexpr OpSpec kOpSpecs[] = {{Op::kHello, sizeof(Hello), 3, 3},
                                       {Op::kRegMr, sizeof(RegMr), 0, 1},
                                       {Op::kDeregMr, sizeof(DeregMr), 0, 0},
                                       {Op::kGetRegion, sizeof(GetRegion), 0, 0},
-                                      {Op::kMoveMr, sizeof(MoveMr), 0, 1}};
+                                      {Op::kMoveMr, sizeof(MoveMr), 0, 1},
+                                      {Op::kAllocMw, sizeof(AllocMw), 0, 0},
+                                      {Op::kBindMw, sizeof(BindMw), 0, 0},
+                                      {Op::kInvalidateMw, sizeof(InvalidateMw), 0, 0},
+                                      {Op::kDeallocMw, sizeof(DeallocMw), 0, 0}};
 static_assert(sizeof(kOpSpecs) / sizeof(kOpSpecs[0]) == static_cast<size_t>(Op::kMaxOp) - 1,
               "every op has a spec");
 static_assert(sizeof(Response) <= static_cast<size_t>(kMaxMessage));

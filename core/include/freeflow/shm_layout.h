@@ -70,6 +70,7 @@ enum RecordFlags : uint8_t {
   kRecLast = 2,
   kRecImm = 4,
   kRecSolicited = 8,
+  kRecInv = 16,  // SEND_WITH_INV: `imm` is the R_Key of the receiver's window to invalidate
 };
 struct RecordHeader {
   uint32_t total;  // bytes of this record including the header, multiple of 64
@@ -77,7 +78,7 @@ struct RecordHeader {
   uint8_t flags;   // RecordFlags
   uint16_t reserved;
   uint32_t msg_len;   // whole message length (valid on the first fragment)
-  uint32_t imm;       // immediate data, network byte order, when kRecImm
+  uint32_t imm;       // immediate data, network byte order, when kRecImm (kRecInv: an R_Key)
   uint32_t src_qpn;   // sending QP
   uint32_t src_ip;    // sending pod's overlay address, network byte order (UD GRH)
   uint32_t frag_len;  // payload bytes that follow this header
@@ -139,7 +140,11 @@ struct MrEntry {
   std::atomic<uint64_t> addr{0};    // application virtual address of the first byte
   std::atomic<uint64_t> length{0};
   std::atomic<uint64_t> region_offset{0};  // offset of `addr` inside the region memfd
-  uint64_t reserved[3];
+  // A memory window of type 2 is reached only through the QP it was bound through (its
+  // number); 0 for registrations and type 1 windows, which any QP of the owner serves.
+  std::atomic<uint32_t> qpn{0};
+  uint32_t reserved0;
+  uint64_t reserved[2];
 };
 static_assert(sizeof(MrEntry) == kCacheLine);
 inline constexpr size_t kMrTableBytes = sizeof(MrEntry) * kMrTableSlots;
@@ -165,6 +170,7 @@ struct MrView {
   uint64_t addr;
   uint64_t length;
   uint64_t region_offset;
+  uint32_t qpn = 0;
 };
 
 // Reads slot `key`'s entry; false when the key does not name a live registration.
@@ -181,6 +187,7 @@ inline bool ReadMrEntry(const MrEntry* table, uint32_t key, MrView* out) {
     out->addr = e.addr.load(std::memory_order_relaxed);
     out->length = e.length.load(std::memory_order_relaxed);
     out->region_offset = e.region_offset.load(std::memory_order_relaxed);
+    out->qpn = e.qpn.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (e.seq.load(std::memory_order_relaxed) != s1) continue;
     return out->key == key;

@@ -70,13 +70,15 @@ inline bool ClaimCredit(RecvCredits* c, uint64_t* posted_cache) {
 }
 
 // Checks an RDMA access of `len` bytes at `addr` with `rkey` against the target QP's
-// access flags and the target context's MR table. On success *out describes the MR.
-inline ibv_wc_status CheckRemoteAccess(const QpSegmentHeader* target_qp, const MrEntry* table,
-                                       uint32_t rkey, uint64_t addr, uint64_t len, uint32_t need,
-                                       MrView* out) {
+// access flags and the target context's MR table. On success *out describes the MR (or the
+// memory window: a window bound through one QP, type 2, serves only `target_qpn`).
+inline ibv_wc_status CheckRemoteAccess(const QpSegmentHeader* target_qp, uint32_t target_qpn,
+                                       const MrEntry* table, uint32_t rkey, uint64_t addr,
+                                       uint64_t len, uint32_t need, MrView* out) {
   if ((target_qp->qp_access.load(std::memory_order_relaxed) & need) != need)
     return IBV_WC_REM_ACCESS_ERR;
   if (!ReadMrEntry(table, rkey, out)) return IBV_WC_REM_ACCESS_ERR;
+  if (out->qpn != 0 && out->qpn != target_qpn) return IBV_WC_REM_ACCESS_ERR;
   if ((out->access & need) != need) return IBV_WC_REM_ACCESS_ERR;
   if (addr < out->addr || len > out->length || addr - out->addr > out->length - len)
     return IBV_WC_REM_ACCESS_ERR;
@@ -99,9 +101,9 @@ inline int64_t RegionOffset(const MrView& v, uint64_t addr, uint64_t len, uint64
 // are checked, not the R_Key or the address (IBTA C9-88, as rxe does), and *out is nullptr.
 // UCX flushes an RC endpoint with such a WRITE (rkey 0, address 0).
 template <typename MapRegion>
-ibv_wc_status ResolveTarget(const QpSegmentHeader* target_qp, const MrEntry* table, uint32_t rkey,
-                            uint64_t addr, uint64_t len, uint32_t need, MapRegion&& map_region,
-                            char** out) {
+ibv_wc_status ResolveTarget(const QpSegmentHeader* target_qp, uint32_t target_qpn,
+                            const MrEntry* table, uint32_t rkey, uint64_t addr, uint64_t len,
+                            uint32_t need, MapRegion&& map_region, char** out) {
   if (len == 0) {
     *out = nullptr;
     return (target_qp->qp_access.load(std::memory_order_relaxed) & need) == need
@@ -109,7 +111,8 @@ ibv_wc_status ResolveTarget(const QpSegmentHeader* target_qp, const MrEntry* tab
                : IBV_WC_REM_ACCESS_ERR;
   }
   MrView v;
-  const ibv_wc_status st = CheckRemoteAccess(target_qp, table, rkey, addr, len, need, &v);
+  const ibv_wc_status st =
+      CheckRemoteAccess(target_qp, target_qpn, table, rkey, addr, len, need, &v);
   if (st != IBV_WC_SUCCESS) return st;
   const auto* m = map_region(v.region, need);
   if (m == nullptr) return IBV_WC_REM_ACCESS_ERR;

@@ -1,0 +1,124 @@
+// ibv_rereg_mr between two pods on one router and across two: the handle stays, its keys
+// change, and a peer still using an old key fails; input errors leave the old registration
+// working.
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "pods.h"
+
+namespace ff::cluster_test {
+namespace {
+
+class ReregTest : public ClusterTest {
+ protected:
+  // a reads (or `op`) `len` bytes at b's buffer + `offset` through `rkey`: its status.
+  ibv_wc_status Read(uint32_t rkey, size_t offset, uint32_t len = 8,
+                     ibv_wr_opcode op = IBV_WR_RDMA_READ) {
+    return a->Access(op, rkey, reinterpret_cast<uintptr_t>(b->buf + offset), 600000, len);
+  }
+};
+
+TEST_P(ReregTest, NewAccessGivesNewKeysAndRetiresTheOldOnes) {
+  ConnectBoth();
+  ibv_mr* handle = b->mr;
+  const uint32_t old_rkey = b->mr->rkey;
+  ASSERT_EQ(ibv_rereg_mr(b->mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ),
+            0);
+  EXPECT_EQ(b->mr, handle);
+  EXPECT_NE(b->mr->rkey, old_rkey);
+  EXPECT_EQ(b->mr->lkey, b->mr->rkey);
+  EXPECT_EQ(Read(b->mr->rkey, 64), IBV_WC_SUCCESS);
+  EXPECT_EQ(Read(b->mr->rkey, 64, 8, IBV_WR_RDMA_WRITE), IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_P(ReregTest, APeerUsingTheOldKeyFails) {
+  ConnectBoth();
+  const uint32_t old_rkey = b->mr->rkey;
+  ASSERT_EQ(ibv_rereg_mr(b->mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ),
+            0);
+  EXPECT_EQ(Read(old_rkey, 64), IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_P(ReregTest, NewTranslationMovesTheRange) {
+  ConnectBoth();
+  std::memset(b->buf + 8192, 0x3c, 8);
+  ASSERT_EQ(ibv_rereg_mr(b->mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, b->buf + 8192, 4096, 0),
+            0);
+  EXPECT_EQ(b->mr->addr, b->buf + 8192);
+  EXPECT_EQ(b->mr->length, 4096u);
+  EXPECT_EQ(Read(b->mr->rkey, 8192), IBV_WC_SUCCESS);
+  EXPECT_EQ(a->buf[600000], 0x3c);
+  EXPECT_EQ(Read(b->mr->rkey, 0), IBV_WC_REM_ACCESS_ERR);  // before the new range
+}
+
+TEST_P(ReregTest, NewPdOfTheSameContextOnly) {
+  ConnectBoth();
+  ibv_pd* other = ibv_alloc_pd(b->ctx);
+  ASSERT_NE(other, nullptr);
+  errno = 0;
+  EXPECT_EQ(ibv_rereg_mr(b->mr, IBV_REREG_MR_CHANGE_PD, a->pd, nullptr, 0, 0),
+            IBV_REREG_MR_ERR_INPUT);
+  EXPECT_EQ(errno, EINVAL);
+  ASSERT_EQ(ibv_rereg_mr(b->mr, IBV_REREG_MR_CHANGE_PD, other, nullptr, 0, 0), 0);
+  EXPECT_EQ(b->mr->pd, other);
+  ASSERT_EQ(ibv_rereg_mr(b->mr, IBV_REREG_MR_CHANGE_PD, b->pd, nullptr, 0, 0), 0);
+  EXPECT_EQ(ibv_dealloc_pd(other), 0);
+}
+
+TEST_P(ReregTest, InputErrorsLeaveTheOldRegistrationWorking) {
+  ConnectBoth();
+  const uint32_t rkey = b->mr->rkey;
+  const struct {
+    int flags;
+    void* addr;
+    size_t length;
+    int access;
+  } bad[] = {
+      {0, nullptr, 0, 0},                                                 // nothing to change
+      {IBV_REREG_MR_FLAGS_SUPPORTED + 1, nullptr, 0, 0},                  // unknown flag
+      {IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, 4096, 0},                // no address
+      {IBV_REREG_MR_CHANGE_TRANSLATION, b->buf, 0, 0},                    // no length
+      {IBV_REREG_MR_CHANGE_PD, nullptr, 0, IBV_ACCESS_LOCAL_WRITE},       // access, not asked
+      {IBV_REREG_MR_CHANGE_ACCESS, nullptr, 0, IBV_ACCESS_REMOTE_WRITE},  // no local write
+  };
+  for (const auto& c : bad) {
+    errno = 0;
+    EXPECT_EQ(ibv_rereg_mr(b->mr, c.flags, b->pd, c.addr, c.length, c.access),
+              IBV_REREG_MR_ERR_INPUT)
+        << c.flags;
+    EXPECT_EQ(errno, EINVAL) << c.flags;
+  }
+  EXPECT_EQ(b->mr->rkey, rkey);
+  EXPECT_EQ(Read(rkey, 64), IBV_WC_SUCCESS);
+}
+
+TEST_P(ReregTest, ARegistrationWithABoundWindowIsBusy) {
+  ConnectBoth();
+  ibv_mr* mr = ibv_reg_mr(b->pd, b->buf, 4096, kAllAccess | IBV_ACCESS_MW_BIND);
+  ASSERT_NE(mr, nullptr);
+  ibv_mw* mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
+  ASSERT_NE(mw, nullptr);
+  ibv_mw_bind bind{};
+  bind.bind_info = {mr, reinterpret_cast<uintptr_t>(b->buf), 64, IBV_ACCESS_REMOTE_READ};
+  ASSERT_EQ(ibv_bind_mw(b->qp, mw, &bind), 0);
+  ASSERT_EQ(b->Poll(1).size(), 1u);
+  errno = 0;
+  EXPECT_EQ(
+      ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_LOCAL_WRITE),
+      IBV_REREG_MR_ERR_INPUT);
+  EXPECT_EQ(errno, EBUSY);
+  EXPECT_EQ(Read(mw->rkey, 0), IBV_WC_SUCCESS);
+  EXPECT_EQ(ibv_dealloc_mw(mw), 0);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Nodes, ReregTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "TwoNodes" : "OneNode"; });
+
+}  // namespace
+}  // namespace ff::cluster_test
