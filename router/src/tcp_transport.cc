@@ -558,7 +558,13 @@ void TcpTransport::OnTick() {
       dead.emplace_back(id, "peer router silent for too long");
       continue;
     }
-    if (l->dialled && l->ready() && now - l->last_tx_ns > kPingIntervalNs) ping.push_back(id);
+    // Pinged when we have not *heard* from the peer lately, whatever we send: a link that
+    // carries one-way traffic only (UD) would otherwise never hear back and be closed.
+    if (l->dialled && l->ready() && now - l->last_rx_ns > kPingIntervalNs &&
+        now - l->last_ping_ns > kPingIntervalNs) {
+      l->last_ping_ns = now;
+      ping.push_back(id);
+    }
   }
   const wire::FrameHeader frame{0, wire::Type::kPing, 0, 0, 0};
   for (LinkId id : ping) {

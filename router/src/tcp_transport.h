@@ -78,6 +78,7 @@ class TcpTransport final : public NodeTransport {
     bool flush_queued = false;
     uint64_t last_rx_ns = 0;
     uint64_t last_tx_ns = 0;
+    uint64_t last_ping_ns = 0;  // dialled links: when we last asked the peer for a pong
     uint64_t created_ns = 0;
     size_t owed() const { return out.size() - out_off; }  // not counting encrypted bytes
     bool ready() const { return secured && (dialled || hello_seen); }

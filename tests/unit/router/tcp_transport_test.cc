@@ -105,6 +105,22 @@ TEST(TcpTransport, ASilentPeerIsDeclaredDead) {
   EXPECT_EQ(b.recorder.last_why, "peer router silent for too long");
 }
 
+// One-way traffic (UD across nodes answers nothing): the dialling end keeps sending, so it
+// must still ping to hear from its peer, or it closes a healthy link as silent.
+TEST(TcpTransport, ALinkThatOnlySendsStaysUp) {
+  End a("node-a", 300), b("node-b", 300);
+  const LinkId l = a.transport.Dial(b.endpoint());
+  ASSERT_NE(l, kNoLink);
+  for (uint32_t i = 0; i < 100; ++i) {  // 1 s, more than three timeouts
+    a.transport.Send(l, wire::Type::kClose, i, 0, {});
+    Pump(
+        {&a, &b}, [] { return false; }, 10);
+  }
+  EXPECT_TRUE(a.recorder.down.empty()) << a.recorder.last_why;
+  EXPECT_TRUE(b.recorder.down.empty()) << b.recorder.last_why;
+  EXPECT_EQ(b.recorder.got.size(), 100u);
+}
+
 TEST(TcpTransport, ADialToNobodyFails) {
   End a("node-a");
   UniqueFd closed(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
