@@ -29,6 +29,16 @@ ff::NotifySlot* ArmAndFindSlot(Pod& pod, ibv_cq* cq) {
   return nullptr;
 }
 
+// An RC QP whose send and receive CQ is a new CQ on a new channel (*ch, *cq).
+ibv_qp* QpOnChannel(Pod& pod, ibv_comp_channel** ch, ibv_cq** cq) {
+  *ch = pod.NewChannel();
+  *cq = pod.NewCq(16, *ch);
+  QpOptions o;
+  o.send_cq = *cq;
+  o.recv_cq = *cq;
+  return pod.CreateQp(o);
+}
+
 void MakeNonBlocking(ibv_comp_channel* ch) {
   ASSERT_EQ(::fcntl(ch->fd, F_SETFL, ::fcntl(ch->fd, F_GETFL) | O_NONBLOCK), 0);
 }
@@ -50,15 +60,15 @@ ibv_cq* EventNow(ibv_comp_channel* ch) {
 // announced already and must not fire the re-armed CQ again.
 TEST(Events, ACompletionTakenOutOfItsRingAfterReArmingFiresNoSecondEvent) {
   Pod pod;
-  ibv_comp_channel* ch = pod.NewChannel();
-  ibv_cq* cq = pod.NewCq(16, ch);
-  QpOptions o;
-  o.send_cq = cq;
-  o.recv_cq = cq;
-  ibv_qp* qp = pod.CreateQp(o);
+  ibv_comp_channel* ch = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = QpOnChannel(pod, &ch, &cq);
   ASSERT_NE(qp, nullptr);
   SameNodePeer peer(0x500, IBV_QPT_RC, 4096);
   pod.router.AnswerSameNode(qp->qp_num, &peer);
+  QpOptions o;
+  o.send_cq = cq;
+  o.recv_cq = cq;
   ASSERT_EQ(pod.Connect(qp, 0x500, o), 0);
   Buffer buf(pod.pd, 64);
   ASSERT_EQ(PostRecv(qp, buf.Sge(0, 64), 7), 0);
@@ -110,12 +120,9 @@ TEST(Events, TheCqsOfAChannelDeliverTheirEventsOldestFirst) {
 // woken), but the application sees no event, since no completion was added.
 TEST(Events, APeerLinkingUpWakesTheChannelButRaisesNoEvent) {
   Pod pod;
-  ibv_comp_channel* ch = pod.NewChannel();
-  ibv_cq* cq = pod.NewCq(16, ch);
-  QpOptions o;
-  o.send_cq = cq;
-  o.recv_cq = cq;
-  ibv_qp* qp = pod.CreateQp(o);
+  ibv_comp_channel* ch = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = QpOnChannel(pod, &ch, &cq);
   ASSERT_NE(qp, nullptr);
   MakeNonBlocking(ch);
   ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
