@@ -59,10 +59,10 @@ measure() {  # measure WHERE: the table for one placement of the pods
     qlat+=("$(qperf_figure rc_lat)")
     qbw+=("$(qperf_figure rc_bw)")
     qwbw+=("$(qperf_figure rc_rdma_write_bw)")
-    plat+=("$(perftest_lat ib_send_lat -s 1 -n 5000)")
-    elat+=("$(perftest_lat ib_send_lat -s 1 -e -n 5000)")
-    pbw+=("$(perftest_bw ib_send_bw -s 65536 -n 5000)")
-    pwbw+=("$(perftest_bw ib_write_bw -s 65536 -n 5000)")
+    plat+=("$(perftest_lat ib_send_lat -s 1 -n 20000)")
+    elat+=("$(perftest_lat ib_send_lat -s 1 -e -n 20000)")
+    pbw+=("$(perftest_bw ib_send_bw -s 65536 -D 2)")
+    pwbw+=("$(perftest_bw ib_write_bw -s 65536 -D 2)")
   done
   mapfile -t wake < <(wakeup_us)
   local ql qb qw pl el pb pw wk
