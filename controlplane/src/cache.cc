@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <mutex>
 
+#include "freeflow/ipv4.h"
+
 namespace ff::cp {
 namespace {
 
-uint32_t Mask(uint32_t length) { return length == 0 ? 0 : ~0u << (32 - length); }
+using ff::Ipv4Prefix;
 uint64_t RouteKey(uint32_t length, uint32_t network) {
   return (static_cast<uint64_t>(length) << 32) | network;
 }
@@ -27,7 +29,7 @@ std::optional<Endpoint> Cache::Lookup(uint32_t ip) const {
   if (local_.count(ip)) return self_;
   if (auto it = mapping_.pods.find(ip); it != mapping_.pods.end()) return Resolve(it->second);
   for (uint32_t length : route_lengths_) {
-    auto it = route_index_.find(RouteKey(length, ip & Mask(length)));
+    auto it = route_index_.find(RouteKey(length, ip & Ipv4Prefix::Mask(length)));
     if (it != route_index_.end()) return Resolve(it->second);
   }
   return std::nullopt;
@@ -47,7 +49,7 @@ void Cache::IndexRoutes() {
   route_lengths_.clear();
   for (const Route& r : mapping_.routes) {
     // The first route of a given prefix wins; the file parser refuses duplicates anyway.
-    route_index_.emplace(RouteKey(r.length, r.network & Mask(r.length)), r.node);
+    route_index_.emplace(RouteKey(r.length, r.network & Ipv4Prefix::Mask(r.length)), r.node);
     route_lengths_.push_back(r.length);
   }
   std::sort(route_lengths_.begin(), route_lengths_.end(), std::greater<>());

@@ -47,14 +47,10 @@ std::optional<Ipv4Prefix> Ipv4Prefix::Parse(std::string_view text) {
     auto [ptr, ec] = std::from_chars(l.data(), l.data() + l.size(), len);
     if (ec != std::errc() || ptr != l.data() + l.size() || len > 32) return std::nullopt;
   }
-  const uint32_t mask = len == 0 ? 0 : ~0u << (32 - len);
-  return Ipv4Prefix{*addr & mask, len};
+  return Containing(*addr, len);
 }
 
-bool Ipv4Prefix::Contains(uint32_t a) const {
-  const uint32_t mask = length == 0 ? 0 : ~0u << (32 - length);
-  return (a & mask) == network;
-}
+bool Ipv4Prefix::Contains(uint32_t a) const { return (a & Mask(length)) == network; }
 
 std::string Ipv4Prefix::ToString() const {
   return FormatIpv4(network) + "/" + std::to_string(length);
@@ -72,8 +68,8 @@ uint16_t LidForIp(uint32_t a, const Ipv4Prefix& overlay) {
 
 uint32_t IpForLid(uint16_t lid, const Ipv4Prefix& overlay) {
   if (lid == 0 || lid > kMaxUnicastLid) return 0;
-  const uint64_t size = overlay.length == 0 ? (1ull << 32) : (1ull << (32 - overlay.length));
-  return lid < size ? overlay.network + lid : 0;
+  const uint32_t ip = overlay.network + lid;  // past the prefix (or wrapped): not in it
+  return overlay.Contains(ip) ? ip : 0;
 }
 
 void Ipv4MappedGid(uint32_t a, uint8_t gid[16]) {

@@ -101,9 +101,7 @@ int ConnectByLid(RawPod& pod, const RawQp& qp, const Victim& v, Loot* loot) {
   proto::ConnectQp m{};
   m.qpn = qp.qpn;
   m.dest_qpn = v.rc_qpn;
-  const uint32_t len = pod.hello().prefix_len;
-  const uint32_t mask = len == 0 ? 0 : ~0u << (32 - len);
-  m.dest_lid = LidForIp(v.ip, Ipv4Prefix{OwnIp(pod) & mask, len});
+  m.dest_lid = LidForIp(v.ip, Ipv4Prefix::Containing(OwnIp(pod), pod.hello().prefix_len));
   std::vector<UniqueFd> fds;
   const int status = pod.Call(m, {}, &fds).status;
   loot->Take(fds);

@@ -117,7 +117,7 @@ int Hello(Session* s) {
   s->ctx_id = resp.u.hello.ctx_id;
   s->ip = ntohl(resp.u.hello.ip);
   s->lid = resp.u.hello.lid;
-  s->overlay = ff::Ipv4Prefix{s->ip & (len == 0 ? 0 : ~0u << (32 - len)), len};
+  s->overlay = ff::Ipv4Prefix::Containing(s->ip, len);
   s->node = resp.u.hello.node;
   return 0;
 }

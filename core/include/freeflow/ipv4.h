@@ -15,6 +15,12 @@ struct Ipv4Prefix {
 
   // Parses "a.b.c.d/len" (a bare address means /32). std::nullopt on any malformed input.
   static std::optional<Ipv4Prefix> Parse(std::string_view text);
+  // The netmask of a prefix `length` bits long (0..32), and the prefix of that length that
+  // holds `addr` (host order).
+  static uint32_t Mask(uint32_t length) { return length == 0 ? 0 : ~0u << (32 - length); }
+  static Ipv4Prefix Containing(uint32_t addr, uint32_t length) {
+    return Ipv4Prefix{addr & Mask(length), length};
+  }
   bool Contains(uint32_t addr_host_order) const;
   std::string ToString() const;
 };
