@@ -179,14 +179,11 @@ void FireCq(Cq* cq) {
   if (cq->notify_slot == ff::proto::kNoId || cq->channel == nullptr) return;
   // Always written, even by the thread that will wait: a program may watch the channel's
   // descriptor with poll or epoll instead of blocking in ibv_get_cq_event.
-  EventSlot(cq)->fired.store(ff::MonotonicNs() | 1, std::memory_order_release);
-  ff::SendWake(cq->channel->tx.get());
+  ff::FireSlot(EventSlot(cq), cq->channel->tx.get());
 }
 
 void FireIfArmed(Cq* cq) {
-  if (cq->notify_slot == ff::proto::kNoId) return;
-  std::atomic<uint32_t>& armed = EventSlot(cq)->armed;
-  if (armed.load(std::memory_order_relaxed) != 0 && armed.exchange(0) != 0) FireCq(cq);
+  if (cq->notify_slot != ff::proto::kNoId && ff::TakeArm(EventSlot(cq), true, true)) FireCq(cq);
 }
 
 void NudgeCq(Cq* cq) {

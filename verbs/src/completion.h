@@ -47,13 +47,9 @@ inline void PushWc(Cq* cq, const ibv_wc& wc, bool announced = false) {
   cq->wcs[cq->tail & cq->mask] = wc;
   ++cq->tail;
   if (cq->notify_slot == ff::proto::kNoId) return;
-  ff::NotifySlot* slot = EventSlot(cq);
-  uint32_t armed = slot->armed.load(std::memory_order_relaxed);
-  if (armed == 0) return;
   // Completions made here are never solicited messages: a CQ armed for those alone fires
   // only on an error.
-  const bool fires = armed == ff::kArmedSolicited ? wc.status != IBV_WC_SUCCESS : !announced;
-  if (fires && slot->armed.compare_exchange_strong(armed, 0)) FireCq(cq);
+  if (ff::TakeArm(EventSlot(cq), !announced, wc.status != IBV_WC_SUCCESS)) FireCq(cq);
 }
 
 // poll_cq with cq->ctx->lock held: up to `n` completions into `wc`, or -errno. An empty

@@ -132,20 +132,32 @@ inline uint64_t AtomicOp(uint64_t* word, uint32_t opcode, uint64_t compare_add, 
   return old;
 }
 
+// Disarms `slot` if it is armed for what happened: `any` for a CQ armed for any
+// completion (or a doorbell), `solicited` for one armed for solicited completions only. True
+// when the caller took the arm and must fire the event (FireSlot); false when it was not
+// armed for this, or another party took it first.
+inline bool TakeArm(NotifySlot* slot, bool any, bool solicited) {
+  uint32_t armed = slot->armed.load(std::memory_order_relaxed);
+  if (armed == 0 || !(armed == kArmedSolicited ? solicited : any)) return false;
+  return slot->armed.compare_exchange_strong(armed, 0);
+}
+
+// Fires a disarmed slot: records when (events are taken oldest first) and wakes the owner's
+// wake socket `fd` (fd.h). Never blocks, whatever the sleeper did to its socket.
+inline void FireSlot(NotifySlot* slot, int fd) {
+  slot->fired.store(MonotonicNs() | 1, std::memory_order_release);
+  SendWake(fd);
+}
+
 // Records were published to a target: wake it if it armed `slot` (its CQ or doorbell) by
-// sending on its wake socket `fd` (fd.h). `solicited`: they complete a message its sender
-// marked IBV_SEND_SOLICITED, which a CQ armed for solicited completions only waits for.
+// sending on its wake socket `fd`. `solicited`: they complete a message its sender marked
+// IBV_SEND_SOLICITED, which a CQ armed for solicited completions only waits for.
 // The fence orders the publication before the read of `armed` (the sleeper arms, then
 // looks again: one of the two sides always sees the other).
 inline void WakeIfArmed(NotifySlot* slot, int fd, bool solicited) {
   if (slot == nullptr) return;
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  uint32_t armed = slot->armed.load(std::memory_order_relaxed);
-  if (armed == 0 || (armed == kArmedSolicited && !solicited)) return;
-  if (slot->armed.compare_exchange_strong(armed, 0)) {
-    slot->fired.store(MonotonicNs() | 1, std::memory_order_release);
-    SendWake(fd);  // never blocks, whatever the sleeper did to its socket
-  }
+  if (TakeArm(slot, true, solicited)) FireSlot(slot, fd);
 }
 
 }  // namespace ff
