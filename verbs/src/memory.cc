@@ -56,6 +56,14 @@ uintptr_t PageSize() {
 }
 
 // x86-64's mmap system call (SYS_mmap takes the six arguments there).
+// What every registration must satisfy: at most kMaxMrSize bytes, and local write whenever
+// remote write or atomics are granted (the verbs specification).
+bool ValidRegistration(size_t length, unsigned access) {
+  return length <= ff::kMaxMrSize &&
+         !((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+           !(access & IBV_ACCESS_LOCAL_WRITE));
+}
+
 void* RawMmap(void* addr, size_t len, int prot, int flags, int fd, off_t offset) {
   return reinterpret_cast<void*>(::syscall(SYS_mmap, addr, len, prot, flags, fd, offset));
 }
@@ -359,16 +367,13 @@ int ReregMr(Mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, unsigned a
   }
   uint64_t iova = mr->iova;
   if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
-    if (length > ff::kMaxMrSize) return EINVAL;
     iova = reinterpret_cast<uintptr_t>(addr);
   } else {
     addr = mr->mr.addr;
     length = mr->mr.length;
   }
   if (!(flags & IBV_REREG_MR_CHANGE_ACCESS)) access = static_cast<unsigned>(mr->access);
-  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-      !(access & IBV_ACCESS_LOCAL_WRITE))
-    return EINVAL;
+  if (!ValidRegistration(length, access)) return EINVAL;
   {
     std::lock_guard<SpinLock> l(ToCtx(mr->mr.context)->lock);
     if (mr->windows > 0) return EBUSY;  // memory windows are bound to it
@@ -395,8 +400,8 @@ void UnlockRegions() { g_region_mu.unlock(); }
 // pinned pages gives the child of a real RDMA process; then the child forgets them.
 void PrivatizeRegionsInChild() {
   for (auto& [start, region] : g_regions) {
-    void* p = ::mmap(reinterpret_cast<void*>(start), region->size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_FIXED, region->fd.get(), 0);
+    void* p = RawMmap(reinterpret_cast<void*>(start), region->size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_FIXED, region->fd.get(), 0);
     if (p == MAP_FAILED) Unshadow(start, region->size);
   }
   g_region_mrs.clear();
@@ -412,10 +417,7 @@ extern "C" {
 FFV_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                                     unsigned int access) {
   int rc = 0;
-  if (pd == nullptr || addr == nullptr || length == 0 || length > ff::kMaxMrSize) rc = EINVAL;
-  // The verbs specification requires local write for remote write and atomics.
-  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-      !(access & IBV_ACCESS_LOCAL_WRITE))
+  if (pd == nullptr || addr == nullptr || length == 0 || !ValidRegistration(length, access))
     rc = EINVAL;
   Mr* mr = nullptr;
   if (rc == 0) rc = Guarded([&] { return RegMr(pd, addr, length, iova, access, &mr); });
