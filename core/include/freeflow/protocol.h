@@ -14,7 +14,7 @@
 namespace ff {
 // Version of the router <-> library protocol, of the shared-memory layouts and of the proxy
 // records: a library and a router with different values refuse each other at HELLO.
-inline constexpr uint32_t kAbiVersion = 4;
+inline constexpr uint32_t kAbiVersion = 5;
 }  // namespace ff
 
 namespace ff::proto {
@@ -40,6 +40,8 @@ enum class Op : uint32_t {
   kBindMw,
   kInvalidateMw,
   kDeallocMw,
+  kCmOpenChannel,
+  kCmCommand,
   kMaxOp,
 };
 
@@ -177,6 +179,55 @@ struct GetRegion {
   uint32_t region_id;
 };
 
+// rdma_cm. The library serves /dev/infiniband/rdma_cm in the process (librdmacm's kernel
+// device, the ucma ABI of <rdma/rdma_user_cm.h>) and the router is its kernel: it keeps
+// the ids, the ports and the connections, and queues the events.
+// A channel is one open of the device: the library makes a SOCK_SEQPACKET socketpair,
+// keeps one end as the descriptor the program sees, and hands the other to the router with
+// CmOpenChannel. The router writes the channel's events there (CmEvent, one per
+// datagram), so the program's poll/epoll and O_NONBLOCK work on it as on the kernel's
+// device. When the program closes its end the router destroys the channel's ids.
+// fds: [the router's end of the channel socket]
+struct CmOpenChannel {
+  RequestHeader<Op::kCmOpenChannel> h;
+  uint32_t channel;  // chosen by the library, unique in the session
+  uint32_t reserved;
+};
+// One ucma command written to `channel`, as the program wrote it after its
+// rdma_ucm_cmd_hdr: `in_len` bytes of `body` (the rest zero). Pointers in it mean nothing
+// to the router: it never writes to the program's memory; the library copies the answer
+// (CmReply) to the command's `response`. The library rewrites two fields before sending:
+// MIGRATE_ID's `fd` becomes the channel id of that descriptor (kNoId when it is not an
+// rdma_cm descriptor of this process), and SET_OPTION's option value follows its struct
+// in `body` (optval ignored). GET_EVENT never comes here: the library reads the channel.
+inline constexpr uint32_t kCmMaxBody = 320;
+inline constexpr uint32_t kCmMaxReply = 280;
+struct CmCommand {
+  RequestHeader<Op::kCmCommand> h;
+  uint32_t channel;
+  uint32_t cmd;      // RDMA_USER_CM_CMD_*
+  uint32_t in_len;   // as in the command's header, at most kCmMaxBody
+  uint32_t out_len;  // likewise: how many response bytes the program can take
+  alignas(8) char body[kCmMaxBody];
+};
+// The answer to a CmCommand: `out_len` bytes to copy to the command's response (0 for the
+// commands without one). DESTROY_ID's and MIGRATE_ID's events_reported are the library's
+// to fill: only it knows which events the program has read.
+struct CmReply {
+  uint32_t out_len;
+  uint32_t reserved;
+  alignas(8) char out[kCmMaxReply];
+};
+// One event on a channel socket: `resp` is struct rdma_ucm_event_resp as the kernel writes
+// it. `owner` is the id it is counted against (the listener for CONNECT_REQUEST, whose
+// resp.id is the new id); kernel-style accounting (events_reported) is kept by the library.
+inline constexpr uint32_t kCmEventRespBytes = 336;  // sizeof(rdma_ucm_event_resp)
+struct CmEvent {
+  uint32_t owner;
+  uint32_t reserved;
+  alignas(8) char resp[kCmEventRespBytes];
+};
+
 struct HelloReply {
   uint32_t ctx_id;
   uint32_t ip;  // overlay IPv4, network byte order
@@ -235,6 +286,7 @@ struct Response {
     ConnectReply connect;
     RegMrReply reg_mr;
     GetRegionReply region;
+    CmReply cm;
     char raw[160];
   } u;
 };
@@ -262,7 +314,7 @@ struct Event {
 };
 
 inline constexpr int kMaxFds = 8;
-inline constexpr int kMaxMessage = 256;
+inline constexpr int kMaxMessage = 512;
 
 // What the router accepts for each request: its exact size and how many descriptors come
 // with it.
@@ -291,7 +343,9 @@ inline constexpr OpSpec kOpSpecs[] = {{Op::kHello, sizeof(Hello), 3, 3},
                                       {Op::kAllocMw, sizeof(AllocMw), 0, 0},
                                       {Op::kBindMw, sizeof(BindMw), 0, 0},
                                       {Op::kInvalidateMw, sizeof(InvalidateMw), 0, 0},
-                                      {Op::kDeallocMw, sizeof(DeallocMw), 0, 0}};
+                                      {Op::kDeallocMw, sizeof(DeallocMw), 0, 0},
+                                      {Op::kCmOpenChannel, sizeof(CmOpenChannel), 1, 1},
+                                      {Op::kCmCommand, sizeof(CmCommand), 0, 0}};
 static_assert(sizeof(kOpSpecs) / sizeof(kOpSpecs[0]) == static_cast<size_t>(Op::kMaxOp) - 1,
               "every op has a spec");
 static_assert(sizeof(Response) <= static_cast<size_t>(kMaxMessage));
