@@ -79,6 +79,9 @@ bool ValidFrame(const FrameHeader& h) {
              h.len <= kRecordMin + kMaxResponsePayload;
     case Type::kCredit:
       return h.len == sizeof(Credit);
+    case Type::kCm:
+      return h.len == sizeof(CmMessage) && h.flags >= static_cast<uint16_t>(CmKind::kReq) &&
+             h.flags < static_cast<uint16_t>(CmKind::kMaxKind);
     case Type::kClose:
     case Type::kPeerGone:
     case Type::kPing:

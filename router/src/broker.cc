@@ -338,12 +338,13 @@ int GetRegion(Request& q) {
   return ENOENT;
 }
 
-// Requests answered at once, indexed by proto::Op (HELLO and the connects are not).
+// Requests answered at once, indexed by proto::Op (HELLO, the connects and rdma_cm are
+// not).
 constexpr Handler kHandlers[] = {
     nullptr,    nullptr,       &CreateChannel, &DestroyChannel, &CreateCq, &DestroyCq,
     &CreateSrq, &DestroySrq,   &CreateQp,      &DestroyQp,      nullptr,   &DisconnectQp,
     nullptr,    &RegMr,        &DeregMr,       &GetRegion,      &MoveMr,   &AllocMw,
-    &BindMw,    &InvalidateMw, &DeallocMw};
+    &BindMw,    &InvalidateMw, &DeallocMw,     nullptr,         nullptr};
 static_assert(sizeof(kHandlers) / sizeof(kHandlers[0]) == static_cast<size_t>(proto::Op::kMaxOp));
 
 void Hello(Broker::Parts& b, const Call& call, const char* msg, UniqueFd* fds) {
@@ -483,6 +484,15 @@ bool Broker::OnRequest(const Call& call, const char* msg, UniqueFd* fds, int nfd
     Connect(parts_, call, *pod, msg);
     return true;
   }
+  if (call.op == proto::Op::kCmOpenChannel) {
+    parts_.cm.OpenChannel(call, pod->who.ip, proto::As<proto::CmOpenChannel>(msg),
+                          std::move(fds[0]));
+    return true;
+  }
+  if (call.op == proto::Op::kCmCommand) {
+    parts_.cm.Command(call, pod->who.ip, proto::As<proto::CmCommand>(msg));
+    return true;
+  }
   Request q{parts_, *pod, msg, fds, nfds};
   const int status = kHandlers[static_cast<size_t>(call.op)](q);
   parts_.sessions.Answer(call, status, q.reply, q.reply_fds.data(),
@@ -493,6 +503,7 @@ bool Broker::OnRequest(const Call& call, const char* msg, UniqueFd* fds, int nfd
 void Broker::OnPodGone(PodId id) {
   Pod* pod = parts_.tables.FindPod(id);
   if (pod == nullptr) return;  // it never completed HELLO
+  parts_.cm.OnPodGone(id);
   spdlog::info("client {}: releasing {} QPs, {} regions", id, pod->qps.size(), pod->regions.size());
   const std::set<uint32_t> qps = pod->qps;
   for (uint32_t qpn : qps) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cm_service.h"
 #include "directory.h"
 #include "executor.h"
 #include "forwarder.h"
@@ -29,6 +30,7 @@ class Broker final : public PodSessions::Handler {
     Forwarder& forwarder;
     Executor& executor;
     Quotas& quotas;
+    CmService& cm;
     std::string node_name;  // told to pods at HELLO
     Ipv4Prefix overlay;     // likewise (its length); LIDs are offsets in it
   };

@@ -66,7 +66,9 @@ Router::Router(RouterConfig config, RouterDeps deps)
       forwarder_({config_.poll_us, config_.resolve_timeout_ms, config_.overlay}, loop_,
                  transport_.get(), tables_, sessions_, directory_, quotas_,
                  [this] { RetrySoon(); }),
-      broker_(Broker::Parts{tables_, sessions_, directory_, forwarder_, executor_, quotas_,
+      cm_(CmService::Parts{loop_, sessions_, directory_, transport_.get(), quotas_,
+                           config_.overlay}),
+      broker_(Broker::Parts{tables_, sessions_, directory_, forwarder_, executor_, quotas_, cm_,
                             config_.node_name, config_.overlay}),
       sessions_(loop_, *identity_, quotas_, broker_) {
   sessions_.set_hello_timeout(config_.hello_timeout_ns);
@@ -131,6 +133,7 @@ void Router::Adopt(UniqueFd sock) {
 
 // Answers and notifications travel on links this router dialled; requests on the others.
 Router::Verdict Router::OnMessage(LinkId link, const NodeMessage& m) {
+  if (m.type == wire::Type::kCm) return cm_.OnMessage(link, m);
   forwarder_.NoteTraffic();
   if (transport_->Dialled(link)) return forwarder_.OnMessage(link, m);
   return executor_.OnMessage(link, m);
@@ -144,10 +147,12 @@ void Router::OnDrained(LinkId link) {
 void Router::OnLinkDown(LinkId link, const std::string&) {
   forwarder_.OnLinkDown(link);
   executor_.OnLinkDown(link);
+  cm_.OnLinkDown(link);
 }
 
 void Router::OnTimer() {
   sessions_.Sweep();
+  cm_.Tick();
   const bool senders_wait = executor_.Retry();
   const bool forwarder_waits = forwarder_.Tick();
   fast_tick_ = senders_wait || forwarder_waits;
@@ -189,11 +194,11 @@ std::string Router::StatsLine() const {
   const ResourceTables::Totals t = tables_.totals();
   return fmt::format(
       "sessions={} refused={} pods={} accounts={} qps={} objects={} regions={} "
-      "mapped_regions={} mr_entries={} proxies={} resolving={} senders={} links={} "
+      "mapped_regions={} mr_entries={} proxies={} resolving={} senders={} cm_ids={} links={} "
       "accept_paused={} fds={} rss_kib={}",
       sessions_.count(), sessions_.refused(), t.pods, quotas_.accounts(), t.qps, t.objects,
       t.regions, t.mapped_regions, t.mr_entries, forwarder_.proxies(), forwarder_.resolving(),
-      executor_.senders(), transport_ != nullptr ? transport_->LinkCount() : 0,
+      executor_.senders(), cm_.ids(), transport_ != nullptr ? transport_->LinkCount() : 0,
       sessions_.acceptor().paused() ? 1 : 0, OpenDescriptors(), ResidentKib());
 }
 

@@ -11,6 +11,7 @@
 //   NodeTransport  links to other routers (TCP, or in memory for tests)
 //   Forwarder      a local QP's link to a QP on another node (initiator side)
 //   Executor       QPs on other nodes producing into local QPs (target side)
+//   CmService      rdma_cm: the kernel behind each pod's /dev/infiniband/rdma_cm
 //
 // Single-threaded: everything runs on the loop's thread; Stop(), RequestStats() and Adopt()
 // may be called from any thread (Stop() and RequestStats() also from a signal handler).
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "broker.h"
+#include "cm_service.h"
 #include "directory.h"
 #include "event_loop.h"
 #include "executor.h"
@@ -93,6 +95,7 @@ class Router final : private NodeTransport::Handler {
   // which is constructed last because it takes broker_ as its handler.
   Executor executor_;
   Forwarder forwarder_;
+  CmService cm_;
   Broker broker_;
   PodSessions sessions_;
   Timer timer_;

@@ -162,7 +162,7 @@ bool SplitRecord(const char* buf, size_t len, RecordHeader* h, const char** payl
 namespace wire {
 
 inline constexpr uint32_t kMagic = 0x46465257;  // "FFRW"
-inline constexpr uint32_t kVersion = 3;         // 3: per-channel credits (kCredit)
+inline constexpr uint32_t kVersion = 4;         // 4: rdma_cm messages (kCm)
 
 enum class Type : uint16_t {
   // Transport frames: a node link handles these itself.
@@ -178,6 +178,10 @@ enum class Type : uint16_t {
   kClose = 6,         // the initiator's QP behind `chan` is gone (flags 1: its process died)
   kPeerGone = 7,      // the target QP behind `chan` is gone (flags 1: its process died)
   kCredit = 10,       // the target executed more of `chan`'s records: Credit
+  // rdma_cm between the routers that act as the two pods' kernels: one CmMessage, `flags`
+  // its CmKind. Sent by each router on the link it dialled to the other; the receiver
+  // checks that src_ip is a pod of the sending node.
+  kCm = 11,
 };
 
 struct FrameHeader {
@@ -215,6 +219,43 @@ struct ConnectReply {
 // back only its own channel, never the link that other channels share.
 struct Credit {
   uint64_t bytes;  // kRecord body bytes executed (or discarded) since the last credit
+};
+
+// The connection-manager exchange (the IB CM's messages, carried whole): REQ, REP, RTU,
+// REJ, DREQ, DREP, and SIDR REQ/REP for UD ids.
+enum class CmKind : uint16_t {
+  kReq = 1,
+  kRep,
+  kRtu,
+  kRej,
+  kDreq,
+  kDrep,
+  kSidrReq,
+  kSidrRep,
+  kMaxKind,
+};
+inline constexpr uint32_t kCmMaxPrivateData = 256;
+struct CmMessage {
+  uint32_t src_ip;    // host byte order: the sending pod
+  uint32_t dst_ip;    // the receiving pod
+  uint32_t src_comm;  // the sender's id
+  uint32_t dst_comm;  // the receiver's id (0 in REQ and SIDR REQ)
+  uint16_t src_port;
+  uint16_t dst_port;
+  uint16_t ps;      // rdma_cm port space
+  uint8_t qp_type;  // ibv_qp_type
+  uint8_t reason;   // REJ: the IB CM reason; SIDR REP: its status
+  uint32_t qpn;
+  uint32_t qkey;
+  uint32_t psn;
+  uint8_t responder_resources;
+  uint8_t initiator_depth;
+  uint8_t flow_control;
+  uint8_t retry_count;
+  uint8_t rnr_retry_count;
+  uint8_t srq;
+  uint16_t private_data_len;
+  uint8_t private_data[kCmMaxPrivateData];
 };
 
 // True for a status a peer may send in a ConnectReply: 0 or an errno value (Linux's are

@@ -95,6 +95,15 @@ inline constexpr uint64_t kSourceResolveNs = 3'000'000'000ull;  // a connect's u
 inline constexpr uint64_t kRetryTickNs = 200'000;               // timer period while a retry waits
 inline constexpr uint64_t kIdleTickNs = 50'000'000;  // timer period otherwise (deadlines, sweeps)
 
+// ---- rdma_cm (router: cm_service.h) --------------------------------------------------------
+inline constexpr size_t kMaxCmIdsPerSession = 4096;      // rdma_cm ids one process may hold
+inline constexpr size_t kMaxCmChannelsPerSession = 256;  // opens of /dev/infiniband/rdma_cm
+inline constexpr size_t kMaxCmBacklog = 4096;     // events queued for a channel that is not read
+inline constexpr uint32_t kMaxCmRequests = 1024;  // connect requests a listener holds unclaimed
+inline constexpr uint64_t kCmResponseTimeoutNs = 5'000'000'000ull;  // REQ, REP, DREQ unanswered
+inline constexpr uint16_t kCmFirstEphemeralPort = 32768;  // as net.ipv4.ip_local_port_range
+inline constexpr uint16_t kCmLastEphemeralPort = 60999;
+
 // ---- node links (router <-> router) -------------------------------------------------------
 inline constexpr uint32_t kMaxFrame = 1u << 20;       // largest frame body a peer may send
 inline constexpr size_t kLinkHighWater = 8u << 20;    // owed bytes that make a link congested

@@ -1,0 +1,248 @@
+#include "cm_abi.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "freeflow/ipv4.h"
+#include "freeflow/tunables.h"
+
+namespace ff::router {
+namespace {
+
+constexpr uint8_t kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+bool Routed(const CmId& id) {
+  switch (id.state) {
+    case CmState::kRouteResolved:
+    case CmState::kConnecting:
+    case CmState::kRequested:
+    case CmState::kRepSent:
+    case CmState::kRepReceived:
+    case CmState::kEstablished:
+    case CmState::kDisconnecting:
+    case CmState::kDone:
+      return id.remote.ip != 0;
+    default:
+      return false;
+  }
+}
+
+// The address handle to the id's remote pod (RoCE v2: by GID, no LID).
+void FillAh(const CmId& id, ib_uverbs_ah_attr* ah) {
+  std::memset(ah, 0, sizeof(*ah));
+  Ipv4MappedGid(id.remote.ip, ah->grh.dgid);
+  ah->grh.sgid_index = kMappedGidIndex;
+  ah->grh.hop_limit = kHopLimit;
+  ah->grh.traffic_class = id.tos;
+  ah->is_global = 1;
+  ah->port_num = kCmPort;
+}
+
+void CopyData(uint8_t* dst, uint8_t* dst_len, const wire::CmMessage& m, uint8_t data_len) {
+  const size_t n = std::min<size_t>(m.private_data_len, data_len);
+  std::memcpy(dst, m.private_data, n);
+  *dst_len = data_len;
+}
+
+}  // namespace
+
+bool ParseSockaddr(const void* buf, size_t len, CmSockaddr* out) {
+  *out = CmSockaddr{};
+  sa_family_t family = 0;
+  if (len < sizeof(family)) return false;
+  std::memcpy(&family, buf, sizeof(family));
+  if (family == AF_INET && len >= sizeof(sockaddr_in)) {
+    sockaddr_in sin;
+    std::memcpy(&sin, buf, sizeof(sin));
+    out->ip = ntohl(sin.sin_addr.s_addr);
+    out->port = ntohs(sin.sin_port);
+    out->any = out->ip == 0;
+    out->loopback = (out->ip >> 24) == 127;
+    out->present = true;
+    return true;
+  }
+  if (family != AF_INET6 || len < sizeof(sockaddr_in6)) return false;
+  sockaddr_in6 sin6;
+  std::memcpy(&sin6, buf, sizeof(sin6));
+  out->ipv6 = true;
+  out->port = ntohs(sin6.sin6_port);
+  const uint8_t* a = sin6.sin6_addr.s6_addr;
+  static constexpr uint8_t kZero[16] = {};
+  if (std::memcmp(a, kZero, 16) == 0) {
+    out->any = true;
+  } else if (std::memcmp(a, kZero, 15) == 0 && a[15] == 1) {
+    out->loopback = true;
+    out->ip = 0x7f000001;
+  } else if (std::memcmp(a, kMappedPrefix, 12) == 0) {
+    uint32_t v4;
+    std::memcpy(&v4, a + 12, 4);
+    out->ip = ntohl(v4);
+    out->any = out->ip == 0;
+    out->loopback = (out->ip >> 24) == 127;
+  } else {
+    return false;
+  }
+  out->present = true;
+  return true;
+}
+
+void WriteSockaddr(void* buf, uint32_t ip, uint16_t port, bool ipv6, bool any) {
+  if (!ipv6) {
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(port);
+    sin.sin_addr.s_addr = htonl(any ? 0 : ip);
+    std::memcpy(buf, &sin, sizeof(sin));
+    return;
+  }
+  sockaddr_in6 sin6{};
+  sin6.sin6_family = AF_INET6;
+  sin6.sin6_port = htons(port);
+  if (!any) {
+    std::memcpy(sin6.sin6_addr.s6_addr, kMappedPrefix, 12);
+    const uint32_t v4 = htonl(ip);
+    std::memcpy(sin6.sin6_addr.s6_addr + 12, &v4, 4);
+  }
+  std::memcpy(buf, &sin6, sizeof(sin6));
+}
+
+uint64_t CmNodeGuid(uint32_t ip) {
+  uint8_t gid[16];
+  LinkLocalGid(ip, gid);
+  uint64_t guid;
+  std::memcpy(&guid, gid + 8, 8);  // network order, as ibv_get_device_guid returns it
+  return guid;
+}
+
+rdma_ucm_query_route_resp QueryRoute(const CmId& id) {
+  rdma_ucm_query_route_resp r;
+  std::memset(&r, 0, sizeof(r));
+  const bool on_device = id.remote.ip != 0 || (id.bound && !id.wildcard);
+  if (on_device) {
+    r.node_guid = CmNodeGuid(id.local.ip);
+    r.port_num = kCmPort;
+    r.ibdev_index = 0;
+  }
+  WriteSockaddr(&r.src_addr, id.local.ip, id.local.port, id.ipv6, id.wildcard && !on_device);
+  WriteSockaddr(&r.dst_addr, id.remote.ip, id.remote.port, id.ipv6, id.remote.ip == 0);
+  ib_user_path_rec& p = r.ib_route[0];
+  Ipv4MappedGid(id.local.ip, p.sgid);
+  if (id.remote.ip != 0) Ipv4MappedGid(id.remote.ip, p.dgid);
+  p.pkey = htons(0xffff);
+  if (Routed(id)) {
+    r.num_paths = 1;
+    p.reversible = 1;
+    p.mtu = IBV_MTU_4096;
+    p.hop_limit = kHopLimit;
+    p.traffic_class = id.tos;
+    p.numb_path = 1;
+    p.mtu_selector = 2;  // exactly
+    p.rate_selector = 2;
+    p.rate = 7;  // IB_RATE_40_GBPS: a number; the virtual device has no line rate
+    p.packet_life_time_selector = 2;
+    p.packet_life_time = 14;
+  }
+  return r;
+}
+
+int InitQpAttr(const CmId& id, uint32_t qp_state, ib_uverbs_qp_attr* out) {
+  std::memset(out, 0, sizeof(*out));
+  out->qp_state = qp_state;
+  const bool ud = id.qp_type == IBV_QPT_UD;
+  const bool connected = id.remote_qpn != 0 || id.state == CmState::kRepSent ||
+                         id.state == CmState::kRepReceived || id.state == CmState::kEstablished;
+  switch (qp_state) {
+    case IBV_QPS_INIT:
+      out->qp_attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+      out->port_num = kCmPort;
+      if (ud) {
+        out->qkey = id.qkey;
+        out->qp_attr_mask |= IBV_QP_QKEY;
+      } else {
+        // Before the connection the QP takes no remote access; the CM's INIT grants what
+        // the connection negotiated.
+        if (connected) {
+          out->qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+          if (id.responder_resources > 0)
+            out->qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+        }
+        out->qp_attr_mask |= IBV_QP_ACCESS_FLAGS;
+      }
+      return 0;
+    case IBV_QPS_RTR:
+      out->qp_attr_mask = IBV_QP_STATE;
+      if (ud) return 0;
+      if (!connected) return EINVAL;
+      out->qp_attr_mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+      FillAh(id, &out->ah_attr);
+      out->path_mtu = IBV_MTU_4096;
+      out->dest_qp_num = id.remote_qpn;
+      out->rq_psn = id.remote_psn;
+      out->max_dest_rd_atomic = id.responder_resources;
+      out->min_rnr_timer = 12;
+      return 0;
+    case IBV_QPS_RTS:
+      out->qp_attr_mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+      out->sq_psn = id.psn;
+      if (ud) return 0;
+      if (!connected) return EINVAL;
+      out->qp_attr_mask |=
+          IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+      out->timeout = 14;
+      out->retry_cnt = id.retry_count;
+      out->rnr_retry = id.rnr_retry_count;
+      out->max_rd_atomic = id.initiator_depth;
+      return 0;
+    default:
+      return EINVAL;
+  }
+}
+
+proto::CmEvent MakeEvent(uint32_t owner, uint64_t uid, uint32_t id, uint32_t event,
+                         int32_t status) {
+  rdma_ucm_event_resp r;
+  std::memset(&r, 0, sizeof(r));
+  r.uid = uid;
+  r.id = id;
+  r.event = event;
+  r.status = static_cast<uint32_t>(status);
+  proto::CmEvent e{};
+  e.owner = owner;
+  std::memcpy(e.resp, &r, sizeof(r));
+  return e;
+}
+
+void SetConnParam(proto::CmEvent* e, const wire::CmMessage& m, uint8_t data_len, bool swap) {
+  rdma_ucm_event_resp r;
+  std::memcpy(&r, e->resp, sizeof(r));
+  rdma_ucm_conn_param& c = r.param.conn;
+  c.qp_num = m.qpn;
+  CopyData(c.private_data, &c.private_data_len, m, data_len);
+  c.responder_resources = swap ? m.initiator_depth : m.responder_resources;
+  c.initiator_depth = swap ? m.responder_resources : m.initiator_depth;
+  c.flow_control = m.flow_control;
+  c.retry_count = m.retry_count;
+  c.rnr_retry_count = m.rnr_retry_count;
+  c.srq = m.srq;
+  std::memcpy(e->resp, &r, sizeof(r));
+}
+
+void SetUdParam(proto::CmEvent* e, const CmId& id, const wire::CmMessage& m, uint8_t data_len,
+                bool with_ah) {
+  rdma_ucm_event_resp r;
+  std::memcpy(&r, e->resp, sizeof(r));
+  rdma_ucm_ud_param& u = r.param.ud;
+  CopyData(u.private_data, &u.private_data_len, m, data_len);
+  if (with_ah) {
+    u.qp_num = m.qpn;
+    u.qkey = m.qkey;
+    FillAh(id, &u.ah_attr);
+  }
+  std::memcpy(e->resp, &r, sizeof(r));
+}
+
+}  // namespace ff::router

@@ -1,0 +1,392 @@
+// rdma_cm in the router, driven by pods that speak the protocol themselves (what the
+// library sends for librdmacm, or what a hostile pod sends): ids, ports, addresses, the
+// connect / accept / disconnect exchange on one node and across two, the events a real
+// stack gives for failures, and what a pod must not be able to do to another's ids.
+#include <netinet/in.h>
+// After <netinet/in.h>.
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <rdma/rdma_user_cm.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "cm_abi.h"
+#include "harness.h"
+
+namespace ff::router::test {
+namespace {
+
+constexpr uint32_t kCh = 1;
+
+struct Event {
+  uint32_t owner;
+  rdma_ucm_event_resp r;
+};
+
+sockaddr_in6 Addr(uint32_t ip, uint16_t port) {
+  sockaddr_in6 out{};
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons(port);
+  sin.sin_addr.s_addr = htonl(ip);
+  std::memcpy(&out, &sin, sizeof(sin));
+  return out;
+}
+
+// A pod process with rdma_cm channels, speaking the protocol as the library does.
+class CmPod {
+ public:
+  CmPod(TestRouter& r, uint32_t ip) : ip_(ip) { pod_.emplace(r, ip); }
+  int Hello() { return pod_->Hello(); }
+  int Open(uint32_t ch) {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return errno;
+    UniqueFd theirs(sv[1]);
+    channels_[ch] = UniqueFd(sv[0]);
+    proto::CmOpenChannel m{};
+    m.channel = ch;
+    return pod_->Call(m, {theirs.get()}).status;
+  }
+  void Close(uint32_t ch) { channels_.erase(ch); }
+  template <typename T>
+  proto::Response Cmd(uint32_t cmd, const T& body, uint32_t out_len = 0, uint32_t ch = kCh) {
+    proto::CmCommand m{};
+    m.channel = ch;
+    m.cmd = cmd;
+    m.in_len = sizeof(T);
+    m.out_len = out_len;
+    std::memcpy(m.body, &body, sizeof(T));
+    return pod_->Call(m);
+  }
+  uint32_t CreateId(uint16_t ps, uint64_t uid, uint32_t ch = kCh) {
+    rdma_ucm_create_id c{};
+    c.uid = uid;
+    c.ps = ps;
+    const proto::Response r =
+        Cmd(RDMA_USER_CM_CMD_CREATE_ID, c, sizeof(rdma_ucm_create_id_resp), ch);
+    if (r.status != 0) return 0;
+    rdma_ucm_create_id_resp resp;
+    std::memcpy(&resp, r.u.cm.out, sizeof(resp));
+    return resp.id;
+  }
+  int Bind(uint32_t id, uint32_t ip, uint16_t port) {
+    rdma_ucm_bind_ip b{};
+    b.id = id;
+    b.addr = Addr(ip, port);
+    return Cmd(RDMA_USER_CM_CMD_BIND_IP, b).status;
+  }
+  int Listen(uint32_t id) {
+    rdma_ucm_listen l{};
+    l.id = id;
+    return Cmd(RDMA_USER_CM_CMD_LISTEN, l).status;
+  }
+  int Resolve(uint32_t id, uint32_t ip, uint16_t port) {
+    rdma_ucm_resolve_ip r{};
+    r.id = id;
+    r.dst_addr = Addr(ip, port);
+    return Cmd(RDMA_USER_CM_CMD_RESOLVE_IP, r).status;
+  }
+  int ResolveRoute(uint32_t id) {
+    rdma_ucm_resolve_route r{};
+    r.id = id;
+    return Cmd(RDMA_USER_CM_CMD_RESOLVE_ROUTE, r).status;
+  }
+  int Connect(uint32_t id, uint32_t qpn, const std::string& data) {
+    rdma_ucm_connect c{};
+    c.id = id;
+    c.conn_param.valid = 1;
+    c.conn_param.qp_num = qpn;
+    c.conn_param.responder_resources = 1;
+    c.conn_param.initiator_depth = 1;
+    c.conn_param.private_data_len = static_cast<uint8_t>(data.size());
+    std::memcpy(c.conn_param.private_data, data.data(), data.size());
+    return Cmd(RDMA_USER_CM_CMD_CONNECT, c).status;
+  }
+  int Accept(uint32_t id, uint64_t uid, uint32_t qpn, const std::string& data) {
+    rdma_ucm_accept a{};
+    a.id = id;
+    a.uid = uid;
+    a.conn_param.valid = uid != 0 ? 1 : 0;
+    a.conn_param.qp_num = qpn;
+    a.conn_param.private_data_len = static_cast<uint8_t>(data.size());
+    std::memcpy(a.conn_param.private_data, data.data(), data.size());
+    return Cmd(RDMA_USER_CM_CMD_ACCEPT, a).status;
+  }
+  int Disconnect(uint32_t id) {
+    rdma_ucm_disconnect d{};
+    d.id = id;
+    return Cmd(RDMA_USER_CM_CMD_DISCONNECT, d).status;
+  }
+  int Destroy(uint32_t id) {
+    rdma_ucm_destroy_id d{};
+    d.id = id;
+    return Cmd(RDMA_USER_CM_CMD_DESTROY_ID, d, sizeof(rdma_ucm_destroy_id_resp)).status;
+  }
+  rdma_ucm_query_route_resp Route(uint32_t id) {
+    rdma_ucm_query q{};
+    q.id = id;
+    const proto::Response r =
+        Cmd(RDMA_USER_CM_CMD_QUERY_ROUTE, q, sizeof(rdma_ucm_query_route_resp));
+    rdma_ucm_query_route_resp out{};
+    EXPECT_EQ(r.status, 0);
+    std::memcpy(&out, r.u.cm.out, sizeof(out));
+    return out;
+  }
+  int QpAttr(uint32_t id, uint32_t state, ib_uverbs_qp_attr* out) {
+    rdma_ucm_init_qp_attr q{};
+    q.id = id;
+    q.qp_state = state;
+    const proto::Response r = Cmd(RDMA_USER_CM_CMD_INIT_QP_ATTR, q, sizeof(ib_uverbs_qp_attr));
+    std::memcpy(out, r.u.cm.out, sizeof(*out));
+    return r.status;
+  }
+  // The next event on channel `ch`, within `ms`.
+  std::optional<Event> Next(int ms = 3000, uint32_t ch = kCh) {
+    pollfd p{channels_[ch].get(), POLLIN, 0};
+    if (::poll(&p, 1, ms) != 1) return std::nullopt;
+    proto::CmEvent e;
+    if (::recv(channels_[ch].get(), &e, sizeof(e), MSG_DONTWAIT) != sizeof(e)) return std::nullopt;
+    Event out{e.owner, {}};
+    std::memcpy(&out.r, e.resp, sizeof(out.r));
+    return out;
+  }
+  // The next event, which must be `type`.
+  Event Expect(uint32_t type, int ms = 3000) {
+    std::optional<Event> e = Next(ms);
+    if (!e) {
+      ADD_FAILURE() << "no event (expected " << type << ")";
+      return Event{};
+    }
+    EXPECT_EQ(e->r.event, type);
+    return *e;
+  }
+  void Kill() { pod_.reset(); }  // the process exits: its session closes
+  uint32_t ip() const { return ip_; }
+  RawPod& raw() { return *pod_; }
+
+ private:
+  std::optional<RawPod> pod_;
+  uint32_t ip_;
+  std::map<uint32_t, UniqueFd> channels_;
+};
+
+// The exchange between a server pod and a client pod, wherever they are.
+class CmBase : public ::testing::Test {
+ protected:
+  virtual CmPod& S() = 0;
+  virtual CmPod& C() = 0;
+  void SetUp() override {
+    for (CmPod* p : {&S(), &C()}) {
+      ASSERT_EQ(p->Hello(), 0);
+      ASSERT_EQ(p->Open(kCh), 0);
+    }
+  }
+  // A listener on the server's port 7000; its handle.
+  uint32_t Listen() {
+    const uint32_t l = S().CreateId(RDMA_PS_TCP, 0x5e);
+    EXPECT_NE(l, 0u);
+    EXPECT_EQ(S().Bind(l, 0, 7000), 0);
+    EXPECT_EQ(S().Listen(l), 0);
+    return l;
+  }
+  // A client id whose route to the server's port 7000 is resolved.
+  uint32_t Routed() {
+    const uint32_t id = C().CreateId(RDMA_PS_TCP, 0xc1);
+    EXPECT_EQ(C().Resolve(id, S().ip(), 7000), 0);
+    C().Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+    EXPECT_EQ(C().ResolveRoute(id), 0);
+    C().Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    return id;
+  }
+  // Connects the client to the server's listener: the client's id and the server's.
+  std::pair<uint32_t, uint32_t> Establish() {
+    CmPod& srv = S();
+    CmPod& cli = C();
+    const uint32_t l = Listen();
+    const uint32_t id = Routed();
+    EXPECT_EQ(cli.Connect(id, 0x11, "hello"), 0);
+    const Event req = srv.Expect(RDMA_CM_EVENT_CONNECT_REQUEST);
+    EXPECT_EQ(req.owner, l);
+    EXPECT_EQ(req.r.uid, 0x5eu);
+    EXPECT_EQ(req.r.param.conn.qp_num, 0x11u);
+    EXPECT_EQ(req.r.param.conn.private_data_len, kCmReqData);  // padded, as IB CM does
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(req.r.param.conn.private_data), 5),
+              "hello");
+    const uint32_t child = req.r.id;
+    EXPECT_NE(srv.Route(child).node_guid, 0u);
+    EXPECT_EQ(srv.Accept(child, 0xacc, 0x22, "world"), 0);
+    const Event rep = cli.Expect(RDMA_CM_EVENT_CONNECT_RESPONSE);
+    EXPECT_EQ(rep.r.param.conn.qp_num, 0x22u);
+    EXPECT_EQ(rep.r.param.conn.private_data_len, kCmRepData);
+    ib_uverbs_qp_attr attr;
+    EXPECT_EQ(cli.QpAttr(id, IBV_QPS_RTR, &attr), 0);
+    EXPECT_EQ(attr.dest_qp_num, 0x22u);
+    uint8_t gid[16];
+    Ipv4MappedGid(srv.ip(), gid);
+    EXPECT_EQ(std::memcmp(attr.ah_attr.grh.dgid, gid, 16), 0);
+    EXPECT_EQ(cli.Accept(id, 0, 0, ""), 0);  // the RTU
+    const Event est = srv.Expect(RDMA_CM_EVENT_ESTABLISHED);
+    EXPECT_EQ(est.r.uid, 0xaccu);
+    EXPECT_EQ(srv.QpAttr(child, IBV_QPS_RTR, &attr), 0);
+    EXPECT_EQ(attr.dest_qp_num, 0x11u);
+    return {id, child};
+  }
+};
+
+class CmTest : public CmBase {
+ protected:
+  CmPod& S() override { return server; }
+  CmPod& C() override { return client; }
+  TestRouter router{{}};
+  CmPod server{router, Ip("10.1.0.1")};
+  CmPod client{router, Ip("10.1.0.2")};
+};
+
+TEST_F(CmTest, ConnectAcceptAndDisconnectOnOneNode) {
+  const auto [id, child] = Establish();
+  EXPECT_EQ(client.Disconnect(id), 0);
+  server.Expect(RDMA_CM_EVENT_DISCONNECTED);
+  client.Expect(RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(server.Destroy(child), 0);
+  EXPECT_EQ(client.Destroy(id), 0);
+  EXPECT_EQ(router.Stat("cm_ids"), 1u);  // the listener
+}
+
+TEST_F(CmTest, NobodyListeningIsRejectedAtOnceAsInvalidServiceId) {
+  const uint32_t id = Routed();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(client.Connect(id, 0x11, ""), 0);
+  const Event e = client.Expect(RDMA_CM_EVENT_REJECTED, 1000);
+  EXPECT_EQ(e.r.status, kRejInvalidServiceId);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+TEST_F(CmTest, AddressesOutsideThePodNetworkOrOfNoPodDoNotResolve) {
+  const uint32_t id = client.CreateId(RDMA_PS_TCP, 1);
+  EXPECT_EQ(client.Resolve(id, Ip("192.0.2.7"), 7000), 0);
+  EXPECT_EQ(static_cast<int32_t>(client.Expect(RDMA_CM_EVENT_ADDR_ERROR).r.status), -ENETUNREACH);
+  EXPECT_EQ(client.Resolve(id, Ip("10.1.9.9"), 7000), 0);
+  EXPECT_EQ(static_cast<int32_t>(client.Expect(RDMA_CM_EVENT_ADDR_ERROR).r.status), -EHOSTUNREACH);
+}
+
+TEST_F(CmTest, APodBindsOnlyItsOwnAddressAndPortsAreExclusive) {
+  const uint32_t a = client.CreateId(RDMA_PS_TCP, 1);
+  EXPECT_EQ(client.Bind(a, server.ip(), 7000), EADDRNOTAVAIL);  // another pod's address
+  EXPECT_EQ(client.Bind(a, client.ip(), 7000), 0);
+  const uint32_t b = client.CreateId(RDMA_PS_TCP, 2);
+  EXPECT_EQ(client.Bind(b, 0, 7000), EADDRINUSE);
+  EXPECT_EQ(client.Bind(b, 0, 0), 0);  // an ephemeral port
+  const rdma_ucm_query_route_resp r = client.Route(b);
+  sockaddr_in sin;
+  std::memcpy(&sin, &r.src_addr, sizeof(sin));
+  EXPECT_GE(ntohs(sin.sin_port), kCmFirstEphemeralPort);
+  EXPECT_EQ(r.node_guid, 0u);  // bound to "any": no device yet, as the kernel says
+}
+
+TEST_F(CmTest, AnIdOfAnotherProcessOrChannelCannotBeNamed) {
+  const uint32_t l = Listen();
+  EXPECT_EQ(client.Destroy(l), ENOENT);
+  EXPECT_EQ(client.Listen(l), ENOENT);
+  ASSERT_EQ(server.Open(2), 0);
+  rdma_ucm_destroy_id d{};
+  d.id = l;
+  EXPECT_EQ(server.Cmd(RDMA_USER_CM_CMD_DESTROY_ID, d, 4, 2).status, EINVAL);
+  EXPECT_EQ(server.Destroy(l), 0);
+}
+
+TEST_F(CmTest, TheServerProcessExitingDisconnectsTheClient) {
+  const auto [id, child] = Establish();
+  server.Kill();
+  client.Expect(RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(client.Destroy(id), 0);
+}
+
+TEST_F(CmTest, ClosingTheChannelDestroysItsIds) {
+  Listen();
+  server.Close(kCh);
+  ASSERT_TRUE(WaitFor([&] { return router.Stat("cm_ids") == 0; }, std::chrono::seconds(3)));
+  const uint32_t id = Routed();
+  EXPECT_EQ(client.Connect(id, 0x11, ""), 0);
+  EXPECT_EQ(client.Expect(RDMA_CM_EVENT_REJECTED).r.status, kRejInvalidServiceId);
+}
+
+TEST_F(CmTest, PrivateDataLongerThanTheCmCarriesIsRefused) {
+  Listen();
+  const uint32_t id = Routed();
+  EXPECT_EQ(client.Connect(id, 0x11, std::string(kCmReqData + 1, 'x')), EINVAL);
+  EXPECT_EQ(client.Connect(id, 0x11, std::string(kCmReqData, 'x')), 0);
+  server.Expect(RDMA_CM_EVENT_CONNECT_REQUEST);
+}
+
+TEST_F(CmTest, MalformedCommandsAreErrorsNotCrashes) {
+  proto::CmCommand m{};
+  m.channel = kCh;
+  m.cmd = RDMA_USER_CM_CMD_JOIN_MCAST + 1;
+  EXPECT_EQ(server.raw().Call(m).status, EINVAL);
+  m.cmd = RDMA_USER_CM_CMD_GET_EVENT;
+  EXPECT_EQ(server.raw().Call(m).status, EINVAL);
+  m.cmd = RDMA_USER_CM_CMD_CREATE_ID;
+  m.in_len = proto::kCmMaxBody + 1;
+  EXPECT_EQ(server.raw().Call(m).status, EINVAL);
+  m.in_len = 0;
+  m.channel = 99;  // never opened
+  EXPECT_EQ(server.raw().Call(m).status, EINVAL);
+  m.channel = kCh;
+  m.out_len = 0;  // no room for the answer
+  EXPECT_EQ(server.raw().Call(m).status, ENOSPC);
+  m.out_len = sizeof(rdma_ucm_create_id_resp);  // port space 0
+  EXPECT_EQ(server.raw().Call(m).status, EINVAL);
+  m.cmd = RDMA_USER_CM_CMD_JOIN_IP_MCAST;
+  EXPECT_EQ(server.raw().Call(m).status, EOPNOTSUPP);
+  EXPECT_NE(server.CreateId(RDMA_PS_TCP, 1), 0u);  // still served
+}
+
+class CmCrossNodeTest : public CmBase {
+ protected:
+  CmPod& S() override { return server; }
+  CmPod& C() override { return client; }
+  LoopbackNetwork net;
+  FakeCluster cluster;
+  TestRouter a{{"node-a", Ip("192.168.0.1"), &net, &cluster}};
+  TestRouter b{{"node-b", Ip("192.168.0.2"), &net, &cluster}};
+  CmPod server{a, Ip("10.1.0.1")};
+  CmPod client{b, Ip("10.2.0.1")};
+};
+
+TEST_F(CmCrossNodeTest, ConnectAcceptAndDisconnectAcrossNodes) {
+  const auto [id, child] = Establish();
+  EXPECT_EQ(server.Disconnect(child), 0);
+  client.Expect(RDMA_CM_EVENT_DISCONNECTED);
+  server.Expect(RDMA_CM_EVENT_DISCONNECTED);
+}
+
+TEST_F(CmCrossNodeTest, NobodyListeningIsRejectedAtOnce) {
+  const uint32_t id = Routed();
+  EXPECT_EQ(client.Connect(id, 0x11, ""), 0);
+  EXPECT_EQ(client.Expect(RDMA_CM_EVENT_REJECTED, 1000).r.status, kRejInvalidServiceId);
+}
+
+TEST_F(CmCrossNodeTest, TheServerProcessExitingDisconnectsTheClient) {
+  const uint32_t id = Establish().first;
+  server.Kill();
+  client.Expect(RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(client.Destroy(id), 0);
+}
+
+TEST_F(CmCrossNodeTest, ALostNodeDisconnectsItsPeers) {
+  const uint32_t child = Establish().second;
+  net.Sever("node-a", "node-b");
+  client.Expect(RDMA_CM_EVENT_DISCONNECTED);
+  server.Expect(RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(server.Destroy(child), 0);
+}
+
+}  // namespace
+}  // namespace ff::router::test
