@@ -89,9 +89,10 @@ TEST(TcpTransport, AMalformedFrameClosesTheLink) {
     bytes.resize(sizeof(bad[i]) + (bad[i].type == wire::Type::kHello ? sizeof(wire::Hello) : 3));
     ASSERT_EQ(::send(c.get(), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
     ASSERT_TRUE(Pump({&b}, [&] { return b.recorder.down.size() == i + 1; })) << i;
-    EXPECT_EQ(b.recorder.last_why, bad[i].type == wire::Type::kHello
-                                       ? "peer router speaks wire version 0, this one 3"
-                                       : "malformed frame from peer router");
+    EXPECT_EQ(b.recorder.last_why,
+              bad[i].type == wire::Type::kHello
+                  ? "peer router speaks wire version 0, this one " + std::to_string(wire::kVersion)
+                  : "malformed frame from peer router");
   }
 }
 
