@@ -19,6 +19,7 @@
 
 #include "cm_abi.h"
 #include "harness.h"
+#include "link_test_util.h"
 
 namespace ff::router::test {
 namespace {
@@ -386,6 +387,38 @@ TEST_F(CmCrossNodeTest, ALostNodeDisconnectsItsPeers) {
   client.Expect(RDMA_CM_EVENT_DISCONNECTED);
   server.Expect(RDMA_CM_EVENT_DISCONNECTED);
   EXPECT_EQ(server.Destroy(child), 0);
+}
+
+// A router (node-c, hostile or confused) sends rdma_cm messages in the name of pods of
+// node-b: a connect request, and a disconnect of a connection node-b's pod holds. Node-a
+// takes neither.
+TEST_F(CmCrossNodeTest, ARouterCannotSpeakForAnotherNodesPods) {
+  const auto [id, child] = Establish();
+  EventLoop loop;
+  ASSERT_EQ(loop.Init(), 0);
+  Recorder heard;
+  std::unique_ptr<NodeTransport> c = net.Attach({"node-c", Ip("192.168.0.3"), 7471});
+  std::string error;
+  ASSERT_TRUE(c->Start(loop, heard, &error)) << error;
+  const LinkId link = c->Dial(a.endpoint());
+  ASSERT_NE(link, kNoLink);
+  wire::CmMessage m{};
+  m.src_ip = client.ip();
+  m.dst_ip = server.ip();
+  m.src_comm = id;
+  m.dst_port = 7000;
+  m.ps = RDMA_PS_TCP;
+  m.qp_type = IBV_QPT_RC;
+  m.qpn = 0x33;
+  c->Send(link, wire::Type::kCm, 0, static_cast<uint16_t>(wire::CmKind::kReq), {{&m, sizeof(m)}});
+  m.dst_comm = child;  // the connection's ids, which a router on the path could know
+  c->Send(link, wire::Type::kCm, 0, static_cast<uint16_t>(wire::CmKind::kDreq), {{&m, sizeof(m)}});
+  for (int i = 0; i < 20; ++i) loop.RunOnce(10);
+  EXPECT_FALSE(server.Next(300)) << "a forged message reached the pod";
+  // The connection is intact: its real peer still ends it.
+  EXPECT_EQ(client.Disconnect(id), 0);
+  server.Expect(RDMA_CM_EVENT_DISCONNECTED);
+  client.Expect(RDMA_CM_EVENT_DISCONNECTED);
 }
 
 }  // namespace
