@@ -50,9 +50,13 @@ wire::CmMessage CmService::MessageFrom(const CmId& id) const {
 }
 
 int CmService::Send(CmId* id, wire::CmKind kind, const wire::CmMessage& m) {
-  if (p_.directory.IsLocal(m.dst_ip)) {
-    // After this turn, as a message from the network would come: the sender's command is
-    // answered first, and no handler runs inside another.
+  const std::optional<cp::Endpoint> ep =
+      p_.directory.IsLocal(m.dst_ip) ? std::nullopt : p_.directory.Locate(m.dst_ip);
+  if (!ep) {
+    if (!p_.directory.Known(m.dst_ip)) return EHOSTUNREACH;
+    // A pod of this node (one that runs no freeflow process now answers as a host with
+    // no listener). After this turn, as a message from the network would come: the
+    // sender's command is answered first, and no handler runs inside another.
     p_.loop.Defer([this, kind, m] { Receive(kind, m, ""); });
     if (id != nullptr) {
       id->link = kNoLink;
@@ -60,8 +64,7 @@ int CmService::Send(CmId* id, wire::CmKind kind, const wire::CmMessage& m) {
     }
     return 0;
   }
-  const std::optional<cp::Endpoint> ep = p_.directory.Locate(m.dst_ip);
-  const LinkId link = ep && p_.transport != nullptr ? p_.transport->Dial(*ep) : kNoLink;
+  const LinkId link = p_.transport != nullptr ? p_.transport->Dial(*ep) : kNoLink;
   if (link == kNoLink) return EHOSTUNREACH;
   p_.transport->Send(link, wire::Type::kCm, 0, static_cast<uint16_t>(kind), {{&m, sizeof(m)}});
   if (id != nullptr) {
@@ -238,13 +241,13 @@ NodeTransport::Handler::Verdict CmService::OnMessage(LinkId link, const NodeMess
   const bool request = kind == wire::CmKind::kReq || kind == wire::CmKind::kSidrReq;
   const std::optional<cp::Endpoint> from =
       request ? p_.directory.Locate(m.src_ip) : std::optional<cp::Endpoint>();
-  if ((request && (!from || from->node != peer)) || !p_.directory.IsLocal(m.dst_ip) ||
-      peer.empty()) {
+  const bool source_ok = !peer.empty() && (!request || (from && from->node == peer));
+  if (!source_ok || (!request && !p_.directory.IsLocal(m.dst_ip))) {
     uint64_t held_back = 0;
     if (log_.Allow(&held_back)) {
       spdlog::warn("router {} sent an rdma_cm message from {} to {}, which {}: dropped", peer,
                    FormatIpv4(m.src_ip), FormatIpv4(m.dst_ip),
-                   p_.directory.IsLocal(m.dst_ip) ? "is not one of its pods" : "is not a pod here");
+                   source_ok ? "is not a pod here" : "is not one of its pods");
     }
     return NodeTransport::Handler::Verdict::kConsumed;
   }

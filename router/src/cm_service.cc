@@ -230,7 +230,7 @@ int CmService::ResolveIp(Ctx& c) {
   int error = 0;
   if (!p_.overlay.Contains(ip)) {
     error = ENETUNREACH;  // freeflow routes the pod network only
-  } else if (ip != c.pod_ip && !p_.directory.IsLocal(ip) && !p_.directory.Locate(ip)) {
+  } else if (ip != c.pod_ip && !p_.directory.Known(ip)) {
     error = EHOSTUNREACH;  // no pod has that address
   }
   if (error != 0) {

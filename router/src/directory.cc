@@ -33,4 +33,8 @@ std::optional<cp::Endpoint> Directory::Locate(uint32_t ip) const {
   return ep;
 }
 
+bool Directory::Known(uint32_t ip) const {
+  return IsLocal(ip) || (cp_ != nullptr && cp_->Lookup(ip).has_value());
+}
+
 }  // namespace ff::router

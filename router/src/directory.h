@@ -32,6 +32,10 @@ class Directory {
   // The router of the node that holds `ip`; std::nullopt when unknown, when there is no
   // control plane, or when the control plane names this router (the pod is gone).
   std::optional<cp::Endpoint> Locate(uint32_t ip) const;
+  // True when a pod holds `ip` as far as this router knows: a connected process here, or
+  // the control plane names a node for it (this one included: a pod whose processes have
+  // all closed the device is still there).
+  bool Known(uint32_t ip) const;
 
  private:
   std::unique_ptr<cp::ControlPlane> cp_;

@@ -374,6 +374,19 @@ TEST_F(CmCrossNodeTest, NobodyListeningIsRejectedAtOnce) {
   EXPECT_EQ(client.Expect(RDMA_CM_EVENT_REJECTED, 1000).r.status, kRejInvalidServiceId);
 }
 
+// A pod the control plane places on node-a, none of whose processes opened the device: a
+// host with no listener, as on a real network (not a silence that times out).
+TEST_F(CmCrossNodeTest, APodThatRunsNothingRejectsAtOnce) {
+  cluster.Set(Ip("10.1.0.7"), a.endpoint());
+  const uint32_t id = client.CreateId(RDMA_PS_TCP, 1);
+  EXPECT_EQ(client.Resolve(id, Ip("10.1.0.7"), 7000), 0);
+  client.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+  EXPECT_EQ(client.ResolveRoute(id), 0);
+  client.Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  EXPECT_EQ(client.Connect(id, 0x11, ""), 0);
+  EXPECT_EQ(client.Expect(RDMA_CM_EVENT_REJECTED, 1000).r.status, kRejInvalidServiceId);
+}
+
 TEST_F(CmCrossNodeTest, TheServerProcessExitingDisconnectsTheClient) {
   const uint32_t id = Establish().first;
   server.Kill();
