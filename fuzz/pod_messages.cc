@@ -66,7 +66,8 @@ struct Run {
   bool gone[kPods] = {};
   std::vector<uint32_t> qpns;
   std::vector<uint32_t> keys;
-  std::vector<UniqueFd> keep;  // descriptors sent, held until the end like a live pod would
+  std::vector<uint32_t> cm_ids;  // rdma_cm handles from CREATE_ID answers
+  std::vector<UniqueFd> keep;    // descriptors sent, held until the end like a live pod would
 };
 
 uint32_t Alias(const std::vector<uint32_t>& made, uint32_t v) {
@@ -107,6 +108,20 @@ void ResolveAliases(const Run& run, Op op, char* msg) {
         m.mr_key = Alias(run.keys, m.mr_key);
         m.qpn = Alias(run.qpns, m.qpn);
       });
+    case Op::kCmCommand:
+      // Every command names its id at a different offset: any small word may be one. The
+      // channel is one of a few, so that opened ones are named.
+      return patch(proto::As<proto::CmCommand>(msg), [&](auto& m) {
+        m.channel %= 4;
+        for (size_t off = 0; off + 4 <= sizeof(m.body); off += 4) {
+          uint32_t v;
+          std::memcpy(&v, m.body + off, 4);
+          v = Alias(run.cm_ids, v);
+          std::memcpy(m.body + off, &v, 4);
+        }
+      });
+    case Op::kCmOpenChannel:
+      return patch(proto::As<proto::CmOpenChannel>(msg), [&](auto& m) { m.channel %= 4; });
     default:
       return;
   }
@@ -154,6 +169,15 @@ std::vector<UniqueFd> ExpectedFds(Op op, const char* msg) {
     case Op::kCreateSrq:
       fds.push_back(Memfd(sizeof(SrqSegment)));
       break;
+    case Op::kCmOpenChannel: {
+      // The program's end stays open until the input ends (Run::keep), as a live one does.
+      int sv[2];
+      if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0) {
+        fds.emplace_back(sv[1]);
+        fds.emplace_back(sv[0]);
+      }
+      break;
+    }
     case Op::kCreateQp:
       fds.push_back(QpSegment(proto::As<proto::CreateQp>(msg)));
       break;
@@ -221,6 +245,7 @@ void OneRequest(Run& run, FuzzedDataProvider& in) {
   std::vector<int> raw_fds;
   for (const UniqueFd& fd : fds)
     if (fd) raw_fds.push_back(fd.get());
+  if (op == Op::kCmOpenChannel && raw_fds.size() == 2 && !raw) raw_fds.pop_back();  // ours
   std::vector<UniqueFd> got;
   const proto::Response r = pod->CallRaw(msg.data(), len, raw_fds, &got);
   for (UniqueFd& fd : fds) run.keep.push_back(std::move(fd));
@@ -231,6 +256,12 @@ void OneRequest(Run& run, FuzzedDataProvider& in) {
   }
   if (r.status == 0 && op == Op::kCreateQp) run.qpns.push_back(r.u.create_qp.qpn);
   if (r.status == 0 && (op == Op::kRegMr || op == Op::kAllocMw)) run.keys.push_back(r.u.reg_mr.key);
+  if (r.status == 0 && op == Op::kCmCommand && r.u.cm.out_len == 4 &&
+      proto::As<proto::CmCommand>(msg.data()).cmd == 0 /* CREATE_ID */) {
+    uint32_t id;
+    std::memcpy(&id, r.u.cm.out, sizeof(id));
+    run.cm_ids.push_back(id);
+  }
 }
 
 }  // namespace
