@@ -26,11 +26,13 @@
 namespace ffv {
 namespace {
 
+std::atomic<bool> g_test_override{false};
 std::atomic<Session*> g_test_session{nullptr};
 
 Session* CmSession() {
-  Session* s = g_test_session.load(std::memory_order_acquire);
-  return s != nullptr ? s : ProcessSession();
+  if (g_test_override.load(std::memory_order_acquire))
+    return g_test_session.load(std::memory_order_acquire);
+  return ProcessSession();
 }
 
 bool IsDevicePath(const char* path) {
@@ -102,7 +104,12 @@ auto Releasing(unsigned first, unsigned last, Call call, Released released) {
 
 bool IsCmFd(int fd) { return MaybeCmFd(fd) && cmtable::Find(fd) != nullptr; }
 
-void UseCmSession(Session* s) { g_test_session.store(s, std::memory_order_release); }
+void UseCmSession(Session* s) {
+  g_test_session.store(s, std::memory_order_release);
+  g_test_override.store(true, std::memory_order_release);
+}
+
+void UseProcessCmSession() { g_test_override.store(false, std::memory_order_release); }
 
 void LockCmTable() { cmtable::Lock(); }
 void UnlockCmTable() { cmtable::Unlock(); }

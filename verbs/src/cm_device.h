@@ -57,9 +57,11 @@ bool IsCmFd(int fd);
 // (the length, or -1 with errno set).
 bool CmWrite(int fd, const void* buf, size_t len, ssize_t* result);
 
-// Tests: channels opened from now on use `s` instead of the process-wide session
-// (nullptr: the process-wide one again). Close them before closing `s`.
+// Tests: channels opened from now on use `s` instead of the process-wide session (nullptr:
+// none, as in a process without a router), until UseProcessCmSession. Close them before
+// closing `s`.
 void UseCmSession(Session* s);
+void UseProcessCmSession();
 
 // fork (fork.cc): the table's lock, held across fork(); in the child, the parent's
 // channels stay open descriptors but every command on them fails with ENODEV (the router
