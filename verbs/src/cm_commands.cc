@@ -10,6 +10,7 @@
 #include <rdma/rdma_user_cm.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstring>
 
@@ -42,31 +43,25 @@ void Put(char* bytes, size_t offset, T v) {
   std::memcpy(bytes + offset, &v, sizeof(v));
 }
 
-// Where the command's `response` pointer is in its body; -1: it has none the kernel writes.
-int ResponseOffset(uint32_t cmd) {
-  switch (cmd) {
-    case RDMA_USER_CM_CMD_CREATE_ID:
-      return offsetof(rdma_ucm_create_id, response);
-    case RDMA_USER_CM_CMD_DESTROY_ID:
-    case RDMA_USER_CM_CMD_LEAVE_MCAST:
-      return offsetof(rdma_ucm_destroy_id, response);
-    case RDMA_USER_CM_CMD_QUERY_ROUTE:
-    case RDMA_USER_CM_CMD_QUERY:
-      return offsetof(rdma_ucm_query, response);
-    case RDMA_USER_CM_CMD_INIT_QP_ATTR:
-      return offsetof(rdma_ucm_init_qp_attr, response);
-    case RDMA_USER_CM_CMD_GET_EVENT:
-      return offsetof(rdma_ucm_get_event, response);
-    case RDMA_USER_CM_CMD_JOIN_IP_MCAST:
-      return offsetof(rdma_ucm_join_ip_mcast, response);
-    case RDMA_USER_CM_CMD_JOIN_MCAST:
-      return offsetof(rdma_ucm_join_mcast, response);
-    case RDMA_USER_CM_CMD_MIGRATE_ID:
-      return offsetof(rdma_ucm_migrate_id, response);
-    default:
-      return -1;
-  }
+// Where the command's `response` pointer is in its body, for the commands whose answer the
+// kernel writes there; -1 for the others.
+constexpr int kNoResponse = -1;
+constexpr std::array<int, RDMA_USER_CM_CMD_JOIN_MCAST + 1> ResponseTable() {
+  std::array<int, RDMA_USER_CM_CMD_JOIN_MCAST + 1> at{};
+  at.fill(kNoResponse);
+  at[RDMA_USER_CM_CMD_CREATE_ID] = offsetof(rdma_ucm_create_id, response);
+  at[RDMA_USER_CM_CMD_DESTROY_ID] = offsetof(rdma_ucm_destroy_id, response);
+  at[RDMA_USER_CM_CMD_QUERY_ROUTE] = offsetof(rdma_ucm_query, response);
+  at[RDMA_USER_CM_CMD_INIT_QP_ATTR] = offsetof(rdma_ucm_init_qp_attr, response);
+  at[RDMA_USER_CM_CMD_GET_EVENT] = offsetof(rdma_ucm_get_event, response);
+  at[RDMA_USER_CM_CMD_JOIN_IP_MCAST] = offsetof(rdma_ucm_join_ip_mcast, response);
+  at[RDMA_USER_CM_CMD_LEAVE_MCAST] = offsetof(rdma_ucm_destroy_id, response);
+  at[RDMA_USER_CM_CMD_MIGRATE_ID] = offsetof(rdma_ucm_migrate_id, response);
+  at[RDMA_USER_CM_CMD_QUERY] = offsetof(rdma_ucm_query, response);
+  at[RDMA_USER_CM_CMD_JOIN_MCAST] = offsetof(rdma_ucm_join_mcast, response);
+  return at;
 }
+constexpr auto kResponseAt = ResponseTable();
 
 // The kernel's checks, in its order (ucma_write), and GET_OPTION, which it never had.
 int Parse(const void* buf, size_t len, Command* c) {
@@ -195,7 +190,7 @@ int Account(const CmChannel& ch, const Command& c, ff::proto::CmReply* reply) {
 // Every command but GET_EVENT.
 int Forward(CmChannel& ch, Command* c) {
   void* response = nullptr;
-  if (const int at = ResponseOffset(c->hdr.cmd); at >= 0) {
+  if (const int at = kResponseAt[c->hdr.cmd]; at != kNoResponse) {
     response = reinterpret_cast<void*>(static_cast<uintptr_t>(Get<uint64_t>(c->body, at)));
     if (response == nullptr && c->hdr.out > 0) return EFAULT;
   }

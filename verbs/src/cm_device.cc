@@ -100,6 +100,14 @@ auto Releasing(unsigned first, unsigned last, Call call, Released released) {
   return rc;
 }
 
+// dup2/dup3 onto `newfd`: a channel there is replaced when the call succeeds.
+template <typename Call>
+int Replacing(int newfd, Call call) {
+  if (__builtin_expect(!MaybeCmFd(newfd), 1)) return call();
+  const unsigned n = static_cast<unsigned>(newfd);
+  return Releasing(n, n, call, [](int rc) { return rc >= 0; });
+}
+
 }  // namespace
 
 bool IsCmFd(int fd) { return MaybeCmFd(fd) && cmtable::Find(fd) != nullptr; }
@@ -120,55 +128,43 @@ void ForgetCmChannelsInChild() { cmtable::ForgetInChild(); }
 using ffv::CallReal;
 using ffv::MaybeCmFd;
 
-// The open family. Each keeps its own slot for libc's function.
-#define FFV_OPEN(name)                                                \
-  FFV_EXPORT int name(const char* path, int flags, ...) {             \
-    va_list ap;                                                       \
-    va_start(ap, flags);                                              \
-    const mode_t mode = ffv::ModeArg(flags, ap);                      \
-    va_end(ap);                                                       \
-    int fd;                                                           \
-    if (ffv::ServeOpen(path, flags, &fd)) return fd;                  \
-    static std::atomic<int (*)(const char*, int, ...)> real{nullptr}; \
-    return CallReal(real, #name, path, flags, mode);                  \
-  }
-#define FFV_OPENAT(name)                                                   \
-  FFV_EXPORT int name(int dirfd, const char* path, int flags, ...) {       \
-    va_list ap;                                                            \
-    va_start(ap, flags);                                                   \
-    const mode_t mode = ffv::ModeArg(flags, ap);                           \
-    va_end(ap);                                                            \
-    int fd;                                                                \
-    if (ffv::ServeOpen(path, flags, &fd)) return fd;                       \
-    static std::atomic<int (*)(int, const char*, int, ...)> real{nullptr}; \
-    return CallReal(real, #name, dirfd, path, flags, mode);                \
+// The open family: one interposer per name, each with its own slot for libc's function.
+// `params` is the parameter list (naming `path` and `flags`), the rest the arguments to pass
+// on; the variadic ones pass the mode on too.
+using OpenFn = int (*)(const char*, int, ...);
+using OpenAtFn = int (*)(int, const char*, int, ...);
+using Open2Fn = int (*)(const char*, int);
+using OpenAt2Fn = int (*)(int, const char*, int);
+#define FFV_OPEN(name, fn_t, params, ...)            \
+  FFV_EXPORT int name params {                       \
+    va_list ap;                                      \
+    va_start(ap, flags);                             \
+    const mode_t mode = ffv::ModeArg(flags, ap);     \
+    va_end(ap);                                      \
+    int fd;                                          \
+    if (ffv::ServeOpen(path, flags, &fd)) return fd; \
+    static std::atomic<fn_t> real{nullptr};          \
+    return CallReal(real, #name, __VA_ARGS__, mode); \
   }
 // The fortified entry points (_FORTIFY_SOURCE with flags the compiler cannot see).
-#define FFV_OPEN_2(name)                                         \
-  FFV_EXPORT int name(const char* path, int flags) {             \
-    int fd;                                                      \
-    if (ffv::ServeOpen(path, flags, &fd)) return fd;             \
-    static std::atomic<int (*)(const char*, int)> real{nullptr}; \
-    return CallReal(real, #name, path, flags);                   \
-  }
-#define FFV_OPENAT_2(name)                                            \
-  FFV_EXPORT int name(int dirfd, const char* path, int flags) {       \
-    int fd;                                                           \
-    if (ffv::ServeOpen(path, flags, &fd)) return fd;                  \
-    static std::atomic<int (*)(int, const char*, int)> real{nullptr}; \
-    return CallReal(real, #name, dirfd, path, flags);                 \
+#define FFV_OPEN_2(name, fn_t, params, ...)          \
+  FFV_EXPORT int name params {                       \
+    int fd;                                          \
+    if (ffv::ServeOpen(path, flags, &fd)) return fd; \
+    static std::atomic<fn_t> real{nullptr};          \
+    return CallReal(real, #name, __VA_ARGS__);       \
   }
 
 extern "C" {
 
-FFV_OPEN(open)
-FFV_OPEN(open64)
-FFV_OPENAT(openat)
-FFV_OPENAT(openat64)
-FFV_OPEN_2(__open_2)
-FFV_OPEN_2(__open64_2)
-FFV_OPENAT_2(__openat_2)
-FFV_OPENAT_2(__openat64_2)
+FFV_OPEN(open, OpenFn, (const char* path, int flags, ...), path, flags)
+FFV_OPEN(open64, OpenFn, (const char* path, int flags, ...), path, flags)
+FFV_OPEN(openat, OpenAtFn, (int dirfd, const char* path, int flags, ...), dirfd, path, flags)
+FFV_OPEN(openat64, OpenAtFn, (int dirfd, const char* path, int flags, ...), dirfd, path, flags)
+FFV_OPEN_2(__open_2, Open2Fn, (const char* path, int flags), path, flags)
+FFV_OPEN_2(__open64_2, Open2Fn, (const char* path, int flags), path, flags)
+FFV_OPEN_2(__openat_2, OpenAt2Fn, (int dirfd, const char* path, int flags), dirfd, path, flags)
+FFV_OPEN_2(__openat64_2, OpenAt2Fn, (int dirfd, const char* path, int flags), dirfd, path, flags)
 
 FFV_EXPORT ssize_t write(int fd, const void* buf, size_t count) {
   ssize_t result;
@@ -189,20 +185,13 @@ FFV_EXPORT int close(int fd) {
 
 FFV_EXPORT int dup2(int oldfd, int newfd) {
   static std::atomic<int (*)(int, int)> real{nullptr};
-  if (__builtin_expect(!MaybeCmFd(newfd), 1) || oldfd == newfd)
-    return CallReal(real, "dup2", oldfd, newfd);
-  const unsigned n = static_cast<unsigned>(newfd);
-  return ffv::Releasing(
-      n, n, [&] { return CallReal(real, "dup2", oldfd, newfd); }, [](int rc) { return rc >= 0; });
+  if (oldfd == newfd) return CallReal(real, "dup2", oldfd, newfd);  // replaces nothing
+  return ffv::Replacing(newfd, [&] { return CallReal(real, "dup2", oldfd, newfd); });
 }
 
 FFV_EXPORT int dup3(int oldfd, int newfd, int flags) {
   static std::atomic<int (*)(int, int, int)> real{nullptr};
-  if (__builtin_expect(!MaybeCmFd(newfd), 1)) return CallReal(real, "dup3", oldfd, newfd, flags);
-  const unsigned n = static_cast<unsigned>(newfd);
-  return ffv::Releasing(
-      n, n, [&] { return CallReal(real, "dup3", oldfd, newfd, flags); },
-      [](int rc) { return rc >= 0; });
+  return ffv::Replacing(newfd, [&] { return CallReal(real, "dup3", oldfd, newfd, flags); });
 }
 
 // CLOSE_RANGE_CLOEXEC only marks the descriptors; the others close them.

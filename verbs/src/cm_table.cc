@@ -95,6 +95,16 @@ void ForgetLocked(Table& t, int fd) {
   t.fds.erase(it);
 }
 
+// Forgets the id or join under `key`; the events reported for it (0: unknown).
+template <typename Map>
+uint32_t TakeLocked(Map& m, const Key& key) {
+  auto it = m.find(key);
+  if (it == m.end()) return 0;
+  const uint32_t reported = it->second.reported;
+  m.erase(it);
+  return reported;
+}
+
 }  // namespace
 
 void AddChannel(int fd, std::shared_ptr<CmChannel> ch) {
@@ -144,10 +154,7 @@ void IdCreated(const CmChannel& ch, uint32_t handle, uint64_t uid) {
 uint32_t IdDestroyed(Session* s, uint32_t handle) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
-  auto it = t.ids.find(Key{s, handle});
-  if (it == t.ids.end()) return 0;
-  const uint32_t reported = it->second.reported;
-  t.ids.erase(it);
+  const uint32_t reported = TakeLocked(t.ids, Key{s, handle});
   EraseJoinsOf(t, s, handle);
   return reported;
 }
@@ -177,11 +184,7 @@ void JoinCreated(Session* s, uint32_t parent, uint32_t join) {
 uint32_t JoinLeft(Session* s, uint32_t join) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
-  auto it = t.joins.find(Key{s, join});
-  if (it == t.joins.end()) return 0;
-  const uint32_t reported = it->second.reported;
-  t.joins.erase(it);
-  return reported;
+  return TakeLocked(t.joins, Key{s, join});
 }
 
 // The kernel counts an event against its id (the listener for a CONNECT_REQUEST, whose
