@@ -12,6 +12,7 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdarg>
@@ -202,18 +203,22 @@ FFV_EXPORT int close_range(unsigned int first, unsigned int last, int flags) {
       [flags](int rc) { return rc == 0 && (flags & CLOSE_RANGE_CLOEXEC) == 0; });
 }
 
+// A libc without closefrom (before 2.34) never reaches here from a program linked against
+// it; one that lacks it at run time gets the system call closefrom is made of.
 FFV_EXPORT void closefrom(int lowfd) {
   static std::atomic<void (*)(int)> real{nullptr};
   void (*fn)(int) = ffv::ResolveReal(real, "closefrom");
-  if (fn == nullptr) return;
   const unsigned first = lowfd < 0 ? 0 : static_cast<unsigned>(lowfd);
   ffv::Releasing(
       first, ~0u,
       [&] {
-        fn(lowfd);
-        return 0;
+        if (fn != nullptr) {
+          fn(lowfd);
+          return 0;
+        }
+        return static_cast<int>(::syscall(SYS_close_range, first, ~0u, 0));
       },
-      [](int) { return true; });
+      [](int rc) { return rc == 0; });
 }
 
 }  // extern "C"
