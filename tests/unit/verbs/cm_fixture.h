@@ -1,8 +1,8 @@
 // The rdma_cm device (verbs/src/cm_device.h) against the fake router: a pod whose session
-// serves the device (ffv::UseCmSession), and helpers that write ucma commands as librdmacm
-// does (one write of header + body) and play the router's side of a channel (events in,
-// commands answered). The test executable links the library's objects, so its open(),
-// write() and close() reach the interposers as a preloaded program's do.
+// serves the device (ffv::UseCmSession), and helpers that play the router's side of a
+// channel (events in, commands answered); commands are written with ucma_client.h. The test
+// executable links the library's objects, so its open(), write() and close() reach the interposers
+// as a preloaded program's do.
 #pragma once
 
 #include <fcntl.h>
@@ -18,44 +18,14 @@
 #include <vector>
 
 #include "cm_device.h"
+#include "cm_event.h"
 #include "pod.h"
+#include "ucma_client.h"
 
 namespace fftest {
 
-// Event numbers (librdmacm's enum rdma_cm_event_type; its header clashes with the uapi one).
-inline constexpr uint32_t kEstablished = 9;
-inline constexpr uint32_t kConnectRequest = 4;
-inline constexpr uint32_t kDeviceRemoval = 11;
-inline constexpr uint32_t kMulticastJoin = 12;
-
-// One command as librdmacm writes it.
-template <typename Body>
-struct Wire {
-  rdma_ucm_cmd_hdr hdr;
-  Body body;
-};
-
-template <typename Body>
-ssize_t WriteCmd(int fd, uint32_t cmd, const Body& body, uint16_t out = 0) {
-  Wire<Body> w{};
-  w.hdr.cmd = cmd;
-  w.hdr.in = sizeof(Body);
-  w.hdr.out = out;
-  w.body = body;
-  return ::write(fd, &w, sizeof(w));
-}
-
-// 0 or the errno of a command that must fail.
-template <typename Body>
-int CmdErrno(int fd, uint32_t cmd, const Body& body, uint16_t out = 0) {
-  errno = 0;
-  const ssize_t n = WriteCmd(fd, cmd, body, out);
-  if (n == static_cast<ssize_t>(sizeof(Wire<Body>))) return 0;
-  EXPECT_EQ(n, -1);
-  return errno;
-}
-
-inline uint64_t Ptr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+static_assert(offsetof(rdma_ucm_event_resp, id) == 8 && offsetof(rdma_ucm_event_resp, event) == 12,
+              "MakeCmEvent's offsets");
 
 class CmTest : public ::testing::Test {
  protected:
@@ -99,41 +69,12 @@ class CmTest : public ::testing::Test {
     EXPECT_EQ(::close(fd), 0);
   }
 
-  uint32_t CreateId(int fd, uint64_t uid) {
-    rdma_ucm_create_id_resp resp{};
-    rdma_ucm_create_id b{};
-    b.uid = uid;
-    b.response = Ptr(&resp);
-    b.ps = RDMA_PS_TCP;
-    EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_CREATE_ID, b, sizeof(resp)), 0);
-    return resp.id;
-  }
-  // DESTROY_ID's events_reported (or ~0u when it failed).
-  uint32_t DestroyId(int fd, uint32_t id) {
-    rdma_ucm_destroy_id_resp resp{~0u};
-    rdma_ucm_destroy_id b{};
-    b.response = Ptr(&resp);
-    b.id = id;
-    EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_DESTROY_ID, b, sizeof(resp)), 0);
-    return resp.events_reported;
-  }
-  // 0 and the event in *out, or the errno of GET_EVENT.
-  static int GetEvent(int fd, rdma_ucm_event_resp* out,
-                      uint16_t room = sizeof(rdma_ucm_event_resp)) {
-    rdma_ucm_get_event b{};
-    b.response = Ptr(out);
-    return CmdErrno(fd, RDMA_USER_CM_CMD_GET_EVENT, b, room);
-  }
+  static uint32_t CreateId(int fd, uint64_t uid) { return fftest::CreateId(fd, uid); }
+  static uint32_t DestroyId(int fd, uint32_t id) { return fftest::DestroyId(fd, id); }
 
   // The router writes an event for `owner` into channel `channel`.
   void SendEvent(uint32_t channel, uint32_t owner, uint32_t event, uint32_t id, uint64_t uid = 0) {
-    ff::proto::CmEvent ev{};
-    ev.owner = owner;
-    rdma_ucm_event_resp resp{};
-    resp.uid = uid;
-    resp.id = id;
-    resp.event = event;
-    std::memcpy(ev.resp, &resp, sizeof(resp));
+    const ff::proto::CmEvent ev = MakeCmEvent(owner, event, id, uid);
     const int fd = pod_.router.cm_channel_fd(channel);
     ASSERT_GE(fd, 0);
     ASSERT_EQ(::send(fd, &ev, sizeof(ev), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(ev)));

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "cm_device.h"
+#include "cm_event.h"
 #include "pod.h"
 
 namespace fftest {
@@ -137,13 +138,7 @@ class Librdmacm : public ::testing::Test {
   // The router queues an event of `id` on channel `channel`.
   static void Queue(uint32_t channel, uint32_t owner, rdma_cm_event_type type, uint32_t id,
                     uint64_t uid) {
-    ff::proto::CmEvent ev{};
-    ev.owner = owner;
-    ucma_abi_event_resp resp{};
-    resp.uid = uid;
-    resp.id = id;
-    resp.event = type;
-    std::memcpy(ev.resp, &resp, sizeof(resp));
+    const ff::proto::CmEvent ev = MakeCmEvent(owner, type, id, uid);
     ASSERT_EQ(::send(g_fake->cm_channel_fd(channel), &ev, sizeof(ev), MSG_DONTWAIT),
               static_cast<ssize_t>(sizeof(ev)));
   }
