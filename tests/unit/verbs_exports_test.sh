@@ -10,9 +10,12 @@ theirs=$(objdump -T "$sys" | awk '/DF \.text/ {print $NF}' | sort -u)
 ours=$(nm -D --defined-only "$lib" | awk '{print $NF}' | sort -u)
 missing=$(comm -23 <(echo "$theirs") <(echo "$ours"))
 # The libc functions the library interposes to answer for the device node UCX checks
-# (src/device_files.cc, listed in libffverbs.map): exactly these, no other libc name.
+# (src/device_files.cc) and to serve /dev/infiniband/rdma_cm (src/cm_device.cc), listed in
+# libffverbs.map: exactly these, no other libc name.
 libc_names=$(printf '%s\n' __fxstatat __fxstatat64 __lxstat __lxstat64 __xstat __xstat64 access \
-  eaccess euidaccess faccessat fstatat fstatat64 lstat lstat64 stat stat64 statx | sort)
+  eaccess euidaccess faccessat fstatat fstatat64 lstat lstat64 stat stat64 statx \
+  __fxstat __fxstat64 __open_2 __open64_2 __openat_2 __openat64_2 close close_range closefrom \
+  dup2 dup3 fstat fstat64 open open64 openat openat64 write | sort)
 libc_missing=$(comm -23 <(echo "$libc_names") <(echo "$ours"))
 extra=$(comm -13 <(echo "$theirs") <(echo "$ours") | grep -v -E '^(ibv_|_ibv_|verbs_|_verbs_)' |
   grep -vxF -f <(echo "$libc_names") || true)

@@ -1,6 +1,6 @@
-// Answers for the device node (device_files.h): libc's stat and access families, interposed
+// Answers for the device nodes (device_files.h): libc's stat and access families, interposed
 // by the preloaded library. Every call goes to the real function first (libc's, found with
-// dlsym(RTLD_NEXT) on first use); only a failure with ENOENT for exactly the served path
+// dlsym(RTLD_NEXT) on first use); only a failure with ENOENT for exactly a served path
 // turns into the answer, with errno as it was before the call. Everything else, errno
 // included, is the real function's, so a real node mounted into the pod always wins.
 //
@@ -10,9 +10,12 @@
 // is matched as a string: a relative path, or another spelling of the same file, is passed
 // through. Calls inside libc (realpath, ...) and raw system calls are not seen; nothing
 // known to check the node makes them.
+//
+// The fstat family (fstat, fstat64, __fxstat, __fxstat64, and fstatat/statx with
+// AT_EMPTY_PATH and "") answers for an open rdma_cm descriptor (cm_device.h) as for that
+// character device: librdmacm checks S_ISCHR after it opens the device.
 #include "device_files.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -23,55 +26,57 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cm_device.h"
 #include "exports.h"
+#include "interpose.h"
 
 namespace ffv {
 namespace {
 
-// uverbs0's numbers on Linux (IB_UVERBS_MAJOR, IB_UVERBS_BASE_MINOR), readable and
-// writable by everyone, as udev makes it.
-constexpr unsigned kMajor = 231;
-constexpr unsigned kMinor = 192;
+// A served node's numbers: uverbs0's on Linux (IB_UVERBS_MAJOR, IB_UVERBS_BASE_MINOR), and
+// rdma_cm's (cm_device.h). Both readable and writable by everyone, as udev makes them.
+struct Node {
+  unsigned major;
+  unsigned minor;
+};
+constexpr Node kUverbsNode{231, 192};
+constexpr Node kCmNode{kCmMajor, kCmMinor};
 constexpr mode_t kMode = S_IFCHR | 0666;
 constexpr unsigned kBlockSize = 4096;
 
-// The served path; a replaced one is never freed (a concurrent call may still read it).
+// The served uverbs path; a replaced one is never freed (a concurrent call may still read it).
 std::atomic<const char*> g_node{nullptr};
+std::atomic<bool> g_cm_node{false};
 
-bool IsNode(const char* path) {
+const Node* NodeAt(const char* path) {
+  if (path == nullptr) return nullptr;
   const char* node = g_node.load(std::memory_order_acquire);
-  return node != nullptr && path != nullptr && std::strcmp(path, node) == 0;
+  if (node != nullptr && std::strcmp(path, node) == 0) return &kUverbsNode;
+  if (g_cm_node.load(std::memory_order_acquire) && std::strcmp(path, kCmDevicePath) == 0)
+    return &kCmNode;
+  return nullptr;
 }
 
-// Calls the next definition of the symbol after this library, looked up once into `slot`
-// (a race only looks it up twice); -1 with ENOSYS when there is none.
-template <typename Fn, typename... Args>
-int CallReal(std::atomic<Fn>& slot, const char* name, Args... args) {
-  Fn fn = slot.load(std::memory_order_acquire);
-  if (fn == nullptr) {
-    fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
-    if (fn == nullptr) {
-      errno = ENOSYS;
-      return -1;
-    }
-    slot.store(fn, std::memory_order_release);
-  }
-  return fn(args...);
+// fstatat/statx of an rdma_cm descriptor itself (AT_EMPTY_PATH with "").
+bool IsCmEmptyPath(int dirfd, const char* path, int flags) {
+  return (flags & AT_EMPTY_PATH) != 0 && path != nullptr && path[0] == '\0' && IsCmFd(dirfd);
 }
 
-// The real call; when it failed with ENOENT for the served path, `answer()` instead, with
+// The real call; when it failed with ENOENT for a served path, `answer(node)` instead, with
 // errno restored first (answer sets it only when it fails too).
 template <typename Fn, typename Answer, typename... Args>
 int Serve(std::atomic<Fn>& slot, const char* name, const char* path, Answer answer, Args... args) {
   const int saved = errno;
   const int rc = CallReal(slot, name, args...);
-  if (rc == 0 || errno != ENOENT || !IsNode(path)) return rc;
+  if (rc == 0 || errno != ENOENT) return rc;
+  const Node* node = NodeAt(path);
+  if (node == nullptr) return rc;
   errno = saved;
-  return answer();
+  return answer(*node);
 }
 
 template <typename StatT>
-int FillStat(StatT* st) {
+int FillStat(StatT* st, const Node& node) {
   if (st == nullptr) {
     errno = EFAULT;
     return -1;
@@ -79,12 +84,12 @@ int FillStat(StatT* st) {
   std::memset(st, 0, sizeof(*st));
   st->st_mode = kMode;
   st->st_nlink = 1;
-  st->st_rdev = makedev(kMajor, kMinor);
+  st->st_rdev = makedev(node.major, node.minor);
   st->st_blksize = kBlockSize;
   return 0;
 }
 
-int FillStatx(struct statx* sx) {
+int FillStatx(struct statx* sx, const Node& node) {
   if (sx == nullptr) {
     errno = EFAULT;
     return -1;
@@ -94,8 +99,8 @@ int FillStatx(struct statx* sx) {
   sx->stx_blksize = kBlockSize;
   sx->stx_nlink = 1;
   sx->stx_mode = kMode;
-  sx->stx_rdev_major = kMajor;
-  sx->stx_rdev_minor = kMinor;
+  sx->stx_rdev_major = node.major;
+  sx->stx_rdev_minor = node.minor;
   return 0;
 }
 
@@ -124,47 +129,66 @@ void ServeDeviceNode(const std::string& path) {
   g_node.store(copy, std::memory_order_release);
 }
 
-void StopServingDeviceNode() { g_node.store(nullptr, std::memory_order_release); }
+void ServeCmNode() { g_cm_node.store(true, std::memory_order_release); }
+
+void StopServingDeviceNode() {
+  g_node.store(nullptr, std::memory_order_release);
+  g_cm_node.store(false, std::memory_order_release);
+}
 
 }  // namespace ffv
 
+using ffv::CallReal;
 using ffv::FillStat;
 using ffv::FillStatx;
+using ffv::IsCmEmptyPath;
 using ffv::Serve;
 
 // One interposer per libc name; those of one signature are made by one macro. Each keeps its
 // own slot for libc's function. (Template arguments cannot carry libc's nonnull attributes,
-// hence the spelled-out pointer types.)
+// hence the spelled-out pointer types.) The fd-based ones answer for an rdma_cm descriptor
+// without asking libc (which would see the socket behind it).
+#define FFV_STAT_ANSWER [&](const ffv::Node& n) { return FillStat(buf, n); }
+#define FFV_ACCESS_ANSWER [&](const ffv::Node&) { return ffv::Access(mode); }
 #define FFV_PATH_STAT(name, stat_t)                                         \
   FFV_EXPORT int name(const char* path, struct stat_t* buf) noexcept {      \
     static std::atomic<int (*)(const char*, struct stat_t*)> real{nullptr}; \
-    return Serve(                                                           \
-        real, #name, path, [&] { return FillStat(buf); }, path, buf);       \
+    return Serve(real, #name, path, FFV_STAT_ANSWER, path, buf);            \
   }
 #define FFV_VERSIONED_STAT(name, stat_t)                                         \
   FFV_EXPORT int name(int ver, const char* path, struct stat_t* buf) noexcept {  \
     static std::atomic<int (*)(int, const char*, struct stat_t*)> real{nullptr}; \
-    return Serve(                                                                \
-        real, #name, path, [&] { return FillStat(buf); }, ver, path, buf);       \
+    return Serve(real, #name, path, FFV_STAT_ANSWER, ver, path, buf);            \
   }
 #define FFV_AT_STAT(name, stat_t)                                                            \
   FFV_EXPORT int name(int dirfd, const char* path, struct stat_t* buf, int flags) noexcept { \
+    if (IsCmEmptyPath(dirfd, path, flags)) return FillStat(buf, ffv::kCmNode);               \
     static std::atomic<int (*)(int, const char*, struct stat_t*, int)> real{nullptr};        \
-    return Serve(                                                                            \
-        real, #name, path, [&] { return FillStat(buf); }, dirfd, path, buf, flags);          \
+    return Serve(real, #name, path, FFV_STAT_ANSWER, dirfd, path, buf, flags);               \
   }
 #define FFV_VERSIONED_AT_STAT(name, stat_t)                                                \
   FFV_EXPORT int name(int ver, int dirfd, const char* path, struct stat_t* buf,            \
                       int flags) noexcept {                                                \
+    if (IsCmEmptyPath(dirfd, path, flags)) return FillStat(buf, ffv::kCmNode);             \
     static std::atomic<int (*)(int, int, const char*, struct stat_t*, int)> real{nullptr}; \
-    return Serve(                                                                          \
-        real, #name, path, [&] { return FillStat(buf); }, ver, dirfd, path, buf, flags);   \
+    return Serve(real, #name, path, FFV_STAT_ANSWER, ver, dirfd, path, buf, flags);        \
   }
-#define FFV_PATH_ACCESS(name)                                              \
-  FFV_EXPORT int name(const char* path, int mode) noexcept {               \
-    static std::atomic<int (*)(const char*, int)> real{nullptr};           \
-    return Serve(                                                          \
-        real, #name, path, [&] { return ffv::Access(mode); }, path, mode); \
+#define FFV_FD_STAT(name, stat_t)                                   \
+  FFV_EXPORT int name(int fd, struct stat_t* buf) noexcept {        \
+    if (ffv::IsCmFd(fd)) return FillStat(buf, ffv::kCmNode);        \
+    static std::atomic<int (*)(int, struct stat_t*)> real{nullptr}; \
+    return CallReal(real, #name, fd, buf);                          \
+  }
+#define FFV_VERSIONED_FD_STAT(name, stat_t)                              \
+  FFV_EXPORT int name(int ver, int fd, struct stat_t* buf) noexcept {    \
+    if (ffv::IsCmFd(fd)) return FillStat(buf, ffv::kCmNode);             \
+    static std::atomic<int (*)(int, int, struct stat_t*)> real{nullptr}; \
+    return CallReal(real, #name, ver, fd, buf);                          \
+  }
+#define FFV_PATH_ACCESS(name)                                       \
+  FFV_EXPORT int name(const char* path, int mode) noexcept {        \
+    static std::atomic<int (*)(const char*, int)> real{nullptr};    \
+    return Serve(real, #name, path, FFV_ACCESS_ANSWER, path, mode); \
   }
 
 extern "C" {
@@ -181,21 +205,26 @@ FFV_AT_STAT(fstatat, stat)
 FFV_AT_STAT(fstatat64, stat64)
 FFV_VERSIONED_AT_STAT(__fxstatat, stat)
 FFV_VERSIONED_AT_STAT(__fxstatat64, stat64)
+FFV_FD_STAT(fstat, stat)
+FFV_FD_STAT(fstat64, stat64)
+FFV_VERSIONED_FD_STAT(__fxstat, stat)
+FFV_VERSIONED_FD_STAT(__fxstat64, stat64)
 FFV_PATH_ACCESS(access)
 FFV_PATH_ACCESS(euidaccess)
 FFV_PATH_ACCESS(eaccess)
 
 FFV_EXPORT int statx(int dirfd, const char* path, int flags, unsigned int mask,
                      struct statx* buf) noexcept {
+  if (IsCmEmptyPath(dirfd, path, flags)) return FillStatx(buf, ffv::kCmNode);
   static std::atomic<int (*)(int, const char*, int, unsigned int, struct statx*)> real{nullptr};
   return Serve(
-      real, "statx", path, [&] { return FillStatx(buf); }, dirfd, path, flags, mask, buf);
+      real, "statx", path, [&](const ffv::Node& n) { return FillStatx(buf, n); }, dirfd, path,
+      flags, mask, buf);
 }
 
 FFV_EXPORT int faccessat(int dirfd, const char* path, int mode, int flags) noexcept {
   static std::atomic<int (*)(int, const char*, int, int)> real{nullptr};
-  return Serve(
-      real, "faccessat", path, [&] { return ffv::Access(mode); }, dirfd, path, mode, flags);
+  return Serve(real, "faccessat", path, FFV_ACCESS_ANSWER, dirfd, path, mode, flags);
 }
 
 }  // extern "C"

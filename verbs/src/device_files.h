@@ -20,7 +20,11 @@ std::string DeviceNodePath(const char* dev_name);
 // a real file there always wins. Thread-safe; the last call wins.
 void ServeDeviceNode(const std::string& path);
 
-// Stops answering (tests).
+// From now on, /dev/infiniband/rdma_cm answers likewise as the character device 10:58
+// (cm_device.h), when the real call fails with ENOENT. Set once this process has a router.
+void ServeCmNode();
+
+// Stops answering for both (tests).
 void StopServingDeviceNode();
 
 }  // namespace ffv
@@ -35,4 +39,6 @@ int __lxstat(int ver, const char* path, struct stat* buf) noexcept;
 int __lxstat64(int ver, const char* path, struct stat64* buf) noexcept;
 int __fxstatat(int ver, int dirfd, const char* path, struct stat* buf, int flags) noexcept;
 int __fxstatat64(int ver, int dirfd, const char* path, struct stat64* buf, int flags) noexcept;
+int __fxstat(int ver, int fd, struct stat* buf) noexcept;
+int __fxstat64(int ver, int fd, struct stat64* buf) noexcept;
 }

@@ -9,7 +9,8 @@
 // child also drops the parent's router session (closing its descriptors), so the router
 // still sees the parent's connection end when the parent exits, and the child's first verb
 // connects a session of its own. The parent's contexts are not the child's to use, as with
-// a real device.
+// a real device. Its rdma_cm channels (cm_device.h) stay open descriptors whose commands
+// fail with ENODEV.
 //
 // Hence ibv_is_fork_initialized() answers IBV_FORK_UNNEEDED, as libibverbs does on such a
 // kernel; ibv_fork_init() and RDMAV_FORK_SAFE then change nothing (libibverbs does not
@@ -17,6 +18,7 @@
 // succeed without effect.
 #include <pthread.h>
 
+#include "cm_device.h"
 #include "exports.h"
 #include "session.h"
 
@@ -26,14 +28,18 @@ namespace {
 void BeforeFork() {
   LockProcessSession();
   LockRegions();
+  LockCmTable();
 }
 
 void AfterForkParent() {
+  UnlockCmTable();
   UnlockRegions();
   UnlockProcessSession();
 }
 
 void AfterForkChild() {
+  ForgetCmChannelsInChild();
+  UnlockCmTable();
   PrivatizeRegionsInChild();
   UnlockRegions();
   ForgetProcessSessionInChild();

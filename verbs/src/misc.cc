@@ -1,7 +1,12 @@
-// The rest of the libibverbs surface: string and rate helpers (fork support: fork.cc), and clear
+// The rest of the libibverbs surface: string and rate helpers, the kernel-ABI marshalling
+// helpers librdmacm uses (fork support: fork.cc), and clear
 // refusals (EOPNOTSUPP) for what a virtual device cannot offer. Everything libibverbs
 // exports is defined here or elsewhere in this library, so no call ever reaches the
 // system's libibverbs with one of our objects.
+#include <infiniband/sa.h>
+#include <rdma/ib_user_sa.h>
+#include <rdma/ib_user_verbs.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -41,6 +46,82 @@ To ConvertRate(From RateRow::*from, From v, To RateRow::*to, To none) {
     if (r.*from == v) return r.*to;
   return none;
 }
+
+// The kernel's address vector (ib_uverbs_ah_attr) as libibverbs has it; the kernel's
+// reserved bytes have no counterpart.
+void CopyAhAttr(ibv_ah_attr* dst, const ib_uverbs_ah_attr& src) {
+  std::memcpy(dst->grh.dgid.raw, src.grh.dgid, sizeof(dst->grh.dgid.raw));
+  dst->grh.flow_label = src.grh.flow_label;
+  dst->grh.sgid_index = src.grh.sgid_index;
+  dst->grh.hop_limit = src.grh.hop_limit;
+  dst->grh.traffic_class = src.grh.traffic_class;
+  dst->dlid = src.dlid;
+  dst->sl = src.sl;
+  dst->src_path_bits = src.src_path_bits;
+  dst->static_rate = src.static_rate;
+  dst->is_global = src.is_global;
+  dst->port_num = src.port_num;
+}
+
+// Every attribute the kernel reports, except qp_state: the caller set it to the state it
+// asked about (rdma_init_qp_attr), and libibverbs leaves it alone too. rate_limit has no
+// kernel field.
+void CopyQpAttr(ibv_qp_attr* dst, const ib_uverbs_qp_attr& src) {
+  dst->cur_qp_state = static_cast<ibv_qp_state>(src.cur_qp_state);
+  dst->path_mtu = static_cast<ibv_mtu>(src.path_mtu);
+  dst->path_mig_state = static_cast<ibv_mig_state>(src.path_mig_state);
+  dst->qkey = src.qkey;
+  dst->rq_psn = src.rq_psn;
+  dst->sq_psn = src.sq_psn;
+  dst->dest_qp_num = src.dest_qp_num;
+  dst->qp_access_flags = src.qp_access_flags;
+  dst->cap.max_send_wr = src.max_send_wr;
+  dst->cap.max_recv_wr = src.max_recv_wr;
+  dst->cap.max_send_sge = src.max_send_sge;
+  dst->cap.max_recv_sge = src.max_recv_sge;
+  dst->cap.max_inline_data = src.max_inline_data;
+  CopyAhAttr(&dst->ah_attr, src.ah_attr);
+  CopyAhAttr(&dst->alt_ah_attr, src.alt_ah_attr);
+  dst->pkey_index = src.pkey_index;
+  dst->alt_pkey_index = src.alt_pkey_index;
+  dst->en_sqd_async_notify = src.en_sqd_async_notify;
+  dst->sq_draining = src.sq_draining;
+  dst->max_rd_atomic = src.max_rd_atomic;
+  dst->max_dest_rd_atomic = src.max_dest_rd_atomic;
+  dst->min_rnr_timer = src.min_rnr_timer;
+  dst->port_num = src.port_num;
+  dst->timeout = src.timeout;
+  dst->retry_cnt = src.retry_cnt;
+  dst->rnr_retry = src.rnr_retry;
+  dst->alt_port_num = src.alt_port_num;
+  dst->alt_timeout = src.alt_timeout;
+}
+
+// A path record both ways (ib_user_path_rec <-> ibv_sa_path_rec): the same fields, already
+// in network order where the wire has them so (LIDs, flow label, P_Key).
+template <typename Dst, typename Src>
+void CopyPathRec(Dst* dst, const Src& src) {
+  std::memcpy(&dst->dgid, &src.dgid, 16);
+  std::memcpy(&dst->sgid, &src.sgid, 16);
+  dst->dlid = src.dlid;
+  dst->slid = src.slid;
+  dst->raw_traffic = src.raw_traffic;
+  dst->flow_label = src.flow_label;
+  dst->hop_limit = src.hop_limit;
+  dst->traffic_class = src.traffic_class;
+  dst->reversible = src.reversible;
+  dst->numb_path = src.numb_path;
+  dst->pkey = src.pkey;
+  dst->sl = src.sl;
+  dst->mtu_selector = src.mtu_selector;
+  dst->mtu = src.mtu;
+  dst->rate_selector = src.rate_selector;
+  dst->rate = src.rate;
+  dst->packet_life_time_selector = src.packet_life_time_selector;
+  dst->packet_life_time = src.packet_life_time;
+  dst->preference = src.preference;
+}
+static_assert(sizeof(ibv_gid) == 16 && sizeof(ib_user_path_rec::dgid) == 16);
 
 }  // namespace
 
@@ -145,11 +226,21 @@ FFV_EXPORT int ibv_read_ibdev_sysfs_file(char*, size_t, void*, const char*, ...)
   return -1;
 }
 
-// Kernel-ABI marshalling helpers: no kernel structures exist behind a virtual device.
-FFV_EXPORT void ibv_copy_ah_attr_from_kern(void*, const void*) {}
-FFV_EXPORT void ibv_copy_qp_attr_from_kern(void*, const void*) {}
-FFV_EXPORT void ibv_copy_path_rec_from_kern(void*, const void*) {}
-FFV_EXPORT void ibv_copy_path_rec_to_kern(void*, const void*) {}
+// Kernel-ABI marshalling helpers. librdmacm converts the rdma_cm device's answers with
+// them (INIT_QP_ATTR, QUERY_ROUTE, UD event parameters), which the router writes in the
+// kernel's layouts (cm_device.h).
+FFV_EXPORT void ibv_copy_ah_attr_from_kern(void* dst, const void* src) {
+  CopyAhAttr(static_cast<ibv_ah_attr*>(dst), *static_cast<const ib_uverbs_ah_attr*>(src));
+}
+FFV_EXPORT void ibv_copy_qp_attr_from_kern(void* dst, const void* src) {
+  CopyQpAttr(static_cast<ibv_qp_attr*>(dst), *static_cast<const ib_uverbs_qp_attr*>(src));
+}
+FFV_EXPORT void ibv_copy_path_rec_from_kern(void* dst, const void* src) {
+  CopyPathRec(static_cast<ibv_sa_path_rec*>(dst), *static_cast<const ib_user_path_rec*>(src));
+}
+FFV_EXPORT void ibv_copy_path_rec_to_kern(void* dst, const void* src) {
+  CopyPathRec(static_cast<ib_user_path_rec*>(dst), *static_cast<const ibv_sa_path_rec*>(src));
+}
 
 // Provider registration (called by provider libraries, which never load here).
 FFV_EXPORT void ibv_register_driver(const char*, void*) {}

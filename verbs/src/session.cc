@@ -185,7 +185,10 @@ Session* GetSession() {
     int error = 0;
     g_session = OpenSession(path, &error);
     // The process has the device now: programs may check its node (device_files.h).
-    if (g_session != nullptr) ServeDeviceNode(DeviceNodePath(g_session->device.dev.dev_name));
+    if (g_session != nullptr) {
+      ServeDeviceNode(DeviceNodePath(g_session->device.dev.dev_name));
+      ServeCmNode();
+    }
   }
   return g_session;
 }

@@ -192,6 +192,8 @@ class Pod {
     return e.event_type;
   }
 
+  ffv::Session* session() const { return session_; }
+
   // The process dies: the router sees its connection close with everything still open.
   void Die() { ::shutdown(session_->sock.get(), SHUT_RDWR); }
 

@@ -233,6 +233,32 @@ void FakeRouter::Close() {
   std::lock_guard<std::mutex> g(mu_);
   ::shutdown(sock_.get(), SHUT_RDWR);
   events_.reset();
+  cm_channels_.clear();  // a dead router's descriptors close with it
+}
+
+void FakeRouter::OnCmCommand(CmHandler handler) {
+  std::lock_guard<std::mutex> g(mu_);
+  cm_handler_ = std::move(handler);
+}
+
+uint32_t FakeRouter::last_cm_channel() {
+  std::lock_guard<std::mutex> g(mu_);
+  return last_cm_channel_;
+}
+
+int FakeRouter::cm_channel_fd(uint32_t channel) {
+  std::lock_guard<std::mutex> g(mu_);
+  return FdAt(cm_channels_, channel, [](const ff::UniqueFd& fd) { return fd.get(); });
+}
+
+void FakeRouter::DropCmChannel(uint32_t channel) {
+  std::lock_guard<std::mutex> g(mu_);
+  cm_channels_.erase(channel);
+}
+
+std::vector<ff::proto::CmCommand> FakeRouter::cm_commands() {
+  std::lock_guard<std::mutex> g(mu_);
+  return cm_commands_;
 }
 
 ff::NotifySlot* FakeRouter::pod_notify() {
@@ -338,6 +364,13 @@ int FakeRouter::Handle(ff::proto::Op op, const char* buf, ff::UniqueFd* fds, int
       return OnMoveMr(As<MoveMr>(buf), fds, nfds);
     case Op::kGetRegion:
       return OnGetRegion(As<GetRegion>(buf), r, out);
+    case Op::kCmOpenChannel:
+      last_cm_channel_ = As<CmOpenChannel>(buf).channel;
+      cm_channels_[last_cm_channel_] = std::move(fds[0]);
+      return 0;
+    case Op::kCmCommand:
+      cm_commands_.push_back(As<CmCommand>(buf));
+      return cm_handler_ ? cm_handler_(cm_commands_.back(), &r->u.cm) : 0;
     default:
       return 0;  // CQs, destroy and disconnect: nothing to keep here
   }

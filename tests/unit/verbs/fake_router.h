@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -136,6 +137,16 @@ class FakeRouter {
   // Closes the connection and the event socket, as a router that died.
   void Close();
 
+  // rdma_cm (verbs/src/cm_device.h): CmOpenChannel keeps the router's end of the channel;
+  // CmCommand is answered by `handler` (its return value is the status; default: 0 and no
+  // bytes). The handler runs on the serving thread with the router's lock held.
+  using CmHandler = std::function<int(const ff::proto::CmCommand&, ff::proto::CmReply*)>;
+  void OnCmCommand(CmHandler handler);
+  uint32_t last_cm_channel();                       // kNoId: none opened
+  int cm_channel_fd(uint32_t channel);              // the router's end (-1: none or dropped)
+  void DropCmChannel(uint32_t channel);             // closes the router's end
+  std::vector<ff::proto::CmCommand> cm_commands();  // every command, in order
+
   // What the pod told us.
   ff::NotifySlot* pod_notify();  // the pod's notify words (wake word included)
   const ff::MrEntry* mr_entry(uint32_t key);
@@ -204,6 +215,10 @@ class FakeRouter {
   std::map<uint32_t, bool> withheld_;          // QPN -> consent withheld
   std::map<uint32_t, int> connects_;           // QPN -> connect requests
   std::map<uint32_t, ff::UniqueFd> channels_;  // channel id -> its wake socket
+  std::map<uint32_t, ff::UniqueFd> cm_channels_;
+  uint32_t last_cm_channel_ = ff::proto::kNoId;
+  CmHandler cm_handler_;
+  std::vector<ff::proto::CmCommand> cm_commands_;
   uint32_t last_channel_ = ff::proto::kNoId;
   std::vector<std::unique_ptr<ProxySegment>> proxies_;
   int move_mr_count_ = 0;

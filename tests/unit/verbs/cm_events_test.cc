@@ -1,0 +1,209 @@
+// GET_EVENT, the event accounting librdmacm waits on, and DEVICE_REMOVAL when the router
+// goes away (verbs/src/cm_events.cc, cm_table.cc), against the fake router.
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <future>
+#include <set>
+
+#include "cm_fixture.h"
+
+namespace fftest {
+namespace {
+
+TEST_F(CmTest, EventsOfLiveIdsAreDeliveredAndCounted) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
+  const uint32_t id = CreateId(fd, 0xabc);
+  SendEvent(channel, 555, kEstablished, 555, 1);  // an id this process does not hold
+  {
+    const char junk[10] = {};
+    ASSERT_EQ(::send(pod_.router.cm_channel_fd(channel), junk, sizeof(junk), 0), 10);
+  }
+  SendEvent(channel, id, kEstablished, id, 0xabc);
+  rdma_ucm_event_resp ev{};
+  ASSERT_EQ(GetEvent(fd, &ev), 0) << "the foreign and the malformed events are dropped";
+  EXPECT_EQ(ev.event, kEstablished);
+  EXPECT_EQ(ev.id, id);
+  EXPECT_EQ(ev.uid, 0xabcu);
+  EXPECT_EQ(GetEvent(fd, &ev), EAGAIN) << "nothing else queued";
+  EXPECT_FALSE(Readable(fd));
+  EXPECT_EQ(DestroyId(fd, id), 1u);
+  SendEvent(channel, id, kEstablished, id, 0xabc);
+  EXPECT_EQ(GetEvent(fd, &ev), EAGAIN) << "an event of a destroyed id is dropped";
+}
+
+TEST_F(CmTest, GetEventNeedsRoomAndCopiesNoMoreThanAsked) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
+  const uint32_t id = CreateId(fd, 1);
+  const uint16_t smallest = sizeof(rdma_ucm_event_resp) - sizeof(uint32_t) - sizeof(rdma_ucm_ece);
+  struct {
+    rdma_ucm_event_resp ev;
+    char guard[8];
+  } out;
+  std::memset(&out, 0x7e, sizeof(out));
+  EXPECT_EQ(GetEvent(fd, &out.ev, smallest - 1), ENOSPC);
+  SendEvent(channel, id, kEstablished, id, 1);
+  ASSERT_EQ(GetEvent(fd, &out.ev, smallest), 0);
+  EXPECT_EQ(out.ev.event, kEstablished);
+  const auto* tail = reinterpret_cast<const unsigned char*>(&out.ev) + smallest;
+  for (size_t i = 0; i < sizeof(out) - smallest; ++i)
+    ASSERT_EQ(tail[i], 0x7e) << "byte " << smallest + i << " was written";
+}
+
+TEST_F(CmTest, AConnectRequestMakesTheNewIdLiveWithTheAcceptedUid) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
+  const uint32_t listener = CreateId(fd, 0x11);
+  const uint32_t child = 4242;
+  SendEvent(channel, listener, kConnectRequest, child, 0x11);
+  rdma_ucm_event_resp ev{};
+  ASSERT_EQ(GetEvent(fd, &ev), 0);
+  EXPECT_EQ(ev.event, kConnectRequest);
+  EXPECT_EQ(ev.id, child);
+  rdma_ucm_accept acc{};
+  acc.uid = 0x22;
+  acc.id = child;
+  acc.conn_param.valid = 1;
+  ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_ACCEPT, acc), 0);
+  SendEvent(channel, child, kEstablished, child, 0x22);
+  ASSERT_EQ(GetEvent(fd, &ev), 0) << "the child is a live id";
+  EXPECT_EQ(ev.id, child);
+  // The router goes: each live id hears DEVICE_REMOVAL with its own uid.
+  pod_.router.DropCmChannel(channel);
+  std::map<uint32_t, uint64_t> removed;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(GetEvent(fd, &ev), 0);
+    EXPECT_EQ(ev.event, kDeviceRemoval);
+    removed[ev.id] = ev.uid;
+  }
+  EXPECT_EQ(GetEvent(fd, &ev), EAGAIN);
+  EXPECT_EQ(removed, (std::map<uint32_t, uint64_t>{{listener, 0x11}, {child, 0x22}}));
+  EXPECT_EQ(DestroyId(fd, child), 2u) << "ESTABLISHED and DEVICE_REMOVAL";
+  EXPECT_EQ(DestroyId(fd, listener), 2u) << "CONNECT_REQUEST and DEVICE_REMOVAL";
+}
+
+TEST_F(CmTest, MulticastEventsCountAgainstTheJoinAndItsId) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
+  const uint32_t id = CreateId(fd, 5);
+  rdma_ucm_create_id_resp join{};
+  rdma_ucm_join_ip_mcast j{};
+  j.response = Ptr(&join);
+  j.uid = 0x55;
+  j.id = id;
+  ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_JOIN_IP_MCAST, j, sizeof(join)), 0);
+  SendEvent(channel, id, kMulticastJoin, join.id, 0x55);
+  rdma_ucm_event_resp ev{};
+  ASSERT_EQ(GetEvent(fd, &ev), 0);
+  EXPECT_EQ(ev.event, kMulticastJoin);
+  rdma_ucm_destroy_id_resp left{~0u};
+  rdma_ucm_destroy_id leave{};
+  leave.response = Ptr(&left);
+  leave.id = join.id;
+  ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_LEAVE_MCAST, leave, sizeof(left)), 0);
+  EXPECT_EQ(left.events_reported, 1u);
+  EXPECT_EQ(DestroyId(fd, id), 1u);
+}
+
+// The router closes the channel while the program waits in GET_EVENT: it wakes with
+// DEVICE_REMOVAL, then the descriptor is idle (poll says so, a non-blocking read EAGAIN),
+// commands fail with ENODEV, and destroying the id still works.
+TEST_F(CmTest, ABlockedReaderWakesWithDeviceRemovalThenTheChannelIsIdle) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC, &channel);
+  const uint32_t id = CreateId(fd, 0x77);
+  auto waiter = std::async(std::launch::async, [fd] {
+    rdma_ucm_event_resp ev{};
+    const int rc = GetEvent(fd, &ev);
+    return std::make_pair(rc, ev);
+  });
+  EXPECT_EQ(waiter.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout)
+      << "GET_EVENT blocks while nothing is queued";
+  pod_.router.DropCmChannel(channel);
+  ASSERT_EQ(waiter.wait_for(kWaitLimit), std::future_status::ready);
+  const auto [rc, ev] = waiter.get();
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(ev.event, kDeviceRemoval);
+  EXPECT_EQ(ev.id, id);
+  EXPECT_EQ(ev.uid, 0x77u);
+  EXPECT_FALSE(Readable(fd, 50)) << "idle, not EOF";
+  EXPECT_EQ((::fcntl(fd, F_GETFD) & FD_CLOEXEC), FD_CLOEXEC);
+  EXPECT_TRUE(ffv::IsCmFd(fd));
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  ASSERT_EQ(::fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+  rdma_ucm_event_resp more{};
+  EXPECT_EQ(GetEvent(fd, &more), EAGAIN);
+  rdma_ucm_listen listen{};
+  listen.id = id;
+  const size_t before = pod_.router.cm_commands().size();
+  EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_LISTEN, listen), ENODEV);
+  EXPECT_EQ(pod_.router.cm_commands().size(), before) << "nothing goes to the router";
+  EXPECT_EQ(DestroyId(fd, id), 1u) << "destroyed locally, with the one event read";
+}
+
+TEST_F(CmTest, ARouterThatDiedReportsDeviceRemoval) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
+  const uint32_t id = CreateId(fd, 3);
+  pod_.router.Close();
+  rdma_ucm_event_resp ev{};
+  ASSERT_EQ(GetEvent(fd, &ev), 0);
+  EXPECT_EQ(ev.event, kDeviceRemoval);
+  EXPECT_EQ(ev.id, id);
+  rdma_ucm_create_id_resp resp{};
+  rdma_ucm_create_id b{};
+  b.response = Ptr(&resp);
+  EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_CREATE_ID, b, sizeof(resp)), ENODEV);
+  EXPECT_EQ(DestroyId(fd, id), 1u);
+}
+
+TEST_F(CmTest, EveryLiveIdHearsDeviceRemovalEvenPastTheSocketBuffer) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
+  constexpr int kIds = 1500;
+  std::set<uint32_t> ids;
+  for (int i = 0; i < kIds; ++i) ids.insert(CreateId(fd, 1000 + i));
+  ASSERT_EQ(ids.size(), static_cast<size_t>(kIds));
+  pod_.router.DropCmChannel(channel);
+  std::set<uint32_t> removed;
+  rdma_ucm_event_resp ev{};
+  for (int i = 0; i < kIds; ++i) {
+    ASSERT_EQ(GetEvent(fd, &ev), 0) << "event " << i;
+    ASSERT_EQ(ev.event, kDeviceRemoval);
+    EXPECT_EQ(ev.uid, 1000u + (ev.id - 100)) << "handles are 100 on, uids 1000 on";
+    removed.insert(ev.id);
+  }
+  EXPECT_EQ(removed, ids);
+  EXPECT_EQ(GetEvent(fd, &ev), EAGAIN);
+  EXPECT_FALSE(Readable(fd));
+}
+
+TEST_F(CmTest, AForkedChildCannotUseTheParentsChannel) {
+  const int fd = Open();
+  const uint32_t id = CreateId(fd, 9);
+  const size_t before = pod_.router.cm_commands().size();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    rdma_ucm_listen listen{};
+    listen.id = id;
+    const int rc = CmdErrno(fd, RDMA_USER_CM_CMD_LISTEN, listen);
+    rdma_ucm_event_resp ev{};
+    const int get = GetEvent(fd, &ev);
+    ::_exit(rc == ENODEV && get == ENODEV ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(pod_.router.cm_commands().size(), before);
+  EXPECT_EQ(DestroyId(fd, id), 0u) << "the parent's channel still works";
+}
+
+}  // namespace
+}  // namespace fftest

@@ -1,0 +1,102 @@
+// The rdma_cm device (verbs/src/cm_device.h) against the fake router: a pod whose session
+// serves the device (ffv::UseCmSession), and helpers that play the router's side of a
+// channel (events in, commands answered); commands are written with ucma_client.h. The test
+// executable links the library's objects, so its open(), write() and close() reach the interposers
+// as a preloaded program's do.
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <rdma/rdma_user_cm.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "cm_device.h"
+#include "cm_event.h"
+#include "pod.h"
+#include "ucma_client.h"
+
+namespace fftest {
+
+static_assert(offsetof(rdma_ucm_event_resp, id) == 8 && offsetof(rdma_ucm_event_resp, event) == 12,
+              "MakeCmEvent's offsets");
+
+class CmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(pod_.session, nullptr);
+    ffv::UseCmSession(pod_.session);
+    // The fake router's CREATE_ID / JOIN answers: handles from 100 on.
+    pod_.router.OnCmCommand([this](const ff::proto::CmCommand& c, ff::proto::CmReply* r) {
+      if (c.cmd == RDMA_USER_CM_CMD_CREATE_ID || c.cmd == RDMA_USER_CM_CMD_JOIN_IP_MCAST ||
+          c.cmd == RDMA_USER_CM_CMD_JOIN_MCAST) {
+        const uint32_t id = next_handle_++;
+        std::memcpy(r->out, &id, sizeof(id));
+        r->out_len = sizeof(id);
+      }
+      if (c.cmd == RDMA_USER_CM_CMD_DESTROY_ID || c.cmd == RDMA_USER_CM_CMD_MIGRATE_ID ||
+          c.cmd == RDMA_USER_CM_CMD_LEAVE_MCAST) {
+        const uint32_t bogus = 99;  // the library's count must replace it
+        std::memcpy(r->out, &bogus, sizeof(bogus));
+        r->out_len = sizeof(bogus);
+      }
+      auto it = status_.find(c.cmd);
+      return it == status_.end() ? 0 : it->second;
+    });
+  }
+  void TearDown() override {
+    for (int fd : open_) ::close(fd);
+    ffv::UseProcessCmSession();
+  }
+
+  // An rdma_cm descriptor as librdmacm opens it; its channel id in *channel.
+  int Open(int flags = O_RDWR | O_CLOEXEC, uint32_t* channel = nullptr) {
+    const int fd = ::open(ffv::kCmDevicePath, flags);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    if (fd >= 0) open_.push_back(fd);
+    if (channel != nullptr) *channel = pod_.router.last_cm_channel();
+    return fd;
+  }
+  // Closes a descriptor Open made (so that TearDown does not close its reused number).
+  void Close(int fd) {
+    std::erase(open_, fd);
+    EXPECT_EQ(::close(fd), 0);
+  }
+
+  static uint32_t CreateId(int fd, uint64_t uid) { return fftest::CreateId(fd, uid); }
+  static uint32_t DestroyId(int fd, uint32_t id) { return fftest::DestroyId(fd, id); }
+
+  // The router writes an event for `owner` into channel `channel`.
+  void SendEvent(uint32_t channel, uint32_t owner, uint32_t event, uint32_t id, uint64_t uid = 0) {
+    const ff::proto::CmEvent ev = MakeCmEvent(owner, event, id, uid);
+    const int fd = pod_.router.cm_channel_fd(channel);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::send(fd, &ev, sizeof(ev), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(ev)));
+  }
+
+  static bool Readable(int fd, int timeout_ms = 0) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN) != 0;
+  }
+
+  // Commands of kind `cmd` the router received.
+  std::vector<ff::proto::CmCommand> Received(uint32_t cmd) {
+    std::vector<ff::proto::CmCommand> out;
+    for (const auto& c : pod_.router.cm_commands())
+      if (c.cmd == cmd) out.push_back(c);
+    return out;
+  }
+
+  Pod pod_;
+  std::map<uint32_t, int> status_;  // cmd -> the router's status for it
+  uint32_t next_handle_ = 100;
+  std::vector<int> open_;
+};
+
+}  // namespace fftest

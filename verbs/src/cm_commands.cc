@@ -1,0 +1,235 @@
+// ucma commands written to an rdma_cm descriptor (cm_device.h): parsed as the kernel's
+// ucma_write parses them, GET_EVENT served from the channel (cm_events.cc), every other
+// command sent to the router as a CmCommand and its answer copied to the command's
+// `response`. The library rewrites what only this process can resolve (MIGRATE_ID's
+// descriptor, SET_OPTION's value) and fills the events_reported answers from its own
+// counts (cm_table.h).
+//
+// Like the kernel, it copies the answer to the program's pointer as given: a bad pointer
+// faults in the program (the kernel would answer EFAULT); a null one is EFAULT.
+#include <rdma/rdma_user_cm.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstring>
+
+#include "cm_device.h"
+#include "cm_table.h"
+#include "exports.h"
+#include "session.h"
+
+namespace ffv {
+namespace {
+
+using ff::proto::kCmMaxBody;
+using ff::proto::kCmMaxReply;
+
+// A command as the program wrote it: its header and `in` bytes of body (the rest zero).
+struct Command {
+  rdma_ucm_cmd_hdr hdr;
+  uint32_t in_len;  // what the router is told: `in`, or more for SET_OPTION's value
+  alignas(8) char body[kCmMaxBody];
+};
+
+template <typename T>
+T Get(const char* bytes, size_t offset) {
+  T v;
+  std::memcpy(&v, bytes + offset, sizeof(v));
+  return v;
+}
+template <typename T>
+void Put(char* bytes, size_t offset, T v) {
+  std::memcpy(bytes + offset, &v, sizeof(v));
+}
+
+// Where the command's `response` pointer is in its body, for the commands whose answer the
+// kernel writes there; -1 for the others.
+constexpr int kNoResponse = -1;
+constexpr std::array<int, RDMA_USER_CM_CMD_JOIN_MCAST + 1> ResponseTable() {
+  std::array<int, RDMA_USER_CM_CMD_JOIN_MCAST + 1> at{};
+  at.fill(kNoResponse);
+  at[RDMA_USER_CM_CMD_CREATE_ID] = offsetof(rdma_ucm_create_id, response);
+  at[RDMA_USER_CM_CMD_DESTROY_ID] = offsetof(rdma_ucm_destroy_id, response);
+  at[RDMA_USER_CM_CMD_QUERY_ROUTE] = offsetof(rdma_ucm_query, response);
+  at[RDMA_USER_CM_CMD_INIT_QP_ATTR] = offsetof(rdma_ucm_init_qp_attr, response);
+  at[RDMA_USER_CM_CMD_GET_EVENT] = offsetof(rdma_ucm_get_event, response);
+  at[RDMA_USER_CM_CMD_JOIN_IP_MCAST] = offsetof(rdma_ucm_join_ip_mcast, response);
+  at[RDMA_USER_CM_CMD_LEAVE_MCAST] = offsetof(rdma_ucm_destroy_id, response);
+  at[RDMA_USER_CM_CMD_MIGRATE_ID] = offsetof(rdma_ucm_migrate_id, response);
+  at[RDMA_USER_CM_CMD_QUERY] = offsetof(rdma_ucm_query, response);
+  at[RDMA_USER_CM_CMD_JOIN_MCAST] = offsetof(rdma_ucm_join_mcast, response);
+  return at;
+}
+constexpr auto kResponseAt = ResponseTable();
+
+// The kernel's checks, in its order (ucma_write), and GET_OPTION, which it never had.
+int Parse(const void* buf, size_t len, Command* c) {
+  if (len < sizeof(c->hdr)) return EINVAL;
+  if (buf == nullptr) return EFAULT;
+  std::memcpy(&c->hdr, buf, sizeof(c->hdr));
+  if (c->hdr.cmd > RDMA_USER_CM_CMD_JOIN_MCAST) return EINVAL;
+  if (c->hdr.in + sizeof(c->hdr) > len) return EINVAL;
+  if (c->hdr.in > kCmMaxBody) return EINVAL;
+  if (c->hdr.cmd == RDMA_USER_CM_CMD_GET_OPTION) return ENOSYS;
+  std::memset(c->body, 0, sizeof(c->body));
+  std::memcpy(c->body, static_cast<const char*>(buf) + sizeof(c->hdr), c->hdr.in);
+  c->in_len = c->hdr.in;
+  return 0;
+}
+
+// What the router cannot resolve: MIGRATE_ID names the id's current channel by this
+// process's descriptor; SET_OPTION's value is in this process's memory.
+int Rewrite(const CmChannel& ch, Command* c) {
+  if (c->hdr.cmd == RDMA_USER_CM_CMD_MIGRATE_ID) {
+    const size_t at = offsetof(rdma_ucm_migrate_id, fd);
+    const int fd = static_cast<int>(Get<uint32_t>(c->body, at));
+    std::shared_ptr<CmChannel> from = MaybeCmFd(fd) ? cmtable::Find(fd) : nullptr;
+    const bool ours = from != nullptr && from->session == ch.session;
+    Put<uint32_t>(c->body, at, ours ? from->id : ff::proto::kNoId);
+  } else if (c->hdr.cmd == RDMA_USER_CM_CMD_SET_OPTION) {
+    const auto optval = Get<uint64_t>(c->body, offsetof(rdma_ucm_set_option, optval));
+    const auto optlen = Get<uint32_t>(c->body, offsetof(rdma_ucm_set_option, optlen));
+    if (optlen > kCmMaxBody - sizeof(rdma_ucm_set_option)) return EINVAL;
+    if (optlen > 0 && optval == 0) return EFAULT;
+    if (optlen > 0)
+      std::memcpy(c->body + sizeof(rdma_ucm_set_option),
+                  reinterpret_cast<const void*>(static_cast<uintptr_t>(optval)), optlen);
+    c->in_len = static_cast<uint32_t>(sizeof(rdma_ucm_set_option) + optlen);
+  }
+  return 0;
+}
+
+// The router's answer; *gone when none came back because the router is gone.
+int Send(const CmChannel& ch, const Command& c, ff::proto::CmReply* reply, bool* gone) {
+  ff::proto::CmCommand req{};
+  req.channel = ch.id;
+  req.cmd = c.hdr.cmd;
+  req.in_len = c.in_len;
+  req.out_len = c.hdr.out;
+  std::memcpy(req.body, c.body, sizeof(req.body));
+  ff::proto::Response resp{};
+  const int rc = ch.session->Call(&req, sizeof(req), nullptr, 0, &resp);
+  *gone = rc == ENOTCONN && resp.h.op != ff::proto::Op::kCmCommand;
+  if (rc != 0) return rc;
+  *reply = resp.u.cm;
+  if (reply->out_len > kCmMaxReply) {
+    LogError("the router answered rdma_cm command %u with %u bytes; using %u", c.hdr.cmd,
+             reply->out_len, kCmMaxReply);
+    reply->out_len = kCmMaxReply;
+  }
+  return 0;
+}
+
+// With the router gone, destroying an id or leaving a group still works, as it does on a
+// removed kernel device: librdmacm frees its id only when DESTROY_ID succeeds.
+int AnswerLocally(const Command& c, ff::proto::CmReply* reply) {
+  if (c.hdr.cmd != RDMA_USER_CM_CMD_DESTROY_ID && c.hdr.cmd != RDMA_USER_CM_CMD_LEAVE_MCAST)
+    return ENODEV;
+  if (c.hdr.out < sizeof(rdma_ucm_destroy_id_resp)) return ENOSPC;
+  reply->out_len = 0;
+  return 0;
+}
+
+void PutReported(ff::proto::CmReply* reply, uint32_t reported) {
+  Put<uint32_t>(reply->out, 0, reported);
+  reply->out_len = std::max<uint32_t>(reply->out_len, sizeof(reported));
+}
+
+// The handle a CREATE_ID or JOIN_* answer carries (rdma_ucm_create_id_resp).
+int NewHandle(const Command& c, const ff::proto::CmReply& reply, uint32_t* handle) {
+  if (reply.out_len < sizeof(rdma_ucm_create_id_resp)) {
+    LogError("the router answered rdma_cm command %u without a handle", c.hdr.cmd);
+    return EPROTO;
+  }
+  *handle = Get<uint32_t>(reply.out, offsetof(rdma_ucm_create_id_resp, id));
+  return 0;
+}
+
+// What the library keeps of a command that succeeded (cm_table.h).
+int Account(const CmChannel& ch, const Command& c, ff::proto::CmReply* reply) {
+  const char* b = c.body;
+  uint32_t handle = 0;
+  switch (c.hdr.cmd) {
+    case RDMA_USER_CM_CMD_CREATE_ID:
+      if (const int rc = NewHandle(c, *reply, &handle)) return rc;
+      cmtable::IdCreated(ch, handle, Get<uint64_t>(b, offsetof(rdma_ucm_create_id, uid)));
+      return 0;
+    case RDMA_USER_CM_CMD_DESTROY_ID:
+      handle = Get<uint32_t>(b, offsetof(rdma_ucm_destroy_id, id));
+      PutReported(reply, cmtable::IdDestroyed(ch.session, handle));
+      return 0;
+    case RDMA_USER_CM_CMD_LEAVE_MCAST:
+      handle = Get<uint32_t>(b, offsetof(rdma_ucm_destroy_id, id));
+      PutReported(reply, cmtable::JoinLeft(ch.session, handle));
+      return 0;
+    case RDMA_USER_CM_CMD_MIGRATE_ID:
+      handle = Get<uint32_t>(b, offsetof(rdma_ucm_migrate_id, id));
+      PutReported(reply, cmtable::IdMigrated(ch, handle));
+      return 0;
+    case RDMA_USER_CM_CMD_ACCEPT:
+      if (Get<uint8_t>(b, offsetof(rdma_ucm_accept, conn_param.valid)) != 0)
+        cmtable::IdAccepted(ch.session, Get<uint32_t>(b, offsetof(rdma_ucm_accept, id)),
+                            Get<uint64_t>(b, offsetof(rdma_ucm_accept, uid)));
+      return 0;
+    case RDMA_USER_CM_CMD_JOIN_IP_MCAST:
+    case RDMA_USER_CM_CMD_JOIN_MCAST: {
+      if (const int rc = NewHandle(c, *reply, &handle)) return rc;
+      static_assert(offsetof(rdma_ucm_join_ip_mcast, id) != offsetof(rdma_ucm_join_mcast, id));
+      const size_t at = c.hdr.cmd == RDMA_USER_CM_CMD_JOIN_MCAST
+                            ? offsetof(rdma_ucm_join_mcast, id)
+                            : offsetof(rdma_ucm_join_ip_mcast, id);
+      cmtable::JoinCreated(ch.session, Get<uint32_t>(b, at), handle);
+      return 0;
+    }
+    default:
+      return 0;
+  }
+}
+
+// Every command but GET_EVENT.
+int Forward(CmChannel& ch, Command* c) {
+  void* response = nullptr;
+  if (const int at = kResponseAt[c->hdr.cmd]; at != kNoResponse) {
+    response = reinterpret_cast<void*>(static_cast<uintptr_t>(Get<uint64_t>(c->body, at)));
+    if (response == nullptr && c->hdr.out > 0) return EFAULT;
+  }
+  if (const int rc = Rewrite(ch, c)) return rc;
+  ff::proto::CmReply reply{};
+  bool gone = ch.removed.load();
+  int rc = gone ? 0 : Send(ch, *c, &reply, &gone);
+  if (gone) rc = AnswerLocally(*c, &reply);
+  if (rc == 0) rc = Account(ch, *c, &reply);
+  if (rc != 0) return rc;
+  if (response != nullptr)
+    std::memcpy(response, reply.out, std::min<uint32_t>(c->hdr.out, reply.out_len));
+  return 0;
+}
+
+int Execute(CmChannel& ch, const void* buf, size_t len) {
+  Command c;
+  if (const int rc = Parse(buf, len, &c)) return rc;
+  if (ch.session == nullptr) return ENODEV;  // the parent's channel, in a forked child
+  if (c.hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT)
+    return CmGetEvent(ch, c.hdr.out, Get<uint64_t>(c.body, offsetof(rdma_ucm_get_event, response)));
+  return Forward(ch, &c);
+}
+
+}  // namespace
+
+bool CmWrite(int fd, const void* buf, size_t len, ssize_t* result) {
+  std::shared_ptr<CmChannel> ch = cmtable::Find(fd);
+  if (ch == nullptr) return false;
+  const int saved = errno;
+  const int rc = Guarded([&] { return Execute(*ch, buf, len); });
+  if (rc != 0) {
+    errno = rc;
+    *result = -1;
+  } else {
+    errno = saved;
+    *result = static_cast<ssize_t>(len);
+  }
+  return true;
+}
+
+}  // namespace ffv

@@ -1,0 +1,161 @@
+// GET_EVENT, and DEVICE_REMOVAL when the router goes away (cm_device.h).
+//
+// The router writes one CmEvent per datagram into its end of the channel socket; GET_EVENT
+// reads the next one from the program's end (blocking or not, as the descriptor is), drops
+// what is not for a live id of this process, counts the rest (cmtable::CountEvent) and
+// copies the kernel's event to the program.
+//
+// The router closing its end (it died, or dropped the channel) makes the socket read EOF
+// forever: a blocked rdma_get_cm_event would return, then a poll loop would spin. So the
+// library swaps the socket behind the program's descriptor number for one it made (dup3,
+// keeping close-on-exec and non-blocking), writes one kCmDeviceRemoval per live
+// id of the channel into it and keeps its writing end open: the program reads those
+// events, then the descriptor is idle for good, as a removed kernel device's is. Events
+// that do not fit the socket's buffer wait in `pending` and follow as the program reads.
+// An epoll set loses the descriptor in the swap (it watched the old socket), after
+// reporting it readable (EOF): a program that reads events until EAGAIN then still gets
+// every DEVICE_REMOVAL.
+#include <fcntl.h>
+#include <rdma/rdma_user_cm.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cm_table.h"
+#include "interpose.h"
+#include "log.h"
+#include "session.h"
+
+namespace ffv {
+namespace {
+
+using ff::proto::CmEvent;
+static_assert(sizeof(rdma_ucm_event_resp) == ff::proto::kCmEventRespBytes);
+
+// The kernel's smallest answer: the event without its trailing reserved word and ECE.
+constexpr size_t kMinEventOut =
+    sizeof(rdma_ucm_event_resp) - sizeof(uint32_t) - sizeof(rdma_ucm_ece);
+
+constexpr int kEof = -1;        // the router closed its end
+constexpr int kMalformed = -2;  // a datagram that is not one CmEvent (dropped)
+
+int ReadEvent(int fd, bool dont_wait, CmEvent* ev) {
+  struct {
+    CmEvent ev;
+    char more[8];  // a longer datagram shows as more bytes than a CmEvent
+  } buf;
+  const ssize_t n = ::recv(fd, &buf, sizeof(buf), dont_wait ? MSG_DONTWAIT : 0);
+  if (n < 0) return errno;
+  if (n == 0) return kEof;
+  if (static_cast<size_t>(n) != sizeof(CmEvent)) {
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true))
+      LogError("dropped a malformed rdma_cm event (%zd bytes) from the router", n);
+    return kMalformed;
+  }
+  std::memcpy(ev, &buf.ev, sizeof(*ev));
+  return 0;
+}
+
+// Moves pending DEVICE_REMOVAL events into the socket while they fit (removal_mu held).
+void FillLocked(CmChannel& ch) {
+  while (!ch.pending.empty()) {
+    const ssize_t n = ::send(ch.removal_tx.get(), &ch.pending.back(), sizeof(CmEvent),
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != static_cast<ssize_t>(sizeof(CmEvent))) return;
+    ch.pending.pop_back();
+  }
+}
+
+void TopUp(CmChannel& ch) {
+  std::lock_guard<std::mutex> g(ch.removal_mu);
+  FillLocked(ch);
+}
+
+// One DEVICE_REMOVAL per live id, last first (they leave `pending` from the back).
+std::vector<CmEvent> RemovalEvents(const CmChannel& ch) {
+  std::vector<CmLiveId> ids = cmtable::LiveIds(ch);
+  std::vector<CmEvent> out(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    rdma_ucm_event_resp resp{};
+    resp.uid = ids[i].uid;
+    resp.id = ids[i].handle;
+    resp.event = kCmDeviceRemoval;
+    CmEvent& ev = out[ids.size() - 1 - i];
+    ev.owner = ids[i].handle;
+    std::memcpy(ev.resp, &resp, sizeof(resp));
+  }
+  return out;
+}
+
+// Puts `rx` where the program's descriptor is, with its descriptor flags, unless the
+// program closed it meanwhile (the table lock orders this against close).
+int Swap(CmChannel& ch, int rx) {
+  static std::atomic<int (*)(int, int, int)> real_dup3{nullptr};
+  const int fd_flags = ::fcntl(ch.fd, F_GETFD);
+  const int fl_flags = ::fcntl(ch.fd, F_GETFL);
+  if (fd_flags < 0 || fl_flags < 0) return errno;
+  if ((fl_flags & O_NONBLOCK) != 0 && ::fcntl(rx, F_SETFL, O_NONBLOCK) != 0) return errno;
+  int rc = 0;
+  cmtable::Lock();
+  if (!ch.open) {
+    rc = EBADF;
+  } else if (CallReal(real_dup3, "dup3", rx, ch.fd, (fd_flags & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0) {
+    rc = errno;
+  } else {
+    cmtable::RenewIdentityLocked(&ch);
+  }
+  cmtable::Unlock();
+  return rc;
+}
+
+// DEVICE_REMOVAL for the channel, once (a second reader finds it done).
+int Remove(CmChannel& ch) {
+  std::lock_guard<std::mutex> g(ch.removal_mu);
+  if (ch.removed.load()) return 0;
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return errno;
+  UniqueFd rx(pair[0]), tx(pair[1]);
+  ch.pending = RemovalEvents(ch);
+  const size_t count = ch.pending.size();
+  ch.removal_tx = std::move(tx);
+  FillLocked(ch);
+  if (const int rc = Swap(ch, rx.get())) {
+    ch.pending.clear();
+    ch.removal_tx.reset();
+    return rc;
+  }
+  ch.removed.store(true);
+  LogError("the router closed rdma_cm channel %u: reporting device removal to %zu ids", ch.id,
+           count);
+  return 0;
+}
+
+}  // namespace
+
+int CmGetEvent(CmChannel& ch, uint16_t out, uint64_t response) {
+  if (out < kMinEventOut) return ENOSPC;
+  if (response == 0) return EFAULT;
+  for (;;) {
+    // A session that failed while the channel socket still stands (it should close with
+    // the router) still ends here: what is queued first, then DEVICE_REMOVAL.
+    const bool gone = !ch.removed.load() && ch.session->fatal.load();
+    CmEvent ev;
+    int rc = ReadEvent(ch.fd, gone, &ev);
+    if (rc == kEof || (gone && rc == EAGAIN)) {
+      if (const int removed = Remove(ch)) return removed;
+      continue;
+    }
+    if (rc == kMalformed) continue;
+    if (rc != 0) return rc;
+    if (ch.removed.load()) TopUp(ch);
+    if (cmtable::CountEvent(ch, ev) == CmEventFate::kDrop) continue;
+    std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(response)), ev.resp,
+                std::min<size_t>(out, sizeof(ev.resp)));
+    return 0;
+  }
+}
+
+}  // namespace ffv

@@ -1,0 +1,232 @@
+// The rdma_cm emulation's process state (cm_table.h).
+#include "cm_table.h"
+
+#include <rdma/rdma_user_cm.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <unordered_map>
+
+#include "cm_device.h"
+
+namespace ffv {
+
+std::atomic<uint8_t> g_cm_fd_marks[kCmFastFds];
+std::atomic<int> g_cm_high_fds{0};
+
+namespace cmtable {
+namespace {
+
+struct Key {
+  Session* session;
+  uint32_t handle;
+  bool operator<(const Key& o) const {
+    return session != o.session ? session < o.session : handle < o.handle;
+  }
+};
+struct IdState {
+  uint32_t channel;
+  uint64_t uid;
+  uint32_t reported;  // events of this id the program has read
+};
+struct JoinState {
+  uint32_t parent;  // the id that joined
+  uint32_t reported;
+};
+
+struct Table {
+  std::mutex mu;
+  std::unordered_map<int, std::shared_ptr<CmChannel>> fds;
+  std::map<Key, IdState> ids;
+  std::map<Key, JoinState> joins;
+};
+
+// Never destroyed: the interposers may run during exit, after static destructors.
+Table& T() {
+  static Table* t = new Table;
+  return *t;
+}
+
+void Mark(int fd, bool on) {
+  if (static_cast<unsigned>(fd) < static_cast<unsigned>(kCmFastFds))
+    g_cm_fd_marks[fd].store(on ? 1 : 0, std::memory_order_relaxed);
+  else
+    g_cm_high_fds.fetch_add(on ? 1 : -1, std::memory_order_relaxed);
+}
+
+// The socket's identity straight from the kernel (the fstat interposer would answer for the
+// device instead).
+bool Identity(int fd, dev_t* dev, ino_t* ino) {
+  struct stat st {};
+  if (::syscall(SYS_fstat, fd, &st) != 0) return false;
+  *dev = st.st_dev;
+  *ino = st.st_ino;
+  return true;
+}
+
+void EraseJoinsOf(Table& t, Session* s, uint32_t parent) {
+  for (auto it = t.joins.begin(); it != t.joins.end();) {
+    if (it->first.session == s && it->second.parent == parent)
+      it = t.joins.erase(it);
+    else
+      ++it;
+  }
+}
+
+// The channel is gone for the program: so are its ids (the router destroys them when it
+// sees the channel's socket close).
+void ForgetLocked(Table& t, int fd) {
+  auto it = t.fds.find(fd);
+  if (it == t.fds.end()) return;
+  CmChannel& ch = *it->second;
+  ch.open = false;
+  for (auto id = t.ids.begin(); id != t.ids.end();) {
+    if (id->first.session == ch.session && id->second.channel == ch.id) {
+      EraseJoinsOf(t, ch.session, id->first.handle);
+      id = t.ids.erase(id);
+    } else {
+      ++id;
+    }
+  }
+  Mark(fd, false);
+  t.fds.erase(it);
+}
+
+// Forgets the id or join under `key`; the events reported for it (0: unknown).
+template <typename Map>
+uint32_t TakeLocked(Map& m, const Key& key) {
+  auto it = m.find(key);
+  if (it == m.end()) return 0;
+  const uint32_t reported = it->second.reported;
+  m.erase(it);
+  return reported;
+}
+
+}  // namespace
+
+void AddChannel(int fd, std::shared_ptr<CmChannel> ch) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  ch->fd = fd;
+  Identity(fd, &ch->dev, &ch->ino);
+  ForgetLocked(t, fd);  // a stale entry for the number (closed where we did not see it)
+  t.fds[fd] = std::move(ch);
+  Mark(fd, true);
+}
+
+std::shared_ptr<CmChannel> Find(int fd) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  auto it = t.fds.find(fd);
+  if (it == t.fds.end()) return nullptr;
+  dev_t dev;
+  ino_t ino;
+  if (!Identity(fd, &dev, &ino) || dev != it->second->dev || ino != it->second->ino) {
+    ForgetLocked(t, fd);
+    return nullptr;
+  }
+  return it->second;
+}
+
+void Lock() { T().mu.lock(); }
+void Unlock() { T().mu.unlock(); }
+
+void ForgetRangeLocked(unsigned first, unsigned last) {
+  Table& t = T();
+  std::vector<int> doomed;
+  for (const auto& [fd, ch] : t.fds)
+    if (static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last)
+      doomed.push_back(fd);
+  for (int fd : doomed) ForgetLocked(t, fd);
+}
+
+void RenewIdentityLocked(CmChannel* ch) { Identity(ch->fd, &ch->dev, &ch->ino); }
+
+void IdCreated(const CmChannel& ch, uint32_t handle, uint64_t uid) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  t.ids.insert_or_assign(Key{ch.session, handle}, IdState{ch.id, uid, 0});
+}
+
+uint32_t IdDestroyed(Session* s, uint32_t handle) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  const uint32_t reported = TakeLocked(t.ids, Key{s, handle});
+  EraseJoinsOf(t, s, handle);
+  return reported;
+}
+
+uint32_t IdMigrated(const CmChannel& to, uint32_t handle) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  auto it = t.ids.find(Key{to.session, handle});
+  if (it == t.ids.end()) return 0;
+  it->second.channel = to.id;
+  return it->second.reported;
+}
+
+void IdAccepted(Session* s, uint32_t handle, uint64_t uid) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  auto it = t.ids.find(Key{s, handle});
+  if (it != t.ids.end()) it->second.uid = uid;
+}
+
+void JoinCreated(Session* s, uint32_t parent, uint32_t join) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  t.joins.insert_or_assign(Key{s, join}, JoinState{parent, 0});
+}
+
+uint32_t JoinLeft(Session* s, uint32_t join) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  return TakeLocked(t.joins, Key{s, join});
+}
+
+// The kernel counts an event against its id (the listener for a CONNECT_REQUEST, whose
+// resp.id is the new id) and a multicast event against the join too (resp.id is the
+// join's handle); librdmacm's acks count the same way (ucma_complete_mc_event).
+CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev) {
+  rdma_ucm_event_resp resp;
+  std::memcpy(&resp, ev.resp, sizeof(resp));
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  if (!ch.open) return CmEventFate::kDrop;
+  if (resp.event == kCmMulticastJoin || resp.event == kCmMulticastError) {
+    auto join = t.joins.find(Key{ch.session, resp.id});
+    if (join == t.joins.end()) return CmEventFate::kDrop;
+    ++join->second.reported;
+    auto parent = t.ids.find(Key{ch.session, join->second.parent});
+    if (parent != t.ids.end()) ++parent->second.reported;
+    return CmEventFate::kDeliver;
+  }
+  auto it = t.ids.find(Key{ch.session, ev.owner});
+  if (it == t.ids.end()) return CmEventFate::kDrop;
+  ++it->second.reported;
+  if (resp.event == kCmConnectRequest)
+    t.ids.emplace(Key{ch.session, resp.id}, IdState{ch.id, 0, 0});
+  return CmEventFate::kDeliver;
+}
+
+std::vector<CmLiveId> LiveIds(const CmChannel& ch) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  std::vector<CmLiveId> out;
+  for (const auto& [key, id] : t.ids)
+    if (key.session == ch.session && id.channel == ch.id) out.push_back({id.uid, key.handle});
+  return out;
+}
+
+void ForgetInChild() {
+  Table& t = T();
+  for (auto& [fd, ch] : t.fds) ch->session = nullptr;
+  t.ids.clear();
+  t.joins.clear();
+}
+
+}  // namespace cmtable
+}  // namespace ffv

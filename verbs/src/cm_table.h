@@ -1,0 +1,99 @@
+// The rdma_cm emulation's process state (cm_device.h): which descriptors are channels, and
+// the ids the program holds on them with their event counts.
+//
+// Threading: one mutex guards the whole table; it is never held while calling the router
+// or blocking on a channel, and never taken while holding the session lock. The marks that
+// MaybeCmFd reads are written under it. A channel is shared (shared_ptr) between the table
+// and the commands running on it, so a close() racing a command leaves the command a valid
+// (closed) channel.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "freeflow/fd.h"
+#include "freeflow/protocol.h"
+
+namespace ffv {
+
+struct Session;
+
+// Event numbers of the ucma ABI (rdma_ucm_event_resp.event): librdmacm's enum
+// rdma_cm_event_type, whose header cannot be included beside <rdma/rdma_user_cm.h>.
+inline constexpr uint32_t kCmConnectRequest = 4;
+inline constexpr uint32_t kCmDeviceRemoval = 11;
+inline constexpr uint32_t kCmMulticastJoin = 12;
+inline constexpr uint32_t kCmMulticastError = 13;
+
+struct CmChannel {
+  Session* session = nullptr;  // nullptr in a forked child: commands fail with ENODEV
+  uint32_t id = 0;             // CmOpenChannel's channel, unique in the session
+  int fd = -1;                 // the program's descriptor
+  dev_t dev = 0;               // of the socket behind `fd`: a reused number is not this
+  ino_t ino = 0;               // channel (table lock)
+  bool open = true;            // false once the program closed it (table lock)
+  // DEVICE_REMOVAL (cm_events.cc), under removal_mu: once set, `fd` reads from a socket
+  // the library made, `removal_tx` is its writing end and `pending` what did not fit yet.
+  std::mutex removal_mu;
+  std::atomic<bool> removed{false};
+  ff::UniqueFd removal_tx;
+  std::vector<ff::proto::CmEvent> pending;
+};
+
+// A live id as DEVICE_REMOVAL reports it.
+struct CmLiveId {
+  uint64_t uid;
+  uint32_t handle;
+};
+
+// What to do with an event read from a channel.
+enum class CmEventFate { kDeliver, kDrop };
+
+// The table's operations (cm_table.cc). Ids are keyed by (session, handle), as the router
+// numbers them per session; joins (multicast) have their own handles.
+namespace cmtable {
+
+// Registers a freshly opened channel under `fd` and marks it.
+void AddChannel(int fd, std::shared_ptr<CmChannel> ch);
+// The channel behind `fd`, nullptr when it is not one (a number reused after a close the
+// library did not see is forgotten here).
+std::shared_ptr<CmChannel> Find(int fd);
+
+// The table lock, for the descriptor operations that must be atomic with the table: a
+// close or dup that releases a channel's number, and the DEVICE_REMOVAL swap.
+void Lock();
+void Unlock();
+// With the lock held: forgets every channel whose descriptor number is in [first, last].
+void ForgetRangeLocked(unsigned first, unsigned last);
+// With the lock held: ch's descriptor now names another socket (DEVICE_REMOVAL).
+void RenewIdentityLocked(CmChannel* ch);
+
+void IdCreated(const CmChannel& ch, uint32_t handle, uint64_t uid);
+// Forgets the id (and its joins); returns the events reported for it (0: unknown).
+uint32_t IdDestroyed(Session* s, uint32_t handle);
+// Moves the id to `to`; returns its events reported.
+uint32_t IdMigrated(const CmChannel& to, uint32_t handle);
+void IdAccepted(Session* s, uint32_t handle, uint64_t uid);
+void JoinCreated(Session* s, uint32_t parent, uint32_t join);
+uint32_t JoinLeft(Session* s, uint32_t join);
+// Counts an event read from `ch` if it belongs to a live id (or join) of this process, and
+// records the new id of a CONNECT_REQUEST; kDrop for anything else.
+CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev);
+std::vector<CmLiveId> LiveIds(const CmChannel& ch);
+
+// fork child (cm_device.h): the channels stay, owned by no session; no id is live.
+void ForgetInChild();
+
+}  // namespace cmtable
+
+// GET_EVENT on `ch` (cm_events.cc): the next event of a live id, copied to `response`
+// (`out` bytes of room); blocks unless the descriptor is non-blocking. When the router has
+// gone, the live ids' DEVICE_REMOVAL events. 0 or a positive errno.
+int CmGetEvent(CmChannel& ch, uint16_t out, uint64_t response);
+
+}  // namespace ffv
