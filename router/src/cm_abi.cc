@@ -30,17 +30,6 @@ bool Routed(const CmId& id) {
   }
 }
 
-// The address handle to the id's remote pod (RoCE v2: by GID, no LID).
-void FillAh(const CmId& id, ib_uverbs_ah_attr* ah) {
-  std::memset(ah, 0, sizeof(*ah));
-  Ipv4MappedGid(id.remote.ip, ah->grh.dgid);
-  ah->grh.sgid_index = kMappedGidIndex;
-  ah->grh.hop_limit = kHopLimit;
-  ah->grh.traffic_class = id.tos;
-  ah->is_global = 1;
-  ah->port_num = kCmPort;
-}
-
 void CopyData(uint8_t* dst, uint8_t* dst_len, const wire::CmMessage& m, uint8_t data_len) {
   const size_t n = std::min<size_t>(m.private_data_len, data_len);
   std::memcpy(dst, m.private_data, n);
@@ -136,7 +125,7 @@ rdma_ucm_query_route_resp QueryRoute(const CmId& id) {
     r.num_paths = 1;
     p.reversible = 1;
     p.mtu = IBV_MTU_4096;
-    p.hop_limit = kHopLimit;
+    p.hop_limit = kCmHopLimit;
     p.traffic_class = id.tos;
     p.numb_path = 1;
     p.mtu_selector = 2;  // exactly
@@ -148,58 +137,35 @@ rdma_ucm_query_route_resp QueryRoute(const CmId& id) {
   return r;
 }
 
+proto::CmQpInputs QpInputs(const CmId& id) {
+  proto::CmQpInputs in{};
+  in.remote_ip = id.remote.ip;
+  in.remote_qpn = id.remote_qpn;
+  in.remote_psn = id.remote_psn;
+  in.psn = id.psn;
+  in.qkey = id.qkey;
+  in.qp_type = id.qp_type;
+  in.connected = id.remote_qpn != 0 || id.state == CmState::kRepSent ||
+                 id.state == CmState::kRepReceived || id.state == CmState::kEstablished;
+  in.responder_resources = id.responder_resources;
+  in.initiator_depth = id.initiator_depth;
+  in.retry_count = id.retry_count;
+  in.rnr_retry_count = id.rnr_retry_count;
+  in.tos = id.tos;
+  in.seen = id.touched ? 1 : 0;
+  return in;
+}
+
 int InitQpAttr(const CmId& id, uint32_t qp_state, ib_uverbs_qp_attr* out) {
-  std::memset(out, 0, sizeof(*out));
-  out->qp_state = qp_state;
-  const bool ud = id.qp_type == IBV_QPT_UD;
-  const bool connected = id.remote_qpn != 0 || id.state == CmState::kRepSent ||
-                         id.state == CmState::kRepReceived || id.state == CmState::kEstablished;
-  switch (qp_state) {
-    case IBV_QPS_INIT:
-      out->qp_attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-      out->port_num = kCmPort;
-      if (ud) {
-        out->qkey = id.qkey;
-        out->qp_attr_mask |= IBV_QP_QKEY;
-      } else {
-        // Before the connection the QP takes no remote access; the CM's INIT grants what
-        // the connection negotiated.
-        if (connected) {
-          out->qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-          if (id.responder_resources > 0)
-            out->qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-        }
-        out->qp_attr_mask |= IBV_QP_ACCESS_FLAGS;
-      }
-      return 0;
-    case IBV_QPS_RTR:
-      out->qp_attr_mask = IBV_QP_STATE;
-      if (ud) return 0;
-      if (!connected) return EINVAL;
-      out->qp_attr_mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-      FillAh(id, &out->ah_attr);
-      out->path_mtu = IBV_MTU_4096;
-      out->dest_qp_num = id.remote_qpn;
-      out->rq_psn = id.remote_psn;
-      out->max_dest_rd_atomic = id.responder_resources;
-      out->min_rnr_timer = 12;
-      return 0;
-    case IBV_QPS_RTS:
-      out->qp_attr_mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-      out->sq_psn = id.psn;
-      if (ud) return 0;
-      if (!connected) return EINVAL;
-      out->qp_attr_mask |=
-          IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-      out->timeout = 14;
-      out->retry_cnt = id.retry_count;
-      out->rnr_retry = id.rnr_retry_count;
-      out->max_rd_atomic = id.initiator_depth;
-      return 0;
-    default:
-      return EINVAL;
-  }
+  return CmInitQpAttr(QpInputs(id), qp_state, out);
+}
+
+void FillState(const CmId& id, uint32_t version, proto::CmIdState* out) {
+  out->handle = id.handle;
+  out->version = version;
+  const rdma_ucm_query_route_resp r = QueryRoute(id);
+  std::memcpy(out->route, &r, sizeof(r));
+  out->qp = QpInputs(id);
 }
 
 proto::CmEvent MakeEvent(uint32_t owner, uint64_t uid, uint32_t id, uint32_t event,
@@ -240,7 +206,7 @@ void SetUdParam(proto::CmEvent* e, const CmId& id, const wire::CmMessage& m, uin
   if (with_ah) {
     u.qp_num = m.qpn;
     u.qkey = m.qkey;
-    FillAh(id, &u.ah_attr);
+    CmFillAh(id.remote.ip, id.tos, &u.ah_attr);
   }
   std::memcpy(e->resp, &r, sizeof(r));
 }

@@ -11,12 +11,14 @@
 #include <cstdint>
 
 #include "cm_ids.h"
+#include "freeflow/cm_qp_attr.h"
 #include "freeflow/codec.h"
 #include "freeflow/protocol.h"
 
 namespace ff::router {
 
 static_assert(sizeof(rdma_ucm_event_resp) == proto::kCmEventRespBytes);
+static_assert(sizeof(rdma_ucm_query_route_resp) == proto::kCmRouteBytes);
 
 // Event numbers (librdmacm's enum rdma_cm_event_type, which the kernel's ucma uses too;
 // <rdma/rdma_cma.h> cannot be included beside the uapi header).
@@ -52,9 +54,6 @@ inline constexpr uint8_t kRejConsumerDefined = 28;
 inline constexpr uint8_t kSidrUnsupported = 1;
 inline constexpr uint8_t kSidrReject = 2;
 inline constexpr uint32_t kRdmaUdpQkey = 0x01234567;  // RDMA_UDP_QKEY
-inline constexpr uint8_t kCmPort = 1;
-inline constexpr uint8_t kMappedGidIndex = 1;  // GID 1 of a pod's port: ::ffff:a.b.c.d
-inline constexpr uint8_t kHopLimit = 64;
 
 // An address in a command: struct sockaddr_in or sockaddr_in6 in a buffer of `len` bytes.
 struct CmSockaddr {
@@ -78,6 +77,8 @@ rdma_ucm_query_route_resp QueryRoute(const CmId& id);
 // INIT_QP_ATTR: the attributes that move the id's QP to `qp_state`. 0, or EINVAL when the
 // id has no such state yet (RTR/RTS before a connection).
 int InitQpAttr(const CmId& id, uint32_t qp_state, ib_uverbs_qp_attr* out);
+// The id as the library keeps it (QUERY_ROUTE and INIT_QP_ATTR answered in the pod).
+void FillState(const CmId& id, uint32_t version, proto::CmIdState* out);
 
 // An event for the program: `owner` is counted, `id` is resp.id, `uid` resp.uid.
 proto::CmEvent MakeEvent(uint32_t owner, uint64_t uid, uint32_t id, uint32_t event, int32_t status);

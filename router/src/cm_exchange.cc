@@ -478,11 +478,15 @@ void CmService::OnPodGone(PodId pod) {
 
 // ---- events ----------------------------------------------------------------------------
 
-void CmService::Emit(const CmId& id, const proto::CmEvent& e) {
+void CmService::Emit(const CmId& id, const proto::CmEvent& event) {
   const ChannelKey key{id.pod, id.channel};
   auto it = channels_.find(key);
   if (it == channels_.end()) return;
   Channel& ch = it->second;
+  proto::CmEvent e = event;
+  uint32_t subject = 0;  // resp.id: the id the event is about
+  std::memcpy(&subject, e.resp + offsetof(rdma_ucm_event_resp, id), sizeof(subject));
+  if (const CmId* s = table_.Find(subject)) FillState(*s, ++state_version_, &e.state);
   if (ch.backlog.empty()) {
     const ssize_t n = ::send(ch.sock.get(), &e, sizeof(e), MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n == static_cast<ssize_t>(sizeof(e))) return;

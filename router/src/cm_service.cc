@@ -65,6 +65,8 @@ void CmService::Command(const Call& call, uint32_t pod_ip, proto::CmCommand m) {
     // Bytes past what the program wrote are zero, whatever the request carried.
     std::memset(m.body + m.in_len, 0, proto::kCmMaxBody - m.in_len);
     status = Dispatch(c);
+    if (const CmId* id = c.handle != 0 ? table_.Find(c.handle) : nullptr)
+      FillState(*id, ++state_version_, &r.u.cm.state);
   }
   p_.sessions.Answer(call, status, r);
 }
@@ -131,6 +133,7 @@ CmId* CmService::Named(Ctx& c, uint32_t handle, int* status) {
     *status = EINVAL;
     return nullptr;
   }
+  c.handle = handle;
   // The program has seen this id: a listener's child now lives on its own.
   if (!id->touched) {
     id->touched = true;
@@ -169,6 +172,7 @@ int CmService::CreateId(Ctx& c) {
   id->psn = (id->handle * 2654435761u) & 0xffffff;  // any 24-bit value; they differ per id
   rdma_ucm_create_id_resp r{};
   r.id = id->handle;
+  c.handle = id->handle;
   return c.Out(r);
 }
 

@@ -80,6 +80,7 @@ class CmService {
     uint32_t pod_ip;
     const proto::CmCommand& m;
     proto::CmReply* reply;
+    uint32_t handle = 0;  // the id the command named or created: its state goes back
 
     template <typename T>
     T Body() const {
@@ -147,6 +148,7 @@ class CmService {
   CmTable table_;
   std::map<ChannelKey, Channel> channels_;
   LogLimiter log_;
+  uint32_t state_version_ = 0;  // proto::CmIdState::version of the last snapshot
 };
 
 }  // namespace ff::router

@@ -17,6 +17,7 @@
 #include "cm_device.h"
 #include "cm_table.h"
 #include "exports.h"
+#include "freeflow/cm_qp_attr.h"
 #include "session.h"
 
 namespace ffv {
@@ -187,6 +188,37 @@ int Account(const CmChannel& ch, const Command& c, ff::proto::CmReply* reply) {
   }
 }
 
+// QUERY_ROUTE and INIT_QP_ATTR, answered from the id's last state as the router would
+// (cm_table.h); false when the router must answer.
+bool AnswerFromState(const CmChannel& ch, const Command& c, ff::proto::CmReply* reply, int* rc) {
+  const bool route = c.hdr.cmd == RDMA_USER_CM_CMD_QUERY_ROUTE;
+  if (!route && c.hdr.cmd != RDMA_USER_CM_CMD_INIT_QP_ATTR) return false;
+  const uint32_t handle = Get<uint32_t>(
+      c.body, route ? offsetof(rdma_ucm_query, id) : offsetof(rdma_ucm_init_qp_attr, id));
+  ff::proto::CmIdState st;
+  if (!cmtable::LastState(ch, handle, &st)) return false;
+  if (route) {
+    if (c.hdr.out < offsetof(rdma_ucm_query_route_resp, ibdev_index)) {
+      *rc = ENOSPC;
+      return true;
+    }
+    reply->out_len = std::min<uint32_t>(c.hdr.out, sizeof(st.route));
+    std::memcpy(reply->out, st.route, reply->out_len);
+    *rc = 0;
+    return true;
+  }
+  if (c.hdr.out < sizeof(ib_uverbs_qp_attr)) {
+    *rc = ENOSPC;
+    return true;
+  }
+  ib_uverbs_qp_attr attr;
+  const auto state = Get<uint32_t>(c.body, offsetof(rdma_ucm_init_qp_attr, qp_state));
+  *rc = ff::CmInitQpAttr(st.qp, state, &attr);
+  reply->out_len = sizeof(attr);
+  std::memcpy(reply->out, &attr, sizeof(attr));
+  return true;
+}
+
 // Every command but GET_EVENT.
 int Forward(CmChannel& ch, Command* c) {
   void* response = nullptr;
@@ -197,8 +229,14 @@ int Forward(CmChannel& ch, Command* c) {
   if (const int rc = Rewrite(ch, c)) return rc;
   ff::proto::CmReply reply{};
   bool gone = ch.removed.load();
-  int rc = gone ? 0 : Send(ch, *c, &reply, &gone);
-  if (gone) rc = AnswerLocally(*c, &reply);
+  int rc = 0;
+  if (!gone && AnswerFromState(ch, *c, &reply, &rc)) {
+    if (rc != 0) return rc;
+  } else {
+    rc = gone ? 0 : Send(ch, *c, &reply, &gone);
+    if (gone) rc = AnswerLocally(*c, &reply);
+    if (!gone) cmtable::NoteState(ch.session, reply.state);
+  }
   if (rc == 0) rc = Account(ch, *c, &reply);
   if (rc != 0) return rc;
   if (response != nullptr)

@@ -30,7 +30,8 @@ struct Key {
 struct IdState {
   uint32_t channel;
   uint64_t uid;
-  uint32_t reported;  // events of this id the program has read
+  uint32_t reported;                           // events of this id the program has read
+  std::shared_ptr<ff::proto::CmIdState> last;  // the router's newest snapshot, if any
 };
 struct JoinState {
   uint32_t parent;  // the id that joined
@@ -65,6 +66,18 @@ bool Identity(int fd, dev_t* dev, ino_t* ino) {
   *dev = st.st_dev;
   *ino = st.st_ino;
   return true;
+}
+
+// Keeps `st` as its id's state unless a newer one is kept already (an event read late
+// carries an older snapshot than the commands answered since).
+void NoteStateLocked(Table& t, Session* s, const ff::proto::CmIdState& st) {
+  if (st.handle == 0) return;
+  auto it = t.ids.find(Key{s, st.handle});
+  if (it == t.ids.end()) return;
+  std::shared_ptr<ff::proto::CmIdState>& last = it->second.last;
+  if (last != nullptr && static_cast<int32_t>(st.version - last->version) <= 0) return;
+  if (last == nullptr) last = std::make_shared<ff::proto::CmIdState>();
+  *last = st;
 }
 
 void EraseJoinsOf(Table& t, Session* s, uint32_t parent) {
@@ -148,7 +161,7 @@ void RenewIdentityLocked(CmChannel* ch) { Identity(ch->fd, &ch->dev, &ch->ino); 
 void IdCreated(const CmChannel& ch, uint32_t handle, uint64_t uid) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
-  t.ids.insert_or_assign(Key{ch.session, handle}, IdState{ch.id, uid, 0});
+  t.ids.insert_or_assign(Key{ch.session, handle}, IdState{ch.id, uid, 0, nullptr});
 }
 
 uint32_t IdDestroyed(Session* s, uint32_t handle) {
@@ -208,8 +221,26 @@ CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev) {
   if (it == t.ids.end()) return CmEventFate::kDrop;
   ++it->second.reported;
   if (resp.event == kCmConnectRequest)
-    t.ids.emplace(Key{ch.session, resp.id}, IdState{ch.id, 0, 0});
+    t.ids.emplace(Key{ch.session, resp.id}, IdState{ch.id, 0, 0, nullptr});
+  NoteStateLocked(t, ch.session, ev.state);
   return CmEventFate::kDeliver;
+}
+
+void NoteState(Session* s, const ff::proto::CmIdState& st) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  NoteStateLocked(t, s, st);
+}
+
+bool LastState(const CmChannel& ch, uint32_t handle, ff::proto::CmIdState* out) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  auto it = t.ids.find(Key{ch.session, handle});
+  if (it == t.ids.end() || it->second.channel != ch.id || it->second.last == nullptr ||
+      !it->second.last->qp.seen)
+    return false;
+  *out = *it->second.last;
+  return true;
 }
 
 std::vector<CmLiveId> LiveIds(const CmChannel& ch) {

@@ -85,6 +85,12 @@ uint32_t JoinLeft(Session* s, uint32_t join);
 // records the new id of a CONNECT_REQUEST; kDrop for anything else.
 CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev);
 std::vector<CmLiveId> LiveIds(const CmChannel& ch);
+// The router's snapshots of an id (proto::CmIdState): kept when newer than the last; and
+// the last of an id on `ch` that the router knows the program has named, from which
+// QUERY_ROUTE and INIT_QP_ATTR are answered without asking again (false: ask the router,
+// which also learns that a listener's child is now the program's).
+void NoteState(Session* s, const ff::proto::CmIdState& st);
+bool LastState(const CmChannel& ch, uint32_t handle, ff::proto::CmIdState* out);
 
 // fork child (cm_device.h): the channels stay, owned by no session; no id is live.
 void ForgetInChild();

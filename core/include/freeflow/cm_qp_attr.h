@@ -1,0 +1,27 @@
+// INIT_QP_ATTR of rdma_cm, shared by the router (which answers it) and the library (which
+// answers it from the id's last state, proto::CmIdState): the attributes that move an
+// id's QP to a state, as the kernel's rdma_init_qp_attr gives them for a RoCE v2 port whose
+// GID index 1 is the pod's IPv4-mapped address.
+#pragma once
+
+#include <netinet/in.h>
+// After <netinet/in.h>: the uapi headers then leave glibc's socket types alone.
+#include <rdma/ib_user_verbs.h>
+
+#include <cstdint>
+
+#include "freeflow/protocol.h"
+
+namespace ff {
+
+inline constexpr uint8_t kCmPort = 1;
+inline constexpr uint8_t kCmMappedGidIndex = 1;  // GID 1 of a pod's port: ::ffff:a.b.c.d
+inline constexpr uint8_t kCmHopLimit = 64;
+
+// Fills *out for `qp_state` (IBV_QPS_INIT, RTR or RTS). 0, or EINVAL when the id has no
+// such attributes yet (RTR/RTS before a connection) or for any other state.
+int CmInitQpAttr(const proto::CmQpInputs& in, uint32_t qp_state, ib_uverbs_qp_attr* out);
+// An address handle to the pod at `remote_ip` (host order), by GID.
+void CmFillAh(uint32_t remote_ip, uint8_t tos, ib_uverbs_ah_attr* ah);
+
+}  // namespace ff
