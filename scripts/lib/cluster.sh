@@ -67,9 +67,10 @@ wait_router() {
   return 1
 }
 
+# router_down [SIGNAL]: stops the router (TERM by default) and forgets its PID.
 router_down() {
   if [[ -n "$FF_ROUTER_PID" ]]; then
-    kill "$FF_ROUTER_PID" 2>/dev/null || true
+    kill "-${1:-TERM}" "$FF_ROUTER_PID" 2>/dev/null || true
     wait "$FF_ROUTER_PID" 2>/dev/null || true
     FF_ROUTER_PID=""
   fi
@@ -134,6 +135,41 @@ wait_pid() {
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   return 124
+}
+
+# wait_line FILE REGEX SECONDS [PID]: waits (bounded) until a line of FILE matches REGEX;
+# false at once when the process PID that writes FILE has exited without writing it.
+wait_line() {
+  local i
+  for ((i = 0; i < $3 * 20; i++)); do
+    grep -qE "$2" "$1" 2>/dev/null && return 0
+    if [[ -n ${4:-} ]] && ! kill -0 "$4" 2>/dev/null; then
+      grep -qE "$2" "$1" 2>/dev/null && return 0
+      echo "no line matching '$2' in $1: its writer has exited" >&2
+      return 1
+    fi
+    sleep 0.05
+  done
+  echo "no line matching '$2' in $1 after $3 s" >&2
+  return 1
+}
+
+# wait_listen I PID PORTS: waits (at most 5 s) until pod I listens on a TCP port matching
+# the regex PORTS (e.g. '18515|18516'). PORTS "cm" stands for an rdma_cm listen, which no
+# socket table shows: it waits FF_CM_SETTLE seconds (0.5 by default) instead. False when
+# the server PID has exited meanwhile.
+wait_listen() {
+  local pod=$1 pid=$2 ports=$3 i
+  if [[ $ports == cm ]]; then
+    sleep "${FF_CM_SETTLE:-0.5}"
+  else
+    for ((i = 0; i < 100; i++)); do
+      ip netns exec "$(ff_pod_ns "$pod")" ss -ltn 2>/dev/null | grep -qE ":($ports) " && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+  fi
+  kill -0 "$pid" 2>/dev/null
 }
 
 # ---- several nodes ------------------------------------------------------------------------
@@ -371,6 +407,51 @@ multinode_down() {
   FF_MN_NS=()
   [[ -n "$FF_DIR" ]] && rm -rf "$FF_DIR"
   FF_DIR=""
+}
+
+# ---- two pods, on one node or on two --------------------------------------------------------
+# What runs the same pairs on one node and across nodes addresses its pods the one-node way
+# (ff_pod_ip, ff_pod_ns, pod_bg, pod_run with 0 and 1) in both placements.
+
+# pods_on_nodes: from now on pod I means pod 0 of node I (the one-node helpers redefined).
+pods_on_nodes() {
+  ff_pod_ns() { mn_pod_ns "$1" 0; }
+  ff_pod_ip() { mn_pod_ip "$1" 0; }
+  pod_bg() {
+    local n=$1
+    shift
+    mn_pod_bg "$n" 0 "$@"
+  }
+  pod_run() {
+    local n=$1
+    shift
+    mn_pod_run "$n" 0 "$@"
+  }
+}
+
+# two_pods_up same|cross [ffrouter args...]: pods 0 and 1 and their routers: two pods of one
+# node (same), or one pod on each of two nodes with TLS node links (cross). Callers trap
+# two_pods_down on EXIT.
+FF_PLACEMENT=""
+two_pods_up() {
+  FF_PLACEMENT=$1
+  shift
+  case $FF_PLACEMENT in
+    same) cluster_up 2 && router_up "$@" ;;
+    cross) multinode_up 2 1 && pods_on_nodes && mn_router_up 0 "$@" && mn_router_up 1 "$@" ;;
+    *) echo "two_pods_up: same or cross, not '$FF_PLACEMENT'" >&2 && return 2 ;;
+  esac
+}
+two_pods_down() {
+  case $FF_PLACEMENT in
+    same) cluster_down ;;
+    cross) multinode_down ;;
+  esac
+  FF_PLACEMENT=""
+}
+# pod_router_kill I [SIGNAL]: stops the router serving pod I (TERM by default).
+pod_router_kill() {
+  if [[ $FF_PLACEMENT == cross ]]; then mn_router_down "$1" "${2:-TERM}"; else router_down "${2:-TERM}"; fi
 }
 
 # perftest_clock_failed LOG...: true when perftest could not measure the CPU clock (it samples
