@@ -463,11 +463,12 @@ perftest_clock_failed() {
 }
 
 # again_if_perftest_clock_failed CMD...: runs CMD, a pair that leaves its logs in
-# $FF_DIR/client.log and server.log, and once more when it failed that way; its status.
+# $FF_DIR/client.log and server.log (and perhaps its stderr in client.err and server.err),
+# and once more when it failed that way; its status.
 again_if_perftest_clock_failed() {
   "$@"
   local st=$?
-  if [[ $st -ne 0 ]] && perftest_clock_failed "$FF_DIR/client.log" "$FF_DIR/server.log"; then
+  if [[ $st -ne 0 ]] && perftest_clock_failed "$FF_DIR"/{client,server}.{log,err}; then
     echo "perftest could not measure the CPU clock on this busy machine; running the pair again"
     "$@"
     st=$?
