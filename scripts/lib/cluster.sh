@@ -67,6 +67,18 @@ wait_router() {
   return 1
 }
 
+# router_up_known_pods [ffrouter args...]: router_up with a static control plane that names
+# this node and its pod subnet, as every deployment's control plane does: an address of the
+# subnet where no program runs yet is then a pod of this node, not an unknown address
+# (rdma_cm rejects a connect to it, as a host without a listener does).
+router_up_known_pods() {
+  printf '{"nodes": [{"name": "node0", "address": "10.244.%d.1", "port": 7471, "podCIDRs": ["10.244.%d.0/24"]}]}\n' \
+    "$FF_NET" "$FF_NET" >"$FF_DIR/cluster.json"
+  # One node: no peer ever dials its node port, so no certificates.
+  router_up --control-plane "static:$FF_DIR/cluster.json" --node-name node0 \
+    --host-ip "10.244.${FF_NET}.1" --port 7471 --insecure-node-links "$@"
+}
+
 # router_down [SIGNAL]: stops the router (TERM by default) and forgets its PID.
 router_down() {
   if [[ -n "$FF_ROUTER_PID" ]]; then
@@ -430,14 +442,17 @@ pods_on_nodes() {
 }
 
 # two_pods_up same|cross [ffrouter args...]: pods 0 and 1 and their routers: two pods of one
-# node (same), or one pod on each of two nodes with TLS node links (cross). Callers trap
-# two_pods_down on EXIT.
+# node (same), or one pod on each of two nodes with TLS node links (cross). With
+# FF_KNOWN_PODS=1 the one-node router has a control plane too (router_up_known_pods).
+# Callers trap two_pods_down on EXIT.
 FF_PLACEMENT=""
 two_pods_up() {
   FF_PLACEMENT=$1
   shift
+  local up=router_up
+  [[ ${FF_KNOWN_PODS:-0} == 1 ]] && up=router_up_known_pods
   case $FF_PLACEMENT in
-    same) cluster_up 2 && router_up "$@" ;;
+    same) cluster_up 2 && $up "$@" ;;
     cross) multinode_up 2 1 && pods_on_nodes && mn_router_up 0 "$@" && mn_router_up 1 "$@" ;;
     *) echo "two_pods_up: same or cross, not '$FF_PLACEMENT'" >&2 && return 2 ;;
   esac

@@ -17,7 +17,9 @@ case=${2:?which case}
 CM_BOUND=5  # seconds from a kill to the event it must cause (DISCONNECTED, DEVICE_REMOVAL)
 
 trap two_pods_down EXIT
-two_pods_up "$where" || exit 1
+# The routers know the pod subnets from a control plane, on one node as on two (as in any
+# deployment): a pod where nothing runs yet is a pod, not an unknown address.
+FF_KNOWN_PODS=1 two_pods_up "$where" || exit 1
 S=$(ff_pod_ip 0)
 failures=0
 check() { if [[ $2 -eq 0 ]]; then echo "PASS $1 ($where node)"; else echo "FAIL $1 ($where node)"; failures=$((failures + 1)); fi; }
@@ -35,10 +37,11 @@ logs() {  # the tails of both sides' output (stderr, then stdout), after a failu
 # cm_pair SERVER_CMD... -- CLIENT_CMD...: the server in pod 0, then the client in pod 1;
 # 0 when both exit 0 (the client within 60 s, the server 30 s after it). Their stdout goes
 # to $FF_DIR/server.log and client.log, which the checks read, their stderr to server.err
-# and client.err (unbuffered, it would land inside stdout's lines). An rdma_cm listen shows
-# in no socket table, so the client starts FF_CM_SETTLE s after the server; a client that
-# still fails within 2 s while the server waits on may have come before the listen: the
-# pair runs again (twice at most) and says so.
+# and client.err (unbuffered, it would land inside stdout's lines); stdout is line-buffered
+# (stdbuf) so that a side killed at its deadline leaves what it had done. An rdma_cm listen
+# shows in no socket table, so the client starts FF_CM_SETTLE s after the server; a client
+# that still fails within 2 s while the server waits on may have come before the listen:
+# the pair runs again (twice at most) and says so.
 cm_pair() {
   local -a srv=() cli=()
   while [[ $1 != -- ]]; do srv+=("$1"); shift; done
@@ -46,7 +49,7 @@ cm_pair() {
   cli=("$@")
   local attempt c s t0 spid
   for ((attempt = 1; attempt <= 3; attempt++)); do
-    pod_bg 0 "${srv[@]}" >"$FF_DIR/server.log" 2>"$FF_DIR/server.err"
+    pod_bg 0 stdbuf -oL "${srv[@]}" >"$FF_DIR/server.log" 2>"$FF_DIR/server.err"
     spid=$FF_LAST_PID
     if ! wait_listen 0 "$spid" cm; then
       wait "$spid"
@@ -55,7 +58,7 @@ cm_pair() {
       return 1
     fi
     t0=$(now_ms)
-    pod_run 1 timeout 60 "${cli[@]}" >"$FF_DIR/client.log" 2>"$FF_DIR/client.err"
+    pod_run 1 timeout 60 stdbuf -oL "${cli[@]}" >"$FF_DIR/client.log" 2>"$FF_DIR/client.err"
     c=$?
     if [[ $c -ne 0 && $attempt -lt 3 && $(($(now_ms) - t0)) -lt 2000 ]] && kill -0 "$spid" 2>/dev/null; then
       echo "client failed (status $c) after $(($(now_ms) - t0)) ms with the server still waiting: again"
