@@ -40,6 +40,7 @@ bench: build
 	@bench/run.sh $(BUILD_DIR)
 	@bench/multinode.sh $(BUILD_DIR)
 	@bench/qperf.sh $(BUILD_DIR)
+	@bench/rdmacm.sh $(BUILD_DIR)
 
 # Every fuzz target for FUZZ_SECONDS each, in its own clang build (fuzz/README.md).
 fuzz: deps

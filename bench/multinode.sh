@@ -26,10 +26,7 @@ routers() {
 }
 
 # The measure.sh helpers address one-node pods; map them onto the two nodes' pods.
-ff_pod_ns() { mn_pod_ns "$1" 0; }
-ff_pod_ip() { mn_pod_ip "$1" 0; }
-pod_bg() { local n=$1; shift; mn_pod_bg "$n" 0 "$@"; }
-pod_run() { local n=$1; shift; mn_pod_run "$n" 0 "$@"; }
+pods_on_nodes
 
 declare -a wbw=() q1=() q8=() tcp=() slat=() tlat=() wbw_tls=() slat_tls=()
 for ((r = 1; r <= RUNS; r++)); do

@@ -18,24 +18,18 @@ source scripts/lib/measure.sh
 run_pair() {
   local port=$1
   shift
-  server_bg "$@" >"$FF_DIR/bench-server.log" 2>&1
-  local spid=$FF_LAST_PID i
-  for ((i = 0; i < 100; i++)); do
-    ip netns exec "$server_ns" ss -ltn 2>/dev/null | grep -qE ":($port) " && break
-    sleep 0.05
-  done
-  client timeout 60 "$@" "$server_ip" 2>&1 || true
+  pod_bg 0 "$@" >"$FF_DIR/bench-server.log" 2>&1
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" "$port" || true
+  pod_run 1 timeout 60 "$@" "$(ff_pod_ip 0)" 2>&1 || true
   wait_pid "$spid" 30 >/dev/null || true
 }
 # qperf_figure TEST: its result, latency in usec or bandwidth in Gbit/s.
 qperf_figure() {
-  server_bg qperf >"$FF_DIR/bench-server.log" 2>&1
-  local spid=$FF_LAST_PID i
-  for ((i = 0; i < 100; i++)); do
-    ip netns exec "$server_ns" ss -ltn 2>/dev/null | grep -q ':19765 ' && break
-    sleep 0.05
-  done
-  client timeout 60 qperf -t 2 "$server_ip" "$1" 2>&1 | awk '
+  pod_bg 0 qperf >"$FF_DIR/bench-server.log" 2>&1
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" 19765 || true
+  pod_run 1 timeout 60 qperf -t 2 "$(ff_pod_ip 0)" "$1" 2>&1 | awk '
     /(bw|latency) += / {
       v = $3; u = $4
       if (u == "ns") v /= 1000; else if (u == "ms") v *= 1000
@@ -86,22 +80,11 @@ measure() {  # measure WHERE: the table for one placement of the pods
   printf '%-50s %-30s %s\n' "  eventfd ping-pong half round trip, usec" "$(fmt "$wk")" ""
 }
 
-trap cluster_down EXIT
-cluster_up 2
-router_up
-server_bg() { pod_bg 0 "$@"; }
-client() { pod_run 1 "$@"; }
-server_ip=$(ff_pod_ip 0) server_ns=$(ff_pod_ns 0)
+trap two_pods_down EXIT
+two_pods_up same
 same=$(measure "two pods on one node")
-cluster_down
-
-trap multinode_down EXIT
-multinode_up 2 1
-mn_router_up 0
-mn_router_up 1
-server_bg() { mn_pod_bg 0 0 "$@"; }
-client() { mn_pod_run 1 0 "$@"; }
-server_ip=$(mn_pod_ip 0 0) server_ns=$(mn_pod_ns 0 0)
+two_pods_down
+two_pods_up cross
 cross=$(measure "pods on two nodes (TLS node links)")
 echo "$same"
 echo "$cross"

@@ -67,9 +67,22 @@ wait_router() {
   return 1
 }
 
+# router_up_known_pods [ffrouter args...]: router_up with a static control plane that names
+# this node and its pod subnet, as every deployment's control plane does: an address of the
+# subnet where no program runs yet is then a pod of this node, not an unknown address
+# (rdma_cm rejects a connect to it, as a host without a listener does).
+router_up_known_pods() {
+  printf '{"nodes": [{"name": "node0", "address": "10.244.%d.1", "port": 7471, "podCIDRs": ["10.244.%d.0/24"]}]}\n' \
+    "$FF_NET" "$FF_NET" >"$FF_DIR/cluster.json"
+  # One node: no peer ever dials its node port, so no certificates.
+  router_up --control-plane "static:$FF_DIR/cluster.json" --node-name node0 \
+    --host-ip "10.244.${FF_NET}.1" --port 7471 --insecure-node-links "$@"
+}
+
+# router_down [SIGNAL]: stops the router (TERM by default) and forgets its PID.
 router_down() {
   if [[ -n "$FF_ROUTER_PID" ]]; then
-    kill "$FF_ROUTER_PID" 2>/dev/null || true
+    kill "-${1:-TERM}" "$FF_ROUTER_PID" 2>/dev/null || true
     wait "$FF_ROUTER_PID" 2>/dev/null || true
     FF_ROUTER_PID=""
   fi
@@ -134,6 +147,41 @@ wait_pid() {
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   return 124
+}
+
+# wait_line FILE REGEX SECONDS [PID]: waits (bounded) until a line of FILE matches REGEX;
+# false at once when the process PID that writes FILE has exited without writing it.
+wait_line() {
+  local i
+  for ((i = 0; i < $3 * 20; i++)); do
+    grep -qE "$2" "$1" 2>/dev/null && return 0
+    if [[ -n ${4:-} ]] && ! kill -0 "$4" 2>/dev/null; then
+      grep -qE "$2" "$1" 2>/dev/null && return 0
+      echo "no line matching '$2' in $1: its writer has exited" >&2
+      return 1
+    fi
+    sleep 0.05
+  done
+  echo "no line matching '$2' in $1 after $3 s" >&2
+  return 1
+}
+
+# wait_listen I PID PORTS: waits (at most 5 s) until pod I listens on a TCP port matching
+# the regex PORTS (e.g. '18515|18516'). PORTS "cm" stands for an rdma_cm listen, which no
+# socket table shows: it waits FF_CM_SETTLE seconds (0.5 by default) instead. False when
+# the server PID has exited meanwhile.
+wait_listen() {
+  local pod=$1 pid=$2 ports=$3 i
+  if [[ $ports == cm ]]; then
+    sleep "${FF_CM_SETTLE:-0.5}"
+  else
+    for ((i = 0; i < 100; i++)); do
+      ip netns exec "$(ff_pod_ns "$pod")" ss -ltn 2>/dev/null | grep -qE ":($ports) " && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+  fi
+  kill -0 "$pid" 2>/dev/null
 }
 
 # ---- several nodes ------------------------------------------------------------------------
@@ -373,6 +421,54 @@ multinode_down() {
   FF_DIR=""
 }
 
+# ---- two pods, on one node or on two --------------------------------------------------------
+# What runs the same pairs on one node and across nodes addresses its pods the one-node way
+# (ff_pod_ip, ff_pod_ns, pod_bg, pod_run with 0 and 1) in both placements.
+
+# pods_on_nodes: from now on pod I means pod 0 of node I (the one-node helpers redefined).
+pods_on_nodes() {
+  ff_pod_ns() { mn_pod_ns "$1" 0; }
+  ff_pod_ip() { mn_pod_ip "$1" 0; }
+  pod_bg() {
+    local n=$1
+    shift
+    mn_pod_bg "$n" 0 "$@"
+  }
+  pod_run() {
+    local n=$1
+    shift
+    mn_pod_run "$n" 0 "$@"
+  }
+}
+
+# two_pods_up same|cross [ffrouter args...]: pods 0 and 1 and their routers: two pods of one
+# node (same), or one pod on each of two nodes with TLS node links (cross). With
+# FF_KNOWN_PODS=1 the one-node router has a control plane too (router_up_known_pods).
+# Callers trap two_pods_down on EXIT.
+FF_PLACEMENT=""
+two_pods_up() {
+  FF_PLACEMENT=$1
+  shift
+  local up=router_up
+  [[ ${FF_KNOWN_PODS:-0} == 1 ]] && up=router_up_known_pods
+  case $FF_PLACEMENT in
+    same) cluster_up 2 && $up "$@" ;;
+    cross) multinode_up 2 1 && pods_on_nodes && mn_router_up 0 "$@" && mn_router_up 1 "$@" ;;
+    *) echo "two_pods_up: same or cross, not '$FF_PLACEMENT'" >&2 && return 2 ;;
+  esac
+}
+two_pods_down() {
+  case $FF_PLACEMENT in
+    same) cluster_down ;;
+    cross) multinode_down ;;
+  esac
+  FF_PLACEMENT=""
+}
+# pod_router_kill I [SIGNAL]: stops the router serving pod I (TERM by default).
+pod_router_kill() {
+  if [[ $FF_PLACEMENT == cross ]]; then mn_router_down "$1" "${2:-TERM}"; else router_down "${2:-TERM}"; fi
+}
+
 # perftest_clock_failed LOG...: true when perftest could not measure the CPU clock (it samples
 # cycles against gettimeofday and gives up, "Correlation coefficient r^2: ... < 0.9", when
 # the machine is too busy for the samples to line up; it then exits 1 without a report).
@@ -382,11 +478,12 @@ perftest_clock_failed() {
 }
 
 # again_if_perftest_clock_failed CMD...: runs CMD, a pair that leaves its logs in
-# $FF_DIR/client.log and server.log, and once more when it failed that way; its status.
+# $FF_DIR/client.log and server.log (and perhaps its stderr in client.err and server.err),
+# and once more when it failed that way; its status.
 again_if_perftest_clock_failed() {
   "$@"
   local st=$?
-  if [[ $st -ne 0 ]] && perftest_clock_failed "$FF_DIR/client.log" "$FF_DIR/server.log"; then
+  if [[ $st -ne 0 ]] && perftest_clock_failed "$FF_DIR"/{client,server}.{log,err}; then
     echo "perftest could not measure the CPU clock on this busy machine; running the pair again"
     "$@"
     st=$?

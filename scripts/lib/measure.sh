@@ -3,20 +3,20 @@
 
 # perftest_run POD_SERVER POD_CLIENT FIELD TOOL ARGS...: runs an unmodified perftest
 # tool between two pods over freeflow and prints one column of its result line
-# (FIELD: bw = BW average [Gbit/s], mpps = MsgRate, typical = t_typical [usec]).
+# (FIELD: bw = BW average [Gbit/s], mpps = MsgRate, typical = t_typical [usec]). With -R
+# the pair meets over rdma_cm instead of a TCP socket.
 perftest_run() {
-  local s=$1 c=$2 field=$3
+  local s=$1 c=$2 field=$3 meet=18515
   shift 3
+  [[ " $* " == *" -R "* ]] && meet=cm
   pod_bg "$s" "$@" >"$FF_DIR/pt-server.log" 2>&1
-  local spid=$FF_LAST_PID i
-  for ((i = 0; i < 100; i++)); do
-    ip netns exec "$(ff_pod_ns "$s")" ss -ltn 2>/dev/null | grep -q ':18515 ' && break
-    sleep 0.05
-  done
+  local spid=$FF_LAST_PID
+  wait_listen "$s" "$spid" "$meet" || true
   pod_run "$c" timeout 60 "$@" "$(ff_pod_ip "$s")" >"$FF_DIR/pt-client.log" 2>&1
   wait_pid "$spid" 30 >/dev/null || true
   local line
   line=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$FF_DIR/pt-client.log" | tail -n 1)
+  [[ -n $line ]] || return 0  # no result: no figure (stats leaves it out)
   case $field in
     bw) awk '{printf "%.2f\n", $4 * 1048576 * 8 / 1e9}' <<<"$line" ;;
     mpps) awk '{printf "%.3f\n", $5}' <<<"$line" ;;
@@ -48,10 +48,13 @@ sockperf_half_rtt_us() {
   wait "$spid" 2>/dev/null || true
 }
 
-# stats V1 V2 ...: "median min max" of the numbers.
+# stats V1 V2 ...: "median min max" of the numbers (empty ones, failed runs, left out).
 stats() {
-  printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {
-    if (NR == 0) { print "n/a n/a n/a"; exit }
-    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "%.3f %.3f %.3f\n", m, v[1], v[NR] }'
+  printf '%s\n' "$@" | sort -g | awk 'NF {v[++n] = $1} END {
+    if (n == 0) { print "n/a n/a n/a"; exit }
+    m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    printf "%.3f %.3f %.3f\n", m, v[1], v[n] }'
 }
+
+# fmt_stats "MEDIAN MIN MAX": "MEDIAN (MIN..MAX)", as the benchmark tables print a figure.
+fmt_stats() { awk '{ if ($1 == "n/a") print "n/a"; else printf "%s (%s..%s)", $1, $2, $3 }' <<<"$1"; }

@@ -13,31 +13,15 @@ mode=${1:-same}
 shift
 (($# > 0)) && TESTS=("$@")
 
-if [[ $mode == same ]]; then
-  trap cluster_down EXIT
-  cluster_up 2
-  router_up || exit 1
-  server_bg() { pod_bg 0 "$@"; }
-  client() { pod_run 1 "$@"; }
-  server_ip=$(ff_pod_ip 0) server_ns=$(ff_pod_ns 0)
-else
-  trap multinode_down EXIT
-  multinode_up 2 1
-  mn_router_up 0 && mn_router_up 1 || exit 1
-  server_bg() { mn_pod_bg 0 0 "$@"; }
-  client() { mn_pod_run 1 0 "$@"; }
-  server_ip=$(mn_pod_ip 0 0) server_ns=$(mn_pod_ns 0 0)
-fi
+trap two_pods_down EXIT
+two_pods_up "$mode" || exit 1
 
 failures=0
 for t in "${TESTS[@]}"; do
-  server_bg qperf >"$FF_DIR/qperf-server.log" 2>&1
+  pod_bg 0 qperf >"$FF_DIR/qperf-server.log" 2>&1
   spid=$FF_LAST_PID
-  for ((i = 0; i < 100; i++)); do  # until it listens on its port
-    ip netns exec "$server_ns" ss -ltn 2>/dev/null | grep -q ':19765 ' && break
-    sleep 0.05
-  done
-  out=$(client timeout 60 qperf -t 1 "$server_ip" "$t" 2>&1)
+  wait_listen 0 "$spid" 19765
+  out=$(pod_run 1 timeout 60 qperf -t 1 "$(ff_pod_ip 0)" "$t" 2>&1)
   st=$?
   kill "$spid" 2>/dev/null
   wait "$spid" 2>/dev/null

@@ -1,0 +1,291 @@
+// Connection set-up and tear-down rate (issue 12's performance figure), rdma_cm beside TCP,
+// between the same two pods. One connection at a time, as a program that connects on
+// demand would:
+//   rdma_cm: create id, resolve address and route, QP, connect; the server accepts (its QP
+//            made on CONNECT_REQUEST); ESTABLISHED on both sides; the client disconnects,
+//            DISCONNECTED on both sides; QPs and ids destroyed;
+//   TCP:     connect; the server accepts; the client shuts down its side and waits for the
+//            server's close (the same two-sided tear-down); both close.
+//   cm_rate rdma-server PORT COUNT | tcp-server PORT COUNT   serve COUNT connections, exit
+//   cm_rate rdma-client IP PORT COUNT | tcp-client IP PORT COUNT
+// The client makes one untimed connection first (retrying while the server is not yet
+// listening), then COUNT timed ones, and prints
+//   <kind> connections: COUNT in S s, rate R per second, median one connection M us
+// Every wait has a deadline and a watchdog ends a process that blocks. Exit 0 or 1.
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cm_util.h"
+
+namespace {
+
+using cmtest::Expect;
+using cmtest::NowMs;
+
+constexpr int kStepMs = 5000;        // the deadline of any one step
+constexpr double kWarmupMs = 10000;  // how long the first connection may wait for a listener
+
+// What a client's connections share: the channel, and the PD and CQ of the device (made
+// on the first resolve).
+struct RdmaClient {
+  rdma_event_channel* ch = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  sockaddr_in dst{};
+};
+
+// Ends a connection the client made: disconnect, DISCONNECTED, destroy.
+int RdmaTearDown(RdmaClient* c, rdma_cm_id* id) {
+  int st = 0;
+  if (rdma_disconnect(id) != 0) {
+    std::fprintf(stderr, "rdma_disconnect: %s\n", std::strerror(errno));
+    st = 1;
+  } else {
+    st = Expect(c->ch, RDMA_CM_EVENT_DISCONNECTED, kStepMs);
+  }
+  rdma_destroy_qp(id);
+  rdma_destroy_id(id);
+  return st;
+}
+
+// One connection, set up and torn down. 0; 1 on failure; 4 when it was rejected or found
+// unreachable (the server not listening yet) and nothing else went wrong.
+int RdmaOnce(RdmaClient* c) {
+  rdma_cm_id* id = nullptr;
+  if (rdma_create_id(c->ch, &id, nullptr, RDMA_PS_TCP) != 0) {
+    std::fprintf(stderr, "rdma_create_id: %s\n", std::strerror(errno));
+    return 1;
+  }
+  int st = cmtest::Resolve(id, c->ch, &c->dst);
+  if (st == 0 && c->pd == nullptr) {
+    c->pd = ibv_alloc_pd(id->verbs);
+    c->cq = c->pd ? ibv_create_cq(id->verbs, 16, nullptr, nullptr, 0) : nullptr;
+    if (c->cq == nullptr) std::fprintf(stderr, "PD/CQ: %s\n", std::strerror(errno));
+    st = c->cq == nullptr;
+  }
+  if (st == 0) st = cmtest::MakeQp(id, c->pd, c->cq);
+  rdma_conn_param p = cmtest::ConnParam(nullptr, 0);
+  if (st == 0 && rdma_connect(id, &p) != 0) {
+    std::fprintf(stderr, "rdma_connect: %s\n", std::strerror(errno));
+    st = 1;
+  }
+  if (st != 0) {
+    if (id->qp != nullptr) rdma_destroy_qp(id);
+    rdma_destroy_id(id);
+    return st;
+  }
+  rdma_cm_event* ev = nullptr;
+  const int err = cmtest::NextEvent(c->ch, kStepMs, &ev);
+  const rdma_cm_event_type got = err == 0 ? ev->event : RDMA_CM_EVENT_CONNECT_ERROR;
+  if (err == 0) rdma_ack_cm_event(ev);
+  if (got == RDMA_CM_EVENT_ESTABLISHED) return RdmaTearDown(c, id);
+  rdma_destroy_qp(id);
+  rdma_destroy_id(id);
+  // Nobody listening yet: a real stack rejects (RC), freeflow may say unreachable.
+  if (got == RDMA_CM_EVENT_REJECTED || got == RDMA_CM_EVENT_UNREACHABLE) return 4;
+  std::fprintf(stderr, "connect: %s\n", err ? std::strerror(err) : rdma_event_str(got));
+  return 1;
+}
+
+// One TCP connection, set up and torn down: 0, 1, or 4 when refused (not listening yet).
+int TcpOnce(const sockaddr_in& dst) {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{kStepMs / 1000, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  if (::connect(s, reinterpret_cast<const sockaddr*>(&dst), sizeof(dst)) != 0) {
+    const int e = errno;
+    ::close(s);
+    if (e == ECONNREFUSED) return 4;
+    std::fprintf(stderr, "connect: %s\n", std::strerror(e));
+    return 1;
+  }
+  char b;
+  ::shutdown(s, SHUT_WR);
+  const ssize_t n = ::read(s, &b, 1);  // the server's close: end of stream
+  ::close(s);
+  if (n != 0) std::fprintf(stderr, "waiting for the server's close: %s\n", std::strerror(errno));
+  return n == 0 ? 0 : 1;
+}
+
+// The client loop: one warm-up connection (retried while refused), then `count` timed.
+template <typename Once>
+int Measure(const char* kind, int count, Once once) {
+  const double start = NowMs();
+  int st;
+  while ((st = once()) == 4 && NowMs() - start < kWarmupMs) ::usleep(50 * 1000);
+  if (st != 0) {
+    std::fprintf(stderr, "%s: the first connection failed%s\n", kind,
+                 st == 4 ? " (nobody listening after 10 s)" : "");
+    return 1;
+  }
+  std::vector<double> each;
+  each.reserve(count);
+  const double t0 = NowMs();
+  for (int i = 0; i < count; ++i) {
+    const double t = NowMs();
+    if (once() != 0) {
+      std::fprintf(stderr, "%s: connection %d of %d failed\n", kind, i + 1, count);
+      return 1;
+    }
+    each.push_back(NowMs() - t);
+  }
+  const double secs = (NowMs() - t0) / 1000;
+  std::nth_element(each.begin(), each.begin() + count / 2, each.end());
+  std::printf("%s connections: %d in %.3f s, rate %.1f per second, median one connection %.1f us\n",
+              kind, count, secs, count / secs, each[count / 2] * 1000);
+  return 0;
+}
+
+int RdmaClientMain(const char* ip, int port, int count) {
+  RdmaClient c;
+  if (!cmtest::ParseAddr(ip, port, &c.dst)) return 1;
+  c.ch = cmtest::OpenChannel();
+  if (c.ch == nullptr) return 1;
+  const int st = Measure("rdma_cm", count, [&c] { return RdmaOnce(&c); });
+  if (c.cq != nullptr) ibv_destroy_cq(c.cq);
+  if (c.pd != nullptr) ibv_dealloc_pd(c.pd);
+  rdma_destroy_event_channel(c.ch);
+  return st;
+}
+
+int TcpClientMain(const char* ip, int port, int count) {
+  sockaddr_in dst;
+  if (!cmtest::ParseAddr(ip, port, &dst)) return 1;
+  return Measure("tcp", count, [&dst] { return TcpOnce(dst); });
+}
+
+// The server's side of one event; `done` counts connections that ended.
+int RdmaServe(rdma_cm_event* ev, ibv_pd** pd, ibv_cq** cq, int* done) {
+  rdma_cm_id* id = ev->id;
+  switch (ev->event) {
+    case RDMA_CM_EVENT_CONNECT_REQUEST: {
+      if (*pd == nullptr) {
+        *pd = ibv_alloc_pd(id->verbs);
+        *cq = *pd ? ibv_create_cq(id->verbs, 16, nullptr, nullptr, 0) : nullptr;
+        if (*cq == nullptr) return 1;
+      }
+      rdma_conn_param p = cmtest::ConnParam(nullptr, 0);
+      if (cmtest::MakeQp(id, *pd, *cq) != 0 || rdma_accept(id, &p) != 0) {
+        std::fprintf(stderr, "accept: %s\n", std::strerror(errno));
+        return 1;
+      }
+      return 0;
+    }
+    case RDMA_CM_EVENT_ESTABLISHED:
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT:  // a real stack may report it; nothing to do
+      return 0;
+    case RDMA_CM_EVENT_DISCONNECTED:
+      rdma_disconnect(id);  // the passive side answers the disconnect
+      ++*done;
+      return 0;
+    default:
+      std::fprintf(stderr, "server: unexpected %s (status %d)\n", rdma_event_str(ev->event),
+                   ev->status);
+      return 1;
+  }
+}
+
+int RdmaServerMain(int port, int count) {
+  sockaddr_in any;
+  cmtest::ParseAddr("0.0.0.0", port, &any);
+  rdma_event_channel* ch = cmtest::OpenChannel();
+  rdma_cm_id* listen = nullptr;
+  if (ch == nullptr || rdma_create_id(ch, &listen, nullptr, RDMA_PS_TCP) != 0 ||
+      rdma_bind_addr(listen, reinterpret_cast<sockaddr*>(&any)) != 0 ||
+      rdma_listen(listen, 16) != 0) {
+    std::fprintf(stderr, "listen on port %d: %s\n", port, std::strerror(errno));
+    return 1;
+  }
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  int done = 0, st = 0;
+  while (st == 0 && done < count + 1) {  // the client's warm-up connection, then COUNT
+    rdma_cm_event* ev = nullptr;
+    if (cmtest::NextEvent(ch, 60000, &ev) != 0) {
+      std::fprintf(stderr, "server: no event for 60 s after %d connections\n", done);
+      return 1;
+    }
+    rdma_cm_id* id = ev->id;
+    const bool ended = ev->event == RDMA_CM_EVENT_DISCONNECTED;
+    st = RdmaServe(ev, &pd, &cq, &done);
+    rdma_ack_cm_event(ev);
+    if (ended) {
+      rdma_destroy_qp(id);
+      rdma_destroy_id(id);
+    }
+  }
+  rdma_destroy_id(listen);
+  if (cq != nullptr) ibv_destroy_cq(cq);
+  if (pd != nullptr) ibv_dealloc_pd(pd);
+  rdma_destroy_event_channel(ch);
+  return st;
+}
+
+int TcpServerMain(int port, int count) {
+  const int l = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in any;
+  cmtest::ParseAddr("0.0.0.0", port, &any);
+  if (::bind(l, reinterpret_cast<sockaddr*>(&any), sizeof(any)) != 0 || ::listen(l, 128) != 0) {
+    std::fprintf(stderr, "listen on port %d: %s\n", port, std::strerror(errno));
+    return 1;
+  }
+  for (int i = 0; i < count + 1; ++i) {  // the warm-up connection, then COUNT
+    pollfd p{l, POLLIN, 0};
+    if (::poll(&p, 1, 60000) != 1) {
+      std::fprintf(stderr, "server: no connection for 60 s after %d\n", i);
+      return 1;
+    }
+    const int s = ::accept(l, nullptr, nullptr);
+    timeval tv{kStepMs / 1000, 0};
+    ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char b;
+    const ssize_t n = ::read(s, &b, 1);  // the client's shutdown
+    ::close(s);
+    if (n != 0) {
+      std::fprintf(stderr, "server: connection %d did not end cleanly\n", i);
+      return 1;
+    }
+  }
+  ::close(l);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const bool server = mode == "rdma-server" || mode == "tcp-server";
+  const bool client = mode == "rdma-client" || mode == "tcp-client";
+  if (!(server && argc == 4) && !(client && argc == 5)) {
+    std::fprintf(stderr,
+                 "usage: cm_rate rdma-server|tcp-server PORT COUNT\n"
+                 "       cm_rate rdma-client|tcp-client IP PORT COUNT\n");
+    return 2;
+  }
+  const int count = std::atoi(argv[argc - 1]);
+  if (count < 1 || count > 1000000) {
+    std::fprintf(stderr, "COUNT must be 1..1000000\n");
+    return 2;
+  }
+  // A bound on the whole run: 50 ms a connection (far above either rate) and a minute.
+  cmtest::Watchdog(60 + static_cast<unsigned>(count) / 20);
+  if (mode == "rdma-server") return RdmaServerMain(std::atoi(argv[2]), count);
+  if (mode == "tcp-server") return TcpServerMain(std::atoi(argv[2]), count);
+  if (mode == "rdma-client") return RdmaClientMain(argv[2], std::atoi(argv[3]), count);
+  return TcpClientMain(argv[2], std::atoi(argv[3]), count);
+}

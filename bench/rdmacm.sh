@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# make bench (issue 12): rdma_cm between the same two pods, on one node and across two nodes
+# (TLS node links), each figure the median (min..max) of RUNS runs beside its baseline from
+# the same run:
+#   - connections set up and torn down per second (bench/cm_rate: connect, accept,
+#     ESTABLISHED on both sides, disconnect, DISCONNECTED, destroy) beside TCP's
+#     connect/accept/close; target: at least 1/2 of TCP's on one node, 1/4 across nodes;
+#   - rping's time per ping (the difference of a long and a short run, so that set-up is
+#     left out), beside ib_send_lat;
+#   - ib_send_lat -R and ib_write_bw -R (connected by rdma_cm) beside the same tools
+#     connected over their TCP socket; target: equal within noise (the -R median inside the
+#     other's min..max, or within 5% of its median).
+set -euo pipefail
+BUILD=${1:-build}
+RUNS=${RUNS:-5}
+CONNS_RDMA=${CM_CONNS_RDMA:-300}
+CONNS_TCP=${CM_CONNS_TCP:-2000}
+export FF_BUILD=$(cd "$BUILD" && pwd)
+cd "$(dirname "$0")/.."
+source scripts/lib/cluster.sh
+source scripts/lib/measure.sh
+CM_RATE=${FF_CM_RATE:-$FF_BUILD/bench/cm_rate}
+
+# conn_rate rdma|tcp PORT COUNT: connections per second from pod 1 to pod 0 (nothing when
+# the run failed; its logs stay in $FF_DIR/rate-*.log).
+conn_rate() {
+  pod_bg 0 "$CM_RATE" "$1-server" "$2" "$3" >"$FF_DIR/rate-server.log" 2>&1
+  local spid=$FF_LAST_PID
+  pod_run 1 timeout 120 "$CM_RATE" "$1-client" "$(ff_pod_ip 0)" "$2" "$3" >"$FF_DIR/rate-client.log" 2>&1 || true
+  wait_pid "$spid" 30 >/dev/null || true
+  awk '/ connections: / {for (i = 1; i < NF; i++) if ($i == "rate") print $(i + 1)}' "$FF_DIR/rate-client.log"
+  grep -q ' connections: ' "$FF_DIR/rate-client.log" ||
+    { echo "cm_rate $1 failed:"; tail -n 3 "$FF_DIR/rate-client.log" "$FF_DIR/rate-server.log"; } >&2
+}
+
+# rping_wall_us COUNT: wall time (usec) of an rping client of COUNT pings, server started first.
+rping_wall_us() {
+  pod_bg 0 rping -s -C "$1" >"$FF_DIR/rping-server.log" 2>&1
+  local spid=$FF_LAST_PID t0 t1 st=0
+  wait_listen 0 "$spid" cm || true
+  t0=$(date +%s%N)
+  pod_run 1 timeout 60 rping -c -a "$(ff_pod_ip 0)" -C "$1" >"$FF_DIR/rping-client.log" 2>&1 || st=1
+  t1=$(date +%s%N)
+  wait_pid "$spid" 30 >/dev/null || st=1
+  [[ $st -eq 0 ]] && echo $(((t1 - t0) / 1000))
+  [[ $st -eq 0 ]] || { echo "rping -C $1 failed:"; tail -n 3 "$FF_DIR"/rping-*.log; } >&2
+  return 0
+}
+
+# rping_us: microseconds a ping, from a 5000-ping and a 200-ping run.
+rping_us() {
+  local long short
+  long=$(rping_wall_us 5000)
+  short=$(rping_wall_us 200)
+  [[ -n $long && -n $short ]] && awk -v l="$long" -v s="$short" 'BEGIN {printf "%.3f\n", (l - s) / 4800}'
+  return 0
+}
+
+# add ARRAY VALUE: appends VALUE when the run gave one.
+add() { [[ -z $2 ]] || eval "$1+=(\"\$2\")"; }
+
+measure() {  # measure WHERE RATE_DIVISOR: the table for one placement of the pods
+  local where=$1 div=$2 r
+  local -a cm=() tcp=() rp=() lr=() lp=() br=() bp=()
+  for ((r = 1; r <= RUNS; r++)); do
+    echo "$where: run $r/$RUNS" >&2
+    add cm "$(conn_rate rdma $((7700 + r)) "$CONNS_RDMA")"
+    add tcp "$(conn_rate tcp $((7800 + r)) "$CONNS_TCP")"  # a fresh port: no TIME_WAIT reuse
+    add rp "$(rping_us)"
+    add lr "$(perftest_run 0 1 typical ib_send_lat -R -s 2 -n 20000)"
+    add lp "$(perftest_run 0 1 typical ib_send_lat -s 2 -n 20000)"
+    add br "$(perftest_run 0 1 bw ib_write_bw -R -s 65536 -n 5000)"
+    add bp "$(perftest_run 0 1 bw ib_write_bw -s 65536 -n 5000)"
+  done
+  local scm stcp srp slr slp sbr sbp
+  scm=$(stats "${cm[@]}") stcp=$(stats "${tcp[@]}") srp=$(stats "${rp[@]}") slr=$(stats "${lr[@]}")
+  slp=$(stats "${lp[@]}") sbr=$(stats "${br[@]}") sbp=$(stats "${bp[@]}")
+  rate_target() {
+    awk -v a="${scm%% *}" -v b="${stcp%% *}" -v d="$div" 'BEGIN {
+      if (a == "n/a" || b == "n/a" || b == 0) { print "n/a"; exit }
+      printf "%.0f%% of TCP (>= %.0f%%: %s)", 100 * a / b, 100 / d, (a * d >= b) ? "met" : "NOT met" }'
+  }
+  same_target() {  # same_target STATS_R STATS_BASE: the -R figure equal to the other within noise
+    read -r m _ _ <<<"$1"
+    read -r bm blo bhi <<<"$2"
+    awk -v m="$m" -v bm="$bm" -v lo="$blo" -v hi="$bhi" 'BEGIN {
+      if (m == "n/a" || bm == "n/a" || bm == 0) { print "n/a"; exit }
+      ok = (m >= lo && m <= hi) || (m - bm <= 0.05 * bm && bm - m <= 0.05 * bm)
+      printf "%+.1f%% (equal within noise: %s)", 100 * (m - bm) / bm, ok ? "met" : "NOT met" }'
+  }
+  echo
+  echo "freeflow rdma_cm benchmark, $where: median (min..max) of $RUNS runs"
+  printf '%-52s %-30s %s\n' "figure" "value" "target"
+  printf '%-52s %-30s %s\n' "rdma_cm connections set up + torn down per second" "$(fmt_stats "$scm")" "$(rate_target)"
+  printf '%-52s %-30s %s\n' "  TCP connect/accept/close per second" "$(fmt_stats "$stcp")" ""
+  printf '%-52s %-30s %s\n' "rping, usec a ping (64 B, 2 SENDs + READ + WRITE)" "$(fmt_stats "$srp")" ""
+  printf '%-52s %-30s %s\n' "ib_send_lat -R 2 B t_typical, usec" "$(fmt_stats "$slr")" "$(same_target "$slr" "$slp")"
+  printf '%-52s %-30s %s\n' "  ib_send_lat 2 B t_typical, usec" "$(fmt_stats "$slp")" ""
+  printf '%-52s %-30s %s\n' "ib_write_bw -R 64 KiB, Gbit/s" "$(fmt_stats "$sbr")" "$(same_target "$sbr" "$sbp")"
+  printf '%-52s %-30s %s\n' "  ib_write_bw 64 KiB, Gbit/s" "$(fmt_stats "$sbp")" ""
+}
+
+trap two_pods_down EXIT
+two_pods_up same
+same=$(measure "two pods on one node" 2)
+two_pods_down
+two_pods_up cross
+cross=$(measure "pods on two nodes (TLS node links)" 4)
+echo "$same"
+echo "$cross"

@@ -1,0 +1,252 @@
+// The rdma_cm error cases of issue 12, as a plain librdmacm program run in a pod (the real
+// librdmacm; freeflow's preload serves /dev/infiniband/rdma_cm). Each subcommand exits 0
+// only when it sees exactly the event a real stack gives, and no wait is unbounded (event
+// waits poll with a deadline; a watchdog ends the process).
+//   cm_errors noconn IP PORT        connect where nobody listens: REJECTED or UNREACHABLE,
+//                                   the whole attempt within 1 s
+//   cm_errors badaddr IP            resolve an address freeflow cannot reach: ADDR_ERROR
+//   cm_errors server PORT [hold|removal]
+//                                   accept one connection, print ESTABLISHED, then wait to
+//                                   be killed (hold) or for DEVICE_REMOVAL (removal)
+//   cm_errors client IP PORT        connect, print ESTABLISHED, then DISCONNECTED must come
+//                                   (the test kills the server's process)
+//   cm_errors wait-removal IP PORT  connect, print ESTABLISHED, then DEVICE_REMOVAL must
+//                                   come (the test kills the router)
+// Connections carry private data both ways and each side checks what it received.
+// Exit status: 0 as expected, 1 another outcome, 2 usage, 3 the watchdog fired.
+#include <infiniband/verbs.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cm_util.h"
+
+namespace {
+
+using cmtest::Expect;
+using cmtest::NextEvent;
+using cmtest::NowMs;
+
+constexpr char kRequestData[] = "ffcm-req";  // the client's private data (8 bytes)
+constexpr char kReplyData[] = "ffcm-rep";    // the server's
+constexpr uint8_t kDataLen = 8;
+constexpr int kNoConnBoundMs = 1000;  // issue 12: a connect nobody takes fails within 1 s
+
+// One side of a connection and what it owns.
+struct Side {
+  rdma_event_channel* ch = nullptr;
+  rdma_cm_id* id = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+};
+
+// Whether an event's private data starts with `want`.
+bool DataIs(const rdma_cm_event* ev, const char* want) {
+  const rdma_conn_param& c = ev->param.conn;
+  return c.private_data != nullptr && c.private_data_len >= kDataLen &&
+         std::memcmp(c.private_data, want, kDataLen) == 0;
+}
+
+// PD, CQ and QP for `s.id` (resolved or just requested); 0 or 1.
+int MakeResources(Side* s) {
+  s->pd = ibv_alloc_pd(s->id->verbs);
+  s->cq = s->pd ? ibv_create_cq(s->id->verbs, 8, nullptr, nullptr, 0) : nullptr;
+  if (s->cq == nullptr) {
+    std::fprintf(stderr, "PD/CQ on the resolved device: %s\n", std::strerror(errno));
+    return 1;
+  }
+  return cmtest::MakeQp(s->id, s->pd, s->cq);
+}
+
+// Tears a side down and says how long that took (it must not block, even when the router
+// is gone: the watchdog would end the process).
+void Teardown(Side* s) {
+  const double t0 = NowMs();
+  if (s->id != nullptr) {
+    rdma_disconnect(s->id);  // fails harmlessly when the peer or the device is gone
+    if (s->id->qp != nullptr) rdma_destroy_qp(s->id);
+    rdma_destroy_id(s->id);
+  }
+  if (s->cq != nullptr) ibv_destroy_cq(s->cq);
+  if (s->pd != nullptr) ibv_dealloc_pd(s->pd);
+  if (s->ch != nullptr) rdma_destroy_event_channel(s->ch);
+  std::printf("teardown took %.1f ms\n", NowMs() - t0);
+}
+
+// The active side up to rdma_connect (sent, not answered): 0 or 1.
+int StartConnect(const char* ip, int port, Side* s) {
+  sockaddr_in dst;
+  if (!cmtest::ParseAddr(ip, port, &dst)) return 1;
+  s->ch = cmtest::OpenChannel();
+  if (s->ch == nullptr) return 1;
+  if (rdma_create_id(s->ch, &s->id, nullptr, RDMA_PS_TCP) != 0) {
+    std::fprintf(stderr, "rdma_create_id: %s\n", std::strerror(errno));
+    return 1;
+  }
+  if (cmtest::Resolve(s->id, s->ch, &dst) != 0 || MakeResources(s) != 0) return 1;
+  rdma_conn_param p = cmtest::ConnParam(kRequestData, kDataLen);
+  if (rdma_connect(s->id, &p) != 0) {
+    std::fprintf(stderr, "rdma_connect: %s\n", std::strerror(errno));
+    return 1;
+  }
+  return 0;
+}
+
+// Waits at most `bound_ms` for the next event and checks it is `want`; says what came.
+int AwaitFinal(Side* s, rdma_cm_event_type want, int bound_ms) {
+  const double t0 = NowMs();
+  rdma_cm_event* ev = nullptr;
+  const int err = NextEvent(s->ch, bound_ms, &ev);
+  if (err != 0) {
+    std::printf("FAILED: no event within %d ms (%s), expected %s\n", bound_ms, std::strerror(err),
+                rdma_event_str(want));
+    return 1;
+  }
+  const rdma_cm_event_type got = ev->event;
+  std::printf("%s %s: %s status %d after %.1f ms\n",
+              got == want ? "ok" : "FAILED:", rdma_event_str(want), rdma_event_str(got), ev->status,
+              NowMs() - t0);
+  rdma_ack_cm_event(ev);
+  return got == want ? 0 : 1;
+}
+
+int NoConn(const char* ip, int port) {
+  cmtest::Watchdog(40);
+  Side s;
+  const double t0 = NowMs();
+  if (StartConnect(ip, port, &s) != 0) return 1;
+  const double connected_at = NowMs();
+  rdma_cm_event* ev = nullptr;
+  // Waits well past the bound, so that a late answer is seen and timed, not just missed.
+  const int err = NextEvent(s.ch, 30000, &ev);
+  const double total = NowMs() - t0;
+  if (err != 0) {
+    std::printf("FAILED: no answer to a connect nobody takes within 30 s (%s)\n",
+                std::strerror(err));
+    return 1;
+  }
+  const rdma_cm_event_type got = ev->event;
+  const int status = ev->status;
+  rdma_ack_cm_event(ev);
+  const bool kind = got == RDMA_CM_EVENT_REJECTED || got == RDMA_CM_EVENT_UNREACHABLE;
+  const bool fast = total < kNoConnBoundMs;
+  std::printf(
+      "%s connect to %s:%d with no listener: %s status %d, %.1f ms from resolve "
+      "(%.1f ms after rdma_connect); expected REJECTED or UNREACHABLE within %d ms\n",
+      kind && fast ? "ok" : "FAILED:", ip, port, rdma_event_str(got), status, total,
+      NowMs() - connected_at, kNoConnBoundMs);
+  Teardown(&s);
+  return kind && fast ? 0 : 1;
+}
+
+int BadAddr(const char* ip) {
+  cmtest::Watchdog(10);
+  sockaddr_in dst;
+  if (!cmtest::ParseAddr(ip, 7174, &dst)) return 2;
+  Side s;
+  s.ch = cmtest::OpenChannel();
+  if (s.ch == nullptr || rdma_create_id(s.ch, &s.id, nullptr, RDMA_PS_TCP) != 0) {
+    std::fprintf(stderr, "event channel / rdma_create_id: %s\n", std::strerror(errno));
+    return 1;
+  }
+  if (rdma_resolve_addr(s.id, nullptr, reinterpret_cast<sockaddr*>(&dst), 2000) != 0) {
+    std::printf(
+        "FAILED: rdma_resolve_addr(%s) failed at once (%s) instead of giving "
+        "RDMA_CM_EVENT_ADDR_ERROR\n",
+        ip, std::strerror(errno));
+    return 1;
+  }
+  const int st = AwaitFinal(&s, RDMA_CM_EVENT_ADDR_ERROR, 5000);
+  Teardown(&s);
+  return st;
+}
+
+// Connects to IP:PORT, checks ESTABLISHED and the server's private data, prints
+// ESTABLISHED, then expects `want` within `bound_ms`.
+int Connected(const char* ip, int port, rdma_cm_event_type want, int bound_ms) {
+  cmtest::Watchdog(bound_ms / 1000 + 30);
+  Side s;
+  if (StartConnect(ip, port, &s) != 0) return 1;
+  rdma_cm_event* ev = nullptr;
+  if (Expect(s.ch, RDMA_CM_EVENT_ESTABLISHED, 5000, &ev) != 0) return 1;
+  const bool data_ok = DataIs(ev, kReplyData);
+  rdma_ack_cm_event(ev);
+  if (!data_ok) {
+    std::printf("FAILED: ESTABLISHED without the server's private data\n");
+    return 1;
+  }
+  std::printf("ESTABLISHED\n");
+  std::fflush(stdout);
+  const int st = AwaitFinal(&s, want, bound_ms);
+  Teardown(&s);
+  return st;
+}
+
+// Accepts one connection on PORT (any address); then hold or removal.
+int Server(int port, const std::string& mode) {
+  cmtest::Watchdog(150);
+  Side listen, conn;
+  sockaddr_in any;
+  cmtest::ParseAddr("0.0.0.0", port, &any);
+  listen.ch = cmtest::OpenChannel();
+  if (listen.ch == nullptr || rdma_create_id(listen.ch, &listen.id, nullptr, RDMA_PS_TCP) != 0 ||
+      rdma_bind_addr(listen.id, reinterpret_cast<sockaddr*>(&any)) != 0 ||
+      rdma_listen(listen.id, 4) != 0) {
+    std::fprintf(stderr, "listen on port %d: %s\n", port, std::strerror(errno));
+    return 1;
+  }
+  std::printf("LISTENING %d\n", port);
+  std::fflush(stdout);
+  rdma_cm_event* ev = nullptr;
+  if (Expect(listen.ch, RDMA_CM_EVENT_CONNECT_REQUEST, 90000, &ev) != 0) return 1;
+  conn.id = ev->id;
+  const bool data_ok = DataIs(ev, kRequestData);
+  rdma_ack_cm_event(ev);
+  if (!data_ok) {
+    std::printf("FAILED: CONNECT_REQUEST without the client's private data\n");
+    return 1;
+  }
+  if (MakeResources(&conn) != 0) return 1;
+  rdma_conn_param p = cmtest::ConnParam(kReplyData, kDataLen);
+  if (rdma_accept(conn.id, &p) != 0) {
+    std::fprintf(stderr, "rdma_accept: %s\n", std::strerror(errno));
+    return 1;
+  }
+  if (Expect(listen.ch, RDMA_CM_EVENT_ESTABLISHED, 5000) != 0) return 1;
+  std::printf("ESTABLISHED\n");
+  std::fflush(stdout);
+  if (mode == "removal") return AwaitFinal(&listen, RDMA_CM_EVENT_DEVICE_REMOVAL, 60000);
+  rdma_cm_event* late = nullptr;
+  if (NextEvent(listen.ch, 60000, &late) == 0) {  // held until killed: nothing may come
+    std::printf("FAILED: unexpected %s while held\n", rdma_event_str(late->event));
+    rdma_ack_cm_event(late);
+    return 1;
+  }
+  return 0;
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: cm_errors noconn IP PORT | badaddr IP | server PORT [hold|removal] |\n"
+               "       client IP PORT | wait-removal IP PORT\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc < 3) return Usage();
+  const std::string cmd = argv[1];
+  if (cmd == "noconn" && argc == 4) return NoConn(argv[2], std::atoi(argv[3]));
+  if (cmd == "badaddr" && argc == 3) return BadAddr(argv[2]);
+  if (cmd == "server" && (argc == 3 || argc == 4))
+    return Server(std::atoi(argv[2]), argc == 4 ? argv[3] : "hold");
+  if (cmd == "client" && argc == 4)
+    return Connected(argv[2], std::atoi(argv[3]), RDMA_CM_EVENT_DISCONNECTED, 30000);
+  if (cmd == "wait-removal" && argc == 4)
+    return Connected(argv[2], std::atoi(argv[3]), RDMA_CM_EVENT_DEVICE_REMOVAL, 30000);
+  return Usage();
+}

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Integration (issue 12): rdma_cm on pod addresses. Unmodified librdmacm programs (Debian
+# rdmacm-utils, perftest -R) between pod 0 (server) and pod 1 (client) of one node (same)
+# or of two nodes (cross, TLS node links), and the error cases with cm_errors. One case a
+# run, so that a failure names it:
+#   rdmacm.sh same|cross rping|ucmatose|udaddy|rdma_server|rstream|riostream|
+#                        ib_send_bw|ib_write_bw|ib_read_lat|noconn|badaddr|peer-killed|
+#                        router-killed
+# Each pair: the server first, both bounded, both exit statuses checked, and one check of
+# their output that proves data moved (or, for the error cases, that the expected event came
+# within its bound).
+set -uo pipefail
+source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+CM_ERRORS=${FF_CM_ERRORS:-$FF_BUILD/tests/integration/cm_errors}
+where=${1:?same or cross}
+case=${2:?which case}
+CM_BOUND=5  # seconds from a kill to the event it must cause (DISCONNECTED, DEVICE_REMOVAL)
+
+trap two_pods_down EXIT
+# The routers know the pod subnets from a control plane, on one node as on two (as in any
+# deployment): a pod where nothing runs yet is a pod, not an unknown address.
+FF_KNOWN_PODS=1 two_pods_up "$where" || exit 1
+S=$(ff_pod_ip 0)
+failures=0
+check() { if [[ $2 -eq 0 ]]; then echo "PASS $1 ($where node)"; else echo "FAIL $1 ($where node)"; failures=$((failures + 1)); fi; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+logs() {  # the tails of both sides' output (stderr, then stdout), after a failure
+  local side
+  for side in server client; do
+    echo "--- $side"
+    [[ -f $FF_DIR/$side.log ]] || { echo "(it did not run)"; continue; }
+    tail -n "${1:-20}" "$FF_DIR/$side.err" 2>/dev/null
+    tail -n "${1:-20}" "$FF_DIR/$side.log"
+  done
+}
+
+# cm_pair SERVER_CMD... -- CLIENT_CMD...: the server in pod 0, then the client in pod 1;
+# 0 when both exit 0 (the client within 60 s, the server 30 s after it). Their stdout goes
+# to $FF_DIR/server.log and client.log, which the checks read, their stderr to server.err
+# and client.err (unbuffered, it would land inside stdout's lines); stdout is line-buffered
+# (stdbuf) so that a side killed at its deadline leaves what it had done. An rdma_cm listen
+# shows in no socket table, so the client starts FF_CM_SETTLE s after the server; a client
+# that still fails within 2 s while the server waits on may have come before the listen:
+# the pair runs again (twice at most) and says so.
+cm_pair() {
+  local -a srv=() cli=()
+  while [[ $1 != -- ]]; do srv+=("$1"); shift; done
+  shift
+  cli=("$@")
+  local attempt c s t0 spid
+  for ((attempt = 1; attempt <= 3; attempt++)); do
+    pod_bg 0 stdbuf -oL "${srv[@]}" >"$FF_DIR/server.log" 2>"$FF_DIR/server.err"
+    spid=$FF_LAST_PID
+    if ! wait_listen 0 "$spid" cm; then
+      wait "$spid"
+      echo "server exited at once (status $?)"
+      logs
+      return 1
+    fi
+    t0=$(now_ms)
+    pod_run 1 timeout 60 stdbuf -oL "${cli[@]}" >"$FF_DIR/client.log" 2>"$FF_DIR/client.err"
+    c=$?
+    if [[ $c -ne 0 && $attempt -lt 3 && $(($(now_ms) - t0)) -lt 2000 ]] && kill -0 "$spid" 2>/dev/null; then
+      echo "client failed (status $c) after $(($(now_ms) - t0)) ms with the server still waiting: again"
+      tail -n 3 "$FF_DIR/client.err" "$FF_DIR/client.log"
+      kill "$spid" 2>/dev/null
+      wait "$spid" 2>/dev/null
+      continue
+    fi
+    wait_pid "$spid" 30
+    s=$?
+    break
+  done
+  [[ $c -ne 0 || $s -ne 0 ]] && { echo "client exit $c, server exit $s"; logs; }
+  [[ $c -eq 0 && $s -eq 0 ]]
+}
+
+# has LOG REGEX [COUNT]: LOG has a line matching REGEX (exactly COUNT of them when given).
+has() {
+  local n
+  n=$(grep -cE "$2" "$1")
+  if [[ -n ${3:-} ]]; then [[ $n -eq $3 ]] || { echo "$(basename "$1"): $n lines match '$2', want $3"; return 1; }; fi
+  [[ $n -gt 0 ]] || { echo "$(basename "$1"): no line matches '$2'"; return 1; }
+}
+
+# pair_and NAME CHECK -- PAIR ARGS...: cm_pair, then the shell CHECK on its logs.
+pair_and() {
+  local name=$1 chk=$2
+  shift 3
+  again_if_perftest_clock_failed cm_pair "$@"
+  local st=$?
+  [[ $st -eq 0 ]] && { eval "$chk" || { st=1; logs 8; }; }
+  check "$name" $st
+}
+
+C=$FF_DIR/client.log SV=$FF_DIR/server.log
+# perftest's result line: size, iterations, figures.
+PT_LINE='^ +[0-9]+ +1000 +[0-9.]+'
+# rstream/riostream's (custom test): name, size 4k, 1k transfers, 1 iteration, total, time, Gb/sec.
+RS_LINE='^custom +4k +1k +1 +[0-9.]+[kmg]? +[0-9.]+s +[0-9.]+ +[0-9.]+$'
+
+# connected_then_kill WHAT: cm_errors server in pod 0 and a client in pod 1, connected; then
+# the server's process (peer) or the router (router) is killed and the client, and for the
+# router the server too, must see their event within CM_BOUND s.
+connected_then_kill() {
+  local port=7410 mode=hold client=client
+  [[ $1 == router ]] && port=7420 mode=removal client=wait-removal
+  pod_bg 0 "$CM_ERRORS" server $port $mode >"$SV" 2>&1
+  local spid=$FF_LAST_PID
+  wait_line "$SV" '^LISTENING' 10 "$spid" || { logs; return 1; }
+  pod_bg 1 "$CM_ERRORS" $client "$S" $port >"$C" 2>&1
+  local cpid=$FF_LAST_PID c s=0
+  wait_line "$C" '^ESTABLISHED' 10 "$cpid" && wait_line "$SV" '^ESTABLISHED' 5 "$spid" || { logs; return 1; }
+  if [[ $1 == peer ]]; then
+    kill -KILL "$spid"
+    wait "$spid" 2>/dev/null
+  else
+    pod_router_kill 0 KILL
+  fi
+  wait_pid "$cpid" "$CM_BOUND"
+  c=$?
+  [[ $1 == router ]] && { wait_pid "$spid" "$CM_BOUND"; s=$?; }
+  echo "--- client (exit $c)"; cat "$C"
+  [[ $1 == router ]] && { echo "--- server (exit $s)"; cat "$SV"; }
+  [[ $c -eq 124 || $s -eq 124 ]] && echo "no event within $CM_BOUND s of the kill"
+  [[ $c -eq 0 && $s -eq 0 ]]
+}
+
+case $case in
+  rping)
+    pair_and "rping -C 1000 -V" "has $C '^ping data: rdma-ping-[0-9]+: ' 1000 && has $C '^ping data: rdma-ping-999: '" \
+      -- rping -s -V -C 1000 -- rping -c -a "$S" -C 1000 -v -V
+    ;;
+  ucmatose)
+    pair_and "ucmatose, 4 connections" \
+      "has $SV '^data transfers complete' && has $C '^data transfers complete' && has $SV '^return status 0' && has $C '^return status 0'" \
+      -- ucmatose -c 4 -- ucmatose -s "$S" -c 4
+    ;;
+  udaddy)
+    pair_and "udaddy" \
+      "has $SV '^data transfers complete' && has $C '^data transfers complete' && has $SV '^return status 0' && has $C '^return status 0'" \
+      -- udaddy -- udaddy -s "$S"
+    ;;
+  rdma_server)
+    pair_and "rdma_server / rdma_client" "has $SV '^rdma_server: end 0$' && has $C '^rdma_client: end 0$'" \
+      -- rdma_server -- rdma_client -s "$S"
+    ;;
+  rstream | riostream)
+    pair_and "$case (rsockets), 1000 x 4 KiB each way, verified" "has $C '$RS_LINE' 1 && has $SV '$RS_LINE' 1" \
+      -- "$case" -S 4096 -C 1000 -T v -- "$case" -s "$S" -S 4096 -C 1000 -T v
+    ;;
+  ib_send_bw | ib_write_bw | ib_read_lat)
+    pair_and "$case -R" "has $C '$PT_LINE'" -- "$case" -R -n 1000 -- "$case" -R -n 1000 "$S"
+    ;;
+  noconn)
+    # A pod where no program uses rdma_cm, then one that listens on another port.
+    pod_run 1 timeout 20 "$CM_ERRORS" noconn "$S" 7400
+    check "connect to a pod that runs nothing: REJECTED/UNREACHABLE within 1 s" $?
+    pod_bg 0 "$CM_ERRORS" server 7401 hold >"$SV" 2>&1
+    if wait_line "$SV" '^LISTENING' 10 "$FF_LAST_PID"; then
+      pod_run 1 timeout 20 "$CM_ERRORS" noconn "$S" 7402
+    else
+      cat "$SV"
+      false
+    fi
+    check "connect to a port nobody listens on (the pod listens on another): REJECTED/UNREACHABLE within 1 s" $?
+    ;;
+  badaddr)
+    # Outside VNET_PREFIX (10.244.0.0/16): far from it, and just past its end.
+    for a in 192.0.2.1 10.245.0.10; do
+      pod_run 1 timeout 20 "$CM_ERRORS" badaddr "$a"
+      check "resolve $a (outside the virtual network): ADDR_ERROR" $?
+    done
+    ;;
+  peer-killed)
+    connected_then_kill peer
+    check "server process killed: the client gets DISCONNECTED within $CM_BOUND s" $?
+    ;;
+  router-killed)
+    connected_then_kill router
+    check "router killed: client and server get DEVICE_REMOVAL within $CM_BOUND s" $?
+    ;;
+  *)
+    echo "unknown case $case"
+    exit 2
+    ;;
+esac
+[[ $failures -eq 0 ]]
