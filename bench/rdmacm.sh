@@ -18,6 +18,7 @@ CONNS_TCP=${CM_CONNS_TCP:-2000}
 export FF_BUILD=$(cd "$BUILD" && pwd)
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
+export FF_ROUTER_LOG=info  # cm_wait_listen reads the router's rdma_cm listens
 source scripts/lib/measure.sh
 CM_RATE=${FF_CM_RATE:-$FF_BUILD/bench/cm_rate}
 
@@ -35,9 +36,11 @@ conn_rate() {
 
 # rping_wall_us COUNT: wall time (usec) of an rping client of COUNT pings, server started first.
 rping_wall_us() {
+  local mark
+  mark=$(cm_listen_mark 0)
   pod_bg 0 rping -s -C "$1" >"$FF_DIR/rping-server.log" 2>&1
   local spid=$FF_LAST_PID t0 t1 st=0
-  wait_listen 0 "$spid" cm || true
+  cm_wait_listen 0 "$spid" "$mark" || true
   t0=$(date +%s%N)
   pod_run 1 timeout 60 rping -c -a "$(ff_pod_ip 0)" -C "$1" >"$FF_DIR/rping-client.log" 2>&1 || st=1
   t1=$(date +%s%N)

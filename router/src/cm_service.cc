@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "cm_abi.h"
+#include "freeflow/ipv4.h"
 #include "freeflow/tunables.h"
 
 namespace ff::router {
@@ -282,6 +283,8 @@ int CmService::Listen(Ctx& c) {
   if (const int rc = table_.CheckListen(*id)) return rc;
   id->backlog = cmd.backlog > 0 && cmd.backlog < kMaxCmRequests ? cmd.backlog : kMaxCmRequests;
   id->state = CmState::kListening;
+  spdlog::info("client {}: rdma_cm listens on {}:{} (port space {:#x})", c.call.pod,
+               FormatIpv4(id->local.ip), id->local.port, id->ps);
   return 0;
 }
 

@@ -167,20 +167,15 @@ wait_line() {
 }
 
 # wait_listen I PID PORTS: waits (at most 5 s) until pod I listens on a TCP port matching
-# the regex PORTS (e.g. '18515|18516'). PORTS "cm" stands for an rdma_cm listen, which no
-# socket table shows: it waits FF_CM_SETTLE seconds (0.5 by default) instead. False when
+# the regex PORTS (e.g. '18515|18516'); for an rdma_cm listen see cm_wait_listen. False when
 # the server PID has exited meanwhile.
 wait_listen() {
   local pod=$1 pid=$2 ports=$3 i
-  if [[ $ports == cm ]]; then
-    sleep "${FF_CM_SETTLE:-0.5}"
-  else
-    for ((i = 0; i < 100; i++)); do
-      ip netns exec "$(ff_pod_ns "$pod")" ss -ltn 2>/dev/null | grep -qE ":($ports) " && break
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.05
-    done
-  fi
+  for ((i = 0; i < 100; i++)); do
+    ip netns exec "$(ff_pod_ns "$pod")" ss -ltn 2>/dev/null | grep -qE ":($ports) " && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
   kill -0 "$pid" 2>/dev/null
 }
 
@@ -417,7 +412,7 @@ multinode_down() {
   FF_ETCD_DIR=""
   for ((p = ${#FF_MN_NS[@]} - 1; p >= 0; p--)); do ip netns del "${FF_MN_NS[$p]}" 2>/dev/null || true; done
   FF_MN_NS=()
-  [[ -n "$FF_DIR" ]] && rm -rf "$FF_DIR"
+  [[ -n "$FF_DIR" ]] && { [[ -n ${FF_KEEP_LOGS:-} ]] && cp -r "$FF_DIR" "$FF_KEEP_LOGS"; rm -rf "$FF_DIR"; }
   FF_DIR=""
 }
 
@@ -463,6 +458,25 @@ two_pods_down() {
     cross) multinode_down ;;
   esac
   FF_PLACEMENT=""
+}
+# pod_router_log I: the log of the router serving pod I.
+pod_router_log() {
+  if [[ $FF_PLACEMENT == cross ]]; then echo "$FF_DIR/node$1/router.log"; else echo "$FF_DIR/router.log"; fi
+}
+# cm_listen_mark I: where the log of pod I's router ends now; cm_wait_listen I PID MARK:
+# waits (at most 5 s) until that router logs, after MARK, that pod I listens with rdma_cm
+# (an rdma_cm listen shows in no socket table; the router must log at level info,
+# FF_ROUTER_LOG=info). False when PID has exited meanwhile or the listen never came.
+cm_listen_mark() { wc -l <"$(pod_router_log "$1")"; }
+cm_wait_listen() {
+  local log i
+  log=$(pod_router_log "$1")
+  for ((i = 0; i < 100; i++)); do
+    tail -n +$(($3 + 1)) "$log" | grep -q "rdma_cm listens on $(ff_pod_ip "$1"):" && break
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  ((i < 100)) && kill -0 "$2" 2>/dev/null
 }
 # pod_router_kill I [SIGNAL]: stops the router serving pod I (TERM by default).
 pod_router_kill() {

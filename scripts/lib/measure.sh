@@ -6,12 +6,16 @@
 # (FIELD: bw = BW average [Gbit/s], mpps = MsgRate, typical = t_typical [usec]). With -R
 # the pair meets over rdma_cm instead of a TCP socket.
 perftest_run() {
-  local s=$1 c=$2 field=$3 meet=18515
+  local s=$1 c=$2 field=$3 mark
   shift 3
-  [[ " $* " == *" -R "* ]] && meet=cm
+  mark=$(cm_listen_mark "$s")
   pod_bg "$s" "$@" >"$FF_DIR/pt-server.log" 2>&1
   local spid=$FF_LAST_PID
-  wait_listen "$s" "$spid" "$meet" || true
+  if [[ " $* " == *" -R "* ]]; then
+    cm_wait_listen "$s" "$spid" "$mark" || true
+  else
+    wait_listen "$s" "$spid" 18515 || true
+  fi
   pod_run "$c" timeout 60 "$@" "$(ff_pod_ip "$s")" >"$FF_DIR/pt-client.log" 2>&1
   wait_pid "$spid" 30 >/dev/null || true
   local line
