@@ -383,6 +383,25 @@ void Forwarder::OnLinkDown(LinkId link) {
     spdlog::warn("link {} down: failed {} cross-node channels", link, chans.size());
 }
 
+// The QP behind `p` is going away: what its library published and no round forwarded yet
+// still goes, as a NIC transmits what was posted before the QP is destroyed (a UD send is
+// complete for the program once posted: a process that exits right after must not lose
+// it). READs and atomics do not: their answers would have nowhere to go.
+void Forwarder::FlushOnClose(Proxy& p) {
+  if (!p.connected || p.dead || p.link == kNoLink) return;
+  for (;;) {
+    RecordHeader h;
+    const char* payload = nullptr;
+    if (p.requests.Peek(&h, &payload) != RingStatus::kOk) break;
+    RequestView v;
+    if (!DecodeRequest(h, payload, &v)) break;
+    if (h.kind != kRecReadReq && h.kind != kRecAtomicReq)
+      transport_->Send(p.link, wire::Type::kRecord, p.chan, 0,
+                       {{&h, sizeof(h)}, {payload, h.frag_len}});
+    p.requests.Consume(h);
+  }
+}
+
 void Forwarder::Drop(uint32_t chan, bool tell_peer, bool died) {
   auto it = proxies_.find(chan);
   if (it == proxies_.end()) return;
@@ -395,8 +414,10 @@ void Forwarder::Drop(uint32_t chan, bool tell_peer, bool died) {
   }
   // Our kConnect left when the proxy was opened, so the peer has (or will have) a sender for
   // this channel; a peer that refused it ignores the close.
-  if (tell_peer && p->link != kNoLink)
+  if (tell_peer && p->link != kNoLink) {
+    FlushOnClose(*p);
     transport_->Send(p->link, wire::Type::kClose, chan, died ? 1 : 0, {});
+  }
   ReleaseReads(*p);
   quotas_.Give(p->pod,
                {{Quota::kQueuedBytes, p->backlog_bytes}, {Quota::kProxies, 1}, {Quota::kFds, 2}});

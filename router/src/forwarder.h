@@ -137,6 +137,7 @@ class Forwarder {
   void WakeOwner(Proxy& p);
   void MarkDead(Proxy& p, proto::EventType event);
   void Drop(uint32_t chan, bool tell_peer, bool died);
+  void FlushOnClose(Proxy& p);
   void RetryResolves(uint64_t now);
   Proxy* Find(LinkId link, uint32_t chan);
 
