@@ -25,6 +25,16 @@ bool TakeData(wire::CmMessage* m, const uint8_t* data, uint8_t len, uint8_t max)
   return true;
 }
 
+// What the program's CONNECT or ACCEPT says of its QP.
+void TakeConnParam(CmId* id, const rdma_ucm_conn_param& p) {
+  id->qpn = p.qp_num;
+  id->srq = p.srq;
+  id->responder_resources = p.responder_resources;
+  id->initiator_depth = p.initiator_depth;
+  id->flow_control = p.flow_control;
+  id->rnr_retry_count = p.rnr_retry_count;
+}
+
 }  // namespace
 
 wire::CmMessage CmService::MessageFrom(const CmId& id) const {
@@ -96,13 +106,8 @@ int CmService::Connect(Ctx& c) {
   if (id == nullptr) return status;
   if (id->state != CmState::kRouteResolved || !cmd.conn_param.valid) return EINVAL;
   const rdma_ucm_conn_param& p = cmd.conn_param;
-  id->qpn = p.qp_num;
-  id->srq = p.srq;
-  id->responder_resources = p.responder_resources;
-  id->initiator_depth = p.initiator_depth;
-  id->flow_control = p.flow_control;
-  id->retry_count = p.retry_count;
-  id->rnr_retry_count = p.rnr_retry_count;
+  TakeConnParam(id, p);
+  id->retry_count = p.retry_count;  // the passive side keeps the REQ's
   wire::CmMessage m = MessageFrom(*id);
   m.dst_comm = 0;
   if (!TakeData(&m, p.private_data, p.private_data_len, Ud(*id) ? kCmSidrReqData : kCmReqData))
@@ -132,12 +137,7 @@ int CmService::Accept(Ctx& c) {
   }
   if (id->state != CmState::kRequested || !p.valid) return EINVAL;
   id->uid = cmd.uid;
-  id->qpn = p.qp_num;
-  id->srq = p.srq;
-  id->responder_resources = p.responder_resources;
-  id->initiator_depth = p.initiator_depth;
-  id->flow_control = p.flow_control;
-  id->rnr_retry_count = p.rnr_retry_count;
+  TakeConnParam(id, p);
   wire::CmMessage m = MessageFrom(*id);
   if (!TakeData(&m, p.private_data, p.private_data_len, Ud(*id) ? kCmSidrRepData : kCmRepData))
     return EINVAL;
