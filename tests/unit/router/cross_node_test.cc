@@ -292,6 +292,32 @@ TEST_F(CrossNodeTest, DestroyingTheInitiatorsQpClosesTheTargetsConnection) {
   EXPECT_EQ(e->qpn, qb.qpn);
 }
 
+// What the initiator published and the router had not forwarded when its QP went away
+// still reaches the target before the close (a UD send is complete once posted: udaddy's
+// server exited right after its replies and the client lost them).
+TEST_F(CrossNodeTest, WhatWasPublishedBeforeTheQpWentAwayStillArrives) {
+  qb.hdr()->credits.posted.store(1);
+  ProxyRequest r{};
+  r.opcode = IBV_WR_SEND;
+  r.length = 4;
+  r.last = 1;
+  r.rnr_retry = 7;
+  RecordHeader h{};
+  h.kind = kRecSend;
+  h.flags = kRecFirst | kRecLast;
+  h.msg_len = r.length;
+  ASSERT_EQ(AppendRequest(link.producer, h, r, 4, [](char* d) { std::memcpy(d, "last", 4); }),
+            RingStatus::kOk);
+  link.producer.Publish();  // no doorbell: only the router's next tick, or the close, takes it
+  proto::DestroyQp d{};
+  d.id = qa.qpn;
+  ASSERT_EQ(initiator.Call(d).status, 0);
+  RecordHeader got;
+  std::vector<char> payload;
+  ASSERT_TRUE(NextRecord(inbound, &got, &payload));
+  EXPECT_EQ(std::string(payload.begin(), payload.end()), "last");
+}
+
 TEST_F(CrossNodeTest, AnInitiatorThatLeavesDuringItsConnectFreesTheTargetsRing) {
   const RawQp to = target.CreateQp(IBV_QPT_RC);  // an RC QP has exactly one ring
   {
