@@ -467,7 +467,7 @@ pod_router_log() {
 # waits (at most 5 s) until that router logs, after MARK, that pod I listens with rdma_cm
 # (an rdma_cm listen shows in no socket table; the router must log at level info,
 # FF_ROUTER_LOG=info). False when PID has exited meanwhile or the listen never came.
-cm_listen_mark() { wc -l <"$(pod_router_log "$1")"; }
+cm_listen_mark() { cat "$(pod_router_log "$1")" 2>/dev/null | wc -l; }
 cm_wait_listen() {
   local log i
   log=$(pod_router_log "$1")

@@ -6,9 +6,9 @@
 # (FIELD: bw = BW average [Gbit/s], mpps = MsgRate, typical = t_typical [usec]). With -R
 # the pair meets over rdma_cm instead of a TCP socket.
 perftest_run() {
-  local s=$1 c=$2 field=$3 mark
+  local s=$1 c=$2 field=$3 mark=0
   shift 3
-  mark=$(cm_listen_mark "$s")
+  [[ " $* " == *" -R "* ]] && mark=$(cm_listen_mark "$s")
   pod_bg "$s" "$@" >"$FF_DIR/pt-server.log" 2>&1
   local spid=$FF_LAST_PID
   if [[ " $* " == *" -R "* ]]; then
