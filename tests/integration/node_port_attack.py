@@ -11,12 +11,18 @@ the cluster. Prints one line; exits 0 when the router refused as it must.
       SRC_IP. EXPECT "closed": the router must close the link; "eacces": it must answer
       the connect with EACCES (the source is a pod of another node).
 """
+import os
+import re
 import socket
 import ssl
 import struct
 import sys
 
-MAGIC, VERSION = 0x46465257, 3
+# wire::kMagic and wire::kVersion, read from core's codec.h so that the frames stay current.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../core/include/freeflow/codec.h")) as f:
+    _codec = f.read()
+MAGIC = int(re.search(r"kMagic = (0x[0-9a-fA-F]+);", _codec).group(1), 16)
+VERSION = int(re.search(r"kVersion = ([0-9]+);", _codec).group(1))
 HELLO, CONNECT, CONNECT_REPLY, RECORD = 1, 2, 3, 4
 REC_SEND, REC_WRITE, REC_READ = 2, 4, 5
 FIRST, LAST = 1, 2
