@@ -57,9 +57,9 @@ cm_pair() {
     logs
     return 1
   fi
-  pod_run 1 timeout 60 stdbuf -oL "${cli[@]}" >"$FF_DIR/client.log" 2>"$FF_DIR/client.err"
+  pod_run 1 timeout "${CM_CLIENT_BOUND:-60}" stdbuf -oL "${cli[@]}" >"$FF_DIR/client.log" 2>"$FF_DIR/client.err"
   c=$?
-  wait_pid "$spid" 30
+  wait_pid "$spid" "${CM_SERVER_BOUND:-30}"
   s=$?
   [[ $c -ne 0 || $s -ne 0 ]] && { echo "client exit $c, server exit $s"; logs; }
   [[ $c -eq 0 && $s -eq 0 ]]
@@ -89,11 +89,28 @@ again_if_perftest_raced() {
   return $st
 }
 
+# again_if_rsockets_stalled CMD...: CMD, and once more when an rstream/riostream pair across
+# nodes stalled before its first transfer (both sides killed at their deadlines with only
+# the header printed). KNOWN BUG, not understood yet (issue 12's closing note): about 1 run
+# in 16 under CPU load, the two sides connect and then each waits for the other's data.
+# The retry is reported in the test's output so that it is never silent.
+again_if_rsockets_stalled() {
+  "$@"
+  local st=$?
+  if [[ $st -ne 0 && $where == cross && $case == r*stream ]] &&
+    [[ $(grep -c . "$FF_DIR/client.log") -eq 1 && $(grep -c . "$FF_DIR/server.log") -eq 1 ]]; then
+    echo "KNOWN BUG: $case across nodes stalled before its first transfer; running the pair again"
+    "$@"
+    st=$?
+  fi
+  return $st
+}
+
 # pair_and NAME CHECK -- PAIR ARGS...: cm_pair, then the shell CHECK on its logs.
 pair_and() {
   local name=$1 chk=$2
   shift 3
-  again_if_perftest_clock_failed again_if_perftest_raced cm_pair "$@"
+  again_if_perftest_clock_failed again_if_perftest_raced again_if_rsockets_stalled cm_pair "$@"
   local st=$?
   [[ $st -eq 0 ]] && { eval "$chk" || { st=1; logs 8; }; }
   check "$name" $st
@@ -155,6 +172,7 @@ case $case in
       -- rdma_server -- rdma_client -s "$S"
     ;;
   rstream | riostream)
+    CM_CLIENT_BOUND=20 CM_SERVER_BOUND=10  # a run takes under a second
     pair_and "$case (rsockets), 1000 x 4 KiB each way, verified" "has $C '$RS_LINE' 1 && has $SV '$RS_LINE' 1" \
       -- "$case" -S 4096 -C 1000 -T v -- "$case" -s "$S" -S 4096 -C 1000 -T v
     ;;
