@@ -485,8 +485,7 @@ bool Broker::OnRequest(const Call& call, const char* msg, UniqueFd* fds, int nfd
     return true;
   }
   if (call.op == proto::Op::kCmOpenChannel) {
-    parts_.cm.OpenChannel(call, pod->who.ip, proto::As<proto::CmOpenChannel>(msg),
-                          std::move(fds[0]));
+    parts_.cm.OpenChannel(call, proto::As<proto::CmOpenChannel>(msg), std::move(fds[0]));
     return true;
   }
   if (call.op == proto::Op::kCmCommand) {

@@ -320,7 +320,7 @@ void CmService::OnReq(wire::CmKind kind, const wire::CmMessage& m, const std::st
   child->ipv6 = l->ipv6;
   child->tos = l->tos;
   child->qkey = l->qkey;
-  child->psn = (child->handle * 2654435761u) & 0xffffff;
+  child->psn = CmPsn(child->handle);
   child->local = {m.dst_ip, m.dst_port};
   child->remote = {m.src_ip, m.src_port};
   child->remote_comm = m.src_comm;

@@ -67,6 +67,9 @@ struct CmId {
   std::string remote_node;   // the node of the peer pod ("": this one); answers come from it
 };
 
+// An id's starting packet sequence number: any 24-bit value, different for each id.
+inline uint32_t CmPsn(uint32_t handle) { return (handle * 2654435761u) & 0xffffff; }
+
 class CmTable {
  public:
   // A new id for `pod`; nullptr when the pod holds kMaxCmIdsPerSession already.

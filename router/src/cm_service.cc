@@ -21,9 +21,7 @@ CmService::~CmService() {
   for (auto& [key, ch] : channels_) p_.loop.Unwatch(ch.watch);
 }
 
-void CmService::OpenChannel(const Call& call, uint32_t pod_ip, const proto::CmOpenChannel& m,
-                            UniqueFd sock) {
-  (void)pod_ip;
+void CmService::OpenChannel(const Call& call, const proto::CmOpenChannel& m, UniqueFd sock) {
   const ChannelKey key{call.pod, m.channel};
   size_t held = 0;
   for (const auto& [k, ch] : channels_) held += k.first == call.pod ? 1 : 0;
@@ -170,7 +168,7 @@ int CmService::CreateId(Ctx& c) {
   id->ps = cmd.ps;
   id->qp_type = qp_type;
   id->qkey = kRdmaUdpQkey;
-  id->psn = (id->handle * 2654435761u) & 0xffffff;  // any 24-bit value; they differ per id
+  id->psn = CmPsn(id->handle);
   rdma_ucm_create_id_resp r{};
   r.id = id->handle;
   c.handle = id->handle;

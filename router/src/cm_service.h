@@ -38,8 +38,6 @@
 
 namespace ff::router {
 
-struct CmReplyOut;
-
 class CmService {
  public:
   struct Parts {
@@ -54,7 +52,7 @@ class CmService {
   ~CmService();
 
   // Pod requests of a welcomed session whose overlay address is `pod_ip`; both answer.
-  void OpenChannel(const Call& call, uint32_t pod_ip, const proto::CmOpenChannel& m, UniqueFd sock);
+  void OpenChannel(const Call& call, const proto::CmOpenChannel& m, UniqueFd sock);
   void Command(const Call& call, uint32_t pod_ip, proto::CmCommand m);
   // The process is gone: its ids and channels go, and their peers hear of it.
   void OnPodGone(PodId pod);
