@@ -36,6 +36,36 @@ using cmtest::NowMs;
 constexpr int kStepMs = 5000;        // the deadline of any one step
 constexpr double kWarmupMs = 10000;  // how long the first connection may wait for a listener
 
+// Where a client's connection spends its time: the steps of RdmaOnce, timed for every
+// connection and printed as medians with the result.
+enum Step {
+  kCreateId,
+  kResolveAddr,
+  kResolveRoute,
+  kCreateQp,
+  kConnect,
+  kDisconnect,
+  kDestroy,
+  kSteps
+};
+constexpr const char* kStepNames[kSteps] = {
+    "create_id", "resolve_addr", "resolve_route", "create_qp", "connect", "disconnect", "destroy"};
+std::vector<double> g_step_ms[kSteps];
+double g_lap_ms = 0;
+
+// Ends step `s`: the time since the previous lap is charged to it.
+void Lap(Step s) {
+  const double now = NowMs();
+  g_step_ms[s].push_back(now - g_lap_ms);
+  g_lap_ms = now;
+}
+
+double MedianOf(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
 // What a client's connections share: the channel, and the PD and CQ of the device (made
 // on the first resolve).
 struct RdmaClient {
@@ -54,8 +84,10 @@ int RdmaTearDown(RdmaClient* c, rdma_cm_id* id) {
   } else {
     st = Expect(c->ch, RDMA_CM_EVENT_DISCONNECTED, kStepMs);
   }
+  Lap(kDisconnect);
   rdma_destroy_qp(id);
   rdma_destroy_id(id);
+  Lap(kDestroy);
   return st;
 }
 
@@ -63,11 +95,16 @@ int RdmaTearDown(RdmaClient* c, rdma_cm_id* id) {
 // unreachable (the server not listening yet) and nothing else went wrong.
 int RdmaOnce(RdmaClient* c) {
   rdma_cm_id* id = nullptr;
+  g_lap_ms = NowMs();
   if (rdma_create_id(c->ch, &id, nullptr, RDMA_PS_TCP) != 0) {
     std::fprintf(stderr, "rdma_create_id: %s\n", std::strerror(errno));
     return 1;
   }
-  int st = cmtest::Resolve(id, c->ch, &c->dst);
+  Lap(kCreateId);
+  int st = cmtest::ResolveAddr(id, c->ch, &c->dst);
+  Lap(kResolveAddr);
+  if (st == 0) st = cmtest::ResolveRoute(id, c->ch);
+  Lap(kResolveRoute);
   if (st == 0 && c->pd == nullptr) {
     c->pd = ibv_alloc_pd(id->verbs);
     c->cq = c->pd ? ibv_create_cq(id->verbs, 16, nullptr, nullptr, 0) : nullptr;
@@ -75,6 +112,7 @@ int RdmaOnce(RdmaClient* c) {
     st = c->cq == nullptr;
   }
   if (st == 0) st = cmtest::MakeQp(id, c->pd, c->cq);
+  Lap(kCreateQp);
   rdma_conn_param p = cmtest::ConnParam(nullptr, 0);
   if (st == 0 && rdma_connect(id, &p) != 0) {
     std::fprintf(stderr, "rdma_connect: %s\n", std::strerror(errno));
@@ -89,6 +127,7 @@ int RdmaOnce(RdmaClient* c) {
   const int err = cmtest::NextEvent(c->ch, kStepMs, &ev);
   const rdma_cm_event_type got = err == 0 ? ev->event : RDMA_CM_EVENT_CONNECT_ERROR;
   if (err == 0) rdma_ack_cm_event(ev);
+  Lap(kConnect);
   if (got == RDMA_CM_EVENT_ESTABLISHED) return RdmaTearDown(c, id);
   rdma_destroy_qp(id);
   rdma_destroy_id(id);
@@ -130,6 +169,7 @@ int Measure(const char* kind, int count, Once once) {
                  st == 4 ? " (nobody listening after 10 s)" : "");
     return 1;
   }
+  for (auto& v : g_step_ms) v.clear();  // the warm-up's steps are not counted
   std::vector<double> each;
   each.reserve(count);
   const double t0 = NowMs();
@@ -145,6 +185,12 @@ int Measure(const char* kind, int count, Once once) {
   std::nth_element(each.begin(), each.begin() + count / 2, each.end());
   std::printf("%s connections: %d in %.3f s, rate %.1f per second, median one connection %.1f us\n",
               kind, count, secs, count / secs, each[count / 2] * 1000);
+  if (!g_step_ms[kCreateId].empty()) {
+    std::printf("%s median us a step:", kind);
+    for (int s = 0; s < kSteps; ++s)
+      std::printf(" %s %.1f", kStepNames[s], MedianOf(g_step_ms[s]) * 1000);
+    std::printf("\n");
+  }
   return 0;
 }
 

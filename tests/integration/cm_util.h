@@ -109,18 +109,28 @@ inline int Expect(rdma_event_channel* ch, rdma_cm_event_type want, int timeout_m
   return 0;
 }
 
-// The active side's first steps: resolve `dst`'s address and route (2 s each, as rping).
-inline int Resolve(rdma_cm_id* id, rdma_event_channel* ch, sockaddr_in* dst) {
+// The active side's first step: resolve `dst`'s address (2 s, as rping).
+inline int ResolveAddr(rdma_cm_id* id, rdma_event_channel* ch, sockaddr_in* dst) {
   if (rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(dst), 2000) != 0) {
     std::fprintf(stderr, "rdma_resolve_addr: %s\n", std::strerror(errno));
     return 1;
   }
-  if (Expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 3000) != 0) return 1;
+  return Expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 3000);
+}
+
+// The second: resolve the route to the address resolved.
+inline int ResolveRoute(rdma_cm_id* id, rdma_event_channel* ch) {
   if (rdma_resolve_route(id, 2000) != 0) {
     std::fprintf(stderr, "rdma_resolve_route: %s\n", std::strerror(errno));
     return 1;
   }
   return Expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 3000);
+}
+
+// Both.
+inline int Resolve(rdma_cm_id* id, rdma_event_channel* ch, sockaddr_in* dst) {
+  const int st = ResolveAddr(id, ch, dst);
+  return st != 0 ? st : ResolveRoute(id, ch);
 }
 
 // A small RC QP on `id` over `pd` and `cq` (send and receive share it); 0 or 1.
