@@ -150,6 +150,12 @@ void PodSessions::Send(const Call& call, int status, const proto::Response& body
                        int nfds) {
   Session* s = Find(call.pod);
   if (s == nullptr) return;
+  if (call.seq == proto::kPostedSeq) {  // the library does not wait for this one
+    if (status != 0)
+      spdlog::debug("client {}: posted request (op {}) failed: {}", call.pod,
+                    static_cast<uint32_t>(call.op), std::strerror(status));
+    return;
+  }
   proto::Response r = body;
   r.h.op = call.op;
   r.h.seq = call.seq;

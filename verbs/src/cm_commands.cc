@@ -101,14 +101,26 @@ int Rewrite(const CmChannel& ch, Command* c) {
   return 0;
 }
 
-// The router's answer; *gone when none came back because the router is gone.
-int Send(const CmChannel& ch, const Command& c, ff::proto::CmReply* reply, bool* gone) {
+ff::proto::CmCommand Request(const CmChannel& ch, const Command& c) {
   ff::proto::CmCommand req{};
   req.channel = ch.id;
   req.cmd = c.hdr.cmd;
   req.in_len = c.in_len;
   req.out_len = c.hdr.out;
   std::memcpy(req.body, c.body, sizeof(req.body));
+  return req;
+}
+
+// The command sent without waiting (Session::Post): for commands whose outcome the library
+// knows. The router's answer, had it sent one, would carry nothing the program reads.
+int Post(const CmChannel& ch, const Command& c) {
+  const ff::proto::CmCommand req = Request(ch, c);
+  return ch.session->Post(&req, sizeof(req));
+}
+
+// The router's answer; *gone when none came back because the router is gone.
+int Send(const CmChannel& ch, const Command& c, ff::proto::CmReply* reply, bool* gone) {
+  const ff::proto::CmCommand req = Request(ch, c);
   ff::proto::Response resp{};
   const int rc = ch.session->Call(&req, sizeof(req), nullptr, 0, &resp);
   *gone = rc == ENOTCONN && resp.h.op != ff::proto::Op::kCmCommand;
@@ -197,6 +209,12 @@ bool AnswerFromState(const CmChannel& ch, const Command& c, ff::proto::CmReply* 
       c.body, route ? offsetof(rdma_ucm_query, id) : offsetof(rdma_ucm_init_qp_attr, id));
   ff::proto::CmIdState st;
   if (!cmtable::LastState(ch, handle, &st)) return false;
+  if (!st.qp.seen) {
+    // A listener's child the router does not know the program holds: this command, posted,
+    // tells it (the child then lives on its own), and the answer is the same from here.
+    if (Post(ch, c) != 0) return false;
+    cmtable::MarkSeen(ch.session, handle);
+  }
   if (route) {
     if (c.hdr.out < offsetof(rdma_ucm_query_route_resp, ibdev_index)) {
       *rc = ENOSPC;
@@ -219,6 +237,15 @@ bool AnswerFromState(const CmChannel& ch, const Command& c, ff::proto::CmReply* 
   return true;
 }
 
+// DESTROY_ID of an id of this process on `ch`: the router cannot refuse it, and what the
+// program gets back (events_reported) is the library's to count, so it is not waited for.
+bool PostedDestroy(const CmChannel& ch, const Command& c) {
+  if (c.hdr.cmd != RDMA_USER_CM_CMD_DESTROY_ID || c.hdr.out < sizeof(rdma_ucm_destroy_id_resp))
+    return false;
+  return cmtable::Owns(ch, Get<uint32_t>(c.body, offsetof(rdma_ucm_destroy_id, id))) &&
+         Post(ch, c) == 0;
+}
+
 // Every command but GET_EVENT.
 int Forward(CmChannel& ch, Command* c) {
   void* response = nullptr;
@@ -232,6 +259,8 @@ int Forward(CmChannel& ch, Command* c) {
   int rc = 0;
   if (!gone && AnswerFromState(ch, *c, &reply, &rc)) {
     if (rc != 0) return rc;
+  } else if (!gone && PostedDestroy(ch, *c)) {
+    reply.out_len = 0;
   } else {
     rc = gone ? 0 : Send(ch, *c, &reply, &gone);
     if (gone) rc = AnswerLocally(*c, &reply);

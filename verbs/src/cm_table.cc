@@ -236,11 +236,23 @@ bool LastState(const CmChannel& ch, uint32_t handle, ff::proto::CmIdState* out) 
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
   auto it = t.ids.find(Key{ch.session, handle});
-  if (it == t.ids.end() || it->second.channel != ch.id || it->second.last == nullptr ||
-      !it->second.last->qp.seen)
-    return false;
+  if (it == t.ids.end() || it->second.channel != ch.id || it->second.last == nullptr) return false;
   *out = *it->second.last;
   return true;
+}
+
+void MarkSeen(Session* s, uint32_t handle) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  auto it = t.ids.find(Key{s, handle});
+  if (it != t.ids.end() && it->second.last != nullptr) it->second.last->qp.seen = 1;
+}
+
+bool Owns(const CmChannel& ch, uint32_t handle) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  auto it = t.ids.find(Key{ch.session, handle});
+  return it != t.ids.end() && it->second.channel == ch.id;
 }
 
 std::vector<CmLiveId> LiveIds(const CmChannel& ch) {

@@ -86,11 +86,15 @@ uint32_t JoinLeft(Session* s, uint32_t join);
 CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev);
 std::vector<CmLiveId> LiveIds(const CmChannel& ch);
 // The router's snapshots of an id (proto::CmIdState): kept when newer than the last; and
-// the last of an id on `ch` that the router knows the program has named, from which
-// QUERY_ROUTE and INIT_QP_ATTR are answered without asking again (false: ask the router,
-// which also learns that a listener's child is now the program's).
+// the last of an id on `ch`, from which QUERY_ROUTE and INIT_QP_ATTR are answered without
+// asking (false: none, ask the router). A snapshot whose `qp.seen` is 0 is of a listener's
+// child the router does not know the program has named: the caller tells it (a posted
+// command) and MarkSeen records that it did.
 void NoteState(Session* s, const ff::proto::CmIdState& st);
 bool LastState(const CmChannel& ch, uint32_t handle, ff::proto::CmIdState* out);
+void MarkSeen(Session* s, uint32_t handle);
+// Whether `handle` is a live id of this process on `ch`.
+bool Owns(const CmChannel& ch, uint32_t handle);
 
 // fork child (cm_device.h): the channels stay, owned by no session; no id is live.
 void ForgetInChild();

@@ -245,7 +245,8 @@ int Session::Call(const void* req, size_t len, const int* fds, int nfds, ff::pro
   std::memcpy(buf, req, len);
   ff::proto::Header h;
   std::memcpy(&h, buf, sizeof(h));
-  h.seq = ++seq;
+  if (++seq == ff::proto::kPostedSeq) ++seq;
+  h.seq = seq;
   std::memcpy(buf, &h, sizeof(h));
   int rc = ff::SendWithFds(sock.get(), buf, len, fds, nfds);
   if (rc != 0) return rc == EPIPE ? ENOTCONN : rc;
@@ -261,6 +262,20 @@ int Session::Call(const void* req, size_t len, const int* fds, int nfds, ff::pro
     if (nfds_out != nullptr) ++*nfds_out;
   }
   return resp->status;
+}
+
+int Session::Post(const void* req, size_t len) {
+  std::lock_guard<std::mutex> g(call_mu);
+  if (fatal.load()) return ENOTCONN;
+  char buf[ff::proto::kMaxMessage];
+  if (len > sizeof(buf) || len < sizeof(ff::proto::Header)) return EINVAL;
+  std::memcpy(buf, req, len);
+  ff::proto::Header h;
+  std::memcpy(&h, buf, sizeof(h));
+  h.seq = ff::proto::kPostedSeq;
+  std::memcpy(buf, &h, sizeof(h));
+  const int rc = ff::SendWithFds(sock.get(), buf, len, nullptr, 0);
+  return rc == EPIPE ? ENOTCONN : rc;
 }
 
 int Session::SimpleCall(const void* req, size_t len) {

@@ -66,6 +66,10 @@ struct Session {
            UniqueFd* fds_out = nullptr, int max_fds_out = 0, int* nfds_out = nullptr);
   // A request without descriptors whose answer carries nothing the caller needs.
   int SimpleCall(const void* req, size_t len);
+  // A request sent without waiting: the router answers none (seq kPostedSeq) and only logs
+  // its failure, so only for requests whose outcome the library already knows. Requests
+  // are handled in the order sent, posted or not. 0, or ENOTCONN when the router is gone.
+  int Post(const void* req, size_t len);
 
   ff::NotifySlot* slot(uint32_t index) const { return notify.as<ff::NotifySlot>() + index; }
 };

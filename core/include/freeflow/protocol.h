@@ -63,6 +63,9 @@ template <typename M>
 inline constexpr Op OpOf = decltype(M::h)::kOp;
 
 inline constexpr uint32_t kNoId = 0xffffffffu;
+// A request with this seq is posted: the router answers none (CmCommand only; see
+// IsPostable below). The library numbers its other requests from 1 and skips it.
+inline constexpr uint32_t kPostedSeq = 0xffffffffu;
 inline constexpr uint32_t kNoRegion = 0;  // a registration without remote access has none
 
 // fds: [notify segment memfd, event socket, wake socket]. The last notify slot
@@ -390,8 +393,14 @@ constexpr bool SpecsFitMessages() {
 }
 static_assert(SpecsFitMessages());
 
+// Whether a request of `op` may be posted (kPostedSeq): only rdma_cm commands, whose
+// outcome the library can know in advance (DESTROY_ID of its own id, for one). A posted
+// request that answers descriptors would leave them nowhere.
+constexpr bool IsPostable(Op op) { return op == Op::kCmCommand; }
+
 // Checks one datagram from a pod: a known op with the size and descriptor count its spec
-// names. On success *op is the request's op; false means a protocol violation.
+// names, posted only if the op may be. On success *op is the request's op; false means a
+// protocol violation.
 inline bool DecodeRequest(const char* buf, size_t len, int nfds, Op* op) {
   if (len < sizeof(Header)) return false;
   Header h;
@@ -399,6 +408,7 @@ inline bool DecodeRequest(const char* buf, size_t len, int nfds, Op* op) {
   const OpSpec* spec = SpecOf(h.op);
   if (spec == nullptr || len != spec->size || nfds < spec->min_fds || nfds > spec->max_fds)
     return false;
+  if (h.seq == kPostedSeq && !IsPostable(h.op)) return false;
   *op = h.op;
   return true;
 }

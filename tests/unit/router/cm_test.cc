@@ -349,6 +349,51 @@ TEST_F(CmTest, MalformedCommandsAreErrorsNotCrashes) {
   EXPECT_NE(server.CreateId(RDMA_PS_TCP, 1), 0u);  // still served
 }
 
+// A command the library posts (seq kPostedSeq) is carried out in its turn and never
+// answered; one that fails is only logged. The next request's answer is its own.
+TEST_F(CmTest, APostedCommandIsCarriedOutAndNotAnswered) {
+  const uint32_t l = Listen();
+  const uint32_t id = client.CreateId(RDMA_PS_TCP, 0xc1);
+  ASSERT_NE(id, 0u);
+  proto::CmCommand m{};
+  m.h.seq = proto::kPostedSeq;
+  m.channel = kCh;
+  m.cmd = RDMA_USER_CM_CMD_DESTROY_ID;
+  m.in_len = sizeof(rdma_ucm_destroy_id);
+  m.out_len = sizeof(rdma_ucm_destroy_id_resp);
+  rdma_ucm_destroy_id d{};
+  d.id = l;  // the server's: refused, and the refusal is not sent
+  std::memcpy(m.body, &d, sizeof(d));
+  client.raw().SendRaw(&m, sizeof(m));
+  d.id = id;
+  std::memcpy(m.body, &d, sizeof(d));
+  client.raw().SendRaw(&m, sizeof(m));
+  rdma_ucm_resolve_route r{};
+  r.id = id;
+  proto::CmCommand next{};
+  next.h.seq = 7;
+  next.channel = kCh;
+  next.cmd = RDMA_USER_CM_CMD_RESOLVE_ROUTE;
+  next.in_len = sizeof(r);
+  std::memcpy(next.body, &r, sizeof(r));
+  const proto::Response answer = client.raw().Call(next);
+  EXPECT_EQ(answer.h.seq, 7u);
+  EXPECT_EQ(answer.status, ENOENT);      // the posted DESTROY_ID came first
+  EXPECT_EQ(router.Stat("cm_ids"), 1u);  // the server's listener is still there
+  EXPECT_EQ(server.Destroy(l), 0);
+}
+
+// Only rdma_cm commands may be posted: a verbs request without an answer would leave its
+// descriptors nowhere and its failure unseen. A pod that posts one is dropped.
+TEST_F(CmTest, AVerbsRequestCannotBePosted) {
+  proto::DestroyCq m{};
+  m.h.seq = proto::kPostedSeq;
+  m.id = 1;
+  client.raw().SendRaw(&m, sizeof(m));
+  EXPECT_TRUE(client.raw().Disconnected());
+  EXPECT_NE(server.CreateId(RDMA_PS_TCP, 1), 0u);  // the others are still served
+}
+
 class CmCrossNodeTest : public CmBase {
  protected:
   CmPod& S() override { return server; }

@@ -205,5 +205,55 @@ TEST_F(CmTest, AForkedChildCannotUseTheParentsChannel) {
   EXPECT_EQ(DestroyId(fd, id), 0u) << "the parent's channel still works";
 }
 
+// DESTROY_ID of an id of this process is posted (the router cannot refuse it and the answer
+// is the library's count); a handle the library does not know waits for the router's error.
+TEST_F(CmTest, DestroyOfAnOwnIdIsPostedOthersWaitForTheRouter) {
+  const int fd = Open();
+  const uint32_t id = CreateId(fd, 9);
+  EXPECT_EQ(DestroyId(fd, id), 0u);
+  status_[RDMA_USER_CM_CMD_DESTROY_ID] = ENOENT;
+  rdma_ucm_destroy_id_resp resp{};
+  rdma_ucm_destroy_id d{};
+  d.id = 555;
+  d.response = Ptr(&resp);
+  EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_DESTROY_ID, d, sizeof(resp)), ENOENT);
+  const auto sent = Received(RDMA_USER_CM_CMD_DESTROY_ID);  // in order: the posted one first
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].h.seq, ff::proto::kPostedSeq);
+  EXPECT_NE(sent[1].h.seq, ff::proto::kPostedSeq);
+}
+
+// A listener's child is answered from the snapshot its CONNECT_REQUEST carried; the first
+// command naming it is posted to the router (which learns the program holds it), later
+// ones stay in the process.
+TEST_F(CmTest, AChildsFirstQueryIsAnsweredHereAndPostedOnce) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
+  const uint32_t listener = CreateId(fd, 0x11);
+  const uint32_t child = 4242;
+  ff::proto::CmEvent ev = MakeCmEvent(listener, kConnectRequest, child, 0x11);
+  ev.state.handle = child;
+  ev.state.version = 1;
+  ev.state.qp.seen = 0;
+  for (size_t i = 0; i < sizeof(ev.state.route); ++i) ev.state.route[i] = static_cast<char>(i);
+  const int router_end = pod_.router.cm_channel_fd(channel);
+  ASSERT_EQ(::send(router_end, &ev, sizeof(ev), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(ev)));
+  rdma_ucm_event_resp got{};
+  ASSERT_EQ(GetEvent(fd, &got), 0);
+  ASSERT_EQ(got.id, child);
+  for (int round = 0; round < 2; ++round) {
+    rdma_ucm_query_route_resp route{};
+    rdma_ucm_query q{};
+    q.id = child;
+    q.response = Ptr(&route);
+    ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_QUERY_ROUTE, q, sizeof(route)), 0);
+    EXPECT_EQ(std::memcmp(&route, ev.state.route, sizeof(route)), 0) << round;
+  }
+  EXPECT_NE(CreateId(fd, 0x12), 0u);  // a call answered: the posted query came before it
+  const auto sent = Received(RDMA_USER_CM_CMD_QUERY_ROUTE);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].h.seq, ff::proto::kPostedSeq);
+}
+
 }  // namespace
 }  // namespace fftest
