@@ -162,6 +162,7 @@ void Forwarder::Drain(Proxy& p) {
   auto* hdr = p.seg.as<QpSegmentHeader>();
   size_t sent = 0;
   bool consumed = false;
+  bool empty = false;  // the last look found nothing published
   for (int pass = 0; pass < 2; ++pass) {
     while (sent < kForwardRoundBytes && p.in_flight < kChannelWindow &&
            !transport_->Congested(p.link)) {
@@ -191,15 +192,19 @@ void Forwarder::Drain(Proxy& p) {
     if (options_.poll_us != 0) NoteTraffic();
     if (Polling()) {
       hdr->doorbell.armed.store(0, std::memory_order_relaxed);  // the library need not ring
+      empty = true;
       break;
     }
     hdr->doorbell.armed.exchange(1, std::memory_order_seq_cst);
     RecordHeader h;
     const char* payload;
-    if (p.requests.Peek(&h, &payload) != RingStatus::kOk) break;
+    const RingStatus rs = p.requests.Peek(&h, &payload);
+    empty = rs == RingStatus::kEmpty;
+    if (rs != RingStatus::kOk) break;
     hdr->doorbell.armed.store(0);
   }
   if (consumed) p.requests.Release();
+  if (consumed && empty) RoomMade(p);
   if (sent >= kForwardRoundBytes) {
     // Yield to other proxies: a self-wake puts us behind them in the epoll queue.
     SendWake(p.doorbell_tx.get());
@@ -304,6 +309,42 @@ void Forwarder::WakeOwner(Proxy& p) {
   pod->WakeProcess();
   // Outcomes of our own requests: never solicited completions.
   if (const WakeTarget cq = pod->CqWake(qp->send_cq_id)) WakeIfArmed(cq.slot, cq.fd, false);
+  // Answers free READ slots: a READ (and what follows it) may wait for one in the library.
+  RecordHeader h;
+  const char* payload;
+  if (p.requests.Peek(&h, &payload) == RingStatus::kEmpty) RoomMade(p);
+}
+
+// How far the library has published into the request ring.
+uint64_t Forwarder::RequestsPublished(const Proxy& p) {
+  return QpRing(p.seg.get(), kProxyRequestRing, kProxyRingBytes)->tail.load();
+}
+
+// Room was made that work requests of the library may wait for (QpSegmentHeader::
+// sends_waiting): the request ring drained empty, or answers came back with nothing else
+// published. Whether the library comes back for them by itself shows on the next tick.
+void Forwarder::RoomMade(Proxy& p) {
+  // Our release of the ring (or publish of answers) before the look at the word; the library
+  // sets the word before it looks at the ring once more, so one of us sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (p.seg.as<QpSegmentHeader>()->sends_waiting.load(std::memory_order_relaxed) != kSendsWaiting)
+    return;
+  if (!p.nudge_due) retry_soon_();
+  p.nudge_due = true;
+  p.published_then = RequestsPublished(p);
+}
+
+// A tick after RoomMade: a library that published since is busy (what it published is
+// drained later, and room made again); one that did not may never call again (a program that
+// waits on memory its peer writes), so its event thread advances its send queue.
+void Forwarder::NudgeIfIdle(Proxy& p) {
+  p.nudge_due = false;
+  if (p.dead || RequestsPublished(p) != p.published_then) return;
+  uint32_t waiting = kSendsWaiting;
+  if (!p.seg.as<QpSegmentHeader>()->sends_waiting.compare_exchange_strong(waiting, kSendsNudged))
+    return;
+  ++nudges_;
+  sessions_.Notify(p.pod, proto::EventType::kProxyDrained, p.qpn);
 }
 
 Forwarder::Verdict Forwarder::OnMessage(LinkId link, const NodeMessage& m) {
@@ -437,6 +478,7 @@ bool Forwarder::Tick() {
   if (!resolving_.empty()) RetryResolves(now);
   std::vector<uint32_t> expired;
   for (auto& [chan, p] : proxies_) {
+    if (p->nudge_due) NudgeIfIdle(*p);
     if (!p->backlog.empty()) FlushBacklog(*p);
     // Doorbells can be missed only if the library died mid-publish; a slow sweep is cheap.
     if (p->connected && !p->dead) Drain(*p);
@@ -447,7 +489,8 @@ bool Forwarder::Tick() {
     if (it != proxies_.end()) Finish(*it->second, ETIMEDOUT, nullptr);
   }
   bool waiting = !resolving_.empty();
-  for (auto& [chan, p] : proxies_) waiting |= !p->backlog.empty() || p->waiting_reads;
+  for (auto& [chan, p] : proxies_)
+    waiting |= !p->backlog.empty() || p->waiting_reads || p->nudge_due;
   return waiting;
 }
 

@@ -71,8 +71,9 @@ class Forwarder {
   Verdict OnMessage(LinkId link, const NodeMessage& m);
   void OnDrained(LinkId link);
   void OnLinkDown(LinkId link);
-  // Waiting connects, answers waiting for ring space, missed doorbells, connect deadlines.
-  // True while something waits for a fast tick.
+  // Waiting connects, answers waiting for ring space, missed doorbells, connect deadlines,
+  // libraries that may not come back for room made (RoomMade). True while something waits
+  // for a fast tick.
   bool Tick();
 
   // Polling mode (--poll-us): true while traffic flowed within the window.
@@ -82,6 +83,8 @@ class Forwarder {
   bool PollAll();
   size_t proxies() const { return proxies_.size(); }
   size_t resolving() const { return resolving_.size(); }
+  // kProxyDrained events sent since start: work requests the library had left waiting.
+  uint64_t nudges() const { return nudges_; }
 
  private:
   struct InFlightRead {
@@ -106,7 +109,9 @@ class Forwarder {
     uint64_t backlog_bytes = 0;             // charged to kQueuedBytes
     std::deque<InFlightRead> reads;         // forwarded READs/atomics, oldest first
     bool waiting_reads = false;             // a READ waits for the pod's budget
-    uint64_t in_flight = 0;                 // record bytes sent and not credited back
+    bool nudge_due = false;       // room made while the library had sends waiting: next tick
+    uint64_t published_then = 0;  // ... and the request ring's tail then
+    uint64_t in_flight = 0;       // record bytes sent and not credited back
     bool connected = false;
     bool dead = false;  // the peer or the link went away: the library fails the QP
     bool answer_pending = false;
@@ -128,6 +133,9 @@ class Forwarder {
   void Finish(Proxy& p, int status, const wire::ConnectReply* reply);
   Verdict OnCredit(LinkId link, const NodeMessage& m);
   void Drain(Proxy& p);
+  static uint64_t RequestsPublished(const Proxy& p);
+  void RoomMade(Proxy& p);
+  void NudgeIfIdle(Proxy& p);
   void Deliver(Proxy& p, const RecordHeader& h, const char* payload);
   void FlushBacklog(Proxy& p);
   bool AdmitRead(Proxy& p, const RequestView& v);
@@ -150,6 +158,7 @@ class Forwarder {
   Quotas& quotas_;
   std::function<void()> retry_soon_;
   uint32_t next_chan_ = 1;
+  uint64_t nudges_ = 0;
   std::map<uint32_t, std::unique_ptr<Proxy>> proxies_;  // by channel
   std::map<uint32_t, std::set<uint32_t>> by_qp_;        // local QPN -> its channels
   std::vector<PendingResolve> resolving_;

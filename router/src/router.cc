@@ -194,12 +194,13 @@ std::string Router::StatsLine() const {
   const ResourceTables::Totals t = tables_.totals();
   return fmt::format(
       "sessions={} refused={} pods={} accounts={} qps={} objects={} regions={} "
-      "mapped_regions={} mr_entries={} proxies={} resolving={} senders={} cm_ids={} links={} "
-      "accept_paused={} fds={} rss_kib={}",
+      "mapped_regions={} mr_entries={} proxies={} resolving={} nudges={} senders={} cm_ids={} "
+      "links={} accept_paused={} fds={} rss_kib={}",
       sessions_.count(), sessions_.refused(), t.pods, quotas_.accounts(), t.qps, t.objects,
       t.regions, t.mapped_regions, t.mr_entries, forwarder_.proxies(), forwarder_.resolving(),
-      executor_.senders(), cm_.ids(), transport_ != nullptr ? transport_->LinkCount() : 0,
-      sessions_.acceptor().paused() ? 1 : 0, OpenDescriptors(), ResidentKib());
+      forwarder_.nudges(), executor_.senders(), cm_.ids(),
+      transport_ != nullptr ? transport_->LinkCount() : 0, sessions_.acceptor().paused() ? 1 : 0,
+      OpenDescriptors(), ResidentKib());
 }
 
 }  // namespace ff::router

@@ -89,28 +89,11 @@ again_if_perftest_raced() {
   return $st
 }
 
-# again_if_rsockets_stalled CMD...: CMD, and once more when an rstream/riostream pair across
-# nodes stalled before its first transfer (both sides killed at their deadlines with only
-# the header printed). KNOWN BUG, not understood yet (issue 12's closing note): about 1 run
-# in 16 under CPU load, the two sides connect and then each waits for the other's data.
-# The retry is reported in the test's output so that it is never silent.
-again_if_rsockets_stalled() {
-  "$@"
-  local st=$?
-  if [[ $st -ne 0 && $where == cross && $case == r*stream ]] &&
-    [[ $(grep -c . "$FF_DIR/client.log") -eq 1 && $(grep -c . "$FF_DIR/server.log") -eq 1 ]]; then
-    echo "KNOWN BUG: $case across nodes stalled before its first transfer; running the pair again"
-    "$@"
-    st=$?
-  fi
-  return $st
-}
-
 # pair_and NAME CHECK -- PAIR ARGS...: cm_pair, then the shell CHECK on its logs.
 pair_and() {
   local name=$1 chk=$2
   shift 3
-  again_if_perftest_clock_failed again_if_perftest_raced again_if_rsockets_stalled cm_pair "$@"
+  again_if_perftest_clock_failed again_if_perftest_raced cm_pair "$@"
   local st=$?
   [[ $st -eq 0 ]] && { eval "$chk" || { st=1; logs 8; }; }
   check "$name" $st

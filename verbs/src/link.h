@@ -26,6 +26,13 @@ enum class Exec {
   kInFlight,  // handed on; the outcome comes back later (LinkOps::collect)
 };
 
+// What a pass over the send queue found on a link, for LinkOps::await_room.
+enum class Room {
+  kLacking,     // a WQE is blocked on the link
+  kEnough,      // none is
+  kNudgeTaken,  // the event thread took the router's nudge (kProxyDrained) and will look
+};
+
 struct LinkOps {
   // Executes send WQE `w` (send-queue index `index`) of `qp` over `link`. With kDone, *st is
   // its status. May be called again for a WQE it blocked on: it resumes where it stopped.
@@ -39,6 +46,12 @@ struct LinkOps {
   // The router, not the peer process, produces into the QP's rings and answers its
   // requests, and it rings the process wake word after each delivery (poll_cq may sleep).
   bool router_fed;
+  // What a pass over the send queue found on `link`. Through the router: kLacking asks it
+  // to nudge the event thread once it has made room (QpSegmentHeader::sends_waiting), and
+  // returns true when that was newly asked, so that the caller looks once more (the router
+  // may have made room just before); kEnough withdraws the request; kNudgeTaken lets the
+  // next kLacking ask again. Same node: false, nothing (the peer process makes room).
+  bool (*await_room)(PeerLink* link, Room room);
 };
 
 extern const LinkOps kSameNodeOps;  // link_same_node.cc

@@ -142,9 +142,34 @@ void CollectResponses(Qp* qp, PeerLink* link) {
   if (consumed) cons.Release();
 }
 
+// The router makes room (drains the request ring, answers READs) on its own; a WQE that
+// found none waits here until this process calls the library again, or until the router,
+// asked through `sends_waiting`, has the event thread advance it (peer_events.cc). The word
+// leaves kSendsNudged only here, with kNudgeTaken: at most one nudge is on its way.
+bool AwaitRoom(PeerLink* link, Room room) {
+  std::atomic<uint32_t>& word = link->hdr->sends_waiting;
+  switch (room) {
+    case Room::kLacking: {
+      uint32_t idle = 0;
+      return word.compare_exchange_strong(idle, ff::kSendsWaiting, std::memory_order_seq_cst);
+    }
+    case Room::kEnough: {
+      uint32_t waiting = ff::kSendsWaiting;
+      if (word.load(std::memory_order_relaxed) == waiting)
+        word.compare_exchange_strong(waiting, 0, std::memory_order_relaxed);
+      return false;
+    }
+    case Room::kNudgeTaken:
+      if (word.load(std::memory_order_relaxed) != 0) word.store(0, std::memory_order_relaxed);
+      return false;
+  }
+  return false;
+}
+
 }  // namespace
 
 // When the peer goes, the outcomes the router already wrote back still count.
-const LinkOps kRouterOps = {ExecuteThroughRouter, CollectResponses, CollectResponses, true};
+const LinkOps kRouterOps = {ExecuteThroughRouter, CollectResponses, CollectResponses, true,
+                            AwaitRoom};
 
 }  // namespace ffv

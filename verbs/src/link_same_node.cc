@@ -113,9 +113,13 @@ Exec ExecuteSameNode(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_
 // Nothing is ever in flight: every WQE finishes in execute.
 void NothingInFlight(Qp*, PeerLink*) {}
 
+// A full ring or a missing credit is the peer process's to resolve: nobody to ask.
+bool NoRoomToAwait(PeerLink*, Room) { return false; }
+
 }  // namespace
 
 // What the peer published before it went is in our own rings (drained by the caller).
-const LinkOps kSameNodeOps = {ExecuteSameNode, NothingInFlight, NothingInFlight, false};
+const LinkOps kSameNodeOps = {ExecuteSameNode, NothingInFlight, NothingInFlight, false,
+                              NoRoomToAwait};
 
 }  // namespace ffv

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "completion.h"
+#include "exports.h"
 #include "link.h"
 #include "recv_path.h"
 #include "send_queue.h"
@@ -74,6 +75,19 @@ void Registry::OnUdRing(const ff::proto::Event& e, UniqueFd fd) {
   }
   qp->ctx->attention.store(true, std::memory_order_release);
   WakeQpCqs(qp);  // a receiver asleep on its channel must poll to take the ring in
+}
+
+void Registry::OnProxyDrained(uint32_t qpn) {
+  // Registry, then context lock: no thread takes them the other way round.
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  Qp* qp = it->second;
+  std::lock_guard<SpinLock> l(qp->ctx->lock);
+  Guarded([&] {
+    ResumeSends(qp);
+    return 0;
+  });
 }
 
 void Registry::OnFatal() {

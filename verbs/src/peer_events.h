@@ -30,6 +30,10 @@ class Registry {
   void OnPeerNamed(uint32_t qpn);
   // Event thread: UD QP `e.qpn` has a new sender producing into ring memfd `fd` (kUdRing).
   void OnUdRing(const ff::proto::Event& e, UniqueFd fd);
+  // Event thread: the router made room that WQEs of `qpn` wait for (kProxyDrained). They
+  // are advanced here, under the context lock, as an HCA advances its send queue without
+  // the program: it may be waiting on memory the peer writes once they arrive.
+  void OnProxyDrained(uint32_t qpn);
 
  private:
   template <typename F>

@@ -261,23 +261,22 @@ struct TouchedLinks {
   }
 };
 
-}  // namespace
-
-void Progress(Qp* qp) {
-  if (qp->qpx.qp_base.state == IBV_QPS_ERR) {
-    FailQp(qp, IBV_WC_WR_FLUSH_ERR);
-    return;
-  }
+// Takes in what came back, then executes what can be executed, in order. Returns the link
+// the next WQE is blocked on, or nullptr (none is, or it waits for no link: consent).
+PeerLink* ExecuteQueued(Qp* qp) {
   if (qp->inflight > 0 && qp->link) qp->link->ops->collect(qp, qp->link.get());
   TouchedLinks touched;
-  // Execute what can be executed, in order.
+  PeerLink* blocked = nullptr;
   while (qp->sq_exec != qp->sq_tail) {
     SendWqe& w = qp->sq[qp->sq_exec & qp->sq_mask];
     ibv_wc_status st = IBV_WC_SUCCESS;
     PeerLink* link = nullptr;
     const Exec e = Execute(qp, w, qp->sq_exec, &st, &link);
     touched.Add(link);
-    if (e == Exec::kBlocked) break;
+    if (e == Exec::kBlocked) {
+      blocked = link;
+      break;
+    }
     if (e == Exec::kInFlight) {
       w.in_flight = true;
       ++qp->inflight;
@@ -289,7 +288,31 @@ void Progress(Qp* qp) {
     if (st != IBV_WC_SUCCESS && qp->type != IBV_QPT_UD) break;  // retired below as an error
   }
   touched.PublishAll();
+  return blocked;
+}
+
+}  // namespace
+
+void Progress(Qp* qp) {
+  if (qp->qpx.qp_base.state == IBV_QPS_ERR) {
+    FailQp(qp, IBV_WC_WR_FLUSH_ERR);
+    return;
+  }
+  // A WQE left blocked may never be looked at again by this thread: the program may wait
+  // on memory the peer writes rather than call us. So its link is asked to have it advanced
+  // when room is made, and since room may have been made just before it asked, the queue
+  // is looked at once more (at most once per link, which asks only once).
+  PeerLink* blocked = ExecuteQueued(qp);
+  while (blocked != nullptr && blocked->ops->await_room(blocked, Room::kLacking))
+    blocked = ExecuteQueued(qp);
+  if (blocked == nullptr && qp->link) qp->link->ops->await_room(qp->link.get(), Room::kEnough);
   if (Retire(qp)) UpdatePending(qp);
+}
+
+void ResumeSends(Qp* qp) {
+  if (qp->link) qp->link->ops->await_room(qp->link.get(), Room::kNudgeTaken);
+  for (auto& [dest, link] : qp->ud_links) link->ops->await_room(link.get(), Room::kNudgeTaken);
+  if (qp->in_pending_list) Progress(qp);
 }
 
 bool Retire(Qp* qp) {

@@ -28,6 +28,9 @@ int InvalidateMw(Context* ctx, uint32_t key, uint32_t qpn);
 void Progress(Qp* qp);
 // Progress() for every QP on ctx->pending.
 void ProgressPending(Context* ctx);
+// The event thread's Progress(), when the router made room that WQEs of `qp` waited for
+// (kProxyDrained): takes the router's nudge, so that the next WQE to block asks again.
+void ResumeSends(Qp* qp);
 // Completes finished WQEs in posting order. false when an error moved the QP to ERR (the
 // rest was flushed).
 bool Retire(Qp* qp);

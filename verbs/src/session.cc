@@ -45,6 +45,10 @@ void EventLoop(Session* s) {
         s->registry.OnPeerNamed(ev.qpn);
         continue;
       }
+      if (ev.type == ff::proto::EventType::kProxyDrained) {
+        s->registry.OnProxyDrained(ev.qpn);
+        continue;
+      }
       if (ev.type == ff::proto::EventType::kUdRing && nfds == 1) {
         s->registry.OnUdRing(ev, std::move(fd));
         continue;

@@ -334,6 +334,10 @@ enum class EventType : uint32_t {
   // The peer that RC/UC QP `qpn` named has now named it in turn (and produces into it): a
   // connect that was answered EINPROGRESS succeeds if asked again.
   kPeerNamed = 5,
+  // The router drained the request ring of RC/UC/UD QP `qpn`'s proxy (or delivered its
+  // answers) while the library had marked work requests waiting for it
+  // (QpSegmentHeader::sends_waiting): the library advances the QP's send queue now.
+  kProxyDrained = 6,
 };
 struct Event {
   EventType type;

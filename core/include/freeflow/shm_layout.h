@@ -103,13 +103,22 @@ struct QpSegmentHeader {
   // Owner: the QP's ibv_access_flags (remote write/read/atomic must be enabled on the
   // target QP as well as on the MR).
   std::atomic<uint32_t> qp_access{0};
-  uint32_t reserved[10];
+  // Proxy segments only: work requests wait in the library for room in the request ring
+  // (or for READ slots), which only the router makes. The library sets kSendsWaiting (from
+  // 0) when one blocks and looks once more; the router, once it has drained the request
+  // ring empty or delivered answers, turns kSendsWaiting into kSendsNudged and tells the
+  // library (proto::EventType::kProxyDrained), whose event thread sets 0 and advances the
+  // send queue. Without it, a program that posts and then waits on memory (a flag the peer
+  // writes) would never see its last requests leave, as an HCA's would on its own.
+  std::atomic<uint32_t> sends_waiting{0};
+  uint32_t reserved[9];
   RecvCredits credits;  // used when the QP has no SRQ
   // Proxy segments only: armed by the router before it sleeps on the doorbell eventfd;
   // the library rings the doorbell after publishing a request into an armed segment.
   NotifySlot doorbell;
 };
 static_assert(sizeof(QpSegmentHeader) % kCacheLine == 0);
+inline constexpr uint32_t kSendsWaiting = 1, kSendsNudged = 2;
 
 inline constexpr size_t RingStride(uint32_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
 inline constexpr size_t QpSegmentBytes(uint32_t num_rings, uint32_t ring_bytes) {
