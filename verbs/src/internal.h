@@ -301,6 +301,12 @@ struct Qp {
   uint32_t inflight = 0;        // executed WQEs whose outcome has not come back
   uint32_t reads_inflight = 0;  // of those, READs and atomics (at most max_rd_atomic)
   bool in_pending_list = false;
+  // The last Progress() left a WQE waiting for something that no router advances (room or a
+  // credit of a peer on this node, the peer's consent): the event thread advances it while
+  // the program calls nothing (StallTicker, peer_events.h), at the latest at stall_due_ns
+  // (an RNR retry budget or the next consent retry; UINT64_MAX: none).
+  bool stalled = false;
+  uint64_t stall_due_ns = UINT64_MAX;
 
   std::atomic<uint32_t> peer_gone{0};   // PeerGone, raised by the event thread
   std::atomic<bool> peer_named{false};  // kPeerNamed came: an awaited link may be asked for
@@ -324,6 +330,13 @@ struct Context {
   Session* session = nullptr;
   SpinLock lock;
   std::atomic<bool> attention{false};  // the event thread raised Qp::peer_gone somewhere
+  // Some QP of the context is Qp::stalled: set by the data path (which then wakes the event
+  // thread through Session::tick_tx), cleared by the event thread under `lock` once none is.
+  std::atomic<bool> stalled{false};
+  // ProgressPending() passes (written under `lock`): the event thread leaves a context whose
+  // program keeps polling to advance its own sends. `tick_passes`: the event thread's copy.
+  std::atomic<uint64_t> passes{0};
+  uint64_t tick_passes = 0;
   std::vector<Qp*> qps;
   std::vector<Qp*> pending;  // QPs with send WQEs not yet completed
   std::vector<Cq*> cqs;

@@ -55,13 +55,34 @@ void Registry::OnPeerGone(uint32_t qpn, bool died) {
   WakeQpCqs(qp);
 }
 
-void Registry::OnPeerNamed(uint32_t qpn) {
+template <typename F>
+void Registry::UnderContextLock(uint32_t qpn, F&& f) {
+  // Registry, then context lock: no thread takes them the other way round.
   std::lock_guard<std::mutex> g(mu_);
   auto it = qps_.find(qpn);
   if (it == qps_.end()) return;
-  it->second->peer_named.store(true, std::memory_order_release);
-  it->second->ctx->attention.store(true, std::memory_order_release);
-  WakeQpCqs(it->second);  // a receiver asleep on its channel should link up now
+  Qp* qp = it->second;
+  {
+    std::lock_guard<SpinLock> l(qp->ctx->lock);
+    Guarded([&] {
+      f(qp);
+      return 0;
+    });
+  }
+}
+
+void Registry::OnPeerNamed(uint32_t qpn) {
+  // Linked now, and what waited for the link sent, as an HCA would once the peer accepts:
+  // the program may not call again. If the link cannot be had yet, the next verb (or tick)
+  // asks again.
+  UnderContextLock(qpn, [](Qp* qp) {
+    if (qp->awaited.waiting && TryAwaitedLink(qp) != 0) {
+      qp->peer_named.store(true, std::memory_order_release);
+      qp->ctx->attention.store(true, std::memory_order_release);
+    }
+    if (qp->in_pending_list) Progress(qp);
+    WakeQpCqs(qp);  // a receiver asleep on its channel should link up now
+  });
 }
 
 void Registry::OnUdRing(const ff::proto::Event& e, UniqueFd fd) {
@@ -77,17 +98,49 @@ void Registry::OnUdRing(const ff::proto::Event& e, UniqueFd fd) {
   WakeQpCqs(qp);  // a receiver asleep on its channel must poll to take the ring in
 }
 
-void Registry::OnProxyDrained(uint32_t qpn) {
-  // Registry, then context lock: no thread takes them the other way round.
+void Registry::OnProxyDrained(uint32_t qpn) { UnderContextLock(qpn, ResumeSends); }
+
+namespace {
+
+// Advances the stalled sends of `ctx` unless its program is advancing them itself (it made a
+// ProgressPending() pass since the last tick); then notes what still stalls. ctx->lock held.
+void TickContext(Context* ctx, Registry::TickOutcome* out) {
+  if (ctx->passes.load(std::memory_order_relaxed) == ctx->tick_passes) {
+    if (ctx->attention.load(std::memory_order_relaxed)) HandleAttention(ctx);
+    std::vector<std::pair<Qp*, uint64_t>> before;
+    for (Qp* qp : ctx->pending)
+      if (qp->stalled) before.emplace_back(qp, qp->sq_exec);
+    ProgressPending(ctx);
+    for (const auto& [qp, exec] : before) out->advanced = out->advanced || qp->sq_exec != exec;
+  }
+  ctx->tick_passes = ctx->passes.load(std::memory_order_relaxed);
+  bool stalled = false;
+  for (const Qp* qp : ctx->pending) {
+    if (!qp->stalled) continue;
+    stalled = true;
+    out->due = std::min(out->due, qp->stall_due_ns);
+  }
+  // Under the lock: a Progress() that stalls after this sees false and wakes us again.
+  if (!stalled) ctx->stalled.store(false, std::memory_order_relaxed);
+  out->stalled = out->stalled || stalled;
+}
+
+}  // namespace
+
+Registry::TickOutcome Registry::Tick() {
+  TickOutcome out;
+  // Registry, then context lock, as every event does.
   std::lock_guard<std::mutex> g(mu_);
-  auto it = qps_.find(qpn);
-  if (it == qps_.end()) return;
-  Qp* qp = it->second;
-  std::lock_guard<SpinLock> l(qp->ctx->lock);
-  Guarded([&] {
-    ResumeSends(qp);
-    return 0;
-  });
+  for (Context* ctx : contexts_) {
+    if (!ctx->stalled.load(std::memory_order_acquire)) continue;
+    std::lock_guard<SpinLock> l(ctx->lock);
+    const int rc = Guarded([&] {
+      TickContext(ctx, &out);
+      return 0;
+    });
+    if (rc != 0) out.stalled = true;  // no memory to look: look again later
+  }
+  return out;
 }
 
 void Registry::OnFatal() {

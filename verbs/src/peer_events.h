@@ -35,7 +35,21 @@ class Registry {
   // the program: it may be waiting on memory the peer writes once they arrive.
   void OnProxyDrained(uint32_t qpn);
 
+  // What one Tick() found.
+  struct TickOutcome {
+    bool stalled = false;       // some context still has stalled sends: tick again
+    bool advanced = false;      // this tick executed WQEs that waited
+    uint64_t due = UINT64_MAX;  // the earliest Qp::stall_due_ns of what still stalls
+  };
+  // Event thread: advances the stalled sends (Qp::stalled) of every context whose program
+  // made no ProgressPending() pass since the last tick, as an HCA advances its send queue
+  // without the program; clears Context::stalled where nothing stalls any more.
+  TickOutcome Tick();
+
  private:
+  // Runs f(qp) for QP `qpn`, if it is still registered, under its context's lock.
+  template <typename F>
+  void UnderContextLock(uint32_t qpn, F&& f);
   template <typename F>
   void Locked(F&& f) {
     std::lock_guard<std::mutex> g(mu_);

@@ -291,10 +291,35 @@ PeerLink* ExecuteQueued(Qp* qp) {
   return blocked;
 }
 
+// When the event thread must look at a stalled QP again at the latest: when the RNR retry
+// budget of its first WQE may run out (rnr_retry 7 retries forever), or when a connect that
+// awaits the peer's consent is retried (and its deadline checked).
+uint64_t StallDue(const Qp* qp) {
+  if (qp->link == nullptr && qp->awaited.waiting) return qp->awaited.next_ns;
+  const SendWqe& w = qp->sq[qp->sq_exec & qp->sq_mask];
+  if (!w.credit && w.rnr.deadline_ns != 0 && qp->attr.rnr_retry != 7) return w.rnr.deadline_ns;
+  return UINT64_MAX;
+}
+
+// A WQE waits for something only this process will look at again: a peer process on this
+// node frees ring room and posts receives without telling us, and consent is retried by us.
+// The program may never call again (it may wait on memory the peer writes once the data
+// arrived), so the event thread is asked to advance the queue (Registry::Tick); the first
+// stall of the context since it last found none wakes it. Never on the fast path.
+[[gnu::noinline]] void NoteStalled(Qp* qp) {
+  qp->stalled = true;
+  qp->stall_due_ns = StallDue(qp);
+  Context* ctx = qp->ctx;
+  if (!ctx->stalled.load(std::memory_order_relaxed) &&
+      !ctx->stalled.exchange(true, std::memory_order_acq_rel))
+    ff::SendWake(ctx->session->tick_tx.get());
+}
+
 }  // namespace
 
 void Progress(Qp* qp) {
   if (qp->qpx.qp_base.state == IBV_QPS_ERR) {
+    qp->stalled = false;
     FailQp(qp, IBV_WC_WR_FLUSH_ERR);
     return;
   }
@@ -307,6 +332,14 @@ void Progress(Qp* qp) {
     blocked = ExecuteQueued(qp);
   if (blocked == nullptr && qp->link) qp->link->ops->await_room(qp->link.get(), Room::kEnough);
   if (Retire(qp)) UpdatePending(qp);
+  // Waiting on a router link is the router's to end (kProxyDrained); anything else left
+  // unexecuted stalls.
+  if (__builtin_expect(qp->sq_exec != qp->sq_tail, 0) &&
+      (blocked == nullptr || !blocked->ops->router_fed)) {
+    NoteStalled(qp);
+  } else {
+    qp->stalled = false;
+  }
 }
 
 void ResumeSends(Qp* qp) {
@@ -332,6 +365,7 @@ bool Retire(Qp* qp) {
 }
 
 void ProgressPending(Context* ctx) {
+  ctx->passes.store(ctx->passes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   // Backwards: Progress() may take the QP it runs (and only that one) off the list.
   for (size_t i = ctx->pending.size(); i-- > 0;) {
     if (i < ctx->pending.size()) Progress(ctx->pending[i]);

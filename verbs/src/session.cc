@@ -3,14 +3,17 @@
 #include "session.h"
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "device_files.h"
 
@@ -27,40 +30,94 @@ std::string EnvOr(const char* name, const char* fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
-void EventLoop(Session* s) {
-  for (;;) {
-    ff::proto::Event ev{};
-    UniqueFd fd;
-    int nfds = 0;
-    size_t n = 0;
-    const int rc = ff::RecvWithFds(s->events.get(), &ev, sizeof(ev), &fd, 1, &nfds, &n);
-    if (s->closing.load()) return;
-    if (rc == 0 && n == sizeof(ev)) {
-      if (ev.type == ff::proto::EventType::kPeerGone ||
-          ev.type == ff::proto::EventType::kPeerClosed) {
+// Takes one router notification off the event socket, if there is one. false when the
+// session ends (closing, or the router is gone: then every QP was failed).
+bool TakeEvent(Session* s) {
+  ff::proto::Event ev{};
+  UniqueFd fd;
+  int nfds = 0;
+  size_t n = 0;
+  const int rc = ff::RecvWithFds(s->events.get(), &ev, sizeof(ev), &fd, 1, &nfds, &n, MSG_DONTWAIT);
+  if (s->closing.load()) return false;
+  if (rc == EAGAIN) return true;
+  if (rc == 0 && n == sizeof(ev)) {
+    switch (ev.type) {
+      case ff::proto::EventType::kPeerGone:
+      case ff::proto::EventType::kPeerClosed:
         s->registry.OnPeerGone(ev.qpn, ev.type == ff::proto::EventType::kPeerGone);
-        continue;
-      }
-      if (ev.type == ff::proto::EventType::kPeerNamed) {
+        return true;
+      case ff::proto::EventType::kPeerNamed:
         s->registry.OnPeerNamed(ev.qpn);
-        continue;
-      }
-      if (ev.type == ff::proto::EventType::kProxyDrained) {
+        return true;
+      case ff::proto::EventType::kProxyDrained:
         s->registry.OnProxyDrained(ev.qpn);
-        continue;
-      }
-      if (ev.type == ff::proto::EventType::kUdRing && nfds == 1) {
-        s->registry.OnUdRing(ev, std::move(fd));
-        continue;
-      }
-      if (ev.type != ff::proto::EventType::kShutdown) continue;  // unknown: ignore it
+        return true;
+      case ff::proto::EventType::kUdRing:
+        if (nfds == 1) s->registry.OnUdRing(ev, std::move(fd));
+        return true;
+      case ff::proto::EventType::kShutdown:
+        break;
+      default:
+        return true;  // unknown: ignore it
     }
-    // Router stopped or died: nothing can be set up any more and peers can no longer be
-    // watched. Fail every QP so that nobody waits forever.
-    LogError("lost the connection to the router at %s; failing all queue pairs", s->name.c_str());
-    s->fatal.store(true);
-    s->registry.OnFatal();
-    return;
+  }
+  // Router stopped or died: nothing can be set up any more and peers can no longer be
+  // watched. Fail every QP so that nobody waits forever.
+  LogError("lost the connection to the router at %s; failing all queue pairs", s->name.c_str());
+  s->fatal.store(true);
+  s->registry.OnFatal();
+  return false;
+}
+
+// When the event thread next advances stalled sends (Registry::Tick): soon after a context
+// stalls, again soon while a tick advances something, backing off while none does (the
+// peer frees nothing, or the program advances its sends itself), and no later than an RNR
+// or consent deadline. Off while nothing stalls: an idle process is never woken. A stall
+// that turns it on again comes no sooner than `interval` after the last tick, so that a
+// busy program whose sends stall and unstall all the time (a bandwidth test whose receiver
+// is slower) costs at most one wake-up per kStallTickMaxNs.
+struct StallTicker {
+  bool on = false;
+  uint64_t interval = ff::kStallTickMinNs;
+  uint64_t next = 0;
+  uint64_t last = 0;  // when the last tick ran
+
+  void Start(uint64_t now) {
+    const uint64_t first = std::max(now + ff::kStallTickMinNs, last + interval);
+    next = on ? std::min(next, first) : first;
+    on = true;
+  }
+  void Run(Registry& r) {
+    const Registry::TickOutcome o = r.Tick();
+    on = o.stalled;
+    interval = o.advanced ? ff::kStallTickMinNs : std::min(interval * 2, ff::kStallTickMaxNs);
+    last = ff::MonotonicNs();
+    next = std::max(std::min(last + interval, o.due), last + ff::kStallTickFloorNs);
+  }
+  // ppoll's timeout: nullptr (wait for an event) while off.
+  const timespec* Timeout(timespec* ts) const {
+    if (!on) return nullptr;
+    const uint64_t now = ff::MonotonicNs();
+    const uint64_t wait = next > now ? next - now : 0;
+    ts->tv_sec = static_cast<time_t>(wait / 1000000000u);
+    ts->tv_nsec = static_cast<long>(wait % 1000000000u);
+    return ts;
+  }
+};
+
+void EventLoop(Session* s) {
+  StallTicker ticker;
+  for (;;) {
+    pollfd p[2] = {{s->events.get(), POLLIN, 0}, {s->tick_rx.get(), POLLIN, 0}};
+    timespec ts{};
+    const int r = ::ppoll(p, 2, ticker.Timeout(&ts), nullptr);
+    if (s->closing.load()) return;
+    if (r > 0 && p[1].revents != 0) {
+      ff::DrainWakes(s->tick_rx.get());
+      ticker.Start(ff::MonotonicNs());
+    }
+    if (r > 0 && p[0].revents != 0 && !TakeEvent(s)) return;
+    if (ticker.on && ff::MonotonicNs() >= ticker.next) ticker.Run(s->registry);
   }
 }
 
@@ -89,6 +146,7 @@ int PrepareHello(Session* s, UniqueFd* theirs) {
   s->events.reset(pair[0]);
   theirs->reset(pair[1]);
   rc = ff::CreateWakePair(&s->wake_fd, &s->wake_tx, true);
+  if (rc == 0) rc = ff::CreateWakePair(&s->tick_rx, &s->tick_tx, true);
   if (rc != 0) LogError("cannot create a wake socket: %s", std::strerror(rc));
   return rc;
 }
@@ -212,7 +270,8 @@ void ForgetProcessSessionInChild() {
   // The parent's connection stays the parent's: the child's copies of its descriptors would
   // keep the router from seeing the parent go, and requests on them would be the parent's.
   // The Session itself is left as it is (its event thread did not survive the fork).
-  for (UniqueFd* fd : {&s->sock, &s->events, &s->notify_fd, &s->wake_fd, &s->wake_tx})
+  for (UniqueFd* fd :
+       {&s->sock, &s->events, &s->notify_fd, &s->wake_fd, &s->wake_tx, &s->tick_rx, &s->tick_tx})
     if (*fd) ::close(fd->release());
 }
 

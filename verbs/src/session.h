@@ -4,8 +4,9 @@
 // "pods" in one process, each against its own router.
 //
 // Threading: Call() serialises requests (one in flight per session). The event thread reads
-// `events` only and reports through the registry (peer_events.h). Everything else is
-// written before the session is published and read-only afterwards.
+// `events` and `tick_rx` only and reports through the registry (peer_events.h), which also
+// has it advance stalled sends. Everything else is written before the session is published
+// and read-only afterwards.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -44,6 +45,10 @@ struct Session {
   Mapping notify;    // our NotifySlot array: CQ event words, then the wake word (kWakeSlot)
   UniqueFd wake_fd;  // wake socket (fd.h), rung by the router after it delivered to us
   UniqueFd wake_tx;  // its sending end, until HELLO hands it to the router
+  // A wake socket of this process alone (no other process ever holds either end): the data
+  // path rings tick_tx when a context's sends stall (Context::stalled); the event thread
+  // sleeps on tick_rx beside `events` and then ticks until none is stalled.
+  UniqueFd tick_rx, tick_tx;
   Mapping mr_table;
   std::atomic<bool> fatal{false};    // the router is gone
   std::atomic<bool> closing{false};  // CloseSession is shutting the sockets down

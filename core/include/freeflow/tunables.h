@@ -46,6 +46,11 @@ inline constexpr int kCreditClaimAttempts = 64;    // CAS tries to claim one rec
 inline constexpr uint64_t kPendingSendFirstRetryNs = 5'000;  // get_cq_event retries queued sends
 inline constexpr uint64_t kPendingSendRetryNs = 200'000;     // ... backing off up to this
 inline constexpr int kMaxWakeDrain = 1024;  // wakes taken off a wake socket at once
+// The event thread advances sends that wait on one node (a full ring, no receive credit, a
+// peer that has not accepted yet) while the program calls nothing: first after this, ...
+inline constexpr uint64_t kStallTickMinNs = 50'000;
+inline constexpr uint64_t kStallTickMaxNs = 5'000'000;  // ... backing off up to this
+inline constexpr uint64_t kStallTickFloorNs = 10'000;   // never sooner (an RNR timer's 10 us)
 inline constexpr uint64_t kConsentRetryNs =
     1'000'000;  // first retry of a connect awaiting its peer
 inline constexpr uint64_t kConsentMaxRetryNs = 50'000'000;  // longest wait between such retries
