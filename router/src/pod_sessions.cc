@@ -1,5 +1,6 @@
 #include "pod_sessions.h"
 
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,18 @@
 #include "freeflow/target_ops.h"
 
 namespace ff::router {
+namespace {
+
+// True when the client hung up without sending anything: a health probe that only checks
+// that the socket accepts (the device plugin's, every 500 ms; a kubelet exec probe).
+bool HungUpSilently(int sock) {
+  pollfd p{sock, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) != 1 || (p.revents & (POLLHUP | POLLRDHUP)) == 0) return false;
+  char byte;
+  return ::recv(sock, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;  // nothing queued before the end
+}
+
+}  // namespace
 
 PodSessions::~PodSessions() = default;
 
@@ -45,6 +58,12 @@ void PodSessions::Admit(Session& s) {
 }
 
 void PodSessions::Adopt(UniqueFd sock) {
+  // Identifying a probe would cost a thread and a namespace switch, and refusing it (it is
+  // in the node's network) a warning every few seconds; it wants no answer.
+  if (HungUpSilently(sock.get())) {
+    spdlog::debug("a client connected and hung up without a word (a probe)");
+    return;
+  }
   auto s = std::make_unique<Session>();
   s->id = next_id_++;
   if (next_id_ == 0) next_id_ = 1;

@@ -213,5 +213,24 @@ TEST(PodSessions, AnAddressInUseFromAnotherNamespaceIsRefused) {
   }));
 }
 
+TEST(PodSessions, AProbeThatHangsUpIsNeitherIdentifiedNorRefused) {
+  // The device plugin checks the router every 500 ms by connecting and hanging up, from the
+  // node's network (which the router refuses): no identification, no refusal to log.
+  TestRouter router({});
+  router.ConnectAndHangUp();
+  // Stats runs on the router's loop after the adoption posted before it.
+  EXPECT_EQ(router.Stat("refused"), 0u);
+  EXPECT_EQ(router.Stat("sessions"), 0u);
+  EXPECT_EQ(router.IdentityCalls(), 0u);
+
+  // One that said something before hanging up is identified as every client is.
+  router.ConnectAndHangUp("x");
+  router.Stats();  // after its adoption
+  EXPECT_EQ(router.IdentityCalls(), 1u);
+
+  RawPod pod(router, Ip("10.0.0.9"));  // pods are served as before
+  EXPECT_EQ(pod.Hello(), 0);
+}
+
 }  // namespace
 }  // namespace ff::router
