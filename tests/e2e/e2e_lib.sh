@@ -1,0 +1,150 @@
+# The end-to-end run's steps (tests/e2e/run.sh): kubelet's part for DaemonSets and app
+# containers, and the checks. Needs scripts/lib/containers.sh and scripts/lib/measure.sh,
+# and run.sh's SRC, TAG, NODE_ROOT, NODE_IP, ALLOC (kubelet's edits from Allocate).
+
+E2E_SEQ=0
+E2E_STARTS=()
+
+step() { echo "== $*"; }
+ok() { echo "   ok: $*"; }
+# fail WHAT LOG...: says what failed, shows the logs, and exits (the EXIT trap cleans up).
+fail() {
+  local what=$1 f
+  shift
+  echo "e2e: FAIL $what" >&2
+  for f in "$@"; do
+    echo "---- $f" >&2
+    tail -n 30 "$f" >&2 2>/dev/null || true
+  done
+  echo "e2e: 0 passed, 1 failed"
+  exit 1
+}
+
+# wait_for SECONDS CMD...: true once CMD succeeds, polled every 50 ms for at most SECONDS.
+wait_for() {
+  local limit=$1 i
+  shift
+  for ((i = 0; i < limit * 20; i++)); do
+    "$@" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# e2e_time CMD...: runs CMD; its wall time in milliseconds is left in E2E_MS.
+e2e_time() {
+  local t0
+  t0=$(date +%s%N)
+  "$@"
+  E2E_MS=$((($(date +%s%N) - t0) / 1000000))
+}
+
+# e2e_daemonset ID DAEMONSET IMAGE: starts the DaemonSet's container on node 0 as kubelet
+# would (host network = the node's namespace, host PID = this machine's).
+e2e_daemonset() {
+  local id=$1 ds=$2 image=$3 spec
+  spec=$(python3 "$SRC/tests/e2e/kubelet_spec.py" daemonset "$CT_DIR/manifest.yaml" "$ds" \
+    "$NODE_ROOT" node0 "$NODE_IP" "/run/netns/$(ct_node_ns 0)" "/proc/$$/ns/pid") ||
+    fail "cannot translate DaemonSet $ds"
+  local args
+  mapfile -t args <<<"$spec"
+  ct_run "$id" "$image" "${args[@]}" || fail "cannot start $ds" "$CT_DIR/containerd.log"
+}
+
+# app_run ID POD CMD...: an app container in pod POD of node 0, restricted as
+# deploy/examples' pods are (containerd's defaults for the rest: its own PID, IPC and mount
+# namespaces, no new privileges), with kubelet's edits from the Allocate answer.
+app_run() {
+  local id=$1 pod=$2
+  shift 2
+  local caps
+  mapfile -t caps < <(ct_no_caps)
+  # shellcheck disable=SC2206
+  caps=(${caps[@]})
+  ct_run "$id" "freeflow-app:$TAG" --read-only --seccomp "${caps[@]}" \
+    --with-ns "network:/run/netns/$(ct_pod_ns 0 "$pod")" "${ALLOC[@]}" -- "$@"
+}
+
+# app_id NAME: a container ID not used before in this run.
+app_id() {
+  E2E_SEQ=$((E2E_SEQ + 1))
+  echo "$1-$E2E_SEQ"
+}
+
+# app_check POD: the container is what the pod spec asked for, and freeflow works in it.
+app_check() {
+  local id
+  id=$(app_id check)
+  app_run "$id" "$1" sh -c 'id -u; grep -E "^(CapEff|CapBnd|NoNewPrivs|Seccomp):" /proc/self/status
+    echo "pid1=$(cat /proc/1/comm)"
+    touch /probe 2>/dev/null && echo "root-writable"
+    touch /freeflow/probe 2>/dev/null && echo "freeflow-writable"
+    echo "LD_PRELOAD=$LD_PRELOAD"; ibv_devices'
+  local rc
+  rc=$(ct_wait "$id" 20)
+  local log=$CT_DIR/$id.log
+  [[ $rc == 0 ]] || fail "app check exited $rc" "$log"
+  grep -qx 1000 "$log" || fail "not user 1000" "$log"
+  grep -qE '^CapEff:\s+0+$' "$log" && grep -qE '^CapBnd:\s+0+$' "$log" || fail "capabilities" "$log"
+  grep -qE '^NoNewPrivs:\s+1$' "$log" && grep -qE '^Seccomp:\s+2$' "$log" || fail "seccomp" "$log"
+  grep -qx 'pid1=sh' "$log" || fail "not its own PID namespace" "$log"
+  ! grep -qE 'writable' "$log" || fail "a file system pods must not write is writable" "$log"
+  grep -q freeflow0 "$log" || fail "ibv_devices does not list freeflow0" "$log" "$CT_DIR/router.log"
+  ok "uid 1000, no capabilities, seccomp filter, no new privileges, own PID namespace,"
+  ok "read-only root and /freeflow; ibv_devices: $(grep -o 'freeflow0.*' "$log" | tr -s ' ')"
+}
+
+# e2e_start_to_verbs POD N: N times, the milliseconds from `ctr run` to the first verbs call
+# of the container's program answered (ibv_get_device_list: the library's HELLO to the
+# router), into E2E_STARTS.
+e2e_start_to_verbs() {
+  local i id t0 t1
+  for ((i = 0; i < $2; i++)); do
+    id=$(app_id start)
+    t0=$(date +%s%N)
+    app_run "$id" "$1" sh -c 'ibv_devices >/dev/null && date +%s%N'
+    [[ $(ct_wait "$id" 20) == 0 ]] || fail "ibv_devices in a new container" "$CT_DIR/$id.log"
+    t1=$(grep -E '^[0-9]+$' "$CT_DIR/$id.log" | tail -n 1)
+    E2E_STARTS+=("$(((t1 - t0) / 1000000))")
+    ct_rm "$id"
+  done
+}
+
+# app_pair NAME SERVER_POD CLIENT_POD SECONDS CMD... -- CLIENT_EXTRA...: CMD as a server
+# container in one pod and, once it listens on perftest's port 18515, CMD CLIENT_EXTRA as a
+# client container in the other. Logs: $CT_DIR/NAME-s.log, NAME-c.log. False when either
+# does not exit 0 within SECONDS.
+app_pair() {
+  local name=$1 sp=$2 cp=$3 limit=$4
+  shift 4
+  local cmd=() extra=()
+  while [[ $1 != -- ]]; do
+    cmd+=("$1")
+    shift
+  done
+  shift
+  extra=("$@")
+  local s c
+  s=$(app_id "$name-s")
+  c=$(app_id "$name-c")
+  app_run "$s" "$sp" "${cmd[@]}"
+  wait_for 10 sh -c "ip netns exec $(ct_pod_ns 0 "$sp") ss -ltn | grep -q ':18515 '" || true
+  app_run "$c" "$cp" "${cmd[@]}" "${extra[@]}"
+  local crc src
+  crc=$(ct_wait "$c" "$limit")
+  src=$(ct_wait "$s" 10)
+  cp "$CT_DIR/$s.log" "$CT_DIR/$name-s.log"
+  cp "$CT_DIR/$c.log" "$CT_DIR/$name-c.log"
+  ct_rm "$s"
+  ct_rm "$c"
+  [[ $crc == 0 && $src == 0 ]]
+}
+
+# app_perftest FIELD TOOL ARGS...: one perftest figure between the app containers of pods
+# 0 and 1 (FIELD as perftest_run's); nothing when the run failed.
+app_perftest() {
+  local field=$1
+  shift
+  app_pair pt 0 1 60 "$@" -- "$POD0" >/dev/null 2>&1 || return 0
+  perftest_field "$field" "$CT_DIR/pt-c.log"
+}
