@@ -148,3 +148,56 @@ app_perftest() {
   app_pair pt 0 1 60 "$@" -- "$POD0" >/dev/null 2>&1 || return 0
   perftest_field "$field" "$CT_DIR/pt-c.log"
 }
+
+# ROLLING_SCRIPT: what each app container of the rolling-update check runs. A pingpong
+# long enough to be running when the router is replaced, which must end with an error, not
+# hang; then, in the same container, new QPs once the new router serves: another pingpong
+# (the client retries until the server listens again). Arguments: ROLE SERVER_IP.
+# shellcheck disable=SC2016
+ROLLING_SCRIPT='
+peer=""; [ "$1" = client ] && peer=$2
+ibv_rc_pingpong -g 1 -n 100000000 $peer >/dev/null 2>&1; echo "first-exit=$?"
+i=0; until ibv_devices 2>/dev/null | grep -q freeflow0; do
+  i=$((i + 1)); [ $i -gt 200 ] && { echo "no router again"; exit 1; }; sleep 0.05; done
+i=0; until ibv_rc_pingpong -g 1 -n 1000 $peer; do
+  i=$((i + 1)); [ $i -gt 40 ] && exit 1; sleep 0.25; done'
+
+# router_replacement: replaces the router container as a DaemonSet rolling update does
+# (SIGTERM, the grace period, a new container from the same spec) while two app
+# containers run a pingpong: theirs must fail, not hang, and new QPs in the same containers
+# must work with the new router. Sets E2E_FAIL_MS (router stopped to both pingpongs ended)
+# and E2E_BACK_MS (new router started to its socket serving).
+router_replacement() {
+  local s c t0 i
+  s=$(app_id roll-s)
+  c=$(app_id roll-c)
+  app_run "$s" 0 sh -c "$ROLLING_SCRIPT" roll server
+  wait_for 10 sh -c "ip netns exec $(ct_pod_ns 0 0) ss -ltn | grep -q ':18515 '" ||
+    fail "rolling: no server" "$CT_DIR/$s.log"
+  app_run "$c" 1 sh -c "$ROLLING_SCRIPT" roll client "$POD0"
+  sleep 1  # both run their QP
+  grep -q first-exit "$CT_DIR/$c.log" && fail "rolling: the pingpong ended early" "$CT_DIR/$c.log"
+  t0=$(date +%s%N)
+  ct task kill -s TERM router
+  [[ $(ct_wait router 10) != 124 ]] || fail "the router did not stop within its grace period"
+  ct_rm router
+  for ((i = 0; i < 200; i++)); do
+    grep -q first-exit "$CT_DIR/$s.log" && grep -q first-exit "$CT_DIR/$c.log" && break
+    sleep 0.05
+  done
+  grep -q first-exit "$CT_DIR/$c.log" && grep -q first-exit "$CT_DIR/$s.log" ||
+    fail "rolling: QPs hang after the router stopped" "$CT_DIR/$s.log" "$CT_DIR/$c.log"
+  E2E_FAIL_MS=$((($(date +%s%N) - t0) / 1000000))
+  grep -q 'first-exit=0' "$CT_DIR/$c.log" "$CT_DIR/$s.log" &&
+    fail "rolling: a pingpong succeeded without its router" "$CT_DIR/$s.log" "$CT_DIR/$c.log"
+  cp "$CT_DIR/router.log" "$CT_DIR/router-old.log"
+  t0=$(date +%s%N)
+  e2e_daemonset router freeflow-router "freeflow-router:$TAG"
+  wait_for 10 test -S "$NODE_ROOT/freeflow/ffrouter.sock" || fail "no new router" "$CT_DIR/router.log"
+  E2E_BACK_MS=$((($(date +%s%N) - t0) / 1000000))
+  [[ $(ct_wait "$c" 30) == 0 && $(ct_wait "$s" 10) == 0 ]] ||
+    fail "rolling: new QPs in the same containers" "$CT_DIR/$s.log" "$CT_DIR/$c.log" "$CT_DIR/router.log"
+  grep -q '1000 iters' "$CT_DIR/$c.log" || fail "rolling: second pingpong" "$CT_DIR/$c.log"
+  ct_rm "$s"
+  ct_rm "$c"
+}

@@ -101,6 +101,12 @@ done
 [[ -n ${FIG[ct_bw]// /} && -n ${FIG[ct_lat]// /} ]] || fail "perftest in containers gave no figure" \
   "$CT_DIR/pt-c.log" "$CT_DIR/pt-s.log"
 
+step "the router replaced as a rolling update does, under running QPs"
+router_replacement
+ok "running pingpongs failed $E2E_FAIL_MS ms after the old router got SIGTERM ($(grep -ho 'first-exit=[0-9]*' \
+  "$CT_DIR"/roll-*.log | sort -u | tr '\n' ' '))"
+ok "new router serving in $E2E_BACK_MS ms; new QPs in the same containers: $(grep -h iters "$CT_DIR"/roll-c-*.log)"
+
 step "what the router and the device plugin logged above info level"
 grep -hE ' (warning|error|critical) ' "$CT_DIR/router.log" "$CT_DIR/plugin.log" | sed 's/^/   /' | tail -n 10 || true
 
