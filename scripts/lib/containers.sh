@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers for the end-to-end run on a real container runtime (tests/e2e/run.sh): a private
 # containerd, CNI pod networks inside "node" network namespaces, and the containers a
 # kubelet would start. Nothing here touches a system containerd or the host's network:
@@ -6,6 +7,8 @@
 #                          address leases; the nodes' /freeflow folders and kubelet folders
 #   node namespace  ffe<tag>n<n> : CNI bridge ffe<tag>b<n> (10.244.<net+n>.1/24), routers
 #   pod namespaces  ffe<tag>n<n>p<i> : eth0 from the CNI bridge plugin, host-local address
+#   underlay namespace ffe<tag>u : bridge ffu (172.31.<net>.0/24) joining several nodes,
+#                                  each at 172.31.<net>.<10+n> with routes to the others' pods
 #
 # Everything is recorded as it is made and removed by ct_down, which the caller traps on
 # EXIT. Processes are only ever stopped by the PID this file started.
@@ -23,6 +26,7 @@ CT_CNI=()        # "node|netns|id" of every CNI ADD, for its DEL
 CNI_BIN=${CNI_BIN:-/usr/lib/cni}
 
 ct_node_ns() { echo "ffe${CT_TAG}n$1"; }
+ct_node_ip() { echo "172.31.$CT_NET.$((10 + $1))"; }
 ct_pod_ns() { echo "ffe${CT_TAG}n$1p$2"; }
 ct_node_gw() { echo "10.244.$((CT_NET + $1)).1"; }
 
@@ -78,6 +82,31 @@ ct_node_up() {
   ip netns add "$ns"
   CT_NETNS+=("$ns")
   ip -n "$ns" link set lo up
+}
+
+# ct_nodes_link N...: joins nodes N... on an underlay network (the "node network"): each
+# gets eth0 at ct_node_ip N, forwards, and routes the other nodes' pod subnets to them.
+ct_nodes_link() {
+  local u="ffe${CT_TAG}u" n m ns
+  ip netns add "$u"
+  CT_NETNS+=("$u")
+  ip -n "$u" link add ffu type bridge
+  ip -n "$u" link set ffu up
+  for n in "$@"; do
+    ns=$(ct_node_ns "$n")
+    ip link add "fue${CT_TAG}x$n" type veth peer name eth0 netns "$ns"
+    ip link set "fue${CT_TAG}x$n" netns "$u"
+    ip -n "$u" link set "fue${CT_TAG}x$n" master ffu up
+    ip -n "$ns" addr add "$(ct_node_ip "$n")/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
+  done
+  for n in "$@"; do
+    for m in "$@"; do
+      [[ $n == "$m" ]] && continue
+      ip -n "$(ct_node_ns "$n")" route add "10.244.$((CT_NET + m)).0/24" via "$(ct_node_ip "$m")"
+    done
+  done
 }
 
 # ct_cni_conf N: the CNI network of node N: a bridge with host-local addresses, as a

@@ -1,6 +1,9 @@
+# shellcheck shell=bash
 # The end-to-end run's steps (tests/e2e/run.sh): kubelet's part for DaemonSets and app
 # containers, and the checks. Needs scripts/lib/containers.sh and scripts/lib/measure.sh,
-# and run.sh's SRC, TAG, NODE_ROOT, NODE_IP, ALLOC (kubelet's edits from Allocate).
+# and run.sh's SRC and TAG. Node N's root folder (where its hostPaths are) is
+# $CT_DIR/node<N>; kubelet's Allocate answer is $CT_DIR/allocate.json (the device plugin
+# answers the same on every node in virtual mode).
 
 E2E_SEQ=0
 E2E_STARTS=()
@@ -39,30 +42,34 @@ e2e_time() {
   E2E_MS=$((($(date +%s%N) - t0) / 1000000))
 }
 
-# e2e_daemonset ID DAEMONSET IMAGE: starts the DaemonSet's container on node 0 as kubelet
-# would (host network = the node's namespace, host PID = this machine's).
+node_root() { echo "$CT_DIR/node$1"; }
+
+# e2e_daemonset ID DAEMONSET IMAGE NODE MANIFEST: starts the DaemonSet's container on node
+# NODE as kubelet would (host network = the node's namespace, host PID = this machine's).
 e2e_daemonset() {
-  local id=$1 ds=$2 image=$3 spec
-  spec=$(python3 "$SRC/tests/e2e/kubelet_spec.py" daemonset "$CT_DIR/manifest.yaml" "$ds" \
-    "$NODE_ROOT" node0 "$NODE_IP" "/run/netns/$(ct_node_ns 0)" "/proc/$$/ns/pid") ||
-    fail "cannot translate DaemonSet $ds"
+  local id=$1 ds=$2 image=$3 node=$4 manifest=$5 spec
+  spec=$(python3 "$SRC/tests/e2e/kubelet_spec.py" daemonset "$manifest" "$ds" \
+    "$(node_root "$node")" "node$node" "$(ct_node_ip "$node")" "/run/netns/$(ct_node_ns "$node")" \
+    "/proc/$$/ns/pid") || fail "cannot translate DaemonSet $ds"
   local args
   mapfile -t args <<<"$spec"
   ct_run "$id" "$image" "${args[@]}" || fail "cannot start $ds" "$CT_DIR/containerd.log"
 }
 
-# app_run ID POD CMD...: an app container in pod POD of node 0, restricted as
+# app_run ID NODE:POD CMD...: an app container in pod POD of node NODE, restricted as
 # deploy/examples' pods are (containerd's defaults for the rest: its own PID, IPC and mount
 # namespaces, no new privileges), with kubelet's edits from the Allocate answer.
 app_run() {
-  local id=$1 pod=$2
+  local id=$1 node=${2%%:*} pod=${2#*:}
   shift 2
-  local caps
+  local caps alloc
   mapfile -t caps < <(ct_no_caps)
   # shellcheck disable=SC2206
   caps=(${caps[@]})
+  mapfile -t alloc < <(python3 "$SRC/tests/e2e/kubelet_spec.py" allocate "$CT_DIR/allocate.json" \
+    "$(node_root "$node")")
   ct_run "$id" "freeflow-app:$TAG" --read-only --seccomp "${caps[@]}" \
-    --with-ns "network:/run/netns/$(ct_pod_ns 0 "$pod")" "${ALLOC[@]}" -- "$@"
+    --with-ns "network:/run/netns/$(ct_pod_ns "$node" "$pod")" "${alloc[@]}" -- "$@"
 }
 
 # app_id NAME: a container ID not used before in this run.
@@ -71,7 +78,7 @@ app_id() {
   echo "$1-$E2E_SEQ"
 }
 
-# app_check POD: the container is what the pod spec asked for, and freeflow works in it.
+# app_check NODE:POD: the container is what the pod spec asked for, and freeflow works in it.
 app_check() {
   local id
   id=$(app_id check)
@@ -94,7 +101,7 @@ app_check() {
   ok "read-only root and /freeflow; ibv_devices: $(grep -o 'freeflow0.*' "$log" | tr -s ' ')"
 }
 
-# e2e_start_to_verbs POD N: N times, the milliseconds from `ctr run` to the first verbs call
+# e2e_start_to_verbs NODE:POD N: N times, the milliseconds from `ctr run` to the first verbs call
 # of the container's program answered (ibv_get_device_list: the library's HELLO to the
 # router), into E2E_STARTS.
 e2e_start_to_verbs() {
@@ -110,7 +117,7 @@ e2e_start_to_verbs() {
   done
 }
 
-# app_pair NAME SERVER_POD CLIENT_POD SECONDS CMD... -- CLIENT_EXTRA...: CMD as a server
+# app_pair NAME SERVER CLIENT SECONDS CMD... -- CLIENT_EXTRA...: CMD as a server (NODE:POD)
 # container in one pod and, once it listens on perftest's port 18515, CMD CLIENT_EXTRA as a
 # client container in the other. Logs: $CT_DIR/NAME-s.log, NAME-c.log. False when either
 # does not exit 0 within SECONDS.
@@ -128,7 +135,8 @@ app_pair() {
   s=$(app_id "$name-s")
   c=$(app_id "$name-c")
   app_run "$s" "$sp" "${cmd[@]}"
-  wait_for 10 sh -c "ip netns exec $(ct_pod_ns 0 "$sp") ss -ltn | grep -q ':18515 '" || true
+  wait_for 10 sh -c "ip netns exec $(ct_pod_ns "${sp%%:*}" "${sp#*:}") ss -ltn | grep -q ':18515 '" ||
+    true
   app_run "$c" "$cp" "${cmd[@]}" "${extra[@]}"
   local crc src
   crc=$(ct_wait "$c" "$limit")
@@ -140,12 +148,12 @@ app_pair() {
   [[ $crc == 0 && $src == 0 ]]
 }
 
-# app_perftest FIELD TOOL ARGS...: one perftest figure between the app containers of pods
-# 0 and 1 (FIELD as perftest_run's); nothing when the run failed.
+# app_perftest SERVER CLIENT SERVER_IP FIELD TOOL ARGS...: one perftest figure between two
+# app containers (NODE:POD each; FIELD as perftest_run's); nothing when the run failed.
 app_perftest() {
-  local field=$1
-  shift
-  app_pair pt 0 1 60 "$@" -- "$POD0" >/dev/null 2>&1 || return 0
+  local s=$1 c=$2 ip=$3 field=$4
+  shift 4
+  app_pair pt "$s" "$c" 60 "$@" -- "$ip" >/dev/null 2>&1 || return 0
   perftest_field "$field" "$CT_DIR/pt-c.log"
 }
 
@@ -171,10 +179,10 @@ router_replacement() {
   local s c t0 i
   s=$(app_id roll-s)
   c=$(app_id roll-c)
-  app_run "$s" 0 sh -c "$ROLLING_SCRIPT" roll server
+  app_run "$s" 0:0 sh -c "$ROLLING_SCRIPT" roll server
   wait_for 10 sh -c "ip netns exec $(ct_pod_ns 0 0) ss -ltn | grep -q ':18515 '" ||
     fail "rolling: no server" "$CT_DIR/$s.log"
-  app_run "$c" 1 sh -c "$ROLLING_SCRIPT" roll client "$POD0"
+  app_run "$c" 0:1 sh -c "$ROLLING_SCRIPT" roll client "$POD0"
   sleep 1  # both run their QP
   grep -q first-exit "$CT_DIR/$c.log" && fail "rolling: the pingpong ended early" "$CT_DIR/$c.log"
   t0=$(date +%s%N)
@@ -190,14 +198,70 @@ router_replacement() {
   E2E_FAIL_MS=$((($(date +%s%N) - t0) / 1000000))
   grep -q 'first-exit=0' "$CT_DIR/$c.log" "$CT_DIR/$s.log" &&
     fail "rolling: a pingpong succeeded without its router" "$CT_DIR/$s.log" "$CT_DIR/$c.log"
-  cp "$CT_DIR/router.log" "$CT_DIR/router-old.log"
   t0=$(date +%s%N)
-  e2e_daemonset router freeflow-router "freeflow-router:$TAG"
-  wait_for 10 test -S "$NODE_ROOT/freeflow/ffrouter.sock" || fail "no new router" "$CT_DIR/router.log"
+  e2e_daemonset router freeflow-router "freeflow-router:$TAG" 0 "$CT_DIR/manifest.yaml"
+  wait_for 10 test -S "$(node_root 0)/freeflow/ffrouter.sock" || fail "no new router" "$CT_DIR/router.log"
   E2E_BACK_MS=$((($(date +%s%N) - t0) / 1000000))
   [[ $(ct_wait "$c" 30) == 0 && $(ct_wait "$s" 10) == 0 ]] ||
     fail "rolling: new QPs in the same containers" "$CT_DIR/$s.log" "$CT_DIR/$c.log" "$CT_DIR/router.log"
   grep -q '1000 iters' "$CT_DIR/$c.log" || fail "rolling: second pingpong" "$CT_DIR/$c.log"
   ct_rm "$s"
   ct_rm "$c"
+}
+
+# perftest_figures KEY RUNNER ARGS...: RUNS runs of ib_write_bw and ib_send_lat, each
+# figure appended to FIG[KEY_bw] and FIG[KEY_lat]; RUNNER is app_perftest (ARGS: server,
+# client, server address) or measure.sh's perftest_run (ARGS: the two pods).
+perftest_figures() {
+  local key=$1 r
+  shift
+  for ((r = 0; r < RUNS; r++)); do
+    FIG[${key}_bw]+=" $("$@" bw ib_write_bw -s 65536 -n 5000)"
+    FIG[${key}_lat]+=" $("$@" typical ib_send_lat -s 2 -n 5000)"
+  done
+}
+
+# figures one|two: the perftest figures of one node or two, containers beside namespaces.
+figures() {
+  local f k
+  printf '   %-40s %-26s %s\n' "$1 node(s), median (min..max)" "containers" "namespaces"
+  for f in bw:"ib_write_bw 64 KiB [Gbit/s]" lat:"ib_send_lat 2 B typical [us]"; do
+    k=${f%%:*}
+    # shellcheck disable=SC2086
+    printf '   %-40s %-26s %s\n' "${f#*:}" "$(fmt_stats "$(stats ${FIG[$1_ct_$k]})")" \
+      "$(fmt_stats "$(stats ${FIG[$1_ns_$k]})")"
+  done
+}
+
+# two_nodes_up N M: nodes N and M joined by an underlay, each running the router of
+# deploy/overlays/static with the cluster.json and the Secret an admin would write (two
+# nodes, their pod CIDRs, certificates from scripts/ff-certs.sh), and one pod each (its
+# address in CT_POD_IP<N>).
+two_nodes_up() {
+  local n m=$2 pki=$CT_DIR/pki
+  for n in "$@"; do
+    ct_node_up "$n"
+    mkdir -p "$(node_root "$n")"
+  done
+  ct_nodes_link "$@"
+  bash "$SRC/scripts/ff-certs.sh" "$pki" ca >/dev/null
+  bash "$SRC/scripts/ff-certs.sh" "$pki" node "node$1" "node$m" >/dev/null
+  printf '{"nodes": [%s, %s]}\n' \
+    "$(printf '{"name": "node%d", "address": "%s", "port": 7471, "podCIDRs": ["10.244.%d.0/24"]}' \
+      "$1" "$(ct_node_ip "$1")" "$((CT_NET + $1))")" \
+    "$(printf '{"name": "node%d", "address": "%s", "port": 7471, "podCIDRs": ["10.244.%d.0/24"]}' \
+      "$m" "$(ct_node_ip "$m")" "$((CT_NET + m))")" >"$CT_DIR/cluster.json"
+  kubectl kustomize "$SRC/deploy/overlays/static" >"$CT_DIR/static-base.yaml" 2>/dev/null
+  python3 "$SRC/tests/e2e/cluster_admin.py" "$CT_DIR/static-base.yaml" "$CT_DIR/cluster.json" \
+    "$pki" "node$1" "node$m" >"$CT_DIR/static.yaml" || fail "cluster_admin"
+  for n in "$@"; do
+    e2e_daemonset "router$n" freeflow-router "freeflow-router:$TAG" "$n" "$CT_DIR/static.yaml"
+  done
+  for n in "$@"; do
+    wait_for 10 test -S "$(node_root "$n")/freeflow/ffrouter.sock" ||
+      fail "no router on node $n" "$CT_DIR/router$n.log"
+    ct_pod_net "$n" 0
+    printf -v "CT_POD_IP$n" '%s' "$CT_POD_IP"
+  done
+  ok "node$1 $(ct_node_ip "$1") and node$m $(ct_node_ip "$m"), control plane static, TLS"
 }

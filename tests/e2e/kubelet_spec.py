@@ -8,13 +8,15 @@ options, one per line, then `--` and the command (for `daemonset`):
       hostPath P is NODE_ROOT/P, but for /sys and /dev): hostNetwork joins NETNS, hostPID
       joins PIDNS, the securityContext becomes capabilities, seccomp and a read-only root,
       env (downward API, $(VAR) references) and envFrom ConfigMaps become --env, volumes
-      become bind mounts (ConfigMaps written under NODE_ROOT/volumes).
+      become bind mounts (ConfigMaps and Secrets in MANIFEST written under
+      NODE_ROOT/volumes; an optional one that is not there is an empty folder).
   kubelet_spec.py allocate RESPONSE_JSON NODE_ROOT
       A ContainerAllocateResponse (ff-kubelet-allocate's output) as kubelet applies it to a
       container: mounts, environment, device nodes, annotations.
 
 Fails loudly on anything it cannot translate faithfully, rather than run something else.
 """
+import base64
 import json
 import os
 import re
@@ -114,8 +116,16 @@ def volume_source(docs, v, root):
             with open(os.path.join(folder, key), "w") as f:
                 f.write(text)
     elif "secret" in v:
-        if not v["secret"].get("optional"):
-            die("Secret %s is not made by this run" % v["secret"]["secretName"])
+        secret = [d for d in docs if d and d.get("kind") == "Secret"
+                  and d["metadata"]["name"] == v["secret"]["secretName"]]
+        if not secret and not v["secret"].get("optional"):
+            die("Secret %s is missing" % v["secret"]["secretName"])
+        mode = v["secret"].get("defaultMode", 0o644)
+        for key, text in (secret[0].get("data", {}) if secret else {}).items():
+            path = os.path.join(folder, key)
+            with open(path, "wb") as f:
+                f.write(base64.b64decode(text))
+            os.chmod(path, mode)
     else:
         die("cannot translate volume %s" % v["name"])
     return folder

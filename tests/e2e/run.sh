@@ -14,6 +14,7 @@ set -euo pipefail
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=$(cd "${1:-$SRC/build}" && pwd)
 RUNS=${FF_E2E_RUNS:-3}
+declare -A FIG  # perftest figures by <one|two>_<ct|ns>_<bw|lat>
 TAG=${FF_IMAGE_TAG:-dev}
 export FF_BUILD=$BUILD
 # shellcheck source=../../scripts/lib/containers.sh
@@ -31,7 +32,7 @@ KUBELET=$BUILD/tests/e2e/ff-kubelet-allocate
 for f in "$ARCHIVE" "$KUBELET"; do
   [[ -e $f ]] || { echo "e2e: $f is missing (make images; cmake --build --target ff-kubelet-allocate)" >&2; exit 1; }
 done
-trap 'ct_down; cluster_down' EXIT
+trap 'ct_down; cluster_down; multinode_down' EXIT
 
 step "a private containerd, the images"
 ct_up
@@ -40,16 +41,15 @@ ok "images imported in ${E2E_MS} ms: $(ct images ls -q | tr '\n' ' ')"
 
 step "node 0: network namespace, the manifests of deploy/overlays/single-node"
 ct_node_up 0
-NODE_ROOT=$CT_DIR/node0
-NODE_IP=172.31.$CT_NET.10
+NODE_ROOT=$(node_root 0)
 mkdir -p "$NODE_ROOT/var/lib/kubelet/device-plugins"
 # The node's own address (status.hostIP); one node has no peers, so on its loopback.
-ip -n "$(ct_node_ns 0)" addr add "$NODE_IP/32" dev lo
+ip -n "$(ct_node_ns 0)" addr add "$(ct_node_ip 0)/32" dev lo
 kubectl kustomize "$SRC/deploy/overlays/single-node" >"$CT_DIR/manifest.yaml" 2>/dev/null
 ok "$(grep -c '^kind:' "$CT_DIR/manifest.yaml") objects"
 
 step "the router container, as DaemonSet freeflow-router says"
-e2e_daemonset router freeflow-router "freeflow-router:$TAG"
+e2e_daemonset router freeflow-router "freeflow-router:$TAG" 0 "$CT_DIR/manifest.yaml"
 wait_for 10 test -S "$NODE_ROOT/freeflow/ffrouter.sock" || fail "no router socket" "$CT_DIR/router.log"
 ct task exec --fifo-dir "$CT_DIR/fifo" --exec-id startup-probe router /bin/test -S /freeflow/ffrouter.sock ||
   fail "the router's startup probe fails" "$CT_DIR/router.log"
@@ -59,10 +59,9 @@ step "the device plugin container (virtual mode) and kubelet's Allocate"
 "$KUBELET" "$NODE_ROOT/var/lib/kubelet/device-plugins" freeflow/vrdma 20000 \
   >"$CT_DIR/allocate.json" 2>"$CT_DIR/kubelet.log" &
 KUBELET_PID=$!
-e2e_daemonset plugin rdma-device-plugin "freeflow-router:$TAG"
+e2e_daemonset plugin rdma-device-plugin "freeflow-router:$TAG" 0 "$CT_DIR/manifest.yaml"
 wait_pid "$KUBELET_PID" 25 || fail "no allocation" "$CT_DIR/kubelet.log" "$CT_DIR/plugin.log"
 ok "$(tail -n 1 "$CT_DIR/kubelet.log" | sed 's/^ff-kubelet-allocate: //'): $(cat "$CT_DIR/allocate.json")"
-mapfile -t ALLOC < <(python3 "$SRC/tests/e2e/kubelet_spec.py" allocate "$CT_DIR/allocate.json" "$NODE_ROOT")
 
 step "two pods: CNI bridge addresses, app containers restricted as a pod's securityContext says"
 ct_pod_net 0 0
@@ -70,36 +69,24 @@ POD0=$CT_POD_IP
 ct_pod_net 0 1
 POD1=$CT_POD_IP
 ok "pod 0 $POD0, pod 1 $POD1"
-app_check 0
-e2e_start_to_verbs 0 5
+app_check 0:0
+e2e_start_to_verbs 0:0 5
 ok "container start to first verbs call answered: $(fmt_stats "$(stats "${E2E_STARTS[@]}")") ms"
 
 step "ibv_rc_pingpong between the app containers"
-app_pair pingpong 0 1 30 ibv_rc_pingpong -g 1 -n 1000 -- "$POD0"
+app_pair pingpong 0:0 0:1 30 ibv_rc_pingpong -g 1 -n 1000 -- "$POD0"
 grep -q '1000 iters' "$CT_DIR/pingpong-c.log" || fail "pingpong" "$CT_DIR/pingpong-c.log" "$CT_DIR/pingpong-s.log"
 ok "$(grep iters "$CT_DIR/pingpong-c.log")"
 
 step "perftest in containers, then in plain namespaces ($RUNS runs each, median (min..max))"
-declare -A FIG
-for ((r = 0; r < RUNS; r++)); do
-  FIG[ct_bw]+=" $(app_perftest bw ib_write_bw -s 65536 -n 5000)"
-  FIG[ct_lat]+=" $(app_perftest typical ib_send_lat -s 2 -n 5000)"
-done
+perftest_figures one_ct app_perftest 0:0 0:1 "$POD0"
 cluster_up 2
 router_up
-for ((r = 0; r < RUNS; r++)); do
-  FIG[ns_bw]+=" $(perftest_run 0 1 bw ib_write_bw -s 65536 -n 5000)"
-  FIG[ns_lat]+=" $(perftest_run 0 1 typical ib_send_lat -s 2 -n 5000)"
-done
+perftest_figures one_ns perftest_run 0 1
 cluster_down
-printf '%-34s %-26s %s\n' "" "containers" "namespaces"
-for f in bw:"ib_write_bw 64 KiB [Gbit/s]" lat:"ib_send_lat 2 B typical [us]"; do
-  # shellcheck disable=SC2086
-  printf '%-34s %-26s %s\n' "${f#*:}" "$(fmt_stats "$(stats ${FIG[ct_${f%%:*}]})")" \
-    "$(fmt_stats "$(stats ${FIG[ns_${f%%:*}]})")"
-done
-[[ -n ${FIG[ct_bw]// /} && -n ${FIG[ct_lat]// /} ]] || fail "perftest in containers gave no figure" \
-  "$CT_DIR/pt-c.log" "$CT_DIR/pt-s.log"
+figures one
+[[ -n ${FIG[one_ct_bw]// /} && -n ${FIG[one_ct_lat]// /} ]] ||
+  fail "perftest in containers gave no figure" "$CT_DIR/pt-c.log" "$CT_DIR/pt-s.log"
 
 step "the router replaced as a rolling update does, under running QPs"
 router_replacement
@@ -107,8 +94,28 @@ ok "running pingpongs failed $E2E_FAIL_MS ms after the old router got SIGTERM ($
   "$CT_DIR"/roll-*.log | sort -u | tr '\n' ' '))"
 ok "new router serving in $E2E_BACK_MS ms; new QPs in the same containers: $(grep -h iters "$CT_DIR"/roll-c-*.log)"
 
-step "what the router and the device plugin logged above info level"
-grep -hE ' (warning|error|critical) ' "$CT_DIR/router.log" "$CT_DIR/plugin.log" | sed 's/^/   /' | tail -n 10 || true
+step "two nodes from deploy/overlays/static: routers linked over TLS, pods on each"
+two_nodes_up 1 2
+X1=$CT_POD_IP1
+X2=$CT_POD_IP2
+app_pair xpingpong 1:0 2:0 30 ibv_rc_pingpong -g 1 -n 1000 -- "$X1" ||
+  fail "pingpong across nodes" "$CT_DIR/xpingpong-c.log" "$CT_DIR/xpingpong-s.log" "$CT_DIR/router1.log"
+ok "ibv_rc_pingpong node1 $X1 <- node2 $X2: $(grep iters "$CT_DIR/xpingpong-c.log")"
+perftest_figures two_ct app_perftest 1:0 2:0 "$X1"
+# The same across two nodes of namespaces (scripts/lib/cluster.sh), TLS node links too.
+multinode_up 2 1
+mn_router_up 0
+mn_router_up 1
+pods_on_nodes
+perftest_figures two_ns perftest_run 0 1
+multinode_down
+figures two
+[[ -n ${FIG[two_ct_bw]// /} && -n ${FIG[two_ct_lat]// /} ]] ||
+  fail "perftest across nodes in containers gave no figure" "$CT_DIR/pt-c.log" "$CT_DIR/pt-s.log"
+
+step "what the routers and the device plugin logged above info level"
+grep -E ' (warning|error|critical) ' "$CT_DIR"/router*.log "$CT_DIR/plugin.log" |
+  sed "s|^$CT_DIR/|   |" | tail -n 12 || true
 
 step "clean-up"
 ct_down
