@@ -265,3 +265,23 @@ two_nodes_up() {
   done
   ok "node$1 $(ct_node_ip "$1") and node$m $(ct_node_ip "$m"), control plane static, TLS"
 }
+
+# app_rping SERVER CLIENT SERVER_IP: rping (rdma_cm, the router answering for
+# /dev/infiniband/rdma_cm) between two app containers, 100 pings verified (-V); the client
+# tries again until the server listens (at most 10 s). Logs: $CT_DIR/rping-c.log.
+app_rping() {
+  local s c
+  s=$(app_id rping-s)
+  c=$(app_id rping-c)
+  app_run "$s" "$1" rping -s -a 0.0.0.0 -p 7174 -C 100 -V
+  app_run "$c" "$2" sh -c 'i=0; until rping -c -a "$1" -p 7174 -C 100 -v -V; do
+    i=$((i + 1)); [ $i -gt 40 ] && exit 1; sleep 0.25; done' rping "$3"
+  local crc src
+  crc=$(ct_wait "$c" 30)
+  src=$(ct_wait "$s" 10)
+  cp "$CT_DIR/$c.log" "$CT_DIR/rping-c.log"
+  cp "$CT_DIR/$s.log" "$CT_DIR/rping-s.log"
+  ct_rm "$s"
+  ct_rm "$c"
+  [[ $crc == 0 && $src == 0 ]] && grep -q '^ping data: rdma-ping-99: ' "$CT_DIR/rping-c.log"
+}

@@ -78,6 +78,10 @@ app_pair pingpong 0:0 0:1 30 ibv_rc_pingpong -g 1 -n 1000 -- "$POD0"
 grep -q '1000 iters' "$CT_DIR/pingpong-c.log" || fail "pingpong" "$CT_DIR/pingpong-c.log" "$CT_DIR/pingpong-s.log"
 ok "$(grep iters "$CT_DIR/pingpong-c.log")"
 
+step "rping (rdma_cm) between the app containers"
+app_rping 0:0 0:1 "$POD0" || fail "rping" "$CT_DIR/rping-c.log" "$CT_DIR/rping-s.log" "$CT_DIR/router.log"
+ok "100 pings verified by both (-V); the client's last: $(grep '^ping data' "$CT_DIR/rping-c.log" | tail -n 1 | cut -c1-40)"
+
 step "perftest in containers, then in plain namespaces ($RUNS runs each, median (min..max))"
 perftest_figures one_ct app_perftest 0:0 0:1 "$POD0"
 cluster_up 2
