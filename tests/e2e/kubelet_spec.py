@@ -7,7 +7,8 @@ options, one per line, then `--` and the command (for `daemonset`):
       as kubelet and containerd's CRI would on a node whose root is NODE_ROOT (every
       hostPath P is NODE_ROOT/P, but for /sys and /dev): hostNetwork joins NETNS, hostPID
       joins PIDNS, the securityContext becomes capabilities, seccomp and a read-only root,
-      env (downward API, $(VAR) references) and envFrom ConfigMaps become --env, volumes
+      env (downward API, $(VAR) references, also in command and args) and envFrom
+      ConfigMaps become --env, volumes
       become bind mounts (ConfigMaps and Secrets in MANIFEST written under
       NODE_ROOT/volumes; an optional one that is not there is an empty folder).
   kubelet_spec.py allocate RESPONSE_JSON NODE_ROOT
@@ -69,7 +70,12 @@ def security_options(sc):
     return out
 
 
-def env_options(docs, c, node_name, node_ip):
+def expand(text, env):
+    """Kubernetes' $(VAR) references to the container's variables; others stay as they are."""
+    return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), text)
+
+
+def container_env(docs, c, node_name, node_ip):
     env = {}
     for src in c.get("envFrom", []):
         ref = src.get("configMapRef")
@@ -78,8 +84,7 @@ def env_options(docs, c, node_name, node_ip):
         env.update(find(docs, "ConfigMap", ref["name"]).get("data", {}))
     for e in c.get("env", []):
         if "value" in e:
-            env[e["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)),
-                                    e["value"])
+            env[e["name"]] = expand(e["value"], env)
             continue
         src = e["valueFrom"]
         field = src.get("fieldRef", {}).get("fieldPath")
@@ -91,10 +96,7 @@ def env_options(docs, c, node_name, node_ip):
             continue  # no such Secret on this node: the variable is left out, as kubelet does
         else:
             die("cannot translate env %s" % e["name"])
-    out = []
-    for k, v in env.items():
-        out += ["--env", "%s=%s" % (k, v)]
-    return out
+    return env
 
 
 def volume_source(docs, v, root):
@@ -144,13 +146,15 @@ def daemonset(manifest, name, root, node_name, node_ip, netns, pidns):
     if spec.get("hostPID"):
         out += ["--with-ns", "pid:" + pidns]
     out += security_options(c.get("securityContext", {}))
-    out += env_options(docs, c, node_name, node_ip)
+    env = container_env(docs, c, node_name, node_ip)
+    for k, v in env.items():
+        out += ["--env", "%s=%s" % (k, v)]
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
     for m in c.get("volumeMounts", []):
         src = volume_source(docs, volumes[m["name"]], root)
         mode = "ro" if m.get("readOnly") else "rw"
         out.append("--mount=type=bind,src=%s,dst=%s,options=rbind:%s" % (src, m["mountPath"], mode))
-    return out + ["--"] + c.get("command", []) + c.get("args", [])
+    return out + ["--"] + [expand(a, env) for a in c.get("command", []) + c.get("args", [])]
 
 
 def allocate(response, root):

@@ -79,9 +79,13 @@ def check_router(docs, name):
                   "static: cluster.json names nodes and their pod CIDRs")
     if name == "etcd":
         check(plane.startswith("etcd:https://"), "etcd: control plane over TLS")
-        for k in ("ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY"):
-            check(data.get(k, "").startswith(mounts.get("etcd-tls", {}).get("mountPath", "?")),
-                  "etcd: %s in the mounted Secret" % k)
+        check(data.get("ETCDCTL_CACERT", "").startswith(
+            mounts.get("etcd-tls", {}).get("mountPath", "?")), "etcd: its CA in the Secret")
+        # Each router is its own etcd user: its node's certificate, by its node name.
+        node_tls = mounts.get("node-tls", {}).get("mountPath", "?")
+        for flag, ext in (("--etcd-cert=", ".crt"), ("--etcd-key=", ".key")):
+            check(flag + node_tls + "/$(NODE_NAME)" + ext in c.get("args", []),
+                  "etcd: %s the node's own certificate" % flag)
 
 
 def check_device_plugin(docs, mode):
