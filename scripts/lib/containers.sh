@@ -23,6 +23,7 @@ CT_CONTAINERD_PID=""
 CT_NETNS=()      # network namespaces made here
 CT_CONTAINERS=() # containers made here (deleted with their tasks and snapshots)
 CT_CNI=()        # "node|netns|id" of every CNI ADD, for its DEL
+CT_PIDS=()       # other processes the caller started for the run (etcd), stopped first
 CNI_BIN=${CNI_BIN:-/usr/lib/cni}
 
 ct_node_ns() { echo "ffe${CT_TAG}n$1"; }
@@ -210,7 +211,10 @@ ct_rm() {
 }
 
 ct_down() {
-  local c entry node ns id
+  local c entry node ns id p
+  for p in "${CT_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${CT_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  CT_PIDS=()
   if [[ -n $CT_DIR ]]; then
     for c in "${CT_CONTAINERS[@]}"; do ct_rm "$c"; done
     for entry in "${CT_CNI[@]}"; do

@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """The cluster admin's part for the two-node end-to-end run (tests/e2e/run.sh): what
-deploy/overlays/static asks of whoever installs it, done to the YAML `kubectl kustomize`
-built, as `kubectl edit` and `kubectl create secret` would do it on a cluster.
+deploy/overlays/static and deploy/overlays/etcd ask of whoever installs them, done to the
+YAML `kubectl kustomize` built, as `kubectl edit` and `kubectl create secret` would do it on
+a cluster. Prints the result.
 
-  cluster_admin.py MANIFEST CLUSTER_JSON TLS_DIR NODE...
-      Replaces cluster.json in ConfigMap freeflow-control-plane with CLUSTER_JSON's text and
-      adds Secret freeflow-node-tls holding TLS_DIR/ca.crt and each NODE's .crt and .key
-      (never the CA's key). Prints the result.
+  cluster_admin.py MANIFEST TLS_DIR NODES [--cluster-json FILE] [--control-plane URL]
+                   [--etcd-ca FILE]
+      Adds Secret freeflow-node-tls holding TLS_DIR/ca.crt and each node's .crt and .key
+      (NODES comma-separated; never the CA's key). --cluster-json: the text of cluster.json
+      in ConfigMap freeflow-control-plane (static). --control-plane: FREEFLOW_CONTROL_PLANE
+      in ConfigMap freeflow-router, and --etcd-ca: Secret freeflow-etcd-tls with etcd's CA
+      as ca.crt (etcd).
 """
+import argparse
 import base64
 import os
 import sys
@@ -15,26 +20,42 @@ import sys
 import yaml
 
 
-def main():
-    if len(sys.argv) < 5:
-        sys.exit(__doc__)
-    manifest, cluster_json, tls, nodes = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-    with open(manifest) as f:
-        docs = [d for d in yaml.safe_load_all(f) if d]
-    planes = [d for d in docs if d["kind"] == "ConfigMap"
-              and d["metadata"]["name"] == "freeflow-control-plane"]
-    if len(planes) != 1:
-        sys.exit("cluster_admin: no ConfigMap freeflow-control-plane in " + manifest)
-    with open(cluster_json) as f:
-        planes[0]["data"]["cluster.json"] = f.read()
-    files = ["ca.crt"] + [n + ext for n in nodes for ext in (".crt", ".key")]
+def one(docs, kind, name):
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    if len(found) != 1:
+        sys.exit("cluster_admin: no %s %s in the manifest" % (kind, name))
+    return found[0]
+
+
+def secret(name, files):
     data = {}
-    for name in files:
-        with open(os.path.join(tls, name), "rb") as f:
-            data[name] = base64.b64encode(f.read()).decode()
-    docs.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                 "metadata": {"name": "freeflow-node-tls", "namespace": "kube-system"},
-                 "data": data})
+    for key, path in files.items():
+        with open(path, "rb") as f:
+            data[key] = base64.b64encode(f.read()).decode()
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": "kube-system"}, "data": data}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("manifest")
+    ap.add_argument("tls_dir")
+    ap.add_argument("nodes")
+    ap.add_argument("--cluster-json")
+    ap.add_argument("--control-plane")
+    ap.add_argument("--etcd-ca")
+    a = ap.parse_args()
+    with open(a.manifest) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    if a.cluster_json:
+        with open(a.cluster_json) as f:
+            one(docs, "ConfigMap", "freeflow-control-plane")["data"]["cluster.json"] = f.read()
+    if a.control_plane:
+        one(docs, "ConfigMap", "freeflow-router")["data"]["FREEFLOW_CONTROL_PLANE"] = a.control_plane
+    if a.etcd_ca:
+        docs.append(secret("freeflow-etcd-tls", {"ca.crt": a.etcd_ca}))
+    names = ["ca.crt"] + [n + ext for n in a.nodes.split(",") for ext in (".crt", ".key")]
+    docs.append(secret("freeflow-node-tls", {n: os.path.join(a.tls_dir, n) for n in names}))
     yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
 
 

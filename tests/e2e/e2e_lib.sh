@@ -233,37 +233,79 @@ figures() {
   done
 }
 
-# two_nodes_up N M: nodes N and M joined by an underlay, each running the router of
-# deploy/overlays/static with the cluster.json and the Secret an admin would write (two
-# nodes, their pod CIDRs, certificates from scripts/ff-certs.sh), and one pod each (its
+# two_nodes_up N M: nodes N and M joined by an underlay, the cluster's certificates (CA,
+# node<N>, node<M>: scripts/ff-certs.sh, in $CT_DIR/pki) and one pod on each node (its
 # address in CT_POD_IP<N>).
 two_nodes_up() {
-  local n m=$2 pki=$CT_DIR/pki
+  local n
   for n in "$@"; do
     ct_node_up "$n"
     mkdir -p "$(node_root "$n")"
   done
   ct_nodes_link "$@"
-  bash "$SRC/scripts/ff-certs.sh" "$pki" ca >/dev/null
-  bash "$SRC/scripts/ff-certs.sh" "$pki" node "node$1" "node$m" >/dev/null
-  printf '{"nodes": [%s, %s]}\n' \
-    "$(printf '{"name": "node%d", "address": "%s", "port": 7471, "podCIDRs": ["10.244.%d.0/24"]}' \
-      "$1" "$(ct_node_ip "$1")" "$((CT_NET + $1))")" \
-    "$(printf '{"name": "node%d", "address": "%s", "port": 7471, "podCIDRs": ["10.244.%d.0/24"]}' \
-      "$m" "$(ct_node_ip "$m")" "$((CT_NET + m))")" >"$CT_DIR/cluster.json"
-  kubectl kustomize "$SRC/deploy/overlays/static" >"$CT_DIR/static-base.yaml" 2>/dev/null
-  python3 "$SRC/tests/e2e/cluster_admin.py" "$CT_DIR/static-base.yaml" "$CT_DIR/cluster.json" \
-    "$pki" "node$1" "node$m" >"$CT_DIR/static.yaml" || fail "cluster_admin"
+  bash "$SRC/scripts/ff-certs.sh" "$CT_DIR/pki" ca >/dev/null
+  bash "$SRC/scripts/ff-certs.sh" "$CT_DIR/pki" node "node$1" "node$2" >/dev/null
   for n in "$@"; do
-    e2e_daemonset "router$n" freeflow-router "freeflow-router:$TAG" "$n" "$CT_DIR/static.yaml"
-  done
-  for n in "$@"; do
-    wait_for 10 test -S "$(node_root "$n")/freeflow/ffrouter.sock" ||
-      fail "no router on node $n" "$CT_DIR/router$n.log"
     ct_pod_net "$n" 0
     printf -v "CT_POD_IP$n" '%s' "$CT_POD_IP"
   done
-  ok "node$1 $(ct_node_ip "$1") and node$m $(ct_node_ip "$m"), control plane static, TLS"
+}
+
+# two_routers OVERLAY N M [cluster_admin.py options...]: the router containers of nodes N
+# and M from deploy/overlays/OVERLAY, after the admin's edits (cluster_admin.py: the
+# options, and Secret freeflow-node-tls), waited for.
+two_routers() {
+  local overlay=$1 n m=$3
+  shift
+  kubectl kustomize "$SRC/deploy/overlays/$overlay" >"$CT_DIR/$overlay-built.yaml" 2>/dev/null
+  python3 "$SRC/tests/e2e/cluster_admin.py" "$CT_DIR/$overlay-built.yaml" "$CT_DIR/pki" \
+    "node$1,node$m" "${@:3}" >"$CT_DIR/$overlay.yaml" || fail "cluster_admin"
+  for n in "$1" "$m"; do
+    e2e_daemonset "router$n" freeflow-router "freeflow-router:$TAG" "$n" "$CT_DIR/$overlay.yaml"
+  done
+  for n in "$1" "$m"; do
+    wait_for 10 test -S "$(node_root "$n")/freeflow/ffrouter.sock" ||
+      fail "no router on node $n" "$CT_DIR/router$n.log"
+  done
+}
+
+# two_routers_down N...: stops the routers of nodes N... as kubelet does (SIGTERM, then
+# their grace period) and removes their containers.
+two_routers_down() {
+  local n
+  for n in "$@"; do ct task kill -s TERM "router$n" 2>/dev/null || true; done
+  for n in "$@"; do
+    [[ $(ct_wait "router$n" 10) != 124 ]] || fail "router$n did not stop"
+    ct_rm "router$n"
+  done
+}
+
+# two_nodes_etcd N M: etcd in the underlay (https only, client certificates, etcd's
+# authentication on, each node's user confined to its keys: scripts/ff-etcd-auth.sh); its
+# client URL in CT_ETCD_URL.
+two_nodes_etcd() {
+  local u="ffe${CT_TAG}u" pki=$CT_DIR/pki ip="172.31.$CT_NET.2" i
+  CT_ETCD_URL=https://$ip:2379
+  bash "$SRC/scripts/ff-certs.sh" -i "$ip" "$pki" node etcd >/dev/null
+  bash "$SRC/scripts/ff-certs.sh" "$pki" node root >/dev/null
+  ip -n "$u" link set lo up
+  ip -n "$u" addr add "$ip/24" dev ffu
+  ip netns exec "$u" etcd --name ff --data-dir "$CT_DIR/etcd" \
+    --listen-client-urls "$CT_ETCD_URL" --advertise-client-urls "$CT_ETCD_URL" \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster ff=http://127.0.0.1:2380 --cert-file "$pki/etcd.crt" --key-file "$pki/etcd.key" \
+    --trusted-ca-file "$pki/ca.crt" --client-cert-auth >"$CT_DIR/etcd.log" 2>&1 &
+  CT_PIDS+=("$!")
+  for ((i = 0; i < 100; i++)); do
+    ip netns exec "$u" curl -sf --cacert "$pki/ca.crt" --cert "$pki/root.crt" --key "$pki/root.key" \
+      "$CT_ETCD_URL/health" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  local env=(ETCDCTL_API=3 "ETCDCTL_ENDPOINTS=$CT_ETCD_URL" "ETCDCTL_CACERT=$pki/ca.crt"
+    "ETCDCTL_CERT=$pki/root.crt" "ETCDCTL_KEY=$pki/root.key")
+  ip netns exec "$u" env "${env[@]}" bash "$SRC/scripts/ff-etcd-auth.sh" enable >/dev/null &&
+    ip netns exec "$u" env "${env[@]}" bash "$SRC/scripts/ff-etcd-auth.sh" node "node$1" "node$2" \
+      >/dev/null || fail "etcd with authentication" "$CT_DIR/etcd.log"
 }
 
 # app_rping SERVER CLIENT SERVER_IP: rping (rdma_cm, the router answering for
@@ -279,8 +321,8 @@ app_rping() {
   local crc src
   crc=$(ct_wait "$c" 30)
   src=$(ct_wait "$s" 10)
-  cp "$CT_DIR/$c.log" "$CT_DIR/rping-c.log"
-  cp "$CT_DIR/$s.log" "$CT_DIR/rping-s.log"
+  { cat "$CT_DIR/$c.log"; echo "(client exit $crc)"; } >"$CT_DIR/rping-c.log"
+  { cat "$CT_DIR/$s.log"; echo "(server exit $src)"; } >"$CT_DIR/rping-s.log"
   ct_rm "$s"
   ct_rm "$c"
   [[ $crc == 0 && $src == 0 ]] && grep -q '^ping data: rdma-ping-99: ' "$CT_DIR/rping-c.log"

@@ -79,7 +79,8 @@ grep -q '1000 iters' "$CT_DIR/pingpong-c.log" || fail "pingpong" "$CT_DIR/pingpo
 ok "$(grep iters "$CT_DIR/pingpong-c.log")"
 
 step "rping (rdma_cm) between the app containers"
-app_rping 0:0 0:1 "$POD0" || fail "rping" "$CT_DIR/rping-c.log" "$CT_DIR/rping-s.log" "$CT_DIR/router.log"
+app_rping 0:0 0:1 "$POD0" ||
+  fail "rping" "$CT_DIR/rping-c.log" "$CT_DIR/rping-s.log" "$CT_DIR/router.log" "$CT_DIR/containerd.log"
 ok "100 pings verified by both (-V); the client's last: $(grep '^ping data' "$CT_DIR/rping-c.log" | tail -n 1 | cut -c1-40)"
 
 step "perftest in containers, then in plain namespaces ($RUNS runs each, median (min..max))"
@@ -102,6 +103,13 @@ step "two nodes from deploy/overlays/static: routers linked over TLS, pods on ea
 two_nodes_up 1 2
 X1=$CT_POD_IP1
 X2=$CT_POD_IP2
+printf '{"nodes": [%s, %s]}\n' \
+  "$(printf '{"name": "node1", "address": "%s", "port": 7471, "podCIDRs": ["10.244.%d.0/24"]}' \
+    "$(ct_node_ip 1)" "$((CT_NET + 1))")" \
+  "$(printf '{"name": "node2", "address": "%s", "port": 7471, "podCIDRs": ["10.244.%d.0/24"]}' \
+    "$(ct_node_ip 2)" "$((CT_NET + 2))")" >"$CT_DIR/cluster.json"
+two_routers static 1 2 --cluster-json "$CT_DIR/cluster.json"
+ok "node1 $(ct_node_ip 1) and node2 $(ct_node_ip 2), control plane static, TLS node links"
 app_pair xpingpong 1:0 2:0 30 ibv_rc_pingpong -g 1 -n 1000 -- "$X1" ||
   fail "pingpong across nodes" "$CT_DIR/xpingpong-c.log" "$CT_DIR/xpingpong-s.log" "$CT_DIR/router1.log"
 ok "ibv_rc_pingpong node1 $X1 <- node2 $X2: $(grep iters "$CT_DIR/xpingpong-c.log")"
@@ -116,6 +124,18 @@ multinode_down
 figures two
 [[ -n ${FIG[two_ct_bw]// /} && -n ${FIG[two_ct_lat]// /} ]] ||
   fail "perftest across nodes in containers gave no figure" "$CT_DIR/pt-c.log" "$CT_DIR/pt-s.log"
+
+step "the same two nodes from deploy/overlays/etcd: etcd over TLS, each router its own etcd user"
+two_routers_down 1 2
+two_nodes_etcd 1 2
+two_routers etcd 1 2 --control-plane "etcd:$CT_ETCD_URL" --etcd-ca "$CT_DIR/pki/ca.crt"
+app_pair xetcd 1:0 2:0 30 ibv_rc_pingpong -g 1 -n 1000 -- "$X1" ||
+  fail "pingpong across nodes with etcd" "$CT_DIR/xetcd-c.log" "$CT_DIR/xetcd-s.log" \
+    "$CT_DIR/router1.log" "$CT_DIR/router2.log" "$CT_DIR/etcd.log"
+ok "ibv_rc_pingpong node1 <- node2: $(grep iters "$CT_DIR/xetcd-c.log")"
+ok "published: $(ip netns exec "ffe${CT_TAG}u" env ETCDCTL_API=3 ETCDCTL_ENDPOINTS="$CT_ETCD_URL" \
+  ETCDCTL_CACERT="$CT_DIR/pki/ca.crt" ETCDCTL_CERT="$CT_DIR/pki/root.crt" \
+  ETCDCTL_KEY="$CT_DIR/pki/root.key" etcdctl get --prefix --keys-only /freeflow/ | grep . | tr "\n" " ")"
 
 step "what the routers and the device plugin logged above info level"
 grep -E ' (warning|error|critical) ' "$CT_DIR"/router*.log "$CT_DIR/plugin.log" |
