@@ -40,14 +40,15 @@ bool PodSessions::Listen(UniqueFd bound, std::string* error) {
   return true;
 }
 
-void PodSessions::Admit(Session& s) {
+bool PodSessions::Admit(Session& s) {
   std::string error;
   if (!identity_.Resolve(s.sock.get(), &s.who, &error) || !AddressFree(s.who, &error)) {
+    if (HungUpSilently(s.sock.get())) return false;  // a probe that hung up meanwhile
     uint64_t held_back = 0;
     if (refusal_log_.Allow(&held_back))
       spdlog::warn("refusing a client: {} ({} more refused since the last line)", error, held_back);
     s.refusal = error;
-    return;
+    return true;
   }
   s.refusal_error = quotas_.Open(s.id, s.who.ip);
   if (s.refusal_error != 0) {
@@ -55,6 +56,7 @@ void PodSessions::Admit(Session& s) {
                 " has all the sessions or descriptors its quota allows "
                 "(--max-sessions-per-pod, --max-fds-per-pod)";
   }
+  return true;
 }
 
 void PodSessions::Adopt(UniqueFd sock) {
@@ -68,7 +70,10 @@ void PodSessions::Adopt(UniqueFd sock) {
   s->id = next_id_++;
   if (next_id_ == 0) next_id_ = 1;
   s->sock = std::move(sock);
-  Admit(*s);
+  if (!Admit(*s)) {
+    spdlog::debug("a client hung up without a word while it was being identified (a probe)");
+    return;
+  }
   if (!s->refusal.empty()) {
     // Keep the connection until the client's HELLO arrives, so that it reads the reason
     // as its answer instead of a reset connection; but not for too many clients at once.

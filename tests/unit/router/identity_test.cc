@@ -232,5 +232,15 @@ TEST(PodSessions, AProbeThatHangsUpIsNeitherIdentifiedNorRefused) {
   EXPECT_EQ(pod.Hello(), 0);
 }
 
+TEST(PodSessions, AProbeThatHangsUpWhileBeingIdentifiedIsNotRefused) {
+  // The router accepted the probe before it hung up: identified (and refused, it is in the
+  // node's network), but gone by then, so it is neither kept nor logged as a refusal.
+  TestRouter router({});
+  router.ConnectAndHangUpDuringIdentification();
+  EXPECT_EQ(router.Stat("refused"), 0u);
+  EXPECT_EQ(router.Stat("sessions"), 0u);
+  EXPECT_EQ(router.IdentityCalls(), 1u);
+}
+
 }  // namespace
 }  // namespace ff::router
