@@ -21,14 +21,19 @@ import base64
 import json
 import os
 import re
+import subprocess
 import sys
 
 import yaml
 
-# containerd's default capability set (ctr takes no "ALL": each is dropped by name).
-DEFAULT_CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
-                "CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
-                "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"]
+
+
+def default_caps():
+    """containerd's default capability set (ctr takes no "ALL": each is dropped by name)."""
+    spec = json.loads(subprocess.run(["ctr", "oci", "spec"], check=True, capture_output=True,
+                                     text=True).stdout)
+    return spec["process"]["capabilities"]["bounding"]
+
 HOST_SHARED = ("/sys", "/dev")  # the real node's, read-only
 
 
@@ -61,7 +66,7 @@ def security_options(sc):
         out.append("--allow-new-privs")
     caps = sc.get("capabilities", {})
     if caps.get("drop") == ["ALL"]:
-        for c in DEFAULT_CAPS:
+        for c in default_caps():
             out += ["--cap-drop", c]
     elif caps.get("drop"):
         die("only drop: [ALL] is translated")
