@@ -5,7 +5,6 @@
 # $CT_DIR/node<N>; kubelet's Allocate answer is $CT_DIR/allocate.json (the device plugin
 # answers the same on every node in virtual mode).
 
-E2E_SEQ=0
 E2E_STARTS=()
 
 step() { echo "== $*"; }
@@ -72,11 +71,8 @@ app_run() {
     --with-ns "network:/run/netns/$(ct_pod_ns "$node" "$pod")" "${alloc[@]}" -- "$@"
 }
 
-# app_id NAME: a container ID not used before in this run.
-app_id() {
-  E2E_SEQ=$((E2E_SEQ + 1))
-  echo "$1-$E2E_SEQ"
-}
+# app_id NAME: a container ID not used before in this run (and so a log of its own).
+app_id() { echo "$1-$(date +%s%N)"; }
 
 # app_check NODE:POD: the container is what the pod spec asked for, and freeflow works in it.
 app_check() {
@@ -326,4 +322,47 @@ app_rping() {
   ct_rm "$s"
   ct_rm "$c"
   [[ $crc == 0 && $src == 0 ]] && grep -q '^ping data: rdma-ping-99: ' "$CT_DIR/rping-c.log"
+}
+
+# least_privilege NODE: the router's privileges in deploy/ are each needed: the router of
+# DaemonSet freeflow-router started on node NODE without one of them (host PIDs,
+# SYS_ADMIN, SYS_PTRACE) refuses a pod's process with the reason the kernel gives it.
+least_privilege() {
+  local node=$1 what drop want spec id app i all=() args=()
+  ct_node_up "$node"
+  mkdir -p "$(node_root "$node")"
+  ip -n "$(ct_node_ns "$node")" addr add "$(ct_node_ip "$node")/32" dev lo
+  ct_pod_net "$node" 0
+  for what in "pid:not visible in the router's pid namespace" \
+    "CAP_SYS_ADMIN:cannot enter the client's network namespace" \
+    "CAP_SYS_PTRACE:cannot enter the client's network namespace"; do
+    drop=${what%%:*}
+    want=${what#*:}
+    spec=$(python3 "$SRC/tests/e2e/kubelet_spec.py" daemonset "$CT_DIR/manifest.yaml" freeflow-router \
+      "$(node_root "$node")" "node$node" "$(ct_node_ip "$node")" "/run/netns/$(ct_node_ns "$node")" \
+      "/proc/$$/ns/pid") || fail "cannot translate DaemonSet freeflow-router"
+    mapfile -t all <<<"$spec"
+    args=()
+    for ((i = 0; i < ${#all[@]}; i++)); do  # the spec less one option and its value
+      if [[ ${all[i]} == --with-ns || ${all[i]} == --cap-add ]] &&
+        [[ ${all[i + 1]} == "$drop" || ($drop == pid && ${all[i + 1]} == pid:*) ]]; then
+        i=$((i + 1))
+        continue
+      fi
+      args+=("${all[i]}")
+    done
+    id=lp-$drop
+    ct_run "$id" "freeflow-router:$TAG" "${args[@]}" || fail "cannot start $id"
+    wait_for 10 test -S "$(node_root "$node")/freeflow/ffrouter.sock" || fail "$id does not serve" "$CT_DIR/$id.log"
+    app=$(app_id lp-app)
+    app_run "$app" "$node:0" ibv_devices
+    ct_wait "$app" 20 >/dev/null  # ibv_devices lists no device (and exits 0)
+    ! grep -q freeflow0 "$CT_DIR/$app.log" && grep -qF "$want" "$CT_DIR/$app.log" ||
+      fail "a router without $drop still identifies pods" "$CT_DIR/$app.log" "$CT_DIR/$id.log"
+    ok "without $([[ $drop == pid ]] && echo hostPID || echo "${drop#CAP_}"): refused, \"$want\""
+    ct task kill -s TERM "$id"
+    [[ $(ct_wait "$id" 10) != 124 ]] || fail "$id did not stop"
+    ct_rm "$id"
+    ct_rm "$app"
+  done
 }

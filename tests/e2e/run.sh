@@ -137,6 +137,9 @@ ok "published: $(ip netns exec "ffe${CT_TAG}u" env ETCDCTL_API=3 ETCDCTL_ENDPOIN
   ETCDCTL_CACERT="$CT_DIR/pki/ca.crt" ETCDCTL_CERT="$CT_DIR/pki/root.crt" \
   ETCDCTL_KEY="$CT_DIR/pki/root.key" etcdctl get --prefix --keys-only /freeflow/ | grep . | tr "\n" " ")"
 
+step "the router's privileges are each needed (node 3: its DaemonSet less one of them)"
+least_privilege 3
+
 step "what the routers and the device plugin logged above info level"
 grep -E ' (warning|error|critical) ' "$CT_DIR"/router*.log "$CT_DIR/plugin.log" |
   sed "s|^$CT_DIR/|   |" | tail -n 12 || true
