@@ -187,6 +187,7 @@ ct_wait() {
     if ct task ls | awk -v id="$1" '$1 == id && $3 == "STOPPED" {f = 1} END {exit !f}'; then
       # ctr exits with the task's exit status.
       ct task delete "$1" >/dev/null 2>&1 || rc=$?
+      ct_log_settled "$1"
       echo "$rc"
       return 0
     fi
@@ -194,6 +195,18 @@ ct_wait() {
   done
   ct task kill -s KILL "$1" 2>/dev/null || true
   echo 124
+}
+
+# ct_log_settled ID: waits (at most 2 s) until the container's log stops growing: the shim
+# copies the task's output into it on its own, and may still be at it when the task is gone.
+ct_log_settled() {
+  local i size last=-1
+  for ((i = 0; i < 40; i++)); do
+    size=$(stat -c %s "$CT_DIR/$1.log" 2>/dev/null || echo 0)
+    [[ $size == "$last" ]] && return 0
+    last=$size
+    sleep 0.05
+  done
 }
 
 # ct_rm ID: stops and removes one container, its task and its snapshot.

@@ -67,8 +67,11 @@ app_run() {
   caps=(${caps[@]})
   mapfile -t alloc < <(python3 "$SRC/tests/e2e/kubelet_spec.py" allocate "$CT_DIR/allocate.json" \
     "$(node_root "$node")")
+  # stderr into stdout: the shim's file log loses a short-lived task's stderr at times
+  # (seen with the library's refusal line), its stdout never.
   ct_run "$id" "freeflow-app:$TAG" --read-only --seccomp "${caps[@]}" \
-    --with-ns "network:/run/netns/$(ct_pod_ns "$node" "$pod")" "${alloc[@]}" -- "$@"
+    --with-ns "network:/run/netns/$(ct_pod_ns "$node" "$pod")" "${alloc[@]}" -- \
+    sh -c 'exec "$@" 2>&1' sh "$@"
 }
 
 # app_id NAME: a container ID not used before in this run (and so a log of its own).
