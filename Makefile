@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps build test unit integration soak demo bench fuzz clean format
+.PHONY: all deps build test unit integration soak demo bench fuzz clean format images e2e
 
 all: build
 
@@ -41,6 +41,17 @@ bench: build
 	@bench/multinode.sh $(BUILD_DIR)
 	@bench/qperf.sh $(BUILD_DIR)
 	@bench/rdmacm.sh $(BUILD_DIR)
+
+# OCI images of the router (with the library and the device plugin) and of a verbs app,
+# from Debian packages and our binaries, with no registry (docs/containers.md). Root.
+images: build
+	@scripts/images.sh $(BUILD_DIR)
+
+# freeflow on a real container runtime (a private containerd, runc, the CNI bridge): the
+# router and device plugin containers as deploy/ says, Allocate as kubelet does, verbs
+# programs and perftest between restricted app containers (docs/containers.md). Root.
+e2e: images
+	@tests/e2e/run.sh $(BUILD_DIR)
 
 # Every fuzz target for FUZZ_SECONDS each, in its own clang build (fuzz/README.md).
 fuzz: deps

@@ -24,7 +24,17 @@ PACKAGES=(
   # TLS on node links (the router links libssl), etcd's TLS files checked with libcrypto,
   # and certificates (scripts/ff-certs.sh)
   libssl-dev openssl
+  # container images (make images: a Debian root file system, made an OCI image) and the
+  # end-to-end run on a real runtime (make e2e: a private containerd, runc, CNI bridge)
+  mmdebstrap umoci containerd runc containernetworking-plugins
+  # reading the manifests kubectl kustomize builds (tests/unit/deploy_check.py, tests/e2e)
+  python3-yaml
 )
+# kubectl (its `kustomize` builds deploy/ in the tests): Debian's kubernetes-client, unless
+# a kubectl is already installed (another package of it would conflict on /usr/bin/kubectl).
+if ! command -v kubectl >/dev/null 2>&1; then
+  PACKAGES+=(kubernetes-client)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

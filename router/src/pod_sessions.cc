@@ -1,5 +1,6 @@
 #include "pod_sessions.h"
 
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,18 @@
 #include "freeflow/target_ops.h"
 
 namespace ff::router {
+namespace {
+
+// True when the client hung up without sending anything: a health probe that only checks
+// that the socket accepts (the device plugin's, every 500 ms; a kubelet exec probe).
+bool HungUpSilently(int sock) {
+  pollfd p{sock, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) != 1 || (p.revents & (POLLHUP | POLLRDHUP)) == 0) return false;
+  char byte;
+  return ::recv(sock, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;  // nothing queued before the end
+}
+
+}  // namespace
 
 PodSessions::~PodSessions() = default;
 
@@ -27,14 +40,15 @@ bool PodSessions::Listen(UniqueFd bound, std::string* error) {
   return true;
 }
 
-void PodSessions::Admit(Session& s) {
+bool PodSessions::Admit(Session& s) {
   std::string error;
   if (!identity_.Resolve(s.sock.get(), &s.who, &error) || !AddressFree(s.who, &error)) {
+    if (HungUpSilently(s.sock.get())) return false;  // a probe that hung up meanwhile
     uint64_t held_back = 0;
     if (refusal_log_.Allow(&held_back))
       spdlog::warn("refusing a client: {} ({} more refused since the last line)", error, held_back);
     s.refusal = error;
-    return;
+    return true;
   }
   s.refusal_error = quotas_.Open(s.id, s.who.ip);
   if (s.refusal_error != 0) {
@@ -42,14 +56,24 @@ void PodSessions::Admit(Session& s) {
                 " has all the sessions or descriptors its quota allows "
                 "(--max-sessions-per-pod, --max-fds-per-pod)";
   }
+  return true;
 }
 
 void PodSessions::Adopt(UniqueFd sock) {
+  // Identifying a probe would cost a thread and a namespace switch, and refusing it (it is
+  // in the node's network) a warning every few seconds; it wants no answer.
+  if (HungUpSilently(sock.get())) {
+    spdlog::debug("a client connected and hung up without a word (a probe)");
+    return;
+  }
   auto s = std::make_unique<Session>();
   s->id = next_id_++;
   if (next_id_ == 0) next_id_ = 1;
   s->sock = std::move(sock);
-  Admit(*s);
+  if (!Admit(*s)) {
+    spdlog::debug("a client hung up without a word while it was being identified (a probe)");
+    return;
+  }
   if (!s->refusal.empty()) {
     // Keep the connection until the client's HELLO arrives, so that it reads the reason
     // as its answer instead of a reset connection; but not for too many clients at once.

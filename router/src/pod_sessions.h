@@ -96,8 +96,9 @@ class PodSessions {
     std::string refusal;  // why the client is not served (no overlay address, ...)
     int refusal_error = EACCES;
   };
-  // Identifies a new client and opens its ledger; else sets why it is refused.
-  void Admit(Session& s);
+  // Identifies a new client and opens its ledger; else sets why it is refused. false: a
+  // client it would refuse hung up without a word meanwhile (a probe), to drop quietly.
+  bool Admit(Session& s);
   void OnReadable(PodId id);
   void Send(const Call& call, int status, const proto::Response& body, const int* fds, int nfds);
   // Handles one datagram. false: protocol violation.

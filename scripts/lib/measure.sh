@@ -18,10 +18,16 @@ perftest_run() {
   fi
   pod_run "$c" timeout 60 "$@" "$(ff_pod_ip "$s")" >"$FF_DIR/pt-client.log" 2>&1
   wait_pid "$spid" 30 >/dev/null || true
+  perftest_field "$field" "$FF_DIR/pt-client.log"
+}
+
+# perftest_field FIELD LOG: one column of the result line of a perftest client's output
+# (see perftest_run); nothing when there is none.
+perftest_field() {
   local line
-  line=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$FF_DIR/pt-client.log" | tail -n 1)
+  line=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$2" | tail -n 1)
   [[ -n $line ]] || return 0  # no result: no figure (stats leaves it out)
-  case $field in
+  case $1 in
     bw) awk '{printf "%.2f\n", $4 * 1048576 * 8 / 1e9}' <<<"$line" ;;
     mpps) awk '{printf "%.3f\n", $5}' <<<"$line" ;;
     typical) awk '{printf "%.3f\n", $5}' <<<"$line" ;;

@@ -51,8 +51,19 @@ void FakeIdentity::Expect(uint32_t ip, uint64_t netns) {
   next_.emplace_back(ip, netns);
 }
 
+void FakeIdentity::HangUpDuringResolve(UniqueFd client) {
+  std::lock_guard<std::mutex> g(mu_);
+  hang_up_ = std::move(client);
+}
+
 bool FakeIdentity::Resolve(int, PodIdentity* out, std::string* error) {
   std::lock_guard<std::mutex> g(mu_);
+  ++calls_;
+  if (hang_up_) {
+    hang_up_.reset();
+    *error = "it runs in the router's own network namespace (host network)";
+    return false;
+  }
   if (next_.empty() || next_.front().first == 0) {
     if (!next_.empty()) next_.pop_front();
     *error = "the process has no address inside the overlay prefix 10.0.0.0/8";
@@ -63,6 +74,11 @@ bool FakeIdentity::Resolve(int, PodIdentity* out, std::string* error) {
   out->netns = next_.front().second;
   next_.pop_front();
   return true;
+}
+
+size_t FakeIdentity::Calls() {
+  std::lock_guard<std::mutex> g(mu_);
+  return calls_;
 }
 
 std::unique_ptr<cp::ControlPlane> FakeCluster::PlaneFor(const cp::Endpoint& self) {
@@ -141,6 +157,24 @@ UniqueFd TestRouter::Connect(uint32_t ip, uint64_t netns) {
   identity_->Expect(ip, netns);
   router_->Adopt(UniqueFd(sv[1]));
   return UniqueFd(sv[0]);
+}
+
+void TestRouter::ConnectAndHangUp(const std::string& first) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    throw std::runtime_error("socketpair failed");
+  if (!first.empty() && ::send(sv[0], first.data(), first.size(), 0) < 0)
+    throw std::runtime_error("send failed");
+  ::close(sv[0]);
+  router_->Adopt(UniqueFd(sv[1]));
+}
+
+void TestRouter::ConnectAndHangUpDuringIdentification() {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    throw std::runtime_error("socketpair failed");
+  identity_->HangUpDuringResolve(UniqueFd(sv[0]));
+  router_->Adopt(UniqueFd(sv[1]));
 }
 
 }  // namespace ff::router::test

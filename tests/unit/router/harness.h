@@ -41,10 +41,16 @@ class FakeIdentity final : public IdentityResolver {
  public:
   void Expect(uint32_t ip, uint64_t netns = 0);
   bool Resolve(int sock, PodIdentity* out, std::string* error) override;
+  size_t Calls();  // how many times Resolve ran
+  // The next Resolve closes `client` (the other end of the connection it resolves) and
+  // refuses: a probe that hangs up while the router identifies it.
+  void HangUpDuringResolve(UniqueFd client);
 
  private:
   std::mutex mu_;
   std::deque<std::pair<uint32_t, uint64_t>> next_;
+  size_t calls_ = 0;
+  UniqueFd hang_up_;
 };
 
 // Where pods live, shared by the routers of one test (an in-memory etcd).
@@ -77,6 +83,12 @@ class TestRouter {
   // Connects a new client socket as a pod with overlay address `ip`, in network namespace
   // `netns` (0: the one all tests share).
   UniqueFd Connect(uint32_t ip, uint64_t netns = 0);
+  // What a health probe does: connects and hangs up before the router serves it (with
+  // `first`, after sending it). Were it identified, it would be refused (no address).
+  void ConnectAndHangUp(const std::string& first = "");
+  // Connects, and hangs up while the router identifies the connection (and refuses it).
+  void ConnectAndHangUpDuringIdentification();
+  size_t IdentityCalls() { return identity_->Calls(); }
   cp::Endpoint endpoint() const { return {options_.node, options_.host_ip, 7471}; }
   const std::string& dir() const { return dir_; }
   // Router::StatsLine, taken on the router's thread.

@@ -213,5 +213,37 @@ TEST(PodSessions, AnAddressInUseFromAnotherNamespaceIsRefused) {
   }));
 }
 
+// Neither kept (as a refused client waiting for its HELLO is) nor counted as refused, after
+// `calls` identifications. Stats runs on the router's loop after the adoptions posted before.
+void ExpectDroppedQuietly(TestRouter& router, size_t calls) {
+  EXPECT_EQ(router.Stat("refused"), 0u);
+  EXPECT_EQ(router.Stat("sessions"), 0u);
+  EXPECT_EQ(router.IdentityCalls(), calls);
+}
+
+TEST(PodSessions, AProbeThatHangsUpIsNeitherIdentifiedNorRefused) {
+  // The device plugin checks the router every 500 ms by connecting and hanging up, from the
+  // node's network (which the router refuses): no identification, no refusal to log.
+  TestRouter router({});
+  router.ConnectAndHangUp();
+  ExpectDroppedQuietly(router, 0);
+
+  // One that said something before hanging up is identified as every client is.
+  router.ConnectAndHangUp("x");
+  router.Stats();  // after its adoption
+  EXPECT_EQ(router.IdentityCalls(), 1u);
+
+  RawPod pod(router, Ip("10.0.0.9"));  // pods are served as before
+  EXPECT_EQ(pod.Hello(), 0);
+}
+
+TEST(PodSessions, AProbeThatHangsUpWhileBeingIdentifiedIsNotRefused) {
+  // The router accepted the probe before it hung up: identified (and refused, it is in the
+  // node's network), but gone by then.
+  TestRouter router({});
+  router.ConnectAndHangUpDuringIdentification();
+  ExpectDroppedQuietly(router, 1);
+}
+
 }  // namespace
 }  // namespace ff::router

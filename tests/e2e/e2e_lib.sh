@@ -1,0 +1,371 @@
+# shellcheck shell=bash
+# The end-to-end run's steps (tests/e2e/run.sh): kubelet's part for DaemonSets and app
+# containers, and the checks. Needs scripts/lib/containers.sh and scripts/lib/measure.sh,
+# and run.sh's SRC and TAG. Node N's root folder (where its hostPaths are) is
+# $CT_DIR/node<N>; kubelet's Allocate answer is $CT_DIR/allocate.json (the device plugin
+# answers the same on every node in virtual mode).
+
+E2E_STARTS=()
+
+step() { echo "== $*"; }
+ok() { echo "   ok: $*"; }
+# fail WHAT LOG...: says what failed, shows the logs, and exits (the EXIT trap cleans up).
+fail() {
+  local what=$1 f
+  shift
+  echo "e2e: FAIL $what" >&2
+  for f in "$@"; do
+    echo "---- $f" >&2
+    tail -n 30 "$f" >&2 2>/dev/null || true
+  done
+  echo "e2e: 0 passed, 1 failed"
+  exit 1
+}
+
+# wait_for SECONDS CMD...: true once CMD succeeds, polled every 50 ms for at most SECONDS.
+wait_for() {
+  local limit=$1 i
+  shift
+  for ((i = 0; i < limit * 20; i++)); do
+    "$@" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# e2e_time CMD...: runs CMD; its wall time in milliseconds is left in E2E_MS.
+e2e_time() {
+  local t0
+  t0=$(date +%s%N)
+  "$@"
+  E2E_MS=$((($(date +%s%N) - t0) / 1000000))
+}
+
+node_root() { echo "$CT_DIR/node$1"; }
+
+# e2e_daemonset ID DAEMONSET IMAGE NODE MANIFEST: starts the DaemonSet's container on node
+# NODE as kubelet would (host network = the node's namespace, host PID = this machine's).
+e2e_daemonset() {
+  local id=$1 ds=$2 image=$3 node=$4 manifest=$5 spec
+  spec=$(python3 "$SRC/tests/e2e/kubelet_spec.py" daemonset "$manifest" "$ds" \
+    "$(node_root "$node")" "node$node" "$(ct_node_ip "$node")" "/run/netns/$(ct_node_ns "$node")" \
+    "/proc/$$/ns/pid") || fail "cannot translate DaemonSet $ds"
+  local args
+  mapfile -t args <<<"$spec"
+  ct_run "$id" "$image" "${args[@]}" || fail "cannot start $ds" "$CT_DIR/containerd.log"
+}
+
+# app_run ID NODE:POD CMD...: an app container in pod POD of node NODE, restricted as
+# deploy/examples' pods are (containerd's defaults for the rest: its own PID, IPC and mount
+# namespaces, no new privileges), with kubelet's edits from the Allocate answer.
+app_run() {
+  local id=$1 node=${2%%:*} pod=${2#*:}
+  shift 2
+  local caps alloc
+  mapfile -t caps < <(ct_no_caps)
+  # shellcheck disable=SC2206
+  caps=(${caps[@]})
+  mapfile -t alloc < <(python3 "$SRC/tests/e2e/kubelet_spec.py" allocate "$CT_DIR/allocate.json" \
+    "$(node_root "$node")")
+  # stderr into stdout: the shim's file log loses a short-lived task's stderr at times
+  # (seen with the library's refusal line), its stdout never.
+  ct_run "$id" "freeflow-app:$TAG" --read-only --seccomp "${caps[@]}" \
+    --with-ns "network:/run/netns/$(ct_pod_ns "$node" "$pod")" "${alloc[@]}" -- \
+    sh -c 'exec "$@" 2>&1' sh "$@"
+}
+
+# app_id NAME: a container ID not used before in this run (and so a log of its own).
+app_id() { echo "$1-$(date +%s%N)"; }
+
+# app_check NODE:POD: the container is what the pod spec asked for, and freeflow works in it.
+app_check() {
+  local id
+  id=$(app_id check)
+  app_run "$id" "$1" sh -c 'id -u; grep -E "^(CapEff|CapBnd|NoNewPrivs|Seccomp):" /proc/self/status
+    echo "pid1=$(cat /proc/1/comm)"
+    touch /probe 2>/dev/null && echo "root-writable"
+    touch /freeflow/probe 2>/dev/null && echo "freeflow-writable"
+    echo "LD_PRELOAD=$LD_PRELOAD"; ibv_devices'
+  local rc
+  rc=$(ct_wait "$id" 20)
+  local log=$CT_DIR/$id.log
+  [[ $rc == 0 ]] || fail "app check exited $rc" "$log"
+  grep -qx 1000 "$log" || fail "not user 1000" "$log"
+  grep -qE '^CapEff:\s+0+$' "$log" && grep -qE '^CapBnd:\s+0+$' "$log" || fail "capabilities" "$log"
+  grep -qE '^NoNewPrivs:\s+1$' "$log" && grep -qE '^Seccomp:\s+2$' "$log" || fail "seccomp" "$log"
+  grep -qx 'pid1=sh' "$log" || fail "not its own PID namespace" "$log"
+  ! grep -qE 'writable' "$log" || fail "a file system pods must not write is writable" "$log"
+  grep -q freeflow0 "$log" || fail "ibv_devices does not list freeflow0" "$log" "$CT_DIR/router.log"
+  ok "uid 1000, no capabilities, seccomp filter, no new privileges, own PID namespace,"
+  ok "read-only root and /freeflow; ibv_devices: $(grep -o 'freeflow0.*' "$log" | tr -s ' ')"
+}
+
+# e2e_start_to_verbs NODE:POD N: N times, the milliseconds from `ctr run` to the first verbs call
+# of the container's program answered (ibv_get_device_list: the library's HELLO to the
+# router), into E2E_STARTS.
+e2e_start_to_verbs() {
+  local i id t0 t1
+  for ((i = 0; i < $2; i++)); do
+    id=$(app_id start)
+    t0=$(date +%s%N)
+    app_run "$id" "$1" sh -c 'ibv_devices >/dev/null && date +%s%N'
+    [[ $(ct_wait "$id" 20) == 0 ]] || fail "ibv_devices in a new container" "$CT_DIR/$id.log"
+    t1=$(grep -E '^[0-9]+$' "$CT_DIR/$id.log" | tail -n 1)
+    E2E_STARTS+=("$(((t1 - t0) / 1000000))")
+    ct_rm "$id"
+  done
+}
+
+# app_pair NAME SERVER CLIENT SECONDS CMD... -- CLIENT_EXTRA...: CMD as a server (NODE:POD)
+# container in one pod and, once it listens on perftest's port 18515, CMD CLIENT_EXTRA as a
+# client container in the other. Logs: $CT_DIR/NAME-s.log, NAME-c.log. False when either
+# does not exit 0 within SECONDS.
+app_pair() {
+  local name=$1 sp=$2 cp=$3 limit=$4
+  shift 4
+  local cmd=() extra=()
+  while [[ $1 != -- ]]; do
+    cmd+=("$1")
+    shift
+  done
+  shift
+  extra=("$@")
+  local s c
+  s=$(app_id "$name-s")
+  c=$(app_id "$name-c")
+  app_run "$s" "$sp" "${cmd[@]}"
+  wait_for 10 sh -c "ip netns exec $(ct_pod_ns "${sp%%:*}" "${sp#*:}") ss -ltn | grep -q ':18515 '" ||
+    true
+  app_run "$c" "$cp" "${cmd[@]}" "${extra[@]}"
+  local crc src
+  crc=$(ct_wait "$c" "$limit")
+  src=$(ct_wait "$s" 10)
+  cp "$CT_DIR/$s.log" "$CT_DIR/$name-s.log"
+  cp "$CT_DIR/$c.log" "$CT_DIR/$name-c.log"
+  ct_rm "$s"
+  ct_rm "$c"
+  [[ $crc == 0 && $src == 0 ]]
+}
+
+# app_perftest SERVER CLIENT SERVER_IP FIELD TOOL ARGS...: one perftest figure between two
+# app containers (NODE:POD each; FIELD as perftest_run's); nothing when the run failed.
+app_perftest() {
+  local s=$1 c=$2 ip=$3 field=$4
+  shift 4
+  app_pair pt "$s" "$c" 60 "$@" -- "$ip" >/dev/null 2>&1 || return 0
+  perftest_field "$field" "$CT_DIR/pt-c.log"
+}
+
+# ROLLING_SCRIPT: what each app container of the rolling-update check runs. A pingpong
+# long enough to be running when the router is replaced, which must end with an error, not
+# hang; then, in the same container, new QPs once the new router serves: another pingpong
+# (the client retries until the server listens again). Arguments: ROLE SERVER_IP.
+# shellcheck disable=SC2016
+ROLLING_SCRIPT='
+peer=""; [ "$1" = client ] && peer=$2
+ibv_rc_pingpong -g 1 -n 100000000 $peer >/dev/null 2>&1; echo "first-exit=$?"
+i=0; until ibv_devices 2>/dev/null | grep -q freeflow0; do
+  i=$((i + 1)); [ $i -gt 200 ] && { echo "no router again"; exit 1; }; sleep 0.05; done
+i=0; until ibv_rc_pingpong -g 1 -n 1000 $peer; do
+  i=$((i + 1)); [ $i -gt 40 ] && exit 1; sleep 0.25; done'
+
+# router_replacement: replaces the router container as a DaemonSet rolling update does
+# (SIGTERM, the grace period, a new container from the same spec) while two app
+# containers run a pingpong: theirs must fail, not hang, and new QPs in the same containers
+# must work with the new router. Sets E2E_FAIL_MS (router stopped to both pingpongs ended)
+# and E2E_BACK_MS (new router started to its socket serving).
+router_replacement() {
+  local s c t0 i
+  s=$(app_id roll-s)
+  c=$(app_id roll-c)
+  app_run "$s" 0:0 sh -c "$ROLLING_SCRIPT" roll server
+  wait_for 10 sh -c "ip netns exec $(ct_pod_ns 0 0) ss -ltn | grep -q ':18515 '" ||
+    fail "rolling: no server" "$CT_DIR/$s.log"
+  app_run "$c" 0:1 sh -c "$ROLLING_SCRIPT" roll client "$POD0"
+  sleep 1  # both run their QP
+  grep -q first-exit "$CT_DIR/$c.log" && fail "rolling: the pingpong ended early" "$CT_DIR/$c.log"
+  t0=$(date +%s%N)
+  ct task kill -s TERM router
+  [[ $(ct_wait router 10) != 124 ]] || fail "the router did not stop within its grace period"
+  ct_rm router
+  for ((i = 0; i < 200; i++)); do
+    grep -q first-exit "$CT_DIR/$s.log" && grep -q first-exit "$CT_DIR/$c.log" && break
+    sleep 0.05
+  done
+  grep -q first-exit "$CT_DIR/$c.log" && grep -q first-exit "$CT_DIR/$s.log" ||
+    fail "rolling: QPs hang after the router stopped" "$CT_DIR/$s.log" "$CT_DIR/$c.log"
+  E2E_FAIL_MS=$((($(date +%s%N) - t0) / 1000000))
+  grep -q 'first-exit=0' "$CT_DIR/$c.log" "$CT_DIR/$s.log" &&
+    fail "rolling: a pingpong succeeded without its router" "$CT_DIR/$s.log" "$CT_DIR/$c.log"
+  t0=$(date +%s%N)
+  e2e_daemonset router freeflow-router "freeflow-router:$TAG" 0 "$CT_DIR/manifest.yaml"
+  wait_for 10 test -S "$(node_root 0)/freeflow/ffrouter.sock" || fail "no new router" "$CT_DIR/router.log"
+  E2E_BACK_MS=$((($(date +%s%N) - t0) / 1000000))
+  [[ $(ct_wait "$c" 30) == 0 && $(ct_wait "$s" 10) == 0 ]] ||
+    fail "rolling: new QPs in the same containers" "$CT_DIR/$s.log" "$CT_DIR/$c.log" "$CT_DIR/router.log"
+  grep -q '1000 iters' "$CT_DIR/$c.log" || fail "rolling: second pingpong" "$CT_DIR/$c.log"
+  ct_rm "$s"
+  ct_rm "$c"
+}
+
+# perftest_figures KEY RUNNER ARGS...: RUNS runs of ib_write_bw and ib_send_lat, each
+# figure appended to FIG[KEY_bw] and FIG[KEY_lat]; RUNNER is app_perftest (ARGS: server,
+# client, server address) or measure.sh's perftest_run (ARGS: the two pods).
+perftest_figures() {
+  local key=$1 r
+  shift
+  for ((r = 0; r < RUNS; r++)); do
+    FIG[${key}_bw]+=" $("$@" bw ib_write_bw -s 65536 -n 5000)"
+    FIG[${key}_lat]+=" $("$@" typical ib_send_lat -s 2 -n 5000)"
+  done
+}
+
+# figures one|two: the perftest figures of one node or two, containers beside namespaces.
+figures() {
+  local f k
+  printf '   %-40s %-26s %s\n' "$1 node(s), median (min..max)" "containers" "namespaces"
+  for f in bw:"ib_write_bw 64 KiB [Gbit/s]" lat:"ib_send_lat 2 B typical [us]"; do
+    k=${f%%:*}
+    # shellcheck disable=SC2086
+    printf '   %-40s %-26s %s\n' "${f#*:}" "$(fmt_stats "$(stats ${FIG[$1_ct_$k]})")" \
+      "$(fmt_stats "$(stats ${FIG[$1_ns_$k]})")"
+  done
+}
+
+# two_nodes_up N M: nodes N and M joined by an underlay, the cluster's certificates (CA,
+# node<N>, node<M>: scripts/ff-certs.sh, in $CT_DIR/pki) and one pod on each node (its
+# address in CT_POD_IP<N>).
+two_nodes_up() {
+  local n
+  for n in "$@"; do
+    ct_node_up "$n"
+    mkdir -p "$(node_root "$n")"
+  done
+  ct_nodes_link "$@"
+  bash "$SRC/scripts/ff-certs.sh" "$CT_DIR/pki" ca >/dev/null
+  bash "$SRC/scripts/ff-certs.sh" "$CT_DIR/pki" node "node$1" "node$2" >/dev/null
+  for n in "$@"; do
+    ct_pod_net "$n" 0
+    printf -v "CT_POD_IP$n" '%s' "$CT_POD_IP"
+  done
+}
+
+# two_routers OVERLAY N M [cluster_admin.py options...]: the router containers of nodes N
+# and M from deploy/overlays/OVERLAY, after the admin's edits (cluster_admin.py: the
+# options, and Secret freeflow-node-tls), waited for.
+two_routers() {
+  local overlay=$1 n m=$3
+  shift
+  kubectl kustomize "$SRC/deploy/overlays/$overlay" >"$CT_DIR/$overlay-built.yaml" 2>/dev/null
+  python3 "$SRC/tests/e2e/cluster_admin.py" "$CT_DIR/$overlay-built.yaml" "$CT_DIR/pki" \
+    "node$1,node$m" "${@:3}" >"$CT_DIR/$overlay.yaml" || fail "cluster_admin"
+  for n in "$1" "$m"; do
+    e2e_daemonset "router$n" freeflow-router "freeflow-router:$TAG" "$n" "$CT_DIR/$overlay.yaml"
+  done
+  for n in "$1" "$m"; do
+    wait_for 10 test -S "$(node_root "$n")/freeflow/ffrouter.sock" ||
+      fail "no router on node $n" "$CT_DIR/router$n.log"
+  done
+}
+
+# two_routers_down N...: stops the routers of nodes N... as kubelet does (SIGTERM, then
+# their grace period) and removes their containers.
+two_routers_down() {
+  local n
+  for n in "$@"; do ct task kill -s TERM "router$n" 2>/dev/null || true; done
+  for n in "$@"; do
+    [[ $(ct_wait "router$n" 10) != 124 ]] || fail "router$n did not stop"
+    ct_rm "router$n"
+  done
+}
+
+# two_nodes_etcd N M: etcd in the underlay (https only, client certificates, etcd's
+# authentication on, each node's user confined to its keys: scripts/ff-etcd-auth.sh); its
+# client URL in CT_ETCD_URL.
+two_nodes_etcd() {
+  local u="ffe${CT_TAG}u" pki=$CT_DIR/pki ip="172.31.$CT_NET.2" i
+  CT_ETCD_URL=https://$ip:2379
+  bash "$SRC/scripts/ff-certs.sh" -i "$ip" "$pki" node etcd >/dev/null
+  bash "$SRC/scripts/ff-certs.sh" "$pki" node root >/dev/null
+  ip -n "$u" link set lo up
+  ip -n "$u" addr add "$ip/24" dev ffu
+  ip netns exec "$u" etcd --name ff --data-dir "$CT_DIR/etcd" \
+    --listen-client-urls "$CT_ETCD_URL" --advertise-client-urls "$CT_ETCD_URL" \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster ff=http://127.0.0.1:2380 --cert-file "$pki/etcd.crt" --key-file "$pki/etcd.key" \
+    --trusted-ca-file "$pki/ca.crt" --client-cert-auth >"$CT_DIR/etcd.log" 2>&1 &
+  CT_PIDS+=("$!")
+  for ((i = 0; i < 100; i++)); do
+    ip netns exec "$u" curl -sf --cacert "$pki/ca.crt" --cert "$pki/root.crt" --key "$pki/root.key" \
+      "$CT_ETCD_URL/health" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  local env=(ETCDCTL_API=3 "ETCDCTL_ENDPOINTS=$CT_ETCD_URL" "ETCDCTL_CACERT=$pki/ca.crt"
+    "ETCDCTL_CERT=$pki/root.crt" "ETCDCTL_KEY=$pki/root.key")
+  ip netns exec "$u" env "${env[@]}" bash "$SRC/scripts/ff-etcd-auth.sh" enable >/dev/null &&
+    ip netns exec "$u" env "${env[@]}" bash "$SRC/scripts/ff-etcd-auth.sh" node "node$1" "node$2" \
+      >/dev/null || fail "etcd with authentication" "$CT_DIR/etcd.log"
+}
+
+# app_rping SERVER CLIENT SERVER_IP: rping (rdma_cm, the router answering for
+# /dev/infiniband/rdma_cm) between two app containers, 100 pings verified (-V); the client
+# tries again until the server listens (at most 10 s). Logs: $CT_DIR/rping-c.log.
+app_rping() {
+  local s c
+  s=$(app_id rping-s)
+  c=$(app_id rping-c)
+  app_run "$s" "$1" rping -s -a 0.0.0.0 -p 7174 -C 100 -V
+  app_run "$c" "$2" sh -c 'i=0; until rping -c -a "$1" -p 7174 -C 100 -v -V; do
+    i=$((i + 1)); [ $i -gt 40 ] && exit 1; sleep 0.25; done' rping "$3"
+  local crc src
+  crc=$(ct_wait "$c" 30)
+  src=$(ct_wait "$s" 10)
+  { cat "$CT_DIR/$c.log"; echo "(client exit $crc)"; } >"$CT_DIR/rping-c.log"
+  { cat "$CT_DIR/$s.log"; echo "(server exit $src)"; } >"$CT_DIR/rping-s.log"
+  ct_rm "$s"
+  ct_rm "$c"
+  [[ $crc == 0 && $src == 0 ]] && grep -q '^ping data: rdma-ping-99: ' "$CT_DIR/rping-c.log"
+}
+
+# least_privilege NODE: the router's privileges in deploy/ are each needed: the router of
+# DaemonSet freeflow-router started on node NODE without one of them (host PIDs,
+# SYS_ADMIN, SYS_PTRACE) refuses a pod's process with the reason the kernel gives it.
+least_privilege() {
+  local node=$1 what drop want spec id app i all=() args=()
+  ct_node_up "$node"
+  mkdir -p "$(node_root "$node")"
+  ip -n "$(ct_node_ns "$node")" addr add "$(ct_node_ip "$node")/32" dev lo
+  ct_pod_net "$node" 0
+  for what in "pid:not visible in the router's pid namespace" \
+    "CAP_SYS_ADMIN:cannot enter the client's network namespace" \
+    "CAP_SYS_PTRACE:cannot enter the client's network namespace"; do
+    drop=${what%%:*}
+    want=${what#*:}
+    spec=$(python3 "$SRC/tests/e2e/kubelet_spec.py" daemonset "$CT_DIR/manifest.yaml" freeflow-router \
+      "$(node_root "$node")" "node$node" "$(ct_node_ip "$node")" "/run/netns/$(ct_node_ns "$node")" \
+      "/proc/$$/ns/pid") || fail "cannot translate DaemonSet freeflow-router"
+    mapfile -t all <<<"$spec"
+    args=()
+    for ((i = 0; i < ${#all[@]}; i++)); do  # the spec less one option and its value
+      if [[ ${all[i]} == --with-ns || ${all[i]} == --cap-add ]] &&
+        [[ ${all[i + 1]} == "$drop" || ($drop == pid && ${all[i + 1]} == pid:*) ]]; then
+        i=$((i + 1))
+        continue
+      fi
+      args+=("${all[i]}")
+    done
+    id=lp-$drop
+    ct_run "$id" "freeflow-router:$TAG" "${args[@]}" || fail "cannot start $id"
+    wait_for 10 test -S "$(node_root "$node")/freeflow/ffrouter.sock" || fail "$id does not serve" "$CT_DIR/$id.log"
+    app=$(app_id lp-app)
+    app_run "$app" "$node:0" ibv_devices
+    ct_wait "$app" 20 >/dev/null  # ibv_devices lists no device (and exits 0)
+    ! grep -q freeflow0 "$CT_DIR/$app.log" && grep -qF "$want" "$CT_DIR/$app.log" ||
+      fail "a router without $drop still identifies pods" "$CT_DIR/$app.log" "$CT_DIR/$id.log"
+    ok "without $([[ $drop == pid ]] && echo hostPID || echo "${drop#CAP_}"): refused, \"$want\""
+    ct task kill -s TERM "$id"
+    [[ $(ct_wait "$id" 10) != 124 ]] || fail "$id did not stop"
+    ct_rm "$id"
+    ct_rm "$app"
+  done
+}
