@@ -105,6 +105,20 @@ struct StallTicker {
   }
 };
 
+// Sends request `req` numbered `seq` (*sent: its header as sent). 0, EINVAL for a size no
+// request has, ENOTCONN when the router is gone, or the send's error.
+int SendRequest(int sock, const void* req, size_t len, uint32_t seq, const int* fds, int nfds,
+                ff::proto::Header* sent) {
+  char buf[ff::proto::kMaxMessage];
+  if (len > sizeof(buf) || len < sizeof(ff::proto::Header)) return EINVAL;
+  std::memcpy(buf, req, len);
+  std::memcpy(sent, buf, sizeof(*sent));
+  sent->seq = seq;
+  std::memcpy(buf, sent, sizeof(*sent));
+  const int rc = ff::SendWithFds(sock, buf, len, fds, nfds);
+  return rc == EPIPE ? ENOTCONN : rc;
+}
+
 void EventLoop(Session* s) {
   StallTicker ticker;
   for (;;) {
@@ -303,16 +317,10 @@ int Session::Call(const void* req, size_t len, const int* fds, int nfds, ff::pro
   std::lock_guard<std::mutex> g(call_mu);
   if (nfds_out != nullptr) *nfds_out = 0;
   if (fatal.load()) return ENOTCONN;
-  char buf[ff::proto::kMaxMessage];
-  if (len > sizeof(buf) || len < sizeof(ff::proto::Header)) return EINVAL;
-  std::memcpy(buf, req, len);
-  ff::proto::Header h;
-  std::memcpy(&h, buf, sizeof(h));
   if (++seq == ff::proto::kPostedSeq) ++seq;
-  h.seq = seq;
-  std::memcpy(buf, &h, sizeof(h));
-  int rc = ff::SendWithFds(sock.get(), buf, len, fds, nfds);
-  if (rc != 0) return rc == EPIPE ? ENOTCONN : rc;
+  ff::proto::Header h;
+  int rc = SendRequest(sock.get(), req, len, seq, fds, nfds, &h);
+  if (rc != 0) return rc;
   UniqueFd scratch[ff::proto::kMaxFds];
   int got = 0;
   size_t n = 0;
@@ -330,15 +338,8 @@ int Session::Call(const void* req, size_t len, const int* fds, int nfds, ff::pro
 int Session::Post(const void* req, size_t len) {
   std::lock_guard<std::mutex> g(call_mu);
   if (fatal.load()) return ENOTCONN;
-  char buf[ff::proto::kMaxMessage];
-  if (len > sizeof(buf) || len < sizeof(ff::proto::Header)) return EINVAL;
-  std::memcpy(buf, req, len);
   ff::proto::Header h;
-  std::memcpy(&h, buf, sizeof(h));
-  h.seq = ff::proto::kPostedSeq;
-  std::memcpy(buf, &h, sizeof(h));
-  const int rc = ff::SendWithFds(sock.get(), buf, len, nullptr, 0);
-  return rc == EPIPE ? ENOTCONN : rc;
+  return SendRequest(sock.get(), req, len, ff::proto::kPostedSeq, nullptr, 0, &h);
 }
 
 int Session::SimpleCall(const void* req, size_t len) {

@@ -16,37 +16,16 @@
 #include <thread>
 
 #include "internal.h"
-#include "pods.h"
+#include "marker_fixture.h"
 
 namespace ff::cluster_test {
 namespace {
 
-constexpr size_t kMarkerOffset = kBufferBytes - 64;
 constexpr char kMarker = 0x6b;
 
-class IdleSenderTest : public ClusterTest {
+class IdleSenderTest : public MarkerTest {
  protected:
-  // How many of `pod`'s WQEs the library has not executed yet.
-  static uint64_t Unexecuted(const Pod& pod) {
-    ffv::Qp* q = ffv::ToQp(pod.qp);
-    std::lock_guard<ffv::SpinLock> l(q->ctx->lock);
-    return q->sq_tail - q->sq_exec;
-  }
-  // A one-byte WRITE from a into b's buffer at kMarkerOffset, behind everything posted before.
-  void PostMarker(uint64_t wr_id) {
-    a->buf[kMarkerOffset] = kMarker;
-    ASSERT_EQ(a->Post(IBV_WR_RDMA_WRITE, wr_id, kMarkerOffset, 1, b.get(), kMarkerOffset), 0);
-  }
-  // Waits (at most 5 s) until b's memory at `offset` holds `want`, reading memory only.
-  bool Arrives(size_t offset, char want) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    const volatile char* p = b->buf + offset;
-    while (*p != want) {
-      if (std::chrono::steady_clock::now() > end) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
-  }
+  void PostMarker(uint64_t wr_id) { MarkerTest::PostMarker(wr_id, kMarker); }
 };
 
 // b's inbound ring (512 KiB: 256 receives x 2 KiB) holds about 31 SENDs of 16 KiB: the

@@ -17,38 +17,19 @@
 #include <thread>
 
 #include "internal.h"
-#include "pods.h"
+#include "marker_fixture.h"
 
 namespace ff::cluster_test {
 namespace {
 
-constexpr size_t kMarkerOffset = kBufferBytes - 64;
 constexpr char kMarker = 0x5a;
 
-class WaitingSendsTest : public ClusterTest {
+class WaitingSendsTest : public MarkerTest {
  protected:
   // How many of a's WQEs the library has not handed to the router yet.
-  uint64_t Unexecuted() {
-    ffv::Qp* q = ffv::ToQp(a->qp);
-    std::lock_guard<ffv::SpinLock> l(q->ctx->lock);
-    return q->sq_tail - q->sq_exec;
-  }
-  // Posts the marker: a one-byte WRITE into b's buffer, behind everything posted before.
-  void PostMarker(uint64_t wr_id) {
-    a->buf[kMarkerOffset] = kMarker;
-    ASSERT_EQ(a->Post(IBV_WR_RDMA_WRITE, wr_id, kMarkerOffset, 1, b.get(), kMarkerOffset), 0);
-  }
-  // Waits (at most 5 s) for the marker in b's memory, reading memory only, as riostream
-  // does: neither pod calls the library meanwhile.
-  bool MarkerArrives() {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    const volatile char* marker = b->buf + kMarkerOffset;
-    while (*marker != kMarker) {
-      if (std::chrono::steady_clock::now() > end) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
-  }
+  uint64_t Unexecuted() { return MarkerTest::Unexecuted(*a); }
+  void PostMarker(uint64_t wr_id) { MarkerTest::PostMarker(wr_id, kMarker); }
+  bool MarkerArrives() { return Arrives(kMarkerOffset, kMarker); }
   // Every WQE completed successfully, in order (polled only after the marker was checked).
   void ExpectAllCompleted(size_t n) {
     const auto wc = a->Poll(n);
