@@ -59,6 +59,19 @@ HostFolder::~HostFolder() {
   if (socket_ino_ != 0 && ::fstatat(folder_.get(), sock.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
       S_ISSOCK(st.st_mode) && st.st_ino == socket_ino_)
     ::unlinkat(folder_.get(), sock.c_str(), 0);
+  if (alive_) ::unlinkat(folder_.get(), (name_ + ".alive").c_str(), 0);  // not beating now
+}
+
+int HostFolder::Beat() {
+  if (!alive_) {
+    const std::string entry = name_ + ".alive";
+    const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
+    alive_.reset(::openat(folder_.get(), entry.c_str(), flags, 0644));
+    if (!alive_ && errno == ELOOP && ::unlinkat(folder_.get(), entry.c_str(), 0) == 0)
+      alive_.reset(::openat(folder_.get(), entry.c_str(), flags, 0644));  // a link: replaced
+    if (!alive_) return errno;
+  }
+  return ::futimens(alive_.get(), nullptr) == 0 ? 0 : errno;
 }
 
 bool HostFolder::Take(const std::string& dir, const std::string& name,
@@ -70,6 +83,10 @@ bool HostFolder::Take(const std::string& dir, const std::string& name,
   dir_ = dir;
   name_ = name;
   if (!OpenFolder(dir, error) || !TakeLock(error)) return false;
+  if (const int rc = Beat()) {
+    *error = Why("cannot create the heartbeat " + alive_path(), rc);
+    return false;
+  }
   return library_source.empty() || InstallLibrary(library_source, error);
 }
 

@@ -37,6 +37,11 @@ class HostFolder {
   // Call after Take(). false + *error.
   bool BindSocket(UniqueFd* out, std::string* error);
   std::string socket_path() const { return dir_ + "/" + name_ + ".sock"; }
+  // The heartbeat: <dir>/<name>.alive, made by Take() and touched by Beat() while the
+  // router's loop turns. Its age is what the DaemonSet's liveness probe checks: a router
+  // that hangs stops touching it (the socket alone stays there). 0 or an errno.
+  int Beat();
+  std::string alive_path() const { return dir_ + "/" + name_ + ".alive"; }
 
  private:
   bool OpenFolder(const std::string& dir, std::string* error);
@@ -52,6 +57,7 @@ class HostFolder {
   UniqueFd folder_;       // O_DIRECTORY|O_NOFOLLOW descriptor of dir_
   UniqueFd lock_;         // an abstract socket bound in the router's network namespace
   ino_t socket_ino_ = 0;  // the socket file this router put in place
+  UniqueFd alive_;        // the heartbeat file (Beat)
 };
 
 }  // namespace ff::router

@@ -151,6 +151,11 @@ void Router::OnLinkDown(LinkId link, const std::string&) {
 }
 
 void Router::OnTimer() {
+  if (const uint64_t now = MonotonicNs(); now - last_beat_ns_ >= kHeartbeatNs) {
+    last_beat_ns_ = now;
+    if (const int rc = folder_.Beat())
+      spdlog::warn("cannot touch the heartbeat {}: {}", folder_.alive_path(), std::strerror(rc));
+  }
   sessions_.Sweep();
   cm_.Tick();
   const bool senders_wait = executor_.Retry();

@@ -100,6 +100,7 @@ class Router final : private NodeTransport::Handler {
   PodSessions sessions_;
   Timer timer_;
   bool fast_tick_ = false;
+  uint64_t last_beat_ns_ = 0;  // HostFolder::Beat, at most once a second
   volatile sig_atomic_t stats_requested_ = 0;
 };
 

@@ -369,3 +369,34 @@ least_privilege() {
     ct_rm "$app"
   done
 }
+
+# router_probe KIND: runs the router DaemonSet's exec probe KIND (startupProbe,
+# livenessProbe) in the router container, exactly as the manifest writes it; its status.
+router_probe() {
+  local -a cmd
+  mapfile -t cmd < <(python3 "$SRC/tests/e2e/kubelet_spec.py" probe "$CT_DIR/manifest.yaml" \
+    freeflow-router "$1")
+  [[ ${#cmd[@]} -gt 0 ]] || return 2
+  ct task exec --fifo-dir "$CT_DIR/fifo" --exec-id "probe-$1-$RANDOM" router "${cmd[@]}" >/dev/null 2>&1
+}
+
+# router_liveness: the liveness probe passes while the router's loop turns, fails once it
+# has been stuck for 10 s (the router frozen with SIGSTOP, as a hung loop would be), and
+# passes again soon after it runs again. A probe that only checks the socket would pass all
+# along.
+router_liveness() {
+  router_probe livenessProbe || fail "the router's liveness probe fails on a working router" "$CT_DIR/router.log"
+  local pid t0
+  pid=$(ct_pid router)
+  [[ -n $pid ]] || fail "no router task"
+  t0=$(date +%s)
+  kill -STOP "$pid"
+  if ! wait_for 20 eval '! router_probe livenessProbe'; then
+    kill -CONT "$pid"
+    fail "the liveness probe still passes with the router stopped for 20 s"
+  fi
+  local stuck=$(($(date +%s) - t0))
+  kill -CONT "$pid"
+  wait_for 5 router_probe livenessProbe || fail "the liveness probe fails after the router resumed" "$CT_DIR/router.log"
+  ok "liveness probe: passes, fails ${stuck} s after the router's loop stopped (SIGSTOP), passes again after SIGCONT"
+}

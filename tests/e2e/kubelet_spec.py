@@ -11,6 +11,9 @@ options, one per line, then `--` and the command (for `daemonset`):
       ConfigMaps become --env, volumes
       become bind mounts (ConfigMaps and Secrets in MANIFEST written under
       NODE_ROOT/volumes; an optional one that is not there is an empty folder).
+  kubelet_spec.py probe MANIFEST NAME KIND
+      The exec command of probe KIND (startupProbe, livenessProbe, readinessProbe) of
+      DaemonSet NAME's container, one argument per line, as kubelet runs it in the container.
   kubelet_spec.py allocate RESPONSE_JSON NODE_ROOT
       A ContainerAllocateResponse (ff-kubelet-allocate's output) as kubelet applies it to a
       container: mounts, environment, device nodes, annotations.
@@ -183,9 +186,21 @@ def allocate(response, root):
     return out
 
 
+def probe(manifest, name, kind):
+    with open(manifest) as f:
+        docs = list(yaml.safe_load_all(f))
+    c = find(docs, "DaemonSet", name)["spec"]["template"]["spec"]["containers"][0]
+    command = c.get(kind, {}).get("exec", {}).get("command")
+    if not command:
+        die("DaemonSet %s has no exec %s" % (name, kind))
+    return command
+
+
 def main():
     if len(sys.argv) == 9 and sys.argv[1] == "daemonset":
         out = daemonset(*sys.argv[2:])
+    elif len(sys.argv) == 5 and sys.argv[1] == "probe":
+        out = probe(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "allocate":
         out = allocate(*sys.argv[2:])
     else:

@@ -51,8 +51,8 @@ ok "$(grep -c '^kind:' "$CT_DIR/manifest.yaml") objects"
 step "the router container, as DaemonSet freeflow-router says"
 e2e_daemonset router freeflow-router "freeflow-router:$TAG" 0 "$CT_DIR/manifest.yaml"
 wait_for 10 test -S "$NODE_ROOT/freeflow/ffrouter.sock" || fail "no router socket" "$CT_DIR/router.log"
-ct task exec --fifo-dir "$CT_DIR/fifo" --exec-id startup-probe router /bin/test -S /freeflow/ffrouter.sock ||
-  fail "the router's startup probe fails" "$CT_DIR/router.log"
+router_probe startupProbe || fail "the router's startup probe fails" "$CT_DIR/router.log"
+router_liveness
 ok "serving $NODE_ROOT/freeflow ($(ls "$NODE_ROOT/freeflow" | tr '\n' ' '))"
 
 step "the device plugin container (virtual mode) and kubelet's Allocate"

@@ -99,6 +99,9 @@ inline constexpr uint64_t kCreditBatch = 256 * 1024;     // executed bytes credi
 inline constexpr uint64_t kSourceResolveNs = 3'000'000'000ull;  // a connect's unknown source
 inline constexpr uint64_t kRetryTickNs = 200'000;               // timer period while a retry waits
 inline constexpr uint64_t kIdleTickNs = 50'000'000;  // timer period otherwise (deadlines, sweeps)
+// How often the router touches its heartbeat file (<dir>/<name>.alive), from its timer: the
+// DaemonSet's liveness probe fails when the file is older than 10 s (a hung event loop).
+inline constexpr uint64_t kHeartbeatNs = 1'000'000'000;
 
 // ---- rdma_cm (router: cm_service.h) --------------------------------------------------------
 inline constexpr size_t kMaxCmIdsPerSession = 4096;      // rdma_cm ids one process may hold

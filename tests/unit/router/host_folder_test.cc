@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -136,6 +137,31 @@ TEST_F(HostFolderTest, OneRouterPerSocketName) {
   EXPECT_FALSE(second.Take(dir_, "ffrouter", "", &error));
   EXPECT_NE(error.find("another router"), std::string::npos) << error;
   EXPECT_TRUE(other_name.Take(dir_, "ffrouter2", "", &error)) << error;
+}
+
+// The liveness probe's heartbeat: made when the folder is taken, its time moved by each
+// Beat(), a link planted at its name replaced (not followed), and gone with the router.
+TEST_F(HostFolderTest, TheHeartbeatIsTouchedNotFollowedAndRemovedOnExit) {
+  const std::string alive = dir_ + "/ffrouter.alive";
+  ASSERT_EQ(::symlink(victim_.c_str(), alive.c_str()), 0);
+  const std::string before = Read(victim_);
+  {
+    HostFolder folder;
+    std::string error;
+    ASSERT_TRUE(folder.Take(dir_, "ffrouter", "", &error)) << error;
+    EXPECT_EQ(folder.alive_path(), alive);
+    EXPECT_FALSE(IsLink(alive)) << "the planted link must be replaced";
+    EXPECT_EQ(Read(victim_), before);
+    struct stat st {};
+    ASSERT_EQ(::stat(alive.c_str(), &st), 0);
+    const timespec old{1, 0};
+    const timespec times[2] = {old, old};
+    ASSERT_EQ(::utimensat(AT_FDCWD, alive.c_str(), times, 0), 0);
+    ASSERT_EQ(folder.Beat(), 0);
+    ASSERT_EQ(::stat(alive.c_str(), &st), 0);
+    EXPECT_GT(st.st_mtim.tv_sec, ::time(nullptr) - 60) << "Beat() must move the time to now";
+  }
+  EXPECT_FALSE(fs::exists(alive)) << "a router that stopped leaves no heartbeat";
 }
 
 TEST_F(HostFolderTest, ARouterServingTheSocketFromElsewhereIsDetected) {
