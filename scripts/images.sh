@@ -2,8 +2,8 @@
 # Builds freeflow's OCI images on this machine, from Debian packages and our own binaries;
 # no registry and no container engine:
 #
-#   freeflow-router:dev  ffrouter, libffverbs.so (the router installs it into the node's
-#                        /freeflow) and rdma-device-plugin, with their Debian run-time
+#   freeflow-router:dev  ffrouter, libffverbs.so and libfsocket.so (the router installs them
+#                        into the node's /freeflow) and rdma-device-plugin, with their Debian run-time
 #                        libraries; runs as root (see docs/containers.md for why).
 #   freeflow-app:dev     perftest, ibverbs-utils, rdmacm-utils; user 1000 (app), no
 #                        libffverbs.so: pods get it from the node's /freeflow.
@@ -29,12 +29,13 @@ START=$(date +%s.%N)
 
 ROUTER_BINARIES=("$BUILD/router/ffrouter" "$BUILD/device-plugin/rdma-device-plugin")
 LIBRARY=$BUILD/verbs/libffverbs.so
+SOCKET_LIBRARY=$BUILD/fsocket/libfsocket.so  # TCP mode (docs/tcp-mode.md)
 APP_PACKAGES=(perftest ibverbs-utils rdmacm-utils)
 # Slim root file systems: no manuals, documentation or translations.
 DPKG_OPTS=(--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*'
   --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*')
 
-for f in "${ROUTER_BINARIES[@]}" "$LIBRARY"; do
+for f in "${ROUTER_BINARIES[@]}" "$LIBRARY" "$SOCKET_LIBRARY"; do
   [[ -x $f || -f $f ]] || {
     echo "images: $f is missing; build first (make build)" >&2
     exit 1
@@ -103,13 +104,14 @@ image() {
 [[ -d $LAYOUT ]] || umoci init --layout "$LAYOUT"
 
 # The router image: our binaries and the library, stripped, with their run-time packages.
-mapfile -t router_pkgs < <(run_time_packages "${ROUTER_BINARIES[@]}" "$LIBRARY")
+mapfile -t router_pkgs < <(run_time_packages "${ROUTER_BINARIES[@]}" "$LIBRARY" "$SOCKET_LIBRARY")
 router_base=$(rootfs router "${router_pkgs[@]}")
 mkdir -p "$WORK/router/usr/local/bin" "$WORK/router/usr/local/lib/freeflow"
 for b in "${ROUTER_BINARIES[@]}"; do
   strip --strip-unneeded -o "$WORK/router/usr/local/bin/$(basename "$b")" "$b"
 done
 strip --strip-unneeded -o "$WORK/router/usr/local/lib/freeflow/libffverbs.so" "$LIBRARY"
+strip --strip-unneeded -o "$WORK/router/usr/local/lib/freeflow/libfsocket.so" "$SOCKET_LIBRARY"
 image router "$router_base" "$WORK/router" --config.user=0:0 \
   --config.entrypoint=/usr/local/bin/ffrouter
 

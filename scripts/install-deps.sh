@@ -14,6 +14,9 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # real clients and baselines used by tests, demo and benchmarks
   perftest ibverbs-utils rdmacm-utils iperf3 sockperf qperf
+  # unmodified socket programs of TCP mode (tests/integration/tcp_mode.sh); the tests start
+  # their own instances in pod namespaces, none may run on the host (see policy-rc.d below)
+  nginx redis-server redis-tools openssh-server openssh-client
   # UCX and Open MPI over freeflow0 (tests/integration/ucx.sh); libopenmpi-dev lets CMake's
   # find_package(MPI) build the test's MPI program
   ucx-utils openmpi-bin libopenmpi-dev
@@ -54,5 +57,15 @@ else
 fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# nginx, redis-server and openssh-server start their daemon from their postinst (invoke-rc.d)
+# on a machine without systemd: port 80, 6379 and 22 on the host, for nobody. A policy-rc.d
+# that denies every start (exit 101) keeps them stopped; one already there is left alone.
+policy=/usr/sbin/policy-rc.d
+if [[ ! -e $policy ]]; then
+  printf '#!/bin/sh\n# install-deps.sh: no daemon starts while packages install\nexit 101\n' |
+    $SUDO tee "$policy" >/dev/null
+  $SUDO chmod 0755 "$policy"
+  trap '$SUDO rm -f "$policy"' EXIT
+fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -223,6 +223,10 @@ class VirtualBackend final : public DeviceBackend {
     edits.mounts.push_back({cfg_.freeflow_dir, cfg_.container_dir, true});
     edits.envs["LD_PRELOAD"] = cfg_.container_dir + "/libffverbs.so";
     edits.envs["FFR_NAME"] = cfg_.router_name;
+    if (!cfg_.tcp_mode_prefix.empty()) {  // TCP mode (docs/tcp-mode.md)
+      edits.envs["LD_PRELOAD"] += " " + cfg_.container_dir + "/libfsocket.so";
+      edits.envs["VNET_PREFIX"] = cfg_.tcp_mode_prefix;
+    }
     return edits;
   }
 

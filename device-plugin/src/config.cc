@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -9,6 +10,16 @@
 
 namespace freeflow::dp {
 namespace {
+
+// "a.b.c.d/len": four decimal octets 0-255 and a length 0-32, nothing else.
+bool valid_ipv4_prefix(const std::string& text) {
+  unsigned a = 0, b = 0, c = 0, d = 0, len = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%3u.%3u.%3u.%3u/%2u%c", &a, &b, &c, &d, &len, &tail) != 5)
+    return false;
+  return a < 256 && b < 256 && c < 256 && d < 256 && len <= 32 &&
+         text.find_first_not_of("0123456789./") == std::string::npos;
+}
 
 using nlohmann::json;
 
@@ -97,10 +108,11 @@ Selectors parse_selectors(const json& obj, const std::string& path) {
 
 ResourceConfig parse_entry(const json& entry, const std::string& path) {
   if (!entry.is_object()) fail(path.substr(0, path.size() - 1), "must be an object");
-  check_known_keys(entry,
-                   {"resourceName", "resourcePrefix", "rdmaHcaMax", "selectors", "mode",
-                    "pfNetdevices", "virtualDevices", "freeflowDir", "routerName", "containerDir"},
-                   path);
+  check_known_keys(
+      entry,
+      {"resourceName", "resourcePrefix", "rdmaHcaMax", "selectors", "mode", "pfNetdevices",
+       "virtualDevices", "freeflowDir", "routerName", "containerDir", "tcpModePrefix"},
+      path);
   ResourceConfig rc;
   rc.mode = parse_mode(get_string(entry, "mode", path, "hca"), path + "mode");
   if (!entry.contains("resourceName")) fail(path + "resourceName", "is required");
@@ -126,6 +138,7 @@ ResourceConfig parse_entry(const json& entry, const std::string& path) {
   rc.freeflow_dir = get_string(entry, "freeflowDir", path, rc.freeflow_dir);
   rc.router_name = get_string(entry, "routerName", path, rc.router_name);
   rc.container_dir = get_string(entry, "containerDir", path, rc.container_dir);
+  rc.tcp_mode_prefix = get_string(entry, "tcpModePrefix", path, "");
 
   switch (rc.mode) {
     case Mode::kHca:
@@ -148,8 +161,13 @@ ResourceConfig parse_entry(const json& entry, const std::string& path) {
         fail(path + "containerDir", "must be an absolute path");
       if (!valid_name_part(rc.router_name, true))
         fail(path + "routerName", fmt::format("'{}' is not a valid router name", rc.router_name));
+      if (!rc.tcp_mode_prefix.empty() && !valid_ipv4_prefix(rc.tcp_mode_prefix))
+        fail(path + "tcpModePrefix",
+             fmt::format("'{}' is not an IPv4 prefix (a.b.c.d/len)", rc.tcp_mode_prefix));
       break;
   }
+  if (rc.mode != Mode::kVirtual && !rc.tcp_mode_prefix.empty())
+    fail(path + "tcpModePrefix", "only valid with mode virtual");
   return rc;
 }
 

@@ -49,6 +49,9 @@ struct ResourceConfig {
   std::string freeflow_dir = "/freeflow";   // host folder of the router
   std::string router_name = "ffrouter";     // socket is <freeflow_dir>/<router_name>.sock
   std::string container_dir = "/freeflow";  // where pods see the folder
+  // TCP mode (docs/tcp-mode.md): when set (a CIDR, the pod network), pods also preload
+  // libfsocket.so with VNET_PREFIX set to it.
+  std::string tcp_mode_prefix;
 
   std::string full_name() const { return resource_prefix + "/" + resource_name; }
   // Bare socket file name used in the kubelet folder.

@@ -339,22 +339,18 @@ int GetRegion(Request& q) {
 }
 
 // Requests answered at once, indexed by proto::Op (HELLO, the connects and rdma_cm are
-// not).
+// not; nor is TCP mode, which Broker::OnRequest hands to the socket service).
 constexpr Handler kHandlers[] = {
     nullptr,    nullptr,       &CreateChannel, &DestroyChannel, &CreateCq, &DestroyCq,
     &CreateSrq, &DestroySrq,   &CreateQp,      &DestroyQp,      nullptr,   &DisconnectQp,
     nullptr,    &RegMr,        &DeregMr,       &GetRegion,      &MoveMr,   &AllocMw,
-    &BindMw,    &InvalidateMw, &DeallocMw,     nullptr,         nullptr};
+    &BindMw,    &InvalidateMw, &DeallocMw,     nullptr,         nullptr,   nullptr,
+    nullptr,    nullptr,       nullptr,        nullptr,         nullptr};
 static_assert(sizeof(kHandlers) / sizeof(kHandlers[0]) == static_cast<size_t>(proto::Op::kMaxOp));
 
-void Hello(Broker::Parts& b, const Call& call, const char* msg, UniqueFd* fds) {
-  const auto m = proto::As<proto::Hello>(msg);
+// Its ABI was checked by the session layer.
+void Hello(Broker::Parts& b, const Call& call, UniqueFd* fds) {
   proto::Response r{};
-  if (m.abi != kAbiVersion) {
-    std::snprintf(r.u.hello.node, sizeof(r.u.hello.node),
-                  "library ABI %u does not match router ABI %u", m.abi, kAbiVersion);
-    return b.sessions.Answer(call, EPROTO, r);
-  }
   int type = 0;
   socklen_t tl = sizeof(type);
   if (!SealedAtLeast(fds[0].get(), kNotifySegmentBytes) ||
@@ -474,8 +470,10 @@ void Connect(Broker::Parts& b, const Call& call, Pod& pod, const char* msg) {
 }  // namespace
 
 bool Broker::OnRequest(const Call& call, const char* msg, UniqueFd* fds, int nfds) {
+  if (call.op == proto::Op::kSockHello || proto::IsSocketOp(call.op))
+    return parts_.sockets.OnRequest(call, msg);
   if (call.op == proto::Op::kHello) {
-    Hello(parts_, call, msg, fds);
+    Hello(parts_, call, fds);
     return true;
   }
   Pod* pod = parts_.tables.FindPod(call.pod);
@@ -500,6 +498,7 @@ bool Broker::OnRequest(const Call& call, const char* msg, UniqueFd* fds, int nfd
 }
 
 void Broker::OnPodGone(PodId id) {
+  parts_.sockets.OnPodGone(id);
   Pod* pod = parts_.tables.FindPod(id);
   if (pod == nullptr) return;  // it never completed HELLO
   parts_.cm.OnPodGone(id);

@@ -3,7 +3,8 @@
 // QP to its peer: a QP of this node gets a ring of the peer's segment; a QP on another node
 // is left to the forwarder. When a pod goes away, everything it held is released and the
 // QPs connected to its QPs hear of it. What each object costs its pod is charged to the
-// pod's quotas (quotas.h) when it is created and given back when it goes.
+// pod's quotas (quotas.h) when it is created and given back when it goes. TCP mode's
+// requests (socket sessions) go to the socket service, rdma_cm's to the CM service.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include "pod_sessions.h"
 #include "quotas.h"
 #include "resources.h"
+#include "socket_service.h"
 
 namespace ff::router {
 
@@ -31,6 +33,7 @@ class Broker final : public PodSessions::Handler {
     Executor& executor;
     Quotas& quotas;
     CmService& cm;
+    SocketService& sockets;
     std::string node_name;  // told to pods at HELLO
     Ipv4Prefix overlay;     // likewise (its length); LIDs are offsets in it
   };

@@ -17,6 +17,7 @@ namespace ff::router {
 namespace {
 
 constexpr const char* kLibraryName = "libffverbs.so";
+constexpr const char* kSocketLibraryName = "libfsocket.so";
 constexpr size_t kCopyChunk = 64 * 1024;
 
 std::string Why(const std::string& what, int err) { return what + ": " + std::strerror(err); }
@@ -87,7 +88,7 @@ bool HostFolder::Take(const std::string& dir, const std::string& name,
     *error = Why("cannot create the heartbeat " + alive_path(), rc);
     return false;
   }
-  return library_source.empty() || InstallLibrary(library_source, error);
+  return library_source.empty() || InstallLibrary(library_source, kLibraryName, error);
 }
 
 bool HostFolder::OpenFolder(const std::string& dir, std::string* error) {
@@ -180,12 +181,15 @@ bool HostFolder::SocketAnswers() const {
   return rc == 0 || errno == EAGAIN;  // EAGAIN: a router with a full backlog
 }
 
-bool HostFolder::InstallLibrary(const std::string& source, std::string* error) {
-  const std::string target = dir_ + "/" + kLibraryName;
-  const std::string tmp = TemporaryName(kLibraryName);
+bool HostFolder::InstallSocketLibrary(const std::string& source, std::string* error) {
+  return InstallLibrary(source, kSocketLibraryName, error);
+}
+
+bool HostFolder::InstallLibrary(const std::string& source, const char* name, std::string* error) {
+  const std::string target = dir_ + "/" + name;
+  const std::string tmp = TemporaryName(name);
   const auto fail = [&](const std::string& what, int err) {
-    *error =
-        "cannot install the container library " + source + " as " + target + ": " + Why(what, err);
+    *error = "cannot install the library " + source + " as " + target + ": " + Why(what, err);
     ::unlinkat(folder_.get(), tmp.c_str(), 0);
     return false;
   };
@@ -203,7 +207,7 @@ bool HostFolder::InstallLibrary(const std::string& source, std::string* error) {
   if (::fchmod(out.get(), 0755) != 0 || ::fsync(out.get()) != 0) return fail("sync", errno);
   // rename() swaps the file atomically (a link at the target is replaced, not followed):
   // pods that already mapped the old library keep their copy, new pods get the new one.
-  if (::renameat(folder_.get(), tmp.c_str(), folder_.get(), kLibraryName) != 0)
+  if (::renameat(folder_.get(), tmp.c_str(), folder_.get(), name) != 0)
     return fail("rename", errno);
   ::fsync(folder_.get());
   return true;

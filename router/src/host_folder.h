@@ -32,6 +32,9 @@ class HostFolder {
   // step fails.
   bool Take(const std::string& dir, const std::string& name, const std::string& library_source,
             std::string* error);
+  // Installs `source` as <dir>/libfsocket.so (TCP mode's library) as Take() installs the
+  // container library. Call after Take(). false + *error.
+  bool InstallSocketLibrary(const std::string& source, std::string* error);
   // Creates the pods' socket (SOCK_SEQPACKET, non-blocking) bound at socket_path(), mode
   // 0666: bound under a temporary name, then renamed over a stale socket of a dead router.
   // Call after Take(). false + *error.
@@ -47,7 +50,8 @@ class HostFolder {
   bool OpenFolder(const std::string& dir, std::string* error);
   bool TakeLock(std::string* error);
   bool SocketAnswers() const;
-  bool InstallLibrary(const std::string& source, std::string* error);
+  // Copies `source` to <dir>/<name> through a temporary name and an atomic rename.
+  bool InstallLibrary(const std::string& source, const char* name, std::string* error);
   // "/proc/self/fd/<folder>/<entry>": a path that reaches `entry` through the folder's
   // descriptor, for calls that take no directory descriptor (bind).
   std::string ThroughFolder(const std::string& entry) const;

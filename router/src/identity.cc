@@ -2,13 +2,10 @@
 
 #include <fcntl.h>
 #include <net/if.h>
-#include <sched.h>
 #include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
-#include <system_error>
-#include <thread>
 
 #include "freeflow/fd.h"
 #include "netns_probe.h"
@@ -29,34 +26,16 @@ struct NamespaceView {
   std::vector<InterfaceAddress> addresses;
 };
 
-// Reads the namespace behind `nsfd` (a pidfd or an /proc/<pid>/ns/net descriptor). setns()
-// moves only the calling thread, so a short-lived thread does the work and the router's own
-// namespace is never touched. A thread that cannot be created is an error, not a crash.
+// Reads the namespace behind `nsfd` (a pidfd or an /proc/<pid>/ns/net descriptor) from a
+// thread inside it: the router's own namespace is never touched.
 bool ReadClientNamespace(int nsfd, int router_netns, NamespaceView* view, std::string* error) {
-  std::string err;
-  auto work = [&] {
-    if (::setns(nsfd, CLONE_NEWNET) != 0) {
-      err = std::string("cannot enter the client's network namespace: ") + std::strerror(errno);
-      return;
-    }
-    struct stat st {};
-    if (::stat("/proc/thread-self/ns/net", &st) != 0) {
-      err = std::string("cannot name the client's network namespace: ") + std::strerror(errno);
-      return;
-    }
-    view->id = {st.st_dev, st.st_ino};
-    ReadNamespaceAddresses(router_netns, &view->addresses, &err);
-  };
-  try {
-    std::thread worker(work);
-    worker.join();
-  } catch (const std::system_error& e) {
-    *error =
-        std::string("cannot start a thread to read the client's network namespace: ") + e.what();
-    return false;
-  }
-  if (!err.empty()) *error = err;
-  return err.empty();
+  return RunInNamespace(
+      nsfd,
+      [&](dev_t dev, ino_t ino, std::string* err) {
+        view->id = {dev, ino};
+        ReadNamespaceAddresses(router_netns, &view->addresses, err);
+      },
+      error);
 }
 
 class NetnsIdentityResolver : public IdentityResolver {

@@ -5,11 +5,15 @@
 #include <linux/net_namespace.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <system_error>
+#include <thread>
 #include <unordered_map>
 
 #include "freeflow/fd.h"
@@ -201,6 +205,32 @@ UniqueFd OpenNetlink(int protocol, const char* what, std::string* error) {
     return UniqueFd();
   }
   return fd;
+}
+
+bool RunInNamespace(int nsfd, const NamespaceWork& work, std::string* error) {
+  std::string err;
+  auto run = [&] {
+    if (::setns(nsfd, CLONE_NEWNET) != 0) {
+      err = std::string("cannot enter the client's network namespace: ") + std::strerror(errno);
+      return;
+    }
+    struct stat st {};
+    if (::stat("/proc/thread-self/ns/net", &st) != 0) {
+      err = std::string("cannot name the client's network namespace: ") + std::strerror(errno);
+      return;
+    }
+    work(st.st_dev, st.st_ino, &err);
+  };
+  try {
+    std::thread worker(run);
+    worker.join();
+  } catch (const std::system_error& e) {
+    *error =
+        std::string("cannot start a thread to enter the client's network namespace: ") + e.what();
+    return false;
+  }
+  if (!err.empty()) *error = err;
+  return err.empty();
 }
 
 bool ReadNamespaceAddresses(int router_netns, std::vector<InterfaceAddress>* out,

@@ -17,15 +17,15 @@
 namespace ff::router {
 namespace {
 
-// The container library is built next to the router (build tree) or installed under
-// ../lib/freeflow (install tree).
-std::string DefaultLibrary() {
+// A library the router installs in the shared folder is built next to it (build tree:
+// ../<subdir>/<name>) or installed beside it or under ../lib/freeflow (install tree).
+std::string DefaultLibrary(const char* subdir, const char* name) {
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return "";
+  const auto dir = exe.parent_path();
   for (const auto& candidate :
-       {exe.parent_path() / "../verbs/libffverbs.so", exe.parent_path() / "libffverbs.so",
-        exe.parent_path() / "../lib/freeflow/libffverbs.so"}) {
+       {dir / ".." / subdir / name, dir / name, dir / "../lib/freeflow" / name}) {
     if (std::filesystem::exists(candidate, ec)) return std::filesystem::canonical(candidate, ec);
   }
   return "";
@@ -48,7 +48,8 @@ uint32_t AddressIn(const Ipv4Prefix& prefix) {
 // Flags as typed, before validation.
 struct Raw {
   std::string prefix;
-  std::string library = DefaultLibrary();
+  std::string library = DefaultLibrary("verbs", "libffverbs.so");
+  std::string socket_library = DefaultLibrary("fsocket", "libfsocket.so");
   std::string host_ip;
   std::string host_prefix;
   int port = kDefaultRouterPort;
@@ -72,6 +73,8 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
   app.add_option("--vnet-prefix", raw.prefix, "overlay (pod) network prefix, e.g. 10.244.0.0/16")
       ->envname("VNET_PREFIX");
   app.add_option("--library", raw.library, "container library to install as <dir>/libffverbs.so");
+  app.add_option("--socket-library", raw.socket_library,
+                 "TCP-mode library to install as <dir>/libfsocket.so (none found: no TCP mode)");
   app.add_option("--node-name", c.node_name, "this node's name")->envname("NODE_NAME");
   app.add_option("--host-ip", raw.host_ip, "this node's address for router-to-router traffic")
       ->envname("HOST_IP");
@@ -162,6 +165,7 @@ bool Validate(const Raw& raw, RouterConfig* c, std::string* error) {
     return false;
   }
   c->library_source = raw.library;
+  c->socket_library_source = raw.socket_library;
   c->port = static_cast<uint16_t>(raw.port);
   if (!raw.host_ip.empty()) {
     auto ip = ParseIpv4(raw.host_ip);

@@ -15,10 +15,11 @@
 namespace ff::router {
 
 struct RouterConfig {
-  std::string dir = "/freeflow";  // the host folder mounted into pods
-  std::string name = "ffrouter";  // socket <dir>/<name>.sock
-  Ipv4Prefix overlay;             // pod addresses
-  std::string library_source;     // copied to <dir>/libffverbs.so at start; empty: skip
+  std::string dir = "/freeflow";      // the host folder mounted into pods
+  std::string name = "ffrouter";      // socket <dir>/<name>.sock
+  Ipv4Prefix overlay;                 // pod addresses
+  std::string library_source;         // copied to <dir>/libffverbs.so at start; empty: skip
+  std::string socket_library_source;  // copied to <dir>/libfsocket.so; empty: no TCP mode
   std::string node_name;
   // Cross-node: this node's underlay address and router-to-router port; an empty control
   // plane spec means this node only (no listener, no remote peers).
@@ -41,8 +42,10 @@ struct RouterConfig {
   // docs/security.md, "Pod identity". Off: they are refused.
   bool allow_host_network_clients = false;
   std::string log_level = "info";
-  PodLimits pod_limits = DefaultPodLimits();    // --max-*-per-pod
-  uint64_t hello_timeout_ns = kHelloTimeoutNs;  // not a flag: tests shorten it
+  PodLimits pod_limits = DefaultPodLimits();         // --max-*-per-pod
+  uint64_t hello_timeout_ns = kHelloTimeoutNs;       // not a flag: tests shorten it
+  uint64_t stream_gc_period_ns = kStreamGcPeriodNs;  // likewise (TCP-mode record sweeps)
+  uint64_t stream_unseen_grace_ns = kStreamUnseenGraceNs;
 };
 
 // Parses and validates the command line and environment. On failure (or --help) returns

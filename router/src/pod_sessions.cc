@@ -25,6 +25,12 @@ bool HungUpSilently(int sock) {
   return ::recv(sock, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;  // nothing queued before the end
 }
 
+// The ABI a HELLO of either kind names.
+uint32_t AbiOf(proto::Op op, const char* buf) {
+  return op == proto::Op::kHello ? proto::As<proto::Hello>(buf).abi
+                                 : proto::As<proto::SockHello>(buf).abi;
+}
+
 }  // namespace
 
 PodSessions::~PodSessions() = default;
@@ -140,14 +146,23 @@ void PodSessions::OnReadable(PodId id) {
 bool PodSessions::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, int nfds) {
   proto::Op op;
   if (!proto::DecodeRequest(buf, len, nfds, &op)) return false;
-  if (!s.welcomed && op != proto::Op::kHello) return false;
-  if (s.welcomed && op == proto::Op::kHello) return false;
+  // One HELLO (of either kind) first, then only requests of the session's kind.
+  const bool hello = op == proto::Op::kHello || op == proto::Op::kSockHello;
+  if (s.welcomed == hello) return false;
+  if (s.welcomed && proto::IsSocketOp(op) != (s.kind == Kind::kSocket)) return false;
   const Call call{s.id, op, proto::As<proto::Header>(buf).seq};
   if (!s.refusal.empty()) {
     proto::Response r{};
     std::snprintf(r.u.hello.node, sizeof(r.u.hello.node), "%s", s.refusal.c_str());
     Send(call, s.refusal_error, r, nullptr, 0);
     return false;
+  }
+  if (hello && AbiOf(op, buf) != kAbiVersion) {  // the library may try again
+    proto::Response r{};
+    std::snprintf(r.u.hello.node, sizeof(r.u.hello.node),
+                  "library ABI %u does not match router ABI %u", AbiOf(op, buf), kAbiVersion);
+    Send(call, EPROTO, r, nullptr, 0);
+    return true;
   }
   // Answer() gives the charge back: only requests answered later keep it.
   if (const int rc = quotas_.Take(s.id, {{Quota::kPending, 1}})) {
@@ -157,11 +172,17 @@ bool PodSessions::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fd
   return handler_.OnRequest(call, buf, fds, nfds);
 }
 
-void PodSessions::Welcome(PodId pod, UniqueFd events) {
+void PodSessions::Welcome(PodId pod, UniqueFd events, Kind kind) {
   Session* s = Find(pod);
   if (s == nullptr) return;
   s->welcomed = true;
+  s->kind = kind;
   s->events = std::move(events);
+}
+
+int PodSessions::SocketOf(PodId pod) const {
+  const Session* s = FindIn(sessions_, pod);
+  return s == nullptr ? -1 : s->sock.get();
 }
 
 void PodSessions::Answer(const Call& call, int status, const proto::Response& body, const int* fds,

@@ -63,8 +63,15 @@ class PodSessions {
 
   // Who is on the other end of `pod` (nullptr when it is gone).
   const PodIdentity* Identity(PodId pod) const;
-  // Completes a successful HELLO: later requests are accepted and events go to `events`.
-  void Welcome(PodId pod, UniqueFd events);
+  // What a session speaks after its HELLO: verbs (kHello) or TCP mode (kSockHello, then only
+  // proto::IsSocketOp requests). A request of the other kind is a protocol violation.
+  enum class Kind : uint8_t { kVerbs, kSocket };
+  // Completes a successful HELLO: later requests of `kind` are accepted and events go to
+  // `events` (none for socket sessions).
+  void Welcome(PodId pod, UniqueFd events, Kind kind = Kind::kVerbs);
+  // The connected socket of `pod` (-1 when it is gone), for asking the kernel about the
+  // process behind it; never read or written but by the session layer.
+  int SocketOf(PodId pod) const;
   // Sends the answer to `call`: status 0 or a positive errno value, `body` the reply union.
   // A pod that cannot take its answer is disconnected (after the current turn).
   void Answer(const Call& call, int status, const proto::Response& body, const int* fds = nullptr,
@@ -93,6 +100,7 @@ class PodSessions {
     UniqueFd events;
     PodIdentity who;
     bool welcomed = false;
+    Kind kind = Kind::kVerbs;
     std::string refusal;  // why the client is not served (no overlay address, ...)
     int refusal_error = EACCES;
   };

@@ -37,6 +37,10 @@ const QuotaSpec kQuotaSpecs[kQuotaKinds] = {
      0, "bytes of READ and atomic data in flight"},
     {Quota::kQueuedBytes, "queued-mib", "FREEFLOW_MAX_QUEUED_MIB_PER_POD", 1u << 20,
      kDefaultPodQueuedMiB, ENOBUFS, "bytes queued because it does not keep up"},
+    {Quota::kListeners, "sock-listeners", "FREEFLOW_MAX_SOCK_LISTENERS_PER_POD", 1,
+     kMaxSockListenersPerPod, ENOSPC, "TCP-mode listening ports"},
+    {Quota::kStreams, "streams", "FREEFLOW_MAX_STREAMS_PER_POD", 1, kMaxStreamRecordsPerPod, ENOSPC,
+     "TCP-mode connections it made"},
 };
 
 const QuotaSpec& SpecOf(Quota q) { return kQuotaSpecs[static_cast<size_t>(q)]; }
@@ -83,15 +87,33 @@ int Quotas::Take(PodId session, std::initializer_list<Charge> charges) {
   auto it = ledgers_.find(session);
   if (it == ledgers_.end()) return EACCES;
   Ledger& l = it->second;
-  Account& a = accounts_[l.ip];
+  if (const int rc = ChargeAccount(l.ip, accounts_[l.ip], charges)) return rc;
+  for (const Charge& c : charges) l.held[Index(c.quota)] += c.n;
+  return 0;
+}
+
+int Quotas::TakeForPod(uint32_t ip, std::initializer_list<Charge> charges) {
+  const int rc = ChargeAccount(ip, accounts_[ip], charges);
+  if (rc != 0) ForgetIfEmpty(ip);
+  return rc;
+}
+
+void Quotas::GiveToPod(uint32_t ip, std::initializer_list<Charge> charges) {
+  auto acc = accounts_.find(ip);
+  if (acc == accounts_.end()) return;
+  for (const Charge& c : charges) {
+    uint64_t& used = acc->second.used[Index(c.quota)];
+    used -= std::min(c.n, used);
+  }
+  ForgetIfEmpty(ip);
+}
+
+int Quotas::ChargeAccount(uint32_t ip, Account& a, std::initializer_list<Charge> charges) {
   for (const Charge& c : charges) {
     const size_t i = Index(c.quota);
-    if (c.n > limits_[i] || a.used[i] > limits_[i] - c.n) return Refuse(l.ip, a, c.quota, c.n);
+    if (c.n > limits_[i] || a.used[i] > limits_[i] - c.n) return Refuse(ip, a, c.quota, c.n);
   }
-  for (const Charge& c : charges) {
-    a.used[Index(c.quota)] += c.n;
-    l.held[Index(c.quota)] += c.n;
-  }
+  for (const Charge& c : charges) a.used[Index(c.quota)] += c.n;
   return 0;
 }
 

@@ -35,8 +35,10 @@ enum class Quota : uint8_t {
   kProxies,      // cross-node channels, RC and UD
   kReadBytes,    // READ and atomic data requested from other nodes and not delivered yet
   kQueuedBytes,  // bytes the router queues because the pod does not keep up
+  kListeners,    // TCP-mode listening ports registered (socket sessions)
+  kStreams,      // TCP-mode connection records it made (SockConnect); held by the pod
 };
-inline constexpr size_t kQuotaKinds = 11;
+inline constexpr size_t kQuotaKinds = 13;
 
 // How a quota is configured, and what a pod that reaches it is told.
 struct QuotaSpec {
@@ -89,6 +91,12 @@ class Quotas {
   bool TryTake(PodId session, Charge charge);
   // Gives back, never more than the session holds; nothing for an unknown session.
   void Give(PodId session, std::initializer_list<Charge> charges);
+  // What a pod holds beyond its sessions (TCP-mode records live until their connection is
+  // gone, after the session that made them): charged to the account of the pod at `ip`
+  // directly, all or nothing, refusals logged as Take's. GiveToPod never gives back more
+  // than the account holds.
+  int TakeForPod(uint32_t ip, std::initializer_list<Charge> charges);
+  void GiveToPod(uint32_t ip, std::initializer_list<Charge> charges);
 
   uint64_t limit(Quota q) const { return limits_[Index(q)]; }  // in units, bytes for bytes
   uint64_t used(uint32_t ip, Quota q) const;
@@ -108,6 +116,8 @@ class Quotas {
   };
   static size_t Index(Quota q) { return static_cast<size_t>(q); }
   int Refuse(uint32_t ip, Account& a, Quota q, uint64_t n);
+  // Adds every charge to account `a` of the pod at `ip`, or none (0 or the refusal's errno).
+  int ChargeAccount(uint32_t ip, Account& a, std::initializer_list<Charge> charges);
   void GiveOne(Ledger& l, Account& a, Quota q, uint64_t n);
   void ForgetIfEmpty(uint32_t ip);
 

@@ -59,6 +59,7 @@ Router::Router(RouterConfig config, RouterDeps deps)
     : config_(std::move(config)),
       identity_(std::move(deps.identity)),
       transport_(std::move(deps.transport)),
+      stream_probe_(deps.streams != nullptr ? std::move(deps.streams) : MakeSockDiagProbe()),
       directory_(std::move(deps.control_plane),
                  cp::Endpoint{config_.node_name, config_.host_ip, config_.port}),
       quotas_(config_.pod_limits),
@@ -68,8 +69,11 @@ Router::Router(RouterConfig config, RouterDeps deps)
                  [this] { RetrySoon(); }),
       cm_(CmService::Parts{loop_, sessions_, directory_, transport_.get(), quotas_,
                            config_.overlay}),
+      sockets_(SocketService::Parts{loop_, sessions_, quotas_, *stream_probe_, config_.node_name,
+                                    config_.overlay, config_.stream_gc_period_ns,
+                                    config_.stream_unseen_grace_ns}),
       broker_(Broker::Parts{tables_, sessions_, directory_, forwarder_, executor_, quotas_, cm_,
-                            config_.node_name, config_.overlay}),
+                            sockets_, config_.node_name, config_.overlay}),
       sessions_(loop_, *identity_, quotas_, broker_) {
   sessions_.set_hello_timeout(config_.hello_timeout_ns);
 }
@@ -84,6 +88,13 @@ bool Router::Start(std::string* error) {
   }
   // 2. The host folder: one router per socket name; the container library for pods.
   if (!folder_.Take(config_.dir, config_.name, config_.library_source, error)) return false;
+  if (config_.socket_library_source.empty()) {
+    spdlog::info(
+        "libfsocket.so not found next to ffrouter (--socket-library): TCP mode is "
+        "unavailable to pods");
+  } else if (!folder_.InstallSocketLibrary(config_.socket_library_source, error)) {
+    return false;
+  }
   // 3. Where pods live, and the links to the other routers.
   if (!directory_.Start(error)) {
     *error = "control plane " + config_.control_plane + ": " + *error;
@@ -158,6 +169,7 @@ void Router::OnTimer() {
   }
   sessions_.Sweep();
   cm_.Tick();
+  sockets_.Tick();
   const bool senders_wait = executor_.Retry();
   const bool forwarder_waits = forwarder_.Tick();
   fast_tick_ = senders_wait || forwarder_waits;
@@ -200,10 +212,10 @@ std::string Router::StatsLine() const {
   return fmt::format(
       "sessions={} refused={} pods={} accounts={} qps={} objects={} regions={} "
       "mapped_regions={} mr_entries={} proxies={} resolving={} nudges={} senders={} cm_ids={} "
-      "links={} accept_paused={} fds={} rss_kib={}",
+      "streams={} listeners={} links={} accept_paused={} fds={} rss_kib={}",
       sessions_.count(), sessions_.refused(), t.pods, quotas_.accounts(), t.qps, t.objects,
       t.regions, t.mapped_regions, t.mr_entries, forwarder_.proxies(), forwarder_.resolving(),
-      forwarder_.nudges(), executor_.senders(), cm_.ids(),
+      forwarder_.nudges(), executor_.senders(), cm_.ids(), sockets_.streams(), sockets_.listeners(),
       transport_ != nullptr ? transport_->LinkCount() : 0, sessions_.acceptor().paused() ? 1 : 0,
       OpenDescriptors(), ResidentKib());
 }

@@ -12,6 +12,7 @@
 //   Forwarder      a local QP's link to a QP on another node (initiator side)
 //   Executor       QPs on other nodes producing into local QPs (target side)
 //   CmService      rdma_cm: the kernel behind each pod's /dev/infiniband/rdma_cm
+//   SocketService  TCP mode (libfsocket): socket sessions, listeners, connection records
 //
 // Single-threaded: everything runs on the loop's thread; Stop(), RequestStats() and Adopt()
 // may be called from any thread (Stop() and RequestStats() also from a signal handler).
@@ -36,6 +37,8 @@
 #include "pod_sessions.h"
 #include "quotas.h"
 #include "resources.h"
+#include "socket_service.h"
+#include "stream_probe.h"
 
 namespace ff::router {
 
@@ -44,6 +47,7 @@ struct RouterDeps {
   std::unique_ptr<IdentityResolver> identity;
   std::unique_ptr<cp::ControlPlane> control_plane;  // nullptr: this node only
   std::unique_ptr<NodeTransport> transport;         // nullptr: this node only
+  std::unique_ptr<StreamProbe> streams;             // nullptr: sock_diag (MakeSockDiagProbe)
 };
 
 // The collaborators of a router on a real node: identity by network namespace, the control
@@ -87,6 +91,7 @@ class Router final : private NodeTransport::Handler {
   EventLoop loop_;
   std::unique_ptr<IdentityResolver> identity_;
   std::unique_ptr<NodeTransport> transport_;
+  std::unique_ptr<StreamProbe> stream_probe_;
   HostFolder folder_;
   Directory directory_;
   Quotas quotas_;
@@ -96,6 +101,7 @@ class Router final : private NodeTransport::Handler {
   Executor executor_;
   Forwarder forwarder_;
   CmService cm_;
+  SocketService sockets_;
   Broker broker_;
   PodSessions sessions_;
   Timer timer_;

@@ -14,7 +14,7 @@
 namespace ff {
 // Version of the router <-> library protocol, of the shared-memory layouts and of the proxy
 // records: a library and a router with different values refuse each other at HELLO.
-inline constexpr uint32_t kAbiVersion = 6;
+inline constexpr uint32_t kAbiVersion = 7;
 }  // namespace ff
 
 namespace ff::proto {
@@ -42,6 +42,14 @@ enum class Op : uint32_t {
   kDeallocMw,
   kCmOpenChannel,
   kCmCommand,
+  // TCP mode (libfsocket.so): a socket session says kSockHello instead of kHello and may
+  // then send only the kSock* requests below; a verbs session may send none of them.
+  kSockHello,
+  kSockListen,
+  kSockUnlisten,
+  kSockConnect,
+  kSockClaim,
+  kSockRelease,
   kMaxOp,
 };
 
@@ -259,6 +267,62 @@ struct CmEvent {
   CmIdState state;  // of resp.id (for CONNECT_REQUEST: the new id)
 };
 
+// ---- TCP mode (libfsocket.so; docs/tcp-mode.md) -------------------------------------------
+// A TCP connection between two pods of one node whose both ends run libfsocket moves its
+// bytes through a stream segment (stream_segment.h) the router makes, instead of the
+// kernel's TCP; the kernel connection stays, carries only one-byte bells, and gives the
+// socket its addresses, its readiness for poll/epoll and its FIN/RST. The router keeps a
+// record per such connection, keyed by its four-tuple, from kSockConnect until the
+// connection is gone from both ends' namespaces.
+//
+// Opens a socket session: answered with HelloReply (ip, prefix_len, node); no descriptors.
+struct SockHello {
+  RequestHeader<Op::kSockHello> h;
+  uint32_t abi;
+  uint32_t reserved;
+};
+// The pod listens with libfsocket on TCP `port` of its overlay address (a socket bound to
+// it or to INADDR_ANY): connects from pods of this node to it get a stream segment. Kept
+// until kSockUnlisten from the same session (posted) or the session's end; a session may
+// name a port more than once (each kSockListen needs its kSockUnlisten).
+template <Op kOpValue>
+struct SockPort {
+  RequestHeader<kOpValue> h;
+  uint32_t port;  // host byte order, 1..65535
+  uint32_t reserved;
+};
+using SockListen = SockPort<Op::kSockListen>;
+using SockUnlisten = SockPort<Op::kSockUnlisten>;
+// One TCP connection as the asking end sees it: its own overlay address (implied: the
+// session's), its port, and the other end's address and port.
+//   kSockConnect: asked before the kernel connect, from a bound socket. When `peer_ip` is a
+//     pod of this node listening with libfsocket on `peer_port`, the router makes the
+//     record and its segment and answers 0 (role kStreamClient); else ENOENT (use kernel
+//     TCP as is). A record left from an earlier connection with the same four-tuple is
+//     replaced.
+//   kSockClaim: the end of a connection the asking pod holds (an accepted connection, or a
+//     descriptor it inherited across exec): 0 with its role, or ENOENT when no record
+//     names this connection with the asking pod at that end.
+//   kSockRelease (posted): the client's connect failed; the record goes if no server
+//     claimed it.
+// Answer (0): SockReply, fds [stream segment memfd, side memfd of the asker's end].
+template <Op kOpValue>
+struct SockTuple {
+  RequestHeader<kOpValue> h;
+  uint32_t peer_ip;     // network byte order
+  uint16_t local_port;  // host byte order
+  uint16_t peer_port;   // host byte order
+};
+using SockConnect = SockTuple<Op::kSockConnect>;
+using SockClaim = SockTuple<Op::kSockClaim>;
+using SockRelease = SockTuple<Op::kSockRelease>;
+inline constexpr uint32_t kStreamClient = 0, kStreamServer = 1;  // SockReply::role
+struct SockReply {
+  uint32_t role;        // kStreamClient: produce into ring 0, consume ring 1; else reversed
+  uint32_t ring_bytes;  // each ring's size (a power of two); the segment is
+                        // StreamSegmentBytes(ring_bytes), the side memfd kStreamSideBytes
+};
+
 struct HelloReply {
   uint32_t ctx_id;
   uint32_t ip;  // overlay IPv4, network byte order
@@ -318,6 +382,7 @@ struct Response {
     RegMrReply reg_mr;
     GetRegionReply region;
     CmReply cm;
+    SockReply sock;
     char raw[160];
   } u;
 };
@@ -380,7 +445,13 @@ inline constexpr OpSpec kOpSpecs[] = {{Op::kHello, sizeof(Hello), 3, 3},
                                       {Op::kInvalidateMw, sizeof(InvalidateMw), 0, 0},
                                       {Op::kDeallocMw, sizeof(DeallocMw), 0, 0},
                                       {Op::kCmOpenChannel, sizeof(CmOpenChannel), 1, 1},
-                                      {Op::kCmCommand, sizeof(CmCommand), 0, 0}};
+                                      {Op::kCmCommand, sizeof(CmCommand), 0, 0},
+                                      {Op::kSockHello, sizeof(SockHello), 0, 0},
+                                      {Op::kSockListen, sizeof(SockListen), 0, 0},
+                                      {Op::kSockUnlisten, sizeof(SockUnlisten), 0, 0},
+                                      {Op::kSockConnect, sizeof(SockConnect), 0, 0},
+                                      {Op::kSockClaim, sizeof(SockClaim), 0, 0},
+                                      {Op::kSockRelease, sizeof(SockRelease), 0, 0}};
 static_assert(sizeof(kOpSpecs) / sizeof(kOpSpecs[0]) == static_cast<size_t>(Op::kMaxOp) - 1,
               "every op has a spec");
 static_assert(sizeof(Response) <= static_cast<size_t>(kMaxMessage));
@@ -397,10 +468,18 @@ constexpr bool SpecsFitMessages() {
 }
 static_assert(SpecsFitMessages());
 
-// Whether a request of `op` may be posted (kPostedSeq): only rdma_cm commands, whose
-// outcome the library can know in advance (DESTROY_ID of its own id, for one). A posted
-// request that answers descriptors would leave them nowhere.
-constexpr bool IsPostable(Op op) { return op == Op::kCmCommand; }
+// Whether a request of `op` may be posted (kPostedSeq): rdma_cm commands, whose outcome
+// the library can know in advance (DESTROY_ID of its own id, for one), and the socket
+// session's hints that answer nothing. A posted request that answers descriptors would
+// leave them nowhere.
+constexpr bool IsPostable(Op op) {
+  return op == Op::kCmCommand || op == Op::kSockUnlisten || op == Op::kSockRelease;
+}
+// The requests of a socket session (after kSockHello); a verbs session sends only the others.
+constexpr bool IsSocketOp(Op op) {
+  return op == Op::kSockListen || op == Op::kSockUnlisten || op == Op::kSockConnect ||
+         op == Op::kSockClaim || op == Op::kSockRelease;
+}
 
 // Checks one datagram from a pod: a known op with the size and descriptor count its spec
 // names, posted only if the op may be. On success *op is the request's op; false means a

@@ -12,16 +12,11 @@
 #include <atomic>
 #include <cstdint>
 
+#include "freeflow/clock.h"
 #include "freeflow/fd.h"
 #include "freeflow/shm_layout.h"
 
 namespace ff {
-
-inline uint64_t MonotonicNs() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no system call
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // Receiver-not-ready retries of one message, as an RC requester counts them: the first
 // refusal starts the target's min_rnr_timer; each expiry with still no receive posted is

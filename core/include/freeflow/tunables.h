@@ -57,6 +57,21 @@ inline constexpr uint64_t kConsentMaxRetryNs = 50'000'000;  // longest wait betw
 inline constexpr uint64_t kConsentMinWaitNs =
     2'000'000'000ull;  // least time a peer gets to name us
 
+// ---- TCP mode (libfsocket.so, docs/tcp-mode.md) -------------------------------------------
+inline constexpr uint32_t kStreamRingBytes = 1u << 20;  // each direction of a connection's segment
+inline constexpr uint32_t kMaxSockListenersPerPod = 1024;  // listening ports a pod registers
+inline constexpr uint32_t kMaxStreamRecordsPerPod =
+    4096;  // connections a pod made with kSockConnect
+inline constexpr uint64_t kStreamGcPeriodNs = 2'000'000'000;  // records of closed connections go
+// A record whose connection neither end's namespace has shown yet (the client asks before
+// its kernel connect) is kept this long at least: a client that never connects loses it then.
+inline constexpr uint64_t kStreamUnseenGraceNs = 60'000'000'000ull;
+inline constexpr uint64_t kStreamSpinNs =
+    50'000;  // a waiting socket spins this long before it sleeps
+// ... and then sleeps at most this long at a time: a bell another process of the pod took
+// (two processes sharing one socket after fork) delays a wake-up by no more than this.
+inline constexpr int kStreamMaxSleepMs = 50;
+
 // ---- router: its loop and tables ---------------------------------------------------------
 inline constexpr int kEpollBatch = 64;          // events taken from epoll per loop turn
 inline constexpr uint32_t kFirstQpn = 0x100;    // QPNs below are never handed out

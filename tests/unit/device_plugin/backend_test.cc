@@ -186,6 +186,20 @@ class RouterStandIn {
   int fd_ = -1;
 };
 
+TEST(VirtualBackend, TcpModeAddsTheSocketLibraryAndThePodNetwork) {
+  SysfsFixture f;
+  ResourceConfig rc;
+  rc.resource_name = "vrdma";
+  rc.resource_prefix = "freeflow";
+  rc.mode = Mode::kVirtual;
+  rc.virtual_devices = 1;
+  rc.freeflow_dir = f.root();
+  rc.tcp_mode_prefix = "10.244.0.0/16";
+  auto edits = make_backend(rc, context_for(f))->allocate({"vrdma-0"});
+  EXPECT_EQ(edits.envs.at("LD_PRELOAD"), "/freeflow/libffverbs.so /freeflow/libfsocket.so");
+  EXPECT_EQ(edits.envs.at("VNET_PREFIX"), "10.244.0.0/16");
+}
+
 TEST(VirtualBackend, HealthyOnlyWhileTheRouterAnswers) {
   SysfsFixture f;
   const std::string dir = f.root() + "/freeflow";
@@ -215,6 +229,7 @@ TEST(VirtualBackend, HealthyOnlyWhileTheRouterAnswers) {
   EXPECT_TRUE(edits.mounts[0].read_only);  // pods must not change what other pods load
   EXPECT_EQ(edits.envs.at("LD_PRELOAD"), "/freeflow/libffverbs.so");
   EXPECT_EQ(edits.envs.at("FFR_NAME"), "ffr1");
+  EXPECT_EQ(edits.envs.count("VNET_PREFIX"), 0u);  // TCP mode is asked for, not implied
   EXPECT_TRUE(edits.devices.empty());
   EXPECT_THROW(b->allocate({"vrdma-3"}), AllocationError);
   EXPECT_THROW(b->allocate({"vrdma-"}), AllocationError);

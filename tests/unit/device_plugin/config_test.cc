@@ -30,6 +30,24 @@ TEST(Config, SharedPluginFormat) {
   EXPECT_EQ(r.socket_name(), "freeflow-rdma_hca_shared_devices_a.sock");
 }
 
+TEST(Config, TcpModePrefixIsACidrOfAVirtualResource) {
+  auto cfg = parse_config(
+      R"({"configList":[{"resourceName":"vrdma","mode":"virtual","tcpModePrefix":"10.244.0.0/16"}]})");
+  EXPECT_EQ(cfg.resources.at(0).tcp_mode_prefix, "10.244.0.0/16");
+  for (const char* bad : {"10.244.0.0", "10.244.0.0/33", "300.1.1.1/8", "10.0.0.0/8x", "x"}) {
+    EXPECT_THROW(
+        parse_config(
+            std::string(
+                R"({"configList":[{"resourceName":"v","mode":"virtual","tcpModePrefix":")") +
+            bad + "\"}]}"),
+        ConfigError)
+        << bad;
+  }
+  EXPECT_THROW(
+      parse_config(R"({"configList":[{"resourceName":"h","tcpModePrefix":"10.0.0.0/8"}]})"),
+      ConfigError);
+}
+
 TEST(Config, LegacyHcaModeIsRdmaHca) {
   auto cfg = parse_config(R"({"mode":"hca"})");
   ASSERT_EQ(cfg.resources.size(), 1u);

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <future>
@@ -81,6 +82,62 @@ size_t FakeIdentity::Calls() {
   return calls_;
 }
 
+namespace {
+
+std::atomic<size_t> live_fake_handles{0};
+
+struct FakeHandle final : NetnsHandle {
+  FakeHandle(uint32_t ip, uint64_t netns) : ip(ip), netns(netns) { ++live_fake_handles; }
+  ~FakeHandle() override { --live_fake_handles; }
+  uint32_t ip;
+  uint64_t netns;
+};
+
+}  // namespace
+
+void FakeStreamProbe::Set(uint32_t ip, uint64_t netns, const TcpTuple& t, Presence p) {
+  std::lock_guard<std::mutex> g(mu_);
+  table_[{ip, netns, t.local_ip, t.local_port, t.remote_ip, t.remote_port}] = p;
+}
+
+void FakeStreamProbe::FailOpen(const std::string& error) {
+  std::lock_guard<std::mutex> g(mu_);
+  fail_open_ = error;
+}
+
+size_t FakeStreamProbe::looks() {
+  std::lock_guard<std::mutex> g(mu_);
+  return looks_;
+}
+
+size_t FakeStreamProbe::looks(uint32_t ip, uint64_t netns, const TcpTuple& t) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = asked_.find({ip, netns, t.local_ip, t.local_port, t.remote_ip, t.remote_port});
+  return it == asked_.end() ? 0 : it->second;
+}
+
+size_t FakeStreamProbe::handles() { return live_fake_handles; }
+
+std::shared_ptr<NetnsHandle> FakeStreamProbe::Open(int, const PodIdentity& who,
+                                                   std::string* error) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!fail_open_.empty()) {
+    *error = fail_open_;
+    return nullptr;
+  }
+  return std::make_shared<FakeHandle>(who.ip, who.netns);
+}
+
+Presence FakeStreamProbe::Look(NetnsHandle& ns, const TcpTuple& t) {
+  const auto& h = static_cast<FakeHandle&>(ns);
+  std::lock_guard<std::mutex> g(mu_);
+  ++looks_;
+  const Where where{h.ip, h.netns, t.local_ip, t.local_port, t.remote_ip, t.remote_port};
+  ++asked_[where];
+  auto it = table_.find(where);
+  return it == table_.end() ? Presence::kGone : it->second;
+}
+
 std::unique_ptr<cp::ControlPlane> FakeCluster::PlaneFor(const cp::Endpoint& self) {
   return std::make_unique<FakeControlPlane>(*this, self);
 }
@@ -114,10 +171,15 @@ TestRouter::TestRouter(Options options) : options_(std::move(options)) {
   config.resolve_timeout_ms = options_.resolve_timeout_ms;
   config.pod_limits = options_.limits;
   config.hello_timeout_ns = options_.hello_timeout_ns;
+  config.stream_gc_period_ns = options_.stream_gc_period_ns;
+  config.stream_unseen_grace_ns = options_.stream_unseen_grace_ns;
   RouterDeps deps;
   auto identity = std::make_unique<FakeIdentity>();
   identity_ = identity.get();
   deps.identity = std::move(identity);
+  auto streams = std::make_unique<FakeStreamProbe>();
+  streams_ = streams.get();
+  deps.streams = std::move(streams);
   if (options_.network != nullptr) {
     config.control_plane = "test";
     deps.control_plane = options_.cluster->PlaneFor(endpoint());

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -53,6 +54,31 @@ class FakeIdentity final : public IdentityResolver {
   UniqueFd hang_up_;
 };
 
+// Stands in for sock_diag: the test says which TCP connections exist in which pod's
+// namespace (a pod is its address and namespace here); every other connection is gone.
+class FakeStreamProbe final : public StreamProbe {
+ public:
+  // From now on, connection `t` is `p` in the namespace of pod (ip, netns).
+  void Set(uint32_t ip, uint64_t netns, const TcpTuple& t, Presence p);
+  // Opening a handle fails with `error` from now on (empty: it succeeds again).
+  void FailOpen(const std::string& error);
+  size_t looks();  // questions asked so far
+  // Questions asked so far about connection `t` in the namespace of pod (ip, netns).
+  size_t looks(uint32_t ip, uint64_t netns, const TcpTuple& t);
+  static size_t handles();  // handles alive (in every router of the process)
+
+  std::shared_ptr<NetnsHandle> Open(int sock, const PodIdentity& who, std::string* error) override;
+  Presence Look(NetnsHandle& ns, const TcpTuple& t) override;
+
+ private:
+  using Where = std::tuple<uint32_t, uint64_t, uint32_t, uint16_t, uint32_t, uint16_t>;
+  std::mutex mu_;
+  std::map<Where, Presence> table_;
+  std::map<Where, size_t> asked_;
+  std::string fail_open_;
+  size_t looks_ = 0;
+};
+
 // Where pods live, shared by the routers of one test (an in-memory etcd).
 class FakeCluster {
  public:
@@ -77,6 +103,8 @@ class TestRouter {
     uint32_t resolve_timeout_ms = 300;
     PodLimits limits = DefaultPodLimits();
     uint64_t hello_timeout_ns = kHelloTimeoutNs;
+    uint64_t stream_gc_period_ns = kStreamGcPeriodNs;
+    uint64_t stream_unseen_grace_ns = kStreamUnseenGraceNs;
   };
   explicit TestRouter(Options options);
   ~TestRouter();
@@ -89,6 +117,7 @@ class TestRouter {
   // Connects, and hangs up while the router identifies the connection (and refuses it).
   void ConnectAndHangUpDuringIdentification();
   size_t IdentityCalls() { return identity_->Calls(); }
+  FakeStreamProbe& streams() { return *streams_; }
   cp::Endpoint endpoint() const { return {options_.node, options_.host_ip, 7471}; }
   const std::string& dir() const { return dir_; }
   // Router::StatsLine, taken on the router's thread.
@@ -99,7 +128,8 @@ class TestRouter {
  private:
   Options options_;
   std::string dir_;
-  FakeIdentity* identity_ = nullptr;  // owned by the router
+  FakeIdentity* identity_ = nullptr;    // owned by the router
+  FakeStreamProbe* streams_ = nullptr;  // likewise
   std::unique_ptr<Router> router_;
   std::thread thread_;
 };

@@ -109,6 +109,28 @@ TEST_F(HostFolderTest, ALinkAtTheTemporaryNameIsNotWrittenThrough) {
   EXPECT_TRUE(fs::is_socket(fs::symlink_status(dir_ + "/ffrouter.sock")));
 }
 
+// TCP mode's library is installed the same way, beside the container library: links at its
+// name or at its temporary name are replaced, never written through.
+TEST_F(HostFolderTest, TheSocketLibraryIsInstalledWithoutFollowingLinks) {
+  fs::create_symlink(victim_, dir_ + "/libfsocket.so");
+  fs::create_symlink(outside_ + "/created-through-link", Temporary("libfsocket.so"));
+  const std::string source = outside_ + "/libfsocket-build.so";
+  Write(source, "SOCKET-LIBRARY");
+  HostFolder folder;
+  std::string error;
+  ASSERT_TRUE(folder.Take(dir_, "ffrouter", library_, &error)) << error;
+  ASSERT_TRUE(folder.InstallSocketLibrary(source, &error)) << error;
+  ExpectVictimUntouched();
+  EXPECT_FALSE(fs::exists(outside_ + "/created-through-link"));
+  EXPECT_FALSE(IsLink(dir_ + "/libfsocket.so"));
+  EXPECT_EQ(Read(dir_ + "/libfsocket.so"), "SOCKET-LIBRARY");
+  EXPECT_EQ(fs::status(dir_ + "/libfsocket.so").permissions(), fs::perms(0755));
+  EXPECT_FALSE(fs::exists(Temporary("libfsocket.so")));
+  ExpectLibraryInstalled();
+  EXPECT_FALSE(folder.InstallSocketLibrary(outside_ + "/missing.so", &error));
+  EXPECT_NE(error.find("libfsocket.so"), std::string::npos);
+}
+
 TEST_F(HostFolderTest, APodHoldingALockFileDoesNotStopTheRouter) {
   // flock() needs only read access: a pod could hold any file it sees, even on a read-only
   // mount. The router takes no lock in the folder, so neither a held file nor a link there

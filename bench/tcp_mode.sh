@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# make bench (issue 14): TCP mode (docs/tcp-mode.md) between the same two pods, on one node
+# and across two (TLS node links), each figure the median (min..max) of RUNS runs (3) of
+# unmodified programs, with libfsocket.so preloaded on both sides and without it, the two
+# runs of a pair one after the other:
+#   - iperf3, one stream for 3 s, Gbit/s at the receiver;
+#   - sockperf TCP ping-pong, 14-byte messages for 3 s: one-way latency (half the round
+#     trip, as sockperf reports it), its average and its p50.
+# Targets (issue 14): on one node, at least 5x the bandwidth and at most 1/3 of the latency
+# of kernel TCP; across nodes, at least 0.95x the bandwidth and at most 1.1x the latency.
+# Each placement also says how many of iperf3's bytes crossed the client pod's veth with the
+# library: near 0% when freeflow carried them, about 100% when kernel TCP did.
+#   bench/tcp_mode.sh [--library PATH|none] [BUILD]
+# Without --library: BUILD/fsocket/libfsocket.so, or none when it is not built; with none
+# both columns are kernel TCP (which checks this script).
+set -euo pipefail
+LIB=""
+if [[ ${1:-} == --library ]]; then
+  LIB=${2:?--library PATH or none}
+  shift 2
+fi
+BUILD=${1:-build}
+RUNS=${RUNS:-3}
+export FF_BUILD=$(cd "$BUILD" && pwd)
+cd "$(dirname "$0")/.."
+source scripts/lib/cluster.sh
+source scripts/lib/measure.sh
+if [[ -z $LIB ]]; then
+  LIB=$FF_BUILD/fsocket/libfsocket.so
+  [[ -f $LIB ]] || { echo "tcp_mode bench: $LIB not built: both columns are kernel TCP" >&2; LIB=none; }
+fi
+[[ $LIB == none || -f $LIB ]] || { echo "tcp_mode bench: no library at $LIB" >&2; exit 1; }
+[[ $LIB == none ]] || LIB=$(realpath "$LIB")
+TM_LIB=$LIB
+source scripts/lib/tcp_mode.sh
+
+# bw HOW: iperf3 from pod 1 to pod 0, both HOW (lib or plain): "GBITS WIRE_PERCENT", where
+# WIRE_PERCENT is the share of the bytes received that crossed the client's veth; nothing
+# when the run failed.
+bw() {
+  local s w0 wire
+  s=$(ff_pod_ip 0)
+  tm_bg 0 "$1" iperf3 -s -1 -B "$s" -p 5201 -J >"$FF_DIR/bw-s.json" 2>&1
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" 5201 || true
+  w0=$(tm_wire 1)
+  tm_run 1 "$1" timeout 30 iperf3 -c "$s" -p 5201 -t 3 -J >"$FF_DIR/bw-c.json" 2>&1 || true
+  wire=$(($(tm_wire_settled 1) - w0))
+  wait_pid "$spid" 10 >/dev/null || true
+  tm_json "$FF_DIR/bw-c.json" \
+    '"%.2f %.2f" % (j["end"]["sum_received"]["bits_per_second"] / 1e9, 100 * '"$wire"' / j["end"]["sum_received"]["bytes"])'
+}
+
+# lat HOW: sockperf TCP ping-pong from pod 1 to pod 0, both HOW: "AVG P50" one-way, usec.
+lat() {
+  local s
+  s=$(ff_pod_ip 0)
+  tm_bg 0 "$1" sockperf sr --tcp -i "$s" -p 11111 >"$FF_DIR/lat-s.log" 2>&1
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" 11111 || true
+  # --mps: sockperf sizes its table of sequence numbers by the expected rate, and a round
+  # trip of about a microsecond outruns its default ("_seqN > m_maxSequenceNo").
+  tm_run 1 "$1" timeout 30 sockperf pp --tcp -i "$s" -p 11111 -t 3 -m 14 --mps 5000000 \
+    >"$FF_DIR/lat-c.log" 2>&1 || true
+  tm_stop "$spid" || true
+  sed 's/\x1b\[[0-9;]*m//g' "$FF_DIR/lat-c.log" | awk '
+    /avg-latency=/ { sub(/.*avg-latency=/, ""); sub(/ .*/, ""); avg = $0 }
+    /percentile 50.000 =/ { p50 = $NF }
+    END { if (avg != "" && p50 != "") print avg, p50 }'
+}
+
+# target NAME STATS_PLAIN STATS_LIB OP GOAL: the ratio of the medians, library / plain, and
+# whether it meets GOAL (OP is >= or <=).
+target() {
+  awk -v a="${3%% *}" -v b="${2%% *}" -v op="$4" -v goal="$5" 'BEGIN {
+    if (a == "n/a" || b == "n/a" || b == 0) { print "n/a"; exit }
+    r = a / b
+    ok = (op == ">=") ? (r >= goal) : (r <= goal)
+    printf "%.2fx (%s %sx: %s)", r, op, goal, ok ? "PASS" : "MISS" }'
+}
+
+row() { printf '%-40s %-28s %-28s %s\n' "$@"; }
+
+# measure WHERE BW_GOAL LAT_GOAL: the table for one placement.
+measure() {
+  local where=$1 r out
+  local -a bp=() bl=() wl=() ap=() al=() pp=() pl=()
+  for ((r = 1; r <= RUNS; r++)); do
+    echo "$where: run $r/$RUNS" >&2
+    out=$(bw plain) && [[ -n $out ]] && bp+=("${out%% *}")
+    out=$(bw lib) && [[ -n $out ]] && { bl+=("${out%% *}"); wl+=("${out##* }"); }
+    out=$(lat plain) && [[ -n $out ]] && { ap+=("${out%% *}"); pp+=("${out##* }"); }
+    out=$(lat lib) && [[ -n $out ]] && { al+=("${out%% *}"); pl+=("${out##* }"); }
+  done
+  local sbp sbl swl sap sal spp spl
+  sbp=$(stats "${bp[@]}") sbl=$(stats "${bl[@]}") swl=$(stats "${wl[@]}")
+  sap=$(stats "${ap[@]}") sal=$(stats "${al[@]}") spp=$(stats "${pp[@]}") spl=$(stats "${pl[@]}")
+  echo
+  echo "freeflow TCP mode, $where: median (min..max) of $RUNS runs; library: $LIB"
+  row "figure" "kernel TCP" "$([[ $LIB == none ]] && echo "none: kernel TCP too" || echo libfsocket)" "ratio, target"
+  row "iperf3 1 stream, Gbit/s" "$(fmt_stats "$sbp")" "$(fmt_stats "$sbl")" "$(target bw "$sbp" "$sbl" ">=" "$2")"
+  row "sockperf ping-pong one-way avg, usec" "$(fmt_stats "$sap")" "$(fmt_stats "$sal")" "$(target lat "$sap" "$sal" "<=" "$3")"
+  row "sockperf ping-pong one-way p50, usec" "$(fmt_stats "$spp")" "$(fmt_stats "$spl")" "$(target lat "$spp" "$spl" "<=" "$3")"
+  row "iperf3's bytes on the client's veth, %" "" "$(fmt_stats "$swl")" ""
+}
+
+trap tm_down EXIT
+FF_KNOWN_PODS=1 two_pods_up same
+same=$(measure "two pods on one node" 5 0.33)
+tm_down
+FF_KNOWN_PODS=1 two_pods_up cross
+cross=$(measure "pods on two nodes (TLS node links)" 0.95 1.1)
+echo "$same"
+echo "$cross"

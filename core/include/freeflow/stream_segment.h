@@ -1,0 +1,53 @@
+// The shared memory of one TCP-mode connection between two pods of a node (libfsocket.so;
+// docs/tcp-mode.md): two byte rings, one per direction, in a memfd the router makes and
+// seals. Both pods map it read-write, so each treats everything in it as hostile input:
+// indices are copied once, then checked against the ring size before any use.
+//
+// Ring 0 carries the client's bytes to the server, ring 1 the server's to the client. In each
+// ring the producer alone writes `tail` (bytes produced, ever) and the data, the consumer
+// alone writes `head` (bytes consumed, ever); 0 <= tail - head <= ring_bytes. The two waiting
+// words are set by the side that is about to sleep and taken (exchanged to 0) by the other,
+// which then sends one bell byte on the kernel TCP connection to wake it:
+//   rd_armed: the consumer sleeps until data comes -> producer sends kBellData
+//   wr_armed: the producer sleeps until room comes  -> consumer sends kBellSpace
+// The side memfd of one end (kStreamSideBytes) is given to that end's pod only: its
+// processes keep their locks there (several processes and threads may share a socket).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace ff {
+
+inline constexpr uint32_t kStreamHeaderBytes = 4096;
+inline constexpr uint32_t kStreamSideBytes = 4096;
+inline constexpr char kBellData = 'D';
+inline constexpr char kBellSpace = 'S';
+
+struct StreamRingHeader {
+  alignas(64) std::atomic<uint64_t> tail;
+  alignas(64) std::atomic<uint64_t> head;
+  alignas(64) std::atomic<uint32_t> rd_armed;
+  std::atomic<uint32_t> wr_armed;
+};
+static_assert(sizeof(StreamRingHeader) == 192);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+// The header page: ring i's header at i * kStreamRingHeaderStride; ring i's data at
+// StreamRingData(ring_bytes, i).
+inline constexpr uint32_t kStreamRingHeaderStride = 256;
+static_assert(2 * kStreamRingHeaderStride <= kStreamHeaderBytes);
+constexpr uint64_t StreamSegmentBytes(uint32_t ring_bytes) {
+  return kStreamHeaderBytes + 2ull * ring_bytes;
+}
+constexpr uint64_t StreamRingData(uint32_t ring_bytes, uint32_t ring) {
+  return kStreamHeaderBytes + static_cast<uint64_t>(ring) * ring_bytes;
+}
+// What a library accepts as ring_bytes from the router: a power of two in this range.
+inline constexpr uint32_t kMinStreamRingBytes = 64 * 1024;
+inline constexpr uint32_t kMaxStreamRingBytes = 64u << 20;
+constexpr bool ValidStreamRingBytes(uint32_t b) {
+  return b >= kMinStreamRingBytes && b <= kMaxStreamRingBytes && (b & (b - 1)) == 0;
+}
+
+}  // namespace ff

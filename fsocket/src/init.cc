@@ -1,0 +1,33 @@
+// Load-time set-up of libfsocket: fork handlers, and the sockets a program inherited
+// across exec.
+#include <pthread.h>
+
+#include "router_link.h"
+#include "sock.h"
+
+namespace ffsock {
+
+void AdoptInherited();  // lifecycle.cc
+
+namespace {
+
+void Prepare() {
+  RouterLinkPrepareFork();
+  SockPrepareFork();
+}
+void Parent() {
+  SockParentAfterFork();
+  RouterLinkParentAfterFork();
+}
+void Child() {
+  SockChildAfterFork();
+  RouterLinkChildAfterFork();
+}
+
+__attribute__((constructor)) void Init() {
+  ::pthread_atfork(&Prepare, &Parent, &Child);
+  if (GetConfig().enabled) AdoptInherited();
+}
+
+}  // namespace
+}  // namespace ffsock

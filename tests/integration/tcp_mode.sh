@@ -1,0 +1,396 @@
+#!/usr/bin/env bash
+# Integration (issue 14): TCP mode (docs/tcp-mode.md). Unmodified socket programs between a
+# server in pod 0 and a client in pod 1, two pods of one node (same) or of two nodes (cross),
+# with libfsocket.so preloaded on both sides, or on one side only (mixed_*). One case a run,
+# so that a failure names it:
+#   tcp_mode.sh [--library PATH|none] same|cross iperf3|iperf3_p4|iperf3_R|sockperf_pp|
+#               sockperf_tp|nginx_curl|redis|scp|mixed_client|mixed_server|
+#               router_restart (same only)
+# --library none runs every program plain: kernel TCP throughout, which checks the harness
+# itself. Every case checks what its programs report (exit statuses, results, hashes) and
+# where the bytes went: the client pod's veth counters must show that freeflow carried them
+# (same node, the library on both sides) or that kernel TCP did (everything else); a library
+# that silently falls back to kernel TCP fails the first.
+set -uo pipefail
+source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+TM_LIB=$FF_BUILD/fsocket/libfsocket.so
+if [[ ${1:-} == --library ]]; then
+  TM_LIB=${2:?--library PATH or none}
+  shift 2
+fi
+source "$FF_SRC/scripts/lib/tcp_mode.sh"
+where=${1:?same or cross}
+case=${2:?which case}
+if [[ $TM_LIB != none && ! -f $TM_LIB ]]; then
+  echo "FAIL no library at $TM_LIB (build the ffsocket target, or --library none)"
+  exit 1
+fi
+[[ $TM_LIB != none ]] && TM_LIB=$(realpath "$TM_LIB")
+
+failures=0
+check() {  # check NAME STATUS: prints PASS or FAIL NAME, counts a failure; returns STATUS
+  if [[ $2 -eq 0 ]]; then echo "PASS $1 ($where node)"; else echo "FAIL $1 ($where node)"; failures=$((failures + 1)); fi
+  return "$2"
+}
+# The big files (1 GiB each) live in memory, not on the disk under /tmp.
+BIG=$(mktemp -d /dev/shm/freeflow-tcp.XXXXXX)
+trap 'tm_down; rm -rf "$BIG"' EXIT
+FF_KNOWN_PODS=1 two_pods_up "$where" || exit 1
+S=$(ff_pod_ip 0)
+D=$FF_DIR/case  # the servers' configurations and every log
+mkdir -p "$D"
+
+# tail_logs FILE...: the ends of the given logs, after a failure.
+tail_logs() {
+  local f
+  for f in "$@"; do
+    echo "--- $(basename "$f")"
+    tail -n 15 "$f" 2>/dev/null || echo "(none)"
+  done
+}
+
+# carried NAME SERVER_HOW CLIENT_HOW WIRE PAYLOAD PERCENT: checks who carried PAYLOAD bytes
+# that the programs report having moved, from WIRE, the bytes that crossed the client pod's
+# veth meanwhile. Freeflow, when there is a library and both sides run it on one node: then
+# WIRE is below PERCENT % of PAYLOAD (what is left there is the kernel connection's own
+# traffic: set-up, bells, ACKs, end). Kernel TCP otherwise: WIRE is at least PAYLOAD.
+carried() {
+  local name=$1 wire=$4 payload=$5 pct=$6
+  if ((payload <= 0)); then
+    check "$name: the programs reported no bytes moved" 1
+    return
+  fi
+  if [[ $TM_LIB != none && $where == same && $2 == lib && $3 == lib ]]; then
+    ((wire * 100 < payload * pct))
+    check "$name: carried by freeflow ($wire bytes on the client's veth for $payload of payload, < $pct%)" $?
+  else
+    ((wire >= payload))
+    check "$name: carried by kernel TCP ($wire bytes on the client's veth for $payload of payload)" $?
+  fi
+}
+
+# preloaded NAME PID HOW: with a library, checks that the server PID has it mapped (HOW lib)
+# or not (plain): that the pod's programs run as the case means them to.
+preloaded() {
+  [[ $TM_LIB == none ]] && return 0
+  local found=1
+  grep -qF "$TM_LIB" "/proc/$2/maps" 2>/dev/null && found=0
+  if [[ $3 == lib ]]; then check "$1 runs with the library" $found; else check "$1 runs without the library" $((!found)); fi
+}
+
+# stopped NAME PID: stops a server (tm_stop) and checks that SIGTERM ended it.
+stopped() {
+  tm_stop "$2" 5
+  check "$1 ends on SIGTERM within 5 s" $?
+}
+
+# iperf NAME SERVER_HOW CLIENT_HOW ARGS...: iperf3 server in pod 0, client in pod 1 with
+# ARGS, both with JSON output: both exit 0, neither reports an error, bytes were received.
+iperf() {
+  local name=$1 sh=$2 ch=$3 port=5201 w0 c s bytes err
+  shift 3
+  tm_bg 0 "$sh" iperf3 -s -1 -B "$S" -p $port -J >"$D/iperf-s.json" 2>"$D/iperf-s.err"
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" $port || { check "$name: the iperf3 server listens" 1; tail_logs "$D"/iperf-s.*; return; }
+  preloaded "iperf3 server" "$spid" "$sh"
+  w0=$(tm_wire 1)
+  tm_run 1 "$ch" timeout 30 iperf3 -c "$S" -p $port -J "$@" >"$D/iperf-c.json" 2>"$D/iperf-c.err"
+  c=$?
+  wait_pid "$spid" 10
+  s=$?
+  bytes=$(tm_json "$D/iperf-c.json" 'j["end"]["sum_received"]["bytes"]')
+  err=$(tm_json "$D/iperf-c.json" 'j.get("error", "")')$(tm_json "$D/iperf-s.json" 'j.get("error", "")')
+  [[ $c -eq 0 && $s -eq 0 && -z $err && ${bytes:-0} -gt 0 ]]
+  check "$name: iperf3 $* moved ${bytes:-no} bytes (client exit $c, server exit $s${err:+, error: $err})" $?
+  [[ $c -eq 0 && $s -eq 0 && -z $err ]] || tail_logs "$D"/iperf-{s,c}.{err,json}
+  carried "$name" "$sh" "$ch" $(($(tm_wire_settled 1) - w0)) "${bytes:-0}" 1
+}
+
+# sockperf_pair NAME MODE PAYLOAD_CMD ARGS...: sockperf server in pod 0, `sockperf MODE`
+# client in pod 1 (both with the library); PAYLOAD_CMD prints the bytes the client's log
+# says it moved.
+sockperf_pair() {
+  local name=$1 mode=$2 payload_cmd=$3 port=11111 w0 c bytes
+  shift 3
+  SOCKPERF_WIRE=0 SOCKPERF_BYTES=0 SOCKPERF_EXIT=1
+  tm_bg 0 lib sockperf sr --tcp -i "$S" -p $port >"$D/sockperf-s.log" 2>&1
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" $port || { check "$name: the sockperf server listens" 1; tail_logs "$D/sockperf-s.log"; return; }
+  preloaded "sockperf server" "$spid" lib
+  w0=$(tm_wire 1)
+  tm_run 1 lib timeout 30 sockperf "$mode" --tcp -i "$S" -p $port "$@" >"$D/sockperf-c.log" 2>&1
+  c=$?
+  bytes=$($payload_cmd "$D/sockperf-c.log")
+  SOCKPERF_WIRE=$(($(tm_wire_settled 1) - w0)) SOCKPERF_BYTES=${bytes:-0} SOCKPERF_EXIT=$c
+  kill -0 "$spid" 2>/dev/null
+  check "$name: the sockperf server is still serving after the client" $?
+  stopped "sockperf server" "$spid"
+  [[ $c -eq 0 ]] || tail_logs "$D"/sockperf-{s,c}.log
+}
+
+# Payloads from sockperf's logs: ping-pong, every message of the run both ways; throughput,
+# every message sent.
+PP_SIZE=16384 TP_SIZE=16384
+pp_payload() {
+  sed 's/\x1b\[[0-9;]*m//g' "$1" | awk -v m=$PP_SIZE -F'[=;]' '/\[Total Run\]/ {
+    for (i = 1; i < NF; i++) { if ($i ~ /SentMessages$/) s = $(i + 1); if ($i ~ /ReceivedMessages$/) r = $(i + 1) }
+    printf "%.0f\n", (s + r) * m }'
+}
+tp_payload() { awk -v m=$TP_SIZE '/Total of [0-9]+ messages sent/ {printf "%.0f\n", $4 * m}' "$1"; }
+
+case_sockperf_pp() {
+  # 16 KiB messages: a bell and an ACK each way per message at most (some 270 bytes on the
+  # wire) stay well under 5% of the payload when freeflow carries it.
+  sockperf_pair "sockperf ping-pong" pp pp_payload -t 2 -m $PP_SIZE --mps 5000000
+  local log=$D/sockperf-c.log lat
+  lat=$(awk '/Summary: Latency is/ {print $(NF - 1)}' "$log")
+  [[ $SOCKPERF_EXIT -eq 0 ]] && grep -q '# dropped messages = 0; # duplicated messages = 0; # out-of-order messages = 0' "$log" &&
+    awk -v l="${lat:-0}" 'BEGIN {exit !(l > 0)}'
+  check "sockperf ping-pong ($PP_SIZE B): exit $SOCKPERF_EXIT, latency ${lat:-none} usec, nothing dropped, duplicated or out of order" $?
+  carried "sockperf ping-pong" lib lib "$SOCKPERF_WIRE" "$SOCKPERF_BYTES" 5
+}
+
+case_sockperf_tp() {
+  sockperf_pair "sockperf throughput" tp tp_payload -t 2 -m $TP_SIZE --mps 5000000
+  local bw
+  bw=$(awk '/Summary: BandWidth is/ {print $5}' "$D/sockperf-c.log")
+  [[ $SOCKPERF_EXIT -eq 0 ]] && awk -v b="${bw:-0}" 'BEGIN {exit !(b > 0)}'
+  check "sockperf throughput ($TP_SIZE B): exit $SOCKPERF_EXIT, ${bw:-no} MBps" $?
+  carried "sockperf throughput" lib lib "$SOCKPERF_WIRE" "$SOCKPERF_BYTES" 5
+}
+
+# random_file PATH BYTES: PATH made of BYTES random bytes (AES-CTR under a random key: as
+# good as random for a transfer, and fast), its SHA-256 taken on the way into HASH[PATH].
+declare -A HASH=()
+random_file() {
+  mkdir -p "$(dirname "$1")"
+  HASH[$1]=$(openssl enc -aes-128-ctr -K "$(openssl rand -hex 16)" -iv "$(openssl rand -hex 16)" \
+    -in /dev/zero 2>/dev/null | head -c "$2" | tee "$1" | sha256)
+  [[ $(stat -c %s "$1") -eq $2 ]]
+}
+sha256() { openssl dgst -sha256 -r "$@" | cut -d' ' -f1; }  # of FILE, or stdin; SHA-NI, unlike coreutils'
+
+# nginx_up HOW: nginx in pod 0 (master and 2 workers, its own configuration, logs and
+# temporary folders in $D/nginx), serving $BIG/www at http://$S:8080/ with sendfile; the
+# access log names each request's connection and its number on it. PID in NGINX_PID.
+nginx_up() {
+  local c=$D/nginx
+  mkdir -p "$c" "$BIG/www"
+  cat >"$c/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 2;
+user root;
+pid $c/nginx.pid;
+error_log $c/error.log;
+events { worker_connections 64; }
+http {
+  log_format conn '\$connection \$connection_requests \$request_uri \$status \$body_bytes_sent';
+  access_log $c/access.log conn;
+  client_body_temp_path $c/body;
+  proxy_temp_path $c/proxy;
+  fastcgi_temp_path $c/fastcgi;
+  uwsgi_temp_path $c/uwsgi;
+  scgi_temp_path $c/scgi;
+  default_type application/octet-stream;
+  sendfile on;
+  keepalive_timeout 30s;
+  server {
+    listen $S:8080;
+    root $BIG/www;
+  }
+}
+EOF
+  tm_bg 0 "$1" nginx -p "$c" -c "$c/nginx.conf" -e "$c/error.log"
+  NGINX_PID=$FF_LAST_PID
+  wait_listen 0 "$NGINX_PID" 8080 || { check "nginx listens" 1; tail_logs "$c/error.log"; return 1; }
+  preloaded nginx "$NGINX_PID" "$1"
+}
+
+# curl_get NAME SERVER_HOW CLIENT_HOW FILE PERCENT: curl in pod 1 downloads FILE of $BIG/www
+# into $BIG, checked by size and hash against the original; then `carried`.
+curl_get() {
+  local name=$1 file=$4 w0 c want got size
+  want=${HASH[$BIG/www/$file]}
+  w0=$(tm_wire 1)
+  tm_run 1 "$3" timeout 120 curl -sS --http1.1 -o "$BIG/got-$file" "http://$S:8080/$file" 2>"$D/curl-$file.err"
+  c=$?
+  local wire=$(($(tm_wire_settled 1) - w0))
+  size=$(stat -c %s "$BIG/got-$file" 2>/dev/null || echo 0)
+  got=$(sha256 "$BIG/got-$file" 2>/dev/null)
+  rm -f "$BIG/got-$file"
+  [[ $c -eq 0 && $got == "$want" && $size -eq $(stat -c %s "$BIG/www/$file") ]]
+  check "$name: curl exit $c, $size bytes, SHA-256 ${got:0:16}... (want ${want:0:16}...)" $?
+  [[ $c -eq 0 ]] || tail_logs "$D/curl-$file.err" "$D/nginx/error.log"
+  carried "$name" "$2" "$3" "$wire" "$size" "$5"
+}
+
+# nginx_download NAME SERVER_HOW CLIENT_HOW: a 64 MiB download (the mixed cases).
+nginx_download() {
+  random_file "$BIG/www/mid.bin" $((64 << 20)) || { check "$1: a 64 MiB file made" 1; return; }
+  nginx_up "$2" || return
+  curl_get "$1" "$2" "$3" mid.bin 1
+  stopped nginx "$NGINX_PID"
+}
+
+case_nginx_curl() {
+  mkdir -p "$BIG/www"
+  random_file "$BIG/www/a.bin" 4096 && random_file "$BIG/www/b.bin" 65536 &&
+    random_file "$BIG/www/big.bin" $((1 << 30))
+  check "files made (4 KiB, 64 KiB and 1 GiB of random bytes)" $? || return
+  nginx_up lib || return
+  # HTTP/1.1 keep-alive: two requests on one connection, as curl and nginx both say.
+  local c ok=0
+  tm_run 1 lib timeout 30 curl -sS -v --http1.1 -o "$BIG/got-a" -o "$BIG/got-b" \
+    "http://$S:8080/a.bin" "http://$S:8080/b.bin" 2>"$D/curl-v.err"
+  c=$?
+  [[ $c -eq 0 && $(sha256 "$BIG/got-a") == "${HASH[$BIG/www/a.bin]}" &&
+    $(sha256 "$BIG/got-b") == "${HASH[$BIG/www/b.bin]}" ]] || ok=1
+  check "curl url1 url2: both files intact (exit $c)" $ok
+  grep -q 'Re-using existing connection' "$D/curl-v.err"
+  check "curl re-used its connection for the second request" $?
+  # nginx writes its access log line when a request ends: wait for both (bounded).
+  wait_line "$D/nginx/access.log" ' /b\.bin 200 ' 5 >/dev/null
+  awk '$3 == "/a.bin" {a = $1; an = $2} $3 == "/b.bin" {b = $1; bn = $2}
+    END {exit !(a != "" && a == b && an == 1 && bn == 2)}' "$D/nginx/access.log"
+  check "nginx served both on one connection, as its requests 1 and 2" $?
+  [[ $ok -eq 0 ]] || tail_logs "$D/curl-v.err" "$D/nginx/access.log" "$D/nginx/error.log"
+  curl_get "curl of 1 GiB from nginx" lib lib big.bin 1
+  stopped nginx "$NGINX_PID"
+}
+
+case_redis() {
+  local port=6390 c=$D/redis
+  mkdir -p "$c"
+  printf '%s\n' "bind $S" "port $port" "protected-mode no" 'save ""' "appendonly no" "dir $c" \
+    "daemonize no" "logfile $c/redis.log" >"$c/redis.conf"
+  tm_bg 0 lib redis-server "$c/redis.conf"
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" $port || { check "redis-server listens" 1; tail_logs "$c/redis.log"; return; }
+  preloaded redis-server "$spid" lib
+  local value="freeflow-$RANDOM$RANDOM" got
+  got=$(tm_run 1 lib timeout 10 redis-cli -h "$S" -p $port SET tm:key "$value" 2>&1)$(
+    tm_run 1 lib timeout 10 redis-cli -h "$S" -p $port GET tm:key 2>&1)
+  [[ $got == "OK$value" ]]
+  check "redis-cli SET then GET gives the value back ($got)" $?
+  # 16 KiB values, each request answered before the next on its connection: a bell and an
+  # ACK each way per request at most stay well under 5% of the payload under freeflow.
+  local n=5000 d=16384 w0 st
+  w0=$(tm_wire 1)
+  tm_run 1 lib timeout 120 redis-benchmark -h "$S" -p $port -n $n -d $d -t set,get,lpush,lpop -q \
+    >"$c/bench.log" 2>&1
+  st=$?
+  local wire=$(($(tm_wire_settled 1) - w0))
+  tr '\r' '\n' <"$c/bench.log" | grep -E '^[A-Z]+: .*requests per second' | tail -n 4
+  [[ $st -eq 0 ]] && ! grep -qiE 'error|could not' "$c/bench.log" &&
+    [[ $(tr '\r' '\n' <"$c/bench.log" | grep -cE '^(SET|GET|LPUSH|LPOP): [0-9.]*[1-9][0-9.]* requests per second') -eq 4 ]]
+  check "redis-benchmark -t set,get,lpush,lpop -n $n -d $d: 4 rates, no error (exit $st)" $?
+  [[ $st -eq 0 ]] || tail_logs "$c/bench.log" "$c/redis.log"
+  carried "redis-benchmark" lib lib "$wire" $((4 * n * d)) 5
+  stopped redis-server "$spid"
+}
+
+case_scp() {
+  local port=2222 c=$D/ssh made_run=0
+  mkdir -p "$c"
+  ssh-keygen -q -t ed25519 -N '' -f "$c/host_key" && ssh-keygen -q -t ed25519 -N '' -f "$c/id" &&
+    cp "$c/id.pub" "$c/authorized_keys" || { check "keys made" 1; return; }
+  printf '%s\n' "Port $port" "ListenAddress $S" "HostKey $c/host_key" "PidFile $c/sshd.pid" \
+    "AuthorizedKeysFile $c/authorized_keys" "PermitRootLogin prohibit-password" "PasswordAuthentication no" \
+    "KbdInteractiveAuthentication no" "UsePAM no" "StrictModes no" "LogLevel VERBOSE" \
+    "Subsystem sftp /usr/lib/openssh/sftp-server" >"$c/sshd_config"
+  # sshd's privilege-separation folder (Debian's init script makes it); removed if made here.
+  [[ -d /run/sshd ]] || { mkdir -m 0755 /run/sshd && made_run=1; }
+  random_file "$BIG/src.bin" $((1 << 30))
+  check "a 1 GiB file of random bytes made" $? || return
+  # In the foreground (-D), re-executing itself for each connection (the default): the
+  # connection's socket goes through fork and exec into the new sshd.
+  tm_bg 0 lib /usr/sbin/sshd -D -e -f "$c/sshd_config" 2>"$c/sshd.log"
+  local spid=$FF_LAST_PID w0 st
+  if wait_listen 0 "$spid" $port; then
+    preloaded sshd "$spid" lib
+    w0=$(tm_wire 1)
+    # AES-GCM (AES-NI) rather than the default ChaCha20: the cipher is not under test, the
+    # suite's time is.
+    tm_run 1 lib timeout 120 scp -q -F /dev/null -i "$c/id" -P $port -o BatchMode=yes -o IdentitiesOnly=yes \
+      -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o GlobalKnownHostsFile=/dev/null \
+      -o LogLevel=ERROR -c aes128-gcm@openssh.com "root@$S:$BIG/src.bin" "$BIG/dst.bin" 2>"$c/scp.err"
+    st=$?
+    local wire=$(($(tm_wire_settled 1) - w0)) size want got
+    size=$(stat -c %s "$BIG/dst.bin" 2>/dev/null || echo 0)
+    want=${HASH[$BIG/src.bin]} got=$(sha256 "$BIG/dst.bin" 2>/dev/null)
+    rm -f "$BIG/src.bin" "$BIG/dst.bin"
+    [[ $st -eq 0 && $size -eq $((1 << 30)) && $got == "$want" ]]
+    check "scp of 1 GiB from the server pod: exit $st, $size bytes, SHA-256 ${got:0:16}... (want ${want:0:16}...)" $?
+    grep -q "Accepted publickey for root from $(ff_pod_ip 1)" "$c/sshd.log"
+    check "sshd accepted the client's key" $?
+    [[ $st -eq 0 ]] || tail_logs "$c/scp.err" "$c/sshd.log"
+    carried "scp" lib lib "$wire" "$size" 5
+  else
+    check "sshd listens" 1
+    tail_logs "$c/sshd.log"
+  fi
+  stopped sshd "$spid"
+  ((made_run)) && rmdir /run/sshd 2>/dev/null
+}
+
+# The router restarts in the middle of a transfer (one node): the connection goes on through
+# freeflow (the router is not on its data path), and connections made after the restart are
+# accelerated again (iperf3's control connection makes the server's library register its
+# listener with the new router; its data connection is then a stream).
+case_router_restart() {
+  local port=5201 w0 cpid st bytes
+  tm_bg 0 lib iperf3 -s -B "$S" -p $port >"$D/iperf-s.log" 2>&1  # serves both runs
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" $port || { check "the iperf3 server listens" 1; return; }
+  w0=$(tm_wire 1)
+  tm_run 1 lib timeout 30 iperf3 -c "$S" -p $port -J -t 4 >"$D/iperf-c.json" 2>"$D/iperf-c.err" &
+  cpid=$!
+  sleep 1.5
+  pod_router_kill 0 TERM
+  router_up_known_pods
+  check "the router started again during the transfer" $?
+  wait "$cpid"
+  st=$?
+  bytes=$(tm_json "$D/iperf-c.json" 'j["end"]["sum_received"]["bytes"]')
+  [[ $st -eq 0 && ${bytes:-0} -gt 0 ]]
+  check "iperf3 -t 4 across the restart: exit $st, ${bytes:-no} bytes" $?
+  [[ $st -eq 0 ]] || tail_logs "$D/iperf-c.err" "$D/iperf-c.json" "$FF_DIR/router.log"
+  carried "the connection across the restart" lib lib $(($(tm_wire_settled 1) - w0)) "${bytes:-0}" 1
+  w0=$(tm_wire 1)
+  tm_run 1 lib timeout 30 iperf3 -c "$S" -p $port -J -t 1 >"$D/iperf-c2.json" 2>"$D/iperf-c2.err"
+  st=$?
+  bytes=$(tm_json "$D/iperf-c2.json" 'j["end"]["sum_received"]["bytes"]')
+  [[ $st -eq 0 && ${bytes:-0} -gt 0 ]]
+  check "a new iperf3 after the restart: exit $st, ${bytes:-no} bytes" $?
+  carried "the connection made after the restart" lib lib $(($(tm_wire_settled 1) - w0)) "${bytes:-0}" 1
+  stopped "iperf3 server" "$spid"
+}
+
+case $case in
+  iperf3) iperf "iperf3, 1 stream" lib lib -t 2 ;;
+  iperf3_p4) iperf "iperf3, 4 streams" lib lib -t 2 -P 4 ;;
+  iperf3_R) iperf "iperf3 -R (the server sends)" lib lib -t 2 -R ;;
+  sockperf_pp) case_sockperf_pp ;;
+  sockperf_tp) case_sockperf_tp ;;
+  nginx_curl) case_nginx_curl ;;
+  redis) case_redis ;;
+  scp) case_scp ;;
+  router_restart)
+    [[ $where == same ]] || { echo "router_restart runs on one node"; exit 2; }
+    case_router_restart
+    ;;
+  mixed_client)
+    iperf "iperf3, the client alone with the library" plain lib -t 2
+    nginx_download "curl with the library from nginx without it" plain lib
+    ;;
+  mixed_server)
+    iperf "iperf3, the server alone with the library" lib plain -t 2
+    nginx_download "curl without the library from nginx with it" lib plain
+    ;;
+  *)
+    echo "unknown case $case"
+    exit 2
+    ;;
+esac
+[[ $failures -eq 0 ]]

@@ -1,0 +1,459 @@
+// TCP mode's router side (SocketService): socket sessions, listeners, connection records and
+// their claims, spoken by raw pods as a hostile pod would speak them. Garbage collection is
+// in stream_gc_test.cc.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "log_capture.h"
+#include "sock_pod.h"
+
+namespace ff::router::test {
+namespace {
+
+const uint32_t kA = Ip("10.0.0.1");
+const uint32_t kB = Ip("10.0.0.2");
+const uint32_t kC = Ip("10.0.0.3");
+constexpr uint16_t kServerPort = 5000;
+constexpr uint16_t kClientPort = 40000;
+
+class SocketServiceTest : public ::testing::Test {
+ protected:
+  explicit SocketServiceTest(PodLimits limits = DefaultPodLimits())
+      : router_(TestRouter::Options{.limits = limits}) {}
+
+  // A socket session of the pod at `ip` (namespace `netns`), served.
+  std::unique_ptr<SockPod> Pod(uint32_t ip, uint64_t netns = 0) {
+    auto p = std::make_unique<SockPod>(router_, ip, netns);
+    EXPECT_EQ(p->SockHello(), 0);
+    return p;
+  }
+  // B listens on kServerPort; A connects to it from kClientPort.
+  SockAnswer ConnectAToB(SockPod& a, SockPod& b) {
+    EXPECT_EQ(b.Listen(kServerPort), 0);
+    return a.Connect(kB, kClientPort, kServerPort);
+  }
+
+  // Pods A and B, and A's connect to B (in a_, b_ and c_): true when it got a record.
+  bool Connected() {
+    a_ = Pod(kA);
+    b_ = Pod(kB);
+    c_ = ConnectAToB(*a_, *b_);
+    return c_.status == 0;
+  }
+
+  TestRouter router_;
+  std::unique_ptr<SockPod> a_, b_;
+  SockAnswer c_;
+};
+
+// ---- sessions -----------------------------------------------------------------------------
+
+TEST_F(SocketServiceTest, ASocketSessionIsServed) {
+  SockPod a(router_, kA);
+  ASSERT_EQ(a.SockHello(), 0);
+  EXPECT_EQ(a.sock_hello().ip, htonl(kA));
+  EXPECT_EQ(a.sock_hello().prefix_len, 8u);
+  EXPECT_STREQ(a.sock_hello().node, "node-a");
+  EXPECT_EQ(router_.Stat("sessions"), 1u);
+  EXPECT_EQ(router_.Stat("pods"), 0u);  // no verbs context
+}
+
+TEST_F(SocketServiceTest, AnotherAbiIsRefusedWithTheReason) {
+  SockPod a(router_, kA);
+  EXPECT_EQ(a.SockHello(kAbiVersion + 1), EPROTO);
+  EXPECT_NE(std::strstr(a.sock_hello().node, "does not match"), nullptr);
+}
+
+TEST_F(SocketServiceTest, ARefusedClientReadsWhyAtSockHello) {
+  SockPod nobody(router_, 0);  // the fake identity refuses it (no overlay address)
+  EXPECT_EQ(nobody.SockHello(), EACCES);
+  EXPECT_NE(std::strstr(nobody.sock_hello().node, "no address inside the overlay"), nullptr);
+}
+
+TEST_F(SocketServiceTest, ANamespaceTheRouterCannotWatchIsRefused) {
+  router_.streams().FailOpen("cannot enter the client's network namespace");
+  SockPod a(router_, kA);
+  EXPECT_EQ(a.SockHello(), EACCES);
+  EXPECT_NE(std::strstr(a.sock_hello().node, "TCP mode unavailable"), nullptr);
+  EXPECT_TRUE(a.Disconnected());
+}
+
+// Sends a SockListen the router must not take from `pod`: true when it drops the pod.
+bool ListenDrops(RawPod& pod) {
+  proto::SockListen m{};
+  m.port = kServerPort;
+  pod.SendRaw(&m, sizeof(m));
+  return pod.Disconnected();
+}
+
+TEST_F(SocketServiceTest, AVerbsSessionThatSendsASocketRequestIsDropped) {
+  RawPod v(router_, kA);
+  ASSERT_EQ(v.Hello(), 0);
+  EXPECT_TRUE(ListenDrops(v));
+}
+
+TEST_F(SocketServiceTest, ASocketSessionThatSendsAVerbsRequestIsDropped) {
+  auto a = Pod(kA);
+  proto::CreateCq m{};
+  m.cq_id = 1;
+  m.notify_slot = m.chan_id = proto::kNoId;
+  a->SendRaw(&m, sizeof(m));
+  EXPECT_TRUE(a->Disconnected());
+}
+
+TEST_F(SocketServiceTest, ASocketRequestBeforeSockHelloIsDropped) {
+  SockPod a(router_, kA);
+  EXPECT_TRUE(ListenDrops(a));
+}
+
+TEST_F(SocketServiceTest, ASecondHelloOfEitherKindIsDropped) {
+  auto a = Pod(kA);
+  proto::SockHello again{};
+  again.abi = kAbiVersion;
+  a->SendRaw(&again, sizeof(again));
+  EXPECT_TRUE(a->Disconnected());
+  auto b = Pod(kB);
+  EXPECT_NE(b->Hello(), 0);  // a verbs HELLO on a socket session: no answer, dropped
+  EXPECT_TRUE(b->Disconnected());
+}
+
+class SocketSessionQuotaTest : public SocketServiceTest {
+ protected:
+  SocketSessionQuotaTest() : SocketServiceTest(WithLimits({{Quota::kSessions, 1}})) {}
+};
+
+TEST_F(SocketSessionQuotaTest, SocketSessionsCountAgainstThePodsSessions) {
+  auto a = Pod(kA);
+  SockPod second(router_, kA);
+  EXPECT_EQ(second.SockHello(), EMFILE);
+  EXPECT_NE(std::strstr(second.sock_hello().node, "--max-sessions-per-pod"), nullptr);
+  auto b = Pod(kB);  // another pod is served
+}
+
+// ---- listeners ----------------------------------------------------------------------------
+
+TEST_F(SocketServiceTest, AListenerTakesConnectsUntilItIsUnregistered) {
+  auto a = Pod(kA), b = Pod(kB);
+  EXPECT_EQ(a->Connect(kB, kClientPort, kServerPort).status, ENOENT);
+  ASSERT_EQ(b->Listen(kServerPort), 0);
+  EXPECT_EQ(router_.Stat("listeners"), 1u);
+  EXPECT_EQ(a->Connect(kB, kClientPort, kServerPort).status, 0);
+  b->Unlisten(kServerPort);
+  ASSERT_TRUE(b->Sync());
+  EXPECT_EQ(router_.Stat("listeners"), 0u);
+  EXPECT_EQ(a->Connect(kB, kClientPort + 1, kServerPort).status, ENOENT);
+}
+
+TEST_F(SocketServiceTest, ListenersGoWithTheirSession) {
+  auto a = Pod(kA);
+  auto b = Pod(kB);
+  ASSERT_EQ(b->Listen(kServerPort), 0);
+  ASSERT_EQ(b->Listen(kServerPort + 1), 0);
+  b.reset();
+  EXPECT_TRUE(WaitFor([&] { return router_.Stat("listeners") == 0; }));
+  EXPECT_EQ(a->Connect(kB, kClientPort, kServerPort).status, ENOENT);
+}
+
+TEST_F(SocketServiceTest, EachSessionUnregistersOnlyItsOwnRegistrations) {
+  auto a = Pod(kA);
+  auto b1 = Pod(kB), b2 = Pod(kB);
+  ASSERT_EQ(b1->Listen(kServerPort), 0);
+  b2->Unlisten(kServerPort);  // not b2's
+  ASSERT_TRUE(b2->Sync());
+  EXPECT_EQ(router_.Stat("listeners"), 1u);
+  ASSERT_EQ(b2->Listen(kServerPort), 0);
+  b1.reset();  // b2's registration of the same port stays
+  EXPECT_TRUE(WaitFor([&] { return router_.Stat("listeners") == 1; }));
+  EXPECT_EQ(a->Connect(kB, kClientPort, kServerPort).status, 0);
+}
+
+TEST_F(SocketServiceTest, PortsOutsideOneTo65535AreInvalid) {
+  auto a = Pod(kA), b = Pod(kB);
+  EXPECT_EQ(b->Listen(0), EINVAL);
+  EXPECT_EQ(b->Listen(65536), EINVAL);
+  EXPECT_EQ(b->Listen(0xffffffffu), EINVAL);
+  EXPECT_EQ(b->Listen(65535), 0);
+  EXPECT_EQ(a->Connect(kB, 0, 65535).status, EINVAL);
+  EXPECT_EQ(a->Connect(kB, kClientPort, 0).status, EINVAL);
+  EXPECT_EQ(b->Claim(kA, 0, kClientPort).status, EINVAL);
+  EXPECT_EQ(b->Claim(kA, 65535, 0).status, EINVAL);
+  EXPECT_TRUE(a->Sync());  // nothing dropped the pods
+}
+
+class ListenerQuotaTest : public SocketServiceTest {
+ protected:
+  ListenerQuotaTest() : SocketServiceTest(WithLimits({{Quota::kListeners, 2}})) {}
+};
+
+TEST_F(ListenerQuotaTest, APodOverItsListenersIsRefusedAndLogged) {
+  auto b1 = Pod(kB), b2 = Pod(kB), c = Pod(kC);
+  ff::testing::LogCapture log;
+  EXPECT_EQ(b1->Listen(1), 0);
+  EXPECT_EQ(b2->Listen(2), 0);  // the pod's quota, over its sessions
+  EXPECT_EQ(b2->Listen(3), ENOSPC);
+  EXPECT_EQ(b1->Listen(4), ENOSPC);
+  EXPECT_EQ(log.Count({"10.0.0.2", "TCP-mode listening ports", "--max-sock-listeners-per-pod"}), 1);
+  EXPECT_EQ(c->Listen(1), 0);  // another pod is not affected
+  b1->Unlisten(1);
+  ASSERT_TRUE(b1->Sync());
+  EXPECT_EQ(b2->Listen(3), 0);
+}
+
+// ---- connect ------------------------------------------------------------------------------
+
+TEST_F(SocketServiceTest, AConnectToAnAddressWithoutASessionIsKernelTcp) {
+  auto a = Pod(kA);
+  EXPECT_EQ(a->Connect(kC, kClientPort, kServerPort).status, ENOENT);
+  EXPECT_EQ(a->Connect(Ip("192.0.2.1"), kClientPort, kServerPort).status, ENOENT);
+  EXPECT_EQ(router_.Stat("streams"), 0u);
+}
+
+TEST_F(SocketServiceTest, AVerbsSessionIsNotAListener) {
+  auto a = Pod(kA);
+  RawPod v(router_, kB);
+  ASSERT_EQ(v.Hello(), 0);
+  EXPECT_EQ(a->Connect(kB, kClientPort, kServerPort).status, ENOENT);
+}
+
+TEST_F(SocketServiceTest, AConnectGivesTwoSealedMemfdsOfTheRightSizes) {
+  ASSERT_TRUE(Connected());
+  EXPECT_EQ(c_.reply.role, proto::kStreamClient);
+  EXPECT_EQ(c_.reply.ring_bytes, kStreamRingBytes);
+  EXPECT_TRUE(ValidStreamRingBytes(c_.reply.ring_bytes));
+  ASSERT_EQ(c_.fds.size(), 2u);
+  EXPECT_EQ(SizeOf(c_.fds[0].get()), StreamSegmentBytes(kStreamRingBytes));
+  EXPECT_EQ(SizeOf(c_.fds[1].get()), kStreamSideBytes);
+  for (const UniqueFd& fd : c_.fds) {
+    const int seals = ::fcntl(fd.get(), F_GET_SEALS);
+    EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+              F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    EXPECT_EQ(seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE), 0);  // both ends write it
+  }
+  EXPECT_EQ(router_.Stat("streams"), 1u);
+}
+
+// A hostile end tries to pull the segment out from under the other end: shrink it (SIGBUS
+// there), grow it, or seal it against the writes of an end that maps it later.
+TEST_F(SocketServiceTest, AnEndCannotResizeOrResealTheSegment) {
+  ASSERT_TRUE(Connected());
+  for (const UniqueFd& fd : c_.fds) {
+    EXPECT_NE(::ftruncate(fd.get(), 0), 0);
+    EXPECT_NE(::ftruncate(fd.get(), 64 << 20), 0);
+    EXPECT_NE(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_FUTURE_WRITE), 0);
+    EXPECT_EQ(errno, EPERM);
+  }
+  SockAnswer s = b_->Claim(kA, kServerPort, kClientPort);
+  ASSERT_EQ(s.status, 0);
+  EXPECT_EQ(SizeOf(s.fds[0].get()), StreamSegmentBytes(kStreamRingBytes));
+  void* p =
+      ::mmap(nullptr, kStreamHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.fds[0].get(), 0);
+  EXPECT_NE(p, MAP_FAILED);
+  if (p != MAP_FAILED) ::munmap(p, kStreamHeaderBytes);
+}
+
+TEST_F(SocketServiceTest, WhatOneEndWritesTheOtherEndsClaimSees) {
+  ASSERT_TRUE(Connected());
+  const uint64_t bytes = StreamSegmentBytes(kStreamRingBytes);
+  Mapping client_map, server_map;
+  ASSERT_EQ(MapPeerSegment(c_.fds[0].get(), bytes, true, &client_map), 0);
+  const char text[] = "ring 0: from the client";
+  std::memcpy(client_map.as<char>() + StreamRingData(kStreamRingBytes, 0), text, sizeof(text));
+  SockAnswer s = b_->Claim(kA, kServerPort, kClientPort);
+  ASSERT_EQ(s.status, 0);
+  ASSERT_EQ(MapPeerSegment(s.fds[0].get(), bytes, true, &server_map), 0);
+  EXPECT_STREQ(server_map.as<char>() + StreamRingData(kStreamRingBytes, 0), text);
+  const char back[] = "ring 1: from the server";
+  std::memcpy(server_map.as<char>() + StreamRingData(kStreamRingBytes, 1), back, sizeof(back));
+  EXPECT_STREQ(client_map.as<char>() + StreamRingData(kStreamRingBytes, 1), back);
+}
+
+TEST_F(SocketServiceTest, ASocketFacingItselfIsKernelTcp) {
+  auto a = Pod(kA);
+  ASSERT_EQ(a->Listen(kServerPort), 0);
+  EXPECT_EQ(a->Connect(kA, kServerPort, kServerPort).status, ENOENT);
+}
+
+TEST_F(SocketServiceTest, AConnectOfTheSameTupleReplacesTheRecord) {
+  auto a = Pod(kA), b = Pod(kB);
+  SockAnswer first = ConnectAToB(*a, *b);
+  SockAnswer second = a->Connect(kB, kClientPort, kServerPort);
+  ASSERT_EQ(first.status, 0);
+  ASSERT_EQ(second.status, 0);
+  EXPECT_FALSE(SameMemfd(first.fds[0], second.fds[0]));
+  EXPECT_EQ(router_.Stat("streams"), 1u);
+  SockAnswer s = b->Claim(kA, kServerPort, kClientPort);
+  ASSERT_EQ(s.status, 0);
+  EXPECT_TRUE(SameMemfd(s.fds[0], second.fds[0]));
+}
+
+// ---- claim --------------------------------------------------------------------------------
+
+TEST_F(SocketServiceTest, TheServerClaimsItsEnd) {
+  ASSERT_TRUE(Connected());
+  SockAnswer s = b_->Claim(kA, kServerPort, kClientPort);
+  ASSERT_EQ(s.status, 0);
+  EXPECT_EQ(s.reply.role, proto::kStreamServer);
+  EXPECT_EQ(s.reply.ring_bytes, kStreamRingBytes);
+  ASSERT_EQ(s.fds.size(), 2u);
+  EXPECT_TRUE(SameMemfd(s.fds[0], c_.fds[0]));   // one segment
+  EXPECT_FALSE(SameMemfd(s.fds[1], c_.fds[1]));  // a side each
+  EXPECT_EQ(SizeOf(s.fds[1].get()), kStreamSideBytes);
+}
+
+TEST_F(SocketServiceTest, ClaimsRepeatWithTheSameMemfds) {
+  ASSERT_TRUE(Connected());
+  for (int i = 0; i < 3; ++i) {
+    SockAnswer again = a_->Claim(kB, kClientPort, kServerPort);  // a client after exec
+    ASSERT_EQ(again.status, 0);
+    EXPECT_EQ(again.reply.role, proto::kStreamClient);
+    EXPECT_TRUE(SameMemfd(again.fds[0], c_.fds[0]));
+    EXPECT_TRUE(SameMemfd(again.fds[1], c_.fds[1]));
+    SockAnswer s1 = b_->Claim(kA, kServerPort, kClientPort);
+    SockAnswer s2 = b_->Claim(kA, kServerPort, kClientPort);  // a forked server
+    ASSERT_EQ(s1.status, 0);
+    ASSERT_EQ(s2.status, 0);
+    EXPECT_TRUE(SameMemfd(s1.fds[1], s2.fds[1]));
+  }
+}
+
+TEST_F(SocketServiceTest, ANewSessionOfThePodClaimsAfterExec) {
+  ASSERT_TRUE(Connected());
+  a_.reset();  // the program execs: its session closes, the record stays
+  auto exec = Pod(kA);
+  SockAnswer again = exec->Claim(kB, kClientPort, kServerPort);
+  ASSERT_EQ(again.status, 0);
+  EXPECT_TRUE(SameMemfd(again.fds[0], c_.fds[0]));
+}
+
+TEST_F(SocketServiceTest, BothEndsInOnePodAreToldApartByTheirPorts) {
+  auto a = Pod(kA);
+  ASSERT_EQ(a->Listen(kServerPort), 0);
+  SockAnswer c = a->Connect(kA, kClientPort, kServerPort);
+  ASSERT_EQ(c.status, 0);
+  SockAnswer s = a->Claim(kA, kServerPort, kClientPort);
+  ASSERT_EQ(s.status, 0);
+  EXPECT_EQ(s.reply.role, proto::kStreamServer);
+  SockAnswer again = a->Claim(kA, kClientPort, kServerPort);
+  ASSERT_EQ(again.status, 0);
+  EXPECT_EQ(again.reply.role, proto::kStreamClient);
+  EXPECT_TRUE(SameMemfd(again.fds[1], c.fds[1]));
+  EXPECT_FALSE(SameMemfd(s.fds[1], c.fds[1]));
+}
+
+// A third pod names someone else's connection, as either end, with its own address (the
+// router never takes an address from a request).
+TEST_F(SocketServiceTest, AThirdPodCannotClaimSomeoneElsesRecord) {
+  auto a = Pod(kA), b = Pod(kB), c = Pod(kC);
+  ASSERT_EQ(ConnectAToB(*a, *b).status, 0);
+  EXPECT_EQ(c->Claim(kA, kServerPort, kClientPort).status, ENOENT);  // as the server
+  EXPECT_EQ(c->Claim(kB, kClientPort, kServerPort).status, ENOENT);  // as the client
+  EXPECT_EQ(c->Claim(kC, kServerPort, kClientPort).status, ENOENT);
+  EXPECT_EQ(a->Claim(kA, kServerPort, kClientPort).status, ENOENT);  // the client as server
+  EXPECT_EQ(b->Claim(kB, kClientPort, kServerPort).status, ENOENT);  // the server as client
+  EXPECT_EQ(b->Claim(kA, kClientPort, kServerPort).status, ENOENT);  // ports swapped
+}
+
+// The server's pod is gone and another namespace now holds its address (a pod that took it,
+// or a new pod given it): it is not the end the record names.
+TEST_F(SocketServiceTest, AnotherNamespaceWithTheSameAddressCannotClaim) {
+  auto a = Pod(kA, 1);
+  auto b = Pod(kB, 2);
+  ASSERT_EQ(ConnectAToB(*a, *b).status, 0);
+  b.reset();
+  EXPECT_TRUE(WaitFor([&] { return router_.Stat("sessions") == 1; }));
+  auto impostor = Pod(kB, 3);
+  EXPECT_EQ(impostor->Claim(kA, kServerPort, kClientPort).status, ENOENT);
+  auto a_elsewhere = Pod(kC, 1);
+  EXPECT_EQ(a_elsewhere->Claim(kB, kClientPort, kServerPort).status, ENOENT);
+}
+
+// ---- release ------------------------------------------------------------------------------
+
+TEST_F(SocketServiceTest, TheClientReleasesAnUnclaimedRecord) {
+  auto a = Pod(kA), b = Pod(kB);
+  ASSERT_EQ(ConnectAToB(*a, *b).status, 0);
+  a->Release(kB, kClientPort, kServerPort);
+  ASSERT_TRUE(a->Sync());
+  EXPECT_EQ(router_.Stat("streams"), 0u);
+  EXPECT_EQ(b->Claim(kA, kServerPort, kClientPort).status, ENOENT);
+}
+
+TEST_F(SocketServiceTest, AClaimedRecordIsNotReleased) {
+  auto a = Pod(kA), b = Pod(kB);
+  ASSERT_EQ(ConnectAToB(*a, *b).status, 0);
+  ASSERT_EQ(b->Claim(kA, kServerPort, kClientPort).status, 0);
+  a->Release(kB, kClientPort, kServerPort);
+  ASSERT_TRUE(a->Sync());
+  EXPECT_EQ(router_.Stat("streams"), 1u);
+  EXPECT_EQ(b->Claim(kA, kServerPort, kClientPort).status, 0);
+}
+
+TEST_F(SocketServiceTest, OnlyTheClientReleases) {
+  auto a = Pod(kA), b = Pod(kB), c = Pod(kC);
+  ASSERT_EQ(ConnectAToB(*a, *b).status, 0);
+  b->Release(kA, kServerPort, kClientPort);  // the server, from its side
+  b->Release(kB, kClientPort, kServerPort);
+  c->Release(kB, kClientPort, kServerPort);  // a third pod with the client's ports
+  ASSERT_TRUE(b->Sync());
+  ASSERT_TRUE(c->Sync());
+  EXPECT_EQ(router_.Stat("streams"), 1u);
+  EXPECT_EQ(b->Claim(kA, kServerPort, kClientPort).status, 0);
+}
+
+// ---- quotas -------------------------------------------------------------------------------
+
+class StreamQuotaTest : public SocketServiceTest {
+ protected:
+  StreamQuotaTest() : SocketServiceTest(WithLimits({{Quota::kStreams, 2}})) {}
+};
+
+TEST_F(StreamQuotaTest, APodOverItsRecordsIsRefusedAndLogged) {
+  auto a = Pod(kA), b = Pod(kB), c = Pod(kC);
+  ASSERT_EQ(b->Listen(kServerPort), 0);
+  ff::testing::LogCapture log;
+  EXPECT_EQ(a->Connect(kB, 1, kServerPort).status, 0);
+  EXPECT_EQ(a->Connect(kB, 2, kServerPort).status, 0);
+  EXPECT_EQ(a->Connect(kB, 3, kServerPort).status, ENOSPC);
+  EXPECT_EQ(a->Connect(kB, 4, kServerPort).status, ENOSPC);
+  EXPECT_EQ(log.Count({"10.0.0.1", "TCP-mode connections", "--max-streams-per-pod"}), 1);
+  EXPECT_EQ(c->Connect(kB, 1, kServerPort).status, 0);  // another pod is served
+  EXPECT_EQ(a->Connect(kB, 2, kServerPort).status, 0);  // a replaced record costs nothing more
+  a->Release(kB, 1, kServerPort);
+  ASSERT_TRUE(a->Sync());
+  EXPECT_EQ(a->Connect(kB, 3, kServerPort).status, 0);
+}
+
+// Records outlive the session that made them, and so does their charge: a pod cannot get
+// past its quota by closing sessions.
+TEST_F(StreamQuotaTest, RecordsStayChargedAfterTheirSessionCloses) {
+  auto b = Pod(kB);
+  ASSERT_EQ(b->Listen(kServerPort), 0);
+  for (uint16_t port : {1, 2}) {
+    auto a = Pod(kA);
+    EXPECT_EQ(a->Connect(kB, port, kServerPort).status, 0);
+  }
+  auto a = Pod(kA);
+  EXPECT_EQ(a->Connect(kB, 3, kServerPort).status, ENOSPC);
+  EXPECT_EQ(router_.Stat("streams"), 2u);
+}
+
+class StreamFdQuotaTest : public SocketServiceTest {
+ protected:
+  // The session's socket and two records' segment and sides.
+  StreamFdQuotaTest() : SocketServiceTest(WithLimits({{Quota::kFds, 7}})) {}
+};
+
+TEST_F(StreamFdQuotaTest, RecordsCountAgainstThePodsDescriptors) {
+  auto a = Pod(kA), b = Pod(kB);
+  ASSERT_EQ(b->Listen(kServerPort), 0);
+  EXPECT_EQ(a->Connect(kB, 1, kServerPort).status, 0);
+  EXPECT_EQ(a->Connect(kB, 2, kServerPort).status, 0);
+  EXPECT_EQ(a->Connect(kB, 3, kServerPort).status, EMFILE);
+}
+
+}  // namespace
+}  // namespace ff::router::test
