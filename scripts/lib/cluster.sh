@@ -305,6 +305,10 @@ mn_router_down() {
 # the tails of both logs are printed. The client's output stays in $FF_DIR/client.log. A
 # pair whose perftest could not measure the CPU clock runs once more (perftest_clock_failed).
 mn_pair() { again_if_perftest_clock_failed mn_pair_once "$@"; }
+# log_tail FILE: the end of a tool's log without its address lines. A tool's stdout reaches
+# a file only at exit, after what it wrote to stderr: an error message sits above a long
+# list of addresses (ibv_srq_pingpong prints 32), which a plain tail hides.
+log_tail() { grep -v ' address: ' "$1" | tail -n 12; }
 mn_pair_once() {
   local sn=$1 sp=$2 cn=$3 cp=$4
   shift 4
@@ -318,7 +322,7 @@ mn_pair_once() {
   local c=$?
   wait_pid "$spid" 30
   local s=$?
-  [[ $c -ne 0 || $s -ne 0 ]] && { echo "--- server (exit $s)"; tail -n 12 "$FF_DIR/server.log"; echo "--- client (exit $c)"; tail -n 12 "$FF_DIR/client.log"; }
+  [[ $c -ne 0 || $s -ne 0 ]] && { echo "--- server (exit $s)"; log_tail "$FF_DIR/server.log"; echo "--- client (exit $c)"; log_tail "$FF_DIR/client.log"; }
   [[ $c -eq 0 && $s -eq 0 ]]
 }
 

@@ -35,7 +35,7 @@ pair_once() {
   local s=$?
   local st=$((c != 0 || s != 0))
   if [[ $st -ne 0 ]]; then
-    echo "--- server"; tail -n 15 "$FF_DIR/server.log"; echo "--- client"; tail -n 15 "$FF_DIR/client.log"
+    echo "--- server"; log_tail "$FF_DIR/server.log"; echo "--- client"; log_tail "$FF_DIR/client.log"
   fi
   if [[ $vendor == mlx5 && $st -eq 0 ]] && ! grep -q "ibv_wr_\* API" "$FF_DIR/client.log"; then
     echo "--- client did not use the ibv_wr_* API"; st=1

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "link.h"
+#include "send_queue.h"
 #include "session.h"
 
 namespace ffv {
@@ -130,6 +131,13 @@ uint64_t PeerWaitNs(const Qp* qp) {
 
 }  // namespace
 
+uint64_t RetryExhaustedAt(const Qp* qp, uint64_t now_ns) {
+  const uint32_t t = qp->attr.timeout;
+  if (t == 0) return now_ns + ff::kPeerErrorMaxDelayNs;
+  const uint64_t each = uint64_t{4096} << std::min(t, 31u);
+  return now_ns + std::min(ff::kPeerErrorMaxDelayNs, each * (qp->attr.retry_cnt + 1u));
+}
+
 Exec AwaitPeer(Qp* qp, ibv_wc_status* st) {
   Qp::AwaitedPeer& a = qp->awaited;
   const uint64_t now = ff::MonotonicNs();
@@ -145,10 +153,19 @@ Exec AwaitPeer(Qp* qp, ibv_wc_status* st) {
     a.next_ns = now + a.backoff_ns;
     return Exec::kBlocked;
   }
-  LogError("QP 0x%x: QP 0x%x never accepted the connection: %s", qp->qpx.qp_base.qp_num, a.qpn,
-           rc == EINPROGRESS ? "it did not name this QP in time" : std::strerror(rc));
   a.waiting = false;
   *st = IBV_WC_RETRY_EXC_ERR;
+  if (rc == EINPROGRESS) {
+    LogError("QP 0x%x: QP 0x%x did not name this QP in time: the connection failed",
+             qp->qpx.qp_base.qp_num, a.qpn);
+    return Exec::kDone;
+  }
+  // Refused at once: the peer QP is gone (its program may have finished without ever needing
+  // this QP's answer, as ibv_srq_pingpong's client does). A real requester would retry all
+  // the same first, and say nothing.
+  LogDebug("QP 0x%x: the connection to QP 0x%x was refused: %s", qp->qpx.qp_base.qp_num, a.qpn,
+           std::strerror(rc));
+  HoldPeerError(qp);
   return Exec::kDone;
 }
 

@@ -307,6 +307,10 @@ struct Qp {
   // (an RNR retry budget or the next consent retry; UINT64_MAX: none).
   bool stalled = false;
   uint64_t stall_due_ns = UINT64_MAX;
+  // A WQE failed because its peer is gone (closed, or unknown to the router): the error is
+  // held back until this time, as a real requester reports it only once its retries ran out
+  // (RetryExhaustedAt). 0: none held. Nothing after that WQE is executed meanwhile.
+  uint64_t peer_error_due_ns = 0;
 
   std::atomic<uint32_t> peer_gone{0};   // PeerGone, raised by the event thread
   std::atomic<bool> peer_named{false};  // kPeerNamed came: an awaited link may be asked for

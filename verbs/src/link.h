@@ -68,6 +68,10 @@ int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, 
 // named us; kDone with *st = IBV_WC_RETRY_EXC_ERR once the QP's retry budget (at least
 // kConsentMinWaitNs) is spent or the router refuses. ctx->lock held.
 Exec AwaitPeer(Qp* qp, ibv_wc_status* st);
+// When a WQE whose peer went away at `now_ns` may complete with IBV_WC_RETRY_EXC_ERR: once a
+// real requester's retries would have run out, timeout x (retry_cnt + 1), but no later than
+// kPeerErrorMaxDelayNs from now (also for timeout 0, which on a fabric retries forever).
+uint64_t RetryExhaustedAt(const Qp* qp, uint64_t now_ns);
 // Asks once for the awaited link of `qp`: 0 with qp->link set, else the router's answer
 // (EINPROGRESS while the peer has not named it); no deadline. ctx->lock held.
 int TryAwaitedLink(Qp* qp);

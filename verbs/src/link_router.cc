@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "link.h"
+#include "send_queue.h"
 #include "sge.h"
 
 namespace ffv {
@@ -111,7 +112,10 @@ void ApplyResponse(Qp* qp, const ff::ResponseView& v) {
   if (v.data_len > 0 && r.status == IBV_WC_SUCCESS && r.data_offset <= w.length &&
       v.data_len <= w.length - r.data_offset)
     CopyToSges(WqeSges(qp, index), w.num_sge, r.data_offset, v.data, v.data_len);
-  if (r.last) Finish(qp, w, r.status);
+  if (!r.last) return;
+  Finish(qp, w, r.status);
+  // The router answers so for a peer QP that is gone: a real requester would retry first.
+  if (r.status == IBV_WC_RETRY_EXC_ERR) HoldPeerError(qp);
 }
 
 // The router broke its ring: no answer will come, so nothing may wait for one.

@@ -219,13 +219,15 @@ Exec Execute(Qp* qp, SendWqe& w, uint64_t index, ibv_wc_status* st, PeerLink** t
     if (qp->link == nullptr) return e;
     link = qp->link.get();
   }
-  if (link == nullptr) {
-    // UD to an unknown destination is dropped, as on a real fabric.
-    if (qp->type != IBV_QPT_UD) *st = IBV_WC_RETRY_EXC_ERR;
-    return Exec::kDone;
-  }
-  if (link->dead) {
-    *st = IBV_WC_RETRY_EXC_ERR;
+  if (link == nullptr || link->dead) {
+    // UD to an unknown destination is dropped, as on a real fabric; RC and UC retry until
+    // their budget runs out.
+    if (qp->type != IBV_QPT_UD) {
+      *st = IBV_WC_RETRY_EXC_ERR;
+      HoldPeerError(qp);
+    } else if (link != nullptr) {
+      *st = IBV_WC_RETRY_EXC_ERR;
+    }
     return Exec::kDone;
   }
   *touched = link;
@@ -265,6 +267,7 @@ struct TouchedLinks {
 // the next WQE is blocked on, or nullptr (none is, or it waits for no link: consent).
 PeerLink* ExecuteQueued(Qp* qp) {
   if (qp->inflight > 0 && qp->link) qp->link->ops->collect(qp, qp->link.get());
+  if (qp->peer_error_due_ns != 0) return nullptr;  // the QP is about to fail
   TouchedLinks touched;
   PeerLink* blocked = nullptr;
   while (qp->sq_exec != qp->sq_tail) {
@@ -295,6 +298,7 @@ PeerLink* ExecuteQueued(Qp* qp) {
 // budget of its first WQE may run out (rnr_retry 7 retries forever), or when a connect that
 // awaits the peer's consent is retried (and its deadline checked).
 uint64_t StallDue(const Qp* qp) {
+  if (qp->peer_error_due_ns != 0) return qp->peer_error_due_ns;
   if (qp->link == nullptr && qp->awaited.waiting) return qp->awaited.next_ns;
   const SendWqe& w = qp->sq[qp->sq_exec & qp->sq_mask];
   if (!w.credit && w.rnr.deadline_ns != 0 && qp->attr.rnr_retry != 7) return w.rnr.deadline_ns;
@@ -334,8 +338,9 @@ void Progress(Qp* qp) {
   if (Retire(qp)) UpdatePending(qp);
   // Waiting on a router link is the router's to end (kProxyDrained); anything else left
   // unexecuted stalls.
-  if (__builtin_expect(qp->sq_exec != qp->sq_tail, 0) &&
-      (blocked == nullptr || !blocked->ops->router_fed)) {
+  if (__builtin_expect(qp->peer_error_due_ns != 0, 0) ||
+      (__builtin_expect(qp->sq_exec != qp->sq_tail, 0) &&
+       (blocked == nullptr || !blocked->ops->router_fed))) {
     NoteStalled(qp);
   } else {
     qp->stalled = false;
@@ -348,11 +353,22 @@ void ResumeSends(Qp* qp) {
   if (qp->in_pending_list) Progress(qp);
 }
 
+void HoldPeerError(Qp* qp) {
+  if (qp->peer_error_due_ns == 0) qp->peer_error_due_ns = RetryExhaustedAt(qp, ff::MonotonicNs());
+}
+
 bool Retire(Qp* qp) {
   while (qp->sq_head != qp->sq_exec) {
     SendWqe& w = qp->sq[qp->sq_head & qp->sq_mask];
     if (!w.done) break;
     const auto st = static_cast<ibv_wc_status>(w.status);
+    if (st == IBV_WC_RETRY_EXC_ERR && qp->peer_error_due_ns != 0) {
+      if (ff::MonotonicNs() < qp->peer_error_due_ns) {
+        w.answered = false;  // whoever completes it later fires the CQ event
+        break;
+      }
+      qp->peer_error_due_ns = 0;
+    }
     if (st != IBV_WC_SUCCESS || w.signaled) CompleteSend(qp, w, st);
     ++qp->sq_head;
     if (st != IBV_WC_SUCCESS && qp->type != IBV_QPT_UD) {
@@ -381,6 +397,7 @@ void FailQp(Qp* qp, ibv_wc_status first) {
   qp->sq_exec = qp->sq_tail;
   qp->inflight = 0;
   qp->reads_inflight = 0;
+  qp->peer_error_due_ns = 0;
   FlushRecvs(qp);
   UpdatePending(qp);
 }
@@ -396,6 +413,7 @@ void ResetQueues(Qp* qp) {
   qp->sq_exec = qp->sq_tail;
   qp->inflight = 0;
   qp->reads_inflight = 0;
+  qp->peer_error_due_ns = 0;
   ResetRecv(qp);
   UpdatePending(qp);
 }

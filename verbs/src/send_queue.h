@@ -31,6 +31,10 @@ void ProgressPending(Context* ctx);
 // The event thread's Progress(), when the router made room that WQEs of `qp` waited for
 // (kProxyDrained): takes the router's nudge, so that the next WQE to block asks again.
 void ResumeSends(Qp* qp);
+// A WQE of `qp` just failed with IBV_WC_RETRY_EXC_ERR because its peer is gone: its
+// completion, and the QP's move to ERR, wait until the QP's retries would have run out
+// (RetryExhaustedAt), as on a fabric, where the peer's last answers still come in meanwhile.
+void HoldPeerError(Qp* qp);
 // Completes finished WQEs in posting order. false when an error moved the QP to ERR (the
 // rest was flushed).
 bool Retire(Qp* qp);

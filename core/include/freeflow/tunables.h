@@ -56,6 +56,8 @@ inline constexpr uint64_t kConsentRetryNs =
 inline constexpr uint64_t kConsentMaxRetryNs = 50'000'000;  // longest wait between such retries
 inline constexpr uint64_t kConsentMinWaitNs =
     2'000'000'000ull;  // least time a peer gets to name us
+// A send to a peer that went away fails after the QP's retry budget, but at most this late.
+inline constexpr uint64_t kPeerErrorMaxDelayNs = 2'000'000'000ull;
 
 // ---- TCP mode (libfsocket.so, docs/tcp-mode.md) -------------------------------------------
 inline constexpr uint32_t kStreamRingBytes = 1u << 20;  // each direction of a connection's segment

@@ -100,5 +100,28 @@ TEST_F(Consent, ASendToAPeerThatNeverConsentsFailsWithRetryExceededAfterTheLeast
   EXPECT_EQ(peer.Claimed(), 0u);
 }
 
+// The peer QP went away before this QP ever needed it (ibv_srq_pingpong's client may finish
+// without one of its QPs' answers, and destroy that QP): the router refuses at once, but a
+// real requester learns it only when its retries run out, and the program may well have
+// stopped polling by then. The error must not come sooner.
+TEST_F(Consent, AConnectRefusedBecauseThePeerIsGoneFailsAfterTheRetryBudget) {
+  ibv_qp* qp = UpWithoutConsent();  // timeout 14, retry_cnt 7: 537 ms of retries
+  ASSERT_NE(qp, nullptr);
+  pod.router.ForgetAnswer(qp->qp_num);
+  Buffer buf(pod.pd, 64);
+  const auto start = Clock::now();
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 64), 7), 0);
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 64), 8), 0);
+  const std::vector<ibv_wc> wcs = PollN(pod.cq, 2);
+  const auto took = Clock::now() - start;
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 7u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wcs[1].wr_id, 8u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_GE(took, nanoseconds((uint64_t{4096} << 14) * 8)) << "failed before the retry budget";
+  EXPECT_EQ(StateOf(qp), IBV_QPS_ERR);
+}
+
 }  // namespace
 }  // namespace fftest

@@ -179,6 +179,12 @@ void FakeRouter::WithholdConsent(uint32_t qpn, bool withhold) {
   withheld_[qpn] = withhold;
 }
 
+void FakeRouter::ForgetAnswer(uint32_t qpn) {
+  std::lock_guard<std::mutex> g(mu_);
+  answers_.erase(qpn);
+  withheld_[qpn] = false;
+}
+
 int FakeRouter::connect_count(uint32_t qpn) {
   std::lock_guard<std::mutex> g(mu_);
   return connects_[qpn];

@@ -121,6 +121,8 @@ class FakeRouter {
   // While withheld, ConnectQp from `qpn` is answered EINPROGRESS (with no descriptors), as
   // the router does until the destination names `qpn`; then as set up above.
   void WithholdConsent(uint32_t qpn, bool withhold);
+  // From now on ConnectQp from `qpn` is answered EHOSTUNREACH, as for a peer QP that is gone.
+  void ForgetAnswer(uint32_t qpn);
   // How many ConnectQp / ResolveUd requests came from `qpn`.
   int connect_count(uint32_t qpn);
 

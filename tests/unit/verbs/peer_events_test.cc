@@ -1,6 +1,7 @@
 // A peer that dies or closes its QP, and a router that goes away: error completions and
 // asynchronous events, never a hang.
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <cstring>
 #include <thread>
@@ -162,6 +163,98 @@ TEST(PeerEvents, EventsForUnknownQpsOrOfUnknownTypesChangeNothing) {
   ASSERT_EQ(wcs.size(), 1u);
   EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(StateOf(l.qp), IBV_QPS_RTS);
+}
+
+// How long the pod's default QPs (QpOptions: timeout 14, retry_cnt 7) retry a peer that does
+// not answer: 4.096 us << 14 per try, eight tries.
+constexpr auto kRetryBudget = std::chrono::nanoseconds((uint64_t{4096} << 14) * 8);
+
+// A requester learns that its peer is gone only when its retries run out. Reporting it at
+// once races every program that stops polling when its own count is reached: its peer's last
+// sends, already answered, must complete first (ibv_srq_pingpong failed so across nodes).
+TEST(PeerEvents, ASendToAClosedPeerFailsOnlyOnceTheRetryBudgetIsSpent) {
+  Pod pod;
+  Linked l = SameNodeQp(pod);
+  ASSERT_NE(l.qp, nullptr);
+  Buffer buf(pod.pd, 64);
+  pod.router.SendEvent(EventType::kPeerClosed, l.qp->qp_num);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the event thread read it
+  const auto start = Clock::now();
+  ASSERT_EQ(PostSend(l.qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);
+  ASSERT_EQ(PostSend(l.qp, IBV_WR_SEND, buf.Sge(0, 8), 2), 0);
+  EXPECT_TRUE(PollFew(l.qp->send_cq, 20).empty()) << "the error came before any retry";
+  const std::vector<ibv_wc> wcs = PollN(pod.cq, 2);
+  const auto took = Clock::now() - start;
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_GE(took, kRetryBudget);
+  EXPECT_EQ(StateOf(l.qp), IBV_QPS_ERR);
+}
+
+// The router's "that QP is gone" answer waits as long, while answers that came before it
+// complete at once, in order.
+TEST(PeerEvents, TheRoutersPeerGoneAnswerCompletesAfterTheRetryBudget) {
+  Pod pod;
+  ProxySegment* proxy = nullptr;
+  ibv_qp* qp = RouterQp(pod, &proxy);
+  ASSERT_NE(qp, nullptr);
+  Buffer buf(pod.pd, 64);
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_WRITE, buf.Sge(0, 64), 1, 0x1000, 1), 0);
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_WRITE, buf.Sge(0, 64), 2, 0x1000, 1), 0);
+  const auto start = Clock::now();
+  pod.router.Respond(proxy, 0, IBV_WC_SUCCESS);
+  pod.router.Respond(proxy, 1, IBV_WC_RETRY_EXC_ERR);
+  std::vector<ibv_wc> wcs = PollN(pod.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_WRITE, buf.Sge(0, 64), 3, 0x1000, 1), 0);
+  wcs = PollN(pod.cq, 2);
+  const auto took = Clock::now() - start;
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 2u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wcs[1].wr_id, 3u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR) << "a WQE posted after the failure ran";
+  EXPECT_GE(took, kRetryBudget);
+}
+
+// A program asleep on its completion channel is woken when the held error completes: nobody
+// else will call the library.
+TEST(PeerEvents, AHeldPeerErrorWakesTheCompletionChannel) {
+  Pod pod;
+  ibv_comp_channel* ch = pod.NewChannel();
+  ASSERT_NE(ch, nullptr);
+  ibv_cq* cq = pod.NewCq(16, ch);
+  ASSERT_NE(cq, nullptr);
+  SameNodePeer peer(kPeerQpn, IBV_QPT_RC, 4096);
+  QpOptions o;
+  o.send_cq = cq;
+  o.recv_cq = cq;
+  ibv_qp* qp = pod.CreateQp(o);
+  ASSERT_NE(qp, nullptr);
+  pod.router.AnswerSameNode(qp->qp_num, &peer);
+  ASSERT_EQ(pod.Connect(qp, kPeerQpn, o), 0);
+  pod.router.SendEvent(EventType::kPeerClosed, qp->qp_num);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Buffer buf(pod.pd, 64);
+  ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);
+  pollfd p{ch->fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, static_cast<int>(kWaitLimit / std::chrono::milliseconds(1))), 1)
+      << "the channel never fired";
+  ibv_cq* fired = nullptr;
+  void* cq_context = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(ch, &fired, &cq_context), 0);
+  EXPECT_EQ(fired, cq);
+  ibv_ack_cq_events(cq, 1);
+  ibv_wc wc{};
+  ASSERT_EQ(ibv_poll_cq(cq, 1, &wc), 1);
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
 }
 
 }  // namespace
