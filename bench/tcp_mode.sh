@@ -5,7 +5,11 @@
 # runs of a pair one after the other:
 #   - iperf3, one stream for 3 s, Gbit/s at the receiver;
 #   - sockperf TCP ping-pong, 14-byte messages for 3 s: one-way latency (half the round
-#     trip, as sockperf reports it), its average and its p50.
+#     trip, as sockperf reports it), its average and its p50;
+#   - TCP connections set up and torn down per second, one at a time (bench/cm_rate.cc,
+#     CONNS of them a run, 2000): across nodes the library must cost nothing measurable
+#     (target 0.95x, the bandwidth's bar); on one node it says what an accelerated
+#     connection's set-up costs (no target).
 # Targets (issue 14): on one node, at least 5x the bandwidth and at most 1/3 of the latency
 # of kernel TCP; across nodes, at least 0.95x the bandwidth and at most 1.1x the latency.
 # Each placement also says how many of iperf3's bytes crossed the client pod's veth with the
@@ -21,6 +25,7 @@ if [[ ${1:-} == --library ]]; then
 fi
 BUILD=${1:-build}
 RUNS=${RUNS:-3}
+CONNS=${CONNS:-2000}
 export FF_BUILD=$(cd "$BUILD" && pwd)
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
@@ -69,6 +74,24 @@ lat() {
     END { if (avg != "" && p50 != "") print avg, p50 }'
 }
 
+# rate HOW PORT: TCP connections per second from pod 1 to pod 0, both HOW (nothing when the
+# run failed). A fresh PORT each run: no TIME_WAIT reuse.
+rate() {
+  tm_bg 0 "$1" "$FF_BUILD/bench/cm_rate" tcp-server "$2" "$CONNS" >"$FF_DIR/rate-s.log" 2>&1
+  local spid=$FF_LAST_PID
+  tm_run 1 "$1" timeout 120 "$FF_BUILD/bench/cm_rate" tcp-client "$(ff_pod_ip 0)" "$2" "$CONNS" \
+    >"$FF_DIR/rate-c.log" 2>&1 || true
+  wait_pid "$spid" 30 >/dev/null || tm_stop "$spid" || true
+  awk '/ connections: / {for (i = 1; i < NF; i++) if ($i == "rate") print $(i + 1)}' "$FF_DIR/rate-c.log"
+}
+
+# ratio STATS_PLAIN STATS_LIB: the ratio of the medians, library / plain (no target).
+ratio() {
+  awk -v a="${2%% *}" -v b="${1%% *}" 'BEGIN {
+    if (a == "n/a" || b == "n/a" || b == 0) { print "n/a"; exit }
+    printf "%.2fx (no target)", a / b }'
+}
+
 # target NAME STATS_PLAIN STATS_LIB OP GOAL: the ratio of the medians, library / plain, and
 # whether it meets GOAL (OP is >= or <=).
 target() {
@@ -81,34 +104,43 @@ target() {
 
 row() { printf '%-40s %-28s %-28s %s\n' "$@"; }
 
-# measure WHERE BW_GOAL LAT_GOAL: the table for one placement.
+# measure WHERE BW_GOAL LAT_GOAL RATE_GOAL: the table for one placement (RATE_GOAL "none":
+# the connection rate's ratio is shown without a target).
 measure() {
   local where=$1 r out
-  local -a bp=() bl=() wl=() ap=() al=() pp=() pl=()
+  local -a bp=() bl=() wl=() ap=() al=() pp=() pl=() cp=() cl=()
   for ((r = 1; r <= RUNS; r++)); do
     echo "$where: run $r/$RUNS" >&2
     out=$(bw plain) && [[ -n $out ]] && bp+=("${out%% *}")
     out=$(bw lib) && [[ -n $out ]] && { bl+=("${out%% *}"); wl+=("${out##* }"); }
     out=$(lat plain) && [[ -n $out ]] && { ap+=("${out%% *}"); pp+=("${out##* }"); }
     out=$(lat lib) && [[ -n $out ]] && { al+=("${out%% *}"); pl+=("${out##* }"); }
+    out=$(rate plain $((7700 + 2 * r))) && [[ -n $out ]] && cp+=("$out")
+    out=$(rate lib $((7701 + 2 * r))) && [[ -n $out ]] && cl+=("$out")
   done
-  local sbp sbl swl sap sal spp spl
+  local sbp sbl swl sap sal spp spl scp scl
   sbp=$(stats "${bp[@]}") sbl=$(stats "${bl[@]}") swl=$(stats "${wl[@]}")
   sap=$(stats "${ap[@]}") sal=$(stats "${al[@]}") spp=$(stats "${pp[@]}") spl=$(stats "${pl[@]}")
+  scp=$(stats "${cp[@]}") scl=$(stats "${cl[@]}")
   echo
   echo "freeflow TCP mode, $where: median (min..max) of $RUNS runs; library: $LIB"
   row "figure" "kernel TCP" "$([[ $LIB == none ]] && echo "none: kernel TCP too" || echo libfsocket)" "ratio, target"
   row "iperf3 1 stream, Gbit/s" "$(fmt_stats "$sbp")" "$(fmt_stats "$sbl")" "$(target bw "$sbp" "$sbl" ">=" "$2")"
   row "sockperf ping-pong one-way avg, usec" "$(fmt_stats "$sap")" "$(fmt_stats "$sal")" "$(target lat "$sap" "$sal" "<=" "$3")"
   row "sockperf ping-pong one-way p50, usec" "$(fmt_stats "$spp")" "$(fmt_stats "$spl")" "$(target lat "$spp" "$spl" "<=" "$3")"
+  if [[ $4 == none ]]; then
+    row "TCP connections per second" "$(fmt_stats "$scp")" "$(fmt_stats "$scl")" "$(ratio "$scp" "$scl")"
+  else
+    row "TCP connections per second" "$(fmt_stats "$scp")" "$(fmt_stats "$scl")" "$(target rate "$scp" "$scl" ">=" "$4")"
+  fi
   row "iperf3's bytes on the client's veth, %" "" "$(fmt_stats "$swl")" ""
 }
 
 trap tm_down EXIT
 FF_KNOWN_PODS=1 two_pods_up same
-same=$(measure "two pods on one node" 5 0.33)
+same=$(measure "two pods on one node" 5 0.33 none)
 tm_down
 FF_KNOWN_PODS=1 two_pods_up cross
-cross=$(measure "pods on two nodes (TLS node links)" 0.95 1.1)
+cross=$(measure "pods on two nodes (TLS node links)" 0.95 1.1 0.95)
 echo "$same"
 echo "$cross"

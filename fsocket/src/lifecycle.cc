@@ -119,7 +119,13 @@ Ref AskForStream(uint32_t peer_ip_net, uint16_t local_port, uint16_t peer_port) 
   ff::UniqueFd fds[2];
   int status = 0, nfds = 0;
   if (RouterCall(&req, sizeof(req), &status, &r, fds, 2, &nfds) != 0 || status != 0) return Ref();
-  return StreamFromReply(r, fds, nfds);
+  Ref s = StreamFromReply(r, fds, nfds);
+  if (s) {
+    s->peer_ip_net = peer_ip_net;
+    s->local_port = local_port;
+    s->peer_port = peer_port;
+  }
+  return s;
 }
 
 // Before the kernel connect to a pod address: the stream, when the router says the other
@@ -136,6 +142,18 @@ Ref PrepareConnect(int fd, const sockaddr_in& dst) {
   if (local.sin_port == 0 && (!BindToOwn(fd, own) || !LocalAddress(fd, &local))) return Ref();
   return AskForStream<ff::proto::SockConnect>(dst.sin_addr.s_addr, ntohs(local.sin_port),
                                               ntohs(dst.sin_port));
+}
+
+// This process closed its last descriptor of stream `s`: the router drops the record once
+// both ends said so (a hint; a process without a session of its own, or confined to read,
+// write and poll, says nothing, and the router's sweep finds the connection gone instead).
+void TellClosed(const Sock& s) {
+  if (s.local_port == 0 || Restricted()) return;
+  ff::proto::SockClosed req{};
+  req.peer_ip = s.peer_ip_net;
+  req.local_port = s.local_port;
+  req.peer_port = s.peer_port;
+  (void)RouterPost(&req, sizeof(req));
 }
 
 void ReleaseRecord(int fd, const sockaddr_in& dst) {
@@ -181,8 +199,16 @@ bool ListenerPort(int fd, uint16_t* port) {
   return *port != 0;
 }
 
+// A connection with a pod address the router's pod list does not hold (another node, a pod
+// without the library) cannot be accelerated: no need to ask.
+bool MayAccelerate(const sockaddr_in& peer) {
+  return ListedPod(ntohl(peer.sin_addr.s_addr)) != ff::PodListed::kNo;
+}
+
 void ClaimAccepted(Sock& l, int nfd, const sockaddr_in& peer) {
-  Ref s = AskForStream<ff::proto::SockClaim>(peer.sin_addr.s_addr, l.port, ntohs(peer.sin_port));
+  Ref s;
+  if (MayAccelerate(peer))
+    s = AskForStream<ff::proto::SockClaim>(peer.sin_addr.s_addr, l.port, ntohs(peer.sin_port));
   // The registration must be this process's, in its current session: one inherited (fork,
   // exec; the process that made it may be gone) or made before the router restarted is made
   // again, so that the next connections are accelerated.
@@ -209,6 +235,7 @@ void Forget(int fd, Ref slot) {
     if (s->kind == Kind::kStream) {
       StreamRelease(*s, fd);
       EpollForget(fd, s);
+      TellClosed(*s);
     }
     if (s->kind == Kind::kListener) Unregister(*s);
   }
@@ -237,7 +264,7 @@ FFS_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
   Ref s;
   if (AsV4(st, &dst) && InOverlay(ntohl(dst.sin_addr.s_addr))) {
     SavedErrno keep;
-    s = PrepareConnect(fd, dst);
+    if (MayAccelerate(dst)) s = PrepareConnect(fd, dst);
     if (s) {
       s->state.store(StreamState::kConnecting);
       NoteFlags(*s, fd);

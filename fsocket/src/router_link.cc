@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "freeflow/clock.h"
+#include "freeflow/stream_pods.h"
 #include "freeflow/tunables.h"
 #include "log.h"
 #include "real.h"
@@ -48,6 +49,7 @@ struct Link {
   uint32_t ip = 0;
   uint64_t retry_at = 0;
   uint64_t generation = 0;  // sessions opened so far (a new one forgot every registration)
+  ff::Mapping pods;         // the router's pod list (stream_pods.h), read-only; or nothing
 };
 Link& TheLink() {
   static Link* link = new Link;  // never destroyed: interposers run during exit
@@ -90,6 +92,8 @@ int Exchange(Link& l, const void* req, size_t len, int* status, ff::proto::Respo
   return 0;
 }
 
+void MapPodList(Link& l, int fd);
+
 // Opens the session if this process has none (or inherited its parent's); caller holds mu.
 int Open(Link& l) {
   const pid_t me = ::getpid();
@@ -115,8 +119,9 @@ int Open(Link& l) {
   ff::proto::SockHello hello{};
   hello.abi = ff::kAbiVersion;
   ff::proto::Response r{};
-  int status = 0;
-  int rc = Exchange(l, &hello, sizeof(hello), &status, &r, nullptr, 0, nullptr);
+  int status = 0, nfds = 0;
+  ff::UniqueFd list;
+  int rc = Exchange(l, &hello, sizeof(hello), &status, &r, &list, 1, &nfds);
   if (rc == 0 && status != 0) {
     r.u.hello.node[sizeof(r.u.hello.node) - 1] = '\0';
     LogError("router %s refused this process: %s (%s)", c.socket_path.c_str(), r.u.hello.node,
@@ -130,7 +135,23 @@ int Open(Link& l) {
   l.ip = ntohl(r.u.hello.ip);
   l.retry_at = 0;
   ++l.generation;
+  MapPodList(l, nfds == 1 ? list.get() : -1);
   return 0;
+}
+
+// Maps the pod list a session came with; without a usable one every connection asks.
+void MapPodList(Link& l, int fd) {
+  l.pods.reset();
+  if (fd < 0) return;
+  // Read-only for every holder, and never shorter than what is mapped.
+  if (!ff::SealedReadOnly(fd)) {
+    LogError("the router's pod list is not sealed read-only: not used");
+    return;
+  }
+  ff::Mapping m;
+  if (ff::MapPeerSegment(fd, ff::kStreamPodsBytes, false, &m) != 0) return;
+  if (m.as<const ff::StreamPodsHeader>()->magic != ff::kStreamPodsMagic) return;
+  l.pods = std::move(m);
 }
 
 }  // namespace
@@ -185,6 +206,13 @@ uint64_t SessionGeneration() {
   Link& l = TheLink();
   std::lock_guard lock(l.mu);
   return l.generation;
+}
+
+ff::PodListed ListedPod(uint32_t ip) {
+  Link& l = TheLink();
+  std::lock_guard lock(l.mu);
+  if (Open(l) != 0 || l.pods.get() == nullptr) return ff::PodListed::kUnknown;
+  return ff::FindStreamPod(l.pods.get(), ip);
 }
 
 uint32_t OwnAddress() {

@@ -11,6 +11,7 @@
 #include "freeflow/fd.h"
 #include "freeflow/ipv4.h"
 #include "freeflow/protocol.h"
+#include "freeflow/stream_pods.h"
 
 namespace ffsock {
 
@@ -38,6 +39,11 @@ uint64_t SessionGeneration();
 // This pod's overlay address (host order) from the session's HELLO, opening the session if
 // needed; 0 when there is no session.
 uint32_t OwnAddress();
+// What the router's pod list (stream_pods.h) says of host-order address `ip`, opening the
+// session if needed: kNo means no connection with it can be accelerated, so a connect or an
+// accept needs no round trip to the router; kUnknown (no session, no list, a list being
+// rewritten) means ask.
+ff::PodListed ListedPod(uint32_t ip);
 
 // fork support (pthread_atfork handlers, installed at load).
 void RouterLinkPrepareFork();

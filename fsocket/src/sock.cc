@@ -111,6 +111,9 @@ Ref NewSock(Kind kind) {
   s->dead.store(false);
   s->waiters.store(0);
   s->nonblock.store(false);
+  s->peer_ip_net = 0;
+  s->local_port = 0;
+  s->peer_port = 0;
   s->port = 0;
   s->registered_by = 0;
   s->registered_in = 0;

@@ -212,12 +212,12 @@ std::string Router::StatsLine() const {
   return fmt::format(
       "sessions={} refused={} pods={} accounts={} qps={} objects={} regions={} "
       "mapped_regions={} mr_entries={} proxies={} resolving={} nudges={} senders={} cm_ids={} "
-      "streams={} listeners={} links={} accept_paused={} fds={} rss_kib={}",
+      "streams={} listeners={} sock_asks={} links={} accept_paused={} fds={} rss_kib={}",
       sessions_.count(), sessions_.refused(), t.pods, quotas_.accounts(), t.qps, t.objects,
       t.regions, t.mapped_regions, t.mr_entries, forwarder_.proxies(), forwarder_.resolving(),
       forwarder_.nudges(), executor_.senders(), cm_.ids(), sockets_.streams(), sockets_.listeners(),
-      transport_ != nullptr ? transport_->LinkCount() : 0, sessions_.acceptor().paused() ? 1 : 0,
-      OpenDescriptors(), ResidentKib());
+      sockets_.asks(), transport_ != nullptr ? transport_->LinkCount() : 0,
+      sessions_.acceptor().paused() ? 1 : 0, OpenDescriptors(), ResidentKib());
 }
 
 }  // namespace ff::router

@@ -33,7 +33,12 @@ int MakeFinalMemfd(const char* name, uint64_t bytes, UniqueFd* out) {
 SocketService::SocketService(Parts parts)
     : parts_(std::move(parts)), sweeper_(parts_.probe, [this](std::vector<StreamLook> looks) {
         parts_.loop.Post([this, looks = std::move(looks)] { Apply(looks); });
-      }) {}
+      }) {
+  if (const int rc = pods_.Create()) {
+    spdlog::warn("no pod list for TCP mode ({}): libraries ask about every connection",
+                 std::strerror(rc));
+  }
+}
 
 SocketService::~SocketService() = default;
 
@@ -53,13 +58,18 @@ bool SocketService::OnRequest(const Call& call, const char* msg) {
       status = Unlisten(call, m, proto::As<proto::SockUnlisten>(msg).port);
       break;
     case proto::Op::kSockConnect:
+      ++asks_;
       status = Connect(m, proto::As<proto::SockConnect>(msg), &r, &fds);
       break;
     case proto::Op::kSockClaim:
+      ++asks_;
       status = Claim(m, proto::As<proto::SockClaim>(msg), &r, &fds);
       break;
     case proto::Op::kSockRelease:
       status = Release(m, proto::As<proto::SockRelease>(msg));
+      break;
+    case proto::Op::kSockClosed:
+      status = Closed(m, proto::As<proto::SockClosed>(msg));
       break;
     default:
       return false;
@@ -88,11 +98,13 @@ bool SocketService::Hello(const Call& call) {
     return false;
   }
   members_[call.pod] = Member{who->ip, who->netns, std::move(ns)};
+  pods_.Hold(who->ip);
   parts_.sessions.Welcome(call.pod, UniqueFd(), PodSessions::Kind::kSocket);
   r.u.hello.ip = htonl(who->ip);
   r.u.hello.prefix_len = parts_.overlay.length;
   std::snprintf(r.u.hello.node, sizeof(r.u.hello.node), "%s", parts_.node_name.c_str());
-  parts_.sessions.Answer(call, 0, r);
+  const int list = pods_.read_only_fd();
+  parts_.sessions.Answer(call, 0, r, list >= 0 ? &list : nullptr, list >= 0 ? 1 : 0);
   return true;
 }
 
@@ -121,6 +133,7 @@ void SocketService::OnPodGone(PodId pod) {
     it = v.empty() ? listeners_.erase(it) : std::next(it);
   }
   members_.erase(m);  // the ledger, with its kListeners, closes after this
+  pods_.Let(ip);
 }
 
 // ---- listeners ------------------------------------------------------------------------------
@@ -192,32 +205,41 @@ int SocketService::Connect(const Member& m, const proto::SockConnect& q, proto::
     return rc;
   }
   const Record& made = records_.emplace(key, std::move(rec)).first->second;
+  for (const End& e : made.ends) pods_.Hold(e.ip);
   r->u.sock = proto::SockReply{proto::kStreamClient, kStreamRingBytes};
   *fds = {made.segment.get(), made.ends[kClient].side.get()};
   return 0;
 }
 
-int SocketService::Claim(const Member& m, const proto::SockClaim& q, proto::Response* r,
-                         std::vector<int>* fds) {
-  if (q.local_port == 0 || q.peer_port == 0) return EINVAL;
-  const uint32_t peer = ntohl(q.peer_ip);
-  // The asking pod as the server (an accepted connection) or as the client (a socket it
-  // inherited across exec). The ports tell the two apart when both ends are this pod; a
-  // stale record of the other orientation loses to the newer one.
-  const std::pair<Key, int> ways[] = {{Key{peer, q.peer_port, m.ip, q.local_port}, kServer},
-                                      {Key{m.ip, q.local_port, peer, q.peer_port}, kClient}};
+SocketService::Record* SocketService::EndOf(const Member& m, uint32_t peer_ip,
+                                            uint16_t local_port, uint16_t peer_port, int* end,
+                                            std::map<Key, Record>::iterator* where) {
+  // The asking pod as the server (an accepted connection) or as the client (its connect, or
+  // a socket it inherited across exec). The ports tell the two apart when both ends are this
+  // pod; a stale record of the other orientation loses to the newer one.
+  const std::pair<Key, int> ways[] = {{Key{peer_ip, peer_port, m.ip, local_port}, kServer},
+                                      {Key{m.ip, local_port, peer_ip, peer_port}, kClient}};
   Record* found = nullptr;
-  int role = kClient;
-  for (const auto& [key, end] : ways) {
+  for (const auto& [key, which] : ways) {
     auto it = records_.find(key);
     if (it == records_.end()) continue;
-    const End& e = it->second.ends[end];
+    const End& e = it->second.ends[which];
     if (e.closed || e.ip != m.ip || e.netns != m.netns) continue;
     if (found == nullptr || it->second.gen > found->gen) {
       found = &it->second;
-      role = end;
+      *end = which;
+      *where = it;
     }
   }
+  return found;
+}
+
+int SocketService::Claim(const Member& m, const proto::SockClaim& q, proto::Response* r,
+                         std::vector<int>* fds) {
+  if (q.local_port == 0 || q.peer_port == 0) return EINVAL;
+  int role = kClient;
+  std::map<Key, Record>::iterator it;
+  Record* found = EndOf(m, ntohl(q.peer_ip), q.local_port, q.peer_port, &role, &it);
   if (found == nullptr) return ENOENT;
   if (role == kServer) found->server_claimed = true;
   r->u.sock = proto::SockReply{role == kServer ? proto::kStreamServer : proto::kStreamClient,
@@ -234,12 +256,27 @@ int SocketService::Release(const Member& m, const proto::SockRelease& q) {
   return 0;
 }
 
+int SocketService::Closed(const Member& m, const proto::SockClosed& q) {
+  if (q.local_port == 0 || q.peer_port == 0) return EINVAL;
+  int end = kClient;
+  std::map<Key, Record>::iterator it;
+  Record* r = EndOf(m, ntohl(q.peer_ip), q.local_port, q.peer_port, &end, &it);
+  if (r == nullptr) return ENOENT;
+  End& e = r->ends[end];
+  e.closed_said = true;
+  e.seen = true;  // it had the connection: no grace for a connection never seen by a sweep
+  const End& other = r->ends[end == kClient ? kServer : kClient];
+  if (other.closed_said || other.closed) Drop(it, "both ends closed it");
+  return 0;
+}
+
 void SocketService::Drop(std::map<Key, Record>::iterator it, const char* why) {
   const Key& k = it->first;
   const Record& r = it->second;
   parts_.quotas.GiveToPod(r.ends[r.charged].ip, {{Quota::kStreams, 1}, {Quota::kFds, kRecordFds}});
   spdlog::debug("stream {}:{} -> {}:{} dropped: {}", FormatIpv4(k.client_ip), k.client_port,
                 FormatIpv4(k.server_ip), k.server_port, why);
+  for (const End& e : r.ends) pods_.Let(e.ip);
   records_.erase(it);
 }
 

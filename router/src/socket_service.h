@@ -11,6 +11,13 @@
 //   SockClaim: the record in which the asking pod — address and network namespace — is the
 //     end at its port, facing the peer it names: its role, the segment and its own side.
 //   SockRelease (posted): the client's connect failed; the record goes if no server claimed.
+//   SockClosed (posted): a process of the asking pod closed its last descriptor of its end;
+//     once both ends said so the record goes at once, without waiting for a sweep (a pod of
+//     short connections would otherwise hold its quotas with the closed ones).
+//
+// Every socket session gets, at kSockHello, the node's pod list (stream_pods.h) read-only:
+// the addresses of members and of record ends. A library skips the router for a connection
+// whose peer is not on it.
 //
 // Records outlive sessions (a program execs, a forked child keeps the socket): a record goes
 // when its connection is gone from the network namespaces of both ends (a sweep every
@@ -37,6 +44,7 @@
 #include "freeflow/protocol.h"
 #include "pod_sessions.h"
 #include "quotas.h"
+#include "stream_pods.h"
 #include "stream_probe.h"
 #include "stream_sweeper.h"
 
@@ -68,6 +76,10 @@ class SocketService {
   void Tick();
 
   size_t streams() const { return records_.size(); }
+  // SockConnect and SockClaim requests answered so far (a connection's round trips).
+  uint64_t asks() const { return asks_; }
+  // The pod list sessions get (stream_pods.h): is host-order `ip` on it?
+  bool Listed(uint32_t ip) const { return pods_.Listed(ip); }
   size_t listeners() const { return listener_count_; }
 
  private:
@@ -92,6 +104,7 @@ class SocketService {
     UniqueFd side;                    // kStreamSideBytes; this end's pod only
     bool seen = false;                // its namespace has shown the connection
     bool closed = false;              // seen, then gone: nobody there can claim it again
+    bool closed_said = false;         // the pod said it closed its last descriptor (SockClosed)
     Presence last = Presence::kUnknown;
   };
   struct Record {
@@ -116,6 +129,11 @@ class SocketService {
               std::vector<int>* fds);
   int Claim(const Member& m, const proto::SockClaim& q, proto::Response* r, std::vector<int>* fds);
   int Release(const Member& m, const proto::SockRelease& q);
+  int Closed(const Member& m, const proto::SockClosed& q);
+  // The record in which the pod `m` is the end at `local_port` facing `peer_ip`:`peer_port`
+  // (the newer one when both orientations match), and which end that is; nullptr if none.
+  Record* EndOf(const Member& m, uint32_t peer_ip, uint16_t local_port, uint16_t peer_port,
+                int* end, std::map<Key, Record>::iterator* where);
   // The session that holds a registration of `port` at `ip`, or nullptr.
   const Member* ListenerOf(uint32_t ip, uint16_t port) const;
   // The namespace handle of a new socket session (one per namespace, shared).
@@ -129,11 +147,13 @@ class SocketService {
   bool Settle(std::map<Key, Record>::iterator it, uint64_t now);
 
   Parts parts_;
+  StreamPodList pods_;  // every member's address and every record end's
   std::unordered_map<PodId, Member> members_;
   std::map<std::pair<uint32_t, uint64_t>, std::weak_ptr<NetnsHandle>> handles_;
   // Registrations: (address, port) -> the sessions that registered it, once per request.
   std::map<std::pair<uint32_t, uint16_t>, std::vector<PodId>> listeners_;
   size_t listener_count_ = 0;
+  uint64_t asks_ = 0;
   std::map<Key, Record> records_;
   uint64_t next_gen_ = 1;
   std::vector<Asked> asked_;  // the questions of the sweep under way, in order

@@ -88,16 +88,17 @@ router_down() {
   fi
 }
 
-# router_stats_line: the router's stats line (it logs one on SIGUSR1), waited for (bounded).
+# router_stats_line [PID LOG]: the stats line of the router PID (default: this node's) that
+# logs to LOG (it logs one on SIGUSR1), waited for (bounded).
 router_stats_line() {
-  local before i
-  before=$(grep -c ' stats: ' "$FF_DIR/router.log")
-  kill -USR1 "$FF_ROUTER_PID"
+  local pid=${1:-$FF_ROUTER_PID} log=${2:-$FF_DIR/router.log} before i
+  before=$(grep -c ' stats: ' "$log")
+  kill -USR1 "$pid"
   for ((i = 0; i < 200; i++)); do
-    [[ $(grep -c ' stats: ' "$FF_DIR/router.log") -gt $before ]] && break
+    [[ $(grep -c ' stats: ' "$log") -gt $before ]] && break
     sleep 0.02
   done
-  grep ' stats: ' "$FF_DIR/router.log" | tail -n 1 | sed 's/.* stats: //'
+  grep ' stats: ' "$log" | tail -n 1 | sed 's/.* stats: //'
 }
 
 # pod_run I CMD...: runs CMD inside pod I with the freeflow library preloaded.

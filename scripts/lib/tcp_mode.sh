@@ -96,6 +96,19 @@ tm_down() {
   two_pods_down
 }
 
+# tm_sock_asks I: the SockConnect and SockClaim requests the router of pod I has answered
+# (its stats line): the round trips a connection made to find out whether it can be
+# accelerated.
+tm_sock_asks() {
+  local line
+  if [[ $FF_PLACEMENT == cross ]]; then
+    line=$(router_stats_line "${FF_NODE_ROUTER[$1]}" "$(pod_router_log "$1")")
+  else
+    line=$(router_stats_line)
+  fi
+  sed -n 's/.*sock_asks=\([0-9]*\).*/\1/p' <<<"$line"
+}
+
 # tm_wire I: bytes that crossed pod I's eth0 so far, both directions (its veth's counters,
 # read inside the pod's namespace, where /sys is the namespace's).
 tm_wire() {

@@ -4,7 +4,7 @@
 # with libfsocket.so preloaded on both sides, or on one side only (mixed_*). One case a run,
 # so that a failure names it:
 #   tcp_mode.sh [--library PATH|none] same|cross iperf3|iperf3_p4|iperf3_R|sockperf_pp|
-#               sockperf_tp|nginx_curl|redis|scp|mixed_client|mixed_server|
+#               sockperf_tp|nginx_curl|redis|scp|short|mixed_client|mixed_server|
 #               router_restart (same only)
 # --library none runs every program plain: kernel TCP throughout, which checks the harness
 # itself. Every case checks what its programs report (exit statuses, results, hashes) and
@@ -35,7 +35,8 @@ check() {  # check NAME STATUS: prints PASS or FAIL NAME, counts a failure; retu
 # The big files (1 GiB each) live in memory, not on the disk under /tmp.
 BIG=$(mktemp -d /dev/shm/freeflow-tcp.XXXXXX)
 trap 'tm_down; rm -rf "$BIG"' EXIT
-FF_KNOWN_PODS=1 two_pods_up "$where" || exit 1
+# At info level the routers log their stats line on SIGUSR1 (tm_sock_asks).
+FF_ROUTER_LOG=${FF_ROUTER_LOG:-info} FF_KNOWN_PODS=1 two_pods_up "$where" || exit 1
 S=$(ff_pod_ip 0)
 D=$FF_DIR/case  # the servers' configurations and every log
 mkdir -p "$D"
@@ -367,6 +368,35 @@ case_router_restart() {
   stopped "iperf3 server" "$spid"
 }
 
+# case_short: 2000 short connections one after another (bench/cm_rate.cc's TCP client and
+# server: connect, accept, close on both sides), then an iperf3 that must still be carried as
+# the case says: a pod's closed connections must not hold its quotas and turn its next ones
+# into kernel TCP. On one node the router must hold no record soon after.
+case_short() {
+  local port=7300 c s line
+  tm_bg 0 lib "$FF_BUILD/bench/cm_rate" tcp-server $port 2000 >"$D/short-s.log" 2>&1
+  local spid=$FF_LAST_PID
+  tm_run 1 lib timeout 60 "$FF_BUILD/bench/cm_rate" tcp-client "$S" $port 2000 >"$D/short-c.log" 2>&1
+  c=$?
+  wait_pid "$spid" 10
+  s=$?
+  line=$(grep ' connections: ' "$D/short-c.log")
+  [[ $c -eq 0 && $s -eq 0 && -n $line ]]
+  check "2000 short connections (client exit $c, server exit $s): ${line:-none}" $? ||
+    tail_logs "$D"/short-{s,c}.log
+  if [[ $where == same ]]; then
+    local i streams=""
+    for ((i = 0; i < 30; i++)); do
+      streams=$(router_stats_line | sed -n 's/.* streams=\([0-9]*\).*/\1/p')
+      [[ $streams == 0 ]] && break
+      sleep 0.1
+    done
+    [[ $streams == 0 ]]
+    check "the router holds no record of the closed connections (streams=$streams)" $?
+  fi
+  iperf "iperf3 after the short connections" lib lib -t 1
+}
+
 case $case in
   iperf3) iperf "iperf3, 1 stream" lib lib -t 2 ;;
   iperf3_p4) iperf "iperf3, 4 streams" lib lib -t 2 -P 4 ;;
@@ -376,6 +406,7 @@ case $case in
   nginx_curl) case_nginx_curl ;;
   redis) case_redis ;;
   scp) case_scp ;;
+  short) case_short ;;
   router_restart)
     [[ $where == same ]] || { echo "router_restart runs on one node"; exit 2; }
     case_router_restart
@@ -393,4 +424,11 @@ case $case in
     exit 2
     ;;
 esac
+# Connections that cannot be accelerated (another node, a peer without the library) cost
+# nothing: the router's pod list tells the library so, without a round trip.
+if [[ $TM_LIB != none && ($where == cross || $case == mixed_*) ]]; then
+  asks="$(tm_sock_asks 0) $(tm_sock_asks 1)"
+  [[ $asks == "0 0" ]]
+  check "no connection asked the router (SockConnect/SockClaim answered by pod 0's and pod 1's routers: $asks)" $?
+fi
 [[ $failures -eq 0 ]]

@@ -14,7 +14,7 @@
 namespace ff {
 // Version of the router <-> library protocol, of the shared-memory layouts and of the proxy
 // records: a library and a router with different values refuse each other at HELLO.
-inline constexpr uint32_t kAbiVersion = 7;
+inline constexpr uint32_t kAbiVersion = 8;
 }  // namespace ff
 
 namespace ff::proto {
@@ -50,6 +50,7 @@ enum class Op : uint32_t {
   kSockConnect,
   kSockClaim,
   kSockRelease,
+  kSockClosed,
   kMaxOp,
 };
 
@@ -275,7 +276,8 @@ struct CmEvent {
 // record per such connection, keyed by its four-tuple, from kSockConnect until the
 // connection is gone from both ends' namespaces.
 //
-// Opens a socket session: answered with HelloReply (ip, prefix_len, node); no descriptors.
+// Opens a socket session: answered with HelloReply (ip, prefix_len, node) and, when the
+// router has one, one descriptor: the node's pod list (stream_pods.h), read-only.
 struct SockHello {
   RequestHeader<Op::kSockHello> h;
   uint32_t abi;
@@ -305,6 +307,9 @@ using SockUnlisten = SockPort<Op::kSockUnlisten>;
 //     names this connection with the asking pod at that end.
 //   kSockRelease (posted): the client's connect failed; the record goes if no server
 //     claimed it.
+//   kSockClosed (posted): the last descriptor of the asking pod's end, in the process that
+//     sends it, is closed. The record goes once both ends said so (short connections must
+//     not hold their pods' quotas until the next sweep); a later claim finds nothing.
 // Answer (0): SockReply, fds [stream segment memfd, side memfd of the asker's end].
 template <Op kOpValue>
 struct SockTuple {
@@ -316,6 +321,7 @@ struct SockTuple {
 using SockConnect = SockTuple<Op::kSockConnect>;
 using SockClaim = SockTuple<Op::kSockClaim>;
 using SockRelease = SockTuple<Op::kSockRelease>;
+using SockClosed = SockTuple<Op::kSockClosed>;
 inline constexpr uint32_t kStreamClient = 0, kStreamServer = 1;  // SockReply::role
 struct SockReply {
   uint32_t role;        // kStreamClient: produce into ring 0, consume ring 1; else reversed
@@ -451,7 +457,8 @@ inline constexpr OpSpec kOpSpecs[] = {{Op::kHello, sizeof(Hello), 3, 3},
                                       {Op::kSockUnlisten, sizeof(SockUnlisten), 0, 0},
                                       {Op::kSockConnect, sizeof(SockConnect), 0, 0},
                                       {Op::kSockClaim, sizeof(SockClaim), 0, 0},
-                                      {Op::kSockRelease, sizeof(SockRelease), 0, 0}};
+                                      {Op::kSockRelease, sizeof(SockRelease), 0, 0},
+                                      {Op::kSockClosed, sizeof(SockClosed), 0, 0}};
 static_assert(sizeof(kOpSpecs) / sizeof(kOpSpecs[0]) == static_cast<size_t>(Op::kMaxOp) - 1,
               "every op has a spec");
 static_assert(sizeof(Response) <= static_cast<size_t>(kMaxMessage));
@@ -473,12 +480,13 @@ static_assert(SpecsFitMessages());
 // session's hints that answer nothing. A posted request that answers descriptors would
 // leave them nowhere.
 constexpr bool IsPostable(Op op) {
-  return op == Op::kCmCommand || op == Op::kSockUnlisten || op == Op::kSockRelease;
+  return op == Op::kCmCommand || op == Op::kSockUnlisten || op == Op::kSockRelease ||
+         op == Op::kSockClosed;
 }
 // The requests of a socket session (after kSockHello); a verbs session sends only the others.
 constexpr bool IsSocketOp(Op op) {
   return op == Op::kSockListen || op == Op::kSockUnlisten || op == Op::kSockConnect ||
-         op == Op::kSockClaim || op == Op::kSockRelease;
+         op == Op::kSockClaim || op == Op::kSockRelease || op == Op::kSockClosed;
 }
 
 // Checks one datagram from a pod: a known op with the size and descriptor count its spec

@@ -45,12 +45,16 @@ class SockPod : public RawPod {
   int SockHello(uint32_t abi = kAbiVersion) {
     proto::SockHello m{};
     m.abi = abi;
-    const proto::Response r = Call(m);
+    std::vector<UniqueFd> fds;
+    const proto::Response r = Call(m, {}, &fds);
+    pod_list_ = fds.empty() ? UniqueFd() : std::move(fds[0]);
     reply_ = r.u.hello;
     reply_.node[sizeof(reply_.node) - 1] = '\0';
     return r.status;
   }
   const proto::HelloReply& sock_hello() const { return reply_; }
+  // The node's pod list that came with the SockHello answer (stream_pods.h).
+  const UniqueFd& pod_list() const { return pod_list_; }
 
   int Listen(uint32_t port) {
     proto::SockListen m{};
@@ -71,12 +75,11 @@ class SockPod : public RawPod {
     return Tuple<proto::SockClaim>(peer_ip, local_port, peer_port);
   }
   void Release(uint32_t peer_ip, uint16_t local_port, uint16_t peer_port) {
-    proto::SockRelease m{};
-    m.h.seq = proto::kPostedSeq;
-    m.peer_ip = htonl(peer_ip);
-    m.local_port = local_port;
-    m.peer_port = peer_port;
-    SendRaw(&m, sizeof(m));
+    PostTuple<proto::SockRelease>(peer_ip, local_port, peer_port);
+  }
+  // Posted, as the library sends it when it closes its last descriptor of a stream.
+  void Closed(uint32_t peer_ip, uint16_t local_port, uint16_t peer_port) {
+    PostTuple<proto::SockClosed>(peer_ip, local_port, peer_port);
   }
   // A request answered in order after everything sent before (a listen on port 0: EINVAL).
   bool Sync() { return Listen(0) == EINVAL; }
@@ -95,7 +98,18 @@ class SockPod : public RawPod {
     return a;
   }
 
+  template <typename M>
+  void PostTuple(uint32_t peer_ip, uint16_t local_port, uint16_t peer_port) {
+    M m{};
+    m.h.seq = proto::kPostedSeq;
+    m.peer_ip = htonl(peer_ip);
+    m.local_port = local_port;
+    m.peer_port = peer_port;
+    SendRaw(&m, sizeof(m));
+  }
+
   proto::HelloReply reply_{};
+  UniqueFd pod_list_;
 };
 
 }  // namespace ff::router::test

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <string>
 
+#include "freeflow/stream_pods.h"
 #include "log_capture.h"
 #include "sock_pod.h"
 
@@ -201,6 +203,74 @@ TEST_F(ListenerQuotaTest, APodOverItsListenersIsRefusedAndLogged) {
   b1->Unlisten(1);
   ASSERT_TRUE(b1->Sync());
   EXPECT_EQ(b2->Listen(3), 0);
+}
+
+// ---- the pod list -------------------------------------------------------------------------
+
+// What a library sees of the pod list `fd`: is `ip` on it?
+PodListed Listed(const UniqueFd& fd, uint32_t ip) {
+  Mapping m;
+  if (MapPeerSegment(fd.get(), kStreamPodsBytes, false, &m) != 0) return PodListed::kUnknown;
+  return FindStreamPod(m.get(), ip);
+}
+
+TEST_F(SocketServiceTest, TheHelloCarriesTheNodesPodList) {
+  auto a = Pod(kA);
+  auto b = Pod(kB);
+  ASSERT_TRUE(a->pod_list());
+  EXPECT_TRUE(SealedReadOnly(a->pod_list().get()));
+  EXPECT_TRUE(SealedAtLeast(a->pod_list().get(), kStreamPodsBytes));
+  EXPECT_EQ(Listed(a->pod_list(), kA), PodListed::kYes);
+  EXPECT_EQ(Listed(a->pod_list(), kB), PodListed::kYes);  // one list: later sessions show
+  EXPECT_EQ(Listed(a->pod_list(), kC), PodListed::kNo);
+  RawPod v(router_, kC);  // a verbs session is no socket session
+  ASSERT_EQ(v.Hello(), 0);
+  EXPECT_EQ(Listed(a->pod_list(), kC), PodListed::kNo);
+}
+
+// A pod that writes the list could make every other pod's connections skip the router (or
+// ask it about everything): it must not be able to, whatever it does with the descriptor.
+TEST_F(SocketServiceTest, APodCannotWriteThePodList) {
+  auto a = Pod(kA);
+  const int fd = a->pod_list().get();
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(::mmap(nullptr, kStreamPodsBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0),
+            MAP_FAILED);
+  const char junk[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_LT(::pwrite(fd, junk, sizeof(junk), 0), 0);
+  EXPECT_NE(::fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL), 0) << "a pod resealed the list";
+  EXPECT_NE(::ftruncate(fd, 0), 0);
+  // Reopened read-write through /proc: the seal is the inode's, not the descriptor's.
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  UniqueFd rw(::open(self.c_str(), O_RDWR | O_CLOEXEC));
+  if (rw) {
+    EXPECT_EQ(::mmap(nullptr, kStreamPodsBytes, PROT_READ | PROT_WRITE, MAP_SHARED, rw.get(), 0),
+              MAP_FAILED);
+    EXPECT_LT(::pwrite(rw.get(), junk, sizeof(junk), 0), 0);
+  }
+  EXPECT_EQ(Listed(a->pod_list(), kA), PodListed::kYes);
+}
+
+// An address stays listed while a record names it, even after its sessions closed: a server
+// that accepts a connection whose client has exited must still claim it (its bytes are in
+// the segment), so its library must not skip the router.
+TEST_F(SocketServiceTest, AnAddressStaysListedWhileASessionOrARecordNamesIt) {
+  ASSERT_TRUE(Connected());
+  auto watcher = Pod(kC);
+  const UniqueFd& list = watcher->pod_list();
+  a_.reset();  // the client's session closes; its record stays
+  ASSERT_TRUE(WaitFor([&] { return router_.Stat("sessions") == 2; }));
+  EXPECT_EQ(Listed(list, kA), PodListed::kYes);
+  auto a2 = Pod(kA);
+  a2->Release(kB, kClientPort, kServerPort);  // unclaimed: the record goes
+  ASSERT_TRUE(a2->Sync());
+  EXPECT_EQ(router_.Stat("streams"), 0u);
+  a2.reset();
+  EXPECT_TRUE(WaitFor([&] { return Listed(list, kA) == PodListed::kNo; }));
+  EXPECT_EQ(Listed(list, kB), PodListed::kYes);
+  b_.reset();
+  EXPECT_TRUE(WaitFor([&] { return Listed(list, kB) == PodListed::kNo; }));
+  EXPECT_EQ(Listed(list, kC), PodListed::kYes);
 }
 
 // ---- connect ------------------------------------------------------------------------------
@@ -404,6 +474,38 @@ TEST_F(SocketServiceTest, OnlyTheClientReleases) {
   EXPECT_EQ(b->Claim(kA, kServerPort, kClientPort).status, 0);
 }
 
+// ---- closes -------------------------------------------------------------------------------
+
+TEST_F(SocketServiceTest, TheRecordGoesAtOnceWhenBothEndsClosedIt) {
+  ASSERT_TRUE(Connected());
+  ASSERT_EQ(b_->Claim(kA, kServerPort, kClientPort).status, 0);
+  a_->Closed(kB, kClientPort, kServerPort);
+  a_->Closed(kB, kClientPort, kServerPort);  // another process of the pod: still one end
+  ASSERT_TRUE(a_->Sync());
+  EXPECT_EQ(router_.Stat("streams"), 1u);
+  EXPECT_EQ(b_->Claim(kA, kServerPort, kClientPort).status, 0) << "the server may still exec";
+  b_->Closed(kA, kServerPort, kClientPort);
+  ASSERT_TRUE(b_->Sync());
+  EXPECT_EQ(router_.Stat("streams"), 0u);
+  EXPECT_EQ(b_->Claim(kA, kServerPort, kClientPort).status, ENOENT);
+}
+
+// A pod can say only that its own end closed: not the other end, not another pod's.
+TEST_F(SocketServiceTest, NoPodClosesAnEndThatIsNotItsOwn) {
+  ASSERT_TRUE(Connected());
+  auto c = Pod(kC);
+  c->Closed(kB, kClientPort, kServerPort);  // as the client
+  c->Closed(kA, kServerPort, kClientPort);  // as the server
+  a_->Closed(kA, kServerPort, kClientPort);  // the client, as the server
+  a_->Closed(kB, kServerPort, kClientPort);  // ports swapped
+  b_->Closed(kA, kServerPort, kClientPort);  // the server's own end: one of two
+  ASSERT_TRUE(c->Sync());
+  ASSERT_TRUE(a_->Sync());
+  ASSERT_TRUE(b_->Sync());
+  EXPECT_EQ(router_.Stat("streams"), 1u);
+  EXPECT_EQ(a_->Claim(kB, kClientPort, kServerPort).status, 0);
+}
+
 // ---- quotas -------------------------------------------------------------------------------
 
 class StreamQuotaTest : public SocketServiceTest {
@@ -439,6 +541,23 @@ TEST_F(StreamQuotaTest, RecordsStayChargedAfterTheirSessionCloses) {
   auto a = Pod(kA);
   EXPECT_EQ(a->Connect(kB, 3, kServerPort).status, ENOSPC);
   EXPECT_EQ(router_.Stat("streams"), 2u);
+}
+
+// A pod that makes short connections one after another (an HTTP client without keep-alive)
+// gives each record back as it closes: it never runs into its quota, and its connections
+// stay accelerated.
+TEST_F(StreamQuotaTest, ShortConnectionsDoNotUseUpTheQuota) {
+  auto a = Pod(kA), b = Pod(kB);
+  ASSERT_EQ(b->Listen(kServerPort), 0);
+  for (uint16_t port = 1; port <= 20; ++port) {
+    ASSERT_EQ(a->Connect(kB, port, kServerPort).status, 0) << port;
+    ASSERT_EQ(b->Claim(kA, kServerPort, port).status, 0) << port;
+    a->Closed(kB, port, kServerPort);
+    b->Closed(kA, kServerPort, port);
+  }
+  ASSERT_TRUE(a->Sync());
+  ASSERT_TRUE(b->Sync());
+  EXPECT_EQ(router_.Stat("streams"), 0u);
 }
 
 class StreamFdQuotaTest : public SocketServiceTest {

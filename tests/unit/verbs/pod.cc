@@ -263,6 +263,14 @@ std::vector<ibv_wc> PollFew(ibv_cq* cq, int times) {
   return got;
 }
 
+void ExpectFailedThenFlushed(const std::vector<ibv_wc>& wcs, uint64_t failed, uint64_t flushed) {
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, failed);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wcs[1].wr_id, flushed);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+}
+
 ibv_qp_state StateOf(ibv_qp* qp) {
   ibv_qp_attr a{};
   ibv_qp_init_attr init{};

@@ -119,6 +119,9 @@ std::vector<ibv_wc> PollN(ibv_cq* cq, size_t n);
 // Polls `times` times and returns whatever arrived (for "nothing completes" checks).
 std::vector<ibv_wc> PollFew(ibv_cq* cq, int times);
 ibv_qp_state StateOf(ibv_qp* qp);
+// Checks that `wcs` is WQE `failed` completing with IBV_WC_RETRY_EXC_ERR and then WQE
+// `flushed` with IBV_WC_WR_FLUSH_ERR: a transport error and what it flushed.
+void ExpectFailedThenFlushed(const std::vector<ibv_wc>& wcs, uint64_t failed, uint64_t flushed);
 // The next async event, waiting at most kWaitLimit; IBV_EVENT_DEVICE_FATAL-1 style
 // sentinel (-1) when none came.
 int NextAsyncEvent(ibv_context* ctx, ibv_async_event* out);
