@@ -2,6 +2,8 @@
 // ioctls that count bytes. A descriptor that names no stream goes straight to libc.
 #include <fcntl.h>
 #include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <sys/ioctl.h>
 #include <sys/sendfile.h>
@@ -26,6 +28,12 @@ Ref StreamOf(int fd) {
   Ref s = Lookup(fd);
   if (s && s->kind != Kind::kStream) return Ref();
   return s;
+}
+
+// TCP_NODELAY of a stream is the program's to see and set; the kernel connection keeps it on
+// for the bells (TagStream). Every other option goes to the kernel socket.
+bool IsNodelay(int level, int name, socklen_t len) {
+  return level == IPPROTO_TCP && name == TCP_NODELAY && len >= static_cast<socklen_t>(sizeof(int));
 }
 
 ssize_t Recv1(Sock& s, int fd, void* buf, size_t len, int flags) {
@@ -245,6 +253,27 @@ FFS_EXPORT int ioctl(int fd, unsigned long req, ...) {
     if (Ref s = StreamOf(fd)) s->nonblock.store(*static_cast<int*>(arg) != 0);
   }
   return rc;
+}
+
+FFS_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_t len) {
+  if (val != nullptr && IsNodelay(level, name, len)) {
+    if (Ref s = StreamOf(fd)) {
+      s->app_nodelay.store(*static_cast<const int*>(val) != 0);
+      return 0;
+    }
+  }
+  return real::setsockopt(fd, level, name, val, len);
+}
+
+FFS_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
+  if (val != nullptr && len != nullptr && IsNodelay(level, name, *len)) {
+    if (Ref s = StreamOf(fd)) {
+      *static_cast<int*>(val) = s->app_nodelay.load() ? 1 : 0;
+      *len = sizeof(int);
+      return 0;
+    }
+  }
+  return real::getsockopt(fd, level, name, val, len);
 }
 
 }  // extern "C"

@@ -221,7 +221,7 @@ void ClaimAccepted(Sock& l, int nfd, const sockaddr_in& peer) {
   if (s) {
     NoteFlags(*s, nfd);
     Install(nfd, s.get());
-    TagStream(nfd);
+    TagStream(nfd, *s);
     EpollStreamCreated(nfd, s.get());
   }
 }
@@ -269,7 +269,7 @@ FFS_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
       s->state.store(StreamState::kConnecting);
       NoteFlags(*s, fd);
       Install(fd, s.get());
-      TagStream(fd);
+      TagStream(fd, *s);
       EpollStreamCreated(fd, s.get());
     }
   }

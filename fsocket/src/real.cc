@@ -65,6 +65,8 @@ FFS_REAL(int, epoll_pwait, (int epfd, epoll_event* evs, int max, int timeout, co
          (epfd, evs, max, timeout, mask))
 FFS_REAL(int, getsockopt, (int fd, int level, int name, void* val, socklen_t* len),
          (fd, level, name, val, len))
+FFS_REAL(int, setsockopt, (int fd, int level, int name, const void* val, socklen_t len),
+         (fd, level, name, val, len))
 FFS_REAL(int, getsockname, (int fd, sockaddr* addr, socklen_t* len), (fd, addr, len))
 FFS_REAL(int, getpeername, (int fd, sockaddr* addr, socklen_t* len), (fd, addr, len))
 FFS_REAL(int, sigaction, (int sig, const struct sigaction* act, struct sigaction* old),

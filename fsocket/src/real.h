@@ -35,6 +35,7 @@ int epoll_ctl(int epfd, int op, int fd, epoll_event* ev);
 int epoll_wait(int epfd, epoll_event* evs, int max, int timeout);
 int epoll_pwait(int epfd, epoll_event* evs, int max, int timeout, const sigset_t* mask);
 int getsockopt(int fd, int level, int name, void* val, socklen_t* len);
+int setsockopt(int fd, int level, int name, const void* val, socklen_t len);
 int getsockname(int fd, sockaddr* addr, socklen_t* len);
 int getpeername(int fd, sockaddr* addr, socklen_t* len);
 int sigaction(int sig, const struct sigaction* act, struct sigaction* old);

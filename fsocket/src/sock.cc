@@ -111,6 +111,7 @@ Ref NewSock(Kind kind) {
   s->dead.store(false);
   s->waiters.store(0);
   s->nonblock.store(false);
+  s->app_nodelay.store(false);
   s->peer_ip_net = 0;
   s->local_port = 0;
   s->peer_port = 0;

@@ -57,6 +57,8 @@ struct Sock {
   std::atomic<bool> dead{false};      // reset: the connection is over in both directions
   std::atomic<int> waiters{0};        // threads of this process sleeping on the socket
   std::atomic<bool> nonblock{false};  // O_NONBLOCK as last seen (for restricted processes)
+  // TCP_NODELAY as the program set it; the kernel connection keeps it on (TagStream).
+  std::atomic<bool> app_nodelay{false};
   // The connection as the router's record names it from this end (SockClosed at the last
   // close): the other end's address (network order) and port, this end's port.
   uint32_t peer_ip_net = 0;

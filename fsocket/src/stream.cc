@@ -456,11 +456,15 @@ void StreamRelease(Sock& s, int fd) {
   if (s.state.load() == StreamState::kOpen) StreamDrain(s, fd);
 }
 
-void TagStream(int fd) {
+void TagStream(int fd, Sock& s) {
+  int nodelay = 0;
+  socklen_t len = sizeof(nodelay);
+  if (real::getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &len) == 0)
+    s.app_nodelay.store(nodelay != 0);
   const unsigned tag = kStreamTag;
-  static auto set =
-      reinterpret_cast<int (*)(int, int, int, const void*, socklen_t)>(real::Next("setsockopt"));
-  (void)set(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &tag, sizeof(tag));
+  (void)real::setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &tag, sizeof(tag));
+  const int on = 1;
+  (void)real::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
 }
 
 bool IsTaggedStream(int fd) {

@@ -54,8 +54,11 @@ void StreamRelease(Sock& s, int fd);
 // many unsent bytes the kernel queues, which bells never approach). A library that finds
 // the mark on a socket it did not make knows the socket's bytes are in a segment: it asks the
 // router for it, and resets the connection cleanly when the router no longer has it.
+// It also gets TCP_NODELAY: a bell must never wait in the kernel for the ACK of the one
+// before (Nagle's algorithm, up to the peer's delayed ACK: 40 ms). The program's own
+// TCP_NODELAY, read here first, is kept in s.app_nodelay (the sockopt interposers).
 inline constexpr unsigned kStreamTag = 0xfffff7edu;
-void TagStream(int fd);
+void TagStream(int fd, Sock& s);
 bool IsTaggedStream(int fd);
 
 // One step of a spin that has lasted `spun_ns`: a few pauses at first, then sched_yield, so

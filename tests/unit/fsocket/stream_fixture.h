@@ -71,6 +71,7 @@ class StreamPair : public ::testing::Test {
     Ref s = NewSock(Kind::kStream);
     ASSERT_EQ(AttachStream(*s, seg_.get(), side.get(), role, ring_bytes_), 0);
     Install(fd, s.get());
+    TagStream(fd, *s);  // as connect and accept do
   }
 };
 
