@@ -60,7 +60,11 @@ inline constexpr uint64_t kConsentMinWaitNs =
 inline constexpr uint64_t kPeerErrorMaxDelayNs = 2'000'000'000ull;
 
 // ---- TCP mode (libfsocket.so, docs/tcp-mode.md) -------------------------------------------
-inline constexpr uint32_t kStreamRingBytes = 1u << 20;  // each direction of a connection's segment
+// Each direction of a TCP-mode connection's segment. 4 MiB, like the kernel's own TCP buffer
+// ceilings (tcp_wmem 4 MiB, tcp_rmem 6 MiB): with 1 MiB a writer filled the ring and slept
+// often enough that same-node iperf3 fell to 27-29 Gbit/s in some runs; the cost is up to
+// 8 MiB of a pod's memory per busy connection (pages are touched as the rings turn).
+inline constexpr uint32_t kStreamRingBytes = 4u << 20;
 inline constexpr uint32_t kMaxSockListenersPerPod = 1024;  // listening ports a pod registers
 inline constexpr uint32_t kMaxStreamRecordsPerPod =
     4096;  // connections a pod made with kSockConnect
