@@ -154,7 +154,7 @@ int GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq_out, void** cq_context) {
     bool pending = false;
     Cq* found;
     {
-      std::lock_guard<SpinLock> l(ch->ctx->lock);
+      std::lock_guard<AdaptiveLock> l(ch->ctx->lock);
       found = TakeFiredCq(ch, &pending);
     }
     if (found != nullptr) {
@@ -221,7 +221,7 @@ int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   Cq* cq = ToCq(ibcq);
   Context* ctx = cq->ctx;
   if (n <= 0) return 0;
-  std::lock_guard<SpinLock> l(ctx->lock);
+  std::lock_guard<AdaptiveLock> l(ctx->lock);
   return PollBody(ctx, cq, n, wc, true);
 }
 

@@ -20,7 +20,7 @@ const ibv_wc& Cur(ibv_cq_ex* c) { return Of(c)->current; }
 int TakeOne(Cq* cq, bool may_sleep) {
   int n;
   {
-    std::lock_guard<SpinLock> l(cq->ctx->lock);
+    std::lock_guard<AdaptiveLock> l(cq->ctx->lock);
     n = PollLocked(cq, 1, &cq->current, may_sleep);
   }
   if (n < 0) return -n;

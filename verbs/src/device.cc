@@ -184,7 +184,7 @@ int TakeAsyncEvent(Context* ctx, ibv_async_event* event) {
 
 template <typename T>
 std::vector<T*> Snapshot(Context* ctx, const std::vector<T*>& v) {
-  std::lock_guard<SpinLock> l(ctx->lock);
+  std::lock_guard<AdaptiveLock> l(ctx->lock);
   std::vector<T*> out;
   for (T* x : v)
     if (x != nullptr) out.push_back(x);

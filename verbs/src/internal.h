@@ -14,8 +14,12 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -37,17 +41,43 @@ namespace ffv {
 using ff::Mapping;
 using ff::UniqueFd;
 
-class SpinLock {
+// A context's (and a CQ's poll) lock: uncontended it costs one atomic exchange, like a
+// spin lock; contended it spins briefly, then sleeps on a futex. It may be held across a
+// router round trip (the event thread links a QP when its peer names it; a WRITE maps a
+// peer's region), and a pure spin lock then took the CPU that the holder, or the router it
+// waits for, needed: on two vCPUs, rdma_cm connections stalled for a scheduler tick (1-5 ms)
+// in one of every few (bench/cm_rate). The futex protocol: 0 free, 1 held, 2 held with
+// sleepers possible.
+class AdaptiveLock {
  public:
   void lock() {
-    while (flag_.exchange(true, std::memory_order_acquire)) {
-      while (flag_.load(std::memory_order_relaxed)) __builtin_ia32_pause();
+    for (int i = 0; i < kSpins; ++i) {
+      int free = 0;
+      if (state_.compare_exchange_weak(free, 1, std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+        return;
+      __builtin_ia32_pause();
     }
+    while (state_.exchange(2, std::memory_order_acquire) != 0) Wait();
   }
-  void unlock() { flag_.store(false, std::memory_order_release); }
+  void unlock() {
+    if (state_.exchange(0, std::memory_order_release) == 2) Wake();
+  }
 
  private:
-  std::atomic<bool> flag_{false};
+  static constexpr int kSpins = 100;
+  static_assert(sizeof(std::atomic<int>) == sizeof(int));
+  int* word() { return reinterpret_cast<int*>(&state_); }
+  // Sleeps while the state is still 2 (a spurious or early return only loops again); the
+  // program's errno is left as it was.
+  void Wait() { Futex(FUTEX_WAIT_PRIVATE, 2); }
+  void Wake() { Futex(FUTEX_WAKE_PRIVATE, 1); }
+  void Futex(int op, int val) {
+    const int saved = errno;
+    ::syscall(SYS_futex, word(), op, val, nullptr, nullptr, 0);
+    errno = saved;
+  }
+  std::atomic<int> state_{0};
 };
 
 struct Context;
@@ -159,7 +189,7 @@ struct Cq {
   // Extended CQs: the completion start_poll/next_poll made current, and the lock held from
   // start_poll to end_poll unless the CQ was created single-threaded.
   ibv_wc current{};
-  SpinLock poll_lock;
+  AdaptiveLock poll_lock;
   bool single_threaded = false;
 };
 
@@ -332,7 +362,7 @@ struct AsyncEvent {
 struct Context {
   verbs_context vctx;  // must stay first; ibv_context is its last member
   Session* session = nullptr;
-  SpinLock lock;
+  AdaptiveLock lock;
   std::atomic<bool> attention{false};  // the event thread raised Qp::peer_gone somewhere
   // Some QP of the context is Qp::stalled: set by the data path (which then wakes the event
   // thread through Session::tick_tx), cleared by the event thread under `lock` once none is.

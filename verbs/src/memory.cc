@@ -297,7 +297,7 @@ int RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access,
   mr->access = static_cast<int>(access);
   mr->region = region;
   if (region != nullptr) g_region_mrs[region].push_back(mr.get());
-  std::lock_guard<SpinLock> l(ctx->lock);
+  std::lock_guard<AdaptiveLock> l(ctx->lock);
   const uint32_t slot = ff::MrSlotOfKey(key);
   if (ctx->mrs_by_slot.size() <= slot) ctx->mrs_by_slot.resize(slot + 1, nullptr);
   ctx->mrs_by_slot[slot] = mr.get();
@@ -308,7 +308,7 @@ int RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access,
 int DeregMr(Mr* mr) {
   Context* ctx = ToCtx(mr->mr.context);
   {
-    std::lock_guard<SpinLock> l(ctx->lock);
+    std::lock_guard<AdaptiveLock> l(ctx->lock);
     if (mr->windows > 0) return EBUSY;  // memory windows are bound to it (as on mlx5)
     const uint32_t slot = ff::MrSlotOfKey(mr->mr.lkey);
     if (slot < ctx->mrs_by_slot.size() && ctx->mrs_by_slot[slot] == mr)
@@ -350,7 +350,7 @@ void Repoint(Mr* from, Mr* to) {
       std::replace(list.begin(), list.end(), from, to);
     }
   }
-  std::lock_guard<SpinLock> l(ctx->lock);
+  std::lock_guard<AdaptiveLock> l(ctx->lock);
   const uint32_t slot = ff::MrSlotOfKey(from->mr.lkey);
   if (slot < ctx->mrs_by_slot.size() && ctx->mrs_by_slot[slot] == from) ctx->mrs_by_slot[slot] = to;
   ctx->last_mr = nullptr;
@@ -375,7 +375,7 @@ int ReregMr(Mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, unsigned a
   if (!(flags & IBV_REREG_MR_CHANGE_ACCESS)) access = static_cast<unsigned>(mr->access);
   if (!ValidRegistration(length, access)) return EINVAL;
   {
-    std::lock_guard<SpinLock> l(ToCtx(mr->mr.context)->lock);
+    std::lock_guard<AdaptiveLock> l(ToCtx(mr->mr.context)->lock);
     if (mr->windows > 0) return EBUSY;  // memory windows are bound to it
   }
   Mr* fresh = nullptr;

@@ -102,7 +102,7 @@ ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type type) {
       mw->mw.rkey = mw->key;
       mw->mw.handle = mw->key;
       mw->mw.type = type;
-      std::lock_guard<SpinLock> l(ctx->lock);
+      std::lock_guard<AdaptiveLock> l(ctx->lock);
       ctx->mws[ff::MrSlotOfKey(mw->key)] = mw.get();
       out = mw.release();
       return 0;
@@ -136,7 +136,7 @@ int DeallocMw(ibv_mw* ibmw) {
   Context* ctx = ToCtx(ibmw->context);
   return Guarded([&] {
     {
-      std::lock_guard<SpinLock> l(ctx->lock);
+      std::lock_guard<AdaptiveLock> l(ctx->lock);
       ctx->mws.erase(ff::MrSlotOfKey(mw->key));
       Rebind(mw, nullptr);
     }

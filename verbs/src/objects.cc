@@ -58,7 +58,7 @@ template <typename T, typename M, typename Unlink>
 int Retract(T* obj, uint32_t M::*id_field, Unlink&& unlink) {
   Context* ctx = obj->ctx;
   {
-    std::lock_guard<SpinLock> l(ctx->lock);
+    std::lock_guard<AdaptiveLock> l(ctx->lock);
     if (const int rc = unlink(ctx)) return rc;
   }
   Withdraw(ctx->session, id_field, obj->id);
@@ -74,7 +74,7 @@ bool UsedByQp(Context* ctx, const void* obj) {
 // True while a QP, SRQ or MR of its context still uses `pd`.
 bool PdInUse(ibv_pd* pd) {
   Context* ctx = ToCtx(pd->context);
-  std::lock_guard<SpinLock> l(ctx->lock);
+  std::lock_guard<AdaptiveLock> l(ctx->lock);
   for (const Qp* qp : ctx->qps)
     if (qp->qpx.qp_base.pd == pd) return true;
   for (const Srq* srq : ctx->srqs)
@@ -99,7 +99,7 @@ int CreateChannel(Context* ctx, Channel** out) {
   const int tx = ch->tx.get();
   if (const int rc = ctx->session->Call(&m, sizeof(m), &tx, 1, &r)) return rc;
   ch->ch.fd = rx.release();
-  std::lock_guard<SpinLock> l(ctx->lock);
+  std::lock_guard<AdaptiveLock> l(ctx->lock);
   ctx->channels.push_back(ch.get());
   *out = ch.release();
   return 0;
@@ -141,7 +141,7 @@ int CreateCq(Context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel,
   c.cqe = cqe;
   pthread_mutex_init(&c.mutex, nullptr);
   pthread_cond_init(&c.cond, nullptr);
-  std::lock_guard<SpinLock> l(ctx->lock);
+  std::lock_guard<AdaptiveLock> l(ctx->lock);
   ctx->cqs.push_back(cq.get());
   if (cq->channel != nullptr) cq->channel->cqs.push_back(cq.get());
   *out = cq.release();
@@ -181,7 +181,7 @@ int CheckCqExArgs(ibv_context* context, const ibv_cq_init_attr_ex* a) {
 }
 
 int ResizeCq(Cq* cq, int cqe) {
-  std::lock_guard<SpinLock> l(cq->ctx->lock);
+  std::lock_guard<AdaptiveLock> l(cq->ctx->lock);
   if (static_cast<uint64_t>(cqe) < cq->tail - cq->head) return EINVAL;
   const uint32_t size = RoundPow2(static_cast<uint32_t>(cqe) + 1);
   std::vector<ibv_wc> wcs(size);
@@ -233,14 +233,14 @@ int CreateSrq(Context* ctx, ibv_pd* pd, ibv_srq_init_attr* attr, Srq** out) {
   srq->srq.handle = srq->id;
   pthread_mutex_init(&srq->srq.mutex, nullptr);
   pthread_cond_init(&srq->srq.cond, nullptr);
-  std::lock_guard<SpinLock> l(ctx->lock);
+  std::lock_guard<AdaptiveLock> l(ctx->lock);
   ctx->srqs.push_back(srq.get());
   *out = srq.release();
   return 0;
 }
 
 int ModifySrq(Srq* srq, const ibv_srq_attr* attr, int mask) {
-  std::lock_guard<SpinLock> l(srq->ctx->lock);
+  std::lock_guard<AdaptiveLock> l(srq->ctx->lock);
   if (mask & IBV_SRQ_MAX_WR) {
     if (attr->max_wr > srq->rq.mask + 1 || attr->max_wr < srq->rq.count()) return EINVAL;
     srq->rq.max_wr = attr->max_wr;
@@ -415,7 +415,7 @@ FFV_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
 FFV_EXPORT int ibv_query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
   if (ibsrq == nullptr || attr == nullptr) return EINVAL;
   Srq* srq = ToSrq(ibsrq);
-  std::lock_guard<SpinLock> l(srq->ctx->lock);
+  std::lock_guard<AdaptiveLock> l(srq->ctx->lock);
   attr->max_wr = srq->rq.max_wr;
   attr->max_sge = srq->rq.max_sge;
   attr->srq_limit = srq->limit;

@@ -63,7 +63,7 @@ void Registry::UnderContextLock(uint32_t qpn, F&& f) {
   if (it == qps_.end()) return;
   Qp* qp = it->second;
   {
-    std::lock_guard<SpinLock> l(qp->ctx->lock);
+    std::lock_guard<AdaptiveLock> l(qp->ctx->lock);
     Guarded([&] {
       f(qp);
       return 0;
@@ -133,7 +133,7 @@ Registry::TickOutcome Registry::Tick() {
   std::lock_guard<std::mutex> g(mu_);
   for (Context* ctx : contexts_) {
     if (!ctx->stalled.load(std::memory_order_acquire)) continue;
-    std::lock_guard<SpinLock> l(ctx->lock);
+    std::lock_guard<AdaptiveLock> l(ctx->lock);
     const int rc = Guarded([&] {
       TickContext(ctx, &out);
       return 0;

@@ -200,7 +200,7 @@ int CreateQp(Context* ctx, ibv_pd* pd, ibv_qp_init_attr_ex* attr, Qp** out) {
   FillIbvQp(qp.get(), pd, attr, qpn);
   InitQpEx(qp.get());
   {
-    std::lock_guard<SpinLock> l(ctx->lock);
+    std::lock_guard<AdaptiveLock> l(ctx->lock);
     ctx->qps.push_back(qp.get());
     qp->rcq->recv_qps.push_back(qp.get());
   }
@@ -264,7 +264,7 @@ int CheckModify(const Qp* qp, const ibv_qp_attr* attr, int mask) {
 bool ApplyModify(Qp* qp, const ibv_qp_attr* attr, int mask, std::unique_ptr<PeerLink> link) {
   ibv_qp& q = qp->qpx.qp_base;
   const ibv_qp_state cur = q.state;
-  std::lock_guard<SpinLock> l(qp->ctx->lock);
+  std::lock_guard<AdaptiveLock> l(qp->ctx->lock);
   ApplyAttr(qp, attr, mask);
   if (link) qp->link = std::move(link);  // only RTR makes a new one; later transitions keep it
   if (!(mask & IBV_QP_STATE)) return false;
@@ -285,7 +285,7 @@ void Disconnect(Qp* qp) {
   ff::proto::DisconnectQp m{};
   m.id = qp->qpx.qp_base.qp_num;
   qp->ctx->session->SimpleCall(&m, sizeof(m));
-  std::lock_guard<SpinLock> l(qp->ctx->lock);
+  std::lock_guard<AdaptiveLock> l(qp->ctx->lock);
   qp->link.reset();
   qp->awaited = Qp::AwaitedPeer{};
   qp->ud_links.clear();
@@ -309,7 +309,7 @@ int DestroyQp(Qp* qp) {
   const uint32_t qpn = qp->qpx.qp_base.qp_num;
   ctx->session->registry.RemoveQp(qpn);
   {
-    std::lock_guard<SpinLock> l(ctx->lock);
+    std::lock_guard<AdaptiveLock> l(ctx->lock);
     auto drop = [qp](std::vector<Qp*>& v) {
       v.erase(std::remove(v.begin(), v.end(), qp), v.end());
     };
@@ -374,7 +374,7 @@ FFV_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
 FFV_EXPORT int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
   if (ibqp == nullptr || attr == nullptr) return EINVAL;
   Qp* qp = ToQp(ibqp);
-  std::lock_guard<SpinLock> l(qp->ctx->lock);
+  std::lock_guard<AdaptiveLock> l(qp->ctx->lock);
   *attr = qp->attr;
   attr->qp_state = ibqp->state;
   attr->cur_qp_state = ibqp->state;

@@ -269,7 +269,7 @@ void ResetRecv(Qp* qp) {
 int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   Qp* qp = ToQp(ibqp);
   Context* ctx = qp->ctx;
-  std::lock_guard<SpinLock> l(ctx->lock);
+  std::lock_guard<AdaptiveLock> l(ctx->lock);
   if (qp->srq != nullptr || ibqp->state == IBV_QPS_RESET) {
     *bad = wr;
     return EINVAL;
@@ -279,7 +279,7 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 
 int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   Srq* srq = ToSrq(ibsrq);
-  std::lock_guard<SpinLock> l(srq->ctx->lock);
+  std::lock_guard<AdaptiveLock> l(srq->ctx->lock);
   return Guarded([&] { return PostRecvCommon(srq->ctx, nullptr, &srq->rq, wr, bad); });
 }
 

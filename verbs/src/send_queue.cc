@@ -423,7 +423,7 @@ namespace {
 int PostList(ibv_qp* ibqp, ibv_send_wr* wr, bool type1, ibv_send_wr** bad) {
   Qp* qp = ToQp(ibqp);
   Context* ctx = qp->ctx;
-  std::lock_guard<SpinLock> l(ctx->lock);
+  std::lock_guard<AdaptiveLock> l(ctx->lock);
   return Guarded([&] {
     if (ctx->attention.load(std::memory_order_relaxed)) HandleAttention(ctx);
     const ibv_qp_state state = ibqp->state;

@@ -22,7 +22,7 @@ class MarkerTest : public ClusterTest {
 
   static uint64_t Unexecuted(const Pod& pod) {
     ffv::Qp* q = ffv::ToQp(pod.qp);
-    std::lock_guard<ffv::SpinLock> l(q->ctx->lock);
+    std::lock_guard<ffv::AdaptiveLock> l(q->ctx->lock);
     return q->sq_tail - q->sq_exec;
   }
   void PostMarker(uint64_t wr_id, char marker) {
