@@ -246,6 +246,47 @@ bool PostedDestroy(const CmChannel& ch, const Command& c) {
          Post(ch, c) == 0;
 }
 
+// The id an ACCEPT, REJECT or DISCONNECT names (false: another command, or too short).
+bool ConnectionCommand(const Command& c, uint32_t* handle) {
+  size_t at = 0;
+  switch (c.hdr.cmd) {
+    case RDMA_USER_CM_CMD_ACCEPT:
+      at = offsetof(rdma_ucm_accept, id);
+      break;
+    case RDMA_USER_CM_CMD_REJECT:
+      at = offsetof(rdma_ucm_reject, id);
+      break;
+    case RDMA_USER_CM_CMD_DISCONNECT:
+      at = offsetof(rdma_ucm_disconnect, id);
+      break;
+    default:
+      return false;
+  }
+  if (c.hdr.in < at + sizeof(uint32_t)) return false;
+  *handle = Get<uint32_t>(c.body, at);
+  return true;
+}
+
+// ACCEPT as the active side's RTU, and DISCONNECT of a connected id: the router's answer
+// follows from the events the program has read (cmtable::CmPhase), so they are posted. The
+// RTU is on the path of every connection the program makes (ESTABLISHED waits for it), and
+// the router may still refuse it only when the peer ended the exchange meanwhile, whose
+// DISCONNECTED or REJECTED event the program then reads next.
+bool PostedByPhase(const CmChannel& ch, const Command& c) {
+  uint32_t handle = 0;
+  if (!ConnectionCommand(c, &handle)) return false;
+  const CmPhase phase = cmtable::Phase(ch, handle);
+  const bool known = (c.hdr.cmd == RDMA_USER_CM_CMD_ACCEPT && phase == CmPhase::kRtuDue) ||
+                     (c.hdr.cmd == RDMA_USER_CM_CMD_DISCONNECT && phase == CmPhase::kConnected);
+  if (known && Post(ch, c) == 0) {
+    cmtable::SetPhase(ch.session, handle, CmPhase::kConnected);
+    return true;
+  }
+  // Sent and answered: what it does to the connection is the router's to say.
+  cmtable::SetPhase(ch.session, handle, CmPhase::kUnknown);
+  return false;
+}
+
 // Every command but GET_EVENT.
 int Forward(CmChannel& ch, Command* c) {
   void* response = nullptr;
@@ -259,7 +300,7 @@ int Forward(CmChannel& ch, Command* c) {
   int rc = 0;
   if (!gone && AnswerFromState(ch, *c, &reply, &rc)) {
     if (rc != 0) return rc;
-  } else if (!gone && PostedDestroy(ch, *c)) {
+  } else if (!gone && (PostedDestroy(ch, *c) || PostedByPhase(ch, *c))) {
     reply.out_len = 0;
   } else {
     rc = gone ? 0 : Send(ch, *c, &reply, &gone);

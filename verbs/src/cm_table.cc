@@ -32,6 +32,7 @@ struct IdState {
   uint64_t uid;
   uint32_t reported;                           // events of this id the program has read
   std::shared_ptr<ff::proto::CmIdState> last;  // the router's newest snapshot, if any
+  CmPhase phase = CmPhase::kUnknown;
 };
 struct JoinState {
   uint32_t parent;  // the id that joined
@@ -222,6 +223,15 @@ CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev) {
   ++it->second.reported;
   if (resp.event == kCmConnectRequest)
     t.ids.emplace(Key{ch.session, resp.id}, IdState{ch.id, 0, 0, nullptr});
+  if (resp.id == ev.owner) {
+    if (resp.event == kCmConnectResponse) {
+      it->second.phase = CmPhase::kRtuDue;
+    } else if (resp.event == kCmEstablished || resp.event == kCmDisconnected) {
+      it->second.phase = CmPhase::kConnected;
+    } else {
+      it->second.phase = CmPhase::kUnknown;
+    }
+  }
   NoteStateLocked(t, ch.session, ev.state);
   return CmEventFate::kDeliver;
 }
@@ -253,6 +263,20 @@ bool Owns(const CmChannel& ch, uint32_t handle) {
   std::lock_guard<std::mutex> g(t.mu);
   auto it = t.ids.find(Key{ch.session, handle});
   return it != t.ids.end() && it->second.channel == ch.id;
+}
+
+CmPhase Phase(const CmChannel& ch, uint32_t handle) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  auto it = t.ids.find(Key{ch.session, handle});
+  return it != t.ids.end() && it->second.channel == ch.id ? it->second.phase : CmPhase::kUnknown;
+}
+
+void SetPhase(Session* s, uint32_t handle, CmPhase phase) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  auto it = t.ids.find(Key{s, handle});
+  if (it != t.ids.end()) it->second.phase = phase;
 }
 
 std::vector<CmLiveId> LiveIds(const CmChannel& ch) {

@@ -26,6 +26,9 @@ struct Session;
 // Event numbers of the ucma ABI (rdma_ucm_event_resp.event): librdmacm's enum
 // rdma_cm_event_type, whose header cannot be included beside <rdma/rdma_user_cm.h>.
 inline constexpr uint32_t kCmConnectRequest = 4;
+inline constexpr uint32_t kCmConnectResponse = 5;
+inline constexpr uint32_t kCmEstablished = 9;
+inline constexpr uint32_t kCmDisconnected = 10;
 inline constexpr uint32_t kCmDeviceRemoval = 11;
 inline constexpr uint32_t kCmMulticastJoin = 12;
 inline constexpr uint32_t kCmMulticastError = 13;
@@ -53,6 +56,15 @@ struct CmLiveId {
 
 // What to do with an event read from a channel.
 enum class CmEventFate { kDeliver, kDrop };
+
+// What the events the program has read say of an id's connection, for the commands whose
+// outcome follows from it (cm_commands.cc posts them instead of waiting for the router):
+//   kRtuDue     CONNECT_RESPONSE read, nothing sent since: ACCEPT is the active side's RTU,
+//               which the router carries out whatever the program passes;
+//   kConnected  ESTABLISHED or DISCONNECTED read, or the RTU posted: the router's id is
+//               established, disconnecting or done, and DISCONNECT succeeds in each.
+// Anything else sent to the router for the id makes it kUnknown (the router decides).
+enum class CmPhase : uint8_t { kUnknown, kRtuDue, kConnected };
 
 // The table's operations (cm_table.cc). Ids are keyed by (session, handle), as the router
 // numbers them per session; joins (multicast) have their own handles.
@@ -95,6 +107,10 @@ bool LastState(const CmChannel& ch, uint32_t handle, ff::proto::CmIdState* out);
 void MarkSeen(Session* s, uint32_t handle);
 // Whether `handle` is a live id of this process on `ch`.
 bool Owns(const CmChannel& ch, uint32_t handle);
+// The id's phase, kUnknown when it is not a live id on `ch`; SetPhase records a command's
+// effect (after a command sent to the router, kUnknown; after a posted RTU, kConnected).
+CmPhase Phase(const CmChannel& ch, uint32_t handle);
+void SetPhase(Session* s, uint32_t handle, CmPhase phase);
 
 // fork child (cm_device.h): the channels stay, owned by no session; no id is live.
 void ForgetInChild();

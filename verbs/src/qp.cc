@@ -317,9 +317,12 @@ int DestroyQp(Qp* qp) {
     drop(ctx->pending);
     drop(qp->rcq->recv_qps);
   }
+  // Posted: the router cannot refuse to destroy a QP of this process, and nothing in its
+  // answer would change what the program is told (ibv_destroy_qp succeeds). A router that
+  // is gone has released the QP already.
   ff::proto::DestroyQp m{};
   m.id = qpn;
-  ctx->session->SimpleCall(&m, sizeof(m));
+  ctx->session->Post(&m, sizeof(m));
   pthread_mutex_destroy(&qp->qpx.qp_base.mutex);
   pthread_cond_destroy(&qp->qpx.qp_base.cond);
   delete qp;

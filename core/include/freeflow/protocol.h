@@ -14,7 +14,7 @@
 namespace ff {
 // Version of the router <-> library protocol, of the shared-memory layouts and of the proxy
 // records: a library and a router with different values refuse each other at HELLO.
-inline constexpr uint32_t kAbiVersion = 8;
+inline constexpr uint32_t kAbiVersion = 9;
 }  // namespace ff
 
 namespace ff::proto {
@@ -476,12 +476,13 @@ constexpr bool SpecsFitMessages() {
 static_assert(SpecsFitMessages());
 
 // Whether a request of `op` may be posted (kPostedSeq): rdma_cm commands, whose outcome
-// the library can know in advance (DESTROY_ID of its own id, for one), and the socket
+// the library can know in advance (DESTROY_ID of its own id, for one), DestroyQp (which
+// cannot fail for the library's own QP, and whose answer it never used), and the socket
 // session's hints that answer nothing. A posted request that answers descriptors would
 // leave them nowhere.
 constexpr bool IsPostable(Op op) {
-  return op == Op::kCmCommand || op == Op::kSockUnlisten || op == Op::kSockRelease ||
-         op == Op::kSockClosed;
+  return op == Op::kCmCommand || op == Op::kDestroyQp || op == Op::kSockUnlisten ||
+         op == Op::kSockRelease || op == Op::kSockClosed;
 }
 // The requests of a socket session (after kSockHello); a verbs session sends only the others.
 constexpr bool IsSocketOp(Op op) {

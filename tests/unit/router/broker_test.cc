@@ -109,6 +109,30 @@ TEST_F(BrokerTest, CreateQpChecksWhatThePodHandsOver) {
   EXPECT_EQ(pod.Call(m, {ok.seg_fd.get()}).status, EINVAL);
 }
 
+// The library posts DestroyQp (it cannot fail for its own QP): carried out in its turn,
+// never answered, a refusal only logged. The next request's answer is its own.
+TEST_F(BrokerTest, APostedDestroyQpIsCarriedOutAndNotAnswered) {
+  RawPod pod(router, Ip("10.0.0.1"));
+  ASSERT_EQ(pod.Hello(), 0);
+  const RawQp qp = pod.CreateQp(IBV_QPT_RC);
+  ASSERT_NE(qp.qpn, 0u);
+  proto::DestroyQp d{};
+  d.h.seq = proto::kPostedSeq;
+  d.id = qp.qpn + 1000;  // no such QP: refused, and the refusal is not sent
+  pod.SendRaw(&d, sizeof(d));
+  d.id = qp.qpn;
+  pod.SendRaw(&d, sizeof(d));
+  proto::DestroyCq next{};
+  next.h.seq = 7;
+  next.id = 42;
+  const proto::Response answer = pod.CallRaw(&next, sizeof(next), {}, nullptr);
+  EXPECT_EQ(answer.h.seq, 7u);
+  EXPECT_EQ(answer.status, ENOENT);
+  proto::DestroyQp again{};
+  again.id = qp.qpn;
+  EXPECT_EQ(pod.Call(again).status, ENOENT) << "the posted DestroyQp came first";
+}
+
 TEST_F(BrokerTest, ObjectsAreCountedPerPodAndNamedOnce) {
   RawPod pod(router, Ip("10.0.0.1"));
   ASSERT_EQ(pod.Hello(), 0);

@@ -383,8 +383,9 @@ TEST_F(CmTest, APostedCommandIsCarriedOutAndNotAnswered) {
   EXPECT_EQ(server.Destroy(l), 0);
 }
 
-// Only rdma_cm commands may be posted: a verbs request without an answer would leave its
-// descriptors nowhere and its failure unseen. A pod that posts one is dropped.
+// Only what proto::IsPostable names may be posted (rdma_cm commands, DestroyQp): another
+// verbs request without an answer would leave its descriptors nowhere and its failure
+// unseen. A pod that posts one is dropped.
 TEST_F(CmTest, AVerbsRequestCannotBePosted) {
   proto::DestroyCq m{};
   m.h.seq = proto::kPostedSeq;

@@ -255,5 +255,64 @@ TEST_F(CmTest, AChildsFirstQueryIsAnsweredHereAndPostedOnce) {
   EXPECT_EQ(sent[0].h.seq, ff::proto::kPostedSeq);
 }
 
+// The active side's RTU (ACCEPT after CONNECT_RESPONSE) and DISCONNECT of an id whose
+// ESTABLISHED or DISCONNECTED the program read are posted: the router's answer follows from
+// those events. Before them, or once another command went to the router for the id, both
+// wait for the router's answer (here EINVAL, which a posted command could not return).
+TEST_F(CmTest, TheRtuAndDisconnectOfAConnectedIdArePostedOthersWait) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
+  const uint32_t id = CreateId(fd, 0x31);
+  status_[RDMA_USER_CM_CMD_ACCEPT] = EINVAL;
+  status_[RDMA_USER_CM_CMD_DISCONNECT] = EINVAL;
+  rdma_ucm_disconnect disc{};
+  disc.id = id;
+  rdma_ucm_accept rtu{};
+  rtu.id = id;
+  EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_DISCONNECT, disc), EINVAL) << "not connected yet";
+  EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_ACCEPT, rtu), EINVAL) << "no CONNECT_RESPONSE read";
+  SendEvent(channel, id, kConnectResponse, id, 0x31);
+  rdma_ucm_event_resp ev{};
+  ASSERT_EQ(GetEvent(fd, &ev), 0);
+  ASSERT_EQ(ev.event, kConnectResponse);
+  EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_ACCEPT, rtu), 0) << "the RTU is posted";
+  EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_DISCONNECT, disc), 0) << "connected since the RTU";
+  EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_DISCONNECT, disc), 0) << "and again";
+  // A second connection: the program rejects the response instead (sent, answered), so a
+  // later ACCEPT is the router's to refuse.
+  const uint32_t other = CreateId(fd, 0x32);
+  SendEvent(channel, other, kConnectResponse, other, 0x32);
+  ASSERT_EQ(GetEvent(fd, &ev), 0);
+  rdma_ucm_reject rej{};
+  rej.id = other;
+  EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_REJECT, rej), 0);
+  rtu.id = other;
+  EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_ACCEPT, rtu), EINVAL);
+  // A passive side's id: DISCONNECT is posted once its ESTABLISHED was read.
+  const uint32_t listener = CreateId(fd, 0x33);
+  const uint32_t child = 4343;
+  SendEvent(channel, listener, kConnectRequest, child, 0x33);
+  SendEvent(channel, child, kEstablished, child, 0x33);
+  ASSERT_EQ(GetEvent(fd, &ev), 0);
+  ASSERT_EQ(GetEvent(fd, &ev), 0);
+  ASSERT_EQ(ev.event, kEstablished);
+  disc.id = child;
+  EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_DISCONNECT, disc), 0);
+  EXPECT_NE(CreateId(fd, 0x34), 0u);  // a call answered: everything posted came before it
+  std::vector<uint32_t> accepts, disconnects;
+  for (const auto& c : Received(RDMA_USER_CM_CMD_ACCEPT)) accepts.push_back(c.h.seq);
+  for (const auto& c : Received(RDMA_USER_CM_CMD_DISCONNECT)) disconnects.push_back(c.h.seq);
+  const uint32_t kPosted = ff::proto::kPostedSeq;
+  ASSERT_EQ(accepts.size(), 3u);
+  EXPECT_NE(accepts[0], kPosted);
+  EXPECT_EQ(accepts[1], kPosted);
+  EXPECT_NE(accepts[2], kPosted);
+  ASSERT_EQ(disconnects.size(), 4u);
+  EXPECT_NE(disconnects[0], kPosted);
+  EXPECT_EQ(disconnects[1], kPosted);
+  EXPECT_EQ(disconnects[2], kPosted);
+  EXPECT_EQ(disconnects[3], kPosted);
+}
+
 }  // namespace
 }  // namespace fftest
