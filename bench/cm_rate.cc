@@ -11,6 +11,7 @@
 // The client makes one untimed connection first (retrying while the server is not yet
 // listening), then COUNT timed ones, and prints
 //   <kind> connections: COUNT in S s, rate R per second, median one connection M us
+//   <kind> one connection us: p90 P p99 Q max X
 // Every wait has a deadline and a watchdog ends a process that blocks. Exit 0 or 1.
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
@@ -182,9 +183,14 @@ int Measure(const char* kind, int count, Once once) {
     each.push_back(NowMs() - t);
   }
   const double secs = (NowMs() - t0) / 1000;
-  std::nth_element(each.begin(), each.begin() + count / 2, each.end());
+  std::sort(each.begin(), each.end());
+  const auto at = [&each](double q) {
+    return each[static_cast<size_t>(q * (each.size() - 1))] * 1000;
+  };
   std::printf("%s connections: %d in %.3f s, rate %.1f per second, median one connection %.1f us\n",
-              kind, count, secs, count / secs, each[count / 2] * 1000);
+              kind, count, secs, count / secs, at(0.5));
+  std::printf("%s one connection us: p90 %.1f p99 %.1f max %.1f\n", kind, at(0.9), at(0.99),
+              at(1.0));
   if (!g_step_ms[kCreateId].empty()) {
     std::printf("%s median us a step:", kind);
     for (int s = 0; s < kSteps; ++s)
