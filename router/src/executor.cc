@@ -215,6 +215,7 @@ bool Executor::ApplySend(Sender& s, Pod&, const RequestView& v) {
       Fail(s, v.req.seq, IBV_WC_REM_OP_ERR);
       return true;
     }
+    s.appended = true;
     if (v.data_len >= kMaxFragment) s.producer.Publish();  // let it start on long messages
     if ((v.h.flags & (kRecLast | kRecSolicited)) == (kRecLast | kRecSolicited)) s.solicited = true;
   }
@@ -245,6 +246,7 @@ bool Executor::ApplyWriteImm(Sender& s, const RequestView& v) {
       Fail(s, v.req.seq, IBV_WC_REM_OP_ERR);
       return true;
     }
+    s.appended = true;
     if (out.flags & kRecSolicited) s.solicited = true;
   }
   s.have_credit = false;
@@ -336,7 +338,13 @@ void Executor::Respond(LinkId link, uint32_t chan, uint32_t seq, uint32_t status
                    {{&h, sizeof(h)}, {&r, sizeof(r)}, {data, len}});
 }
 
+// Publishes what the target's ring received and wakes its program if it waits for that.
+// WRITEs, READs and atomics leave nothing in the ring, so they wake nobody: a program asleep
+// in poll_cq (on any CQ: the wake word is the process's) was woken for every batch of
+// WRITEs it received, and those wake-ups took the CPU the routers needed.
 void Executor::Publish(Sender& s) {
+  if (!s.appended) return;
+  s.appended = false;
   s.producer.Publish();
   Pod* owner = tables_.FindPod(s.owner);
   if (owner == nullptr) return;

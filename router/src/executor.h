@@ -93,6 +93,7 @@ class Executor {
     uint64_t read_sent = 0;               // answered bytes of the READ at the queue's head
     uint64_t uncredited = 0;              // executed record bytes not credited yet
     bool solicited = false;  // a solicited message was completed since the last publish
+    bool appended = false;   // records went into the target's ring since the last publish
     bool have_credit = false;
     bool dropping = false;  // UC/UD message without a receive: drop its fragments
     bool errored = false;   // after an error nothing more is executed (RC semantics)

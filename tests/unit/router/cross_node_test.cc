@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 
 #include <cerrno>
@@ -151,6 +152,39 @@ TEST_F(CrossNodeTest, WriteReadAndAtomicsReachTheTargetsMemoryWithoutIt) {
 
 // Each violation completes its request with an error, and the channel executes nothing after
 // it (RC semantics), so each case gets a fresh QP pair.
+// A WRITE leaves nothing in the target's ring, so it wakes nobody: a target process asleep
+// in poll_cq (its wake word armed) was woken for every batch of WRITEs, which took the CPU
+// its router needed. A SEND, which the target's program must take, still wakes it.
+TEST_F(CrossNodeTest, AWriteWakesNoProcessASendDoes) {
+  Mapping memory;
+  const uint32_t rkey = target.Register(1, 1 << 16, kAll, kAddr, &memory);
+  ASSERT_NE(rkey, 0u);
+  NotifySlot* wake = target.Slot(proto::kWakeSlot);
+  wake->armed.store(1);
+  const std::string text = "written, not sent";
+  ProxyRequest w{};
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.rkey = rkey;
+  w.seq = 1;
+  w.length = static_cast<uint32_t>(text.size());
+  w.remote_addr = kAddr;
+  w.last = 1;
+  Post(kRecWrite, 0, w, text.data(), w.length);
+  EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(memory.as<char>(), text.data(), text.size()), 0);
+  pollfd p{target.wake_fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 100), 0) << "the WRITE woke the target's process";
+  EXPECT_EQ(wake->armed.load(), 1u);
+  qb.hdr()->credits.posted.store(1);
+  Send(2, "sent");
+  RecordHeader h;
+  std::vector<char> payload;
+  ASSERT_TRUE(NextRecord(inbound, &h, &payload));
+  EXPECT_EQ(Answer().status, IBV_WC_SUCCESS);
+  EXPECT_EQ(::poll(&p, 1, 3000), 1) << "the SEND did not wake the target's process";
+  EXPECT_EQ(wake->armed.load(), 0u);
+}
+
 TEST_F(CrossNodeTest, AccessViolationsAreAnsweredAsARealTargetWould) {
   Mapping memory;
   const uint32_t rkey =
