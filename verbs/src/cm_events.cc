@@ -16,6 +16,7 @@
 // reporting it readable (EOF): a program that reads events until EAGAIN then still gets
 // every DEVICE_REMOVAL.
 #include <fcntl.h>
+#include <poll.h>
 #include <rdma/rdma_user_cm.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -133,17 +134,37 @@ int Remove(CmChannel& ch) {
   return 0;
 }
 
+// GET_EVENT on a channel the program closed meanwhile, as a read of the kernel's device
+// does once another thread closed its descriptor: the read holds the file, nothing more
+// arrives for it (the close took the channel's ids, and the kernel drops the events of
+// destroyed ids), so a blocking read waits until a signal interrupts it (EINTR, also under
+// SA_RESTART: a small difference from the kernel) and a non-blocking one finds nothing.
+int ClosedWhileReading(int fl) {
+  if (fl & O_NONBLOCK) return EAGAIN;
+  for (;;) {
+    if (::poll(nullptr, 0, -1) < 0 && errno == EINTR) return EINTR;
+  }
+}
+
 }  // namespace
 
 int CmGetEvent(CmChannel& ch, uint16_t out, uint64_t response) {
   if (out < kMinEventOut) return ENOSPC;
   if (response == 0) return EFAULT;
+  // How a read of the descriptor waits, for when another thread closes it meanwhile.
+  const int fl = ::fcntl(ch.fd, F_GETFL);
+  if (fl < 0) return errno;
   for (;;) {
+    // Another thread closed the channel while this one read it (rping closes it right after
+    // rdma_destroy_id, while its event thread goes back to rdma_get_cm_event): its number
+    // is no longer the channel's, and may already name another file.
+    if (!cmtable::IsOpen(ch)) return ClosedWhileReading(fl);
     // A session that failed while the channel socket still stands (it should close with
     // the router) still ends here: what is queued first, then DEVICE_REMOVAL.
     const bool gone = !ch.removed.load() && ch.session->fatal.load();
     CmEvent ev;
     int rc = ReadEvent(ch.fd, gone, &ev);
+    if ((rc == kEof || rc == EBADF) && !cmtable::IsOpen(ch)) return ClosedWhileReading(fl);
     if (rc == kEof || (gone && rc == EAGAIN)) {
       if (const int removed = Remove(ch)) return removed;
       continue;

@@ -265,6 +265,12 @@ bool Owns(const CmChannel& ch, uint32_t handle) {
   return it != t.ids.end() && it->second.channel == ch.id;
 }
 
+bool IsOpen(const CmChannel& ch) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  return ch.open;
+}
+
 CmPhase Phase(const CmChannel& ch, uint32_t handle) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);

@@ -107,6 +107,8 @@ bool LastState(const CmChannel& ch, uint32_t handle, ff::proto::CmIdState* out);
 void MarkSeen(Session* s, uint32_t handle);
 // Whether `handle` is a live id of this process on `ch`.
 bool Owns(const CmChannel& ch, uint32_t handle);
+// Whether the program still has `ch` open (a close on another thread forgets it).
+bool IsOpen(const CmChannel& ch);
 // The id's phase, kUnknown when it is not a live id on `ch`; SetPhase records a command's
 // effect (after a command sent to the router, kUnknown; after a posted RTU, kConnected).
 CmPhase Phase(const CmChannel& ch, uint32_t handle);

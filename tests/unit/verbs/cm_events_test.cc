@@ -1,5 +1,7 @@
 // GET_EVENT, the event accounting librdmacm waits on, and DEVICE_REMOVAL when the router
 // goes away (verbs/src/cm_events.cc, cm_table.cc), against the fake router.
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -144,6 +146,39 @@ TEST_F(CmTest, ABlockedReaderWakesWithDeviceRemovalThenTheChannelIsIdle) {
   EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_LISTEN, listen), ENODEV);
   EXPECT_EQ(pod_.router.cm_commands().size(), before) << "nothing goes to the router";
   EXPECT_EQ(DestroyId(fd, id), 1u) << "destroyed locally, with the one event read";
+}
+
+// Another thread closes the channel while one waits in GET_EVENT (rping closes it right
+// after rdma_destroy_id, while its event thread goes back to rdma_get_cm_event). The kernel's
+// read then holds the file and gets nothing more (the ids went with the close): the reader
+// keeps waiting, whatever still arrives for those ids, and a signal ends the wait (EINTR).
+// It used to read the closed number again and fail with EBADF, and rping exited 1.
+void Nothing(int) {}
+
+TEST_F(CmTest, AReaderWhoseChannelAnotherThreadClosesKeepsWaiting) {
+  struct sigaction quiet {
+  }, old{};
+  quiet.sa_handler = Nothing;  // no SA_RESTART
+  ASSERT_EQ(::sigaction(SIGUSR1, &quiet, &old), 0);
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC, &channel);
+  const uint32_t id = CreateId(fd, 0x61);
+  std::promise<pthread_t> who;
+  auto reader = std::async(std::launch::async, [fd, &who] {
+    who.set_value(::pthread_self());
+    rdma_ucm_event_resp ev{};
+    return GetEvent(fd, &ev);
+  });
+  const pthread_t thread = who.get_future().get();
+  EXPECT_EQ(reader.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  ASSERT_EQ(::close(fd), 0);
+  SendEvent(channel, id, kDisconnected, id, 0x61);  // for an id the close forgot
+  EXPECT_EQ(reader.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout)
+      << "the reader returned " << (reader.valid() ? reader.get() : -1);
+  ASSERT_EQ(::pthread_kill(thread, SIGUSR1), 0);
+  ASSERT_EQ(reader.wait_for(kWaitLimit), std::future_status::ready);
+  EXPECT_EQ(reader.get(), EINTR);
+  ::sigaction(SIGUSR1, &old, nullptr);
 }
 
 TEST_F(CmTest, ARouterThatDiedReportsDeviceRemoval) {
