@@ -355,7 +355,6 @@ void Executor::Publish(Sender& s) {
 }
 
 void Executor::Run(Sender& s) {
-  bool published = false;
   uint64_t done = 0;
   while (!s.queue.empty()) {
     const std::vector<char>& rec = s.queue.front();
@@ -369,9 +368,8 @@ void Executor::Run(Sender& s) {
     s.queued.Give(rec.size());
     done += rec.size();
     s.queue.pop_front();
-    published = true;
   }
-  if (published) Publish(s);
+  Publish(s);  // only what went into the target's ring
   if (done != 0) Credit(s, done);
   const Key key{s.link, s.chan};
   if (s.queue.empty()) {
