@@ -133,6 +133,26 @@ TEST_F(BrokerTest, APostedDestroyQpIsCarriedOutAndNotAnswered) {
   EXPECT_EQ(pod.Call(again).status, ENOENT) << "the posted DestroyQp came first";
 }
 
+// A pod may destroy only its own QPs, posted or not: naming another pod's QP number is
+// refused (ENOENT, as for a QP that does not exist), and that QP lives on.
+TEST_F(BrokerTest, APodCannotDestroyAnotherPodsQp) {
+  RawPod victim(router, Ip("10.0.0.1"));
+  RawPod attacker(router, Ip("10.0.0.2"));
+  ASSERT_EQ(victim.Hello(), 0);
+  ASSERT_EQ(attacker.Hello(), 0);
+  const RawQp qp = victim.CreateQp(IBV_QPT_RC);
+  ASSERT_NE(qp.qpn, 0u);
+  proto::DestroyQp d{};
+  d.id = qp.qpn;
+  EXPECT_EQ(attacker.Call(d).status, ENOENT);
+  d.h.seq = proto::kPostedSeq;
+  attacker.SendRaw(&d, sizeof(d));
+  EXPECT_EQ(attacker.CreateQp(IBV_QPT_RC).status, 0) << "the attacker is still served";
+  proto::DestroyQp own{};
+  own.id = qp.qpn;
+  EXPECT_EQ(victim.Call(own).status, 0) << "the victim's QP was still there";
+}
+
 TEST_F(BrokerTest, ObjectsAreCountedPerPodAndNamedOnce) {
   RawPod pod(router, Ip("10.0.0.1"));
   ASSERT_EQ(pod.Hello(), 0);
