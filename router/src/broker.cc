@@ -345,7 +345,8 @@ constexpr Handler kHandlers[] = {
     &CreateSrq, &DestroySrq,   &CreateQp,      &DestroyQp,      nullptr,   &DisconnectQp,
     nullptr,    &RegMr,        &DeregMr,       &GetRegion,      &MoveMr,   &AllocMw,
     &BindMw,    &InvalidateMw, &DeallocMw,     nullptr,         nullptr,   nullptr,
-    nullptr,    nullptr,       nullptr,        nullptr,         nullptr,   nullptr};
+    nullptr,    nullptr,       nullptr,        nullptr,         nullptr,   nullptr,
+    nullptr};
 static_assert(sizeof(kHandlers) / sizeof(kHandlers[0]) == static_cast<size_t>(proto::Op::kMaxOp));
 
 // Its ABI was checked by the session layer.
@@ -438,6 +439,31 @@ void Name(Broker::Parts& b, Qp& src, const Qp::Named& peer) {
   src.named = peer;
 }
 
+// The peer's address: dest_ip (network order), or, with none, the pod at LID `lid`'s offset
+// of the overlay, on any node; from here on the peer is that address, as if the program
+// had given its GID. 0 when the LID names no overlay address.
+uint32_t PeerIp(const Broker::Parts& b, const Pod& pod, uint32_t dest_ip, uint16_t lid) {
+  const uint32_t ip = dest_ip != 0 ? ntohl(dest_ip) : IpForLid(lid, b.overlay);
+  if (ip == 0) spdlog::info("client {}: LID {} names no overlay address", pod.id, lid);
+  return ip;
+}
+
+// NameQp (RC/UC, at RTR): the QP names its peer and nothing is linked. A QP of this node
+// that named this one first may have asked for it already: it may link now.
+int NameQp(Broker::Parts& b, Pod& pod, const proto::NameQp& m) {
+  Qp* src = b.tables.FindOwnedQp(pod, m.qpn);
+  if (src == nullptr) return ENOENT;
+  if (src->type == IBV_QPT_UD) return EINVAL;
+  const uint32_t ip = PeerIp(b, pod, m.dest_ip, m.dest_lid);
+  if (ip == 0) return EHOSTUNREACH;
+  Name(b, *src, Qp::Named{ip, m.dest_qpn});
+  Qp* dest = b.tables.FindDest(ip, m.dest_qpn);
+  if (dest == nullptr || dest->type != src->type || !dest->Consents(pod.who.ip, src->qpn)) return 0;
+  if (const Pod* owner = b.tables.FindPod(dest->owner))
+    b.sessions.Notify(owner->id, proto::EventType::kPeerNamed, dest->qpn);
+  return 0;
+}
+
 // ConnectQp (RC/UC, at RTR) and ResolveUd: a QP of this node answers now; one on another
 // node is the forwarder's, which answers when the peer router replies.
 void Connect(Broker::Parts& b, const Call& call, Pod& pod, const char* msg) {
@@ -446,13 +472,8 @@ void Connect(Broker::Parts& b, const Call& call, Pod& pod, const char* msg) {
   Qp* src = b.tables.FindOwnedQp(pod, m.qpn);
   if (src == nullptr) return b.sessions.Answer(call, ENOENT);
   if ((src->type == IBV_QPT_UD) != ud) return b.sessions.Answer(call, EINVAL);
-  // A LID (no GID given) names the pod at that offset of the overlay, on any node: from
-  // here on the peer is its address, as if the program had given its GID.
-  const uint32_t ip = m.dest_ip != 0 ? ntohl(m.dest_ip) : IpForLid(m.dest_lid, b.overlay);
-  if (ip == 0) {
-    spdlog::info("client {}: LID {} names no overlay address", pod.id, m.dest_lid);
-    return b.sessions.Answer(call, EHOSTUNREACH);
-  }
+  const uint32_t ip = PeerIp(b, pod, m.dest_ip, m.dest_lid);
+  if (ip == 0) return b.sessions.Answer(call, EHOSTUNREACH);
   if (!ud) Name(b, *src, Qp::Named{ip, m.dest_qpn});
   Qp* dest = b.tables.FindDest(ip, m.dest_qpn);
   if (dest == nullptr && !b.directory.IsLocal(ip))
@@ -480,6 +501,10 @@ bool Broker::OnRequest(const Call& call, const char* msg, UniqueFd* fds, int nfd
   if (pod == nullptr) return false;  // requests before a successful HELLO
   if (call.op == proto::Op::kConnectQp || call.op == proto::Op::kResolveUd) {
     Connect(parts_, call, *pod, msg);
+    return true;
+  }
+  if (call.op == proto::Op::kNameQp) {
+    parts_.sessions.Answer(call, NameQp(parts_, *pod, proto::As<proto::NameQp>(msg)));
     return true;
   }
   if (call.op == proto::Op::kCmOpenChannel) {

@@ -37,14 +37,6 @@ enum CmEventType : uint32_t {
   RDMA_CM_EVENT_DEVICE_REMOVAL = 11,
 };
 
-// The IB CM's private data sizes; with an IP port space the REQs carry the rdma_cm header
-// (36 bytes) before the program's data. A program may send at most this much, and the peer
-// receives exactly this much (zero-padded), as on an IB or RoCE device.
-inline constexpr uint8_t kCmReqData = 92 - 36;
-inline constexpr uint8_t kCmRepData = 196;
-inline constexpr uint8_t kCmRejData = 148;
-inline constexpr uint8_t kCmSidrReqData = 216 - 36;
-inline constexpr uint8_t kCmSidrRepData = 136;
 // IB CM reject reasons and SIDR statuses that freeflow gives.
 inline constexpr uint8_t kRejNoResources = 3;
 inline constexpr uint8_t kRejTimeout = 4;

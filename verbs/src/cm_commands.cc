@@ -232,6 +232,9 @@ bool AnswerFromState(const CmChannel& ch, const Command& c, ff::proto::CmReply* 
   ib_uverbs_qp_attr attr;
   const auto state = Get<uint32_t>(c.body, offsetof(rdma_ucm_init_qp_attr, qp_state));
   *rc = ff::CmInitQpAttr(st.qp, state, &attr);
+  if (*rc == 0 && state == IBV_QPS_RTR && st.qp.qp_type != IBV_QPT_UD &&
+      cmtable::Phase(ch, handle) == CmPhase::kRequested)
+    cmtable::NoteUnnamedPeer(ch.session, st.qp.remote_ip, st.qp.remote_qpn);
   reply->out_len = sizeof(attr);
   std::memcpy(reply->out, &attr, sizeof(attr));
   return true;
@@ -246,10 +249,14 @@ bool PostedDestroy(const CmChannel& ch, const Command& c) {
          Post(ch, c) == 0;
 }
 
-// The id an ACCEPT, REJECT or DISCONNECT names (false: another command, or too short).
+// The id a CONNECT, ACCEPT, REJECT or DISCONNECT names (false: another command, or too
+// short).
 bool ConnectionCommand(const Command& c, uint32_t* handle) {
   size_t at = 0;
   switch (c.hdr.cmd) {
+    case RDMA_USER_CM_CMD_CONNECT:
+      at = offsetof(rdma_ucm_connect, id);
+      break;
     case RDMA_USER_CM_CMD_ACCEPT:
       at = offsetof(rdma_ucm_accept, id);
       break;
@@ -267,19 +274,57 @@ bool ConnectionCommand(const Command& c, uint32_t* handle) {
   return true;
 }
 
-// ACCEPT as the active side's RTU, and DISCONNECT of a connected id: the router's answer
-// follows from the events the program has read (cmtable::CmPhase), so they are posted. The
-// RTU is on the path of every connection the program makes (ESTABLISHED waits for it), and
-// the router may still refuse it only when the peer ended the exchange meanwhile, whose
-// DISCONNECTED or REJECTED event the program then reads next.
+// What the router checks of a CONNECT's or a passive ACCEPT's connection parameters: that
+// they are given, and that the private data fits the REQ or REP (SIDR for a UD id).
+bool ConnParamFits(const CmChannel& ch, const Command& c, uint32_t handle) {
+  const bool connect = c.hdr.cmd == RDMA_USER_CM_CMD_CONNECT;
+  const size_t at =
+      connect ? offsetof(rdma_ucm_connect, conn_param) : offsetof(rdma_ucm_accept, conn_param);
+  if (c.hdr.in < at + sizeof(rdma_ucm_conn_param)) return false;
+  const auto p = Get<rdma_ucm_conn_param>(c.body, at);
+  ff::proto::CmIdState st;
+  if (p.valid == 0 || !cmtable::LastState(ch, handle, &st)) return false;
+  const bool ud = st.qp.qp_type == IBV_QPT_UD;
+  const uint8_t max = connect ? (ud ? ff::kCmSidrReqData : ff::kCmReqData)
+                              : (ud ? ff::kCmSidrRepData : ff::kCmRepData);
+  return p.private_data_len <= max;
+}
+
+// Commands whose outcome follows from the events the program has read (cmtable::CmPhase),
+// posted:
+//   - CONNECT of a resolved id, and ACCEPT of a request: each starts an exchange whose
+//     outcome the program reads as events (CONNECT_RESPONSE, REJECTED, UNREACHABLE;
+//     ESTABLISHED), so its answer would only delay the peer, who waits on it;
+//   - ACCEPT as the active side's RTU, on the path of every connection the program makes
+//     (ESTABLISHED waits for it);
+//   - DISCONNECT of a connected id.
+// The router may still refuse one only when the peer ended the exchange meanwhile (or the
+// request timed out), whose DISCONNECTED, REJECTED or UNREACHABLE event the program then
+// reads next; it logs the refusal.
 bool PostedByPhase(const CmChannel& ch, const Command& c) {
   uint32_t handle = 0;
   if (!ConnectionCommand(c, &handle)) return false;
   const CmPhase phase = cmtable::Phase(ch, handle);
-  const bool known = (c.hdr.cmd == RDMA_USER_CM_CMD_ACCEPT && phase == CmPhase::kRtuDue) ||
-                     (c.hdr.cmd == RDMA_USER_CM_CMD_DISCONNECT && phase == CmPhase::kConnected);
+  bool known = false;
+  CmPhase next = CmPhase::kUnknown;  // after a posted CONNECT or passive ACCEPT: events tell
+  switch (c.hdr.cmd) {
+    case RDMA_USER_CM_CMD_CONNECT:
+      known = phase == CmPhase::kRouteResolved && ConnParamFits(ch, c, handle);
+      break;
+    case RDMA_USER_CM_CMD_ACCEPT:
+      known = phase == CmPhase::kRtuDue ||
+              (phase == CmPhase::kRequested && ConnParamFits(ch, c, handle));
+      if (phase == CmPhase::kRtuDue) next = CmPhase::kConnected;
+      break;
+    case RDMA_USER_CM_CMD_DISCONNECT:
+      known = phase == CmPhase::kConnected;
+      next = CmPhase::kConnected;
+      break;
+    default:
+      break;
+  }
   if (known && Post(ch, c) == 0) {
-    cmtable::SetPhase(ch.session, handle, CmPhase::kConnected);
+    cmtable::SetPhase(ch.session, handle, next);
     return true;
   }
   // Sent and answered: what it does to the connection is the router's to say.

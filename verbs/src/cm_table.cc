@@ -34,6 +34,10 @@ struct IdState {
   std::shared_ptr<ff::proto::CmIdState> last;  // the router's newest snapshot, if any
   CmPhase phase = CmPhase::kUnknown;
 };
+struct UnnamedPeer {
+  Session* session;
+  uint32_t ip, qpn;
+};
 struct JoinState {
   uint32_t parent;  // the id that joined
   uint32_t reported;
@@ -44,6 +48,7 @@ struct Table {
   std::unordered_map<int, std::shared_ptr<CmChannel>> fds;
   std::map<Key, IdState> ids;
   std::map<Key, JoinState> joins;
+  std::vector<UnnamedPeer> unnamed;  // NoteUnnamedPeer, oldest first
 };
 
 // Never destroyed: the interposers may run during exit, after static destructors.
@@ -222,12 +227,14 @@ CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev) {
   if (it == t.ids.end()) return CmEventFate::kDrop;
   ++it->second.reported;
   if (resp.event == kCmConnectRequest)
-    t.ids.emplace(Key{ch.session, resp.id}, IdState{ch.id, 0, 0, nullptr});
+    t.ids.emplace(Key{ch.session, resp.id}, IdState{ch.id, 0, 0, nullptr, CmPhase::kRequested});
   if (resp.id == ev.owner) {
     if (resp.event == kCmConnectResponse) {
       it->second.phase = CmPhase::kRtuDue;
     } else if (resp.event == kCmEstablished || resp.event == kCmDisconnected) {
       it->second.phase = CmPhase::kConnected;
+    } else if (resp.event == kCmRouteResolved) {
+      it->second.phase = CmPhase::kRouteResolved;
     } else {
       it->second.phase = CmPhase::kUnknown;
     }
@@ -285,6 +292,25 @@ void SetPhase(Session* s, uint32_t handle, CmPhase phase) {
   if (it != t.ids.end()) it->second.phase = phase;
 }
 
+void NoteUnnamedPeer(Session* s, uint32_t ip, uint32_t qpn) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  if (t.unnamed.size() >= kMaxUnnamedPeers) t.unnamed.erase(t.unnamed.begin());
+  t.unnamed.push_back(UnnamedPeer{s, ip, qpn});
+}
+
+bool TakeUnnamedPeer(Session* s, uint32_t ip, uint32_t qpn) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  for (auto it = t.unnamed.begin(); it != t.unnamed.end(); ++it) {
+    if (it->session == s && it->ip == ip && it->qpn == qpn) {
+      t.unnamed.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
 std::vector<CmLiveId> LiveIds(const CmChannel& ch) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
@@ -299,6 +325,7 @@ void ForgetInChild() {
   for (auto& [fd, ch] : t.fds) ch->session = nullptr;
   t.ids.clear();
   t.joins.clear();
+  t.unnamed.clear();
 }
 
 }  // namespace cmtable

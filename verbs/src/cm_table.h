@@ -25,6 +25,7 @@ struct Session;
 
 // Event numbers of the ucma ABI (rdma_ucm_event_resp.event): librdmacm's enum
 // rdma_cm_event_type, whose header cannot be included beside <rdma/rdma_user_cm.h>.
+inline constexpr uint32_t kCmRouteResolved = 2;
 inline constexpr uint32_t kCmConnectRequest = 4;
 inline constexpr uint32_t kCmConnectResponse = 5;
 inline constexpr uint32_t kCmEstablished = 9;
@@ -62,9 +63,14 @@ enum class CmEventFate { kDeliver, kDrop };
 //   kRtuDue     CONNECT_RESPONSE read, nothing sent since: ACCEPT is the active side's RTU,
 //               which the router carries out whatever the program passes;
 //   kConnected  ESTABLISHED or DISCONNECTED read, or the RTU posted: the router's id is
-//               established, disconnecting or done, and DISCONNECT succeeds in each.
-// Anything else sent to the router for the id makes it kUnknown (the router decides).
-enum class CmPhase : uint8_t { kUnknown, kRtuDue, kConnected };
+//               established, disconnecting or done, and DISCONNECT succeeds in each;
+//   kRequested  the id is a CONNECT_REQUEST's new id, nothing sent since: the router's id
+//               awaits ACCEPT or REJECT, and its peer has no QP number of this side yet
+//               (the REP, which ACCEPT sends, carries it);
+//   kRouteResolved  ROUTE_RESOLVED read, nothing sent since: the router's id awaits CONNECT.
+// A CONNECT, ACCEPT, REJECT or DISCONNECT sent to the router makes it kUnknown (the router
+// decides); the other commands leave the router's id where it is in these phases.
+enum class CmPhase : uint8_t { kUnknown, kRtuDue, kConnected, kRequested, kRouteResolved };
 
 // The table's operations (cm_table.cc). Ids are keyed by (session, handle), as the router
 // numbers them per session; joins (multicast) have their own handles.
@@ -113,6 +119,15 @@ bool IsOpen(const CmChannel& ch);
 // effect (after a command sent to the router, kUnknown; after a posted RTU, kConnected).
 CmPhase Phase(const CmChannel& ch, uint32_t handle);
 void SetPhase(Session* s, uint32_t handle, CmPhase phase);
+
+// The peer of an RTR that cannot have named the QP yet: INIT_QP_ATTR(RTR) of a kRequested
+// id notes the peer's address and QP number, and the ibv_modify_qp(RTR) that follows (in
+// rdma_accept, before ACCEPT) takes the note and names its peer without waiting for the
+// router, whose answer could only be EINPROGRESS (qp.cc). At most kMaxUnnamedPeers notes
+// are kept (the oldest go first); a note is taken once.
+inline constexpr size_t kMaxUnnamedPeers = 64;
+void NoteUnnamedPeer(Session* s, uint32_t ip, uint32_t qpn);
+bool TakeUnnamedPeer(Session* s, uint32_t ip, uint32_t qpn);
 
 // fork child (cm_device.h): the channels stay, owned by no session; no id is live.
 void ForgetInChild();

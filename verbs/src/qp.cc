@@ -1,8 +1,11 @@
 // Queue pairs: create, modify (the state machine, and connecting at RTR), query, destroy.
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "cm_table.h"
 #include "exports.h"
 #include "freeflow/ipv4.h"
 #include "link.h"
@@ -209,6 +212,28 @@ int CreateQp(Context* ctx, ibv_pd* pd, ibv_qp_init_attr_ex* attr, Qp** out) {
   return 0;
 }
 
+// RTR towards a peer that cannot have named this QP yet (cmtable::TakeUnnamedPeer): the
+// router's answer could only be EINPROGRESS, so the peer is named by a posted NameQp and
+// the QP awaits it, as after that answer (the event thread links it once the peer names
+// this QP; the first WQE asks otherwise).
+int NameWithoutWaiting(Qp* qp, uint32_t ip, uint32_t dest_qpn) {
+  ff::proto::NameQp m{};
+  m.qpn = qp->qpx.qp_base.qp_num;
+  m.dest_ip = htonl(ip);
+  m.dest_qpn = dest_qpn;
+  {
+    // Awaiting before the router hears of it: the event thread may be told of the peer next.
+    std::lock_guard<AdaptiveLock> l(qp->ctx->lock);
+    qp->awaited = Qp::AwaitedPeer{true, ip, 0, dest_qpn};
+  }
+  const int rc = qp->ctx->session->Post(&m, sizeof(m));
+  if (rc != 0) {  // the router is gone
+    std::lock_guard<AdaptiveLock> l(qp->ctx->lock);
+    qp->awaited = Qp::AwaitedPeer{};
+  }
+  return rc;
+}
+
 // RTR of an RC/UC QP: connect to the destination in `attr` through the router (before the
 // data-path lock is taken: it is a round trip).
 int ConnectAtRtr(Qp* qp, const ibv_qp_attr* attr, std::unique_ptr<PeerLink>* link) {
@@ -226,6 +251,8 @@ int ConnectAtRtr(Qp* qp, const ibv_qp_attr* attr, std::unique_ptr<PeerLink>* lin
     LogError("QP 0x%x: destination has neither a GID nor a LID", qpn);
     return EINVAL;
   }
+  if (ip != 0 && cmtable::TakeUnnamedPeer(qp->ctx->session, ip, attr->dest_qp_num))
+    return NameWithoutWaiting(qp, ip, attr->dest_qp_num);
   const int rc = ConnectLink(qp, ip, ah.dlid, attr->dest_qp_num, false, link);
   if (rc == EINPROGRESS) {
     // The peer has not named this QP yet (it may reach RTR later): RTR succeeds, as on a

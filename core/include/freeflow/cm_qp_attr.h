@@ -1,7 +1,8 @@
 // INIT_QP_ATTR of rdma_cm, shared by the router (which answers it) and the library (which
 // answers it from the id's last state, proto::CmIdState): the attributes that move an
 // id's QP to a state, as the kernel's rdma_init_qp_attr gives them for a RoCE v2 port whose
-// GID index 1 is the pod's IPv4-mapped address.
+// GID index 1 is the pod's IPv4-mapped address. Also the CM messages' private data sizes,
+// which both check.
 #pragma once
 
 #include <netinet/in.h>
@@ -13,6 +14,16 @@
 #include "freeflow/protocol.h"
 
 namespace ff {
+
+// The IB CM's private data sizes; with an IP port space the REQs carry the rdma_cm header
+// (36 bytes) before the program's data. A program may send at most this much, and the peer
+// receives exactly this much (zero-padded), as on an IB or RoCE device. The router checks
+// them; the library too, before it posts a CONNECT or ACCEPT (verbs/src/cm_commands.cc).
+inline constexpr uint8_t kCmReqData = 92 - 36;
+inline constexpr uint8_t kCmRepData = 196;
+inline constexpr uint8_t kCmRejData = 148;
+inline constexpr uint8_t kCmSidrReqData = 216 - 36;
+inline constexpr uint8_t kCmSidrRepData = 136;
 
 inline constexpr uint8_t kCmPort = 1;
 inline constexpr uint8_t kCmMappedGidIndex = 1;  // GID 1 of a pod's port: ::ffff:a.b.c.d

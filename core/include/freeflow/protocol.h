@@ -14,7 +14,7 @@
 namespace ff {
 // Version of the router <-> library protocol, of the shared-memory layouts and of the proxy
 // records: a library and a router with different values refuse each other at HELLO.
-inline constexpr uint32_t kAbiVersion = 9;
+inline constexpr uint32_t kAbiVersion = 10;
 }  // namespace ff
 
 namespace ff::proto {
@@ -51,6 +51,7 @@ enum class Op : uint32_t {
   kSockClaim,
   kSockRelease,
   kSockClosed,
+  kNameQp,
   kMaxOp,
 };
 
@@ -131,6 +132,18 @@ struct CreateQp {
 // descriptors): the QP is at RTR, and the library asks again when it first needs the link.
 struct ConnectQp {
   RequestHeader<Op::kConnectQp> h;
+  uint32_t qpn;
+  uint32_t dest_ip;  // network byte order, 0 when addressing by LID
+  uint32_t dest_qpn;
+  uint16_t dest_lid;
+  uint16_t reserved;
+};
+// RC/UC QP `qpn` names its peer, as ConnectQp does, and nothing is linked: what the library
+// sends at RTR, posted (a real QP reaches RTR without a word to its peer). Its link is made
+// when first needed (ConnectQp). A QP of this node that named `qpn` first is told it may
+// link now (kPeerNamed). Fields as in ConnectQp.
+struct NameQp {
+  RequestHeader<Op::kNameQp> h;
   uint32_t qpn;
   uint32_t dest_ip;  // network byte order, 0 when addressing by LID
   uint32_t dest_qpn;
@@ -458,7 +471,8 @@ inline constexpr OpSpec kOpSpecs[] = {{Op::kHello, sizeof(Hello), 3, 3},
                                       {Op::kSockConnect, sizeof(SockConnect), 0, 0},
                                       {Op::kSockClaim, sizeof(SockClaim), 0, 0},
                                       {Op::kSockRelease, sizeof(SockRelease), 0, 0},
-                                      {Op::kSockClosed, sizeof(SockClosed), 0, 0}};
+                                      {Op::kSockClosed, sizeof(SockClosed), 0, 0},
+                                      {Op::kNameQp, sizeof(NameQp), 0, 0}};
 static_assert(sizeof(kOpSpecs) / sizeof(kOpSpecs[0]) == static_cast<size_t>(Op::kMaxOp) - 1,
               "every op has a spec");
 static_assert(sizeof(Response) <= static_cast<size_t>(kMaxMessage));
@@ -477,12 +491,13 @@ static_assert(SpecsFitMessages());
 
 // Whether a request of `op` may be posted (kPostedSeq): rdma_cm commands, whose outcome
 // the library can know in advance (DESTROY_ID of its own id, for one), DestroyQp (which
-// cannot fail for the library's own QP, and whose answer it never used), and the socket
-// session's hints that answer nothing. A posted request that answers descriptors would
-// leave them nowhere.
+// cannot fail for the library's own QP, and whose answer it never used), NameQp (a real
+// QP's RTR never fails for want of its peer; a refusal shows when the link is first made),
+// and the socket session's hints that answer nothing. A posted request that answers descriptors
+// would leave them nowhere.
 constexpr bool IsPostable(Op op) {
-  return op == Op::kCmCommand || op == Op::kDestroyQp || op == Op::kSockUnlisten ||
-         op == Op::kSockRelease || op == Op::kSockClosed;
+  return op == Op::kCmCommand || op == Op::kDestroyQp || op == Op::kNameQp ||
+         op == Op::kSockUnlisten || op == Op::kSockRelease || op == Op::kSockClosed;
 }
 // The requests of a socket session (after kSockHello); a verbs session sends only the others.
 constexpr bool IsSocketOp(Op op) {

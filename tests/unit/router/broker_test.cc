@@ -196,6 +196,69 @@ TEST_F(BrokerTest, SameNodeConnectHandsOverOneRingOfThePeer) {
   EXPECT_EQ(a.Connect(qa, Ip("10.0.0.2"), ud.qpn).status, EINVAL);
 }
 
+proto::NameQp NameOnly(const RawQp& qp, uint32_t peer_ip, uint32_t peer_qpn, bool posted) {
+  proto::NameQp n{};
+  n.h.seq = posted ? proto::kPostedSeq : 1;
+  n.qpn = qp.qpn;
+  n.dest_ip = htonl(peer_ip);
+  n.dest_qpn = peer_qpn;
+  return n;
+}
+
+// NameQp (what the library posts at a passive side's RTR) names the peer and links nothing:
+// a peer that named this QP first and asked is told it may link (kPeerNamed), and then it
+// can; the posted request is never answered; refusals as for ConnectQp.
+TEST_F(BrokerTest, ANameQpNamesThePeerWithoutALinkAndTellsAPeerThatAsked) {
+  RawPod a(router, Ip("10.0.0.1")), b(router, Ip("10.0.0.2"));
+  ASSERT_EQ(a.Hello(), 0);
+  ASSERT_EQ(b.Hello(), 0);
+  const RawQp qa = a.CreateQp(IBV_QPT_RC), qb = b.CreateQp(IBV_QPT_RC);
+  EXPECT_EQ(a.Connect(qa, Ip("10.0.0.2"), qb.qpn).status, EINPROGRESS);  // B has not named A
+  const proto::NameQp posted = NameOnly(qb, Ip("10.0.0.1"), qa.qpn, true);
+  b.SendRaw(&posted, sizeof(posted));
+  const auto e = a.NextSetupEvent();
+  ASSERT_TRUE(e.has_value()) << "A, which asked, was not told";
+  EXPECT_EQ(e->event.type, proto::EventType::kPeerNamed);
+  EXPECT_EQ(e->event.qpn, qa.qpn);
+  RawLink link = a.Connect(qa, Ip("10.0.0.2"), qb.qpn);
+  ASSERT_EQ(link.status, 0);
+  EXPECT_EQ(PassMessage(link, qb, "named"), "named");
+  proto::DestroyCq next{};
+  next.h.seq = 7;
+  next.id = 42;
+  const proto::Response answer = b.CallRaw(&next, sizeof(next), {}, nullptr);
+  EXPECT_EQ(answer.h.seq, 7u) << "the posted NameQp was answered";
+  EXPECT_EQ(answer.status, ENOENT);
+  proto::NameQp sent = NameOnly(qb, Ip("10.0.0.1"), qa.qpn, false);
+  EXPECT_EQ(b.CallRaw(&sent, sizeof(sent), {}, nullptr).status, 0) << "naming again";
+  sent.dest_ip = 0;
+  sent.dest_lid = 0xc001;  // a multicast LID: no pod
+  EXPECT_EQ(b.CallRaw(&sent, sizeof(sent), {}, nullptr).status, EHOSTUNREACH);
+  const RawQp ud = b.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  sent = NameOnly(ud, Ip("10.0.0.1"), qa.qpn, false);
+  EXPECT_EQ(b.CallRaw(&sent, sizeof(sent), {}, nullptr).status, EINVAL);
+}
+
+// Consent is the QP owner's to give: a pod that names a peer with another pod's QP number,
+// answered or posted, is refused (ENOENT), and that QP's consent stays as its owner left it.
+TEST_F(BrokerTest, APodCannotNameAPeerForAnotherPodsQp) {
+  RawPod victim(router, Ip("10.0.0.1")), attacker(router, Ip("10.0.0.2"));
+  ASSERT_EQ(victim.Hello(), 0);
+  ASSERT_EQ(attacker.Hello(), 0);
+  const RawQp qv = victim.CreateQp(IBV_QPT_RC), qa = attacker.CreateQp(IBV_QPT_RC);
+  proto::NameQp forged = NameOnly(qv, Ip("10.0.0.2"), qa.qpn, false);
+  EXPECT_EQ(attacker.CallRaw(&forged, sizeof(forged), {}, nullptr).status, ENOENT);
+  forged.h.seq = proto::kPostedSeq;
+  attacker.SendRaw(&forged, sizeof(forged));
+  EXPECT_EQ(attacker.Connect(qa, Ip("10.0.0.1"), qv.qpn).status, EINPROGRESS)
+      << "the victim's QP consented to the attacker";
+  EXPECT_FALSE(victim.NextSetupEvent(200).has_value()) << "the victim heard of the forgery";
+  // Its owner names the attacker's QP (which named it first: linked at once); then the
+  // attacker may connect.
+  ASSERT_EQ(victim.Name(qv, Ip("10.0.0.2"), qa.qpn), 0);
+  EXPECT_EQ(attacker.Connect(qa, Ip("10.0.0.1"), qv.qpn).status, 0);
+}
+
 TEST_F(BrokerTest, UdDestinationsShareTheirRingsUntilFull) {
   RawPod target(router, Ip("10.0.0.9"));
   ASSERT_EQ(target.Hello(), 0);

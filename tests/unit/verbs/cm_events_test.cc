@@ -1,5 +1,6 @@
 // GET_EVENT, the event accounting librdmacm waits on, and DEVICE_REMOVAL when the router
 // goes away (verbs/src/cm_events.cc, cm_table.cc), against the fake router.
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -10,6 +11,8 @@
 #include <set>
 
 #include "cm_fixture.h"
+#include "freeflow/cm_qp_attr.h"
+#include "internal.h"
 
 namespace fftest {
 namespace {
@@ -349,6 +352,123 @@ TEST_F(CmTest, TheRtuAndDisconnectOfAConnectedIdArePostedOthersWait) {
   EXPECT_EQ(disconnects[1], kPosted);
   EXPECT_EQ(disconnects[2], kPosted);
   EXPECT_EQ(disconnects[3], kPosted);
+}
+
+// The passive side's RTR (rdma_accept's, before its ACCEPT) cannot find its peer's consent:
+// the peer learns this side's QP number only from the REP. So the router is not asked: the
+// peer is named by a posted NameQp, and the QP awaits it as after an EINPROGRESS answer. The
+// note INIT_QP_ATTR left is taken once: another RTR to that peer connects as before.
+TEST_F(CmTest, APassiveSidesRtrNamesItsPeerWithoutWaiting) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
+  const uint32_t listener = CreateId(fd, 0x41);
+  const uint32_t child = 4545;
+  constexpr uint32_t kPeerQpn = 0x777;
+  ff::proto::CmEvent ev = MakeCmEvent(listener, kConnectRequest, child, 0x41);
+  ev.state.handle = child;
+  ev.state.version = 1;
+  ev.state.qp.seen = 1;
+  ev.state.qp.qp_type = IBV_QPT_RC;
+  ev.state.qp.connected = 1;
+  ev.state.qp.remote_ip = 0x0af40002;  // where Pod::Connect's RTR goes (10.244.0.2)
+  ev.state.qp.remote_qpn = kPeerQpn;
+  const int router_end = pod_.router.cm_channel_fd(channel);
+  ASSERT_EQ(::send(router_end, &ev, sizeof(ev), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(ev)));
+  rdma_ucm_event_resp got{};
+  ASSERT_EQ(GetEvent(fd, &got), 0);
+  ib_uverbs_qp_attr attr{};
+  rdma_ucm_init_qp_attr q{};
+  q.id = child;
+  q.qp_state = IBV_QPS_RTR;
+  q.response = Ptr(&attr);
+  ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_INIT_QP_ATTR, q, sizeof(attr)), 0);
+  EXPECT_EQ(attr.dest_qp_num, kPeerQpn);
+  ibv_qp* qp = pod_.CreateQp();
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(pod_.Connect(qp, kPeerQpn), 0);
+  EXPECT_EQ(ffv::ToQp(qp)->awaited.waiting, true);
+  EXPECT_NE(CreateId(fd, 0x42), 0u);  // a call answered: what was posted came before it
+  EXPECT_EQ(pod_.router.connect_count(qp->qp_num), 0) << "the RTR waited for the router";
+  const std::vector<ff::proto::NameQp> names = pod_.router.names();
+  ASSERT_EQ(names.size(), 1u);
+  EXPECT_EQ(names[0].h.seq, ff::proto::kPostedSeq);
+  EXPECT_EQ(names[0].qpn, qp->qp_num);
+  EXPECT_EQ(ntohl(names[0].dest_ip), 0x0af40002u);
+  EXPECT_EQ(names[0].dest_qpn, kPeerQpn);
+  ibv_qp* other = pod_.CreateQp();
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(pod_.Connect(other, kPeerQpn), EHOSTUNREACH) << "asked, and refused";
+  EXPECT_EQ(pod_.router.connect_count(other->qp_num), 1);
+}
+
+// A CONNECT of an id whose ROUTE_RESOLVED the program read, and the ACCEPT of a request it
+// read, are posted: each starts an exchange whose outcome comes as events. Parameters the
+// router would refuse (none given, private data longer than the REQ, REP or SIDR REP holds)
+// are sent and refused (EINVAL here), as is a CONNECT before the route.
+TEST_F(CmTest, AConnectOfAResolvedIdAndTheAcceptOfARequestArePosted) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
+  const int router_end = pod_.router.cm_channel_fd(channel);
+  status_[RDMA_USER_CM_CMD_CONNECT] = EINVAL;
+  status_[RDMA_USER_CM_CMD_ACCEPT] = EINVAL;
+  // The router's event, with the id's snapshot (the library reads its QP type there).
+  auto deliver = [&](uint32_t owner, uint32_t event, uint32_t id, uint8_t qp_type) {
+    static uint32_t version = 0;
+    ff::proto::CmEvent ev = MakeCmEvent(owner, event, id, 0x51);
+    ev.state.handle = id;
+    ev.state.version = ++version;
+    ev.state.qp.seen = 1;
+    ev.state.qp.qp_type = qp_type;
+    ASSERT_EQ(::send(router_end, &ev, sizeof(ev), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(ev)));
+    rdma_ucm_event_resp got{};
+    ASSERT_EQ(GetEvent(fd, &got), 0);
+  };
+  auto connect = [&](uint32_t id, uint8_t valid, uint8_t data_len) {
+    rdma_ucm_connect c{};
+    c.id = id;
+    c.conn_param.valid = valid;
+    c.conn_param.private_data_len = data_len;
+    return CmdErrno(fd, RDMA_USER_CM_CMD_CONNECT, c);
+  };
+  auto accept = [&](uint32_t id, uint8_t data_len) {
+    rdma_ucm_accept a{};
+    a.id = id;
+    a.conn_param.valid = 1;
+    a.conn_param.private_data_len = data_len;
+    return CmdErrno(fd, RDMA_USER_CM_CMD_ACCEPT, a);
+  };
+  const uint32_t id = CreateId(fd, 0x51);
+  EXPECT_EQ(connect(id, 1, 0), EINVAL) << "no ROUTE_RESOLVED read";
+  deliver(id, kRouteResolved, id, IBV_QPT_RC);
+  EXPECT_EQ(connect(id, 1, ff::kCmReqData), 0) << "posted";
+  EXPECT_EQ(connect(id, 1, 0), EINVAL) << "a second CONNECT is the router's to refuse";
+  const uint32_t too_long = CreateId(fd, 0x52), no_param = CreateId(fd, 0x53);
+  deliver(too_long, kRouteResolved, too_long, IBV_QPT_RC);
+  deliver(no_param, kRouteResolved, no_param, IBV_QPT_RC);
+  EXPECT_EQ(connect(too_long, 1, ff::kCmReqData + 1), EINVAL);
+  EXPECT_EQ(connect(no_param, 0, 0), EINVAL);
+  const uint32_t listener = CreateId(fd, 0x54);
+  const uint32_t rc_child = 5151, ud_child = 5152;
+  deliver(listener, kConnectRequest, rc_child, IBV_QPT_RC);
+  deliver(listener, kConnectRequest, ud_child, IBV_QPT_UD);
+  EXPECT_EQ(accept(rc_child, ff::kCmRepData), 0) << "posted";
+  EXPECT_EQ(accept(rc_child, 0), EINVAL) << "accepted already: the router's to refuse";
+  EXPECT_EQ(accept(ud_child, ff::kCmSidrRepData + 1), EINVAL) << "more than a SIDR REP holds";
+  EXPECT_NE(CreateId(fd, 0x55), 0u);  // a call answered: what was posted came before it
+  std::vector<uint32_t> connects, accepts;
+  for (const auto& c : Received(RDMA_USER_CM_CMD_CONNECT)) connects.push_back(c.h.seq);
+  for (const auto& c : Received(RDMA_USER_CM_CMD_ACCEPT)) accepts.push_back(c.h.seq);
+  const uint32_t kPosted = ff::proto::kPostedSeq;
+  ASSERT_EQ(connects.size(), 5u);
+  EXPECT_NE(connects[0], kPosted);
+  EXPECT_EQ(connects[1], kPosted);
+  EXPECT_NE(connects[2], kPosted);
+  EXPECT_NE(connects[3], kPosted);
+  EXPECT_NE(connects[4], kPosted);
+  ASSERT_EQ(accepts.size(), 3u);
+  EXPECT_EQ(accepts[0], kPosted);
+  EXPECT_NE(accepts[1], kPosted);
+  EXPECT_NE(accepts[2], kPosted);
 }
 
 }  // namespace

@@ -190,6 +190,11 @@ int FakeRouter::connect_count(uint32_t qpn) {
   return connects_[qpn];
 }
 
+std::vector<ff::proto::NameQp> FakeRouter::names() {
+  std::lock_guard<std::mutex> g(mu_);
+  return names_;
+}
+
 void FakeRouter::Respond(ProxySegment* p, uint32_t seq, ibv_wc_status status, bool last,
                          uint64_t data_offset, const void* data, uint32_t len) {
   ff::ProxyResponse resp{};
@@ -363,6 +368,9 @@ int FakeRouter::Handle(ff::proto::Op op, const char* buf, ff::UniqueFd* fds, int
     case Op::kConnectQp:
     case Op::kResolveUd:
       return OnConnect(As<ConnectQp>(buf), r, out);
+    case Op::kNameQp:
+      names_.push_back(As<NameQp>(buf));
+      return 0;
     case Op::kRegMr:
       return OnRegMr(As<RegMr>(buf), fds, nfds, r);
     case Op::kDeregMr:

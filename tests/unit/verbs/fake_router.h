@@ -125,6 +125,8 @@ class FakeRouter {
   void ForgetAnswer(uint32_t qpn);
   // How many ConnectQp / ResolveUd requests came from `qpn`.
   int connect_count(uint32_t qpn);
+  // The NameQp requests received (answered 0, linking nothing), in order.
+  std::vector<ff::proto::NameQp> names();
 
   // Writes response records to `p` through the codec and wakes the pod.
   void Respond(ProxySegment* p, uint32_t seq, ibv_wc_status status, bool last = true,
@@ -214,8 +216,9 @@ class FakeRouter {
   std::map<uint32_t, QpRecord> qps_;
   std::map<uint32_t, RegionRecord> regions_;
   std::map<uint32_t, Answer> answers_;
-  std::map<uint32_t, bool> withheld_;          // QPN -> consent withheld
-  std::map<uint32_t, int> connects_;           // QPN -> connect requests
+  std::map<uint32_t, bool> withheld_;  // QPN -> consent withheld
+  std::map<uint32_t, int> connects_;   // QPN -> connect requests
+  std::vector<ff::proto::NameQp> names_;
   std::map<uint32_t, ff::UniqueFd> channels_;  // channel id -> its wake socket
   std::map<uint32_t, ff::UniqueFd> cm_channels_;
   uint32_t last_cm_channel_ = ff::proto::kNoId;
