@@ -470,6 +470,7 @@ void CmService::OnLinkDown(LinkId link) {
 
 void CmService::OnPodGone(PodId pod) {
   for (uint32_t h : table_.IdsOf(pod)) DestroyId(h);
+  table_.ForgetGrants(pod);
   std::vector<ChannelKey> gone;
   for (const auto& [key, ch] : channels_)
     if (key.first == pod) gone.push_back(key);
@@ -518,6 +519,7 @@ void CmService::CloseChannel(const ChannelKey& key, const char* why) {
   auto it = channels_.find(key);
   if (it == channels_.end()) return;
   for (uint32_t h : table_.IdsOn(key.first, key.second)) DestroyId(h);
+  table_.ForgetGrants(key.first, key.second);
   spdlog::info("client {}: rdma_cm channel {} closed: {}", key.first, key.second, why);
   p_.loop.Unwatch(it->second.watch);
   channels_.erase(it);

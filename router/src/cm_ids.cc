@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 
 #include "freeflow/tunables.h"
 
@@ -37,20 +38,59 @@ const char* CmStateName(CmState s) {
   return "?";
 }
 
-CmId* CmTable::Create(PodId pod, uint32_t channel) {
-  uint32_t& held = per_pod_[pod];
-  if (held >= kMaxCmIdsPerSession) return nullptr;
-  // Handles are not reused while the router runs (a wrap would take 2^32 ids): an event of
-  // an id the program destroyed can never be taken for a newer id's.
-  while (next_handle_ == 0 || ids_.count(next_handle_) != 0) ++next_handle_;
+CmId* CmTable::Insert(PodId pod, uint32_t channel, uint32_t handle) {
   auto id = std::make_unique<CmId>();
-  id->handle = next_handle_++;
+  id->handle = handle;
   id->pod = pod;
   id->channel = channel;
   CmId* raw = id.get();
-  ids_[raw->handle] = std::move(id);
-  ++held;
+  ids_[handle] = std::move(id);
+  ++per_pod_[pod];
   return raw;
+}
+
+CmId* CmTable::Create(PodId pod, uint32_t channel) {
+  if (per_pod_[pod] >= kMaxCmIdsPerSession) return nullptr;
+  // Handles are not reused while the router runs (a wrap would take 2^32 ids): an event of
+  // an id the program destroyed can never be taken for a newer id's.
+  while (next_handle_ == 0 || ids_.count(next_handle_) != 0) ++next_handle_;
+  return Insert(pod, channel, next_handle_++);
+}
+
+bool CmTable::Grant(PodId pod, uint32_t channel, uint32_t* first) {
+  std::set<uint32_t>& g = granted_[{pod, channel}];
+  if (!g.empty()) return false;
+  // A run of free handles, not wrapping; taken as Create takes them (never reused).
+  for (uint32_t h = next_handle_; g.size() < kCmHandleGrant; ++h) {
+    if (h == 0 || ids_.count(h) != 0) {
+      g.clear();
+      next_handle_ = h + 1;
+      return false;
+    }
+    g.insert(h);
+  }
+  *first = next_handle_;
+  next_handle_ += kCmHandleGrant;
+  return true;
+}
+
+CmId* CmTable::CreateGranted(PodId pod, uint32_t channel, uint32_t handle, int* error) {
+  auto g = granted_.find({pod, channel});
+  if (g == granted_.end() || g->second.erase(handle) == 0) {
+    *error = ENOENT;
+    return nullptr;
+  }
+  if (per_pod_[pod] >= kMaxCmIdsPerSession) {
+    *error = ENOMEM;
+    return nullptr;
+  }
+  return Insert(pod, channel, handle);
+}
+
+void CmTable::ForgetGrants(PodId pod, uint32_t channel) { granted_.erase({pod, channel}); }
+
+void CmTable::ForgetGrants(PodId pod) {
+  granted_.erase(granted_.lower_bound({pod, 0}), granted_.upper_bound({pod, UINT32_MAX}));
 }
 
 CmId* CmTable::Find(uint32_t handle) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -74,6 +75,17 @@ class CmTable {
  public:
   // A new id for `pod`; nullptr when the pod holds kMaxCmIdsPerSession already.
   CmId* Create(PodId pod, uint32_t channel);
+  // Handles for the CREATE_IDs `pod` posts on `channel`: kCmHandleGrant that no id has, in
+  // *first on, unless the channel still holds some of its last grant (false).
+  bool Grant(PodId pod, uint32_t channel, uint32_t* first);
+  // A new id for `pod` on `channel` under `handle`, one of that channel's grants (used up);
+  // nullptr with ENOENT in *error when it is none of them, ENOMEM when the pod holds
+  // kMaxCmIdsPerSession ids.
+  CmId* CreateGranted(PodId pod, uint32_t channel, uint32_t handle, int* error);
+  // Forgets the unused grants of `pod`'s channel `channel` (closed), or of all its channels
+  // (its process is gone).
+  void ForgetGrants(PodId pod, uint32_t channel);
+  void ForgetGrants(PodId pod);
   CmId* Find(uint32_t handle);
   // Frees the id and its port.
   void Erase(uint32_t handle);
@@ -100,6 +112,9 @@ class CmTable {
   uint32_t next_handle_ = 1;
   std::map<uint32_t, std::unique_ptr<CmId>> ids_;
   std::unordered_map<PodId, uint32_t> per_pod_;
+  std::map<std::pair<PodId, uint32_t>, std::set<uint32_t>> granted_;  // (pod, channel)
+
+  CmId* Insert(PodId pod, uint32_t channel, uint32_t handle);
   std::map<PortKey, std::vector<uint32_t>> ports_;
   uint16_t next_ephemeral_ = 0;
 };

@@ -162,8 +162,14 @@ int CmService::CreateId(Ctx& c) {
     default:
       return EINVAL;
   }
-  CmId* id = table_.Create(c.call.pod, c.m.channel);
-  if (id == nullptr) return ENOMEM;
+  int status = ENOMEM;
+  CmId* id = c.m.handle != 0 ? table_.CreateGranted(c.call.pod, c.m.channel, c.m.handle, &status)
+                             : table_.Create(c.call.pod, c.m.channel);
+  if (id == nullptr) return status;
+  // Answered (not posted): the session may post its next CREATE_IDs.
+  if (c.call.seq != proto::kPostedSeq &&
+      table_.Grant(c.call.pod, c.m.channel, &c.reply->grant_first))
+    c.reply->grant_count = kCmHandleGrant;
   id->uid = cmd.uid;
   id->ps = cmd.ps;
   id->qp_type = qp_type;

@@ -101,8 +101,9 @@ int Rewrite(const CmChannel& ch, Command* c) {
   return 0;
 }
 
-ff::proto::CmCommand Request(const CmChannel& ch, const Command& c) {
+ff::proto::CmCommand Request(const CmChannel& ch, const Command& c, uint32_t handle = 0) {
   ff::proto::CmCommand req{};
+  req.handle = handle;
   req.channel = ch.id;
   req.cmd = c.hdr.cmd;
   req.in_len = c.in_len;
@@ -113,8 +114,8 @@ ff::proto::CmCommand Request(const CmChannel& ch, const Command& c) {
 
 // The command sent without waiting (Session::Post): for commands whose outcome the library
 // knows. The router's answer, had it sent one, would carry nothing the program reads.
-int Post(const CmChannel& ch, const Command& c) {
-  const ff::proto::CmCommand req = Request(ch, c);
+int Post(const CmChannel& ch, const Command& c, uint32_t handle = 0) {
+  const ff::proto::CmCommand req = Request(ch, c, handle);
   return ch.session->Post(&req, sizeof(req));
 }
 
@@ -332,6 +333,38 @@ bool PostedByPhase(const CmChannel& ch, const Command& c) {
   return false;
 }
 
+// The port spaces and QP types CREATE_ID takes, as the router checks them.
+bool KnownPortSpace(uint16_t ps, uint8_t qp_type) {
+  switch (ps) {
+    case RDMA_PS_TCP:
+    case RDMA_PS_UDP:
+    case RDMA_PS_IPOIB:
+      return true;
+    case RDMA_PS_IB:
+      return qp_type == IBV_QPT_RC || qp_type == IBV_QPT_UC || qp_type == IBV_QPT_UD;
+    default:
+      return false;
+  }
+}
+
+// CREATE_ID under a handle the router granted (cmtable::TakeGrantedHandle), posted: what the
+// router checks is checked here first (the answer's room, the port space), so the answer
+// would only be that handle, which the program gets from here.
+bool PostedCreate(CmChannel& ch, const Command& c, ff::proto::CmReply* reply) {
+  if (c.hdr.cmd != RDMA_USER_CM_CMD_CREATE_ID || c.hdr.out < sizeof(rdma_ucm_create_id_resp))
+    return false;
+  const auto cmd = Get<rdma_ucm_create_id>(c.body, 0);
+  uint32_t handle = 0;
+  if (!KnownPortSpace(cmd.ps, cmd.qp_type) || !cmtable::TakeGrantedHandle(ch, &handle) ||
+      Post(ch, c, handle) != 0)
+    return false;
+  rdma_ucm_create_id_resp r{};
+  r.id = handle;
+  std::memcpy(reply->out, &r, sizeof(r));
+  reply->out_len = sizeof(r);
+  return true;
+}
+
 // Every command but GET_EVENT.
 int Forward(CmChannel& ch, Command* c) {
   void* response = nullptr;
@@ -347,10 +380,12 @@ int Forward(CmChannel& ch, Command* c) {
     if (rc != 0) return rc;
   } else if (!gone && (PostedDestroy(ch, *c) || PostedByPhase(ch, *c))) {
     reply.out_len = 0;
-  } else {
+  } else if (gone || !PostedCreate(ch, *c, &reply)) {
     rc = gone ? 0 : Send(ch, *c, &reply, &gone);
     if (gone) rc = AnswerLocally(*c, &reply);
     if (!gone) cmtable::NoteState(ch.session, reply.state);
+    if (rc == 0 && !gone && c->hdr.cmd == RDMA_USER_CM_CMD_CREATE_ID)
+      cmtable::NoteGrant(ch, reply.grant_first, reply.grant_count);
   }
   if (rc == 0) rc = Account(ch, *c, &reply);
   if (rc != 0) return rc;

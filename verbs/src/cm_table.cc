@@ -6,11 +6,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <unordered_map>
 
 #include "cm_device.h"
+#include "freeflow/tunables.h"
 
 namespace ffv {
 
@@ -292,6 +295,25 @@ void SetPhase(Session* s, uint32_t handle, CmPhase phase) {
   if (it != t.ids.end()) it->second.phase = phase;
 }
 
+void NoteGrant(CmChannel& ch, uint32_t first, uint32_t count) {
+  if (count == 0 || first == 0 || first + count < first) return;
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  ch.grant_next = first;
+  ch.grant_end = first + count;
+}
+
+bool TakeGrantedHandle(CmChannel& ch, uint32_t* handle) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  if (ch.grant_next == ch.grant_end || !ch.open) return false;
+  const auto held = std::distance(t.ids.lower_bound(Key{ch.session, 0}),
+                                  t.ids.upper_bound(Key{ch.session, UINT32_MAX}));
+  if (static_cast<size_t>(held) >= ff::kMaxCmIdsPerSession / 2) return false;
+  *handle = ch.grant_next++;
+  return true;
+}
+
 void NoteUnnamedPeer(Session* s, uint32_t ip, uint32_t qpn) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
@@ -326,6 +348,7 @@ void ForgetInChild() {
   t.ids.clear();
   t.joins.clear();
   t.unnamed.clear();
+  for (auto& [fd, ch] : t.fds) ch->grant_next = ch->grant_end = 0;
 }
 
 }  // namespace cmtable

@@ -41,6 +41,8 @@ struct CmChannel {
   dev_t dev = 0;               // of the socket behind `fd`: a reused number is not this
   ino_t ino = 0;               // channel (table lock)
   bool open = true;            // false once the program closed it (table lock)
+  uint32_t grant_next = 0;     // handles granted for posted CREATE_IDs: [grant_next,
+  uint32_t grant_end = 0;      // grant_end) unused (table lock; cmtable::NoteGrant)
   // DEVICE_REMOVAL (cm_events.cc), under removal_mu: once set, `fd` reads from a socket
   // the library made, `removal_tx` is its writing end and `pending` what did not fit yet.
   std::mutex removal_mu;
@@ -128,6 +130,13 @@ void SetPhase(Session* s, uint32_t handle, CmPhase phase);
 inline constexpr size_t kMaxUnnamedPeers = 64;
 void NoteUnnamedPeer(Session* s, uint32_t ip, uint32_t qpn);
 bool TakeUnnamedPeer(Session* s, uint32_t ip, uint32_t qpn);
+
+// The handles the router granted a channel for posted CREATE_IDs (proto::CmReply): noted
+// from an answered CREATE_ID on it, taken one by one by the CREATE_IDs posted on it.
+// TakeGrantedHandle gives none while the session holds half of kMaxCmIdsPerSession ids (the
+// router, which also counts requests the program has not read yet, could refuse it then).
+void NoteGrant(CmChannel& ch, uint32_t first, uint32_t count);
+bool TakeGrantedHandle(CmChannel& ch, uint32_t* handle);
 
 // fork child (cm_device.h): the channels stay, owned by no session; no id is live.
 void ForgetInChild();

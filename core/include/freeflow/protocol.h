@@ -259,13 +259,22 @@ struct CmCommand {
   uint32_t cmd;      // RDMA_USER_CM_CMD_*
   uint32_t in_len;   // as in the command's header, at most kCmMaxBody
   uint32_t out_len;  // likewise: how many response bytes the program can take
+  // CREATE_ID only: a handle the router granted this session (CmReply::grant_*), which the
+  // new id takes: the library then posts the command and answers the program itself.
+  // 0: the router picks the handle and answers it.
+  uint32_t handle;
+  uint32_t reserved;
   alignas(8) char body[kCmMaxBody];
 };
 // The answer to a CmCommand: `out_len` bytes to copy to the command's response (0 for the
 // commands without one). DESTROY_ID's and MIGRATE_ID's events_reported are the library's
-// to fill: only it knows which events the program has read.
+// to fill: only it knows which events the program has read. An answered CREATE_ID may
+// grant the handles [grant_first, grant_first + grant_count) to the CREATE_IDs the session
+// posts on the same channel (kCmHandleGrant of them, when the channel holds none unused).
 struct CmReply {
   uint32_t out_len;
+  uint32_t grant_first;
+  uint32_t grant_count;
   uint32_t reserved;
   alignas(8) char out[kCmMaxReply];
   CmIdState state;  // of the id the command named (or created)

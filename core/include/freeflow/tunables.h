@@ -125,7 +125,8 @@ inline constexpr uint64_t kIdleTickNs = 50'000'000;  // timer period otherwise (
 inline constexpr uint64_t kHeartbeatNs = 1'000'000'000;
 
 // ---- rdma_cm (router: cm_service.h) --------------------------------------------------------
-inline constexpr size_t kMaxCmIdsPerSession = 4096;      // rdma_cm ids one process may hold
+inline constexpr size_t kMaxCmIdsPerSession = 4096;  // rdma_cm ids one process may hold
+inline constexpr uint32_t kCmHandleGrant = 16;  // id handles granted at once for posted CREATE_IDs
 inline constexpr size_t kMaxCmChannelsPerSession = 256;  // opens of /dev/infiniband/rdma_cm
 inline constexpr size_t kMaxCmBacklog = 4096;     // events queued for a channel that is not read
 inline constexpr uint32_t kMaxCmRequests = 1024;  // connect requests a listener holds unclaimed

@@ -383,7 +383,49 @@ TEST_F(CmTest, APostedCommandIsCarriedOutAndNotAnswered) {
   EXPECT_EQ(server.Destroy(l), 0);
 }
 
-// Only what proto::IsPostable names may be posted (rdma_cm commands, DestroyQp): another
+// An answered CREATE_ID grants the channel kCmHandleGrant handles (while it holds none
+// unused) for the CREATE_IDs the session posts on it. A handle is taken once, and only on
+// the channel it was granted to: another pod naming it, another channel, or a handle never
+// granted is refused (the posted command only logged), and the grant stays its owner's.
+TEST_F(CmTest, PostedCreateIdsTakeOnlyTheSessionsOwnGrantedHandles) {
+  rdma_ucm_create_id c{};
+  c.uid = 0x77;
+  c.ps = RDMA_PS_TCP;
+  const proto::Response first =
+      client.Cmd(RDMA_USER_CM_CMD_CREATE_ID, c, sizeof(rdma_ucm_create_id_resp));
+  ASSERT_EQ(first.status, 0);
+  ASSERT_EQ(first.u.cm.grant_count, kCmHandleGrant);
+  const uint32_t g = first.u.cm.grant_first;
+  const proto::Response second =
+      client.Cmd(RDMA_USER_CM_CMD_CREATE_ID, c, sizeof(rdma_ucm_create_id_resp));
+  EXPECT_EQ(second.u.cm.grant_count, 0u) << "granted again while the grant is unused";
+  auto posted = [&](CmPod& p, uint32_t handle, uint32_t ch = kCh) {
+    proto::CmCommand m{};
+    m.h.seq = proto::kPostedSeq;
+    m.channel = ch;
+    m.cmd = RDMA_USER_CM_CMD_CREATE_ID;
+    m.in_len = sizeof(c);
+    m.out_len = sizeof(rdma_ucm_create_id_resp);
+    m.handle = handle;
+    std::memcpy(m.body, &c, sizeof(c));
+    p.raw().SendRaw(&m, sizeof(m));
+  };
+  posted(server, g);         // another pod's grant
+  posted(client, g + 1000);  // never granted
+  ASSERT_EQ(client.Open(2), 0);
+  posted(client, g + 2, 2);  // granted to channel kCh
+  posted(client, g + 1);
+  posted(client, g + 1);  // taken already
+  EXPECT_EQ(server.Destroy(g), ENOENT) << "the server made an id under the client's handle";
+  EXPECT_EQ(client.Destroy(g + 1000), ENOENT);
+  EXPECT_EQ(client.Destroy(g + 2), ENOENT) << "taken on another channel";
+  EXPECT_EQ(router.Stat("cm_ids"), 3u) << "two answered, one posted";
+  EXPECT_EQ(client.Destroy(g + 1), 0);
+  posted(client, g);  // the server's try left it the client's
+  EXPECT_EQ(client.Destroy(g), 0);
+}
+
+// Only what proto::IsPostable names may be posted (rdma_cm commands, DestroyQp, NameQp): another
 // verbs request without an answer would leave its descriptors nowhere and its failure
 // unseen. A pod that posts one is dropped.
 TEST_F(CmTest, AVerbsRequestCannotBePosted) {

@@ -471,5 +471,49 @@ TEST_F(CmTest, AConnectOfAResolvedIdAndTheAcceptOfARequestArePosted) {
   EXPECT_NE(accepts[2], kPosted);
 }
 
+// Once an answered CREATE_ID brought a grant of handles, the channel's next CREATE_IDs are
+// posted, each under the next granted handle, which is the program's answer; a port space
+// the router would refuse is still sent (and refused), and past the grant they are sent.
+TEST_F(CmTest, CreateIdsArePostedUnderTheHandlesTheRouterGranted) {
+  constexpr uint32_t kFirst = 500, kCount = 3;
+  bool granted = false;
+  pod_.router.OnCmCommand([&](const ff::proto::CmCommand& c, ff::proto::CmReply* r) {
+    if (c.cmd != RDMA_USER_CM_CMD_CREATE_ID) return 0;
+    rdma_ucm_create_id cmd;
+    std::memcpy(&cmd, c.body, sizeof(cmd));
+    if (cmd.ps == 0) return EINVAL;
+    if (c.handle != 0) return 0;  // posted under a granted handle: nothing to answer
+    const uint32_t id = next_handle_++;
+    std::memcpy(r->out, &id, sizeof(id));
+    r->out_len = sizeof(id);
+    if (!granted) {
+      r->grant_first = kFirst;
+      r->grant_count = kCount;
+      granted = true;
+    }
+    return 0;
+  });
+  const int fd = Open(O_RDWR | O_CLOEXEC);
+  EXPECT_EQ(CreateId(fd, 1), 100u);  // answered, with the grant
+  EXPECT_EQ(CreateId(fd, 2), kFirst);
+  rdma_ucm_create_id_resp resp{};
+  rdma_ucm_create_id bad{};
+  bad.ps = 0;  // no port space
+  bad.response = Ptr(&resp);
+  EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_CREATE_ID, bad, sizeof(resp)), EINVAL);
+  EXPECT_EQ(CreateId(fd, 3), kFirst + 1);
+  EXPECT_EQ(CreateId(fd, 4), kFirst + 2);
+  EXPECT_EQ(CreateId(fd, 5), 101u);  // the grant is used up: answered again
+  const std::vector<ff::proto::CmCommand> sent = Received(RDMA_USER_CM_CMD_CREATE_ID);
+  ASSERT_EQ(sent.size(), 6u);
+  const uint32_t kPosted = ff::proto::kPostedSeq;
+  const uint32_t seqs[] = {0, kPosted, 0, kPosted, kPosted, 0};  // 0: answered
+  const uint32_t handles[] = {0, kFirst, 0, kFirst + 1, kFirst + 2, 0};
+  for (size_t i = 0; i < sent.size(); ++i) {
+    EXPECT_EQ(sent[i].h.seq == kPosted, seqs[i] == kPosted) << i;
+    EXPECT_EQ(sent[i].handle, handles[i]) << i;
+  }
+}
+
 }  // namespace
 }  // namespace fftest
