@@ -124,32 +124,28 @@ struct CreateQp {
   uint32_t recv_cq_id;
   uint32_t send_cq_id;
 };
-// Connects local `qpn` (RC/UC, at RTR; op kConnectQp) or resolves a UD destination (op
-// kResolveUd): the sender is given one ring of the destination QP to produce into. Address
-// by overlay IPv4 (GID) when dest_ip != 0, else by LID.
+// A QP and the peer it addresses, by overlay IPv4 (GID) when dest_ip != 0, else by LID:
+//   ConnectQp  connects local `qpn` (RC/UC, at RTR; op kConnectQp) or resolves a UD
+//              destination (op kResolveUd): the sender is given one ring of the destination
+//              QP to produce into.
+//   NameQp     RC/UC `qpn` names its peer, as ConnectQp does, and nothing is linked: what
+//              the library posts at a passive rdma_cm side's RTR, whose peer cannot have
+//              named it yet. Its link is made when first needed (ConnectQp). A QP of this
+//              node that named `qpn` first is told it may link now (kPeerNamed).
 // Consent: an RC/UC QP names its peer here, and a ring of an RC/UC QP is given only to the
-// QP it named. Until the destination names `qpn` the answer is EINPROGRESS (with no
+// QP it named. Until the destination names `qpn` ConnectQp's answer is EINPROGRESS (with no
 // descriptors): the QP is at RTR, and the library asks again when it first needs the link.
-struct ConnectQp {
-  RequestHeader<Op::kConnectQp> h;
+template <Op kOpValue>
+struct QpPeer {
+  RequestHeader<kOpValue> h;
   uint32_t qpn;
   uint32_t dest_ip;  // network byte order, 0 when addressing by LID
   uint32_t dest_qpn;
   uint16_t dest_lid;
   uint16_t reserved;
 };
-// RC/UC QP `qpn` names its peer, as ConnectQp does, and nothing is linked: what the library
-// sends at RTR, posted (a real QP reaches RTR without a word to its peer). Its link is made
-// when first needed (ConnectQp). A QP of this node that named `qpn` first is told it may
-// link now (kPeerNamed). Fields as in ConnectQp.
-struct NameQp {
-  RequestHeader<Op::kNameQp> h;
-  uint32_t qpn;
-  uint32_t dest_ip;  // network byte order, 0 when addressing by LID
-  uint32_t dest_qpn;
-  uint16_t dest_lid;
-  uint16_t reserved;
-};
+using ConnectQp = QpPeer<Op::kConnectQp>;
+using NameQp = QpPeer<Op::kNameQp>;
 // Registrations share one layout; each op uses the fields marked with it. fds: [region
 // memfd] when new_region != 0. MoveMr moves a live registration to another region (the
 // library merged overlapping registrations into one memfd); its key stays the same.

@@ -57,14 +57,28 @@ class CmPod {
   }
   void Close(uint32_t ch) { channels_.erase(ch); }
   template <typename T>
-  proto::Response Cmd(uint32_t cmd, const T& body, uint32_t out_len = 0, uint32_t ch = kCh) {
+  static proto::CmCommand Command(uint32_t cmd, const T& body, uint32_t out_len, uint32_t ch) {
     proto::CmCommand m{};
     m.channel = ch;
     m.cmd = cmd;
     m.in_len = sizeof(T);
     m.out_len = out_len;
     std::memcpy(m.body, &body, sizeof(T));
-    return pod_->Call(m);
+    return m;
+  }
+  template <typename T>
+  proto::Response Cmd(uint32_t cmd, const T& body, uint32_t out_len = 0, uint32_t ch = kCh) {
+    return pod_->Call(Command(cmd, body, out_len, ch));
+  }
+  // The command posted (as the library posts some): no answer comes. `handle`: a posted
+  // CREATE_ID's granted handle.
+  template <typename T>
+  void Post(uint32_t cmd, const T& body, uint32_t out_len = 0, uint32_t ch = kCh,
+            uint32_t handle = 0) {
+    proto::CmCommand m = Command(cmd, body, out_len, ch);
+    m.h.seq = proto::kPostedSeq;
+    m.handle = handle;
+    pod_->SendRaw(&m, sizeof(m));
   }
   uint32_t CreateId(uint16_t ps, uint64_t uid, uint32_t ch = kCh) {
     rdma_ucm_create_id c{};
@@ -355,19 +369,11 @@ TEST_F(CmTest, APostedCommandIsCarriedOutAndNotAnswered) {
   const uint32_t l = Listen();
   const uint32_t id = client.CreateId(RDMA_PS_TCP, 0xc1);
   ASSERT_NE(id, 0u);
-  proto::CmCommand m{};
-  m.h.seq = proto::kPostedSeq;
-  m.channel = kCh;
-  m.cmd = RDMA_USER_CM_CMD_DESTROY_ID;
-  m.in_len = sizeof(rdma_ucm_destroy_id);
-  m.out_len = sizeof(rdma_ucm_destroy_id_resp);
   rdma_ucm_destroy_id d{};
   d.id = l;  // the server's: refused, and the refusal is not sent
-  std::memcpy(m.body, &d, sizeof(d));
-  client.raw().SendRaw(&m, sizeof(m));
+  client.Post(RDMA_USER_CM_CMD_DESTROY_ID, d, sizeof(rdma_ucm_destroy_id_resp));
   d.id = id;
-  std::memcpy(m.body, &d, sizeof(d));
-  client.raw().SendRaw(&m, sizeof(m));
+  client.Post(RDMA_USER_CM_CMD_DESTROY_ID, d, sizeof(rdma_ucm_destroy_id_resp));
   rdma_ucm_resolve_route r{};
   r.id = id;
   proto::CmCommand next{};
@@ -400,15 +406,7 @@ TEST_F(CmTest, PostedCreateIdsTakeOnlyTheSessionsOwnGrantedHandles) {
       client.Cmd(RDMA_USER_CM_CMD_CREATE_ID, c, sizeof(rdma_ucm_create_id_resp));
   EXPECT_EQ(second.u.cm.grant_count, 0u) << "granted again while the grant is unused";
   auto posted = [&](CmPod& p, uint32_t handle, uint32_t ch = kCh) {
-    proto::CmCommand m{};
-    m.h.seq = proto::kPostedSeq;
-    m.channel = ch;
-    m.cmd = RDMA_USER_CM_CMD_CREATE_ID;
-    m.in_len = sizeof(c);
-    m.out_len = sizeof(rdma_ucm_create_id_resp);
-    m.handle = handle;
-    std::memcpy(m.body, &c, sizeof(c));
-    p.raw().SendRaw(&m, sizeof(m));
+    p.Post(RDMA_USER_CM_CMD_CREATE_ID, c, sizeof(rdma_ucm_create_id_resp), ch, handle);
   };
   posted(server, g);         // another pod's grant
   posted(client, g + 1000);  // never granted

@@ -339,19 +339,8 @@ TEST_F(CmTest, TheRtuAndDisconnectOfAConnectedIdArePostedOthersWait) {
   disc.id = child;
   EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_DISCONNECT, disc), 0);
   EXPECT_NE(CreateId(fd, 0x34), 0u);  // a call answered: everything posted came before it
-  std::vector<uint32_t> accepts, disconnects;
-  for (const auto& c : Received(RDMA_USER_CM_CMD_ACCEPT)) accepts.push_back(c.h.seq);
-  for (const auto& c : Received(RDMA_USER_CM_CMD_DISCONNECT)) disconnects.push_back(c.h.seq);
-  const uint32_t kPosted = ff::proto::kPostedSeq;
-  ASSERT_EQ(accepts.size(), 3u);
-  EXPECT_NE(accepts[0], kPosted);
-  EXPECT_EQ(accepts[1], kPosted);
-  EXPECT_NE(accepts[2], kPosted);
-  ASSERT_EQ(disconnects.size(), 4u);
-  EXPECT_NE(disconnects[0], kPosted);
-  EXPECT_EQ(disconnects[1], kPosted);
-  EXPECT_EQ(disconnects[2], kPosted);
-  EXPECT_EQ(disconnects[3], kPosted);
+  EXPECT_EQ(PostedOf(RDMA_USER_CM_CMD_ACCEPT), (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(PostedOf(RDMA_USER_CM_CMD_DISCONNECT), (std::vector<bool>{false, true, true, true}));
 }
 
 // The passive side's RTR (rdma_accept's, before its ACCEPT) cannot find its peer's consent:
@@ -455,20 +444,9 @@ TEST_F(CmTest, AConnectOfAResolvedIdAndTheAcceptOfARequestArePosted) {
   EXPECT_EQ(accept(rc_child, 0), EINVAL) << "accepted already: the router's to refuse";
   EXPECT_EQ(accept(ud_child, ff::kCmSidrRepData + 1), EINVAL) << "more than a SIDR REP holds";
   EXPECT_NE(CreateId(fd, 0x55), 0u);  // a call answered: what was posted came before it
-  std::vector<uint32_t> connects, accepts;
-  for (const auto& c : Received(RDMA_USER_CM_CMD_CONNECT)) connects.push_back(c.h.seq);
-  for (const auto& c : Received(RDMA_USER_CM_CMD_ACCEPT)) accepts.push_back(c.h.seq);
-  const uint32_t kPosted = ff::proto::kPostedSeq;
-  ASSERT_EQ(connects.size(), 5u);
-  EXPECT_NE(connects[0], kPosted);
-  EXPECT_EQ(connects[1], kPosted);
-  EXPECT_NE(connects[2], kPosted);
-  EXPECT_NE(connects[3], kPosted);
-  EXPECT_NE(connects[4], kPosted);
-  ASSERT_EQ(accepts.size(), 3u);
-  EXPECT_EQ(accepts[0], kPosted);
-  EXPECT_NE(accepts[1], kPosted);
-  EXPECT_NE(accepts[2], kPosted);
+  EXPECT_EQ(PostedOf(RDMA_USER_CM_CMD_CONNECT),
+            (std::vector<bool>{false, true, false, false, false}));
+  EXPECT_EQ(PostedOf(RDMA_USER_CM_CMD_ACCEPT), (std::vector<bool>{true, false, false}));
 }
 
 // Once an answered CREATE_ID brought a grant of handles, the channel's next CREATE_IDs are
@@ -504,15 +482,11 @@ TEST_F(CmTest, CreateIdsArePostedUnderTheHandlesTheRouterGranted) {
   EXPECT_EQ(CreateId(fd, 3), kFirst + 1);
   EXPECT_EQ(CreateId(fd, 4), kFirst + 2);
   EXPECT_EQ(CreateId(fd, 5), 101u);  // the grant is used up: answered again
-  const std::vector<ff::proto::CmCommand> sent = Received(RDMA_USER_CM_CMD_CREATE_ID);
-  ASSERT_EQ(sent.size(), 6u);
-  const uint32_t kPosted = ff::proto::kPostedSeq;
-  const uint32_t seqs[] = {0, kPosted, 0, kPosted, kPosted, 0};  // 0: answered
-  const uint32_t handles[] = {0, kFirst, 0, kFirst + 1, kFirst + 2, 0};
-  for (size_t i = 0; i < sent.size(); ++i) {
-    EXPECT_EQ(sent[i].h.seq == kPosted, seqs[i] == kPosted) << i;
-    EXPECT_EQ(sent[i].handle, handles[i]) << i;
-  }
+  EXPECT_EQ(PostedOf(RDMA_USER_CM_CMD_CREATE_ID),
+            (std::vector<bool>{false, true, false, true, true, false}));
+  std::vector<uint32_t> handles;
+  for (const auto& c : Received(RDMA_USER_CM_CMD_CREATE_ID)) handles.push_back(c.handle);
+  EXPECT_EQ(handles, (std::vector<uint32_t>{0, kFirst, 0, kFirst + 1, kFirst + 2, 0}));
 }
 
 }  // namespace

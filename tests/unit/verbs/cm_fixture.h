@@ -85,6 +85,13 @@ class CmTest : public ::testing::Test {
     return ::poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN) != 0;
   }
 
+  // For each command of kind `cmd` the router received, in order: whether it was posted.
+  std::vector<bool> PostedOf(uint32_t cmd) {
+    std::vector<bool> out;
+    for (const auto& c : Received(cmd)) out.push_back(c.h.seq == ff::proto::kPostedSeq);
+    return out;
+  }
+
   // Commands of kind `cmd` the router received.
   std::vector<ff::proto::CmCommand> Received(uint32_t cmd) {
     std::vector<ff::proto::CmCommand> out;
