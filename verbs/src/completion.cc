@@ -194,14 +194,8 @@ namespace {
 
 // poll_cq's body (ctx->lock held), shared with the extended CQ's start_poll and next_poll.
 // `may_sleep`: an empty poll of a router-fed CQ may wait for the router (see SleepOnRouter).
-// `yield` (ibv_poll_cq only): set when an empty poll of another CQ ends a streak of
-// kEmptyPollsPerYield, for the caller to give the CPU away once it released the lock. On
-// one node a peer process moves the data with its own CPU, and a program spinning on an
-// empty CQ (perftest -R's server waits so on its exchange QP for a whole run) may share
-// that CPU with it: the scheduler would give each half. A poll that finds work ends the
-// streak, so a latency loop never yields.
 __attribute__((always_inline)) inline int PollBody(Context* ctx, Cq* cq, int n, ibv_wc* wc,
-                                                   bool may_sleep, bool* yield = nullptr) {
+                                                   bool may_sleep) {
   const int rc = Guarded([&] {
     if (ctx->attention.load(std::memory_order_relaxed)) HandleAttention(ctx);
     if (!ctx->pending.empty()) ProgressPending(ctx);
@@ -211,16 +205,8 @@ __attribute__((always_inline)) inline int PollBody(Context* ctx, Cq* cq, int n, 
     return 0;
   });
   int k = PopWcs(cq, n, wc, 0);
-  if (__builtin_expect(k == 0, 0) && may_sleep && rc == 0) {
-    if (MaySleepOnRouter(ctx, cq)) {
-      Guarded([&] { return (k = SleepOnRouter(ctx, cq, n, wc)), 0; });
-    } else if (yield != nullptr && ++cq->empty_polls >= ff::kEmptyPollsPerYield) {
-      cq->empty_polls = 0;
-      ++cq->yields;
-      *yield = true;
-    }
-  } else if (k > 0) {
-    cq->empty_polls = 0;
+  if (__builtin_expect(k == 0, 0) && may_sleep && rc == 0 && MaySleepOnRouter(ctx, cq)) {
+    Guarded([&] { return (k = SleepOnRouter(ctx, cq, n, wc)), 0; });
   }
   return rc != 0 && k == 0 ? -rc : k;
 }
@@ -235,14 +221,8 @@ int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   Cq* cq = ToCq(ibcq);
   Context* ctx = cq->ctx;
   if (n <= 0) return 0;
-  bool yield = false;
-  int k = 0;
-  {
-    std::lock_guard<AdaptiveLock> l(ctx->lock);
-    k = PollBody(ctx, cq, n, wc, true, &yield);
-  }
-  if (yield) sched_yield();
-  return k;
+  std::lock_guard<AdaptiveLock> l(ctx->lock);
+  return PollBody(ctx, cq, n, wc, true);
 }
 
 // Arms for the next completion, or (solicited_only) the next solicited one or error. A CQ

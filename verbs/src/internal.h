@@ -186,10 +186,6 @@ struct Cq {
   std::vector<Qp*> recv_qps;  // QPs whose receives complete here
   bool overflowed = false;
   uint32_t events_acked = 0;
-  // ibv_poll_cq's empty polls in a row that did not sleep on the router, and how often such
-  // a streak gave the CPU away (completion.cc; ctx->lock).
-  uint32_t empty_polls = 0;
-  uint64_t yields = 0;
   // Extended CQs: the completion start_poll/next_poll made current, and the lock held from
   // start_poll to end_poll unless the CQ was created single-threaded.
   ibv_wc current{};

@@ -40,12 +40,9 @@ inline constexpr uint32_t kMaxRingBytes = 64u << 20;  // largest ring
 inline constexpr int kDrainBudget = 4096;          // records taken from a ring per poll
 inline constexpr int kMaxBatchedLinks = 8;         // links one progress pass publishes at once
 inline constexpr int kDefaultRemoteWaitUs = 1000;  // FFV_REMOTE_WAIT_US: longest wake-word sleep
-// An empty-poll streak of a CQ fed from this node gives the CPU away (sched_yield) this
-// often: on one node the peer's CPU moves the data, and it may be this one.
-inline constexpr uint32_t kEmptyPollsPerYield = 256;
-inline constexpr int kRouterCallTimeoutS = 10;   // a router silent this long is an error
-inline constexpr int kSeqlockReadAttempts = 64;  // tries to read an MR entry being changed
-inline constexpr int kCreditClaimAttempts = 64;  // CAS tries to claim one receive credit
+inline constexpr int kRouterCallTimeoutS = 10;     // a router silent this long is an error
+inline constexpr int kSeqlockReadAttempts = 64;    // tries to read an MR entry being changed
+inline constexpr int kCreditClaimAttempts = 64;    // CAS tries to claim one receive credit
 inline constexpr uint64_t kPendingSendFirstRetryNs = 5'000;  // get_cq_event retries queued sends
 inline constexpr uint64_t kPendingSendRetryNs = 200'000;     // ... backing off up to this
 inline constexpr int kMaxWakeDrain = 1024;  // wakes taken off a wake socket at once

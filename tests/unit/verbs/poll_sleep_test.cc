@@ -1,16 +1,11 @@
 // When an empty poll_cq may sleep on the router's wake word: only on a CQ whose every source
 // of completions is fed by the router. main.cc sets the longest sleep to 300 ms.
 #include <gtest/gtest.h>
-#include <pthread.h>
-#include <sched.h>
-#include <time.h>
 
 #include <atomic>
 #include <cstring>
 #include <thread>
 
-#include "freeflow/tunables.h"
-#include "internal.h"
 #include "pod.h"
 
 namespace fftest {
@@ -127,68 +122,6 @@ TEST(PollSleep, ACqWithoutConnectedQpsDoesNotSleep) {
   Pod pod;
   ASSERT_NE(pod.CreateQp(), nullptr);  // INIT: nothing can arrive, nothing to sleep for
   EXPECT_LT(TimePolls(pod.cq, 50), milliseconds(100));
-}
-
-// On one node a peer process moves the data with its own CPU, which may be this one: an
-// empty-poll streak of a CQ no router feeds gives the CPU away every kEmptyPollsPerYield
-// polls; a poll that finds a completion starts the count again.
-TEST(PollSleep, AnEmptyPollStreakOnASameNodeCqYieldsTheCpuNowAndThen) {
-  Pod pod;
-  SameNodePeer peer(0x500, IBV_QPT_RC, 4096);
-  ibv_qp* qp = pod.CreateQp();
-  ASSERT_NE(qp, nullptr);
-  pod.router.AnswerSameNode(qp->qp_num, &peer);
-  ASSERT_EQ(pod.Connect(qp, 0x500), 0);
-  const ffv::Cq* cq = ffv::ToCq(pod.cq);
-  constexpr int kEvery = static_cast<int>(ff::kEmptyPollsPerYield);
-  EXPECT_TRUE(PollFew(pod.cq, 3 * kEvery + kEvery / 2).empty());
-  EXPECT_EQ(cq->yields, 3u);
-  peer.PostCredits(1);
-  Buffer buf(pod.pd, 8);
-  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);
-  ASSERT_EQ(PollN(pod.cq, 1).size(), 1u);  // the streak ends
-  EXPECT_TRUE(PollFew(pod.cq, kEvery - 1).empty());
-  EXPECT_EQ(cq->yields, 3u) << "a streak that a completion ended went on counting";
-  EXPECT_TRUE(PollFew(pod.cq, 1).empty());
-  EXPECT_EQ(cq->yields, 4u);
-}
-
-// What the yield is for: a thread spinning on such a CQ and a busy thread on the same CPU.
-// Without yields the scheduler gives each about half; with them the busy one gets most.
-TEST(PollSleep, ASpinningPollerLetsABusyThreadOnItsCpuRun) {
-  Pod pod;
-  SameNodePeer peer(0x500, IBV_QPT_RC, 4096);
-  ibv_qp* qp = pod.CreateQp();
-  ASSERT_NE(qp, nullptr);
-  pod.router.AnswerSameNode(qp->qp_num, &peer);
-  ASSERT_EQ(pod.Connect(qp, 0x500), 0);
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(static_cast<int>(sched_getcpu()), &one);
-  std::atomic<bool> stop{false};
-  auto thread_cpu = [] {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;  // ms
-  };
-  double poller_ms = 0, busy_ms = 0;
-  std::thread poller([&] {
-    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
-    ibv_wc wc;
-    while (!stop.load(std::memory_order_relaxed)) ibv_poll_cq(pod.cq, 1, &wc);
-    poller_ms = thread_cpu();
-  });
-  std::thread busy([&] {
-    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
-    volatile uint64_t x = 0;
-    while (!stop.load(std::memory_order_relaxed)) x = x + 1;
-    busy_ms = thread_cpu();
-  });
-  std::this_thread::sleep_for(milliseconds(400));
-  stop = true;
-  poller.join();
-  busy.join();
-  EXPECT_GT(busy_ms, 3 * poller_ms) << "busy " << busy_ms << " ms, poller " << poller_ms << " ms";
 }
 
 }  // namespace
