@@ -7,6 +7,8 @@
 
 #include <cerrno>
 
+#include "freeflow/clock.h"
+
 namespace ff::router {
 
 int EventLoop::Init() {
@@ -89,9 +91,19 @@ void EventLoop::RunDeferred() {
   unwatched_.clear();
 }
 
+void EventLoop::StayAwake(uint64_t ns) {
+  if (ns != 0) awake_until_ns_ = MonotonicNs() + ns;
+}
+
+bool EventLoop::Awake() {
+  if (MonotonicNs() < awake_until_ns_) return true;
+  awake_until_ns_ = 0;  // no clock reads until the next StayAwake
+  return false;
+}
+
 int EventLoop::RunOnce(int timeout_ms) {
   epoll_event events[kEpollBatch];
-  if (!deferred_.empty()) timeout_ms = 0;
+  if (!deferred_.empty() || (timeout_ms != 0 && awake_until_ns_ != 0 && Awake())) timeout_ms = 0;
   const int n = ::epoll_wait(epoll_.get(), events, kEpollBatch, timeout_ms);
   for (int i = 0; i < n; ++i) {
     auto it = watched_.find(events[i].data.u64);

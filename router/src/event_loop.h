@@ -47,6 +47,9 @@ class EventLoop {
   // One turn: waits up to `timeout_ms` (-1: until something happens) for events, runs
   // their callbacks, then the deferred work. Returns the number of events handled.
   int RunOnce(int timeout_ms);
+  // Until `ns` from now, RunOnce polls instead of waiting (a client that was just answered
+  // is likely to ask again soon; waking a sleeping router costs more than polling).
+  void StayAwake(uint64_t ns);
   // Thread-safe and async-signal-safe: makes stopped() true and wakes the loop.
   void Stop();
   // Thread-safe and async-signal-safe: makes the current or next RunOnce() return.
@@ -60,6 +63,7 @@ class EventLoop {
     bool live = true;
   };
   void RunDeferred();
+  bool Awake();  // within a StayAwake window
   void Drain();  // the wake-up eventfd fired: take posted work
 
   UniqueFd epoll_;
@@ -72,6 +76,7 @@ class EventLoop {
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;
   volatile sig_atomic_t stopped_ = 0;
+  uint64_t awake_until_ns_ = 0;
 };
 
 // A one-shot monotonic timer on a loop: Arm() (re)starts it, the callback runs once when

@@ -99,6 +99,7 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
       {"--resolve-timeout-ms", &c.resolve_timeout_ms, 0, 60000,
        "a connect waits this long for a new pod"},
       {"--poll-us", &c.poll_us, 0, 100000, "poll this long after cross-node traffic (0: sleep)"},
+      {"--spin-us", &c.spin_us, 0, 10000, "poll this long after answering a pod (0: sleep)"},
       {"--realtime-priority", &c.realtime_priority, 0, 99, "SCHED_RR priority (0: normal)"}};
   for (const NumericFlag& f : numeric)
     app.add_option(f.name, *f.value, f.help)->check(CLI::Range(f.lo, f.hi));

@@ -140,6 +140,7 @@ void PodSessions::OnReadable(PodId id) {
     if (rc != 0) return Drop(id, rc == EMSGSIZE ? "oversized message" : "receive error");
     if (n == 0) return Drop(id, "client closed the connection");
     if (!Dispatch(*s, buf, n, fds, nfds)) return Drop(id, "malformed or unexpected message");
+    loop_.StayAwake(answer_spin_ns_);
   }
 }
 

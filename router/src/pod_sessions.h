@@ -88,6 +88,8 @@ class PodSessions {
   // if the listener paused for lack of descriptors.
   void Sweep();
   void set_hello_timeout(uint64_t ns) { hello_timeout_ns_ = ns; }
+  // After a request, the loop polls this long (EventLoop::StayAwake; 0: it sleeps at once).
+  void set_answer_spin(uint64_t ns) { answer_spin_ns_ = ns; }
   size_t count() const { return sessions_.size(); }
   size_t refused() const { return refused_; }
   const Acceptor& acceptor() const { return acceptor_; }
@@ -127,6 +129,7 @@ class PodSessions {
   size_t refused_ = 0;
   LogLimiter refusal_log_;
   uint64_t hello_timeout_ns_ = kHelloTimeoutNs;
+  uint64_t answer_spin_ns_ = 0;
 };
 
 }  // namespace ff::router

@@ -76,6 +76,7 @@ Router::Router(RouterConfig config, RouterDeps deps)
                             sockets_, config_.node_name, config_.overlay}),
       sessions_(loop_, *identity_, quotas_, broker_) {
   sessions_.set_hello_timeout(config_.hello_timeout_ns);
+  sessions_.set_answer_spin(config_.spin_us * 1000ull);
 }
 
 Router::~Router() = default;

@@ -42,13 +42,28 @@ constexpr size_t kMinEventOut =
 constexpr int kEof = -1;        // the router closed its end
 constexpr int kMalformed = -2;  // a datagram that is not one CmEvent (dropped)
 
-int ReadEvent(int fd, bool dont_wait, CmEvent* ev) {
+// Reads one event: without waiting (`how` kDontWait), as the descriptor's flags say
+// (kAsFlags), or polling a while first on a blocking descriptor (kSpinFirst: the event a
+// command causes usually follows it within microseconds, and waking costs more).
+enum class Wait { kDontWait, kAsFlags, kSpinFirst };
+int ReadEvent(int fd, Wait how, CmEvent* ev) {
   struct {
     CmEvent ev;
     char more[8];  // a longer datagram shows as more bytes than a CmEvent
   } buf;
-  const ssize_t n = ::recv(fd, &buf, sizeof(buf), dont_wait ? MSG_DONTWAIT : 0);
-  if (n < 0) return errno;
+  ssize_t n = -1;
+  int rc = EAGAIN;
+  if (how == Wait::kSpinFirst) {
+    rc = SpinForAnswer([&] {
+      n = ::recv(fd, &buf, sizeof(buf), MSG_DONTWAIT);
+      return n < 0 ? errno : 0;
+    });
+  }
+  if (rc == EAGAIN) {
+    n = ::recv(fd, &buf, sizeof(buf), how == Wait::kDontWait ? MSG_DONTWAIT : 0);
+    rc = n < 0 ? errno : 0;
+  }
+  if (n < 0) return rc;
   if (n == 0) return kEof;
   if (static_cast<size_t>(n) != sizeof(CmEvent)) {
     static std::atomic<bool> logged{false};
@@ -163,7 +178,8 @@ int CmGetEvent(CmChannel& ch, uint16_t out, uint64_t response) {
     // the router) still ends here: what is queued first, then DEVICE_REMOVAL.
     const bool gone = !ch.removed.load() && ch.session->fatal.load();
     CmEvent ev;
-    int rc = ReadEvent(ch.fd, gone, &ev);
+    const Wait how = gone ? Wait::kDontWait : (fl & O_NONBLOCK) ? Wait::kAsFlags : Wait::kSpinFirst;
+    int rc = ReadEvent(ch.fd, how, &ev);
     if ((rc == kEof || rc == EBADF) && !cmtable::IsOpen(ch)) return ClosedWhileReading(fl);
     if (rc == kEof || (gone && rc == EAGAIN)) {
       if (const int removed = Remove(ch)) return removed;

@@ -253,6 +253,15 @@ Session* NoThrowOpen(int* error, F&& open) {
 
 }  // namespace
 
+uint64_t AnswerSpinNs() {
+  static const uint64_t ns = [] {
+    const char* v = std::getenv("FFV_SPIN_US");
+    const long us = v != nullptr && *v != '\0' ? std::atol(v) : ff::kDefaultAnswerSpinUs;
+    return us > 0 ? static_cast<uint64_t>(std::min(us, 1'000'000L)) * 1000u : 0u;
+  }();
+  return ns;
+}
+
 Session* GetSession() {
   std::lock_guard<std::mutex> g(g_session_mu);
   if (g_session == nullptr) {
@@ -324,7 +333,12 @@ int Session::Call(const void* req, size_t len, const int* fds, int nfds, ff::pro
   UniqueFd scratch[ff::proto::kMaxFds];
   int got = 0;
   size_t n = 0;
-  rc = ff::RecvWithFds(sock.get(), resp, sizeof(*resp), scratch, ff::proto::kMaxFds, &got, &n);
+  const auto receive = [&](int flags) {
+    return ff::RecvWithFds(sock.get(), resp, sizeof(*resp), scratch, ff::proto::kMaxFds, &got, &n,
+                           flags);
+  };
+  rc = SpinForAnswer([&] { return receive(MSG_DONTWAIT); });
+  if (rc == EAGAIN) rc = receive(0);
   if (rc != 0) return rc == EAGAIN ? ETIMEDOUT : rc;
   if (n == 0) return ENOTCONN;
   if (n != sizeof(*resp) || resp->h.seq != h.seq || resp->h.op != h.op) return EPROTO;

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "freeflow/clock.h"
 #include "freeflow/ipv4.h"
 #include "internal.h"
 #include "peer_events.h"
@@ -91,6 +92,25 @@ Session* ProcessSession();
 void LockProcessSession();
 void UnlockProcessSession();
 void ForgetProcessSessionInChild();
+
+// How long a thread awaiting the router polls before it sleeps: FFV_SPIN_US, default
+// ff::kDefaultAnswerSpinUs; 0 sleeps at once.
+uint64_t AnswerSpinNs();
+
+// Repeats `attempt` (a non-blocking try: EAGAIN while nothing is there) until it returns
+// something else or AnswerSpinNs() has passed. Returns its last result; EAGAIN tells the
+// caller to sleep (a blocking wait).
+template <typename Attempt>
+int SpinForAnswer(Attempt&& attempt) {
+  const uint64_t spin = AnswerSpinNs();
+  if (spin == 0) return EAGAIN;
+  const uint64_t until = ff::MonotonicNs() + spin;
+  int rc;
+  do {
+    rc = attempt();
+  } while (rc == EAGAIN && ff::MonotonicNs() < until);
+  return rc;
+}
 
 // ---- internal API for tests (not exported from libffverbs.so) -----------------------------
 // Connects to the router listening at `socket_path` (HELLO, event thread), independently of

@@ -40,9 +40,14 @@ inline constexpr uint32_t kMaxRingBytes = 64u << 20;  // largest ring
 inline constexpr int kDrainBudget = 4096;          // records taken from a ring per poll
 inline constexpr int kMaxBatchedLinks = 8;         // links one progress pass publishes at once
 inline constexpr int kDefaultRemoteWaitUs = 1000;  // FFV_REMOTE_WAIT_US: longest wake-word sleep
-inline constexpr int kRouterCallTimeoutS = 10;     // a router silent this long is an error
-inline constexpr int kSeqlockReadAttempts = 64;    // tries to read an MR entry being changed
-inline constexpr int kCreditClaimAttempts = 64;    // CAS tries to claim one receive credit
+// A thread awaiting the router (an answer, or an rdma_cm event on a blocking channel) polls
+// this long before it sleeps (FFV_SPIN_US overrides; 0: sleep at once). The router usually
+// answers within a few microseconds, and waking a sleeping thread cost 10-25 us here (a VM
+// whose idle vCPUs halt): an rdma_cm connection waits for the router about 16 times.
+inline constexpr int kDefaultAnswerSpinUs = 30;
+inline constexpr int kRouterCallTimeoutS = 10;   // a router silent this long is an error
+inline constexpr int kSeqlockReadAttempts = 64;  // tries to read an MR entry being changed
+inline constexpr int kCreditClaimAttempts = 64;  // CAS tries to claim one receive credit
 inline constexpr uint64_t kPendingSendFirstRetryNs = 5'000;  // get_cq_event retries queued sends
 inline constexpr uint64_t kPendingSendRetryNs = 200'000;     // ... backing off up to this
 inline constexpr int kMaxWakeDrain = 1024;  // wakes taken off a wake socket at once
@@ -159,5 +164,10 @@ inline constexpr size_t kMaxPeerFdScan = 65536;   // descriptors of a client exa
 inline constexpr uint16_t kDefaultRouterPort = 7471;        // --port
 inline constexpr uint32_t kDefaultPeerTimeoutMs = 2000;     // --peer-timeout-ms
 inline constexpr uint32_t kDefaultResolveTimeoutMs = 3000;  // --resolve-timeout-ms
+// --spin-us: after answering a pod the router polls this long before it sleeps. An rdma_cm
+// connection is a chain of about 16 pod-to-router waits; with it, one-node connections per
+// second rose from about 1,900 to 2,600 here (bench/cm_rate; with the library's own spin,
+// kDefaultAnswerSpinUs, to about 3,000). Cross-node data does not start the window.
+inline constexpr uint32_t kDefaultRouterSpinUs = 30;
 
 }  // namespace ff

@@ -1,6 +1,8 @@
 #include "harness.h"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -173,6 +175,7 @@ TestRouter::TestRouter(Options options) : options_(std::move(options)) {
   config.hello_timeout_ns = options_.hello_timeout_ns;
   config.stream_gc_period_ns = options_.stream_gc_period_ns;
   config.stream_unseen_grace_ns = options_.stream_unseen_grace_ns;
+  config.spin_us = options_.spin_us;
   RouterDeps deps;
   auto identity = std::make_unique<FakeIdentity>();
   identity_ = identity.get();
@@ -197,6 +200,15 @@ TestRouter::~TestRouter() {
   router_.reset();
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
+}
+
+uint64_t TestRouter::CpuNs() {
+  clockid_t clock;
+  timespec ts{};
+  if (::pthread_getcpuclockid(thread_.native_handle(), &clock) != 0 ||
+      ::clock_gettime(clock, &ts) != 0)
+    throw std::runtime_error("cannot read the router thread's CPU clock");
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 std::string TestRouter::Stats() {

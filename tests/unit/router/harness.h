@@ -105,6 +105,7 @@ class TestRouter {
     uint64_t hello_timeout_ns = kHelloTimeoutNs;
     uint64_t stream_gc_period_ns = kStreamGcPeriodNs;
     uint64_t stream_unseen_grace_ns = kStreamUnseenGraceNs;
+    uint32_t spin_us = kDefaultRouterSpinUs;
   };
   explicit TestRouter(Options options);
   ~TestRouter();
@@ -124,6 +125,8 @@ class TestRouter {
   std::string Stats();
   // One figure of Stats() ("qps", "fds", ...).
   uint64_t Stat(const std::string& name);
+  // CPU time the router's thread has used, in nanoseconds.
+  uint64_t CpuNs();
 
  private:
   Options options_;

@@ -1,5 +1,7 @@
 // Several sessions in one process (as in-process tests of two pods need): their own QP
 // numbers, their own routers, and the one limit they share (registered pages).
+#include "session.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -7,6 +9,7 @@
 
 #include <cstring>
 
+#include "freeflow/clock.h"
 #include "pod.h"
 
 namespace fftest {
@@ -135,6 +138,36 @@ TEST(Sessions, ClosingSessionsEndsTheirEventThreadsPromptly) {
     ASSERT_NE(pod.ctx, nullptr);
   }
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+// A thread awaiting the router polls a while before it sleeps (ffv::SpinForAnswer).
+TEST(AnswerSpin, PollingStopsAtTheFirstAnswer) {
+  int calls = 0;
+  EXPECT_EQ(ffv::SpinForAnswer([&] { return ++calls < 3 ? EAGAIN : 0; }), 0);
+  EXPECT_EQ(calls, 3);
+}
+
+TEST(AnswerSpin, AnErrorEndsThePollingAtOnce) {
+  int calls = 0;
+  EXPECT_EQ(ffv::SpinForAnswer([&] {
+              ++calls;
+              return EBADF;
+            }),
+            EBADF);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(AnswerSpin, WithNothingToTakeItPollsForTheBudgetThenLetsTheCallerSleep) {
+  ASSERT_GT(ffv::AnswerSpinNs(), 0u) << "the default spin (FFV_SPIN_US unset) is on";
+  int calls = 0;
+  const uint64_t start = ff::MonotonicNs();
+  EXPECT_EQ(ffv::SpinForAnswer([&] {
+              ++calls;
+              return EAGAIN;
+            }),
+            EAGAIN);
+  EXPECT_GE(ff::MonotonicNs() - start, ffv::AnswerSpinNs());
+  EXPECT_GT(calls, 1);
 }
 
 }  // namespace

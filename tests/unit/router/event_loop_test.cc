@@ -1,0 +1,121 @@
+// The router's loop stays awake a while after answering a pod (EventLoop::StayAwake,
+// --spin-us), then sleeps again.
+#include "event_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "freeflow/clock.h"
+#include "harness.h"
+
+namespace ff::router::test {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Posts a task to `loop` after `after` unless cancelled first (ends a wait that should not
+// have happened, and shows one that should).
+class LatePost {
+ public:
+  LatePost(EventLoop& loop, milliseconds after, std::atomic<bool>* ran)
+      : thread_([this, &loop, after, ran] {
+          std::unique_lock<std::mutex> g(mu_);
+          if (cv_.wait_for(g, after, [this] { return cancelled_; })) return;
+          loop.Post([ran] { ran->store(true); });
+        }) {}
+  ~LatePost() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      cancelled_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool cancelled_ = false;
+  std::thread thread_;
+};
+
+TEST(EventLoopTest, WhileAwakeATurnThatWouldWaitReturnsAtOnce) {
+  EventLoop loop;
+  ASSERT_EQ(loop.Init(), 0);
+  std::atomic<bool> posted{false};
+  LatePost guard(loop, milliseconds(5000), &posted);  // what ends a wait, should one start
+  loop.StayAwake(60'000'000'000ull);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(loop.RunOnce(-1), 0) << "turn " << i << " waited";
+  EXPECT_FALSE(posted.load()) << "a turn waited for the late post";
+}
+
+TEST(EventLoopTest, OnceTheWindowPassedATurnWaitsForAnEventAgain) {
+  EventLoop loop;
+  ASSERT_EQ(loop.Init(), 0);
+  {
+    std::atomic<bool> posted{false};
+    LatePost guard(loop, milliseconds(5000), &posted);
+    loop.StayAwake(100'000'000);
+    EXPECT_EQ(loop.RunOnce(-1), 0);  // inside the window
+    EXPECT_FALSE(posted.load());
+  }
+  std::this_thread::sleep_for(milliseconds(110));
+  std::atomic<bool> posted{false};
+  LatePost post(loop, milliseconds(50), &posted);
+  EXPECT_GE(loop.RunOnce(-1), 1);
+  EXPECT_TRUE(posted.load()) << "the turn returned before the post woke it";
+}
+
+TEST(EventLoopTest, AZeroWindowKeepsNothingAwake) {
+  EventLoop loop;
+  ASSERT_EQ(loop.Init(), 0);
+  loop.StayAwake(0);
+  std::atomic<bool> posted{false};
+  LatePost post(loop, milliseconds(50), &posted);
+  EXPECT_GE(loop.RunOnce(-1), 1);
+  EXPECT_TRUE(posted.load());
+}
+
+// CPU time the router's thread spends over `requests` pod requests `gap` apart.
+uint64_t CpuForRequests(TestRouter& router, RawPod& pod, int requests, milliseconds gap) {
+  const uint64_t before = router.CpuNs();
+  for (int i = 0; i < requests; ++i) {
+    pod.CreateCq(static_cast<uint32_t>(100 + i));
+    std::this_thread::sleep_for(gap);
+  }
+  return router.CpuNs() - before;
+}
+
+TEST(RouterSpinTest, AfterAnsweringAPodTheRouterPollsForSpinUsThenSleeps) {
+  TestRouter::Options o;
+  o.spin_us = 10'000;  // the longest --spin-us allows
+  TestRouter router(o);
+  RawPod pod(router, Ip("10.0.0.1"));
+  ASSERT_EQ(pod.Hello(), 0);
+  std::this_thread::sleep_for(milliseconds(50));  // the HELLO's window passes
+  // Five requests 30 ms apart: five windows of 10 ms of polling. On a loaded machine the
+  // thread may get only part of a CPU while it polls, hence the low bar.
+  const uint64_t busy = CpuForRequests(router, pod, 5, milliseconds(30));
+  EXPECT_GE(busy, 15'000'000u) << "the router slept right after answering";
+  // Idle again: the router sleeps.
+  const uint64_t before = router.CpuNs();
+  std::this_thread::sleep_for(milliseconds(200));
+  EXPECT_LT(router.CpuNs() - before, 5'000'000u) << "the router kept polling with nobody asking";
+}
+
+TEST(RouterSpinTest, WithSpinUsZeroTheRouterSleepsRightAfterAnswering) {
+  TestRouter::Options o;
+  o.spin_us = 0;
+  TestRouter router(o);
+  RawPod pod(router, Ip("10.0.0.1"));
+  ASSERT_EQ(pod.Hello(), 0);
+  EXPECT_LT(CpuForRequests(router, pod, 5, milliseconds(30)), 5'000'000u);
+}
+
+}  // namespace
+}  // namespace ff::router::test
