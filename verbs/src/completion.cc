@@ -18,6 +18,7 @@
 #include <cstdlib>
 
 #include "exports.h"
+#include "freeflow/clock.h"
 #include "link.h"
 #include "peer_events.h"
 #include "recv_path.h"
@@ -194,8 +195,10 @@ namespace {
 
 // poll_cq's body (ctx->lock held), shared with the extended CQ's start_poll and next_poll.
 // `may_sleep`: an empty poll of a router-fed CQ may wait for the router (see SleepOnRouter).
+// `yield` (ibv_poll_cq only): set when another CQ has been empty for kYieldAfterEmptyNs, for
+// the caller to give the CPU away once it released the lock (tunables.h says why).
 __attribute__((always_inline)) inline int PollBody(Context* ctx, Cq* cq, int n, ibv_wc* wc,
-                                                   bool may_sleep) {
+                                                   bool may_sleep, bool* yield = nullptr) {
   const int rc = Guarded([&] {
     if (ctx->attention.load(std::memory_order_relaxed)) HandleAttention(ctx);
     if (!ctx->pending.empty()) ProgressPending(ctx);
@@ -205,8 +208,22 @@ __attribute__((always_inline)) inline int PollBody(Context* ctx, Cq* cq, int n, 
     return 0;
   });
   int k = PopWcs(cq, n, wc, 0);
-  if (__builtin_expect(k == 0, 0) && may_sleep && rc == 0 && MaySleepOnRouter(ctx, cq)) {
-    Guarded([&] { return (k = SleepOnRouter(ctx, cq, n, wc)), 0; });
+  if (__builtin_expect(k == 0, 0) && may_sleep && rc == 0) {
+    if (MaySleepOnRouter(ctx, cq)) {
+      Guarded([&] { return (k = SleepOnRouter(ctx, cq, n, wc)), 0; });
+    } else if (yield != nullptr && ++cq->empty_polls >= ff::kEmptyPollsPerCheck) {
+      cq->empty_polls = 0;
+      const uint64_t now = ff::MonotonicNs();
+      if (cq->empty_since_ns == 0) {
+        cq->empty_since_ns = now;
+      } else if (now - cq->empty_since_ns >= ff::kYieldAfterEmptyNs) {
+        ++cq->yields;
+        *yield = true;
+      }
+    }
+  } else if (k > 0) {
+    cq->empty_polls = 0;
+    cq->empty_since_ns = 0;
   }
   return rc != 0 && k == 0 ? -rc : k;
 }
@@ -221,8 +238,14 @@ int PollCq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   Cq* cq = ToCq(ibcq);
   Context* ctx = cq->ctx;
   if (n <= 0) return 0;
-  std::lock_guard<AdaptiveLock> l(ctx->lock);
-  return PollBody(ctx, cq, n, wc, true);
+  bool yield = false;
+  int k;
+  {
+    std::lock_guard<AdaptiveLock> l(ctx->lock);
+    k = PollBody(ctx, cq, n, wc, true, &yield);
+  }
+  if (__builtin_expect(yield, 0)) sched_yield();
+  return k;
 }
 
 // Arms for the next completion, or (solicited_only) the next solicited one or error. A CQ

@@ -191,6 +191,12 @@ struct Cq {
   ibv_wc current{};
   AdaptiveLock poll_lock;
   bool single_threaded = false;
+  // ibv_poll_cq's empty polls in a row that did not sleep on the router (counted up to
+  // kEmptyPollsPerCheck), when such a streak was first seen long, and how often a streak
+  // gave the CPU away (completion.cc; ctx->lock).
+  uint32_t empty_polls = 0;
+  uint64_t empty_since_ns = 0;
+  uint64_t yields = 0;
 };
 
 struct RecvWqe {

@@ -45,6 +45,13 @@ inline constexpr int kDefaultRemoteWaitUs = 1000;  // FFV_REMOTE_WAIT_US: longes
 // answers within a few microseconds, and waking a sleeping thread cost 10-25 us here (a VM
 // whose idle vCPUs halt): an rdma_cm connection waits for the router about 16 times.
 inline constexpr int kDefaultAnswerSpinUs = 30;
+// A CQ fed from this node that ibv_poll_cq finds empty for longer than kYieldAfterEmptyNs
+// gives the CPU away (sched_yield) every kEmptyPollsPerCheck polls from then on: on one node
+// the peer's CPU moves the data, and it may be this one (perftest -R's server spins on its
+// exchange QP for a whole run). A latency loop's peer answers long before: it never yields.
+// The clock is read once per kEmptyPollsPerCheck empty polls, never on a poll that finds work.
+inline constexpr uint32_t kEmptyPollsPerCheck = 256;
+inline constexpr uint64_t kYieldAfterEmptyNs = 1'000'000;
 inline constexpr int kRouterCallTimeoutS = 10;   // a router silent this long is an error
 inline constexpr int kSeqlockReadAttempts = 64;  // tries to read an MR entry being changed
 inline constexpr int kCreditClaimAttempts = 64;  // CAS tries to claim one receive credit

@@ -1,11 +1,16 @@
 // When an empty poll_cq may sleep on the router's wake word: only on a CQ whose every source
 // of completions is fed by the router. main.cc sets the longest sleep to 300 ms.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstring>
 #include <thread>
 
+#include "freeflow/tunables.h"
+#include "internal.h"
 #include "pod.h"
 
 namespace fftest {
@@ -122,6 +127,82 @@ TEST(PollSleep, ACqWithoutConnectedQpsDoesNotSleep) {
   Pod pod;
   ASSERT_NE(pod.CreateQp(), nullptr);  // INIT: nothing can arrive, nothing to sleep for
   EXPECT_LT(TimePolls(pod.cq, 50), milliseconds(100));
+}
+
+// On one node a peer process moves the data with its own CPU, which may be this one: a CQ
+// no router feeds that stays empty longer than kYieldAfterEmptyNs gives the CPU away every
+// kEmptyPollsPerCheck polls from then on; a poll that finds a completion ends the streak.
+TEST(PollSleep, ASameNodeCqEmptyForLongYieldsTheCpuNowAndThen) {
+  Pod pod;
+  SameNodePeer peer(0x500, IBV_QPT_RC, 4096);
+  ibv_qp* qp = pod.CreateQp();
+  ASSERT_NE(qp, nullptr);
+  pod.router.AnswerSameNode(qp->qp_num, &peer);
+  ASSERT_EQ(pod.Connect(qp, 0x500), 0);
+  const ffv::Cq* cq = ffv::ToCq(pod.cq);
+  constexpr int kEvery = static_cast<int>(ff::kEmptyPollsPerCheck);
+  const auto long_enough = std::chrono::nanoseconds(ff::kYieldAfterEmptyNs);
+  // A short streak (what a latency loop sees while its peer answers) does not yield.
+  const auto start = Clock::now();
+  EXPECT_TRUE(PollFew(pod.cq, 4 * kEvery).empty());
+  if (Clock::now() - start < long_enough / 2) {
+    EXPECT_EQ(cq->yields, 0u);
+  }
+  // A long one does, every kEvery polls.
+  std::this_thread::sleep_for(long_enough);
+  EXPECT_TRUE(PollFew(pod.cq, kEvery).empty());
+  const uint64_t yields = cq->yields;
+  EXPECT_GE(yields, 1u);
+  EXPECT_TRUE(PollFew(pod.cq, 3 * kEvery).empty());
+  EXPECT_EQ(cq->yields, yields + 3);
+  // A completion ends the streak: the next one starts short again.
+  peer.PostCredits(1);
+  Buffer buf(pod.pd, 8);
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);
+  ASSERT_EQ(PollN(pod.cq, 1).size(), 1u);
+  const auto restart = Clock::now();
+  EXPECT_TRUE(PollFew(pod.cq, 4 * kEvery).empty());
+  if (Clock::now() - restart < long_enough / 2) {
+    EXPECT_EQ(cq->yields, yields + 3) << "a streak that a completion ended went on";
+  }
+}
+
+// What the yield is for: a thread spinning on such a CQ and a busy thread on the same CPU.
+// Without yields the scheduler gives each about half; with them the busy one gets most.
+TEST(PollSleep, ASpinningPollerLetsABusyThreadOnItsCpuRun) {
+  Pod pod;
+  SameNodePeer peer(0x500, IBV_QPT_RC, 4096);
+  ibv_qp* qp = pod.CreateQp();
+  ASSERT_NE(qp, nullptr);
+  pod.router.AnswerSameNode(qp->qp_num, &peer);
+  ASSERT_EQ(pod.Connect(qp, 0x500), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  std::atomic<bool> stop{false};
+  auto thread_cpu_ms = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+  };
+  double poller_ms = 0, busy_ms = 0;
+  std::thread poller([&] {
+    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    ibv_wc wc;
+    while (!stop.load(std::memory_order_relaxed)) ibv_poll_cq(pod.cq, 1, &wc);
+    poller_ms = thread_cpu_ms();
+  });
+  std::thread busy([&] {
+    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    volatile uint64_t x = 0;
+    while (!stop.load(std::memory_order_relaxed)) x = x + 1;
+    busy_ms = thread_cpu_ms();
+  });
+  std::this_thread::sleep_for(milliseconds(400));
+  stop = true;
+  poller.join();
+  busy.join();
+  EXPECT_GT(busy_ms, 3 * poller_ms) << "busy " << busy_ms << " ms, poller " << poller_ms << " ms";
 }
 
 }  // namespace
