@@ -31,6 +31,14 @@ milliseconds TimePolls(ibv_cq* cq, int polls) {
   return Elapsed(start);
 }
 
+// A QP of `pod` connected to `peer`, a process of this node (nullptr on failure).
+ibv_qp* SameNodeQp(Pod& pod, SameNodePeer& peer, const QpOptions& o = {}) {
+  ibv_qp* qp = pod.CreateQp(o);
+  if (qp == nullptr) return nullptr;
+  pod.router.AnswerSameNode(qp->qp_num, &peer);
+  return pod.Connect(qp, 0x500, o) == 0 ? qp : nullptr;
+}
+
 ibv_qp* RouterLinkedQp(Pod& pod, const QpOptions& o = {}) {
   ibv_qp* qp = pod.CreateQp(o);
   if (qp == nullptr) return nullptr;
@@ -87,10 +95,8 @@ TEST(PollSleep, APendingSendOnARouterLinkLetsItsSendCqSleep) {
 TEST(PollSleep, ASameNodeCqNeverSleeps) {
   Pod pod;
   SameNodePeer peer(0x500, IBV_QPT_RC, 4096);
-  ibv_qp* qp = pod.CreateQp();
+  ibv_qp* qp = SameNodeQp(pod, peer);
   ASSERT_NE(qp, nullptr);
-  pod.router.AnswerSameNode(qp->qp_num, &peer);
-  ASSERT_EQ(pod.Connect(qp, 0x500), 0);
   EXPECT_LT(TimePolls(pod.cq, 200), milliseconds(100));
   EXPECT_EQ((pod.router.pod_notify() + ff::proto::kWakeSlot)->armed.load(), 0u);
 }
@@ -110,10 +116,8 @@ TEST(PollSleep, AQueuedSameNodeSendKeepsEveryCqOfTheContextAwake) {
   SameNodePeer peer(0x500, IBV_QPT_RC, 4096);
   QpOptions local;
   local.send_cq = local.recv_cq = pod.NewCq();
-  ibv_qp* qp = pod.CreateQp(local);
+  ibv_qp* qp = SameNodeQp(pod, peer, local);
   ASSERT_NE(qp, nullptr);
-  pod.router.AnswerSameNode(qp->qp_num, &peer);
-  ASSERT_EQ(pod.Connect(qp, 0x500, local), 0);
   Buffer buf(pod.pd, 8);
   ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);  // no receive: it waits
   EXPECT_LT(TimePolls(pod.cq, 50), milliseconds(100));
@@ -135,10 +139,8 @@ TEST(PollSleep, ACqWithoutConnectedQpsDoesNotSleep) {
 TEST(PollSleep, ASameNodeCqEmptyForLongYieldsTheCpuNowAndThen) {
   Pod pod;
   SameNodePeer peer(0x500, IBV_QPT_RC, 4096);
-  ibv_qp* qp = pod.CreateQp();
+  ibv_qp* qp = SameNodeQp(pod, peer);
   ASSERT_NE(qp, nullptr);
-  pod.router.AnswerSameNode(qp->qp_num, &peer);
-  ASSERT_EQ(pod.Connect(qp, 0x500), 0);
   const ffv::Cq* cq = ffv::ToCq(pod.cq);
   constexpr int kEvery = static_cast<int>(ff::kEmptyPollsPerCheck);
   const auto long_enough = std::chrono::nanoseconds(ff::kYieldAfterEmptyNs);
@@ -172,10 +174,8 @@ TEST(PollSleep, ASameNodeCqEmptyForLongYieldsTheCpuNowAndThen) {
 TEST(PollSleep, ASpinningPollerLetsABusyThreadOnItsCpuRun) {
   Pod pod;
   SameNodePeer peer(0x500, IBV_QPT_RC, 4096);
-  ibv_qp* qp = pod.CreateQp();
+  ibv_qp* qp = SameNodeQp(pod, peer);
   ASSERT_NE(qp, nullptr);
-  pod.router.AnswerSameNode(qp->qp_num, &peer);
-  ASSERT_EQ(pod.Connect(qp, 0x500), 0);
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(sched_getcpu(), &one);
