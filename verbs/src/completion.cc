@@ -23,6 +23,7 @@
 #include "peer_events.h"
 #include "recv_path.h"
 #include "send_queue.h"
+#include "session.h"
 
 namespace ffv {
 namespace {
@@ -133,8 +134,19 @@ Cq* TakeFiredCq(Channel* ch, bool* pending) {
 // a peer that frees room is noticed within microseconds, a stalled one costs few wake-ups.
 // 0, or a positive errno.
 int WaitForEvent(ibv_comp_channel* channel, bool pending, uint64_t* retry_ns) {
-  if (!pending) return ff::WaitForWakes(channel->fd);  // the fired words tell which CQ
   const bool nonblocking = (::fcntl(channel->fd, F_GETFL) & O_NONBLOCK) != 0;
+  if (!pending) {
+    // A blocking wait polls a while first (SpinForAnswer): on one node the event usually
+    // follows within microseconds, and waking a sleeping thread costs more. The wake-up
+    // itself is taken below; the fired words tell which CQ.
+    if (!nonblocking) {
+      SpinForAnswer([&] {
+        char b;
+        return ::recv(channel->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 ? errno : 0;
+      });
+    }
+    return ff::WaitForWakes(channel->fd);
+  }
   const timespec retry{0, static_cast<long>(*retry_ns)};
   const timespec zero{0, 0};
   *retry_ns = std::min(*retry_ns * 2, ff::kPendingSendRetryNs);

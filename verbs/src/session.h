@@ -93,7 +93,8 @@ void LockProcessSession();
 void UnlockProcessSession();
 void ForgetProcessSessionInChild();
 
-// How long a thread awaiting the router polls before it sleeps: FFV_SPIN_US, default
+// How long a thread that would block in the library (on the router, an rdma_cm channel or a
+// completion channel) polls before it sleeps: FFV_SPIN_US, default
 // ff::kDefaultAnswerSpinUs; 0 sleeps at once.
 uint64_t AnswerSpinNs();
 

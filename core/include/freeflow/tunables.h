@@ -40,10 +40,10 @@ inline constexpr uint32_t kMaxRingBytes = 64u << 20;  // largest ring
 inline constexpr int kDrainBudget = 4096;          // records taken from a ring per poll
 inline constexpr int kMaxBatchedLinks = 8;         // links one progress pass publishes at once
 inline constexpr int kDefaultRemoteWaitUs = 1000;  // FFV_REMOTE_WAIT_US: longest wake-word sleep
-// A thread awaiting the router (an answer, or an rdma_cm event on a blocking channel) polls
-// this long before it sleeps (FFV_SPIN_US overrides; 0: sleep at once). The router usually
-// answers within a few microseconds, and waking a sleeping thread cost 10-25 us here (a VM
-// whose idle vCPUs halt): an rdma_cm connection waits for the router about 16 times.
+// A thread that would block in the library (awaiting the router's answer, an rdma_cm event
+// or a completion event on a blocking channel) polls this long before it sleeps (FFV_SPIN_US
+// overrides; 0: sleep at once). What it waits for usually comes within a few microseconds,
+// and waking a sleeping thread cost 10-25 us here (a VM whose idle vCPUs halt).
 inline constexpr int kDefaultAnswerSpinUs = 30;
 // A CQ fed from this node that ibv_poll_cq finds empty for longer than kYieldAfterEmptyNs
 // gives the CPU away (sched_yield) every kEmptyPollsPerCheck polls from then on: on one node

@@ -7,11 +7,16 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/time.h>
+#include <time.h>
 
+#include <atomic>
 #include <thread>
 
+#include "freeflow/clock.h"
 #include "pod.h"
+#include "session.h"
 
 namespace fftest {
 namespace {
@@ -176,6 +181,64 @@ TEST(Events, ASignalInterruptsTheWaitAsItInterruptsARead) {
   EXPECT_EQ(g_alarms, 1);
   ibv_ack_cq_events(cq, 1);
   signal(SIGALRM, SIG_DFL);
+}
+
+// A blocking wait polls a while (FFV_SPIN_US, default 30 us) before it sleeps: an event
+// that fires 15 us into the wait is taken without sleeping. Without the poll the thread is
+// asleep by then (a voluntary context switch). Ten tries; a loaded machine may preempt a
+// few of them.
+TEST(Events, ABlockingWaitTakesAnEventThatFiresSoonWithoutSleeping) {
+  ASSERT_GE(ffv::AnswerSpinNs(), 30'000u) << "the default spin (FFV_SPIN_US unset) is on";
+  Pod pod;
+  ibv_comp_channel* ch = pod.NewChannel();
+  ibv_cq* cq = pod.NewCq(16, ch);
+  const int tx = pod.router.last_channel_fd();
+  int without_sleep = 0;
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    ff::NotifySlot* slot = ArmAndFindSlot(pod, cq);
+    ASSERT_NE(slot, nullptr);
+    std::atomic<bool> waiting{false};
+    long switches = -1;
+    std::thread waiter([&] {
+      rusage before{}, after{};
+      ::getrusage(RUSAGE_THREAD, &before);
+      ibv_cq* got = nullptr;
+      void* context = nullptr;
+      waiting.store(true);
+      const int rc = ibv_get_cq_event(ch, &got, &context);
+      ::getrusage(RUSAGE_THREAD, &after);
+      if (rc == 0 && got == cq) switches = after.ru_nvcsw - before.ru_nvcsw;
+    });
+    while (!waiting.load()) {
+    }
+    const uint64_t fire_at = ff::MonotonicNs() + 15'000;
+    while (ff::MonotonicNs() < fire_at) {
+    }
+    ff::WakeIfArmed(slot, tx, false);
+    waiter.join();
+    ASSERT_GE(switches, 0) << "the wait did not return the CQ";
+    ibv_ack_cq_events(cq, 1);
+    if (switches == 0) ++without_sleep;
+  }
+  EXPECT_GE(without_sleep, 3) << "of 10 waits, " << without_sleep << " took the event awake";
+}
+
+// A non-blocking channel answers EAGAIN at once, as a real one does: no polling first.
+TEST(Events, ANonBlockingChannelSaysEagainWithoutPolling) {
+  Pod pod;
+  ibv_comp_channel* ch = pod.NewChannel();
+  ibv_cq* cq = pod.NewCq(16, ch);
+  ASSERT_NE(ArmAndFindSlot(pod, cq), nullptr);
+  MakeNonBlocking(ch);
+  timespec before{}, after{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(EventNow(ch), nullptr);
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
+  const uint64_t cpu_ns = static_cast<uint64_t>(after.tv_sec - before.tv_sec) * 1'000'000'000u +
+                          static_cast<uint64_t>(after.tv_nsec) -
+                          static_cast<uint64_t>(before.tv_nsec);
+  EXPECT_LT(cpu_ns, 5 * ffv::AnswerSpinNs())
+      << "10 non-blocking reads took " << cpu_ns << " ns of CPU";
 }
 
 }  // namespace
