@@ -483,6 +483,10 @@ cm_wait_listen() {
   done
   ((i < 100)) && kill -0 "$2" 2>/dev/null
 }
+# perftest_lost_race LOG...: a perftest -R client that logged to LOG was rejected for want
+# of a listener (reason 8): perftest's own race, for which the pair is run again
+# (again_if_perftest_raced in tests/integration/rdmacm.sh, perftest_run in measure.sh).
+perftest_lost_race() { grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' "$@" 2>/dev/null; }
 # pod_router_kill I [SIGNAL]: stops the router serving pod I (TERM by default).
 pod_router_kill() {
   if [[ $FF_PLACEMENT == cross ]]; then mn_router_down "$1" "${2:-TERM}"; else router_down "${2:-TERM}"; fi

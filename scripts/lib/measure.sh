@@ -30,7 +30,7 @@ perftest_run_once() {
     wait_listen "$s" "$spid" 18515 || true
   fi
   pod_run "$c" timeout 60 "$@" "$(ff_pod_ip "$s")" >"$FF_DIR/pt-client.log" 2>&1
-  if [[ " $* " == *" -R "* ]] && grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' "$FF_DIR/pt-client.log"; then
+  if [[ " $* " == *" -R "* ]] && perftest_lost_race "$FF_DIR/pt-client.log"; then
     wait_pid "$spid" 1 >/dev/null || true
     return 1
   fi

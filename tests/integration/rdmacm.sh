@@ -86,7 +86,7 @@ again_if_perftest_raced() {
     "$@"
     st=$?
     [[ $st -ne 0 && $case == ib_* ]] && [[ $(grep -c "rdma_cm listens on $S:" "$(pod_router_log 0)") -ge 2 ]] &&
-      grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' "$FF_DIR"/client.{log,err} 2>/dev/null || break
+      perftest_lost_race "$FF_DIR"/client.{log,err} || break
     echo "perftest's client connected for its test before its server listened again (run $attempt); running the pair again"
   done
   return $st
