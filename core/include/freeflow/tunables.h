@@ -101,7 +101,6 @@ inline constexpr int kPodListenBacklog = 128;  // pending pod connections
 inline constexpr size_t kMaxQpsPerPod = 65536;      // QPs one pod connection may hold
 inline constexpr size_t kMaxObjectsPerPod = 16384;  // channels, CQs, SRQs, regions: each, per pod
 inline constexpr int kAcceptBurst = 64;             // pod connections accepted per loop turn
-inline constexpr int kPodMessageBurst = 32;         // requests read from one pod per loop turn
 
 // ---- router: per-pod quotas (router/src/quotas.h; defaults of the --max-*-per-pod flags) --
 // One pod is one overlay address: all its processes and connections share these. Sized so
