@@ -1,18 +1,22 @@
 // Connection set-up and tear-down rate (issue 12's performance figure), rdma_cm beside TCP,
 // between the same two pods. One connection at a time, as a program that connects on
-// demand would:
+// demand would, or IN_FLIGHT at a time (cm_rate_window.cc), as one that connects to many:
 //   rdma_cm: create id, resolve address and route, QP, connect; the server accepts (its QP
 //            made on CONNECT_REQUEST); ESTABLISHED on both sides; the client disconnects,
 //            DISCONNECTED on both sides; QPs and ids destroyed;
 //   TCP:     connect; the server accepts; the client shuts down its side and waits for the
 //            server's close (the same two-sided tear-down); both close.
-//   cm_rate rdma-server PORT COUNT | tcp-server PORT COUNT   serve COUNT connections, exit
-//   cm_rate rdma-client IP PORT COUNT | tcp-client IP PORT COUNT
+//   cm_rate rdma-server|tcp-server PORT COUNT [IN_FLIGHT]   serve COUNT connections, exit
+//   cm_rate rdma-client|tcp-client IP PORT COUNT [IN_FLIGHT]
 // The client makes one untimed connection first (retrying while the server is not yet
 // listening), then COUNT timed ones, and prints
-//   <kind> connections: COUNT in S s, rate R per second, median one connection M us
+//   <kind> connections: COUNT in S s with W in flight, rate R per second, median one
+//   connection M us
 //   <kind> one connection us: p90 P p99 Q max X
+// and, one at a time, the median of each rdma_cm step.
 // Every wait has a deadline and a watchdog ends a process that blocks. Exit 0 or 1.
+#include "cm_rate.h"
+
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -27,15 +31,15 @@
 #include <string>
 #include <vector>
 
-#include "cm_util.h"
-
 namespace {
 
+using cmrate::kStepMs;
+using cmrate::RdmaClient;
 using cmtest::Expect;
 using cmtest::NowMs;
 
-constexpr int kStepMs = 5000;        // the deadline of any one step
 constexpr double kWarmupMs = 10000;  // how long the first connection may wait for a listener
+constexpr int kBacklog = 1024;       // both servers' listen backlog: IN_FLIGHT at most
 
 // Where a client's connection spends its time: the steps of RdmaOnce, timed for every
 // connection and printed as medians with the result.
@@ -66,15 +70,6 @@ double MedianOf(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
   return v[v.size() / 2];
 }
-
-// What a client's connections share: the channel, and the PD and CQ of the device (made
-// on the first resolve).
-struct RdmaClient {
-  rdma_event_channel* ch = nullptr;
-  ibv_pd* pd = nullptr;
-  ibv_cq* cq = nullptr;
-  sockaddr_in dst{};
-};
 
 // Ends a connection the client made: disconnect, DISCONNECTED, destroy.
 int RdmaTearDown(RdmaClient* c, rdma_cm_id* id) {
@@ -128,12 +123,7 @@ int RdmaOnce(RdmaClient* c) {
   Lap(kResolveAddr);
   if (st == 0) st = cmtest::ResolveRoute(id, c->ch);
   Lap(kResolveRoute);
-  if (st == 0 && c->pd == nullptr) {
-    c->pd = ibv_alloc_pd(id->verbs);
-    c->cq = c->pd ? ibv_create_cq(id->verbs, 16, nullptr, nullptr, 0) : nullptr;
-    if (c->cq == nullptr) std::fprintf(stderr, "PD/CQ: %s\n", std::strerror(errno));
-    st = c->cq == nullptr;
-  }
+  if (st == 0 && c->pd == nullptr) st = cmrate::OpenPdCq(id->verbs, &c->pd, &c->cq);
   if (st == 0) st = cmtest::MakeQp(id, c->pd, c->cq);
   Lap(kCreateQp);
   rdma_conn_param p = cmtest::ConnParam(nullptr, 0);
@@ -181,9 +171,10 @@ int TcpOnce(const sockaddr_in& dst) {
   return n == 0 ? 0 : 1;
 }
 
-// The client loop: one warm-up connection (retried while refused), then `count` timed.
-template <typename Once>
-int Measure(const char* kind, int count, Once once) {
+// The client loop: one warm-up connection (retried while refused), then `count` timed,
+// one at a time (`in_flight` 1) or by `window` (count, in_flight, each connection's time).
+template <typename Once, typename Window>
+int Measure(const char* kind, int count, int in_flight, Once once, Window window) {
   const double start = NowMs();
   int st;
   while ((st = once()) == 4 && NowMs() - start < kWarmupMs) ::usleep(50 * 1000);
@@ -196,7 +187,7 @@ int Measure(const char* kind, int count, Once once) {
   std::vector<double> each;
   each.reserve(count);
   const double t0 = NowMs();
-  for (int i = 0; i < count; ++i) {
+  for (int i = 0; in_flight == 1 && i < count; ++i) {
     const double t = NowMs();
     if (once() != 0) {
       std::fprintf(stderr, "%s: connection %d of %d failed\n", kind, i + 1, count);
@@ -204,16 +195,19 @@ int Measure(const char* kind, int count, Once once) {
     }
     each.push_back(NowMs() - t);
   }
+  if (in_flight > 1 && window(count, in_flight, &each) != 0) return 1;
   const double secs = (NowMs() - t0) / 1000;
   std::sort(each.begin(), each.end());
   const auto at = [&each](double q) {
     return each[static_cast<size_t>(q * (each.size() - 1))] * 1000;
   };
-  std::printf("%s connections: %d in %.3f s, rate %.1f per second, median one connection %.1f us\n",
-              kind, count, secs, count / secs, at(0.5));
+  std::printf(
+      "%s connections: %d in %.3f s with %d in flight, rate %.1f per second, median one "
+      "connection %.1f us\n",
+      kind, count, secs, in_flight, count / secs, at(0.5));
   std::printf("%s one connection us: p90 %.1f p99 %.1f max %.1f\n", kind, at(0.9), at(0.99),
               at(1.0));
-  if (!g_step_ms[kCreateId].empty()) {
+  if (in_flight == 1 && !g_step_ms[kCreateId].empty()) {
     std::printf("%s median us a step:", kind);
     for (int s = 0; s < kSteps; ++s)
       std::printf(" %s %.1f", kStepNames[s], MedianOf(g_step_ms[s]) * 1000);
@@ -222,22 +216,28 @@ int Measure(const char* kind, int count, Once once) {
   return 0;
 }
 
-int RdmaClientMain(const char* ip, int port, int count) {
+int RdmaClientMain(const char* ip, int port, int count, int in_flight) {
   RdmaClient c;
   if (!cmtest::ParseAddr(ip, port, &c.dst)) return 1;
   c.ch = cmtest::OpenChannel();
   if (c.ch == nullptr) return 1;
-  const int st = Measure("rdma_cm", count, [&c] { return RdmaOnce(&c); });
+  const int st = Measure(
+      "rdma_cm", count, in_flight, [&c] { return RdmaOnce(&c); },
+      [&c](int n, int w, std::vector<double>* each) { return cmrate::RdmaWindow(&c, n, w, each); });
   if (c.cq != nullptr) ibv_destroy_cq(c.cq);
   if (c.pd != nullptr) ibv_dealloc_pd(c.pd);
   rdma_destroy_event_channel(c.ch);
   return st;
 }
 
-int TcpClientMain(const char* ip, int port, int count) {
+int TcpClientMain(const char* ip, int port, int count, int in_flight) {
   sockaddr_in dst;
   if (!cmtest::ParseAddr(ip, port, &dst)) return 1;
-  return Measure("tcp", count, [&dst] { return TcpOnce(dst); });
+  return Measure(
+      "tcp", count, in_flight, [&dst] { return TcpOnce(dst); },
+      [&dst](int n, int w, std::vector<double>* each) {
+        return cmrate::TcpWindow(dst, n, w, each);
+      });
 }
 
 // The server's side of one event; `done` counts connections that ended.
@@ -245,11 +245,7 @@ int RdmaServe(rdma_cm_event* ev, ibv_pd** pd, ibv_cq** cq, int* done) {
   rdma_cm_id* id = ev->id;
   switch (ev->event) {
     case RDMA_CM_EVENT_CONNECT_REQUEST: {
-      if (*pd == nullptr) {
-        *pd = ibv_alloc_pd(id->verbs);
-        *cq = *pd ? ibv_create_cq(id->verbs, 16, nullptr, nullptr, 0) : nullptr;
-        if (*cq == nullptr) return 1;
-      }
+      if (*pd == nullptr && cmrate::OpenPdCq(id->verbs, pd, cq) != 0) return 1;
       rdma_conn_param p = cmtest::ConnParam(nullptr, 0);
       if (cmtest::MakeQp(id, *pd, *cq) != 0 || rdma_accept(id, &p) != 0) {
         std::fprintf(stderr, "accept: %s\n", std::strerror(errno));
@@ -278,7 +274,7 @@ int RdmaServerMain(int port, int count) {
   rdma_cm_id* listen = nullptr;
   if (ch == nullptr || rdma_create_id(ch, &listen, nullptr, RDMA_PS_TCP) != 0 ||
       rdma_bind_addr(listen, reinterpret_cast<sockaddr*>(&any)) != 0 ||
-      rdma_listen(listen, 16) != 0) {
+      rdma_listen(listen, kBacklog) != 0) {
     std::fprintf(stderr, "listen on port %d: %s\n", port, std::strerror(errno));
     return 1;
   }
@@ -307,15 +303,21 @@ int RdmaServerMain(int port, int count) {
   return st;
 }
 
-int TcpServerMain(int port, int count) {
+int TcpServerMain(int port, int count, int in_flight) {
   const int l = ::socket(AF_INET, SOCK_STREAM, 0);
   const int one = 1;
   ::setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in any;
   cmtest::ParseAddr("0.0.0.0", port, &any);
-  if (::bind(l, reinterpret_cast<sockaddr*>(&any), sizeof(any)) != 0 || ::listen(l, 128) != 0) {
+  if (::bind(l, reinterpret_cast<sockaddr*>(&any), sizeof(any)) != 0 ||
+      ::listen(l, kBacklog) != 0) {
     std::fprintf(stderr, "listen on port %d: %s\n", port, std::strerror(errno));
     return 1;
+  }
+  if (in_flight > 1) {  // the warm-up connection, then COUNT
+    const int st = cmrate::TcpServeWindow(l, count + 1);
+    ::close(l);
+    return st;
   }
   for (int i = 0; i < count + 1; ++i) {  // the warm-up connection, then COUNT
     pollfd p{l, POLLIN, 0};
@@ -345,21 +347,23 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const bool server = mode == "rdma-server" || mode == "tcp-server";
   const bool client = mode == "rdma-client" || mode == "tcp-client";
-  if (!(server && argc == 4) && !(client && argc == 5)) {
+  const int base = server ? 4 : 5;  // the arguments before IN_FLIGHT
+  if (!(server || client) || argc < base || argc > base + 1) {
     std::fprintf(stderr,
-                 "usage: cm_rate rdma-server|tcp-server PORT COUNT\n"
-                 "       cm_rate rdma-client|tcp-client IP PORT COUNT\n");
+                 "usage: cm_rate rdma-server|tcp-server PORT COUNT [IN_FLIGHT]\n"
+                 "       cm_rate rdma-client|tcp-client IP PORT COUNT [IN_FLIGHT]\n");
     return 2;
   }
-  const int count = std::atoi(argv[argc - 1]);
-  if (count < 1 || count > 1000000) {
-    std::fprintf(stderr, "COUNT must be 1..1000000\n");
+  const int count = std::atoi(argv[base - 1]);
+  const int in_flight = argc > base ? std::atoi(argv[base]) : 1;
+  if (count < 1 || count > 1000000 || in_flight < 1 || in_flight > kBacklog) {
+    std::fprintf(stderr, "COUNT must be 1..1000000 and IN_FLIGHT 1..%d\n", kBacklog);
     return 2;
   }
   // A bound on the whole run: 50 ms a connection (far above either rate) and a minute.
   cmtest::Watchdog(60 + static_cast<unsigned>(count) / 20);
   if (mode == "rdma-server") return RdmaServerMain(std::atoi(argv[2]), count);
-  if (mode == "tcp-server") return TcpServerMain(std::atoi(argv[2]), count);
-  if (mode == "rdma-client") return RdmaClientMain(argv[2], std::atoi(argv[3]), count);
-  return TcpClientMain(argv[2], std::atoi(argv[3]), count);
+  if (mode == "tcp-server") return TcpServerMain(std::atoi(argv[2]), count, in_flight);
+  if (mode == "rdma-client") return RdmaClientMain(argv[2], std::atoi(argv[3]), count, in_flight);
+  return TcpClientMain(argv[2], std::atoi(argv[3]), count, in_flight);
 }

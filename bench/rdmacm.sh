@@ -5,6 +5,8 @@
 #   - connections set up and torn down per second (bench/cm_rate: connect, accept,
 #     ESTABLISHED on both sides, disconnect, DISCONNECTED, destroy) beside TCP's
 #     connect/accept/close; target: at least 1/2 of TCP's on one node, 1/4 across nodes;
+#     one connection at a time (the target's figure), then IN_FLIGHT at a time (for
+#     information: how each scales when a program opens many at once, as cmtime does);
 #   - rping's time per ping (the difference of a long and a short run, so that set-up is
 #     left out), beside ib_send_lat;
 #   - ib_send_lat -R and ib_write_bw -R (connected by rdma_cm) beside the same tools
@@ -15,6 +17,7 @@ BUILD=${1:-build}
 RUNS=${RUNS:-5}
 CONNS_RDMA=${CM_CONNS_RDMA:-300}
 CONNS_TCP=${CM_CONNS_TCP:-2000}
+IN_FLIGHT=${CM_IN_FLIGHT:-16}
 export FF_BUILD=$(cd "$BUILD" && pwd)
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
@@ -22,12 +25,13 @@ export FF_ROUTER_LOG=info  # cm_wait_listen reads the router's rdma_cm listens
 source scripts/lib/measure.sh
 CM_RATE=${FF_CM_RATE:-$FF_BUILD/bench/cm_rate}
 
-# conn_rate rdma|tcp PORT COUNT: connections per second from pod 1 to pod 0 (nothing when
-# the run failed; its logs stay in $FF_DIR/rate-*.log).
+# conn_rate rdma|tcp PORT COUNT [IN_FLIGHT]: connections per second from pod 1 to pod 0
+# (nothing when the run failed; its logs stay in $FF_DIR/rate-*.log).
 conn_rate() {
-  pod_bg 0 "$CM_RATE" "$1-server" "$2" "$3" >"$FF_DIR/rate-server.log" 2>&1
+  local w=${4:-1}
+  pod_bg 0 "$CM_RATE" "$1-server" "$2" "$3" "$w" >"$FF_DIR/rate-server.log" 2>&1
   local spid=$FF_LAST_PID
-  pod_run 1 timeout 120 "$CM_RATE" "$1-client" "$(ff_pod_ip 0)" "$2" "$3" >"$FF_DIR/rate-client.log" 2>&1 || true
+  pod_run 1 timeout 120 "$CM_RATE" "$1-client" "$(ff_pod_ip 0)" "$2" "$3" "$w" >"$FF_DIR/rate-client.log" 2>&1 || true
   wait_pid "$spid" 30 >/dev/null || true
   awk '/ connections: / {for (i = 1; i < NF; i++) if ($i == "rate") print $(i + 1)}' "$FF_DIR/rate-client.log"
   grep -q ' connections: ' "$FF_DIR/rate-client.log" ||
@@ -64,23 +68,27 @@ add() { [[ -z $2 ]] || eval "$1+=(\"\$2\")"; }
 
 measure() {  # measure WHERE RATE_DIVISOR: the table for one placement of the pods
   local where=$1 div=$2 r
-  local -a cm=() tcp=() rp=() lr=() lp=() br=() bp=()
+  local -a cm=() tcp=() cmw=() tcpw=() rp=() lr=() lp=() br=() bp=()
   for ((r = 1; r <= RUNS; r++)); do
     echo "$where: run $r/$RUNS" >&2
     add cm "$(conn_rate rdma $((7700 + r)) "$CONNS_RDMA")"
     add tcp "$(conn_rate tcp $((7800 + r)) "$CONNS_TCP")"  # a fresh port: no TIME_WAIT reuse
+    add cmw "$(conn_rate rdma $((7900 + r)) $((CONNS_RDMA * 4)) "$IN_FLIGHT")"
+    add tcpw "$(conn_rate tcp $((7600 + r)) $((CONNS_TCP * 4)) "$IN_FLIGHT")"
     add rp "$(rping_us)"
     add lr "$(perftest_run 0 1 typical ib_send_lat -R -s 2 -n 20000)"
     add lp "$(perftest_run 0 1 typical ib_send_lat -s 2 -n 20000)"
     add br "$(perftest_run 0 1 bw ib_write_bw -R -s 65536 -n 5000)"
     add bp "$(perftest_run 0 1 bw ib_write_bw -s 65536 -n 5000)"
   done
-  local scm stcp srp slr slp sbr sbp
+  local scm stcp scmw stcpw srp slr slp sbr sbp
   scm=$(stats "${cm[@]}") stcp=$(stats "${tcp[@]}") srp=$(stats "${rp[@]}") slr=$(stats "${lr[@]}")
+  scmw=$(stats "${cmw[@]}") stcpw=$(stats "${tcpw[@]}")
   slp=$(stats "${lp[@]}") sbr=$(stats "${br[@]}") sbp=$(stats "${bp[@]}")
-  rate_target() {
-    awk -v a="${scm%% *}" -v b="${stcp%% *}" -v d="$div" 'BEGIN {
+  rate_target() {  # rate_target STATS_RDMA STATS_TCP [info]: the ratio, against the target
+    awk -v a="${1%% *}" -v b="${2%% *}" -v d="$div" -v info="${3:-}" 'BEGIN {
       if (a == "n/a" || b == "n/a" || b == 0) { print "n/a"; exit }
+      if (info != "") { printf "%.0f%% of TCP (information)", 100 * a / b; exit }
       printf "%.0f%% of TCP (>= %.0f%%: %s)", 100 * a / b, 100 / d, (a * d >= b) ? "met" : "NOT met" }'
   }
   same_target() {  # same_target STATS_R STATS_BASE: the -R figure equal to the other within noise
@@ -94,8 +102,10 @@ measure() {  # measure WHERE RATE_DIVISOR: the table for one placement of the po
   echo
   echo "freeflow rdma_cm benchmark, $where: median (min..max) of $RUNS runs"
   printf '%-52s %-30s %s\n' "figure" "value" "target"
-  printf '%-52s %-30s %s\n' "rdma_cm connections set up + torn down per second" "$(fmt_stats "$scm")" "$(rate_target)"
+  printf '%-52s %-30s %s\n' "rdma_cm connections set up + torn down per second" "$(fmt_stats "$scm")" "$(rate_target "$scm" "$stcp")"
   printf '%-52s %-30s %s\n' "  TCP connect/accept/close per second" "$(fmt_stats "$stcp")" ""
+  printf '%-52s %-30s %s\n' "the same with $IN_FLIGHT in flight: rdma_cm per second" "$(fmt_stats "$scmw")" "$(rate_target "$scmw" "$stcpw" info)"
+  printf '%-52s %-30s %s\n' "  TCP per second, $IN_FLIGHT in flight" "$(fmt_stats "$stcpw")" ""
   printf '%-52s %-30s %s\n' "rping, usec a ping (64 B, 2 SENDs + READ + WRITE)" "$(fmt_stats "$srp")" ""
   printf '%-52s %-30s %s\n' "ib_send_lat -R 2 B t_typical, usec" "$(fmt_stats "$slr")" "$(same_target "$slr" "$slp")"
   printf '%-52s %-30s %s\n' "  ib_send_lat 2 B t_typical, usec" "$(fmt_stats "$slp")" ""
