@@ -3,9 +3,9 @@
 # rdmacm-utils, perftest -R) between pod 0 (server) and pod 1 (client) of one node (same)
 # or of two nodes (cross, TLS node links), and the error cases with cm_errors. One case a
 # run, so that a failure names it:
-#   rdmacm.sh same|cross rping|ucmatose|udaddy|rdma_server|rstream|riostream|udpong|
-#                        ib_send_bw|ib_write_bw|ib_read_lat|noconn|badaddr|peer-killed|
-#                        router-killed
+#   rdmacm.sh same|cross rping|ucmatose|udaddy|rdma_server|rdma_xserver|rstream|riostream|
+#                        udpong|cmtime|rcopy|ib_send_bw|ib_write_bw|ib_read_lat|noconn|
+#                        badaddr|peer-killed|router-killed
 # Each pair: the server first, both bounded, both exit statuses checked, and one check of
 # their output that proves data moved (or, for the error cases, that the expected event came
 # within its bound).
@@ -151,6 +151,31 @@ udpong_pair() {
   has "$C" "$UP_LINE" 1 && has "$SV" "^client login from $(ff_pod_ip 1)\$" 1 || { logs 8; return 1; }
 }
 
+# serve_and NAME CHECK -- SERVER_CMD... -- CLIENT_CMD...: for servers that serve until they
+# are stopped (cmtime, rcopy): the server in pod 0, the client in pod 1 once the router says
+# it listens; passes when the client exits 0 within 60 s, the server is still serving after
+# it, and the shell CHECK holds. The server is then stopped.
+serve_and() {
+  local name=$1 chk=$2 mark srv=() cli=() st=0
+  shift 3
+  while [[ $# -gt 0 && $1 != -- ]]; do srv+=("$1"); shift; done
+  shift
+  cli=("$@")
+  mark=$(cm_listen_mark 0)
+  pod_bg 0 stdbuf -oL "${srv[@]}" >"$SV" 2>"$FF_DIR/server.err"
+  local spid=$FF_LAST_PID
+  cm_wait_listen 0 "$spid" "$mark" || { echo "the server did not listen within 5 s"; st=1; }
+  if [[ $st -eq 0 ]]; then
+    pod_run 1 timeout 60 stdbuf -oL "${cli[@]}" >"$C" 2>"$FF_DIR/client.err" || { echo "client exit $?"; st=1; }
+    kill -0 "$spid" 2>/dev/null || { echo "the server exited while serving"; st=1; }
+  fi
+  kill "$spid" 2>/dev/null
+  wait "$spid" 2>/dev/null
+  [[ $st -eq 0 ]] && { eval "$chk" || st=1; }
+  [[ $st -eq 0 ]] || logs 12
+  check "$name" $st
+}
+
 # connected_then_kill WHAT: cm_errors server in pod 0 and a client in pod 1, connected; then
 # the server's process (peer) or pod 0's router (router) is killed and the client, and for
 # the router the server too, must see their event within CM_BOUND s: DISCONNECTED for the
@@ -199,6 +224,27 @@ case $case in
   rdma_server)
     pair_and "rdma_server / rdma_client" "has $SV '^rdma_server: end 0$' && has $C '^rdma_client: end 0$'" \
       -- rdma_server -- rdma_client -s "$S"
+    ;;
+  rdma_xserver)
+    pair_and "rdma_xserver / rdma_xclient (RC)" \
+      "has $SV '^rdma_xserver: end 0$' && has $C '^rdma_xclient: end 0$'" \
+      -- rdma_xserver -c r -- rdma_xclient -s "$S" -c r
+    ;;
+  cmtime)
+    # Connections set up at once on one channel, each step for all of them together; a
+    # connection that fails prints its event and the run goes on, so none may show. Across
+    # nodes each connection is a cross-node channel of the pod's router, of which a pod may
+    # hold 64 by default (--max-proxies-per-pod, docs/security.md): 50 there, 200 on one node.
+    n=200
+    [[ $where == cross ]] && n=50
+    serve_and "cmtime, $n connections at once" \
+      "has $C '^connect +: +[0-9.]+ ' 1 && has $C '^disconnect +: ' 1 && ! has $C '^event: ' >/dev/null" \
+      -- cmtime -p 7280 -- cmtime -s "$S" -p 7280 -c $n
+    ;;
+  rcopy)
+    head -c 3000000 /dev/urandom >"$FF_DIR/rcopy.src"
+    serve_and "rcopy, a 3 MB file" "cmp $FF_DIR/rcopy.src $FF_DIR/rcopy.dst" \
+      -- rcopy -p 7290 -- rcopy "$FF_DIR/rcopy.src" "$S:$FF_DIR/rcopy.dst" -p 7290  # the file first
     ;;
   rstream | riostream)
     CM_CLIENT_BOUND=20 CM_SERVER_BOUND=10  # a run takes under a second
