@@ -169,6 +169,7 @@ void Disconnect(Broker::Parts& b, Qp& qp) {
   b.tables.Unlink(qp);
   if (qp.type != IBV_QPT_UD) ReleaseProducers(b, qp, false);
   qp.named = Qp::Named{};
+  qp.asked = false;
 }
 
 int DisconnectQp(Request& q) {
@@ -384,11 +385,22 @@ void Hello(Broker::Parts& b, const Call& call, UniqueFd* fds) {
   b.sessions.Answer(call, 0, r, &table, 1);
 }
 
+// `qp` (of `owner`) has been named by the peer it asked for: it may link now (kPeerNamed),
+// when it asked. Telling a QP that never asked would only wake its process for nothing.
+void TellIfAsked(Broker::Parts& b, const Pod& owner, Qp& qp) {
+  if (!qp.asked || qp.type == IBV_QPT_UD) return;
+  qp.asked = false;
+  b.sessions.Notify(owner.id, proto::EventType::kPeerNamed, qp.qpn);
+}
+
 // Gives `src` a ring of `dest` (both on this node) and the peer's segments.
 int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, proto::Response* r,
                  std::vector<int>* fds) {
   if (dest.type != src.type) return EINVAL;
-  if (!dest.Consents(pod.who.ip, src.qpn)) return EINPROGRESS;  // it has not named us (yet)
+  if (!dest.Consents(pod.who.ip, src.qpn)) {  // it has not named us (yet)
+    src.asked = !ud;
+    return EINPROGRESS;
+  }
   const int ring = dest.RingFor(Producer::Local(src.qpn));
   if (ring < 0) return ud ? ENOSPC : EBUSY;
   Pod* owner = b.tables.FindPod(dest.owner);
@@ -426,8 +438,8 @@ int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, p
   }
   dest.producers[r_index] = Producer::Local(src.qpn);
   src.produces_into.insert(dest.qpn);
-  // Dest may have asked for src before src named it: it may ask again now.
-  if (!ud) b.sessions.Notify(owner->id, proto::EventType::kPeerNamed, dest.qpn);
+  src.asked = false;
+  TellIfAsked(b, *owner, dest);  // src, which dest may have asked for, names it now
   return 0;
 }
 
@@ -437,6 +449,7 @@ void Name(Broker::Parts& b, Qp& src, const Qp::Named& peer) {
   if (src.named == peer) return;
   if (src.named.qpn != proto::kNoId) Disconnect(b, src);
   src.named = peer;
+  src.asked = false;  // what it asked for was for another peer
 }
 
 // The peer's address: dest_ip (network order), or, with none, the pod at LID `lid`'s offset
@@ -459,8 +472,7 @@ int NameQp(Broker::Parts& b, Pod& pod, const proto::NameQp& m) {
   Name(b, *src, Qp::Named{ip, m.dest_qpn});
   Qp* dest = b.tables.FindDest(ip, m.dest_qpn);
   if (dest == nullptr || dest->type != src->type || !dest->Consents(pod.who.ip, src->qpn)) return 0;
-  if (const Pod* owner = b.tables.FindPod(dest->owner))
-    b.sessions.Notify(owner->id, proto::EventType::kPeerNamed, dest->qpn);
+  if (const Pod* owner = b.tables.FindPod(dest->owner)) TellIfAsked(b, *owner, *dest);
   return 0;
 }
 

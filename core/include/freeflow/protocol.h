@@ -131,7 +131,8 @@ struct CreateQp {
 //   NameQp     RC/UC `qpn` names its peer, as ConnectQp does, and nothing is linked: what
 //              the library posts at a passive rdma_cm side's RTR, whose peer cannot have
 //              named it yet. Its link is made when first needed (ConnectQp). A QP of this
-//              node that named `qpn` first is told it may link now (kPeerNamed).
+//              node that named `qpn` first, and asked (its ConnectQp answered
+//              EINPROGRESS), is told it may link now (kPeerNamed).
 // Consent: an RC/UC QP names its peer here, and a ring of an RC/UC QP is given only to the
 // QP it named. Until the destination names `qpn` ConnectQp's answer is EINPROGRESS (with no
 // descriptors): the QP is at RTR, and the library asks again when it first needs the link.
@@ -421,7 +422,8 @@ enum class EventType : uint32_t {
   // is from that sender, whatever its records claim.
   kUdRing = 4,
   // The peer that RC/UC QP `qpn` named has now named it in turn (and produces into it): a
-  // connect that was answered EINPROGRESS succeeds if asked again.
+  // connect that was answered EINPROGRESS succeeds if asked again. Only a QP that asked is
+  // told (across nodes, every target is), so as not to wake a process that needs nothing.
   kPeerNamed = 5,
   // The router drained the request ring of RC/UC/UD QP `qpn`'s proxy (or delivered its
   // answers) while the library had marked work requests waiting for it

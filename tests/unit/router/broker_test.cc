@@ -205,6 +205,25 @@ proto::NameQp NameOnly(const RawQp& qp, uint32_t peer_ip, uint32_t peer_qpn, boo
   return n;
 }
 
+// rdma_cm's passive side names its peer at RTR (NameQp) and does not ask for a link; the
+// active side then connects. The passive QP is not told (kPeerNamed would only wake its
+// process): it links when it first sends, and can.
+TEST_F(BrokerTest, AQpThatNamedItsPeerWithoutAskingIsNotToldWhenThePeerConnects) {
+  RawPod a(router, Ip("10.0.0.1")), b(router, Ip("10.0.0.2"));
+  ASSERT_EQ(a.Hello(), 0);
+  ASSERT_EQ(b.Hello(), 0);
+  const RawQp qa = a.CreateQp(IBV_QPT_RC), qb = b.CreateQp(IBV_QPT_RC);
+  const proto::NameQp posted = NameOnly(qa, Ip("10.0.0.2"), qb.qpn, true);
+  a.SendRaw(&posted, sizeof(posted));
+  RawLink from_b = b.Connect(qb, Ip("10.0.0.1"), qa.qpn);
+  ASSERT_EQ(from_b.status, 0) << "A named B: B links at once";
+  EXPECT_FALSE(a.NextSetupEvent(200).has_value()) << "A, which never asked, was told";
+  RawLink from_a = a.Connect(qa, Ip("10.0.0.2"), qb.qpn);
+  ASSERT_EQ(from_a.status, 0) << "A links when it needs to";
+  EXPECT_EQ(PassMessage(from_a, qb, "late"), "late");
+  EXPECT_EQ(PassMessage(from_b, qa, "early"), "early");
+}
+
 // NameQp (what the library posts at a passive side's RTR) names the peer and links nothing:
 // a peer that named this QP first and asked is told it may link (kPeerNamed), and then it
 // can; the posted request is never answered; refusals as for ConnectQp.
