@@ -119,9 +119,12 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   by_id_[s->id] = {link, chan};
   senders_[{link, chan}] = std::move(s);
   answer(0);
-  // The target may have asked for its initiator before the initiator named it.
-  if (dest->type != IBV_QPT_UD)
+  // The target may have asked for its initiator before the initiator named it; one that
+  // never asked links when it first sends (Qp::asked).
+  if (dest->type != IBV_QPT_UD && dest->asked) {
+    dest->asked = false;
     sessions_.Notify(owner->id, proto::EventType::kPeerNamed, dest->qpn);
+  }
 }
 
 Executor::Verdict Executor::Record(LinkId link, uint32_t chan, const char* body, uint32_t len) {

@@ -99,6 +99,9 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   }
   p->answer_pending = true;
   p->call = call;
+  // Asked from the moment the request leaves: the peer may name src before the answer
+  // (EINPROGRESS) comes back, and must then tell it (Executor::Connect, kPeerNamed).
+  src.asked = !ud;
   p->connect_deadline_ns = MonotonicNs() + kDialTimeoutNs;
   const wire::Connect w{pod->who.ip, src.qpn, src.type, dest_ip, dest_qpn, 0};
   transport_->Send(link, wire::Type::kConnect, p->chan, 0, {{&w, sizeof(w)}});
@@ -108,6 +111,9 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
 
 void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
   const uint32_t chan = p.chan;
+  if (status != EINPROGRESS) {  // linked or failed: it waits for no name any more
+    if (Qp* src = tables_.FindQp(p.qpn)) src->asked = false;
+  }
   const bool answered = p.answer_pending && sessions_.Identity(p.pod) != nullptr;
   if (p.answer_pending) {
     p.answer_pending = false;

@@ -107,9 +107,10 @@ struct Qp {
     uint32_t qpn = proto::kNoId;
     bool operator==(const Named&) const = default;
   } named;
-  // RC/UC: a connect of this QP to a QP of this node was answered EINPROGRESS (that QP had
-  // not named it): it is told (kPeerNamed) when that QP names it. A QP that never asked is
-  // not told; its library links when it first needs to (its first send).
+  // RC/UC: this QP asked for a link to the QP it named, which had not named it (a connect
+  // on this node answered EINPROGRESS; across nodes, from the request on until its answer
+  // is not EINPROGRESS): it is told (kPeerNamed) when that QP names it. A QP that never
+  // asked is not told; its library links when it first needs to (its first send).
   bool asked = false;
 
   // True when an initiator QP `qpn` of the pod at `ip` may produce into this QP: any for

@@ -423,7 +423,7 @@ enum class EventType : uint32_t {
   kUdRing = 4,
   // The peer that RC/UC QP `qpn` named has now named it in turn (and produces into it): a
   // connect that was answered EINPROGRESS succeeds if asked again. Only a QP that asked is
-  // told (across nodes, every target is), so as not to wake a process that needs nothing.
+  // told, so as not to wake a process that needs nothing.
   kPeerNamed = 5,
   // The router drained the request ring of RC/UC/UD QP `qpn`'s proxy (or delivered its
   // answers) while the library had marked work requests waiting for it

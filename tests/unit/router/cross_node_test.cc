@@ -35,6 +35,28 @@ TEST_F(CrossNodeTest, SendsArriveInOrderFromTheInitiatorAndAreAcknowledged) {
   }
 }
 
+// The target tells its QP that the initiator named it (kPeerNamed) only when that QP asked
+// for a link first: the fixture's target did (answered EINPROGRESS). One that only named
+// its initiator (NameQp, what an rdma_cm passive side posts) is not woken for it: it links
+// when it first sends, and can.
+TEST_F(CrossNodeTest, ATargetQpIsToldItWasNamedOnlyWhenItAsked) {
+  auto told = target.NextSetupEvent();
+  ASSERT_TRUE(told.has_value()) << "the fixture's target asked and was not told";
+  EXPECT_EQ(told->event.type, proto::EventType::kPeerNamed);
+  EXPECT_EQ(told->event.qpn, qb.qpn);
+  const RawQp qc = target.CreateQp(IBV_QPT_RC), qd = initiator.CreateQp(IBV_QPT_RC);
+  proto::NameQp n{};
+  n.h.seq = proto::kPostedSeq;
+  n.qpn = qc.qpn;
+  n.dest_ip = htonl(Ip("10.1.0.1"));
+  n.dest_qpn = qd.qpn;
+  target.SendRaw(&n, sizeof(n));
+  ASSERT_EQ(initiator.Connect(qd, Ip("10.2.0.1"), qc.qpn).status, 0);
+  EXPECT_FALSE(target.NextSetupEvent(300).has_value()) << "a QP that never asked was told";
+  const RawLink back = target.Connect(qc, Ip("10.1.0.1"), qd.qpn);
+  EXPECT_EQ(back.status, 0) << "it links when it needs to";
+}
+
 TEST_F(CrossNodeTest, AFragmentedMessageKeepsItsFragmentsTogether) {
   qb.hdr()->credits.posted.store(1);
   std::vector<char> big(3 * kMaxFragment + 100);
