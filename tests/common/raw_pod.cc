@@ -62,6 +62,14 @@ void RawPod::SendRaw(const void* msg, size_t len, const std::vector<int>& fds) {
   SendWithFds(sock_.get(), msg, len, fds.data(), static_cast<int>(fds.size()));
 }
 
+bool RawPod::Flush() {
+  proto::DestroyCq nothing{};
+  nothing.h.seq = 0x5eed;
+  nothing.id = proto::kNoId;  // no such CQ: refused, and nothing changes
+  const proto::Response r = Call(nothing);
+  return r.h.seq == nothing.h.seq && r.status == ENOENT;
+}
+
 proto::Response RawPod::CallRaw(const void* msg, size_t len, const std::vector<int>& fds,
                                 std::vector<UniqueFd>* got) {
   if (SendWithFds(sock_.get(), msg, len, fds.data(), static_cast<int>(fds.size())) != 0) {

@@ -78,6 +78,11 @@ class RawPod {
   proto::Response Receive(std::vector<UniqueFd>* got = nullptr);
   // Sends bytes without waiting for an answer.
   void SendRaw(const void* msg, size_t len, const std::vector<int>& fds = {});
+  // Returns once the router has carried out everything this pod sent before (posted
+  // requests are never answered; a request that changes nothing is, in its turn). Another
+  // pod's socket is served in its own order: a test that races two pods calls this first.
+  // False when no answer came in its turn.
+  bool Flush();
   // True when the router closed this pod's socket within `timeout_ms`.
   bool Disconnected(int timeout_ms = 2000);
   // The next event about a peer going away (kPeerGone, kPeerClosed, kShutdown) the router

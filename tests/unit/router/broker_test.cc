@@ -215,6 +215,7 @@ TEST_F(BrokerTest, AQpThatNamedItsPeerWithoutAskingIsNotToldWhenThePeerConnects)
   const RawQp qa = a.CreateQp(IBV_QPT_RC), qb = b.CreateQp(IBV_QPT_RC);
   const proto::NameQp posted = NameOnly(qa, Ip("10.0.0.2"), qb.qpn, true);
   a.SendRaw(&posted, sizeof(posted));
+  ASSERT_TRUE(a.Flush());  // named before B connects
   RawLink from_b = b.Connect(qb, Ip("10.0.0.1"), qa.qpn);
   ASSERT_EQ(from_b.status, 0) << "A named B: B links at once";
   EXPECT_FALSE(a.NextSetupEvent(200).has_value()) << "A, which never asked, was told";

@@ -51,6 +51,7 @@ TEST_F(CrossNodeTest, ATargetQpIsToldItWasNamedOnlyWhenItAsked) {
   n.dest_ip = htonl(Ip("10.1.0.1"));
   n.dest_qpn = qd.qpn;
   target.SendRaw(&n, sizeof(n));
+  ASSERT_TRUE(target.Flush());  // named before the initiator connects
   ASSERT_EQ(initiator.Connect(qd, Ip("10.2.0.1"), qc.qpn).status, 0);
   EXPECT_FALSE(target.NextSetupEvent(300).has_value()) << "a QP that never asked was told";
   const RawLink back = target.Connect(qc, Ip("10.1.0.1"), qd.qpn);
