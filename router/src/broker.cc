@@ -6,8 +6,10 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -23,6 +25,7 @@ struct Request {
   const char* msg;
   UniqueFd* fds;
   int nfds;
+  bool posted;  // no answer goes back
   proto::Response reply{};
   std::vector<int> reply_fds;
 };
@@ -92,8 +95,22 @@ uint32_t QpFds(uint32_t type, uint32_t num_rings) {
   return 1 + (type == IBV_QPT_UD ? num_rings : 0);
 }
 
-int CreateQp(Request& q) {
-  const auto m = proto::As<proto::CreateQp>(q.msg);
+// Tops the pod's granted QP numbers up to kQpnGrant (proto::CreateQpReply). A number holds
+// no quota: the create that uses it takes the pod's, as any other does, so what one session
+// was granted never refuses another session or another resource. Numbers are granted only
+// while the pod is far from its limits, so that a posted create is seldom refused.
+void Grant(Request& q) {
+  std::vector<uint32_t>& g = q.pod.qpn_grants;
+  const auto room = [&](Quota k) {
+    return q.b.quotas.used(q.pod.who.ip, k) + 2 * proto::kQpnGrant <= q.b.quotas.limit(k);
+  };
+  if (!room(Quota::kQps) || !room(Quota::kFds)) return;
+  while (g.size() < proto::kQpnGrant && q.pod.qps.size() + g.size() < kMaxQpsPerPod)
+    g.push_back(q.b.tables.ReserveQpn());
+}
+
+// What CreateQp checks of the request itself.
+int CheckQp(const Request& q, const proto::CreateQp& m) {
   if (q.pod.qps.size() >= kMaxQpsPerPod) return ENOSPC;
   if (m.qp_type != IBV_QPT_RC && m.qp_type != IBV_QPT_UC && m.qp_type != IBV_QPT_UD) return EINVAL;
   if (m.num_rings == 0 || m.num_rings > kMaxRingsPerQp || m.ring_bytes < kMinRingBytes ||
@@ -102,9 +119,41 @@ int CreateQp(Request& q) {
   if (!SealedAtLeast(q.fds[0].get(), QpSegmentBytes(m.num_rings, m.ring_bytes))) return EINVAL;
   if (m.srq_id != proto::kNoId && !q.pod.srqs.count(m.srq_id)) return EINVAL;
   if (!q.pod.cqs.count(m.recv_cq_id) || !q.pod.cqs.count(m.send_cq_id)) return EINVAL;
+  return 0;
+}
+
+// Checks a create under granted number m.qpn and takes its quota. The number is used up
+// whatever the outcome. A posted create the router refuses (the pod reached a quota
+// meanwhile, or it speaks the protocol itself) is logged, and the process hears kQpRefused
+// for the number: the QP it believes it has fails (QP_FATAL) instead of waiting.
+int TakeGranted(Request& q, const proto::CreateQp& m, uint32_t fds) {
+  auto it = std::find(q.pod.qpn_grants.begin(), q.pod.qpn_grants.end(), m.qpn);
+  if (it == q.pod.qpn_grants.end()) return ENOENT;  // not this session's to use
+  q.pod.qpn_grants.erase(it);
+  int rc = m.qp_type == IBV_QPT_UD ? EINVAL : CheckQp(q, m);
+  if (rc == 0) rc = q.b.quotas.Take(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, fds}});
+  if (rc == 0) return 0;
+  q.b.tables.ReleaseQpn(m.qpn);
+  if (q.posted) {
+    spdlog::info("client {}: posted create of QP {:#x} refused: {}", q.pod.id, m.qpn,
+                 std::strerror(rc));
+    q.b.sessions.Notify(q.pod.id, proto::EventType::kQpRefused, m.qpn);
+  }
+  return rc;
+}
+
+int NewQp(Request& q) {
+  const auto m = proto::As<proto::CreateQp>(q.msg);
   // Descriptors: the segment, and for UD the memfd of each sender's own ring (NewUdRing).
   const uint32_t fds = QpFds(m.qp_type, m.num_rings);
-  if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, fds}})) return rc;
+  if (m.qpn != 0) {
+    if (const int rc = TakeGranted(q, m, fds)) return rc;
+  } else if (q.posted) {
+    return EINVAL;  // only a granted number may be posted: nobody would learn this one
+  } else {
+    if (const int rc = CheckQp(q, m)) return rc;
+    if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, fds}})) return rc;
+  }
   auto qp = std::make_unique<Qp>();
   qp->type = m.qp_type;
   qp->owner = q.pod.id;
@@ -115,10 +164,22 @@ int CreateQp(Request& q) {
   qp->recv_cq_id = m.recv_cq_id;
   qp->send_cq_id = m.send_cq_id;
   qp->producers.assign(m.num_rings, Producer{});
-  const uint32_t qpn = q.b.tables.AddQp(std::move(qp)).qpn;
+  const uint32_t qpn = q.b.tables.AddQp(std::move(qp), m.qpn).qpn;
   q.pod.qps.insert(qpn);
   q.reply.u.create_qp.qpn = qpn;
   return 0;
+}
+
+// An answer, refusal or not, lists the numbers granted now (see proto::CreateQpReply).
+int CreateQp(Request& q) {
+  const int rc = NewQp(q);
+  if (q.posted) return rc;
+  if (rc == 0) Grant(q);
+  const std::vector<uint32_t>& g = q.pod.qpn_grants;
+  proto::CreateQpReply& r = q.reply.u.create_qp;
+  r.grant_count = static_cast<uint32_t>(g.size());
+  std::copy(g.begin(), g.end(), r.grant);
+  return rc;
 }
 
 // Takes every ring of `qp` back from the QPs that produce into it; local RC/UC producers
@@ -527,7 +588,7 @@ bool Broker::OnRequest(const Call& call, const char* msg, UniqueFd* fds, int nfd
     parts_.cm.Command(call, pod->who.ip, proto::As<proto::CmCommand>(msg));
     return true;
   }
-  Request q{parts_, *pod, msg, fds, nfds};
+  Request q{parts_, *pod, msg, fds, nfds, call.seq == proto::kPostedSeq};
   const int status = kHandlers[static_cast<size_t>(call.op)](q);
   parts_.sessions.Answer(call, status, q.reply, q.reply_fds.data(),
                          static_cast<int>(q.reply_fds.size()));
@@ -545,6 +606,7 @@ void Broker::OnPodGone(PodId id) {
     if (Qp* qp = parts_.tables.FindQp(qpn)) ReleaseQp(parts_, *qp, true);
     parts_.tables.EraseQp(qpn);
   }
+  for (uint32_t qpn : pod->qpn_grants) parts_.tables.ReleaseQpn(qpn);
   parts_.directory.Withdraw(pod->who.ip);
   parts_.tables.ErasePod(id);
 }

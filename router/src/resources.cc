@@ -103,17 +103,30 @@ Pod* ResourceTables::FindPod(PodId id) { return FindIn(pods_, id); }
 
 void ResourceTables::ErasePod(PodId id) { pods_.erase(id); }
 
-Qp& ResourceTables::AddQp(std::unique_ptr<Qp> qp) {
+uint32_t ResourceTables::FreshQpn() {
   uint32_t qpn = next_qpn_;
   for (uint32_t tries = 0; tries <= kQpnMask; ++tries) {
     qpn = next_qpn_;
     next_qpn_ = (next_qpn_ + 1) & kQpnMask;
     if (next_qpn_ < kFirstQpn) next_qpn_ = kFirstQpn;
-    if (!qps_.count(qpn)) break;
+    if (!qps_.count(qpn) && !reserved_.count(qpn)) break;
   }
+  return qpn;
+}
+
+Qp& ResourceTables::AddQp(std::unique_ptr<Qp> qp, uint32_t reserved) {
+  const uint32_t qpn = reserved != 0 && reserved_.erase(reserved) != 0 ? reserved : FreshQpn();
   qp->qpn = qpn;
   return *(qps_[qpn] = std::move(qp));
 }
+
+uint32_t ResourceTables::ReserveQpn() {
+  const uint32_t qpn = FreshQpn();
+  reserved_.insert(qpn);
+  return qpn;
+}
+
+void ResourceTables::ReleaseQpn(uint32_t qpn) { reserved_.erase(qpn); }
 
 Qp* ResourceTables::FindQp(uint32_t qpn) { return FindIn(qps_, qpn); }
 

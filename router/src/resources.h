@@ -9,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "freeflow/fd.h"
@@ -66,6 +67,9 @@ struct Pod {
   std::map<uint32_t, UniqueFd> srqs;  // SRQ id -> segment
   std::map<uint32_t, Region> regions;
   std::set<uint32_t> qps;
+  // QP numbers granted for posted RC/UC creates (proto::CreateQp), reserved in the tables
+  // until used or the session ends.
+  std::vector<uint32_t> qpn_grants;
 
   // The notify words, mapped on first use; nullptr when they cannot be mapped.
   NotifySlot* NotifySlots();
@@ -135,8 +139,12 @@ class ResourceTables {
   Pod* FindPod(PodId id);
   void ErasePod(PodId id);
 
-  // Adds a QP under a fresh QP number (unique on this node).
-  Qp& AddQp(std::unique_ptr<Qp> qp);
+  // Adds a QP under a fresh QP number (unique on this node), or under `reserved`, a number
+  // ReserveQpn gave out.
+  Qp& AddQp(std::unique_ptr<Qp> qp, uint32_t reserved = 0);
+  // A fresh QP number that no QP gets until AddQp is given it or ReleaseQpn frees it.
+  uint32_t ReserveQpn();
+  void ReleaseQpn(uint32_t qpn);
   Qp* FindQp(uint32_t qpn);
   // QP `qpn` when `pod` owns it.
   Qp* FindOwnedQp(const Pod& pod, uint32_t qpn);
@@ -153,9 +161,12 @@ class ResourceTables {
   Totals totals() const;
 
  private:
+  uint32_t FreshQpn();
+
   uint32_t next_qpn_ = kFirstQpn;
   std::unordered_map<PodId, std::unique_ptr<Pod>> pods_;
   std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
+  std::unordered_set<uint32_t> reserved_;
 };
 
 }  // namespace ff::router

@@ -168,6 +168,17 @@ RawQp RawPod::CreateQp(uint32_t type, uint32_t num_rings, uint32_t ring_bytes, u
 
 RawQp RawPod::CreateQpWith(UniqueFd seg_fd, uint32_t type, uint32_t num_rings, uint32_t ring_bytes,
                            uint32_t cq) {
+  return NewQp(std::move(seg_fd), type, num_rings, ring_bytes, cq, 0, false);
+}
+
+RawQp RawPod::CreateGrantedQp(uint32_t granted, bool posted, uint32_t type) {
+  UniqueFd seg;
+  if (CreateSegment("test-qp", QpSegmentBytes(1, kRcRingBytes), &seg) != 0) return RawQp{};
+  return NewQp(std::move(seg), type, 1, kRcRingBytes, 0, granted, posted);
+}
+
+RawQp RawPod::NewQp(UniqueFd seg_fd, uint32_t type, uint32_t num_rings, uint32_t ring_bytes,
+                    uint32_t cq, uint32_t granted, bool posted) {
   if (cq == 0 && cqs_.empty()) CreateCq(1);
   if (cq == 0) cq = cqs_.front();
   RawQp qp;
@@ -188,9 +199,20 @@ RawQp RawPod::CreateQpWith(UniqueFd seg_fd, uint32_t type, uint32_t num_rings, u
   m.srq_id = proto::kNoId;
   m.recv_cq_id = cq;
   m.send_cq_id = cq;
+  m.qpn = granted;
+  if (posted) {
+    m.h.op = proto::Op::kCreateQp;
+    m.h.seq = proto::kPostedSeq;
+    SendRaw(&m, sizeof(m), {qp.seg_fd.get()});
+    qp.status = 0;
+    qp.qpn = granted;
+    return qp;
+  }
   const proto::Response r = Call(m, {qp.seg_fd.get()});
   qp.status = r.status;
   if (r.status == 0) qp.qpn = r.u.create_qp.qpn;
+  const proto::CreateQpReply& c = r.u.create_qp;
+  qp.grants.assign(c.grant, c.grant + std::min(c.grant_count, proto::kQpnGrant));
   return qp;
 }
 

@@ -27,8 +27,9 @@ namespace ff::test {
 
 // A QP whose segment the test owns, as the library would create it.
 struct RawQp {
-  int status = -1;   // the router's answer to CreateQp
-  uint32_t qpn = 0;  // 0 when the router refused the QP
+  int status = -1;               // the router's answer to CreateQp (0 when posted)
+  uint32_t qpn = 0;              // 0 when the router refused the QP
+  std::vector<uint32_t> grants;  // the QP numbers the answer granted (proto::CreateQpReply)
   UniqueFd seg_fd;
   Mapping seg;
   uint32_t num_rings = 0;
@@ -85,8 +86,9 @@ class RawPod {
   bool Flush();
   // True when the router closed this pod's socket within `timeout_ms`.
   bool Disconnected(int timeout_ms = 2000);
-  // The next event about a peer going away (kPeerGone, kPeerClosed, kShutdown) the router
-  // sent, within `timeout_ms`; set-up events met on the way are kept for NextSetupEvent.
+  // The next event about a peer or QP going away (kPeerGone, kPeerClosed, kQpRefused,
+  // kShutdown) the router sent, within `timeout_ms`; set-up events met on the way are kept
+  // for NextSetupEvent.
   std::optional<proto::Event> NextEvent(int timeout_ms = 2000);
   // The next set-up event (kPeerNamed, kUdRing with its ring memfd), within `timeout_ms`.
   struct SetupEvent {
@@ -105,6 +107,10 @@ class RawPod {
   // its header is written here. qpn stays 0 when the router refused it.
   RawQp CreateQpWith(UniqueFd seg_fd, uint32_t type, uint32_t num_rings, uint32_t ring_bytes,
                      uint32_t cq = 0);
+  // A QP of `type` under number `granted` (one an earlier answer granted, or any a hostile
+  // pod tries), posted or answered. Posted, the result is what the library assumes: status
+  // 0 and qpn `granted`.
+  RawQp CreateGrantedQp(uint32_t granted, bool posted, uint32_t type = IBV_QPT_RC);
   // This pod's notify word `slot` (CQ events, the wake word), as the router sees it.
   NotifySlot* Slot(uint32_t slot);
   RawLink Connect(const RawQp& qp, uint32_t dest_ip, uint32_t dest_qpn, bool ud = false);
@@ -134,6 +140,9 @@ class RawPod {
   int mr_table_fd() const { return mr_table_.get(); }
 
  private:
+  RawQp NewQp(UniqueFd seg_fd, uint32_t type, uint32_t num_rings, uint32_t ring_bytes, uint32_t cq,
+              uint32_t granted, bool posted);
+
   UniqueFd sock_;
   UniqueFd events_;
   UniqueFd notify_fd_;

@@ -8,11 +8,14 @@
 //                                               intact
 //   verbs_faults hostile SOCKET_PATH
 //   verbs_faults hold                            (creates resources, prints READY, sleeps)
+//   verbs_faults refused                         (router: --max-qps-per-pod 18)
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -389,6 +392,91 @@ int Hold() {
   return 0;
 }
 
+ibv_qp* TryRcQp(ibv_pd* pd, ibv_cq* cq) {
+  ibv_qp_init_attr init{};
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap = {16, 16, 1, 1, 0};
+  return ibv_create_qp(pd, &init);
+}
+
+// Waits (bounded) for one async event of `ctx`, polling `cq` meanwhile as a program that
+// waits for completions would.
+bool NextAsyncEvent(ibv_context* ctx, ibv_cq* cq, ibv_async_event* ev) {
+  for (int i = 0; i < 300; ++i) {
+    ibv_wc wc{};
+    ibv_poll_cq(cq, 1, &wc);
+    pollfd p{ctx->async_fd, POLLIN, 0};
+    if (::poll(&p, 1, 10) == 1) return ibv_get_async_event(ctx, ev) == 0;
+  }
+  return false;
+}
+
+// A QP created under a number the router granted (posted, not waited for) that the router
+// then refuses: another process of the pod took the pod's last QPs in between (the router
+// runs with --max-qps-per-pod 18). The program's QP fails, IBV_EVENT_QP_FATAL and state
+// ERR, and after a reset it cannot be brought up again: no QP that silently does not exist.
+int Refused() {
+  ibv_context* ctx = rcpair::OpenFirstDevice();
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ibv_cq* cq = ibv_create_cq(ctx, 64, nullptr, nullptr, 0);
+  if (pd == nullptr || cq == nullptr || TryRcQp(pd, cq) == nullptr) Die("resources");
+  int ready[2], done[2];
+  if (::pipe(ready) != 0 || ::pipe(done) != 0) Die("pipe");
+  const pid_t child = ::fork();
+  if (child < 0) Die("fork");
+  if (child == 0) {  // another process of the pod, with a session of its own
+    ::alarm(30);
+    ::close(ready[0]);
+    ::close(done[1]);
+    ibv_context* c = rcpair::OpenFirstDevice();
+    ibv_pd* cpd = ibv_alloc_pd(c);
+    ibv_cq* ccq = ibv_create_cq(c, 64, nullptr, nullptr, 0);
+    int made = 0;
+    while (made < 100 && cpd != nullptr && ccq != nullptr && TryRcQp(cpd, ccq) != nullptr) ++made;
+    std::printf("another process of the pod took %d QPs\n", made);
+    std::fflush(stdout);
+    char b = 1;
+    if (::write(ready[1], &b, 1) != 1) ::_exit(1);
+    ::read(done[0], &b, 1);  // holds its QPs until the parent is done
+    ::_exit(0);
+  }
+  char b = 0;
+  pollfd p{ready[0], POLLIN, 0};
+  if (::poll(&p, 1, 20000) != 1 || ::read(ready[0], &b, 1) != 1) Die("the other process");
+  ibv_qp* qp = TryRcQp(pd, cq);
+  int rc = 1;
+  ibv_async_event ev{};
+  if (qp == nullptr) {
+    std::puts("FAIL: the create was answered (no granted number was used)");
+  } else if (!NextAsyncEvent(ctx, cq, &ev)) {
+    std::puts("FAIL: no async event for the refused QP within 3 s");
+  } else {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    const bool fatal = ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == qp;
+    ibv_ack_async_event(&ev);
+    const bool err =
+        ibv_query_qp(qp, &attr, IBV_QP_STATE, &init) == 0 && attr.qp_state == IBV_QPS_ERR;
+    attr.qp_state = IBV_QPS_RESET;
+    const bool reset = ibv_modify_qp(qp, &attr, IBV_QP_STATE) == 0;
+    attr = ibv_qp_attr{};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    const int init_rc = ibv_modify_qp(
+        qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    std::printf("refused QP: QP_FATAL %s, state ERR %s, reset %s, then INIT: %s\n",
+                fatal ? "yes" : "no", err ? "yes" : "no", reset ? "yes" : "no",
+                std::strerror(init_rc));
+    rc = fatal && err && reset && init_rc != 0 ? 0 : 1;
+  }
+  ::close(done[1]);
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -398,6 +486,7 @@ int main(int argc, char** argv) {
   if (mode == "hostile" && argc == 3) return Hostile(argv[2]);
   if (mode == "hold") return Hold();
   if (mode == "overlap") return Overlap();
+  if (mode == "refused") return Refused();
   std::fprintf(stderr,
                "usage: verbs_faults server PORT | client IP PORT TEST | hostile SOCK | hold\n");
   return 2;

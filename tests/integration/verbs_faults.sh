@@ -85,6 +85,13 @@ tail -n 1 "$FF_DIR/pp-client.log"
 [[ $c -eq 0 && $s -eq 0 ]] && kill -0 "$FF_ROUTER_PID"
 result "other pods kept working and the router survived" $?
 
+# A QP created under a granted number (posted) that the pod's quota refuses after all: the
+# program's QP fails (QP_FATAL), it does not silently not exist.
+router_down
+router_up --max-qps-per-pod 18 || exit 1
+pod_run 2 timeout 30 "$FAULTS" refused
+result "a posted QP create the pod's quota refuses fails that QP" $?
+
 # Start-up errors are clear and fail fast.
 out=$(ip netns exec "$FF_NODE" "$FF_BUILD/router/ffrouter" --dir "$FF_DIR" --vnet-prefix 10.244.0.0/16 2>&1)
 st=$?

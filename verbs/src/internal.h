@@ -274,7 +274,8 @@ struct InboundState {
   ibv_wc_status status = IBV_WC_SUCCESS;
 };
 
-enum class PeerGone : uint32_t { kNo = 0, kDestroyed = 1, kDied = 2 };
+// kRefused: the router refused the QP's posted create (proto::EventType::kQpRefused).
+enum class PeerGone : uint32_t { kNo = 0, kDestroyed = 1, kDied = 2, kRefused = 3 };
 
 struct Qp {
   ibv_qp_ex qpx;  // must stay first: ibv_qp* <-> Qp*

@@ -39,14 +39,14 @@ void Registry::RemoveQp(uint32_t qpn) {
   Locked([&] { qps_.erase(qpn); });
 }
 
-void Registry::OnPeerGone(uint32_t qpn, bool died) {
+void Registry::OnPeerGone(uint32_t qpn, PeerGone why) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = qps_.find(qpn);
   if (it == qps_.end()) return;
   Qp* qp = it->second;
-  const auto reason = static_cast<uint32_t>(died ? PeerGone::kDied : PeerGone::kDestroyed);
+  const auto reason = static_cast<uint32_t>(why);
   uint32_t cur = qp->peer_gone.load(std::memory_order_relaxed);
-  // A death outranks an orderly close.
+  // A death outranks an orderly close, a refusal both.
   while (cur < reason &&
          !qp->peer_gone.compare_exchange_weak(cur, reason, std::memory_order_release)) {
   }
@@ -199,6 +199,12 @@ void HandleAttention(Context* ctx) {
     const uint32_t gone = qp->peer_gone.load(std::memory_order_acquire);
     if (gone == 0) continue;
     const ibv_qp_state state = qp->qpx.qp_base.state;
+    // The router has no such QP: fail it in whatever state (it has no link yet, or one that
+    // only its own router could have made and did not).
+    if (gone == static_cast<uint32_t>(PeerGone::kRefused)) {
+      if (state != IBV_QPS_ERR) FailPeerless(ctx, qp);
+      continue;
+    }
     if (state == IBV_QPS_RESET || state == IBV_QPS_ERR) continue;
     // Deliver what the peer published before it went, and the outcomes that came back
     // before the news, then fail the connection.

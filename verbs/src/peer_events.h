@@ -22,8 +22,9 @@ class Registry {
   void RemoveContext(Context* c);
   void AddQp(uint32_t qpn, Qp* qp);
   void RemoveQp(uint32_t qpn);
-  // Event thread: the peer of `qpn` died (`died`) or destroyed its QP.
-  void OnPeerGone(uint32_t qpn, bool died);
+  // Event thread: the peer of `qpn` died or destroyed its QP, or the router refused the QP
+  // (`reason`; a later reason outranks an earlier one).
+  void OnPeerGone(uint32_t qpn, PeerGone reason);
   // Event thread: the router is gone; fail every QP and raise IBV_EVENT_DEVICE_FATAL.
   void OnFatal();
   // Event thread: the peer RC/UC QP `qpn` awaits has named it (kPeerNamed).

@@ -159,9 +159,31 @@ int AnnounceQp(Qp* qp, uint32_t* qpn) {
   m.srq_id = qp->srq != nullptr ? qp->srq->id : ff::proto::kNoId;
   m.recv_cq_id = qp->rcq->id;
   m.send_cq_id = qp->scq->id;
-  ff::proto::Response r{};
   const int fd = qp->seg_fd.get();
-  const int rc = qp->ctx->session->Call(&m, sizeof(m), &fd, 1, &r);
+  Session* s = qp->ctx->session;
+  std::lock_guard<std::mutex> g(s->qpn_mu);
+  // An RC/UC QP under a granted number: what the router checks is the library's own doing
+  // (CheckCaps, InitSegment, the CQs and SRQ it created), so its answer would only be the
+  // number. Posted, the create costs no wait for the router.
+  if ((qp->type == IBV_QPT_RC || qp->type == IBV_QPT_UC) && !s->qpn_grants.empty()) {
+    m.qpn = s->qpn_grants.back();
+    // Known to the event thread first: a refusal (kPeerGone) may come back at once.
+    s->registry.AddQp(m.qpn, qp);
+    if (s->Post(&m, sizeof(m), &fd, 1) == 0) {
+      s->qpn_grants.pop_back();
+      *qpn = m.qpn;
+      return 0;
+    }
+    s->registry.RemoveQp(m.qpn);
+    m.qpn = 0;  // the router is gone: the call says so
+  }
+  ff::proto::Response r{};
+  const int rc = s->Call(&m, sizeof(m), &fd, 1, &r);
+  s->qpn_grants.clear();
+  if (r.h.op == ff::proto::Op::kCreateQp) {  // the router's answer, refusal or not
+    const ff::proto::CreateQpReply& c = r.u.create_qp;
+    s->qpn_grants.assign(c.grant, c.grant + std::min(c.grant_count, ff::proto::kQpnGrant));
+  }
   if (rc != 0) {
     LogError("the router refused to create a QP: %s", std::strerror(rc));
     return rc;
@@ -316,11 +338,16 @@ void Disconnect(Qp* qp) {
   qp->link.reset();
   qp->awaited = Qp::AwaitedPeer{};
   qp->ud_links.clear();
-  qp->peer_gone.store(0);
+  // A QP the router refused stays failed: it has no QP there to reset.
+  if (qp->peer_gone.load() != static_cast<uint32_t>(PeerGone::kRefused)) qp->peer_gone.store(0);
 }
 
 int ModifyQp(Qp* qp, ibv_qp_attr* attr, int mask) {
   if (const int rc = CheckModify(qp, attr, mask)) return rc;
+  // A QP the router refused (kQpRefused) has nothing there to bring up again.
+  if ((mask & IBV_QP_STATE) && attr->qp_state != IBV_QPS_RESET && attr->qp_state != IBV_QPS_ERR &&
+      qp->peer_gone.load() == static_cast<uint32_t>(PeerGone::kRefused))
+    return ENOENT;
   const ibv_qp_state cur = qp->qpx.qp_base.state;
   std::unique_ptr<PeerLink> link;
   if ((mask & IBV_QP_STATE) && cur == IBV_QPS_INIT && attr->qp_state == IBV_QPS_RTR &&

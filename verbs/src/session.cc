@@ -44,7 +44,13 @@ bool TakeEvent(Session* s) {
     switch (ev.type) {
       case ff::proto::EventType::kPeerGone:
       case ff::proto::EventType::kPeerClosed:
-        s->registry.OnPeerGone(ev.qpn, ev.type == ff::proto::EventType::kPeerGone);
+        s->registry.OnPeerGone(ev.qpn, ev.type == ff::proto::EventType::kPeerGone
+                                           ? PeerGone::kDied
+                                           : PeerGone::kDestroyed);
+        return true;
+      case ff::proto::EventType::kQpRefused:
+        LogError("the router refused queue pair %u (a quota of the pod was reached)", ev.qpn);
+        s->registry.OnPeerGone(ev.qpn, PeerGone::kRefused);
         return true;
       case ff::proto::EventType::kPeerNamed:
         s->registry.OnPeerNamed(ev.qpn);
@@ -349,11 +355,11 @@ int Session::Call(const void* req, size_t len, const int* fds, int nfds, ff::pro
   return resp->status;
 }
 
-int Session::Post(const void* req, size_t len) {
+int Session::Post(const void* req, size_t len, const int* fds, int nfds) {
   std::lock_guard<std::mutex> g(call_mu);
   if (fatal.load()) return ENOTCONN;
   ff::proto::Header h;
-  return SendRequest(sock.get(), req, len, ff::proto::kPostedSeq, nullptr, 0, &h);
+  return SendRequest(sock.get(), req, len, ff::proto::kPostedSeq, fds, nfds, &h);
 }
 
 int Session::SimpleCall(const void* req, size_t len) {

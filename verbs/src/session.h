@@ -75,7 +75,13 @@ struct Session {
   // A request sent without waiting: the router answers none (seq kPostedSeq) and only logs
   // its failure, so only for requests whose outcome the library already knows. Requests
   // are handled in the order sent, posted or not. 0, or ENOTCONN when the router is gone.
-  int Post(const void* req, size_t len);
+  int Post(const void* req, size_t len, const int* fds = nullptr, int nfds = 0);
+
+  // QP numbers the router granted for posted RC/UC creates (proto::CreateQpReply), and the
+  // lock that keeps taking one and posting its create in the order the router sees them
+  // against an answered create, whose answer replaces the list.
+  std::mutex qpn_mu;
+  std::vector<uint32_t> qpn_grants;
 
   ff::NotifySlot* slot(uint32_t index) const { return notify.as<ff::NotifySlot>() + index; }
 };

@@ -14,7 +14,7 @@
 namespace ff {
 // Version of the router <-> library protocol, of the shared-memory layouts and of the proxy
 // records: a library and a router with different values refuse each other at HELLO.
-inline constexpr uint32_t kAbiVersion = 10;
+inline constexpr uint32_t kAbiVersion = 11;
 }  // namespace ff
 
 namespace ff::proto {
@@ -73,8 +73,8 @@ template <typename M>
 inline constexpr Op OpOf = decltype(M::h)::kOp;
 
 inline constexpr uint32_t kNoId = 0xffffffffu;
-// A request with this seq is posted: the router answers none (CmCommand only; see
-// IsPostable below). The library numbers its other requests from 1 and skips it.
+// A request with this seq is posted: the router answers none (see IsPostable below). The library
+// numbers its other requests from 1 and skips it.
 inline constexpr uint32_t kPostedSeq = 0xffffffffu;
 inline constexpr uint32_t kNoRegion = 0;  // a registration without remote access has none
 
@@ -115,6 +115,10 @@ struct CreateCq {
   uint32_t reserved;
 };
 // fds: [QP segment memfd]
+// `qpn` 0: the router numbers the QP and answers (CreateQpReply). Otherwise one of the
+// numbers the router granted this session for RC/UC QPs (CreateQpReply::grant): such a
+// create may be posted, as what the answer would say (the number) is known. A refusal of
+// a posted create is only logged, and the number is then no QP's.
 struct CreateQp {
   RequestHeader<Op::kCreateQp> h;
   uint32_t qp_type;  // ibv_qp_type
@@ -123,6 +127,8 @@ struct CreateQp {
   uint32_t srq_id;  // kNoId when none
   uint32_t recv_cq_id;
   uint32_t send_cq_id;
+  uint32_t qpn;  // 0, or a granted number
+  uint32_t reserved;
 };
 // A QP and the peer it addresses, by overlay IPv4 (GID) when dest_ip != 0, else by LID:
 //   ConnectQp  connects local `qpn` (RC/UC, at RTR; op kConnectQp) or resolves a UD
@@ -356,9 +362,16 @@ struct HelloReply {
   uint32_t prefix_len;
   char node[128];  // node name, or on refusal the reason
 };
+// An answered create also carries the session's QP numbers for posted RC/UC creates: the
+// whole list, which replaces the one the library kept (requests are handled in order, so
+// the router has seen every posted create before it answers). The router grants numbers
+// while the pod is far from its quotas; a posted create it refuses all the same is
+// reported as kQpRefused for that number.
+inline constexpr uint32_t kQpnGrant = 8;
 struct CreateQpReply {
   uint32_t qpn;
-  uint32_t reserved;
+  uint32_t grant_count;  // at most kQpnGrant
+  uint32_t grant[kQpnGrant];
 };
 // fds: [peer QP segment, peer notify segment, peer MR table, peer channel wake socket (when
 // notify_slot != kNoId), peer SRQ segment (when has_srq)]
@@ -429,6 +442,9 @@ enum class EventType : uint32_t {
   // answers) while the library had marked work requests waiting for it
   // (QpSegmentHeader::sends_waiting): the library advances the QP's send queue now.
   kProxyDrained = 6,
+  // The router refused the posted create of `qpn` (CreateQp under a granted number): there
+  // is no such QP, and the library fails the one it made.
+  kQpRefused = 7,
 };
 struct Event {
   EventType type;
@@ -500,10 +516,11 @@ static_assert(SpecsFitMessages());
 // the library can know in advance (DESTROY_ID of its own id, for one), DestroyQp (which
 // cannot fail for the library's own QP, and whose answer it never used), NameQp (a real
 // QP's RTR never fails for want of its peer; a refusal shows when the link is first made),
-// and the socket session's hints that answer nothing. A posted request that answers descriptors
+// CreateQp under a granted number (the router then checks the number: see CreateQp), and
+// the socket session's hints that answer nothing. A posted request that answers descriptors
 // would leave them nowhere.
 constexpr bool IsPostable(Op op) {
-  return op == Op::kCmCommand || op == Op::kDestroyQp || op == Op::kNameQp ||
+  return op == Op::kCmCommand || op == Op::kCreateQp || op == Op::kDestroyQp || op == Op::kNameQp ||
          op == Op::kSockUnlisten || op == Op::kSockRelease || op == Op::kSockClosed;
 }
 // The requests of a socket session (after kSockHello); a verbs session sends only the others.
