@@ -167,7 +167,7 @@ int AnnounceQp(Qp* qp, uint32_t* qpn) {
   // number. Posted, the create costs no wait for the router.
   if ((qp->type == IBV_QPT_RC || qp->type == IBV_QPT_UC) && !s->qpn_grants.empty()) {
     m.qpn = s->qpn_grants.back();
-    // Known to the event thread first: a refusal (kPeerGone) may come back at once.
+    // Known to the event thread first: a refusal (kQpRefused) may come back at once.
     s->registry.AddQp(m.qpn, qp);
     if (s->Post(&m, sizeof(m), &fd, 1) == 0) {
       s->qpn_grants.pop_back();
