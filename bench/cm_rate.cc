@@ -13,13 +13,17 @@
 //   <kind> connections: COUNT in S s with W in flight, rate R per second, median one
 //   connection M us
 //   <kind> one connection us: p90 P p99 Q max X
-// and, one at a time, the median of each rdma_cm step.
+// and, one at a time, the median of each rdma_cm step. One at a time, client and server
+// also print the CPU time their process (all its threads) spent a connection, the client
+// over its timed connections, the server over those after the warm-up:
+//   <kind> client|server cpu us a connection: user U sys S
 // Every wait has a deadline and a watchdog ends a process that blocks. Exit 0 or 1.
 #include "cm_rate.h"
 
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -63,6 +67,22 @@ void Lap(Step s) {
   const double now = NowMs();
   g_step_ms[s].push_back(now - g_lap_ms);
   g_lap_ms = now;
+}
+
+// The CPU time this process has used so far, user and system, in microseconds.
+struct Cpu {
+  double user_us = 0, sys_us = 0;
+};
+Cpu CpuNow() {
+  rusage r{};
+  ::getrusage(RUSAGE_SELF, &r);
+  const auto us = [](const timeval& t) { return t.tv_sec * 1e6 + t.tv_usec; };
+  return {us(r.ru_utime), us(r.ru_stime)};
+}
+void PrintCpu(const char* kind, const char* who, const Cpu& from, int count) {
+  const Cpu to = CpuNow();
+  std::printf("%s %s cpu us a connection: user %.1f sys %.1f\n", kind, who,
+              (to.user_us - from.user_us) / count, (to.sys_us - from.sys_us) / count);
 }
 
 double MedianOf(std::vector<double> v) {
@@ -186,6 +206,7 @@ int Measure(const char* kind, int count, int in_flight, Once once, Window window
   for (auto& v : g_step_ms) v.clear();  // the warm-up's steps are not counted
   std::vector<double> each;
   each.reserve(count);
+  const Cpu cpu0 = CpuNow();
   const double t0 = NowMs();
   for (int i = 0; in_flight == 1 && i < count; ++i) {
     const double t = NowMs();
@@ -213,6 +234,7 @@ int Measure(const char* kind, int count, int in_flight, Once once, Window window
       std::printf(" %s %.1f", kStepNames[s], MedianOf(g_step_ms[s]) * 1000);
     std::printf("\n");
   }
+  if (in_flight == 1) PrintCpu(kind, "client", cpu0, count);
   return 0;
 }
 
@@ -281,7 +303,9 @@ int RdmaServerMain(int port, int count) {
   ibv_pd* pd = nullptr;
   ibv_cq* cq = nullptr;
   int done = 0, st = 0;
+  Cpu cpu0;
   while (st == 0 && done < count + 1) {  // the client's warm-up connection, then COUNT
+    if (done == 1 && cpu0.user_us == 0 && cpu0.sys_us == 0) cpu0 = CpuNow();
     rdma_cm_event* ev = nullptr;
     if (cmtest::NextEvent(ch, 60000, &ev) != 0) {
       std::fprintf(stderr, "server: no event for 60 s after %d connections\n", done);
@@ -296,6 +320,7 @@ int RdmaServerMain(int port, int count) {
       rdma_destroy_id(id);
     }
   }
+  if (st == 0) PrintCpu("rdma_cm", "server", cpu0, count);
   rdma_destroy_id(listen);
   if (cq != nullptr) ibv_destroy_cq(cq);
   if (pd != nullptr) ibv_dealloc_pd(pd);
@@ -319,7 +344,9 @@ int TcpServerMain(int port, int count, int in_flight) {
     ::close(l);
     return st;
   }
+  Cpu cpu0;
   for (int i = 0; i < count + 1; ++i) {  // the warm-up connection, then COUNT
+    if (i == 1) cpu0 = CpuNow();
     pollfd p{l, POLLIN, 0};
     if (::poll(&p, 1, 60000) != 1) {
       std::fprintf(stderr, "server: no connection for 60 s after %d\n", i);
@@ -336,6 +363,7 @@ int TcpServerMain(int port, int count, int in_flight) {
       return 1;
     }
   }
+  PrintCpu("tcp", "server", cpu0, count);
   ::close(l);
   return 0;
 }

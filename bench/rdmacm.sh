@@ -7,6 +7,10 @@
 #     connect/accept/close; target: at least 1/2 of TCP's on one node, 1/4 across nodes;
 #     one connection at a time (the target's figure), then IN_FLIGHT at a time (for
 #     information: how each scales when a program opens many at once, as cmtime does);
+#   - one at a time, the CPU time a connection costs: client and server processes (all
+#     their threads, cm_rate's own figures) and, for rdma_cm, the router(s) (all threads,
+#     /proc/PID/task/*/schedstat over the whole run: the warm-up connection and the
+#     sessions' set-up are charged too); on two vCPUs a rate is bounded by 2 s of CPU;
 #   - rping's time per ping (the difference of a long and a short run, so that set-up is
 #     left out), beside ib_send_lat;
 #   - ib_send_lat -R and ib_write_bw -R (connected by rdma_cm) beside the same tools
@@ -25,14 +29,38 @@ export FF_ROUTER_LOG=info  # cm_wait_listen reads the router's rdma_cm listens
 source scripts/lib/measure.sh
 CM_RATE=${FF_CM_RATE:-$FF_BUILD/bench/cm_rate}
 
+# router_cpu_ns: the CPU time (ns) the router(s) of this placement have used so far.
+router_cpu_ns() {
+  local -a pids=("$FF_ROUTER_PID")
+  [[ $FF_PLACEMENT == cross ]] && pids=("${FF_NODE_ROUTER[0]}" "${FF_NODE_ROUTER[1]}")
+  local p t ns sum=0
+  for p in "${pids[@]}"; do
+    for t in /proc/"$p"/task/*/schedstat; do
+      read -r ns _ <"$t" 2>/dev/null && sum=$((sum + ns))
+    done
+  done
+  echo "$sum"
+}
+
 # conn_rate rdma|tcp PORT COUNT [IN_FLIGHT]: connections per second from pod 1 to pod 0
-# (nothing when the run failed; its logs stay in $FF_DIR/rate-*.log).
+# (nothing when the run failed; its logs stay in $FF_DIR/rate-*.log). One at a time, it
+# also appends "CPU_US ROUTER_US" a connection to $FF_DIR/cpu-<kind>.txt: client + server
+# (+ router for rdma_cm), and the router's part.
 conn_rate() {
-  local w=${4:-1}
+  local w=${4:-1} r0 r1
+  r0=$(router_cpu_ns)
   pod_bg 0 "$CM_RATE" "$1-server" "$2" "$3" "$w" >"$FF_DIR/rate-server.log" 2>&1
   local spid=$FF_LAST_PID
   pod_run 1 timeout 120 "$CM_RATE" "$1-client" "$(ff_pod_ip 0)" "$2" "$3" "$w" >"$FF_DIR/rate-client.log" 2>&1 || true
   wait_pid "$spid" 30 >/dev/null || true
+  r1=$(router_cpu_ns)
+  if [[ $w -eq 1 ]]; then
+    cat "$FF_DIR/rate-client.log" "$FF_DIR/rate-server.log" | awk -v kind="$1" -v n="$3" \
+      -v router_ns=$((r1 - r0)) '/ cpu us a connection: / {sum += $(NF - 2) + $NF; got++}
+      END { if (got != 2) exit
+            r = (kind == "rdma") ? router_ns / 1000 / (n + 1) : 0
+            printf "%.1f %.1f\n", sum + r, r }' >>"$FF_DIR/cpu-$1.txt"
+  fi
   awk '/ connections: / {for (i = 1; i < NF; i++) if ($i == "rate") print $(i + 1)}' "$FF_DIR/rate-client.log"
   grep -q ' connections: ' "$FF_DIR/rate-client.log" ||
     { echo "cm_rate $1 failed:"; tail -n 3 "$FF_DIR/rate-client.log" "$FF_DIR/rate-server.log"; } >&2
@@ -81,8 +109,11 @@ measure() {  # measure WHERE RATE_DIVISOR: the table for one placement of the po
     add br "$(perftest_run 0 1 bw ib_write_bw -R -s 65536 -n 5000)"
     add bp "$(perftest_run 0 1 bw ib_write_bw -s 65536 -n 5000)"
   done
-  local scm stcp scmw stcpw srp slr slp sbr sbp
+  local scm stcp scmw stcpw srp slr slp sbr sbp ccm crt ctcp
   scm=$(stats "${cm[@]}") stcp=$(stats "${tcp[@]}") srp=$(stats "${rp[@]}") slr=$(stats "${lr[@]}")
+  ccm=$(stats $(awk '{print $1}' "$FF_DIR/cpu-rdma.txt" 2>/dev/null))
+  crt=$(stats $(awk '{print $2}' "$FF_DIR/cpu-rdma.txt" 2>/dev/null))
+  ctcp=$(stats $(awk '{print $1}' "$FF_DIR/cpu-tcp.txt" 2>/dev/null))
   scmw=$(stats "${cmw[@]}") stcpw=$(stats "${tcpw[@]}")
   slp=$(stats "${lp[@]}") sbr=$(stats "${br[@]}") sbp=$(stats "${bp[@]}")
   rate_target() {  # rate_target STATS_RDMA STATS_TCP [info]: the ratio, against the target
@@ -104,6 +135,8 @@ measure() {  # measure WHERE RATE_DIVISOR: the table for one placement of the po
   printf '%-52s %-30s %s\n' "figure" "value" "target"
   printf '%-52s %-30s %s\n' "rdma_cm connections set up + torn down per second" "$(fmt_stats "$scm")" "$(rate_target "$scm" "$stcp")"
   printf '%-52s %-30s %s\n' "  TCP connect/accept/close per second" "$(fmt_stats "$stcp")" ""
+  printf '%-52s %-30s %s\n' "CPU usec a connection: rdma_cm client+server+router" "$(fmt_stats "$ccm")" "router(s): ${crt%% *}"
+  printf '%-52s %-30s %s\n' "  CPU usec a connection: TCP client+server" "$(fmt_stats "$ctcp")" ""
   printf '%-52s %-30s %s\n' "the same with $IN_FLIGHT in flight: rdma_cm per second" "$(fmt_stats "$scmw")" "$(rate_target "$scmw" "$stcpw" info)"
   printf '%-52s %-30s %s\n' "  TCP per second, $IN_FLIGHT in flight" "$(fmt_stats "$stcpw")" ""
   printf '%-52s %-30s %s\n' "rping, usec a ping (64 B, 2 SENDs + READ + WRITE)" "$(fmt_stats "$srp")" ""
