@@ -384,6 +384,10 @@ struct Context {
   std::vector<Srq*> srqs;
   std::vector<Channel*> channels;
   std::unordered_map<uint32_t, std::weak_ptr<PeerCtx>> peers;
+  // The peers linked to last, kept mapped while no link holds them (kRecentPeers): a program
+  // that connects to one peer again and again (an rdma_cm client) maps its notify words and
+  // MR table once, not per connection.
+  std::deque<std::shared_ptr<PeerCtx>> recent_peers;
   std::vector<Mr*> mrs_by_slot;           // local lkey lookup
   std::unordered_map<uint32_t, Mw*> mws;  // memory windows by MR-table slot
   const Mr* last_mr = nullptr;  // the registration the last SGE check found (one-entry cache)

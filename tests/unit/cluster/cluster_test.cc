@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -270,6 +271,54 @@ TEST_P(ClusterTest, ALinkOrRouterThatDiesFailsTheQpWithoutAHang) {
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_NE(wc[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(a->AsyncEvent(), cross() ? IBV_EVENT_QP_FATAL : IBV_EVENT_DEVICE_FATAL);
+}
+
+// How many mappings of memfds named `name` this process holds (/proc/self/maps).
+size_t Mapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  size_t n = 0;
+  for (std::string line; std::getline(maps, line);)
+    n += line.find("/memfd:" + name + " ") != std::string::npos ? 1 : 0;
+  return n;
+}
+
+// A program that connects QP after QP to one peer process on its node (an rdma_cm client)
+// maps that peer's notify words and MR table once: they stay mapped between connections
+// (Context::recent_peers), and every QP still works.
+TEST(PeerMappings, QpsLinkedOneAfterAnotherToAPeerMapItsMrTableOnce) {
+  TestRouter router{TestRouter::Options{}};
+  Pod a(router, Ip("10.0.0.1")), b(router, Ip("10.0.0.2"));
+  const size_t tables = Mapped("ffrouter-mrtable"), notify = Mapped("ffverbs-notify");
+  for (int i = 0; i < 3; ++i) {
+    ibv_qp* qa = a.NewQp();
+    ibv_qp* qb = b.NewQp();
+    ASSERT_NE(qa, nullptr);
+    ASSERT_NE(qb, nullptr);
+    ASSERT_EQ(b.ConnectQp(qb, a, qa->qp_num), 0);
+    ASSERT_EQ(a.ConnectQp(qa, b, qb->qp_num), 0);
+    // a maps b's, and b (told that a named it) a's.
+    EXPECT_TRUE(router::test::WaitFor([&] { return Mapped("ffrouter-mrtable") == tables + 2; }))
+        << "connection " << i << ": " << Mapped("ffrouter-mrtable") - tables;
+    ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf), 8, a.mr->lkey};
+    ibv_send_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf) + 64 * i;
+    wr.wr.rdma.rkey = b.mr->rkey;
+    std::memcpy(a.buf, "written", 8);
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+    const auto done = a.Poll(1);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].status, IBV_WC_SUCCESS);
+    EXPECT_STREQ(b.buf + 64 * i, "written");
+    ASSERT_EQ(a.DestroyQp(qa), 0);
+    ASSERT_EQ(b.DestroyQp(qb), 0);
+    EXPECT_EQ(Mapped("ffrouter-mrtable"), tables + 2) << "unmapped with the last link";
+    EXPECT_EQ(Mapped("ffverbs-notify"), notify + 2) << "unmapped with the last link";
+  }
 }
 
 // A hostile pod that resolves a UD destination writes records claiming another source

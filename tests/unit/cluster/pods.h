@@ -63,6 +63,12 @@ class Pod {
   Pod(const Pod&) = delete;
   Pod& operator=(const Pod&) = delete;
 
+  // Destroys a QP NewQp made.
+  int DestroyQp(ibv_qp* q) {
+    std::erase(extra_qps_, q);
+    return ibv_destroy_qp(q);
+  }
+
   // INIT -> RTR -> RTS towards `peer`, addressed by its GID (the overlay address), or by
   // its LID only (`lid` != 0: no GRH, as InfiniBand programs address a peer).
   int ConnectTo(const Pod& peer, uint8_t rnr_retry = 7, uint8_t min_rnr_timer = 1,
