@@ -233,8 +233,12 @@ bool AnswerFromState(const CmChannel& ch, const Command& c, ff::proto::CmReply* 
   ib_uverbs_qp_attr attr;
   const auto state = Get<uint32_t>(c.body, offsetof(rdma_ucm_init_qp_attr, qp_state));
   *rc = ff::CmInitQpAttr(st.qp, state, &attr);
+  // The RTR that follows names its peer without linking (cmtable::NoteUnnamedPeer): on the
+  // passive side (kRequested), whose peer cannot have named it yet, and on the active side
+  // (kRtuDue), which links when it first sends.
+  const CmPhase phase = cmtable::Phase(ch, handle);
   if (*rc == 0 && state == IBV_QPS_RTR && st.qp.qp_type != IBV_QPT_UD &&
-      cmtable::Phase(ch, handle) == CmPhase::kRequested)
+      (phase == CmPhase::kRequested || phase == CmPhase::kRtuDue))
     cmtable::NoteUnnamedPeer(ch.session, st.qp.remote_ip, st.qp.remote_qpn);
   reply->out_len = sizeof(attr);
   std::memcpy(reply->out, &attr, sizeof(attr));

@@ -122,11 +122,14 @@ bool IsOpen(const CmChannel& ch);
 CmPhase Phase(const CmChannel& ch, uint32_t handle);
 void SetPhase(Session* s, uint32_t handle, CmPhase phase);
 
-// The peer of an RTR that cannot have named the QP yet: INIT_QP_ATTR(RTR) of a kRequested
-// id notes the peer's address and QP number, and the ibv_modify_qp(RTR) that follows (in
-// rdma_accept, before ACCEPT) takes the note and names its peer without waiting for the
-// router, whose answer could only be EINPROGRESS (qp.cc). At most kMaxUnnamedPeers notes
-// are kept (the oldest go first); a note is taken once.
+// The peer of an RTR that rdma_cm sets up: INIT_QP_ATTR(RTR) of a kRequested id (the
+// passive side, in rdma_accept before ACCEPT) or of a kRtuDue one (the active side, after
+// CONNECT_RESPONSE, before the RTU) notes the peer's address and QP number, and the
+// ibv_modify_qp(RTR) that follows takes the note and names its peer with a posted NameQp
+// instead of asking for a link (qp.cc): the passive side's peer cannot have named it yet
+// (the router's answer could only be EINPROGRESS), and the active side links when it first
+// sends, so that a connection costs no wait for the router at RTR. At most
+// kMaxUnnamedPeers notes are kept (the oldest go first); a note is taken once.
 inline constexpr size_t kMaxUnnamedPeers = 64;
 void NoteUnnamedPeer(Session* s, uint32_t ip, uint32_t qpn);
 bool TakeUnnamedPeer(Session* s, uint32_t ip, uint32_t qpn);

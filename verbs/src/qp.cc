@@ -234,10 +234,10 @@ int CreateQp(Context* ctx, ibv_pd* pd, ibv_qp_init_attr_ex* attr, Qp** out) {
   return 0;
 }
 
-// RTR towards a peer that cannot have named this QP yet (cmtable::TakeUnnamedPeer): the
-// router's answer could only be EINPROGRESS, so the peer is named by a posted NameQp and
-// the QP awaits it, as after that answer (the event thread links it once the peer names
-// this QP; the first WQE asks otherwise).
+// RTR of a QP rdma_cm connects (cmtable::TakeUnnamedPeer): the peer is named by a posted
+// NameQp and the QP awaits it, as after an EINPROGRESS answer. The passive side's peer
+// cannot have named it yet (the event thread links it once the peer names this QP and it
+// asked); the active side's has, and the first WQE links it (AwaitPeer).
 int NameWithoutWaiting(Qp* qp, uint32_t ip, uint32_t dest_qpn) {
   ff::proto::NameQp m{};
   m.qpn = qp->qpx.qp_base.qp_num;

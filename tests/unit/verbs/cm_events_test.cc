@@ -390,6 +390,64 @@ TEST_F(CmTest, APassiveSidesRtrNamesItsPeerWithoutWaiting) {
   EXPECT_EQ(pod_.router.connect_count(other->qp_num), 1);
 }
 
+// The active side's RTR (after CONNECT_RESPONSE, before its RTU) would find its peer's
+// consent (the passive side names it before its ACCEPT), but asks for no link: the peer is
+// named by a posted NameQp and the first send links the QP. A connection that sends nothing
+// costs no wait for the router at RTR; one that sends links when it first needs to.
+TEST_F(CmTest, AnActiveSidesRtrNamesItsPeerAndItsFirstSendLinks) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
+  const uint32_t id = CreateId(fd, 0x43);
+  constexpr uint32_t kPeerQpn = 0x778;
+  ff::proto::CmEvent ev = MakeCmEvent(id, kConnectResponse, id, 0x43);
+  ev.state.handle = id;
+  ev.state.version = 1;
+  ev.state.qp.seen = 1;
+  ev.state.qp.qp_type = IBV_QPT_RC;
+  ev.state.qp.connected = 1;
+  ev.state.qp.remote_ip = 0x0af40002;  // where Pod::Connect's RTR goes (10.244.0.2)
+  ev.state.qp.remote_qpn = kPeerQpn;
+  const int router_end = pod_.router.cm_channel_fd(channel);
+  ASSERT_EQ(::send(router_end, &ev, sizeof(ev), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(ev)));
+  rdma_ucm_event_resp got{};
+  ASSERT_EQ(GetEvent(fd, &got), 0);
+  ASSERT_EQ(got.event, kConnectResponse);
+  ib_uverbs_qp_attr attr{};
+  rdma_ucm_init_qp_attr q{};
+  q.id = id;
+  q.qp_state = IBV_QPS_RTR;
+  q.response = Ptr(&attr);
+  ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_INIT_QP_ATTR, q, sizeof(attr)), 0);
+  EXPECT_EQ(attr.dest_qp_num, kPeerQpn);
+  SameNodePeer peer{kPeerQpn, IBV_QPT_RC, 4096};
+  ibv_qp* qp = pod_.CreateQp();
+  ASSERT_NE(qp, nullptr);
+  pod_.router.AnswerSameNode(qp->qp_num, &peer);
+  ASSERT_EQ(pod_.Connect(qp, kPeerQpn), 0);
+  EXPECT_EQ(ffv::ToQp(qp)->awaited.waiting, true);
+  EXPECT_NE(CreateId(fd, 0x44), 0u);  // a call answered: what was posted came before it
+  EXPECT_EQ(pod_.router.connect_count(qp->qp_num), 0) << "the RTR waited for the router";
+  const std::vector<ff::proto::NameQp> names = pod_.router.names();
+  ASSERT_EQ(names.size(), 1u);
+  EXPECT_EQ(names[0].h.seq, ff::proto::kPostedSeq);
+  EXPECT_EQ(names[0].qpn, qp->qp_num);
+  EXPECT_EQ(names[0].dest_qpn, kPeerQpn);
+  peer.PostCredits(1);
+  Buffer buf(pod_.pd, 64);
+  std::memset(buf.data(), 'a', 64);
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 64), 7), 0);
+  const std::vector<ibv_wc> wcs = PollN(pod_.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 7u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(pod_.router.connect_count(qp->qp_num), 1) << "the first send linked the QP";
+  ff::RecordHeader h;
+  std::vector<char> payload;
+  ASSERT_TRUE(peer.NextRecord(&h, &payload));
+  EXPECT_EQ(h.src_qpn, qp->qp_num);
+  EXPECT_EQ(std::string(payload.begin(), payload.end()), std::string(64, 'a'));
+}
+
 // A CONNECT of an id whose ROUTE_RESOLVED the program read, and the ACCEPT of a request it
 // read, are posted: each starts an exchange whose outcome comes as events. Parameters the
 // router would refuse (none given, private data longer than the REQ, REP or SIDR REP holds)
