@@ -395,9 +395,19 @@ void CmService::OnDreq(CmId* id, const wire::CmMessage& m) {
     case CmState::kEstablished:
     case CmState::kRepSent:
     case CmState::kRepReceived:
-    case CmState::kDisconnecting:
-      Fail(*id, RDMA_CM_EVENT_DISCONNECTED, 0);
+    case CmState::kDisconnecting: {
+      id->deadline_ns = 0;
+      id->state = CmState::kDone;
+      if (!id->touched) return;
+      // After the DREP (queued before this, on the link or for this node): the side that
+      // disconnected waits for it, while this one learns of the DREQ in the same turn.
+      const uint32_t handle = id->handle;
+      const proto::CmEvent e = MakeEvent(handle, id->uid, handle, RDMA_CM_EVENT_DISCONNECTED, 0);
+      p_.loop.Defer([this, handle, e] {
+        if (const CmId* now = table_.Find(handle)) Emit(*now, e);
+      });
       return;
+    }
     default:
       return;
   }

@@ -274,6 +274,29 @@ TEST_F(CmTest, ConnectAcceptAndDisconnectOnOneNode) {
   EXPECT_EQ(router.Stat("cm_ids"), 1u);  // the listener
 }
 
+// The DREP is delivered before the side that received the DREQ hears DISCONNECTED: the
+// side that disconnected waits for it, the other only learns of it. One process holding
+// both ends on one channel sees that order.
+TEST_F(CmTest, TheSideThatDisconnectsHearsItsDrepFirst) {
+  const uint32_t l = server.CreateId(RDMA_PS_TCP, 0x5e);
+  ASSERT_EQ(server.Bind(l, 0, 7000), 0);
+  ASSERT_EQ(server.Listen(l), 0);
+  const uint32_t id = server.CreateId(RDMA_PS_TCP, 0xc1);
+  ASSERT_EQ(server.Resolve(id, server.ip(), 7000), 0);
+  server.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(server.ResolveRoute(id), 0);
+  server.Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  ASSERT_EQ(server.Connect(id, 0x11, ""), 0);
+  const uint32_t child = server.Expect(RDMA_CM_EVENT_CONNECT_REQUEST).r.id;
+  ASSERT_EQ(server.Accept(child, 0xacc, 0x22, ""), 0);
+  server.Expect(RDMA_CM_EVENT_CONNECT_RESPONSE);
+  ASSERT_EQ(server.Accept(id, 0, 0, ""), 0);  // the RTU
+  server.Expect(RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_EQ(server.Disconnect(child), 0);
+  EXPECT_EQ(server.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, child) << "the DREP came second";
+  EXPECT_EQ(server.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, id);
+}
+
 TEST_F(CmTest, NobodyListeningIsRejectedAtOnceAsInvalidServiceId) {
   const uint32_t id = Routed();
   const auto start = std::chrono::steady_clock::now();
