@@ -84,6 +84,12 @@ int CmService::Send(CmId* id, wire::CmKind kind, const wire::CmMessage& m) {
   return 0;
 }
 
+// The command just served sent `id`'s message to another node and its program waits for
+// the answer (REP, RTU, DREP): no polling window after it (EventLoop::NoteRemoteWait).
+void CmService::AwaitsRemote(const CmId& id) {
+  if (id.link != kNoLink) p_.loop.NoteRemoteWait();
+}
+
 // An answer to a message whose sender has no id here (no listener, unknown comm id).
 void CmService::Reply(wire::CmKind kind, const wire::CmMessage& to, uint8_t reason) {
   wire::CmMessage m{};
@@ -118,6 +124,7 @@ int CmService::Connect(Ctx& c) {
     Fail(*id, RDMA_CM_EVENT_UNREACHABLE, -rc);
     return 0;
   }
+  AwaitsRemote(*id);
   id->state = CmState::kConnecting;
   id->deadline_ns = MonotonicNs() + kCmResponseTimeoutNs;
   return 0;
@@ -147,6 +154,7 @@ int CmService::Accept(Ctx& c) {
     return 0;
   }
   Send(id, wire::CmKind::kRep, m);
+  AwaitsRemote(*id);
   id->state = CmState::kRepSent;
   id->deadline_ns = MonotonicNs() + kCmResponseTimeoutNs;
   return 0;
@@ -178,6 +186,7 @@ int CmService::Disconnect(Ctx& c) {
     case CmState::kRepSent:
     case CmState::kRepReceived:
       Send(id, wire::CmKind::kDreq, MessageFrom(*id));
+      AwaitsRemote(*id);
       id->state = CmState::kDisconnecting;
       id->deadline_ns = MonotonicNs() + kCmResponseTimeoutNs;
       return 0;

@@ -50,6 +50,12 @@ class EventLoop {
   // Until `ns` from now, RunOnce polls instead of waiting (a client that was just answered
   // is likely to ask again soon; waking a sleeping router costs more than polling).
   void StayAwake(uint64_t ns);
+  // The request being served leaves its client waiting for another node (an rdma_cm REQ,
+  // REP or DREQ went on a node link): its answer is a round trip away, so the window that
+  // follows the request would only burn CPU (PodSessions opens none then). A count, so
+  // that the caller can tell whether a request noted one.
+  void NoteRemoteWait() { ++remote_waits_; }
+  uint64_t remote_waits() const { return remote_waits_; }
   // Thread-safe and async-signal-safe: makes stopped() true and wakes the loop.
   void Stop();
   // Thread-safe and async-signal-safe: makes the current or next RunOnce() return.
@@ -77,6 +83,7 @@ class EventLoop {
   std::vector<std::function<void()>> posted_;
   volatile sig_atomic_t stopped_ = 0;
   uint64_t awake_until_ns_ = 0;
+  uint64_t remote_waits_ = 0;
 };
 
 // A one-shot monotonic timer on a loop: Arm() (re)starts it, the callback runs once when

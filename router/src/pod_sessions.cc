@@ -140,8 +140,9 @@ void PodSessions::OnReadable(PodId id) {
   if (rc == EAGAIN || rc == EWOULDBLOCK) return;
   if (rc != 0) return Drop(id, rc == EMSGSIZE ? "oversized message" : "receive error");
   if (n == 0) return Drop(id, "client closed the connection");
+  const uint64_t remote_waits = loop_.remote_waits();
   if (!Dispatch(*s, buf, n, fds, nfds)) return Drop(id, "malformed or unexpected message");
-  loop_.StayAwake(answer_spin_ns_);
+  if (loop_.remote_waits() == remote_waits) loop_.StayAwake(answer_spin_ns_);
 }
 
 bool PodSessions::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, int nfds) {

@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "cm_abi.h"
 #include "harness.h"
@@ -543,5 +544,35 @@ TEST_F(CmCrossNodeTest, ARouterCannotSpeakForAnotherNodesPods) {
   client.Expect(RDMA_CM_EVENT_DISCONNECTED);
 }
 
+// A request that leaves its pod waiting for another node opens no polling window
+// (EventLoop::NoteRemoteWait): with --spin-us at its longest (10 ms), the client's router
+// spends next to no CPU after a cross-node CONNECT (answered by a REJ at once: nobody
+// listens), and a whole window after a request the pod follows up at once (RESOLVE_ROUTE).
+TEST(CmSpinTest, ACrossNodeConnectOpensNoPollingWindow) {
+  LoopbackNetwork net;
+  FakeCluster cluster;
+  TestRouter::Options oa{"node-a", Ip("192.168.0.1"), &net, &cluster};
+  TestRouter::Options ob{"node-b", Ip("192.168.0.2"), &net, &cluster};
+  oa.spin_us = ob.spin_us = 10'000;
+  TestRouter a(oa), b(ob);
+  CmPod server(a, Ip("10.1.0.1")), client(b, Ip("10.2.0.1"));
+  for (CmPod* p : {&server, &client}) {
+    ASSERT_EQ(p->Hello(), 0);
+    ASSERT_EQ(p->Open(kCh), 0);
+  }
+  const uint32_t id = client.CreateId(RDMA_PS_TCP, 0xc1);
+  ASSERT_EQ(client.Resolve(id, server.ip(), 7000), 0);
+  client.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+  uint64_t before = b.CpuNs();
+  ASSERT_EQ(client.ResolveRoute(id), 0);
+  client.Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_GE(b.CpuNs() - before, 5'000'000u) << "no window after a local request";
+  before = b.CpuNs();
+  ASSERT_EQ(client.Connect(id, 0x11, ""), 0);
+  EXPECT_EQ(client.Expect(RDMA_CM_EVENT_REJECTED).r.status, kRejInvalidServiceId);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_LT(b.CpuNs() - before, 3'000'000u) << "the router polled while the REQ travelled";
+}
 }  // namespace
 }  // namespace ff::router::test
