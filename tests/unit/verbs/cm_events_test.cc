@@ -343,6 +343,45 @@ TEST_F(CmTest, TheRtuAndDisconnectOfAConnectedIdArePostedOthersWait) {
   EXPECT_EQ(PostedOf(RDMA_USER_CM_CMD_DISCONNECT), (std::vector<bool>{false, true, true, true}));
 }
 
+// The router's `event` for id `id` (owner `owner`, uid `uid`), whose state names an RC peer QP
+// `peer_qpn` at 10.244.0.2 (where Pod::Connect's RTR goes), read from `fd` by the program,
+// which then asks INIT_QP_ATTR(RTR) for `id`, as librdmacm does before it moves its QP.
+void ReadPeerThenAskRtr(int router_end, int fd, uint32_t owner, uint32_t event, uint32_t id,
+                        uint64_t uid, uint32_t peer_qpn) {
+  ff::proto::CmEvent ev = MakeCmEvent(owner, event, id, uid);
+  ev.state.handle = id;
+  ev.state.version = 1;
+  ev.state.qp.seen = 1;
+  ev.state.qp.qp_type = IBV_QPT_RC;
+  ev.state.qp.connected = 1;
+  ev.state.qp.remote_ip = 0x0af40002;
+  ev.state.qp.remote_qpn = peer_qpn;
+  ASSERT_EQ(::send(router_end, &ev, sizeof(ev), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(ev)));
+  rdma_ucm_event_resp got{};
+  ASSERT_EQ(GetEvent(fd, &got), 0);
+  ASSERT_EQ(got.event, event);
+  ib_uverbs_qp_attr attr{};
+  rdma_ucm_init_qp_attr q{};
+  q.id = id;
+  q.qp_state = IBV_QPS_RTR;
+  q.response = Ptr(&attr);
+  ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_INIT_QP_ATTR, q, sizeof(attr)), 0);
+  EXPECT_EQ(attr.dest_qp_num, peer_qpn);
+}
+
+// After an RTR that rdma_cm set up: the router was not asked for a link; the QP named its
+// peer (QP `peer_qpn` at 10.244.0.2) with one posted NameQp and awaits it.
+void ExpectNamedWithoutALink(FakeRouter& router, ibv_qp* qp, uint32_t peer_qpn) {
+  EXPECT_EQ(ffv::ToQp(qp)->awaited.waiting, true);
+  EXPECT_EQ(router.connect_count(qp->qp_num), 0) << "the RTR waited for the router";
+  const std::vector<ff::proto::NameQp> names = router.names();
+  ASSERT_EQ(names.size(), 1u);
+  EXPECT_EQ(names[0].h.seq, ff::proto::kPostedSeq);
+  EXPECT_EQ(names[0].qpn, qp->qp_num);
+  EXPECT_EQ(ntohl(names[0].dest_ip), 0x0af40002u);
+  EXPECT_EQ(names[0].dest_qpn, peer_qpn);
+}
+
 // The passive side's RTR (rdma_accept's, before its ACCEPT) cannot find its peer's consent:
 // the peer learns this side's QP number only from the REP. So the router is not asked: the
 // peer is named by a posted NameQp, and the QP awaits it as after an EINPROGRESS answer. The
@@ -353,37 +392,13 @@ TEST_F(CmTest, APassiveSidesRtrNamesItsPeerWithoutWaiting) {
   const uint32_t listener = CreateId(fd, 0x41);
   const uint32_t child = 4545;
   constexpr uint32_t kPeerQpn = 0x777;
-  ff::proto::CmEvent ev = MakeCmEvent(listener, kConnectRequest, child, 0x41);
-  ev.state.handle = child;
-  ev.state.version = 1;
-  ev.state.qp.seen = 1;
-  ev.state.qp.qp_type = IBV_QPT_RC;
-  ev.state.qp.connected = 1;
-  ev.state.qp.remote_ip = 0x0af40002;  // where Pod::Connect's RTR goes (10.244.0.2)
-  ev.state.qp.remote_qpn = kPeerQpn;
-  const int router_end = pod_.router.cm_channel_fd(channel);
-  ASSERT_EQ(::send(router_end, &ev, sizeof(ev), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(ev)));
-  rdma_ucm_event_resp got{};
-  ASSERT_EQ(GetEvent(fd, &got), 0);
-  ib_uverbs_qp_attr attr{};
-  rdma_ucm_init_qp_attr q{};
-  q.id = child;
-  q.qp_state = IBV_QPS_RTR;
-  q.response = Ptr(&attr);
-  ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_INIT_QP_ATTR, q, sizeof(attr)), 0);
-  EXPECT_EQ(attr.dest_qp_num, kPeerQpn);
+  ASSERT_NO_FATAL_FAILURE(ReadPeerThenAskRtr(pod_.router.cm_channel_fd(channel), fd, listener,
+                                             kConnectRequest, child, 0x41, kPeerQpn));
   ibv_qp* qp = pod_.CreateQp();
   ASSERT_NE(qp, nullptr);
   ASSERT_EQ(pod_.Connect(qp, kPeerQpn), 0);
-  EXPECT_EQ(ffv::ToQp(qp)->awaited.waiting, true);
   EXPECT_NE(CreateId(fd, 0x42), 0u);  // a call answered: what was posted came before it
-  EXPECT_EQ(pod_.router.connect_count(qp->qp_num), 0) << "the RTR waited for the router";
-  const std::vector<ff::proto::NameQp> names = pod_.router.names();
-  ASSERT_EQ(names.size(), 1u);
-  EXPECT_EQ(names[0].h.seq, ff::proto::kPostedSeq);
-  EXPECT_EQ(names[0].qpn, qp->qp_num);
-  EXPECT_EQ(ntohl(names[0].dest_ip), 0x0af40002u);
-  EXPECT_EQ(names[0].dest_qpn, kPeerQpn);
+  ASSERT_NO_FATAL_FAILURE(ExpectNamedWithoutALink(pod_.router, qp, kPeerQpn));
   ibv_qp* other = pod_.CreateQp();
   ASSERT_NE(other, nullptr);
   EXPECT_EQ(pod_.Connect(other, kPeerQpn), EHOSTUNREACH) << "asked, and refused";
@@ -399,39 +414,15 @@ TEST_F(CmTest, AnActiveSidesRtrNamesItsPeerAndItsFirstSendLinks) {
   const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
   const uint32_t id = CreateId(fd, 0x43);
   constexpr uint32_t kPeerQpn = 0x778;
-  ff::proto::CmEvent ev = MakeCmEvent(id, kConnectResponse, id, 0x43);
-  ev.state.handle = id;
-  ev.state.version = 1;
-  ev.state.qp.seen = 1;
-  ev.state.qp.qp_type = IBV_QPT_RC;
-  ev.state.qp.connected = 1;
-  ev.state.qp.remote_ip = 0x0af40002;  // where Pod::Connect's RTR goes (10.244.0.2)
-  ev.state.qp.remote_qpn = kPeerQpn;
-  const int router_end = pod_.router.cm_channel_fd(channel);
-  ASSERT_EQ(::send(router_end, &ev, sizeof(ev), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(ev)));
-  rdma_ucm_event_resp got{};
-  ASSERT_EQ(GetEvent(fd, &got), 0);
-  ASSERT_EQ(got.event, kConnectResponse);
-  ib_uverbs_qp_attr attr{};
-  rdma_ucm_init_qp_attr q{};
-  q.id = id;
-  q.qp_state = IBV_QPS_RTR;
-  q.response = Ptr(&attr);
-  ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_INIT_QP_ATTR, q, sizeof(attr)), 0);
-  EXPECT_EQ(attr.dest_qp_num, kPeerQpn);
+  ASSERT_NO_FATAL_FAILURE(ReadPeerThenAskRtr(pod_.router.cm_channel_fd(channel), fd, id,
+                                             kConnectResponse, id, 0x43, kPeerQpn));
   SameNodePeer peer{kPeerQpn, IBV_QPT_RC, 4096};
   ibv_qp* qp = pod_.CreateQp();
   ASSERT_NE(qp, nullptr);
   pod_.router.AnswerSameNode(qp->qp_num, &peer);
   ASSERT_EQ(pod_.Connect(qp, kPeerQpn), 0);
-  EXPECT_EQ(ffv::ToQp(qp)->awaited.waiting, true);
   EXPECT_NE(CreateId(fd, 0x44), 0u);  // a call answered: what was posted came before it
-  EXPECT_EQ(pod_.router.connect_count(qp->qp_num), 0) << "the RTR waited for the router";
-  const std::vector<ff::proto::NameQp> names = pod_.router.names();
-  ASSERT_EQ(names.size(), 1u);
-  EXPECT_EQ(names[0].h.seq, ff::proto::kPostedSeq);
-  EXPECT_EQ(names[0].qpn, qp->qp_num);
-  EXPECT_EQ(names[0].dest_qpn, kPeerQpn);
+  ASSERT_NO_FATAL_FAILURE(ExpectNamedWithoutALink(pod_.router, qp, kPeerQpn));
   peer.PostCredits(1);
   Buffer buf(pod_.pd, 64);
   std::memset(buf.data(), 'a', 64);
