@@ -404,19 +404,11 @@ void CmService::OnDreq(CmId* id, const wire::CmMessage& m) {
     case CmState::kEstablished:
     case CmState::kRepSent:
     case CmState::kRepReceived:
-    case CmState::kDisconnecting: {
-      id->deadline_ns = 0;
-      id->state = CmState::kDone;
-      if (!id->touched) return;
+    case CmState::kDisconnecting:
       // After the DREP (queued before this, on the link or for this node): the side that
       // disconnected waits for it, while this one learns of the DREQ in the same turn.
-      const uint32_t handle = id->handle;
-      const proto::CmEvent e = MakeEvent(handle, id->uid, handle, RDMA_CM_EVENT_DISCONNECTED, 0);
-      p_.loop.Defer([this, handle, e] {
-        if (const CmId* now = table_.Find(handle)) Emit(*now, e);
-      });
+      Fail(*id, RDMA_CM_EVENT_DISCONNECTED, 0, /*after_turn=*/true);
       return;
-    }
     default:
       return;
   }
@@ -433,11 +425,15 @@ void CmService::Establish(CmId& id) {
 }
 
 // The id's exchange ends with `event` (UNREACHABLE, DISCONNECTED): told once.
-void CmService::Fail(CmId& id, uint32_t event, int32_t status) {
+void CmService::Fail(CmId& id, uint32_t event, int32_t status, bool after_turn) {
   id.deadline_ns = 0;
   id.state = CmState::kDone;
   if (!id.touched) return;
-  Emit(id, MakeEvent(id.handle, id.uid, id.handle, event, status));
+  const proto::CmEvent e = MakeEvent(id.handle, id.uid, id.handle, event, status);
+  if (!after_turn) return Emit(id, e);
+  p_.loop.Defer([this, handle = id.handle, e] {
+    if (const CmId* now = table_.Find(handle)) Emit(*now, e);
+  });
 }
 
 void CmService::Tick() {

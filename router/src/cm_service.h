@@ -134,7 +134,9 @@ class CmService {
   void OnDreq(CmId* id, const wire::CmMessage& m);
   CmId* Peer(const wire::CmMessage& m, const std::string& from);
   void Establish(CmId& id);
-  void Fail(CmId& id, uint32_t event, int32_t status);
+  // Ends the id's exchange and tells its program `event` (if it has seen the id): now, or
+  // after the current loop turn's callbacks and what they queued (`after_turn`).
+  void Fail(CmId& id, uint32_t event, int32_t status, bool after_turn = false);
   // Leaves the exchange as a destroyed id does, then forgets the id.
   void DestroyId(uint32_t handle);
 
