@@ -1,6 +1,7 @@
 #include "freeflow/cm_qp_attr.h"
 
 #include <infiniband/verbs.h>
+#include <rdma/rdma_user_cm.h>
 
 #include <cerrno>
 #include <cstring>
@@ -17,6 +18,21 @@ void CmFillAh(uint32_t remote_ip, uint8_t tos, ib_uverbs_ah_attr* ah) {
   ah->grh.traffic_class = tos;
   ah->is_global = 1;
   ah->port_num = kCmPort;
+}
+
+void CmFillRoutedPath(uint8_t tos, rdma_ucm_query_route_resp* r) {
+  r->num_paths = 1;
+  ib_user_path_rec& p = r->ib_route[0];
+  p.reversible = 1;
+  p.mtu = IBV_MTU_4096;
+  p.hop_limit = kCmHopLimit;
+  p.traffic_class = tos;
+  p.numb_path = 1;
+  p.mtu_selector = 2;  // exactly
+  p.rate_selector = 2;
+  p.rate = 7;  // IB_RATE_40_GBPS: a number; the virtual device has no line rate
+  p.packet_life_time_selector = 2;
+  p.packet_life_time = 14;
 }
 
 int CmInitQpAttr(const proto::CmQpInputs& in, uint32_t qp_state, ib_uverbs_qp_attr* out) {

@@ -121,19 +121,7 @@ rdma_ucm_query_route_resp QueryRoute(const CmId& id) {
   Ipv4MappedGid(id.local.ip, p.sgid);
   if (id.remote.ip != 0) Ipv4MappedGid(id.remote.ip, p.dgid);
   p.pkey = htons(0xffff);
-  if (Routed(id)) {
-    r.num_paths = 1;
-    p.reversible = 1;
-    p.mtu = IBV_MTU_4096;
-    p.hop_limit = kCmHopLimit;
-    p.traffic_class = id.tos;
-    p.numb_path = 1;
-    p.mtu_selector = 2;  // exactly
-    p.rate_selector = 2;
-    p.rate = 7;  // IB_RATE_40_GBPS: a number; the virtual device has no line rate
-    p.packet_life_time_selector = 2;
-    p.packet_life_time = 14;
-  }
+  if (Routed(id)) CmFillRoutedPath(id.tos, &r);
   return r;
 }
 

@@ -18,7 +18,10 @@ static_assert(sizeof(ib_uverbs_qp_attr) <= proto::kCmMaxReply);
 static_assert(sizeof(rdma_ucm_accept) <= proto::kCmMaxBody);
 
 CmService::~CmService() {
-  for (auto& [key, ch] : channels_) p_.loop.Unwatch(ch.watch);
+  for (auto& [key, ch] : channels_) {
+    p_.loop.Unwatch(ch.watch);
+    ::shutdown(ch.sock.get(), SHUT_RDWR);  // as CloseChannel does
+  }
 }
 
 void CmService::OpenChannel(const Call& call, const proto::CmOpenChannel& m, UniqueFd sock) {
@@ -260,7 +263,9 @@ int CmService::ResolveRoute(Ctx& c) {
   if (id == nullptr) return status;
   if (id->state != CmState::kAddrResolved) return EINVAL;
   id->state = CmState::kRouteResolved;
-  Emit(*id, MakeEvent(id->handle, id->uid, id->handle, RDMA_CM_EVENT_ROUTE_RESOLVED, 0));
+  // Posted: the library wrote ROUTE_RESOLVED into the channel itself (protocol.h).
+  if (c.call.seq != proto::kPostedSeq)
+    Emit(*id, MakeEvent(id->handle, id->uid, id->handle, RDMA_CM_EVENT_ROUTE_RESOLVED, 0));
   return 0;
 }
 

@@ -52,7 +52,6 @@ int OpenChannel(Session* s, int flags, int* out) {
   const int fd = theirs.get();
   ff::proto::Response resp{};
   const int rc = s->Call(&req, sizeof(req), &fd, 1, &resp);
-  theirs.reset();
   if (rc != 0) {
     LogError("cannot open an rdma_cm channel at the router %s: %s", s->name.c_str(),
              std::strerror(rc));
@@ -61,6 +60,7 @@ int OpenChannel(Session* s, int flags, int* out) {
   auto ch = std::make_shared<CmChannel>();
   ch->session = s;
   ch->id = req.channel;
+  ch->router_end = std::move(theirs);  // for the events the library writes (cm_commands.cc)
   *out = mine.release();
   cmtable::AddChannel(*out, std::move(ch));
   LogDebug("rdma_cm channel %u on descriptor %d", req.channel, *out);

@@ -90,6 +90,25 @@ void TopUp(CmChannel& ch) {
   FillLocked(ch);
 }
 
+// Moves the library's own events into the socket while they fit (removal_mu held).
+void SendUnsentLocked(CmChannel& ch) {
+  size_t sent = 0;
+  for (; sent < ch.unsent.size(); ++sent) {
+    const ssize_t n =
+        ::send(ch.router_end.get(), &ch.unsent[sent], sizeof(CmEvent), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != static_cast<ssize_t>(sizeof(CmEvent))) break;
+  }
+  ch.unsent.erase(ch.unsent.begin(), ch.unsent.begin() + static_cast<ptrdiff_t>(sent));
+  ch.has_unsent.store(!ch.unsent.empty());
+}
+
+// After a read made room: the library's held-back events go next.
+void SendUnsent(CmChannel& ch) {
+  if (!ch.has_unsent.load()) return;
+  std::lock_guard<std::mutex> g(ch.removal_mu);
+  SendUnsentLocked(ch);
+}
+
 // One DEVICE_REMOVAL per live id, last first (they leave `pending` from the back).
 std::vector<CmEvent> RemovalEvents(const CmChannel& ch) {
   std::vector<CmLiveId> ids = cmtable::LiveIds(ch);
@@ -169,6 +188,12 @@ void Deliver(const CmEvent& ev, uint16_t out, uint64_t response) {
 
 }  // namespace
 
+void CmQueueEvent(CmChannel& ch, const CmEvent& ev) {
+  std::lock_guard<std::mutex> g(ch.removal_mu);
+  ch.unsent.push_back(ev);
+  SendUnsentLocked(ch);
+}
+
 int CmGetEvent(CmChannel& ch, uint16_t out, uint64_t response) {
   if (out < kMinEventOut) return ENOSPC;
   if (response == 0) return EFAULT;
@@ -176,8 +201,9 @@ int CmGetEvent(CmChannel& ch, uint16_t out, uint64_t response) {
   // its descriptor waits (one system call fewer). Anything else takes the full path.
   if (cmtable::IsOpen(ch) && !ch.removed.load() && !ch.session->fatal.load()) {
     CmEvent ev;
-    if (ReadEvent(ch.fd, Wait::kDontWait, &ev) == 0 &&
-        cmtable::CountEvent(ch, ev) != CmEventFate::kDrop) {
+    const int rc = ReadEvent(ch.fd, Wait::kDontWait, &ev);
+    if (rc == 0) SendUnsent(ch);
+    if (rc == 0 && cmtable::CountEvent(ch, ev) != CmEventFate::kDrop) {
       Deliver(ev, out, response);
       return 0;
     }
@@ -204,6 +230,7 @@ int CmGetEvent(CmChannel& ch, uint16_t out, uint64_t response) {
     if (rc == kMalformed) continue;
     if (rc != 0) return rc;
     if (ch.removed.load()) TopUp(ch);
+    SendUnsent(ch);
     if (cmtable::CountEvent(ch, ev) == CmEventFate::kDrop) continue;
     Deliver(ev, out, response);
     return 0;

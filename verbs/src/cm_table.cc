@@ -2,6 +2,7 @@
 #include "cm_table.h"
 
 #include <rdma/rdma_user_cm.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <unordered_map>
 
 #include "cm_device.h"
+#include "freeflow/cm_qp_attr.h"
 #include "freeflow/tunables.h"
 
 namespace ffv {
@@ -238,6 +240,8 @@ CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev) {
       it->second.phase = CmPhase::kConnected;
     } else if (resp.event == kCmRouteResolved) {
       it->second.phase = CmPhase::kRouteResolved;
+    } else if (resp.event == kCmAddrResolved && resp.status == 0) {
+      it->second.phase = CmPhase::kAddrResolved;
     } else {
       it->second.phase = CmPhase::kUnknown;
     }
@@ -259,6 +263,39 @@ bool LastState(const CmChannel& ch, uint32_t handle, ff::proto::CmIdState* out) 
   if (it == t.ids.end() || it->second.channel != ch.id || it->second.last == nullptr) return false;
   *out = *it->second.last;
   return true;
+}
+
+bool TakeRouteResolution(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  auto it = t.ids.find(Key{ch.session, handle});
+  if (it == t.ids.end() || it->second.channel != ch.id || it->second.last == nullptr ||
+      it->second.phase != CmPhase::kAddrResolved || it->second.last->handle != handle)
+    return false;
+  ff::proto::CmIdState st = *it->second.last;
+  rdma_ucm_query_route_resp route;
+  static_assert(sizeof(route) == sizeof(st.route));
+  std::memcpy(&route, st.route, sizeof(route));
+  ff::CmFillRoutedPath(st.qp.tos, &route);
+  std::memcpy(st.route, &route, sizeof(route));
+  ++st.version;  // the router's next snapshot of the id comes later still: it counts this one
+  rdma_ucm_event_resp resp{};
+  resp.uid = it->second.uid;
+  resp.id = handle;
+  resp.event = kCmRouteResolved;
+  *ev = ff::proto::CmEvent{};
+  ev->owner = handle;
+  std::memcpy(ev->resp, &resp, sizeof(resp));
+  ev->state = st;
+  it->second.phase = CmPhase::kUnknown;
+  return true;
+}
+
+void ShutDownChannelsOf(Session* s) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  for (const auto& [fd, ch] : t.fds)
+    if (ch->session == s && ch->router_end) ::shutdown(ch->router_end.get(), SHUT_RDWR);
 }
 
 void MarkSeen(Session* s, uint32_t handle) {

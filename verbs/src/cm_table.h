@@ -25,6 +25,7 @@ struct Session;
 
 // Event numbers of the ucma ABI (rdma_ucm_event_resp.event): librdmacm's enum
 // rdma_cm_event_type, whose header cannot be included beside <rdma/rdma_user_cm.h>.
+inline constexpr uint32_t kCmAddrResolved = 0;
 inline constexpr uint32_t kCmRouteResolved = 2;
 inline constexpr uint32_t kCmConnectRequest = 4;
 inline constexpr uint32_t kCmConnectResponse = 5;
@@ -49,6 +50,13 @@ struct CmChannel {
   std::atomic<bool> removed{false};
   ff::UniqueFd removal_tx;
   std::vector<ff::proto::CmEvent> pending;
+  // A copy of the router's end of the channel socket (protocol.h, CmOpenChannel): the
+  // library writes there the events of the commands it answers itself (ROUTE_RESOLVED,
+  // cm_commands.cc). `unsent` holds those the socket had no room for, oldest first; they
+  // follow as the program reads (under removal_mu; has_unsent mirrors !unsent.empty()).
+  ff::UniqueFd router_end;
+  std::vector<ff::proto::CmEvent> unsent;
+  std::atomic<bool> has_unsent{false};
 };
 
 // A live id as DEVICE_REMOVAL reports it.
@@ -69,10 +77,19 @@ enum class CmEventFate { kDeliver, kDrop };
 //   kRequested  the id is a CONNECT_REQUEST's new id, nothing sent since: the router's id
 //               awaits ACCEPT or REJECT, and its peer has no QP number of this side yet
 //               (the REP, which ACCEPT sends, carries it);
-//   kRouteResolved  ROUTE_RESOLVED read, nothing sent since: the router's id awaits CONNECT.
+//   kRouteResolved  ROUTE_RESOLVED read, nothing sent since: the router's id awaits CONNECT;
+//   kAddrResolved  ADDR_RESOLVED read, nothing sent since: the router's id awaits
+//               RESOLVE_ROUTE (or CONNECT, which the router refuses then).
 // A CONNECT, ACCEPT, REJECT or DISCONNECT sent to the router makes it kUnknown (the router
 // decides); the other commands leave the router's id where it is in these phases.
-enum class CmPhase : uint8_t { kUnknown, kRtuDue, kConnected, kRequested, kRouteResolved };
+enum class CmPhase : uint8_t {
+  kUnknown,
+  kRtuDue,
+  kConnected,
+  kRequested,
+  kRouteResolved,
+  kAddrResolved
+};
 
 // The table's operations (cm_table.cc). Ids are keyed by (session, handle), as the router
 // numbers them per session; joins (multicast) have their own handles.
@@ -111,6 +128,13 @@ std::vector<CmLiveId> LiveIds(const CmChannel& ch);
 // child the router does not know the program has named: the caller tells it (a posted
 // command) and MarkSeen records that it did.
 void NoteState(Session* s, const ff::proto::CmIdState& st);
+// The ROUTE_RESOLVED event of a kAddrResolved id on `ch`, as the router would write it
+// (its state: the last snapshot with the resolved path, one version on), and the id left
+// kUnknown until the program reads it; false (nothing changed) for any other id.
+bool TakeRouteResolution(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev);
+// The router is gone: shuts down the copies of the router's ends of `s`'s channels, so
+// that their programs read EOF (then DEVICE_REMOVAL).
+void ShutDownChannelsOf(Session* s);
 bool LastState(const CmChannel& ch, uint32_t handle, ff::proto::CmIdState* out);
 void MarkSeen(Session* s, uint32_t handle);
 // Whether `handle` is a live id of this process on `ch`.
@@ -150,5 +174,8 @@ void ForgetInChild();
 // (`out` bytes of room); blocks unless the descriptor is non-blocking. When the router has
 // gone, the live ids' DEVICE_REMOVAL events. 0 or a positive errno.
 int CmGetEvent(CmChannel& ch, uint16_t out, uint64_t response);
+// Writes an event the library made into `ch` (its router_end), after those it holds back
+// already; one the socket has no room for waits in `unsent` until the program reads.
+void CmQueueEvent(CmChannel& ch, const ff::proto::CmEvent& ev);
 
 }  // namespace ffv

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "cm_table.h"
 #include "device_files.h"
 
 namespace ffv {
@@ -72,6 +73,7 @@ bool TakeEvent(Session* s) {
   LogError("lost the connection to the router at %s; failing all queue pairs", s->name.c_str());
   s->fatal.store(true);
   s->registry.OnFatal();
+  cmtable::ShutDownChannelsOf(s);  // their programs read EOF, then DEVICE_REMOVAL
   return false;
 }
 

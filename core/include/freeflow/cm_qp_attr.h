@@ -13,6 +13,8 @@
 
 #include "freeflow/protocol.h"
 
+struct rdma_ucm_query_route_resp;  // <rdma/rdma_user_cm.h>, which not every includer can take
+
 namespace ff {
 
 // The IB CM's private data sizes; with an IP port space the REQs carry the rdma_cm header
@@ -34,5 +36,9 @@ inline constexpr uint8_t kCmHopLimit = 64;
 int CmInitQpAttr(const proto::CmQpInputs& in, uint32_t qp_state, ib_uverbs_qp_attr* out);
 // An address handle to the pod at `remote_ip` (host order), by GID.
 void CmFillAh(uint32_t remote_ip, uint8_t tos, ib_uverbs_ah_attr* ah);
+// What a resolved route adds to QUERY_ROUTE's answer (one path, ib_route[0], with the
+// id's type of service): the router's answer once the route is resolved, and the library's
+// when it answers a RESOLVE_ROUTE itself (verbs/src/cm_commands.cc).
+void CmFillRoutedPath(uint8_t tos, rdma_ucm_query_route_resp* r);
 
 }  // namespace ff

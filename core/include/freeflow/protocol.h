@@ -14,7 +14,7 @@
 namespace ff {
 // Version of the router <-> library protocol, of the shared-memory layouts and of the proxy
 // records: a library and a router with different values refuse each other at HELLO.
-inline constexpr uint32_t kAbiVersion = 11;
+inline constexpr uint32_t kAbiVersion = 12;
 }  // namespace ff
 
 namespace ff::proto {
@@ -215,6 +215,11 @@ struct GetRegion {
 // CmOpenChannel. The router writes the channel's events there (CmEvent, one per
 // datagram), so the program's poll/epoll and O_NONBLOCK work on it as on the kernel's
 // device. When the program closes its end the router destroys the channel's ids.
+// The library keeps a copy of the router's end too: it writes there the events of the
+// commands it answers itself (ROUTE_RESOLVED of a posted RESOLVE_ROUTE, below). So a
+// channel the router drops is shut down (shutdown(2)) before it is closed, and the library
+// shuts its copies down when it loses the router: either way the program reads EOF, which
+// the library turns into DEVICE_REMOVAL.
 // fds: [the router's end of the channel socket]
 struct CmOpenChannel {
   RequestHeader<Op::kCmOpenChannel> h;
@@ -228,6 +233,9 @@ struct CmOpenChannel {
 // MIGRATE_ID's `fd` becomes the channel id of that descriptor (kNoId when it is not an
 // rdma_cm descriptor of this process), and SET_OPTION's option value follows its struct
 // in `body` (optval ignored). GET_EVENT never comes here: the library reads the channel.
+// A posted RESOLVE_ROUTE (kPostedSeq) resolves the route without an event: the library
+// posts it only for an id whose ADDR_RESOLVED the program read and which it has named in no
+// command since, and writes ROUTE_RESOLVED into the channel itself.
 inline constexpr uint32_t kCmMaxBody = 320;
 inline constexpr uint32_t kCmMaxReply = 216;
 inline constexpr uint32_t kCmRouteBytes = 208;  // sizeof(rdma_ucm_query_route_resp)

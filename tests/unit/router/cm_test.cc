@@ -413,6 +413,24 @@ TEST_F(CmTest, APostedCommandIsCarriedOutAndNotAnswered) {
   EXPECT_EQ(server.Destroy(l), 0);
 }
 
+// A posted RESOLVE_ROUTE (the library answers it and writes ROUTE_RESOLVED itself) resolves
+// the route without an event; the CONNECT that follows goes out. An answered one still
+// brings ROUTE_RESOLVED.
+TEST_F(CmTest, APostedResolveRouteResolvesWithoutAnEvent) {
+  const uint32_t l = Listen();
+  const uint32_t id = client.CreateId(RDMA_PS_TCP, 0xc1);
+  ASSERT_EQ(client.Resolve(id, server.ip(), 7000), 0);
+  client.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+  rdma_ucm_resolve_route r{};
+  r.id = id;
+  client.Post(RDMA_USER_CM_CMD_RESOLVE_ROUTE, r);
+  EXPECT_EQ(client.ResolveRoute(id), EINVAL) << "resolved already";
+  EXPECT_EQ(client.Connect(id, 0x11, "hi"), 0);
+  const Event req = server.Expect(RDMA_CM_EVENT_CONNECT_REQUEST);
+  EXPECT_EQ(req.owner, l);
+  EXPECT_FALSE(client.Next(50).has_value()) << "no ROUTE_RESOLVED from the router";
+}
+
 // An answered CREATE_ID grants the channel kCmHandleGrant handles (while it holds none
 // unused) for the CREATE_IDs the session posts on it. A handle is taken once, and only on
 // the channel it was granted to: another pod naming it, another channel, or a handle never

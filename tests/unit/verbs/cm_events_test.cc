@@ -17,6 +17,19 @@
 namespace fftest {
 namespace {
 
+// A thread blocked in GET_EVENT on `fd` (checked to be still waiting after 100 ms): its
+// result and the event it read.
+std::future<std::pair<int, rdma_ucm_event_resp>> BlockedReader(int fd) {
+  auto waiter = std::async(std::launch::async, [fd] {
+    rdma_ucm_event_resp ev{};
+    const int rc = GetEvent(fd, &ev);
+    return std::make_pair(rc, ev);
+  });
+  EXPECT_EQ(waiter.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout)
+      << "GET_EVENT blocks while nothing is queued";
+  return waiter;
+}
+
 TEST_F(CmTest, EventsOfLiveIdsAreDeliveredAndCounted) {
   uint32_t channel = 0;
   const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
@@ -120,13 +133,7 @@ TEST_F(CmTest, ABlockedReaderWakesWithDeviceRemovalThenTheChannelIsIdle) {
   uint32_t channel = 0;
   const int fd = Open(O_RDWR | O_CLOEXEC, &channel);
   const uint32_t id = CreateId(fd, 0x77);
-  auto waiter = std::async(std::launch::async, [fd] {
-    rdma_ucm_event_resp ev{};
-    const int rc = GetEvent(fd, &ev);
-    return std::make_pair(rc, ev);
-  });
-  EXPECT_EQ(waiter.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout)
-      << "GET_EVENT blocks while nothing is queued";
+  auto waiter = BlockedReader(fd);
   pod_.router.DropCmChannel(channel);
   ASSERT_EQ(waiter.wait_for(kWaitLimit), std::future_status::ready);
   const auto [rc, ev] = waiter.get();
@@ -191,6 +198,8 @@ TEST_F(CmTest, ARouterThatDiedReportsDeviceRemoval) {
   const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
   const uint32_t id = CreateId(fd, 3);
   pod_.router.Close();
+  // Readable once the library sees its session end (it shuts its copy of the router's end).
+  ASSERT_TRUE(Readable(fd, 5000));
   rdma_ucm_event_resp ev{};
   ASSERT_EQ(GetEvent(fd, &ev), 0);
   EXPECT_EQ(ev.event, kDeviceRemoval);
@@ -496,6 +505,99 @@ TEST_F(CmTest, AConnectOfAResolvedIdAndTheAcceptOfARequestArePosted) {
   EXPECT_EQ(PostedOf(RDMA_USER_CM_CMD_CONNECT),
             (std::vector<bool>{false, true, false, false, false}));
   EXPECT_EQ(PostedOf(RDMA_USER_CM_CMD_ACCEPT), (std::vector<bool>{true, false, false}));
+}
+
+// RESOLVE_ROUTE of an id whose ADDR_RESOLVED the program read is posted, and the library
+// writes ROUTE_RESOLVED itself, with the routed path QUERY_ROUTE then answers; also when
+// the channel has no room yet (the event follows those queued before it). Any other
+// RESOLVE_ROUTE (none read, or a second one) is the router's to answer.
+TEST_F(CmTest, ARouteAfterAnAddressTheProgramReadIsResolvedByTheLibrary) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
+  const int router_end = pod_.router.cm_channel_fd(channel);
+  status_[RDMA_USER_CM_CMD_RESOLVE_ROUTE] = EINVAL;
+  constexpr uint8_t kTos = 0x20;
+  auto address_resolved = [&](uint32_t id, uint64_t uid, uint32_t version) {
+    ff::proto::CmEvent ev = MakeCmEvent(id, kAddrResolved, id, uid);
+    ev.state.handle = id;
+    ev.state.version = version;
+    ev.state.qp.seen = 1;
+    ev.state.qp.tos = kTos;
+    ev.state.route[0] = 0x5a;  // node_guid's first byte: kept
+    ASSERT_EQ(::send(router_end, &ev, sizeof(ev), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(ev)));
+  };
+  auto resolve_route = [&](uint32_t id) {
+    rdma_ucm_resolve_route r{};
+    r.id = id;
+    r.timeout_ms = 2000;
+    return CmdErrno(fd, RDMA_USER_CM_CMD_RESOLVE_ROUTE, r);
+  };
+  const uint32_t id = CreateId(fd, 0x61), other = CreateId(fd, 0x62);
+  EXPECT_EQ(resolve_route(other), EINVAL) << "no ADDR_RESOLVED read: the router answers";
+  address_resolved(id, 0x61, 7);
+  rdma_ucm_event_resp ev{};
+  ASSERT_EQ(GetEvent(fd, &ev), 0);
+  ASSERT_EQ(ev.event, kAddrResolved);
+  EXPECT_EQ(resolve_route(id), 0);
+  ASSERT_EQ(GetEvent(fd, &ev), 0);
+  EXPECT_EQ(ev.event, kRouteResolved);
+  EXPECT_EQ(ev.id, id);
+  EXPECT_EQ(ev.uid, 0x61u);
+  EXPECT_EQ(ev.status, 0u);
+  EXPECT_EQ(resolve_route(id), EINVAL) << "a second one is the router's to refuse";
+  rdma_ucm_query_route_resp route{};
+  rdma_ucm_query q{};
+  q.response = Ptr(&route);
+  q.id = id;
+  q.option = RDMA_USER_CM_QUERY_PATH;
+  ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_QUERY_ROUTE, q, sizeof(route)), 0);
+  rdma_ucm_query_route_resp want{};
+  reinterpret_cast<char*>(&want)[0] = 0x5a;
+  ff::CmFillRoutedPath(kTos, &want);
+  EXPECT_EQ(std::memcmp(&route, &want, sizeof(route)), 0) << "the routed path, from the event";
+  EXPECT_EQ(route.num_paths, 1u);
+  EXPECT_EQ(route.ib_route[0].traffic_class, kTos);
+
+  // No room: the program has not read what the router queued.
+  const uint32_t late = CreateId(fd, 0x63);
+  address_resolved(late, 0x63, 9);
+  ASSERT_EQ(GetEvent(fd, &ev), 0);
+  int queued = 0;
+  for (; queued < 100000; ++queued) {
+    const ff::proto::CmEvent filler = MakeCmEvent(other, kEstablished, other, 0x62);
+    if (::send(router_end, &filler, sizeof(filler), MSG_DONTWAIT) != sizeof(filler)) break;
+  }
+  ASSERT_GT(queued, 0);
+  ASSERT_LT(queued, 100000) << "the socket never filled";
+  EXPECT_EQ(resolve_route(late), 0);
+  for (int i = 0; i < queued; ++i) {
+    ASSERT_EQ(GetEvent(fd, &ev), 0) << i;
+    ASSERT_EQ(ev.event, kEstablished) << i;
+  }
+  ASSERT_EQ(GetEvent(fd, &ev), 0) << "the library's event follows those queued before it";
+  EXPECT_EQ(ev.event, kRouteResolved);
+  EXPECT_EQ(ev.id, late);
+  EXPECT_EQ(GetEvent(fd, &ev), EAGAIN);
+
+  EXPECT_NE(CreateId(fd, 0x64), 0u);  // a call answered: what was posted came before it
+  EXPECT_EQ(PostedOf(RDMA_USER_CM_CMD_RESOLVE_ROUTE),
+            (std::vector<bool>{false, true, false, true}));
+}
+
+// The library keeps a copy of the router's end of each channel; a router that dies (its
+// session socket closes, no channel is shut down) still gives a blocked reader EOF, then
+// DEVICE_REMOVAL: the library shuts its copies down when it loses the router.
+TEST_F(CmTest, ARouterThatDiesWakesABlockedReaderDespiteTheLibrarysCopy) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC, &channel);
+  const uint32_t id = CreateId(fd, 0x71);
+  auto waiter = BlockedReader(fd);
+  pod_.router.Close();
+  ASSERT_EQ(waiter.wait_for(kWaitLimit), std::future_status::ready);
+  const auto [rc, ev] = waiter.get();
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(ev.event, kDeviceRemoval);
+  EXPECT_EQ(DestroyId(fd, id), 1u);
 }
 
 // Once an answered CREATE_ID brought a grant of handles, the channel's next CREATE_IDs are

@@ -264,7 +264,11 @@ int FakeRouter::cm_channel_fd(uint32_t channel) {
 
 void FakeRouter::DropCmChannel(uint32_t channel) {
   std::lock_guard<std::mutex> g(mu_);
-  cm_channels_.erase(channel);
+  auto it = cm_channels_.find(channel);
+  if (it == cm_channels_.end()) return;
+  // As the router does: the library holds a copy of this end (protocol.h, CmOpenChannel).
+  ::shutdown(it->second.get(), SHUT_RDWR);
+  cm_channels_.erase(it);
 }
 
 std::vector<ff::proto::CmCommand> FakeRouter::cm_commands() {
