@@ -181,6 +181,14 @@ int Account(const CmChannel& ch, const Command& c, ff::proto::CmReply* reply) {
       handle = Get<uint32_t>(b, offsetof(rdma_ucm_migrate_id, id));
       PutReported(reply, cmtable::IdMigrated(ch, handle));
       return 0;
+    case RDMA_USER_CM_CMD_SET_OPTION:
+      // A path the program resolved itself resolves the route (the router's ROUTE_RESOLVED
+      // follows): a RESOLVE_ROUTE after it is the router's to refuse.
+      if (Get<uint32_t>(b, offsetof(rdma_ucm_set_option, level)) == RDMA_OPTION_IB &&
+          Get<uint32_t>(b, offsetof(rdma_ucm_set_option, optname)) == RDMA_OPTION_IB_PATH)
+        cmtable::SetPhase(ch.session, Get<uint32_t>(b, offsetof(rdma_ucm_set_option, id)),
+                          CmPhase::kUnknown);
+      return 0;
     case RDMA_USER_CM_CMD_ACCEPT:
       if (Get<uint8_t>(b, offsetof(rdma_ucm_accept, conn_param.valid)) != 0)
         cmtable::IdAccepted(ch.session, Get<uint32_t>(b, offsetof(rdma_ucm_accept, id)),
@@ -337,8 +345,8 @@ bool PostedByPhase(const CmChannel& ch, const Command& c) {
   return false;
 }
 
-// RESOLVE_ROUTE of an id whose ADDR_RESOLVED the program read and which no command named
-// since (kAddrResolved), answered here: the router can only resolve that route (its state
+// RESOLVE_ROUTE of an id whose ADDR_RESOLVED the program read and that no command since
+// moved on (kAddrResolved), answered here: the router can only resolve that route (its state
 // is the one ADDR_RESOLVED reported), so the command is posted and the library writes
 // ROUTE_RESOLVED into the channel itself, one router round trip fewer per connection.
 // Posted first: a thread that reads the event and goes on to CONNECT is behind it.

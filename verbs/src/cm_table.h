@@ -78,7 +78,8 @@ enum class CmEventFate { kDeliver, kDrop };
 //               awaits ACCEPT or REJECT, and its peer has no QP number of this side yet
 //               (the REP, which ACCEPT sends, carries it);
 //   kRouteResolved  ROUTE_RESOLVED read, nothing sent since: the router's id awaits CONNECT;
-//   kAddrResolved  ADDR_RESOLVED read, nothing sent since: the router's id awaits
+//   kAddrResolved  ADDR_RESOLVED read, nothing sent since that moves an id on (a
+//               SET_OPTION of IB_PATH resolves the route too): the router's id awaits
 //               RESOLVE_ROUTE (or CONNECT, which the router refuses then).
 // A CONNECT, ACCEPT, REJECT or DISCONNECT sent to the router makes it kUnknown (the router
 // decides); the other commands leave the router's id where it is in these phases.

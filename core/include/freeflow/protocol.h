@@ -234,8 +234,9 @@ struct CmOpenChannel {
 // rdma_cm descriptor of this process), and SET_OPTION's option value follows its struct
 // in `body` (optval ignored). GET_EVENT never comes here: the library reads the channel.
 // A posted RESOLVE_ROUTE (kPostedSeq) resolves the route without an event: the library
-// posts it only for an id whose ADDR_RESOLVED the program read and which it has named in no
-// command since, and writes ROUTE_RESOLVED into the channel itself.
+// posts it only for an id whose ADDR_RESOLVED the program read and that no command since
+// can have moved on (CONNECT, and a path set with SET_OPTION IB_PATH, would), and writes
+// ROUTE_RESOLVED into the channel itself.
 inline constexpr uint32_t kCmMaxBody = 320;
 inline constexpr uint32_t kCmMaxReply = 216;
 inline constexpr uint32_t kCmRouteBytes = 208;  // sizeof(rdma_ucm_query_route_resp)
