@@ -136,12 +136,7 @@ TEST_F(CmTest, SetOptionCarriesTheValueAndRefusesOversizedOnes) {
   const int fd = Open();
   const uint32_t id = CreateId(fd, 1);
   uint8_t tos = 0x5c;
-  rdma_ucm_set_option b{};
-  b.optval = Ptr(&tos);
-  b.id = id;
-  b.level = RDMA_OPTION_ID;
-  b.optname = RDMA_OPTION_ID_TOS;
-  b.optlen = sizeof(tos);
+  rdma_ucm_set_option b = SetOption(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof(tos));
   ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_SET_OPTION, b), 0);
   auto sent = Received(RDMA_USER_CM_CMD_SET_OPTION);
   ASSERT_EQ(sent.size(), 1u);

@@ -583,14 +583,10 @@ TEST_F(CmTest, ARouteAfterAnAddressTheProgramReadIsResolvedByTheLibrary) {
   const uint32_t pathed = CreateId(fd, 0x65);
   address_resolved(pathed, 0x65, 11);
   ASSERT_EQ(GetEvent(fd, &ev), 0);
-  ib_path_rec_data path{};
-  rdma_ucm_set_option opt{};
-  opt.optval = Ptr(&path);
-  opt.id = pathed;
-  opt.level = RDMA_OPTION_IB;
-  opt.optname = RDMA_OPTION_IB_PATH;
-  opt.optlen = sizeof(path);
-  ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_SET_OPTION, opt), 0);
+  const ib_path_rec_data path{};
+  ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_SET_OPTION,
+                     SetOption(pathed, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, &path, sizeof(path))),
+            0);
   EXPECT_EQ(resolve_route(pathed), EINVAL) << "after IB_PATH: the router's to refuse";
 
   EXPECT_NE(CreateId(fd, 0x64), 0u);  // a call answered: what was posted came before it

@@ -70,6 +70,17 @@ class CmTest : public ::testing::Test {
   }
 
   static uint32_t CreateId(int fd, uint64_t uid) { return fftest::CreateId(fd, uid); }
+  // SET_OPTION's command for `id`: the option's value at `value`, `len` bytes.
+  static rdma_ucm_set_option SetOption(uint32_t id, uint32_t level, uint32_t name,
+                                       const void* value, uint32_t len) {
+    rdma_ucm_set_option b{};
+    b.optval = Ptr(value);
+    b.id = id;
+    b.level = level;
+    b.optname = name;
+    b.optlen = len;
+    return b;
+  }
   static uint32_t DestroyId(int fd, uint32_t id) { return fftest::DestroyId(fd, id); }
 
   // The router writes an event for `owner` into channel `channel`.
