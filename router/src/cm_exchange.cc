@@ -537,9 +537,6 @@ void CmService::CloseChannel(const ChannelKey& key, const char* why) {
   table_.ForgetGrants(key.first, key.second);
   spdlog::info("client {}: rdma_cm channel {} closed: {}", key.first, key.second, why);
   p_.loop.Unwatch(it->second.watch);
-  // Shut down, not only closed: the library holds a copy of this end (protocol.h), and the
-  // program must still read EOF.
-  ::shutdown(it->second.sock.get(), SHUT_RDWR);
   channels_.erase(it);
   p_.quotas.Give(key.first, {{Quota::kFds, 1}});
 }

@@ -18,10 +18,7 @@ static_assert(sizeof(ib_uverbs_qp_attr) <= proto::kCmMaxReply);
 static_assert(sizeof(rdma_ucm_accept) <= proto::kCmMaxBody);
 
 CmService::~CmService() {
-  for (auto& [key, ch] : channels_) {
-    p_.loop.Unwatch(ch.watch);
-    ::shutdown(ch.sock.get(), SHUT_RDWR);  // as CloseChannel does
-  }
+  for (auto& [key, ch] : channels_) p_.loop.Unwatch(ch.watch);
 }
 
 void CmService::OpenChannel(const Call& call, const proto::CmOpenChannel& m, UniqueFd sock) {

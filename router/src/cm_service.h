@@ -17,6 +17,8 @@
 // Threading: the loop's thread only.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -67,6 +69,11 @@ class CmService {
 
  private:
   struct Channel {
+    // Shut down, not only closed, however it goes: the library holds a copy of this end
+    // (protocol.h, CmOpenChannel), and the program must still read EOF.
+    ~Channel() {
+      if (sock) ::shutdown(sock.get(), SHUT_RDWR);
+    }
     UniqueFd sock;
     EventLoop::WatchId watch = 0;
     std::deque<proto::CmEvent> backlog;  // events the socket could not take yet

@@ -75,14 +75,16 @@ int ReadEvent(int fd, Wait how, CmEvent* ev) {
   return 0;
 }
 
+// Writes one event datagram without waiting: false when the socket has no room for it.
+bool SendWhole(int fd, const CmEvent& ev) {
+  return ::send(fd, &ev, sizeof(ev), MSG_DONTWAIT | MSG_NOSIGNAL) ==
+         static_cast<ssize_t>(sizeof(ev));
+}
+
 // Moves pending DEVICE_REMOVAL events into the socket while they fit (removal_mu held).
 void FillLocked(CmChannel& ch) {
-  while (!ch.pending.empty()) {
-    const ssize_t n = ::send(ch.removal_tx.get(), &ch.pending.back(), sizeof(CmEvent),
-                             MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n != static_cast<ssize_t>(sizeof(CmEvent))) return;
+  while (!ch.pending.empty() && SendWhole(ch.removal_tx.get(), ch.pending.back()))
     ch.pending.pop_back();
-  }
 }
 
 void TopUp(CmChannel& ch) {
@@ -93,11 +95,7 @@ void TopUp(CmChannel& ch) {
 // Moves the library's own events into the socket while they fit (removal_mu held).
 void SendUnsentLocked(CmChannel& ch) {
   size_t sent = 0;
-  for (; sent < ch.unsent.size(); ++sent) {
-    const ssize_t n =
-        ::send(ch.router_end.get(), &ch.unsent[sent], sizeof(CmEvent), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n != static_cast<ssize_t>(sizeof(CmEvent))) break;
-  }
+  while (sent < ch.unsent.size() && SendWhole(ch.router_end.get(), ch.unsent[sent])) ++sent;
   ch.unsent.erase(ch.unsent.begin(), ch.unsent.begin() + static_cast<ptrdiff_t>(sent));
   ch.has_unsent.store(!ch.unsent.empty());
 }

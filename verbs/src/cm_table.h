@@ -82,7 +82,8 @@ enum class CmEventFate { kDeliver, kDrop };
 //               SET_OPTION of IB_PATH resolves the route too): the router's id awaits
 //               RESOLVE_ROUTE (or CONNECT, which the router refuses then).
 // A CONNECT, ACCEPT, REJECT or DISCONNECT sent to the router makes it kUnknown (the router
-// decides); the other commands leave the router's id where it is in these phases.
+// decides), and so does a SET_OPTION of IB_PATH; the other commands leave the router's id
+// where it is in these phases.
 enum class CmPhase : uint8_t {
   kUnknown,
   kRtuDue,
