@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <stdexcept>
 
@@ -191,7 +192,12 @@ TestRouter::TestRouter(Options options) : options_(std::move(options)) {
   router_ = std::make_unique<Router>(config, std::move(deps));
   std::string error;
   if (!router_->Start(&error)) throw std::runtime_error("router start: " + error);
-  thread_ = std::thread([r = router_.get()] { r->Run(); });
+  std::promise<pid_t> tid;
+  thread_ = std::thread([r = router_.get(), &tid] {
+    tid.set_value(::gettid());
+    r->Run();
+  });
+  router_tid_ = tid.get_future().get();
 }
 
 TestRouter::~TestRouter() {
@@ -209,6 +215,14 @@ uint64_t TestRouter::CpuNs() {
       ::clock_gettime(clock, &ts) != 0)
     throw std::runtime_error("cannot read the router thread's CPU clock");
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t TestRouter::AwakeNs() {
+  std::ifstream in("/proc/self/task/" + std::to_string(router_tid_) + "/schedstat");
+  uint64_t run_ns = 0, wait_ns = 0;
+  if (!(in >> run_ns >> wait_ns))
+    throw std::runtime_error("cannot read the router thread's schedstat");
+  return run_ns + wait_ns;
 }
 
 std::string TestRouter::Stats() {

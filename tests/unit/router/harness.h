@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
@@ -127,6 +128,10 @@ class TestRouter {
   uint64_t Stat(const std::string& name);
   // CPU time the router's thread has used, in nanoseconds.
   uint64_t CpuNs();
+  // Time the router's thread has been runnable (running, or waiting for a CPU: its
+  // schedstat), in nanoseconds: a thread that polls counts all of it even on a machine
+  // busy enough that it gets only part of a CPU.
+  uint64_t AwakeNs();
 
  private:
   Options options_;
@@ -135,6 +140,7 @@ class TestRouter {
   FakeStreamProbe* streams_ = nullptr;  // likewise
   std::unique_ptr<Router> router_;
   std::thread thread_;
+  pid_t router_tid_ = 0;  // the router thread's, for its schedstat
 };
 
 // The raw pod client is tests/common/raw_pod.h; a RawPod here is one connected to a
