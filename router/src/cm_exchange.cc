@@ -186,6 +186,13 @@ int CmService::Disconnect(Ctx& c) {
     case CmState::kRepSent:
     case CmState::kRepReceived:
       Send(id, wire::CmKind::kDreq, MessageFrom(*id));
+      if (c.m.flags & proto::kCmEventWritten) {
+        // The program has its DISCONNECTED from the library: nothing waits for the DREP,
+        // and the peer's own DREQ, if it crosses this one, ends nothing more.
+        id->deadline_ns = 0;
+        id->state = CmState::kDone;
+        return 0;
+      }
       AwaitsRemote(*id);
       id->state = CmState::kDisconnecting;
       id->deadline_ns = MonotonicNs() + kCmResponseTimeoutNs;

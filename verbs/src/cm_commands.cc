@@ -101,9 +101,11 @@ int Rewrite(const CmChannel& ch, Command* c) {
   return 0;
 }
 
-ff::proto::CmCommand Request(const CmChannel& ch, const Command& c, uint32_t handle = 0) {
+ff::proto::CmCommand Request(const CmChannel& ch, const Command& c, uint32_t handle = 0,
+                             uint32_t flags = 0) {
   ff::proto::CmCommand req{};
   req.handle = handle;
+  req.flags = flags;
   req.channel = ch.id;
   req.cmd = c.hdr.cmd;
   req.in_len = c.in_len;
@@ -114,8 +116,8 @@ ff::proto::CmCommand Request(const CmChannel& ch, const Command& c, uint32_t han
 
 // The command sent without waiting (Session::Post): for commands whose outcome the library
 // knows. The router's answer, had it sent one, would carry nothing the program reads.
-int Post(const CmChannel& ch, const Command& c, uint32_t handle = 0) {
-  const ff::proto::CmCommand req = Request(ch, c, handle);
+int Post(const CmChannel& ch, const Command& c, uint32_t handle = 0, uint32_t flags = 0) {
+  const ff::proto::CmCommand req = Request(ch, c, handle, flags);
   return ch.session->Post(&req, sizeof(req));
 }
 
@@ -366,6 +368,30 @@ bool ResolvedRouteHere(CmChannel& ch, const Command& c) {
   return true;
 }
 
+// DISCONNECT of a connected RC/UC id whose end the program has not been told of, answered
+// here as RESOLVE_ROUTE is (ResolvedRouteHere): the router's answer would be 0 and its
+// DISCONNECTED would say only that the DREQ is out, which the posted command carries, so
+// the library writes DISCONNECTED into the channel itself and the router (told by
+// kCmEventWritten) writes none. The program need not wait for the router (on one node) or
+// for the peer's DREP (across nodes), as a real device's CM answers a DREQ at once. When
+// the peer's DREQ crosses this one, the router's DISCONNECTED for it may be queued too:
+// the program reads whichever comes first (cmtable::CountEvent drops the other).
+bool DisconnectedHere(CmChannel& ch, const Command& c) {
+  uint32_t handle = 0;
+  if (c.hdr.cmd != RDMA_USER_CM_CMD_DISCONNECT || !ConnectionCommand(c, &handle) ||
+      !ch.router_end)
+    return false;
+  ff::proto::CmEvent ev;
+  if (!cmtable::TakeDisconnection(ch, handle, &ev)) return false;
+  if (const int rc = Post(ch, c, 0, ff::proto::kCmEventWritten)) {
+    // Sent instead (PostedByPhase fails too); answered ENODEV when the router is gone.
+    if (rc != ENOTCONN) LogError("cannot post DISCONNECT to the router: %s", std::strerror(rc));
+    return false;
+  }
+  CmQueueEvent(ch, ev);
+  return true;
+}
+
 // The port spaces and QP types CREATE_ID takes, as the router checks them.
 bool KnownPortSpace(uint16_t ps, uint8_t qp_type) {
   switch (ps) {
@@ -412,7 +438,8 @@ int Forward(CmChannel& ch, Command* c) {
   if (!gone && AnswerFromState(ch, *c, &reply, &rc)) {
     if (rc != 0) return rc;
   } else if (!gone &&
-             (PostedDestroy(ch, *c) || PostedByPhase(ch, *c) || ResolvedRouteHere(ch, *c))) {
+             (PostedDestroy(ch, *c) || DisconnectedHere(ch, *c) || PostedByPhase(ch, *c) ||
+              ResolvedRouteHere(ch, *c))) {
     reply.out_len = 0;
   } else if (gone || !PostedCreate(ch, *c, &reply)) {
     rc = gone ? 0 : Send(ch, *c, &reply, &gone);

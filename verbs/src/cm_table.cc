@@ -1,6 +1,7 @@
 // The rdma_cm emulation's process state (cm_table.h).
 #include "cm_table.h"
 
+#include <infiniband/verbs.h>
 #include <rdma/rdma_user_cm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -38,6 +39,8 @@ struct IdState {
   uint32_t reported;                           // events of this id the program has read
   std::shared_ptr<ff::proto::CmIdState> last;  // the router's newest snapshot, if any
   CmPhase phase = CmPhase::kUnknown;
+  bool ended = false;        // the program read the end of its connection (Ends)
+  bool end_written = false;  // the library wrote its DISCONNECTED (TakeDisconnection)
 };
 struct UnnamedPeer {
   Session* session;
@@ -117,6 +120,12 @@ void ForgetLocked(Table& t, int fd) {
   }
   Mark(fd, false);
   t.fds.erase(it);
+}
+
+// The events that end a connection (or its attempt): after one, nothing more of it follows.
+bool Ends(uint32_t event) {
+  return event == kCmDisconnected || event == kCmUnreachable || event == kCmRejected ||
+         event == kCmConnectError;
 }
 
 // Forgets the id or join under `key`; the events reported for it (0: unknown).
@@ -230,7 +239,12 @@ CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev) {
   }
   auto it = t.ids.find(Key{ch.session, ev.owner});
   if (it == t.ids.end()) return CmEventFate::kDrop;
+  // One end per connection, as the kernel reports it: a DISCONNECTED after the program read
+  // how its connection ended is the second of two that crossed (DisconnectedHere).
+  const bool own = resp.id == ev.owner;
+  if (own && resp.event == kCmDisconnected && it->second.ended) return CmEventFate::kDrop;
   ++it->second.reported;
+  if (own && Ends(resp.event)) it->second.ended = true;
   if (resp.event == kCmConnectRequest)
     t.ids.emplace(Key{ch.session, resp.id}, IdState{ch.id, 0, 0, nullptr, CmPhase::kRequested});
   if (resp.id == ev.owner) {
@@ -288,6 +302,26 @@ bool TakeRouteResolution(const CmChannel& ch, uint32_t handle, ff::proto::CmEven
   std::memcpy(ev->resp, &resp, sizeof(resp));
   ev->state = st;
   it->second.phase = CmPhase::kUnknown;
+  return true;
+}
+
+bool TakeDisconnection(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  auto it = t.ids.find(Key{ch.session, handle});
+  if (it == t.ids.end() || it->second.channel != ch.id || it->second.last == nullptr ||
+      it->second.phase != CmPhase::kConnected || it->second.ended || it->second.end_written)
+    return false;
+  const uint8_t type = it->second.last->qp.qp_type;
+  if (type != IBV_QPT_RC && type != IBV_QPT_UC) return false;
+  it->second.end_written = true;
+  rdma_ucm_event_resp resp{};
+  resp.uid = it->second.uid;
+  resp.id = handle;
+  resp.event = kCmDisconnected;
+  *ev = ff::proto::CmEvent{};  // state.handle 0: no snapshot (a disconnect changes none)
+  ev->owner = handle;
+  std::memcpy(ev->resp, &resp, sizeof(resp));
   return true;
 }
 

@@ -29,6 +29,9 @@ inline constexpr uint32_t kCmAddrResolved = 0;
 inline constexpr uint32_t kCmRouteResolved = 2;
 inline constexpr uint32_t kCmConnectRequest = 4;
 inline constexpr uint32_t kCmConnectResponse = 5;
+inline constexpr uint32_t kCmConnectError = 6;
+inline constexpr uint32_t kCmUnreachable = 7;
+inline constexpr uint32_t kCmRejected = 8;
 inline constexpr uint32_t kCmEstablished = 9;
 inline constexpr uint32_t kCmDisconnected = 10;
 inline constexpr uint32_t kCmDeviceRemoval = 11;
@@ -134,6 +137,10 @@ void NoteState(Session* s, const ff::proto::CmIdState& st);
 // (its state: the last snapshot with the resolved path, one version on), and the id left
 // kUnknown until the program reads it; false (nothing changed) for any other id.
 bool TakeRouteResolution(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev);
+// The DISCONNECTED event of a kConnected RC/UC id on `ch` whose end the program has not
+// read and the library has not written (DisconnectedHere), which it now has; false
+// (nothing changed) for any other id.
+bool TakeDisconnection(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev);
 // The router is gone: shuts down the copies of the router's ends of `s`'s channels, so
 // that their programs read EOF (then DEVICE_REMOVAL).
 void ShutDownChannelsOf(Session* s);

@@ -14,7 +14,7 @@
 namespace ff {
 // Version of the router <-> library protocol, of the shared-memory layouts and of the proxy
 // records: a library and a router with different values refuse each other at HELLO.
-inline constexpr uint32_t kAbiVersion = 12;
+inline constexpr uint32_t kAbiVersion = 13;
 }  // namespace ff
 
 namespace ff::proto {
@@ -237,6 +237,11 @@ struct CmOpenChannel {
 // posts it only for an id whose ADDR_RESOLVED the program read and that no command since
 // can have moved on (CONNECT, and a path set with SET_OPTION IB_PATH, would), and writes
 // ROUTE_RESOLVED into the channel itself.
+// A DISCONNECT with kCmEventWritten in `flags` sends the DREQ and ends the id without
+// waiting for the DREP: the library has written DISCONNECTED into the channel itself (it
+// does so only for a connected RC/UC id whose end it has not reported), so none follows
+// from the router. No other command carries flags.
+inline constexpr uint32_t kCmEventWritten = 1u;
 inline constexpr uint32_t kCmMaxBody = 320;
 inline constexpr uint32_t kCmMaxReply = 216;
 inline constexpr uint32_t kCmRouteBytes = 208;  // sizeof(rdma_ucm_query_route_resp)
@@ -275,7 +280,7 @@ struct CmCommand {
   // new id takes: the library then posts the command and answers the program itself.
   // 0: the router picks the handle and answers it.
   uint32_t handle;
-  uint32_t reserved;
+  uint32_t flags;  // kCmEventWritten (DISCONNECT only), else 0
   alignas(8) char body[kCmMaxBody];
 };
 // The answer to a CmCommand: `out_len` bytes to copy to the command's response (0 for the

@@ -81,6 +81,18 @@ class CmPod {
     m.handle = handle;
     pod_->SendRaw(&m, sizeof(m));
   }
+  // DISCONNECT with `flags` (proto::kCmEventWritten: the library wrote DISCONNECTED itself),
+  // answered, or posted as the library posts it.
+  int DisconnectFlagged(uint32_t id, uint32_t flags, bool posted = false) {
+    rdma_ucm_disconnect d{};
+    d.id = id;
+    proto::CmCommand m = Command(RDMA_USER_CM_CMD_DISCONNECT, d, 0, kCh);
+    m.flags = flags;
+    if (!posted) return pod_->Call(m).status;
+    m.h.seq = proto::kPostedSeq;
+    pod_->SendRaw(&m, sizeof(m));
+    return 0;
+  }
   uint32_t CreateId(uint16_t ps, uint64_t uid, uint32_t ch = kCh) {
     rdma_ucm_create_id c{};
     c.uid = uid;
@@ -431,6 +443,43 @@ TEST_F(CmTest, APostedResolveRouteResolvesWithoutAnEvent) {
   EXPECT_FALSE(client.Next(50).has_value()) << "no ROUTE_RESOLVED from the router";
 }
 
+// A DISCONNECT whose DISCONNECTED the library wrote (proto::kCmEventWritten) sends the DREQ, so
+// the peer hears DISCONNECTED, and ends the id with no event of its own: not at the DREP,
+// not when the peer's DREQ crosses it, not again. The flag means nothing on any other
+// command, nor any other flag on DISCONNECT: those are refused.
+TEST_F(CmTest, ADisconnectTheLibraryReportedSendsTheDreqAndNoEvent) {
+  const auto [id, child] = Establish();
+  client.DisconnectFlagged(id, proto::kCmEventWritten, /*posted=*/true);
+  EXPECT_EQ(server.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, child);
+  EXPECT_EQ(server.Disconnect(child), 0) << "its DREQ crosses nothing: the client's id is done";
+  EXPECT_EQ(client.Disconnect(id), 0) << "again";
+  EXPECT_FALSE(client.Next(50).has_value()) << "no DISCONNECTED from the router";
+  EXPECT_EQ(client.Destroy(id), 0);
+  EXPECT_EQ(server.Destroy(child), 0);
+}
+
+// The peer's DREQ first: its DISCONNECTED is the router's; the flagged one adds nothing.
+TEST_F(CmTest, ADisconnectTheLibraryReportedAfterThePeersAddsNoEvent) {
+  const auto [id2, child2] = Establish();
+  EXPECT_EQ(server.Disconnect(child2), 0);
+  EXPECT_EQ(client.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, id2);
+  EXPECT_EQ(client.DisconnectFlagged(id2, proto::kCmEventWritten), 0);
+  EXPECT_EQ(server.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, child2) << "its DREP";
+  EXPECT_FALSE(client.Next(50).has_value());
+}
+
+TEST_F(CmTest, TheEventWrittenFlagIsOnlyForADisconnect) {
+  const uint32_t idle = client.CreateId(RDMA_PS_TCP, 0x99);
+  EXPECT_EQ(client.DisconnectFlagged(idle, proto::kCmEventWritten), EINVAL) << "not connected";
+  EXPECT_EQ(client.DisconnectFlagged(idle, 2), EINVAL) << "an unknown flag";
+  rdma_ucm_create_id c{};
+  c.ps = RDMA_PS_TCP;
+  proto::CmCommand m = CmPod::Command(RDMA_USER_CM_CMD_CREATE_ID, c,
+                                      sizeof(rdma_ucm_create_id_resp), kCh);
+  m.flags = proto::kCmEventWritten;
+  EXPECT_EQ(client.raw().Call(m).status, EINVAL) << "on another command";
+}
+
 // An answered CREATE_ID grants the channel kCmHandleGrant handles (while it holds none
 // unused) for the CREATE_IDs the session posts on it. A handle is taken once, and only on
 // the channel it was granted to: another pod naming it, another channel, or a handle never
@@ -494,6 +543,15 @@ TEST_F(CmCrossNodeTest, ConnectAcceptAndDisconnectAcrossNodes) {
   EXPECT_EQ(server.Disconnect(child), 0);
   client.Expect(RDMA_CM_EVENT_DISCONNECTED);
   server.Expect(RDMA_CM_EVENT_DISCONNECTED);
+}
+
+// Across nodes too: the DREQ reaches the server; the DREP that comes back ends nothing.
+TEST_F(CmCrossNodeTest, ADisconnectTheLibraryReportedSendsTheDreqAndNoEvent) {
+  const auto [id, child] = Establish();
+  EXPECT_EQ(client.DisconnectFlagged(id, proto::kCmEventWritten), 0);
+  EXPECT_EQ(server.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, child);
+  EXPECT_FALSE(client.Next(100).has_value()) << "no DISCONNECTED from the router";
+  EXPECT_EQ(client.Destroy(id), 0);
 }
 
 TEST_F(CmCrossNodeTest, NobodyListeningIsRejectedAtOnce) {

@@ -352,6 +352,84 @@ TEST_F(CmTest, TheRtuAndDisconnectOfAConnectedIdArePostedOthersWait) {
   EXPECT_EQ(PostedOf(RDMA_USER_CM_CMD_DISCONNECT), (std::vector<bool>{false, true, true, true}));
 }
 
+// DISCONNECT of a connected RC id whose end the program has not read is posted with
+// kCmEventWritten, and the library writes DISCONNECTED itself, once. When the router's
+// DISCONNECTED (the peer's DREQ) crossed it, the program reads one, whichever came first.
+// After the program read its id's end, or for a UD id, DISCONNECT is only posted.
+TEST_F(CmTest, ADisconnectOfAConnectedIdIsReportedByTheLibraryOnce) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
+  rdma_ucm_event_resp ev{};
+  auto disconnect = [&](uint32_t id) {
+    rdma_ucm_disconnect d{};
+    d.id = id;
+    return CmdErrno(fd, RDMA_USER_CM_CMD_DISCONNECT, d);
+  };
+  // An id the program connected (its RTU posted), and a passive side's id (ESTABLISHED read).
+  auto active = [&](uint64_t uid) {
+    const uint32_t id = CreateId(fd, uid);
+    SendEvent(channel, id, kConnectResponse, id, uid, IBV_QPT_RC);
+    EXPECT_EQ(GetEvent(fd, &ev), 0);
+    rdma_ucm_accept rtu{};
+    rtu.id = id;
+    EXPECT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_ACCEPT, rtu), 0);
+    return id;
+  };
+  const uint32_t listener = CreateId(fd, 0x80);
+  auto passive = [&](uint32_t child, int qp_type) {
+    SendEvent(channel, listener, kConnectRequest, child, 0x80, qp_type);
+    SendEvent(channel, child, kEstablished, child, 0x80, qp_type, 2);
+    EXPECT_EQ(GetEvent(fd, &ev), 0);
+    EXPECT_EQ(GetEvent(fd, &ev), 0);
+    EXPECT_EQ(ev.event, kEstablished);
+    return child;
+  };
+
+  const uint32_t id = active(0x81);
+  EXPECT_EQ(disconnect(id), 0);
+  ASSERT_EQ(GetEvent(fd, &ev), 0) << "written by the library";
+  EXPECT_EQ(ev.event, kDisconnected);
+  EXPECT_EQ(ev.id, id);
+  EXPECT_EQ(ev.uid, 0x81u);
+  EXPECT_EQ(ev.status, 0u);
+  EXPECT_EQ(disconnect(id), 0) << "again: posted, nothing written";
+  EXPECT_EQ(GetEvent(fd, &ev), EAGAIN);
+
+  // The peer's DREQ first (its DISCONNECTED queued, unread), then the program's DISCONNECT.
+  const uint32_t crossed = passive(8181, IBV_QPT_RC);
+  SendEvent(channel, crossed, kDisconnected, crossed, 0x80);
+  EXPECT_EQ(disconnect(crossed), 0);
+  ASSERT_EQ(GetEvent(fd, &ev), 0);
+  EXPECT_EQ(ev.event, kDisconnected);
+  EXPECT_EQ(ev.id, crossed);
+  EXPECT_EQ(GetEvent(fd, &ev), EAGAIN) << "the second is dropped";
+  // The other order: the library's first, the router's after it.
+  const uint32_t late = active(0x82);
+  EXPECT_EQ(disconnect(late), 0);
+  SendEvent(channel, late, kDisconnected, late, 0x82);
+  ASSERT_EQ(GetEvent(fd, &ev), 0);
+  EXPECT_EQ(ev.event, kDisconnected);
+  EXPECT_EQ(GetEvent(fd, &ev), EAGAIN) << "the router's is dropped";
+  // The program read the peer's DISCONNECTED, then disconnects (as servers do).
+  const uint32_t told = passive(8282, IBV_QPT_RC);
+  SendEvent(channel, told, kDisconnected, told, 0x80);
+  ASSERT_EQ(GetEvent(fd, &ev), 0);
+  EXPECT_EQ(disconnect(told), 0);
+  EXPECT_EQ(GetEvent(fd, &ev), EAGAIN);
+  // UD: the router's to report.
+  const uint32_t ud = passive(8383, IBV_QPT_UD);
+  EXPECT_EQ(disconnect(ud), 0);
+  EXPECT_EQ(GetEvent(fd, &ev), EAGAIN);
+
+  EXPECT_NE(CreateId(fd, 0x84), 0u);  // a call answered: what was posted came before it
+  std::vector<std::pair<bool, uint32_t>> sent;  // (posted, flags)
+  for (const auto& c : Received(RDMA_USER_CM_CMD_DISCONNECT))
+    sent.emplace_back(c.h.seq == ff::proto::kPostedSeq, c.flags);
+  const uint32_t w = ff::proto::kCmEventWritten;
+  EXPECT_EQ(sent, (std::vector<std::pair<bool, uint32_t>>{
+                      {true, w}, {true, 0}, {true, w}, {true, w}, {true, 0}, {true, 0}}));
+}
+
 // The router's `event` for id `id` (owner `owner`, uid `uid`), whose state names an RC peer QP
 // `peer_qpn` at 10.244.0.2 (where Pod::Connect's RTR goes), read from `fd` by the program,
 // which then asks INIT_QP_ATTR(RTR) for `id`, as librdmacm does before it moves its QP.
@@ -455,18 +533,12 @@ TEST_F(CmTest, AnActiveSidesRtrNamesItsPeerAndItsFirstSendLinks) {
 TEST_F(CmTest, AConnectOfAResolvedIdAndTheAcceptOfARequestArePosted) {
   uint32_t channel = 0;
   const int fd = Open(O_RDWR | O_CLOEXEC | O_NONBLOCK, &channel);
-  const int router_end = pod_.router.cm_channel_fd(channel);
   status_[RDMA_USER_CM_CMD_CONNECT] = EINVAL;
   status_[RDMA_USER_CM_CMD_ACCEPT] = EINVAL;
   // The router's event, with the id's snapshot (the library reads its QP type there).
   auto deliver = [&](uint32_t owner, uint32_t event, uint32_t id, uint8_t qp_type) {
     static uint32_t version = 0;
-    ff::proto::CmEvent ev = MakeCmEvent(owner, event, id, 0x51);
-    ev.state.handle = id;
-    ev.state.version = ++version;
-    ev.state.qp.seen = 1;
-    ev.state.qp.qp_type = qp_type;
-    ASSERT_EQ(::send(router_end, &ev, sizeof(ev), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(ev)));
+    SendEvent(channel, owner, event, id, 0x51, qp_type, ++version);
     rdma_ucm_event_resp got{};
     ASSERT_EQ(GetEvent(fd, &got), 0);
   };

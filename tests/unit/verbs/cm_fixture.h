@@ -83,9 +83,17 @@ class CmTest : public ::testing::Test {
   }
   static uint32_t DestroyId(int fd, uint32_t id) { return fftest::DestroyId(fd, id); }
 
-  // The router writes an event for `owner` into channel `channel`.
-  void SendEvent(uint32_t channel, uint32_t owner, uint32_t event, uint32_t id, uint64_t uid = 0) {
-    const ff::proto::CmEvent ev = MakeCmEvent(owner, event, id, uid);
+  // The router writes an event for `owner` into channel `channel`; with `qp_type`, the
+  // event carries a snapshot of `id` (version `version`) of a QP of that type.
+  void SendEvent(uint32_t channel, uint32_t owner, uint32_t event, uint32_t id, uint64_t uid = 0,
+                 int qp_type = -1, uint32_t version = 1) {
+    ff::proto::CmEvent ev = MakeCmEvent(owner, event, id, uid);
+    if (qp_type >= 0) {
+      ev.state.handle = id;
+      ev.state.version = version;
+      ev.state.qp.seen = 1;
+      ev.state.qp.qp_type = static_cast<uint8_t>(qp_type);
+    }
     const int fd = pod_.router.cm_channel_fd(channel);
     ASSERT_GE(fd, 0);
     ASSERT_EQ(::send(fd, &ev, sizeof(ev), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(ev)));
