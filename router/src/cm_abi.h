@@ -45,6 +45,9 @@ inline constexpr uint8_t kRejInvalidServiceId = 8;
 inline constexpr uint8_t kRejConsumerDefined = 28;
 inline constexpr uint8_t kSidrUnsupported = 1;
 inline constexpr uint8_t kSidrReject = 2;
+// A DREQ's reason (IB CM's DREQ has none): its sender waits for no DREP, because its id is
+// done (the library reported DISCONNECTED) or gone. Routers that predate it answer anyway.
+inline constexpr uint8_t kDreqNoReply = 1;
 inline constexpr uint32_t kRdmaUdpQkey = 0x01234567;  // RDMA_UDP_QKEY
 
 // An address in a command: struct sockaddr_in or sockaddr_in6 in a buffer of `len` bytes.

@@ -184,11 +184,14 @@ int CmService::Disconnect(Ctx& c) {
   switch (id->state) {
     case CmState::kEstablished:
     case CmState::kRepSent:
-    case CmState::kRepReceived:
-      Send(id, wire::CmKind::kDreq, MessageFrom(*id));
-      if (c.m.flags & proto::kCmEventWritten) {
-        // The program has its DISCONNECTED from the library: nothing waits for the DREP,
-        // and the peer's own DREQ, if it crosses this one, ends nothing more.
+    case CmState::kRepReceived: {
+      // With kCmEventWritten the program has its DISCONNECTED from the library: nothing
+      // waits for a DREP, and the peer's own DREQ, if it crosses this one, ends nothing more.
+      const bool written = (c.m.flags & proto::kCmEventWritten) != 0;
+      wire::CmMessage m = MessageFrom(*id);
+      if (written) m.reason = kDreqNoReply;
+      Send(id, wire::CmKind::kDreq, m);
+      if (written) {
         id->deadline_ns = 0;
         id->state = CmState::kDone;
         return 0;
@@ -197,6 +200,7 @@ int CmService::Disconnect(Ctx& c) {
       id->state = CmState::kDisconnecting;
       id->deadline_ns = MonotonicNs() + kCmResponseTimeoutNs;
       return 0;
+    }
     case CmState::kDone:
     case CmState::kDisconnecting:
       return 0;  // the peer disconnected first (its DISCONNECTED event is out), or again
@@ -222,6 +226,7 @@ void CmService::DestroyId(uint32_t handle) {
     case CmState::kRepSent:
     case CmState::kRepReceived:
     case CmState::kEstablished:
+      m.reason = kDreqNoReply;  // the id is gone
       if (!Ud(*id)) Send(nullptr, wire::CmKind::kDreq, m);
       break;
     case CmState::kListening: {
@@ -404,8 +409,9 @@ void CmService::OnRej(CmId& id, const wire::CmMessage& m) {
 }
 
 void CmService::OnDreq(CmId* id, const wire::CmMessage& m) {
-  // A DREP always goes back: the sender stops waiting even for an id that is gone.
-  Reply(wire::CmKind::kDrep, m, 0);
+  // A DREP goes back unless the sender waits for none: it stops waiting even for an id that
+  // is gone here.
+  if (m.reason != kDreqNoReply) Reply(wire::CmKind::kDrep, m, 0);
   if (id == nullptr) return;
   switch (id->state) {
     case CmState::kEstablished:

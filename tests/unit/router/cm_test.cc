@@ -216,29 +216,30 @@ class CmBase : public ::testing::Test {
       ASSERT_EQ(p->Open(kCh), 0);
     }
   }
-  // A listener on the server's port 7000; its handle.
-  uint32_t Listen() {
+  // A listener on the server's port `port`; its handle.
+  uint32_t Listen(uint16_t port = 7000) {
     const uint32_t l = S().CreateId(RDMA_PS_TCP, 0x5e);
     EXPECT_NE(l, 0u);
-    EXPECT_EQ(S().Bind(l, 0, 7000), 0);
+    EXPECT_EQ(S().Bind(l, 0, port), 0);
     EXPECT_EQ(S().Listen(l), 0);
     return l;
   }
-  // A client id whose route to the server's port 7000 is resolved.
-  uint32_t Routed() {
+  // A client id whose route to the server's port `port` is resolved.
+  uint32_t Routed(uint16_t port = 7000) {
     const uint32_t id = C().CreateId(RDMA_PS_TCP, 0xc1);
-    EXPECT_EQ(C().Resolve(id, S().ip(), 7000), 0);
+    EXPECT_EQ(C().Resolve(id, S().ip(), port), 0);
     C().Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
     EXPECT_EQ(C().ResolveRoute(id), 0);
     C().Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
     return id;
   }
-  // Connects the client to the server's listener: the client's id and the server's.
-  std::pair<uint32_t, uint32_t> Establish() {
+  // Connects the client to a new listener of the server on `port`: the client's id and the
+  // server's.
+  std::pair<uint32_t, uint32_t> Establish(uint16_t port = 7000) {
     CmPod& srv = S();
     CmPod& cli = C();
-    const uint32_t l = Listen();
-    const uint32_t id = Routed();
+    const uint32_t l = Listen(port);
+    const uint32_t id = Routed(port);
     EXPECT_EQ(cli.Connect(id, 0x11, "hello"), 0);
     const Event req = srv.Expect(RDMA_CM_EVENT_CONNECT_REQUEST);
     EXPECT_EQ(req.owner, l);
@@ -545,13 +546,35 @@ TEST_F(CmCrossNodeTest, ConnectAcceptAndDisconnectAcrossNodes) {
   server.Expect(RDMA_CM_EVENT_DISCONNECTED);
 }
 
-// Across nodes too: the DREQ reaches the server; the DREP that comes back ends nothing.
+// Across nodes too: the DREQ reaches the server, marked as waiting for no DREP, and is the
+// only message on the link; an answered DISCONNECT's DREQ still gets its DREP.
 TEST_F(CmCrossNodeTest, ADisconnectTheLibraryReportedSendsTheDreqAndNoEvent) {
   const auto [id, child] = Establish();
+  const uint64_t before = net.messages_sent();
   EXPECT_EQ(client.DisconnectFlagged(id, proto::kCmEventWritten), 0);
   EXPECT_EQ(server.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, child);
   EXPECT_FALSE(client.Next(100).has_value()) << "no DISCONNECTED from the router";
+  EXPECT_EQ(net.messages_sent() - before, 1u) << "the DREQ, and no DREP";
   EXPECT_EQ(client.Destroy(id), 0);
+  EXPECT_EQ(server.Destroy(child), 0);
+}
+
+TEST_F(CmCrossNodeTest, AnAnsweredDisconnectGetsItsDrepAndADestroyedIdNone) {
+  const auto [id, child] = Establish();
+  uint64_t before = net.messages_sent();
+  EXPECT_EQ(client.Disconnect(id), 0);
+  EXPECT_EQ(server.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, child);
+  EXPECT_EQ(client.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, id) << "at the DREP";
+  EXPECT_EQ(net.messages_sent() - before, 2u);
+  EXPECT_EQ(client.Destroy(id), 0);
+  EXPECT_EQ(server.Destroy(child), 0);
+  // A connected id destroyed: its DREQ tells the peer, which answers nothing.
+  const auto [id2, child2] = Establish(7001);
+  before = net.messages_sent();
+  EXPECT_EQ(client.Destroy(id2), 0);
+  EXPECT_EQ(server.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, child2);
+  EXPECT_FALSE(server.Next(100).has_value());
+  EXPECT_EQ(net.messages_sent() - before, 1u) << "the DREQ, and no DREP";
 }
 
 TEST_F(CmCrossNodeTest, NobodyListeningIsRejectedAtOnce) {
