@@ -376,11 +376,14 @@ bool ResolvedRouteHere(CmChannel& ch, const Command& c) {
 // for the peer's DREP (across nodes), as a real device's CM answers a DREQ at once. When
 // the peer's DREQ crosses this one, the router's DISCONNECTED for it may be queued too:
 // the program reads whichever comes first (cmtable::CountEvent drops the other).
+// A DISCONNECT of an id whose DISCONNECTED the program has read is not sent at all: the
+// router's id is done then, and DISCONNECT would do nothing there but answer 0 (a server
+// that disconnects when its client did saves a message a connection).
 bool DisconnectedHere(CmChannel& ch, const Command& c) {
   uint32_t handle = 0;
-  if (c.hdr.cmd != RDMA_USER_CM_CMD_DISCONNECT || !ConnectionCommand(c, &handle) ||
-      !ch.router_end)
-    return false;
+  if (c.hdr.cmd != RDMA_USER_CM_CMD_DISCONNECT || !ConnectionCommand(c, &handle)) return false;
+  if (cmtable::DisconnectionRead(ch, handle)) return true;
+  if (!ch.router_end) return false;
   ff::proto::CmEvent ev;
   if (!cmtable::TakeDisconnection(ch, handle, &ev)) return false;
   if (const int rc = Post(ch, c, 0, ff::proto::kCmEventWritten)) {

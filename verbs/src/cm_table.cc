@@ -305,6 +305,15 @@ bool TakeRouteResolution(const CmChannel& ch, uint32_t handle, ff::proto::CmEven
   return true;
 }
 
+bool DisconnectionRead(const CmChannel& ch, uint32_t handle) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  auto it = t.ids.find(Key{ch.session, handle});
+  // kConnected and ended: the end read was DISCONNECTED (the others leave kUnknown).
+  return it != t.ids.end() && it->second.channel == ch.id &&
+         it->second.phase == CmPhase::kConnected && it->second.ended;
+}
+
 bool TakeDisconnection(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);

@@ -141,6 +141,8 @@ bool TakeRouteResolution(const CmChannel& ch, uint32_t handle, ff::proto::CmEven
 // read and the library has not written (DisconnectedHere), which it now has; false
 // (nothing changed) for any other id.
 bool TakeDisconnection(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev);
+// Whether the program has read the DISCONNECTED of `handle` on `ch` (the router's id is done).
+bool DisconnectionRead(const CmChannel& ch, uint32_t handle);
 // The router is gone: shuts down the copies of the router's ends of `s`'s channels, so
 // that their programs read EOF (then DEVICE_REMOVAL).
 void ShutDownChannelsOf(Session* s);
