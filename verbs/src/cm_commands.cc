@@ -440,9 +440,8 @@ int Forward(CmChannel& ch, Command* c) {
   int rc = 0;
   if (!gone && AnswerFromState(ch, *c, &reply, &rc)) {
     if (rc != 0) return rc;
-  } else if (!gone &&
-             (PostedDestroy(ch, *c) || DisconnectedHere(ch, *c) || PostedByPhase(ch, *c) ||
-              ResolvedRouteHere(ch, *c))) {
+  } else if (!gone && (PostedDestroy(ch, *c) || DisconnectedHere(ch, *c) || PostedByPhase(ch, *c) ||
+                       ResolvedRouteHere(ch, *c))) {
     reply.out_len = 0;
   } else if (gone || !PostedCreate(ch, *c, &reply)) {
     rc = gone ? 0 : Send(ch, *c, &reply, &gone);

@@ -122,6 +122,25 @@ void ForgetLocked(Table& t, int fd) {
   t.fds.erase(it);
 }
 
+// The id `handle` of ch's session when it lives on `ch`, else nullptr.
+IdState* IdOnLocked(Table& t, const CmChannel& ch, uint32_t handle) {
+  auto it = t.ids.find(Key{ch.session, handle});
+  return it != t.ids.end() && it->second.channel == ch.id ? &it->second : nullptr;
+}
+
+// An event of id `handle` that the library writes itself, without a snapshot (state.handle
+// 0) unless the caller adds one.
+ff::proto::CmEvent OwnEvent(uint64_t uid, uint32_t handle, uint32_t event) {
+  rdma_ucm_event_resp resp{};
+  resp.uid = uid;
+  resp.id = handle;
+  resp.event = event;
+  ff::proto::CmEvent ev{};
+  ev.owner = handle;
+  std::memcpy(ev.resp, &resp, sizeof(resp));
+  return ev;
+}
+
 // The events that end a connection (or its attempt): after one, nothing more of it follows.
 bool Ends(uint32_t event) {
   return event == kCmDisconnected || event == kCmUnreachable || event == kCmRejected ||
@@ -273,64 +292,51 @@ void NoteState(Session* s, const ff::proto::CmIdState& st) {
 bool LastState(const CmChannel& ch, uint32_t handle, ff::proto::CmIdState* out) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
-  auto it = t.ids.find(Key{ch.session, handle});
-  if (it == t.ids.end() || it->second.channel != ch.id || it->second.last == nullptr) return false;
-  *out = *it->second.last;
+  const IdState* id = IdOnLocked(t, ch, handle);
+  if (id == nullptr || id->last == nullptr) return false;
+  *out = *id->last;
   return true;
 }
 
 bool TakeRouteResolution(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
-  auto it = t.ids.find(Key{ch.session, handle});
-  if (it == t.ids.end() || it->second.channel != ch.id || it->second.last == nullptr ||
-      it->second.phase != CmPhase::kAddrResolved || it->second.last->handle != handle)
+  IdState* id = IdOnLocked(t, ch, handle);
+  if (id == nullptr || id->last == nullptr || id->phase != CmPhase::kAddrResolved ||
+      id->last->handle != handle)
     return false;
-  ff::proto::CmIdState st = *it->second.last;
+  ff::proto::CmIdState st = *id->last;
   rdma_ucm_query_route_resp route;
   static_assert(sizeof(route) == sizeof(st.route));
   std::memcpy(&route, st.route, sizeof(route));
   ff::CmFillRoutedPath(st.qp.tos, &route);
   std::memcpy(st.route, &route, sizeof(route));
   ++st.version;  // the router's next snapshot of the id comes later still: it counts this one
-  rdma_ucm_event_resp resp{};
-  resp.uid = it->second.uid;
-  resp.id = handle;
-  resp.event = kCmRouteResolved;
-  *ev = ff::proto::CmEvent{};
-  ev->owner = handle;
-  std::memcpy(ev->resp, &resp, sizeof(resp));
+  *ev = OwnEvent(id->uid, handle, kCmRouteResolved);
   ev->state = st;
-  it->second.phase = CmPhase::kUnknown;
+  id->phase = CmPhase::kUnknown;
   return true;
 }
 
 bool DisconnectionRead(const CmChannel& ch, uint32_t handle) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
-  auto it = t.ids.find(Key{ch.session, handle});
+  const IdState* id = IdOnLocked(t, ch, handle);
   // kConnected and ended: the end read was DISCONNECTED (the others leave kUnknown).
-  return it != t.ids.end() && it->second.channel == ch.id &&
-         it->second.phase == CmPhase::kConnected && it->second.ended;
+  return id != nullptr && id->phase == CmPhase::kConnected && id->ended;
 }
 
 bool TakeDisconnection(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
-  auto it = t.ids.find(Key{ch.session, handle});
-  if (it == t.ids.end() || it->second.channel != ch.id || it->second.last == nullptr ||
-      it->second.phase != CmPhase::kConnected || it->second.ended || it->second.end_written)
+  IdState* id = IdOnLocked(t, ch, handle);
+  if (id == nullptr || id->last == nullptr || id->phase != CmPhase::kConnected || id->ended ||
+      id->end_written)
     return false;
-  const uint8_t type = it->second.last->qp.qp_type;
+  const uint8_t type = id->last->qp.qp_type;
   if (type != IBV_QPT_RC && type != IBV_QPT_UC) return false;
-  it->second.end_written = true;
-  rdma_ucm_event_resp resp{};
-  resp.uid = it->second.uid;
-  resp.id = handle;
-  resp.event = kCmDisconnected;
-  *ev = ff::proto::CmEvent{};  // state.handle 0: no snapshot (a disconnect changes none)
-  ev->owner = handle;
-  std::memcpy(ev->resp, &resp, sizeof(resp));
+  id->end_written = true;
+  *ev = OwnEvent(id->uid, handle, kCmDisconnected);  // no snapshot: a disconnect changes none
   return true;
 }
 
@@ -351,8 +357,7 @@ void MarkSeen(Session* s, uint32_t handle) {
 bool Owns(const CmChannel& ch, uint32_t handle) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
-  auto it = t.ids.find(Key{ch.session, handle});
-  return it != t.ids.end() && it->second.channel == ch.id;
+  return IdOnLocked(t, ch, handle) != nullptr;
 }
 
 bool IsOpen(const CmChannel& ch) {
@@ -364,8 +369,8 @@ bool IsOpen(const CmChannel& ch) {
 CmPhase Phase(const CmChannel& ch, uint32_t handle) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
-  auto it = t.ids.find(Key{ch.session, handle});
-  return it != t.ids.end() && it->second.channel == ch.id ? it->second.phase : CmPhase::kUnknown;
+  const IdState* id = IdOnLocked(t, ch, handle);
+  return id != nullptr ? id->phase : CmPhase::kUnknown;
 }
 
 void SetPhase(Session* s, uint32_t handle, CmPhase phase) {

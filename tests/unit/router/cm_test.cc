@@ -475,8 +475,8 @@ TEST_F(CmTest, TheEventWrittenFlagIsOnlyForADisconnect) {
   EXPECT_EQ(client.DisconnectFlagged(idle, 2), EINVAL) << "an unknown flag";
   rdma_ucm_create_id c{};
   c.ps = RDMA_PS_TCP;
-  proto::CmCommand m = CmPod::Command(RDMA_USER_CM_CMD_CREATE_ID, c,
-                                      sizeof(rdma_ucm_create_id_resp), kCh);
+  proto::CmCommand m =
+      CmPod::Command(RDMA_USER_CM_CMD_CREATE_ID, c, sizeof(rdma_ucm_create_id_resp), kCh);
   m.flags = proto::kCmEventWritten;
   EXPECT_EQ(client.raw().Call(m).status, EINVAL) << "on another command";
 }

@@ -423,11 +423,13 @@ TEST_F(CmTest, ADisconnectOfAConnectedIdIsReportedByTheLibraryOnce) {
   EXPECT_EQ(GetEvent(fd, &ev), EAGAIN);
 
   EXPECT_NE(CreateId(fd, 0x84), 0u);  // a call answered: what was posted came before it
-  std::vector<std::pair<bool, uint32_t>> sent;  // (posted, flags)
+  // (posted, flags) of each DISCONNECT the router received
+  std::vector<std::pair<bool, uint32_t>> sent;
   for (const auto& c : Received(RDMA_USER_CM_CMD_DISCONNECT))
     sent.emplace_back(c.h.seq == ff::proto::kPostedSeq, c.flags);
   const uint32_t w = ff::proto::kCmEventWritten;
-  EXPECT_EQ(sent, (std::vector<std::pair<bool, uint32_t>>{{true, w}, {true, w}, {true, w}, {true, 0}}))
+  EXPECT_EQ(sent,
+            (std::vector<std::pair<bool, uint32_t>>{{true, w}, {true, w}, {true, w}, {true, 0}}))
       << "id, crossed, late, ud";
 }
 
