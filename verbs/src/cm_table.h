@@ -124,7 +124,9 @@ void IdAccepted(Session* s, uint32_t handle, uint64_t uid);
 void JoinCreated(Session* s, uint32_t parent, uint32_t join);
 uint32_t JoinLeft(Session* s, uint32_t join);
 // Counts an event read from `ch` if it belongs to a live id (or join) of this process, and
-// records the new id of a CONNECT_REQUEST; kDrop for anything else.
+// records the new id of a CONNECT_REQUEST; kDrop for anything else, and for a DISCONNECTED
+// of an id whose end (DISCONNECTED, REJECTED, UNREACHABLE, CONNECT_ERROR) the program read
+// already (the second of two that crossed: TakeDisconnection).
 CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev);
 std::vector<CmLiveId> LiveIds(const CmChannel& ch);
 // The router's snapshots of an id (proto::CmIdState): kept when newer than the last; and
