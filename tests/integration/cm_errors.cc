@@ -12,6 +12,11 @@
 //                                   (the test kills the server's process)
 //   cm_errors wait-removal IP PORT  connect, print ESTABLISHED, then DEVICE_REMOVAL must
 //                                   come (the test kills the router)
+//   cm_errors both-server PORT N    accept N connections (each moved to a channel of its
+//   cm_errors both-client IP PORT N own) and make N: both sides disconnect as soon as they
+//                                   are connected, so that their DREQs cross; each side
+//                                   must read one DISCONNECTED a connection, and nothing
+//                                   after it
 // Connections carry private data both ways and each side checks what it received.
 // Exit status: 0 as expected, 1 another outcome, 2 usage, 3 the watchdog fired.
 #include <infiniband/verbs.h>
@@ -60,18 +65,24 @@ int MakeResources(Side* s) {
   return cmtest::MakeQp(s->id, s->pd, s->cq);
 }
 
-// Tears a side down and says how long that took (it must not block, even when the router
-// is gone: the watchdog would end the process).
-void Teardown(Side* s) {
-  const double t0 = NowMs();
+// Frees what a side holds.
+void Release(Side* s) {
   if (s->id != nullptr) {
-    rdma_disconnect(s->id);  // fails harmlessly when the peer or the device is gone
     if (s->id->qp != nullptr) rdma_destroy_qp(s->id);
     rdma_destroy_id(s->id);
   }
   if (s->cq != nullptr) ibv_destroy_cq(s->cq);
   if (s->pd != nullptr) ibv_dealloc_pd(s->pd);
   if (s->ch != nullptr) rdma_destroy_event_channel(s->ch);
+  *s = Side{};
+}
+
+// Tears a side down and says how long that took (it must not block, even when the router
+// is gone: the watchdog would end the process).
+void Teardown(Side* s) {
+  const double t0 = NowMs();
+  if (s->id != nullptr) rdma_disconnect(s->id);  // fails harmlessly when the peer or device is gone
+  Release(s);
   std::printf("teardown took %.1f ms\n", NowMs() - t0);
 }
 
@@ -184,21 +195,27 @@ int Connected(const char* ip, int port, rdma_cm_event_type want, int bound_ms) {
   return st;
 }
 
-// Accepts one connection on PORT (any address); then hold or removal.
-int Server(int port, const std::string& mode) {
-  cmtest::Watchdog(150);
-  Side listen, conn;
+// A listener on PORT (any address), which prints LISTENING: 0 or 1.
+int Listen(int port, Side* listen) {
   sockaddr_in any;
   cmtest::ParseAddr("0.0.0.0", port, &any);
-  listen.ch = cmtest::OpenChannel();
-  if (listen.ch == nullptr || rdma_create_id(listen.ch, &listen.id, nullptr, RDMA_PS_TCP) != 0 ||
-      rdma_bind_addr(listen.id, reinterpret_cast<sockaddr*>(&any)) != 0 ||
-      rdma_listen(listen.id, 4) != 0) {
+  listen->ch = cmtest::OpenChannel();
+  if (listen->ch == nullptr || rdma_create_id(listen->ch, &listen->id, nullptr, RDMA_PS_TCP) != 0 ||
+      rdma_bind_addr(listen->id, reinterpret_cast<sockaddr*>(&any)) != 0 ||
+      rdma_listen(listen->id, 4) != 0) {
     std::fprintf(stderr, "listen on port %d: %s\n", port, std::strerror(errno));
     return 1;
   }
   std::printf("LISTENING %d\n", port);
   std::fflush(stdout);
+  return 0;
+}
+
+// Accepts one connection on PORT (any address); then hold or removal.
+int Server(int port, const std::string& mode) {
+  cmtest::Watchdog(150);
+  Side listen, conn;
+  if (Listen(port, &listen) != 0) return 1;
   rdma_cm_event* ev = nullptr;
   if (Expect(listen.ch, RDMA_CM_EVENT_CONNECT_REQUEST, 90000, &ev) != 0) return 1;
   conn.id = ev->id;
@@ -227,10 +244,83 @@ int Server(int port, const std::string& mode) {
   return 0;
 }
 
+// After a side's DISCONNECTED: nothing more may come on its channel (kQuietMs). 0 or 1.
+constexpr int kQuietMs = 100;
+int NothingMore(Side* s) {
+  rdma_cm_event* ev = nullptr;
+  const int err = NextEvent(s->ch, kQuietMs, &ev);
+  if (err == ETIMEDOUT) return 0;
+  if (err == 0) {
+    std::printf("FAILED: %s after DISCONNECTED\n", rdma_event_str(ev->event));
+    rdma_ack_cm_event(ev);
+  } else {
+    std::printf("FAILED: reading the channel after DISCONNECTED: %s\n", std::strerror(err));
+  }
+  return 1;
+}
+
+// A connected side disconnects at once: one DISCONNECTED, then nothing; then it is freed.
+int DisconnectAtOnce(Side* s) {
+  int st = 1;
+  if (rdma_disconnect(s->id) != 0) {
+    std::fprintf(stderr, "rdma_disconnect: %s\n", std::strerror(errno));
+  } else if (Expect(s->ch, RDMA_CM_EVENT_DISCONNECTED, 5000) == 0) {
+    st = NothingMore(s);
+  }
+  Release(s);
+  return st;
+}
+
+int BothServer(int port, int n) {
+  cmtest::Watchdog(120);
+  Side listen;
+  if (Listen(port, &listen) != 0) return 1;
+  for (int i = 0; i < n; ++i) {
+    rdma_cm_event* ev = nullptr;
+    if (Expect(listen.ch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000, &ev) != 0) return 1;
+    Side conn;
+    conn.id = ev->id;
+    rdma_ack_cm_event(ev);
+    // Its own channel: what comes after DISCONNECTED is this connection's alone.
+    conn.ch = cmtest::OpenChannel();
+    if (conn.ch == nullptr || rdma_migrate_id(conn.id, conn.ch) != 0) {
+      std::fprintf(stderr, "rdma_migrate_id: %s\n", std::strerror(errno));
+      return 1;
+    }
+    rdma_conn_param p = cmtest::ConnParam(kReplyData, kDataLen);
+    if (MakeResources(&conn) != 0 || rdma_accept(conn.id, &p) != 0) {
+      std::fprintf(stderr, "connection %d: accept: %s\n", i, std::strerror(errno));
+      return 1;
+    }
+    if (Expect(conn.ch, RDMA_CM_EVENT_ESTABLISHED, 5000) != 0 || DisconnectAtOnce(&conn) != 0) {
+      std::printf("FAILED: connection %d\n", i);
+      return 1;
+    }
+  }
+  std::printf("ok both-disconnect: %d connections, one DISCONNECTED each, nothing after\n", n);
+  Release(&listen);
+  return 0;
+}
+
+int BothClient(const char* ip, int port, int n) {
+  cmtest::Watchdog(120);
+  for (int i = 0; i < n; ++i) {
+    Side s;
+    if (StartConnect(ip, port, &s) != 0 || Expect(s.ch, RDMA_CM_EVENT_ESTABLISHED, 5000) != 0 ||
+        DisconnectAtOnce(&s) != 0) {
+      std::printf("FAILED: connection %d\n", i);
+      return 1;
+    }
+  }
+  std::printf("ok both-disconnect: %d connections, one DISCONNECTED each, nothing after\n", n);
+  return 0;
+}
+
 int Usage() {
   std::fprintf(stderr,
                "usage: cm_errors noconn IP PORT | badaddr IP | server PORT [hold|removal] |\n"
-               "       client IP PORT | wait-removal IP PORT\n");
+               "       client IP PORT | wait-removal IP PORT | both-server PORT N |\n"
+               "       both-client IP PORT N\n");
   return 2;
 }
 
@@ -246,6 +336,9 @@ int main(int argc, char** argv) {
     return Server(std::atoi(argv[2]), argc == 4 ? argv[3] : "hold");
   if (cmd == "client" && argc == 4)
     return Connected(argv[2], std::atoi(argv[3]), RDMA_CM_EVENT_DISCONNECTED, 30000);
+  if (cmd == "both-server" && argc == 4) return BothServer(std::atoi(argv[2]), std::atoi(argv[3]));
+  if (cmd == "both-client" && argc == 5)
+    return BothClient(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
   if (cmd == "wait-removal" && argc == 4)
     return Connected(argv[2], std::atoi(argv[3]), RDMA_CM_EVENT_DEVICE_REMOVAL, 30000);
   return Usage();

@@ -5,7 +5,7 @@
 # run, so that a failure names it:
 #   rdmacm.sh same|cross rping|ucmatose|udaddy|rdma_server|rdma_xserver|rstream|riostream|
 #                        udpong|cmtime|rcopy|ib_send_bw|ib_write_bw|ib_read_lat|noconn|
-#                        badaddr|peer-killed|router-killed
+#                        badaddr|peer-killed|router-killed|both-disconnect
 # Each pair: the server first, both bounded, both exit statuses checked, and one check of
 # their output that proves data moved (or, for the error cases, that the expected event came
 # within its bound).
@@ -262,6 +262,13 @@ case $case in
       pod_run 1 timeout 20 "$CM_ERRORS" badaddr "$a"
       check "resolve $a (outside the virtual network): ADDR_ERROR" $?
     done
+    ;;
+  both-disconnect)
+    # Both sides disconnect as soon as they are connected, so that their DREQs cross (and
+    # the passive side's library writes DISCONNECTED while the router's is queued).
+    pair_and "both sides disconnect at once, 50 connections: one DISCONNECTED each, nothing after" \
+      "has $SV '^ok both-disconnect: 50 ' 1 && has $C '^ok both-disconnect: 50 ' 1" \
+      -- "$CM_ERRORS" both-server 7430 50 -- "$CM_ERRORS" both-client "$S" 7430 50
     ;;
   peer-killed)
     connected_then_kill peer
