@@ -185,8 +185,9 @@ int CmService::Disconnect(Ctx& c) {
     case CmState::kEstablished:
     case CmState::kRepSent:
     case CmState::kRepReceived: {
-      // With kCmEventWritten the program has its DISCONNECTED from the library: nothing
-      // waits for a DREP, and the peer's own DREQ, if it crosses this one, ends nothing more.
+      // With kCmEventWritten the library writes the DISCONNECTED (the answer tells it to):
+      // nothing waits for a DREP, and the peer's own DREQ, if it crosses this one, ends
+      // nothing more. An id whose end the router reported already is kDone, below.
       const bool written = (c.m.flags & proto::kCmEventWritten) != 0;
       wire::CmMessage m = MessageFrom(*id);
       if (written) m.reason = kDreqNoReply;
@@ -194,6 +195,7 @@ int CmService::Disconnect(Ctx& c) {
       if (written) {
         id->deadline_ns = 0;
         id->state = CmState::kDone;
+        c.reply->flags = proto::kCmEventWritten;
         return 0;
       }
       AwaitsRemote(*id);

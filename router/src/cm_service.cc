@@ -59,7 +59,8 @@ void CmService::Command(const Call& call, uint32_t pod_ip, proto::CmCommand m) {
   Ctx c{call, pod_ip, m, &r.u.cm};
   int status = 0;
   const bool flags_ok =
-      m.flags == 0 || (m.flags == proto::kCmEventWritten && m.cmd == RDMA_USER_CM_CMD_DISCONNECT);
+      m.flags == 0 || (m.flags == proto::kCmEventWritten && m.cmd == RDMA_USER_CM_CMD_DISCONNECT &&
+                       call.seq != proto::kPostedSeq);
   if (m.in_len > proto::kCmMaxBody || !flags_ok || channels_.count({call.pod, m.channel}) == 0) {
     status = EINVAL;
   } else {

@@ -122,8 +122,9 @@ int Post(const CmChannel& ch, const Command& c, uint32_t handle = 0, uint32_t fl
 }
 
 // The router's answer; *gone when none came back because the router is gone.
-int Send(const CmChannel& ch, const Command& c, ff::proto::CmReply* reply, bool* gone) {
-  const ff::proto::CmCommand req = Request(ch, c);
+int Send(const CmChannel& ch, const Command& c, ff::proto::CmReply* reply, bool* gone,
+         uint32_t flags = 0) {
+  const ff::proto::CmCommand req = Request(ch, c, 0, flags);
   ff::proto::Response resp{};
   const int rc = ch.session->Call(&req, sizeof(req), nullptr, 0, &resp);
   *gone = rc == ENOTCONN && resp.h.op != ff::proto::Op::kCmCommand;
@@ -368,30 +369,32 @@ bool ResolvedRouteHere(CmChannel& ch, const Command& c) {
   return true;
 }
 
-// DISCONNECT of a connected RC/UC id whose end the program has not been told of, answered
-// here as RESOLVE_ROUTE is (ResolvedRouteHere): the router's answer would be 0 and its
-// DISCONNECTED would say only that the DREQ is out, which the posted command carries, so
-// the library writes DISCONNECTED into the channel itself and the router (told by
-// kCmEventWritten) writes none. The program need not wait for the router (on one node) or
-// for the peer's DREP (across nodes), as a real device's CM answers a DREQ at once. When
-// the peer's DREQ crosses this one, the router's DISCONNECTED for it may be queued too:
-// the program reads whichever comes first (cmtable::CountEvent drops the other).
-// A DISCONNECT of an id whose DISCONNECTED the program has read is not sent at all: the
-// router's id is done then, and DISCONNECT would do nothing there but answer 0 (a server
-// that disconnects when its client did saves a message a connection).
-bool DisconnectedHere(CmChannel& ch, const Command& c) {
+// DISCONNECT of a connected RC/UC id whose end the program has not read, sent with
+// kCmEventWritten: unless the router reported the id's end already (the peer disconnected
+// first), it sends the DREQ, ends the id without waiting for the DREP and answers with the
+// flag, and the library writes DISCONNECTED into the channel itself, as it writes
+// ROUTE_RESOLVED. The program then waits neither for its router to write the event (on one
+// node) nor for the DREP to cross the node link, as a real device's CM answers a DREQ at
+// once; the router's answer decides who writes, so an id's end is written once even when
+// the peers' DREQs cross. A DISCONNECT of an id whose DISCONNECTED the program has read is
+// not sent at all: the router's id is done then, and DISCONNECT would do nothing there but
+// answer 0 (a server that disconnects when its client did saves a message a connection).
+// True when it dealt with the command (*rc: its status).
+bool DisconnectedHere(CmChannel& ch, const Command& c, int* rc) {
   uint32_t handle = 0;
   if (c.hdr.cmd != RDMA_USER_CM_CMD_DISCONNECT || !ConnectionCommand(c, &handle)) return false;
+  *rc = 0;
   if (cmtable::DisconnectionRead(ch, handle)) return true;
-  if (!ch.router_end) return false;
   ff::proto::CmEvent ev;
-  if (!cmtable::TakeDisconnection(ch, handle, &ev)) return false;
-  if (const int rc = Post(ch, c, 0, ff::proto::kCmEventWritten)) {
-    // Sent instead (PostedByPhase fails too); answered ENODEV when the router is gone.
-    if (rc != ENOTCONN) LogError("cannot post DISCONNECT to the router: %s", std::strerror(rc));
-    return false;
-  }
-  CmQueueEvent(ch, ev);
+  if (!ch.router_end || !cmtable::DisconnectionEvent(ch, handle, &ev)) return false;
+  ff::proto::CmReply reply{};
+  bool gone = false;
+  *rc = Send(ch, c, &reply, &gone, ff::proto::kCmEventWritten);
+  if (gone) *rc = ENODEV;  // DEVICE_REMOVAL follows
+  if (*rc == 0) cmtable::NoteState(ch.session, reply.state);
+  if (*rc == 0 && (reply.flags & ff::proto::kCmEventWritten) != 0 &&
+      cmtable::NoteEndWritten(ch, handle))
+    CmQueueEvent(ch, ev);
   return true;
 }
 
@@ -438,10 +441,10 @@ int Forward(CmChannel& ch, Command* c) {
   ff::proto::CmReply reply{};
   bool gone = ch.removed.load();
   int rc = 0;
-  if (!gone && AnswerFromState(ch, *c, &reply, &rc)) {
+  if (!gone && (AnswerFromState(ch, *c, &reply, &rc) || DisconnectedHere(ch, *c, &rc))) {
     if (rc != 0) return rc;
-  } else if (!gone && (PostedDestroy(ch, *c) || DisconnectedHere(ch, *c) || PostedByPhase(ch, *c) ||
-                       ResolvedRouteHere(ch, *c))) {
+  } else if (!gone &&
+             (PostedDestroy(ch, *c) || PostedByPhase(ch, *c) || ResolvedRouteHere(ch, *c))) {
     reply.out_len = 0;
   } else if (gone || !PostedCreate(ch, *c, &reply)) {
     rc = gone ? 0 : Send(ch, *c, &reply, &gone);

@@ -40,7 +40,7 @@ struct IdState {
   std::shared_ptr<ff::proto::CmIdState> last;  // the router's newest snapshot, if any
   CmPhase phase = CmPhase::kUnknown;
   bool ended = false;        // the program read the end of its connection (Ends)
-  bool end_written = false;  // the library wrote its DISCONNECTED (TakeDisconnection)
+  bool end_written = false;  // the library wrote its DISCONNECTED (NoteEndWritten)
 };
 struct UnnamedPeer {
   Session* session;
@@ -326,17 +326,25 @@ bool DisconnectionRead(const CmChannel& ch, uint32_t handle) {
   return id != nullptr && id->phase == CmPhase::kConnected && id->ended;
 }
 
-bool TakeDisconnection(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev) {
+bool DisconnectionEvent(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
-  IdState* id = IdOnLocked(t, ch, handle);
+  const IdState* id = IdOnLocked(t, ch, handle);
   if (id == nullptr || id->last == nullptr || id->phase != CmPhase::kConnected || id->ended ||
       id->end_written)
     return false;
   const uint8_t type = id->last->qp.qp_type;
   if (type != IBV_QPT_RC && type != IBV_QPT_UC) return false;
-  id->end_written = true;
   *ev = OwnEvent(id->uid, handle, kCmDisconnected);  // no snapshot: a disconnect changes none
+  return true;
+}
+
+bool NoteEndWritten(const CmChannel& ch, uint32_t handle) {
+  Table& t = T();
+  std::lock_guard<std::mutex> g(t.mu);
+  IdState* id = IdOnLocked(t, ch, handle);
+  if (id == nullptr || id->end_written) return false;
+  id->end_written = true;
   return true;
 }
 

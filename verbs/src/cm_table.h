@@ -126,7 +126,7 @@ uint32_t JoinLeft(Session* s, uint32_t join);
 // Counts an event read from `ch` if it belongs to a live id (or join) of this process, and
 // records the new id of a CONNECT_REQUEST; kDrop for anything else, and for a DISCONNECTED
 // of an id whose end (DISCONNECTED, REJECTED, UNREACHABLE, CONNECT_ERROR) the program read
-// already (the second of two that crossed: TakeDisconnection).
+// already (one end per connection, as the kernel reports it).
 CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev);
 std::vector<CmLiveId> LiveIds(const CmChannel& ch);
 // The router's snapshots of an id (proto::CmIdState): kept when newer than the last; and
@@ -140,9 +140,11 @@ void NoteState(Session* s, const ff::proto::CmIdState& st);
 // kUnknown until the program reads it; false (nothing changed) for any other id.
 bool TakeRouteResolution(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev);
 // The DISCONNECTED event of a kConnected RC/UC id on `ch` whose end the program has not
-// read and the library has not written (DisconnectedHere), which it now has; false
-// (nothing changed) for any other id.
-bool TakeDisconnection(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev);
+// read and the library has not written (DisconnectedHere); false for any other id.
+bool DisconnectionEvent(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev);
+// Records that the library writes the id's DISCONNECTED; false when it did already (or the
+// id is gone).
+bool NoteEndWritten(const CmChannel& ch, uint32_t handle);
 // Whether the program has read the DISCONNECTED of `handle` on `ch` (the router's id is done).
 bool DisconnectionRead(const CmChannel& ch, uint32_t handle);
 // The router is gone: shuts down the copies of the router's ends of `s`'s channels, so

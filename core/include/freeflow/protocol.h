@@ -237,10 +237,13 @@ struct CmOpenChannel {
 // posts it only for an id whose ADDR_RESOLVED the program read and that no command since
 // can have moved on (CONNECT, and a path set with SET_OPTION IB_PATH, would), and writes
 // ROUTE_RESOLVED into the channel itself.
-// A DISCONNECT with kCmEventWritten in `flags` sends the DREQ and ends the id without
-// waiting for the DREP: the library has written DISCONNECTED into the channel itself (it
-// does so only for a connected RC/UC id whose end it has not reported), so none follows
-// from the router. No other command carries flags.
+// An answered DISCONNECT with kCmEventWritten in `flags` (the library asks for it only for
+// a connected RC/UC id whose end the program has not read) asks the router to leave the
+// id's DISCONNECTED to the library: when the router has not reported the id's end itself,
+// it sends the DREQ, ends the id without waiting for the DREP and without an event, and
+// answers with kCmEventWritten in CmReply::flags; the library then writes DISCONNECTED into
+// the channel. One of the two writes an id's end, never both. No other command, and no
+// posted one, carries flags.
 inline constexpr uint32_t kCmEventWritten = 1u;
 inline constexpr uint32_t kCmMaxBody = 320;
 inline constexpr uint32_t kCmMaxReply = 216;
@@ -292,7 +295,7 @@ struct CmReply {
   uint32_t out_len;
   uint32_t grant_first;
   uint32_t grant_count;
-  uint32_t reserved;
+  uint32_t flags;  // kCmEventWritten: the library writes the DISCONNECTED (see above)
   alignas(8) char out[kCmMaxReply];
   CmIdState state;  // of the id the command named (or created)
 };

@@ -81,17 +81,17 @@ class CmPod {
     m.handle = handle;
     pod_->SendRaw(&m, sizeof(m));
   }
-  // DISCONNECT with `flags` (proto::kCmEventWritten: the library wrote DISCONNECTED itself),
-  // answered, or posted as the library posts it.
-  int DisconnectFlagged(uint32_t id, uint32_t flags, bool posted = false) {
+  // DISCONNECT with `flags` (kCmEventWritten: the library would write DISCONNECTED),
+  // answered, or posted (which the router refuses with a flag).
+  proto::Response DisconnectFlagged(uint32_t id, uint32_t flags, bool posted = false) {
     rdma_ucm_disconnect d{};
     d.id = id;
     proto::CmCommand m = Command(RDMA_USER_CM_CMD_DISCONNECT, d, 0, kCh);
     m.flags = flags;
-    if (!posted) return pod_->Call(m).status;
+    if (!posted) return pod_->Call(m);
     m.h.seq = proto::kPostedSeq;
     pod_->SendRaw(&m, sizeof(m));
-    return 0;
+    return proto::Response{};
   }
   uint32_t CreateId(uint16_t ps, uint64_t uid, uint32_t ch = kCh) {
     rdma_ucm_create_id c{};
@@ -444,41 +444,57 @@ TEST_F(CmTest, APostedResolveRouteResolvesWithoutAnEvent) {
   EXPECT_FALSE(client.Next(50).has_value()) << "no ROUTE_RESOLVED from the router";
 }
 
-// A DISCONNECT whose DISCONNECTED the library wrote (proto::kCmEventWritten) sends the DREQ, so
-// the peer hears DISCONNECTED, and ends the id with no event of its own: not at the DREP,
-// not when the peer's DREQ crosses it, not again. The flag means nothing on any other
-// command, nor any other flag on DISCONNECT: those are refused.
-TEST_F(CmTest, ADisconnectTheLibraryReportedSendsTheDreqAndNoEvent) {
+// A DISCONNECT flagged kCmEventWritten, of an id whose end the router has not reported,
+// sends the DREQ (the peer hears DISCONNECTED), ends the id with no event of its own (not
+// at the DREP, not when the peer's DREQ crosses it) and answers with the flag: the library
+// writes the event. Asked again, the answer has no flag.
+TEST_F(CmTest, ADisconnectFlaggedEventWrittenLeavesTheEventToTheLibrary) {
   const auto [id, child] = Establish();
-  client.DisconnectFlagged(id, proto::kCmEventWritten, /*posted=*/true);
+  const proto::Response r = client.DisconnectFlagged(id, proto::kCmEventWritten);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.u.cm.flags, proto::kCmEventWritten) << "the library writes DISCONNECTED";
   EXPECT_EQ(server.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, child);
   EXPECT_EQ(server.Disconnect(child), 0) << "its DREQ crosses nothing: the client's id is done";
-  EXPECT_EQ(client.Disconnect(id), 0) << "again";
+  const proto::Response again = client.DisconnectFlagged(id, proto::kCmEventWritten);
+  EXPECT_EQ(again.status, 0);
+  EXPECT_EQ(again.u.cm.flags, 0u) << "written once";
   EXPECT_FALSE(client.Next(50).has_value()) << "no DISCONNECTED from the router";
   EXPECT_EQ(client.Destroy(id), 0);
   EXPECT_EQ(server.Destroy(child), 0);
 }
 
-// The peer's DREQ first: its DISCONNECTED is the router's; the flagged one adds nothing.
-TEST_F(CmTest, ADisconnectTheLibraryReportedAfterThePeersAddsNoEvent) {
-  const auto [id2, child2] = Establish();
-  EXPECT_EQ(server.Disconnect(child2), 0);
-  EXPECT_EQ(client.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, id2);
-  EXPECT_EQ(client.DisconnectFlagged(id2, proto::kCmEventWritten), 0);
-  EXPECT_EQ(server.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, child2) << "its DREP";
+// The peer's DREQ first: the router reported the end (read or not), so the flagged
+// DISCONNECT's answer has no flag and nothing more comes: the program reads one DISCONNECTED.
+TEST_F(CmTest, AfterThePeersDreqTheRouterKeepsTheEvent) {
+  const auto [id, child] = Establish();
+  EXPECT_EQ(server.Disconnect(child), 0);
+  ASSERT_EQ(server.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, child);  // its DREP
+  const proto::Response r = client.DisconnectFlagged(id, proto::kCmEventWritten);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.u.cm.flags, 0u);
+  EXPECT_EQ(client.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, id) << "the router's";
   EXPECT_FALSE(client.Next(50).has_value());
 }
 
-TEST_F(CmTest, TheEventWrittenFlagIsOnlyForADisconnect) {
+// The flag on an id that is not connected, an unknown flag, the flag on another command or
+// on a posted DISCONNECT (whose answer nobody reads): refused, and nothing done.
+TEST_F(CmTest, TheEventWrittenFlagIsOnlyForAnAnsweredDisconnect) {
   const uint32_t idle = client.CreateId(RDMA_PS_TCP, 0x99);
-  EXPECT_EQ(client.DisconnectFlagged(idle, proto::kCmEventWritten), EINVAL) << "not connected";
-  EXPECT_EQ(client.DisconnectFlagged(idle, 2), EINVAL) << "an unknown flag";
+  EXPECT_EQ(client.DisconnectFlagged(idle, proto::kCmEventWritten).status, EINVAL)
+      << "not connected";
+  EXPECT_EQ(client.DisconnectFlagged(idle, 2).status, EINVAL) << "an unknown flag";
   rdma_ucm_create_id c{};
   c.ps = RDMA_PS_TCP;
   proto::CmCommand m =
       CmPod::Command(RDMA_USER_CM_CMD_CREATE_ID, c, sizeof(rdma_ucm_create_id_resp), kCh);
   m.flags = proto::kCmEventWritten;
   EXPECT_EQ(client.raw().Call(m).status, EINVAL) << "on another command";
+  const auto [id, child] = Establish();
+  client.DisconnectFlagged(id, proto::kCmEventWritten, /*posted=*/true);
+  EXPECT_FALSE(server.Next(50).has_value()) << "a posted one is refused: no DREQ";
+  EXPECT_EQ(client.DisconnectFlagged(id, proto::kCmEventWritten).u.cm.flags,
+            proto::kCmEventWritten);
+  EXPECT_EQ(server.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, child);
 }
 
 // An answered CREATE_ID grants the channel kCmHandleGrant handles (while it holds none
@@ -547,11 +563,12 @@ TEST_F(CmCrossNodeTest, ConnectAcceptAndDisconnectAcrossNodes) {
 }
 
 // Across nodes too: the DREQ reaches the server, marked as waiting for no DREP, and is the
-// only message on the link; an answered DISCONNECT's DREQ still gets its DREP.
-TEST_F(CmCrossNodeTest, ADisconnectTheLibraryReportedSendsTheDreqAndNoEvent) {
+// only message on the link; a DISCONNECT without the flag still gets its DREP.
+TEST_F(CmCrossNodeTest, ADisconnectFlaggedEventWrittenLeavesTheEventToTheLibrary) {
   const auto [id, child] = Establish();
   const uint64_t before = net.messages_sent();
-  EXPECT_EQ(client.DisconnectFlagged(id, proto::kCmEventWritten), 0);
+  EXPECT_EQ(client.DisconnectFlagged(id, proto::kCmEventWritten).u.cm.flags,
+            proto::kCmEventWritten);
   EXPECT_EQ(server.Expect(RDMA_CM_EVENT_DISCONNECTED).r.id, child);
   EXPECT_FALSE(client.Next(100).has_value()) << "no DISCONNECTED from the router";
   EXPECT_EQ(net.messages_sent() - before, 1u) << "the DREQ, and no DREP";

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "cm_device.h"
@@ -45,6 +46,13 @@ class CmTest : public ::testing::Test {
         const uint32_t bogus = 99;  // the library's count must replace it
         std::memcpy(r->out, &bogus, sizeof(bogus));
         r->out_len = sizeof(bogus);
+      }
+      // DISCONNECT asking for the library to write DISCONNECTED (kCmEventWritten) gets the
+      // flag back once, unless the router reported the id's end itself (RouterEnded).
+      if (c.cmd == RDMA_USER_CM_CMD_DISCONNECT && (c.flags & ff::proto::kCmEventWritten) != 0) {
+        rdma_ucm_disconnect d;
+        std::memcpy(&d, c.body, sizeof(d));
+        if (router_ended_.insert(d.id).second) r->flags = ff::proto::kCmEventWritten;
       }
       auto it = status_.find(c.cmd);
       return it == status_.end() ? 0 : it->second;
@@ -119,8 +127,13 @@ class CmTest : public ::testing::Test {
     return out;
   }
 
+  // The router reported the end of id `id` (its DISCONNECTED went out): a DISCONNECT
+  // flagged kCmEventWritten is answered without the flag.
+  void RouterEnded(uint32_t id) { router_ended_.insert(id); }
+
   Pod pod_;
   std::map<uint32_t, int> status_;  // cmd -> the router's status for it
+  std::set<uint32_t> router_ended_;
   uint32_t next_handle_ = 100;
   std::vector<int> open_;
 };
