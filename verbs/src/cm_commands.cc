@@ -392,9 +392,7 @@ bool DisconnectedHere(CmChannel& ch, const Command& c, int* rc) {
   *rc = Send(ch, c, &reply, &gone, ff::proto::kCmEventWritten);
   if (gone) *rc = ENODEV;  // DEVICE_REMOVAL follows
   if (*rc == 0) cmtable::NoteState(ch.session, reply.state);
-  if (*rc == 0 && (reply.flags & ff::proto::kCmEventWritten) != 0 &&
-      cmtable::NoteEndWritten(ch, handle))
-    CmQueueEvent(ch, ev);
+  if (*rc == 0 && (reply.flags & ff::proto::kCmEventWritten) != 0) CmQueueEvent(ch, ev);
   return true;
 }
 

@@ -111,15 +111,8 @@ void SendUnsent(CmChannel& ch) {
 std::vector<CmEvent> RemovalEvents(const CmChannel& ch) {
   std::vector<CmLiveId> ids = cmtable::LiveIds(ch);
   std::vector<CmEvent> out(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    rdma_ucm_event_resp resp{};
-    resp.uid = ids[i].uid;
-    resp.id = ids[i].handle;
-    resp.event = kCmDeviceRemoval;
-    CmEvent& ev = out[ids.size() - 1 - i];
-    ev.owner = ids[i].handle;
-    std::memcpy(ev.resp, &resp, sizeof(resp));
-  }
+  for (size_t i = 0; i < ids.size(); ++i)
+    out[ids.size() - 1 - i] = cmtable::OwnEvent(ids[i].uid, ids[i].handle, kCmDeviceRemoval);
   return out;
 }
 

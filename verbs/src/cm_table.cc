@@ -39,8 +39,7 @@ struct IdState {
   uint32_t reported;                           // events of this id the program has read
   std::shared_ptr<ff::proto::CmIdState> last;  // the router's newest snapshot, if any
   CmPhase phase = CmPhase::kUnknown;
-  bool ended = false;        // the program read the end of its connection (Ends)
-  bool end_written = false;  // the library wrote its DISCONNECTED (NoteEndWritten)
+  bool ended = false;  // the program read the end of its connection (Ends)
 };
 struct UnnamedPeer {
   Session* session;
@@ -128,19 +127,6 @@ IdState* IdOnLocked(Table& t, const CmChannel& ch, uint32_t handle) {
   return it != t.ids.end() && it->second.channel == ch.id ? &it->second : nullptr;
 }
 
-// An event of id `handle` that the library writes itself, without a snapshot (state.handle
-// 0) unless the caller adds one.
-ff::proto::CmEvent OwnEvent(uint64_t uid, uint32_t handle, uint32_t event) {
-  rdma_ucm_event_resp resp{};
-  resp.uid = uid;
-  resp.id = handle;
-  resp.event = event;
-  ff::proto::CmEvent ev{};
-  ev.owner = handle;
-  std::memcpy(ev.resp, &resp, sizeof(resp));
-  return ev;
-}
-
 // The events that end a connection (or its attempt): after one, nothing more of it follows.
 bool Ends(uint32_t event) {
   return event == kCmDisconnected || event == kCmUnreachable || event == kCmRejected ||
@@ -158,6 +144,17 @@ uint32_t TakeLocked(Map& m, const Key& key) {
 }
 
 }  // namespace
+
+ff::proto::CmEvent OwnEvent(uint64_t uid, uint32_t handle, uint32_t event) {
+  rdma_ucm_event_resp resp{};
+  resp.uid = uid;
+  resp.id = handle;
+  resp.event = event;
+  ff::proto::CmEvent ev{};
+  ev.owner = handle;
+  std::memcpy(ev.resp, &resp, sizeof(resp));
+  return ev;
+}
 
 void AddChannel(int fd, std::shared_ptr<CmChannel> ch) {
   Table& t = T();
@@ -258,8 +255,9 @@ CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev) {
   }
   auto it = t.ids.find(Key{ch.session, ev.owner});
   if (it == t.ids.end()) return CmEventFate::kDrop;
-  // One end per connection, as the kernel reports it: a DISCONNECTED after the program read
-  // how its connection ended is the second of two that crossed (DisconnectedHere).
+  // One end per connection, as the kernel reports it: no DISCONNECTED after the program read
+  // how its connection ended (the router's answer lets only one writer report it; this
+  // holds whatever comes).
   const bool own = resp.id == ev.owner;
   if (own && resp.event == kCmDisconnected && it->second.ended) return CmEventFate::kDrop;
   ++it->second.reported;
@@ -330,21 +328,11 @@ bool DisconnectionEvent(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
   const IdState* id = IdOnLocked(t, ch, handle);
-  if (id == nullptr || id->last == nullptr || id->phase != CmPhase::kConnected || id->ended ||
-      id->end_written)
+  if (id == nullptr || id->last == nullptr || id->phase != CmPhase::kConnected || id->ended)
     return false;
   const uint8_t type = id->last->qp.qp_type;
   if (type != IBV_QPT_RC && type != IBV_QPT_UC) return false;
   *ev = OwnEvent(id->uid, handle, kCmDisconnected);  // no snapshot: a disconnect changes none
-  return true;
-}
-
-bool NoteEndWritten(const CmChannel& ch, uint32_t handle) {
-  Table& t = T();
-  std::lock_guard<std::mutex> g(t.mu);
-  IdState* id = IdOnLocked(t, ch, handle);
-  if (id == nullptr || id->end_written) return false;
-  id->end_written = true;
   return true;
 }
 

@@ -100,6 +100,9 @@ enum class CmPhase : uint8_t {
 // numbers them per session; joins (multicast) have their own handles.
 namespace cmtable {
 
+// An event of id `handle` that the library writes itself (ROUTE_RESOLVED, DISCONNECTED,
+// DEVICE_REMOVAL), without a snapshot (state.handle 0) unless the caller adds one.
+ff::proto::CmEvent OwnEvent(uint64_t uid, uint32_t handle, uint32_t event);
 // Registers a freshly opened channel under `fd` and marks it.
 void AddChannel(int fd, std::shared_ptr<CmChannel> ch);
 // The channel behind `fd`, nullptr when it is not one (a number reused after a close the
@@ -140,11 +143,8 @@ void NoteState(Session* s, const ff::proto::CmIdState& st);
 // kUnknown until the program reads it; false (nothing changed) for any other id.
 bool TakeRouteResolution(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev);
 // The DISCONNECTED event of a kConnected RC/UC id on `ch` whose end the program has not
-// read and the library has not written (DisconnectedHere); false for any other id.
+// read (DisconnectedHere: written when the router's answer says so); false for any other id.
 bool DisconnectionEvent(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent* ev);
-// Records that the library writes the id's DISCONNECTED; false when it did already (or the
-// id is gone).
-bool NoteEndWritten(const CmChannel& ch, uint32_t handle);
 // Whether the program has read the DISCONNECTED of `handle` on `ch` (the router's id is done).
 bool DisconnectionRead(const CmChannel& ch, uint32_t handle);
 // The router is gone: shuts down the copies of the router's ends of `s`'s channels, so
