@@ -5,6 +5,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "freeflow/clock.h"
@@ -101,10 +102,25 @@ bool EventLoop::Awake() {
   return false;
 }
 
+void EventLoop::RemovePoller(Poller* p) {
+  pollers_.erase(std::remove(pollers_.begin(), pollers_.end(), p), pollers_.end());
+}
+
 int EventLoop::RunOnce(int timeout_ms) {
   epoll_event events[kEpollBatch];
+  for (Poller* p : pollers_) p->Poll();
   if (!deferred_.empty() || (timeout_ms != 0 && awake_until_ns_ != 0 && Awake())) timeout_ms = 0;
+  // Armed only now, after the work the polls above deferred or answered: a poller's writer
+  // that publishes after Arm() looked rings a descriptor, one that published before is seen.
+  bool armed = false;
+  if (timeout_ms != 0 && !pollers_.empty()) {
+    armed = true;
+    for (Poller* p : pollers_)
+      if (p->Arm()) timeout_ms = 0;
+  }
   const int n = ::epoll_wait(epoll_.get(), events, kEpollBatch, timeout_ms);
+  if (armed)
+    for (Poller* p : pollers_) p->Disarm();
   for (int i = 0; i < n; ++i) {
     auto it = watched_.find(events[i].data.u64);
     if (it == watched_.end() || !it->second.live) continue;

@@ -27,6 +27,20 @@ class EventLoop {
   using Callback = std::function<void(uint32_t events)>;
   using WatchId = uint64_t;  // 0 is never a valid id
 
+  // Work that arrives in memory rather than on a descriptor (PodSessions' request rings):
+  // the loop looks for it every turn, and asks before it sleeps.
+  class Poller {
+   public:
+    virtual ~Poller() = default;
+    // Serves what has arrived; every turn, before the loop waits or polls its descriptors.
+    virtual void Poll() = 0;
+    // The loop is about to sleep: ask the writers to wake it (they then ring a descriptor
+    // the loop watches). True when work arrived meanwhile: the loop polls instead.
+    virtual bool Arm() = 0;
+    // The loop woke (after any Arm): the writers need not wake it.
+    virtual void Disarm() = 0;
+  };
+
   EventLoop() = default;
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
@@ -56,6 +70,9 @@ class EventLoop {
   // that the caller can tell whether a request noted one.
   void NoteRemoteWait() { ++remote_waits_; }
   uint64_t remote_waits() const { return remote_waits_; }
+  // Adds or removes a poller (not owned; it outlives its registration).
+  void AddPoller(Poller* p) { pollers_.push_back(p); }
+  void RemovePoller(Poller* p);
   // Thread-safe and async-signal-safe: makes stopped() true and wakes the loop.
   void Stop();
   // Thread-safe and async-signal-safe: makes the current or next RunOnce() return.
@@ -84,6 +101,7 @@ class EventLoop {
   volatile sig_atomic_t stopped_ = 0;
   uint64_t awake_until_ns_ = 0;
   uint64_t remote_waits_ = 0;
+  std::vector<Poller*> pollers_;
 };
 
 // A one-shot monotonic timer on a loop: Arm() (re)starts it, the callback runs once when

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -33,7 +34,7 @@ uint32_t AbiOf(proto::Op op, const char* buf) {
 
 }  // namespace
 
-PodSessions::~PodSessions() = default;
+PodSessions::~PodSessions() { loop_.RemovePoller(this); }
 
 bool PodSessions::Listen(UniqueFd bound, std::string* error) {
   listen_ = std::move(bound);
@@ -131,6 +132,7 @@ const PodIdentity* PodSessions::Identity(PodId pod) const {
 void PodSessions::OnReadable(PodId id) {
   Session* s = Find(id);
   if (s == nullptr) return;
+  if (s->ring_control != nullptr) return OnRingSocket(id);
   alignas(8) char buf[proto::kMaxMessage];
   UniqueFd fds[proto::kMaxFds];
   int nfds = 0;
@@ -140,9 +142,157 @@ void PodSessions::OnReadable(PodId id) {
   if (rc == EAGAIN || rc == EWOULDBLOCK) return;
   if (rc != 0) return Drop(id, rc == EMSGSIZE ? "oversized message" : "receive error");
   if (n == 0) return Drop(id, "client closed the connection");
+  Serve(*s, buf, n, fds, nfds);
+}
+
+bool PodSessions::Serve(Session& s, const char* buf, size_t n, UniqueFd* fds, int nfds) {
+  const PodId id = s.id;
   const uint64_t remote_waits = loop_.remote_waits();
-  if (!Dispatch(*s, buf, n, fds, nfds)) return Drop(id, "malformed or unexpected message");
+  if (!Dispatch(s, buf, n, fds, nfds)) {
+    Drop(id, "malformed or unexpected message");
+    return false;
+  }
   if (loop_.remote_waits() == remote_waits) loop_.StayAwake(answer_spin_ns_);
+  return Find(id) != nullptr;
+}
+
+// ---- request rings -------------------------------------------------------------------------
+
+int PodSessions::TakeRing(Session& s, const proto::RequestRing& m, UniqueFd* fds, int nfds) {
+  const size_t bytes = RequestRingSegmentBytes(kRequestRingBytes);
+  if (s.ring_control != nullptr || m.bytes != kRequestRingBytes || nfds != 1) return EINVAL;
+  // Sealed: the pod cannot shrink it under our mapping (SIGBUS).
+  if (!SealedAtLeast(fds[0].get(), bytes)) return EINVAL;
+  Mapping map;
+  if (const int rc = MapSegment(fds[0].get(), bytes, true, &map)) return rc;
+  s.ring.Attach(RequestRingOf(map.get()), kRequestRingBytes);
+  if (!s.ring.sane()) return EINVAL;  // a ring must start empty and aligned
+  s.ring_control = map.as<RequestRingControl>();
+  s.ring_map = std::move(map);
+  ring_pods_.push_back(s.id);
+  return 0;
+}
+
+// Takes the doorbells at the head of the socket; true when a request (not a doorbell) is
+// next, false when nothing is (or on an error, which the next read reports).
+bool PodSessions::RequestOnSocket(Session& s) {
+  for (int i = 0; i < kRingRequestsPerTurn; ++i) {
+    proto::Doorbell d;
+    const ssize_t n = ::recv(s.sock.get(), &d, sizeof(d), MSG_PEEK | MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0) return false;
+    if (n == 0) return true;  // the end: the read that follows reports it
+    if (static_cast<size_t>(n) != sizeof(d) || d.h.op != proto::Op::kDoorbell) return true;
+    char discard[sizeof(d)];
+    if (::recv(s.sock.get(), discard, sizeof(discard), MSG_DONTWAIT) != sizeof(discard))
+      return false;
+  }
+  return false;  // a pod that only rings: the rest next turn (its socket stays readable)
+}
+
+// The head of `s`'s ring: kOk with the time it was published in *at, kEmpty when nothing is
+// to be served yet (nothing there, or a request whose place is held but which is not on the
+// socket yet), kCorrupt when the ring or the record breaks the protocol.
+RingStatus PodSessions::RingHead(Session& s, uint64_t* at) {
+  RecordHeader hdr;
+  const char* payload = nullptr;
+  const RingStatus st = s.ring.Peek(&hdr, &payload);
+  if (st != RingStatus::kOk) return st;
+  const bool request = hdr.kind == kRecRequest &&
+                       hdr.frag_len >= sizeof(uint64_t) + sizeof(proto::Header) &&
+                       hdr.frag_len - sizeof(uint64_t) <= static_cast<uint32_t>(proto::kMaxMessage);
+  const bool on_socket = hdr.kind == kRecOnSocket && hdr.frag_len == sizeof(uint64_t);
+  if (!request && !on_socket) return RingStatus::kCorrupt;
+  std::memcpy(at, payload, sizeof(*at));
+  if (on_socket && !RequestOnSocket(s)) return RingStatus::kEmpty;
+  return RingStatus::kOk;
+}
+
+// Serves the request at the head of the ring (RingHead said kOk). false: the session is gone.
+bool PodSessions::ServeHead(Session& s) {
+  const PodId id = s.id;
+  RecordHeader hdr;
+  const char* payload = nullptr;
+  if (s.ring.Peek(&hdr, &payload) != RingStatus::kOk) return true;
+  alignas(8) char buf[proto::kMaxMessage];
+  UniqueFd fds[proto::kMaxFds];
+  int nfds = 0;
+  size_t n = 0;
+  if (hdr.kind == kRecRequest) {
+    n = hdr.frag_len - sizeof(uint64_t);
+    std::memcpy(buf, payload + sizeof(uint64_t), n);  // ours before it is read: the pod may
+                                                      // write the ring meanwhile
+  } else {
+    const int rc =
+        RecvWithFds(s.sock.get(), buf, sizeof(buf), fds, proto::kMaxFds, &nfds, &n, MSG_DONTWAIT);
+    if (rc != 0 || n == 0) {
+      Drop(id, rc == 0 ? "client closed the connection" : "receive error");
+      return false;
+    }
+  }
+  s.ring.Consume(hdr);
+  s.ring.Release();
+  return Serve(s, buf, n, fds, nfds);
+}
+
+// Serves every ring, oldest request first across them: a request one pod published before
+// another pod's (which may depend on it: a QP the other connects to) is served first.
+void PodSessions::Poll() {
+  if (ring_pods_.empty()) return;
+  polling_ = ring_pods_;  // serving may drop sessions (and so change ring_pods_)
+  served_.assign(polling_.size(), 0);
+  for (;;) {
+    size_t pick = polling_.size();
+    uint64_t oldest = 0;
+    for (size_t i = 0; i < polling_.size(); ++i) {
+      Session* s = served_[i] < kRingRequestsPerTurn ? Find(polling_[i]) : nullptr;
+      if (s == nullptr) continue;
+      uint64_t at = 0;
+      const RingStatus st = RingHead(*s, &at);
+      if (st == RingStatus::kCorrupt) {
+        Drop(polling_[i], "malformed request ring");
+        continue;
+      }
+      if (st == RingStatus::kOk && (pick == polling_.size() || at < oldest)) {
+        pick = i;
+        oldest = at;
+      }
+    }
+    if (pick == polling_.size()) return;
+    ++served_[pick];
+    if (Session* s = Find(polling_[pick])) ServeHead(*s);
+  }
+}
+
+// The socket of a session with a ring: its requests are served in the rings' order (Poll);
+// what else is on it must be doorbells, or requests whose places are in the ring.
+void PodSessions::OnRingSocket(PodId id) {
+  Poll();
+  Session* s = Find(id);
+  if (s == nullptr) return;
+  if (!RequestOnSocket(*s)) return;  // doorbells only (taken), or nothing
+  RecordHeader hdr;
+  const char* payload = nullptr;
+  if (s->ring.Peek(&hdr, &payload) != RingStatus::kEmpty) return;  // served in a later turn
+  char probe;
+  if (::recv(s->sock.get(), &probe, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+    return Drop(id, "client closed the connection");
+  Drop(id, "a request on the socket without its place in the request ring");
+}
+
+bool PodSessions::Arm() {
+  for (PodId id : ring_pods_) Find(id)->ring_control->sleeping.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (PodId id : ring_pods_) {
+    uint64_t at = 0;
+    // A request whose place is held but which is not on the socket yet wakes us when it
+    // comes (RingHead answers kEmpty for it); a corrupt ring is dropped by the next Poll.
+    if (RingHead(*Find(id), &at) != RingStatus::kEmpty) return true;
+  }
+  return false;
+}
+
+void PodSessions::Disarm() {
+  for (PodId id : ring_pods_) Find(id)->ring_control->sleeping.store(0, std::memory_order_relaxed);
 }
 
 bool PodSessions::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, int nfds) {
@@ -164,6 +314,12 @@ bool PodSessions::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fd
     std::snprintf(r.u.hello.node, sizeof(r.u.hello.node),
                   "library ABI %u does not match router ABI %u", AbiOf(op, buf), kAbiVersion);
     Send(call, EPROTO, r, nullptr, 0);
+    return true;
+  }
+  if (op == proto::Op::kDoorbell) return true;  // nothing to serve but the ring
+  if (op == proto::Op::kRequestRing) {
+    Send(call, TakeRing(s, proto::As<proto::RequestRing>(buf), fds, nfds), proto::Response{},
+         nullptr, 0);
     return true;
   }
   // Answer() gives the charge back: only requests answered later keep it.
@@ -240,6 +396,8 @@ void PodSessions::Drop(PodId pod, const char* why) {
   if (it == sessions_.end()) return;
   std::unique_ptr<Session> s = std::move(it->second);
   sessions_.erase(it);
+  if (s->ring_control != nullptr)
+    ring_pods_.erase(std::remove(ring_pods_.begin(), ring_pods_.end(), pod), ring_pods_.end());
   loop_.Unwatch(s->watch);
   if (!s->refusal.empty()) --refused_;
   spdlog::info("client {} (pid {}, {}) gone: {}", pod, s->who.pid, FormatIpv4(s->who.ip), why);

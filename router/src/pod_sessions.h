@@ -22,11 +22,13 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "acceptor.h"
 #include "event_loop.h"
 #include "freeflow/fd.h"
 #include "freeflow/protocol.h"
+#include "freeflow/ring.h"
 #include "identity.h"
 #include "quotas.h"
 #include "resources.h"
@@ -40,7 +42,7 @@ struct Call {
   uint32_t seq = 0;
 };
 
-class PodSessions {
+class PodSessions : private EventLoop::Poller {
  public:
   class Handler {
    public:
@@ -53,8 +55,10 @@ class PodSessions {
   };
 
   PodSessions(EventLoop& loop, IdentityResolver& identity, Quotas& quotas, Handler& handler)
-      : loop_(loop), identity_(identity), quotas_(quotas), handler_(handler) {}
-  ~PodSessions();
+      : loop_(loop), identity_(identity), quotas_(quotas), handler_(handler) {
+    loop_.AddPoller(this);
+  }
+  ~PodSessions() override;
 
   // Listens on `bound`, a Unix socket already bound where pods find it. false + *error.
   bool Listen(UniqueFd bound, std::string* error);
@@ -105,7 +109,23 @@ class PodSessions {
     Kind kind = Kind::kVerbs;
     std::string refusal;  // why the client is not served (no overlay address, ...)
     int refusal_error = EACCES;
+    // Its request ring (proto::RequestRing), once handed over: requests are read there.
+    Mapping ring_map;
+    RingConsumer ring;
+    RequestRingControl* ring_control = nullptr;
   };
+  // EventLoop::Poller: the request rings.
+  void Poll() override;
+  bool Arm() override;
+  void Disarm() override;
+  // proto::RequestRing: maps and checks the ring; the answer's status.
+  int TakeRing(Session& s, const proto::RequestRing& m, UniqueFd* fds, int nfds);
+  RingStatus RingHead(Session& s, uint64_t* at);
+  bool ServeHead(Session& s);
+  bool RequestOnSocket(Session& s);
+  void OnRingSocket(PodId id);
+  // A request read (from the socket or the ring) goes to Dispatch. false: dropped.
+  bool Serve(Session& s, const char* buf, size_t n, UniqueFd* fds, int nfds);
   // Identifies a new client and opens its ledger; else sets why it is refused. false: a
   // client it would refuse hung up without a word meanwhile (a probe), to drop quietly.
   bool Admit(Session& s);
@@ -130,6 +150,9 @@ class PodSessions {
   LogLimiter refusal_log_;
   uint64_t hello_timeout_ns_ = kHelloTimeoutNs;
   uint64_t answer_spin_ns_ = 0;
+  std::vector<PodId> ring_pods_;  // sessions with a request ring, in hand-over order
+  std::vector<PodId> polling_;    // Poll's copy of ring_pods_ (kept for its capacity)
+  std::vector<int> served_;       // Poll: requests served this turn, by polling_ index
 };
 
 }  // namespace ff::router

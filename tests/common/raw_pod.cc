@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "freeflow/target_ops.h"
@@ -99,7 +100,10 @@ bool RawPod::Disconnected(int timeout_ms) {
   pollfd p{sock_.get(), POLLIN, 0};
   if (::poll(&p, 1, timeout_ms) <= 0) return false;
   char buf[512];
-  return ::recv(sock_.get(), buf, sizeof(buf), MSG_DONTWAIT) == 0;
+  // ECONNRESET: the router closed it with requests of ours unread (a pod dropped for its
+  // request ring leaves its doorbell behind).
+  const ssize_t n = ::recv(sock_.get(), buf, sizeof(buf), MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
 }
 
 std::optional<RawPod::SetupEvent> RawPod::ReadEvent(int timeout_ms) {

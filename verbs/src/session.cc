@@ -127,6 +127,73 @@ int SendRequest(int sock, const void* req, size_t len, uint32_t seq, const int* 
   return rc == EPIPE ? ENOTCONN : rc;
 }
 
+// Writes one record of `kind` into the session's request ring: the time it is published
+// (MonotonicNs: the router serves the rings of all pods oldest first), then `len` bytes of
+// `req`. Waits (ringing) while the router has not made room. call_mu held.
+int PublishRecord(Session* s, uint8_t kind, const char* req, uint32_t len) {
+  const uint32_t payload = static_cast<uint32_t>(sizeof(uint64_t)) + len;
+  const uint32_t total = ff::RecordBytes(payload);
+  char* at = nullptr;
+  const uint64_t give_up = ff::MonotonicNs() + ff::kRouterCallTimeoutS * 1'000'000'000ull;
+  for (;;) {
+    const ff::RingStatus st = s->ring.producer.Reserve(total, &at);
+    if (st == ff::RingStatus::kOk) break;
+    if (st != ff::RingStatus::kFull) return EPROTO;  // the router broke the ring's indices
+    if (s->fatal.load()) return ENOTCONN;
+    if (ff::MonotonicNs() > give_up) return ETIMEDOUT;
+    // Full: the router is behind (or asleep with its doorbell already rung). Ring again, in
+    // case, and give it the CPU.
+    ff::proto::Doorbell d{};
+    ff::proto::Header h;
+    if (const int rc =
+            SendRequest(s->sock.get(), &d, sizeof(d), ff::proto::kPostedSeq, nullptr, 0, &h))
+      return rc;
+    ::usleep(50);
+  }
+  ff::RecordHeader rh{};
+  rh.total = total;
+  rh.kind = kind;
+  rh.frag_len = payload;
+  const uint64_t now = ff::MonotonicNs();
+  std::memcpy(at, &rh, sizeof(rh));
+  std::memcpy(at + sizeof(rh), &now, sizeof(now));
+  if (len != 0) std::memcpy(at + sizeof(rh) + sizeof(now), req, len);
+  s->ring.producer.Commit(total);
+  s->ring.producer.Publish();
+  return 0;
+}
+
+// Sends request `req` numbered `seq` to the router: into the request ring when the router took
+// one (a request with descriptors on the socket, its place held in the ring), else on the
+// socket. *sent: its header as sent. call_mu held.
+int Deliver(Session* s, const void* req, size_t len, uint32_t seq, const int* fds, int nfds,
+            ff::proto::Header* sent) {
+  if (s->ring.control == nullptr) return SendRequest(s->sock.get(), req, len, seq, fds, nfds, sent);
+  char buf[ff::proto::kMaxMessage];
+  if (len > sizeof(buf) || len < sizeof(ff::proto::Header)) return EINVAL;
+  std::memcpy(buf, req, len);
+  std::memcpy(sent, buf, sizeof(*sent));
+  sent->seq = seq;
+  std::memcpy(buf, sent, sizeof(*sent));
+  if (nfds > 0) {
+    // Its place first: the router, reaching the record, finds the request on the socket.
+    if (const int rc = PublishRecord(s, ff::kRecOnSocket, nullptr, 0)) return rc;
+    const int rc = ff::SendWithFds(s->sock.get(), buf, len, fds, nfds);
+    return rc == EPIPE ? ENOTCONN : rc;
+  }
+  if (const int rc = PublishRecord(s, ff::kRecRequest, buf, static_cast<uint32_t>(len))) return rc;
+  // The router stores `sleeping` before its last look at the ring, and we load it after
+  // publishing: one of us sees the other (both sequentially consistent).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (s->ring.control->sleeping.load(std::memory_order_seq_cst) != 0 &&
+      s->ring.control->sleeping.exchange(0) != 0) {
+    ff::proto::Doorbell d{};
+    ff::proto::Header h;
+    return SendRequest(s->sock.get(), &d, sizeof(d), ff::proto::kPostedSeq, nullptr, 0, &h);
+  }
+  return 0;
+}
+
 void EventLoop(Session* s) {
   StallTicker ticker;
   for (;;) {
@@ -228,6 +295,30 @@ int ConnectUnix(const std::string& path, UniqueFd* out) {
   return 0;
 }
 
+// Hands the router a request ring (proto::RequestRing). Without one (a router that refuses
+// it, or no memory for it) requests go on the socket, as they always could.
+void OfferRequestRing(Session* s) {
+  RequestRingEnd r;
+  const size_t bytes = ff::RequestRingSegmentBytes(ff::kRequestRingBytes);
+  int rc = ff::CreateSegment("ffverbs-requests", bytes, &r.fd);
+  if (rc == 0) rc = ff::MapSegment(r.fd.get(), bytes, true, &r.map);
+  if (rc == 0) {
+    ff::proto::RequestRing m{};
+    m.bytes = ff::kRequestRingBytes;
+    const int fd = r.fd.get();
+    ff::proto::Response resp{};
+    rc = s->Call(&m, sizeof(m), &fd, 1, &resp);
+  }
+  if (rc != 0) {
+    LogDebug("requests to %s go on its socket (no request ring: %s)", s->name.c_str(),
+             std::strerror(rc));
+    return;
+  }
+  r.producer.Attach(ff::RequestRingOf(r.map.get()), ff::kRequestRingBytes);
+  r.control = r.map.as<ff::RequestRingControl>();
+  s->ring = std::move(r);
+}
+
 int Open(UniqueFd sock, const std::string& name, Session** out) {
   // A router that stops answering must turn into an error, not a hang.
   timeval tv{ff::kRouterCallTimeoutS, 0};
@@ -237,6 +328,7 @@ int Open(UniqueFd sock, const std::string& name, Session** out) {
   s->sock = std::move(sock);
   if (const int rc = Hello(s.get())) return rc;
   InitDevice(s.get());
+  OfferRequestRing(s.get());
   Session* raw = s.get();
   raw->event_thread = std::thread(EventLoop, raw);
   LogDebug("connected to %s as context %u", name.c_str(), raw->ctx_id);
@@ -336,7 +428,7 @@ int Session::Call(const void* req, size_t len, const int* fds, int nfds, ff::pro
   if (fatal.load()) return ENOTCONN;
   if (++seq == ff::proto::kPostedSeq) ++seq;
   ff::proto::Header h;
-  int rc = SendRequest(sock.get(), req, len, seq, fds, nfds, &h);
+  int rc = Deliver(this, req, len, seq, fds, nfds, &h);
   if (rc != 0) return rc;
   UniqueFd scratch[ff::proto::kMaxFds];
   int got = 0;
@@ -361,7 +453,7 @@ int Session::Post(const void* req, size_t len, const int* fds, int nfds) {
   std::lock_guard<std::mutex> g(call_mu);
   if (fatal.load()) return ENOTCONN;
   ff::proto::Header h;
-  return SendRequest(sock.get(), req, len, ff::proto::kPostedSeq, fds, nfds, &h);
+  return Deliver(this, req, len, ff::proto::kPostedSeq, fds, nfds, &h);
 }
 
 int Session::SimpleCall(const void* req, size_t len) {

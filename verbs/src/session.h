@@ -3,7 +3,8 @@
 // found through FREEFLOW_DIR / FFR_NAME; tests open more with OpenSession to run several
 // "pods" in one process, each against its own router.
 //
-// Threading: Call() serialises requests (one in flight per session). The event thread reads
+// Threading: Call() and Post() serialise requests (one in flight per session) and own the
+// request ring. The event thread reads
 // `events` and `tick_rx` only and reports through the registry (peer_events.h), which also
 // has it advance stalled sends. Everything else is written before the session is published
 // and read-only afterwards.
@@ -19,6 +20,7 @@
 
 #include "freeflow/clock.h"
 #include "freeflow/ipv4.h"
+#include "freeflow/ring.h"
 #include "internal.h"
 #include "peer_events.h"
 
@@ -30,10 +32,21 @@ struct Device {
   Session* session;
 };
 
+// The library's end of a session's request ring (proto::RequestRing), once the router took
+// it: requests are written there instead of sent, which costs the router no system call to
+// receive when it is awake, and the library none to send.
+struct RequestRingEnd {
+  UniqueFd fd;
+  Mapping map;
+  ff::RingProducer producer;
+  ff::RequestRingControl* control = nullptr;  // nullptr: requests go on the socket
+};
+
 struct Session {
-  UniqueFd sock;       // requests and their answers
+  UniqueFd sock;       // requests (with descriptors, or all without a ring) and answers
   UniqueFd events;     // router -> library notifications; the event thread's alone
-  std::mutex call_mu;  // one request in flight at a time
+  std::mutex call_mu;  // one request in flight at a time; guards `ring` and `seq`
+  RequestRingEnd ring;
   uint32_t seq = 0;
   std::string name;  // the router's socket path, or the name given to OpenSession (logs)
   // From HELLO.

@@ -1,7 +1,8 @@
 // Messages between the container library and the router, over a SOCK_SEQPACKET Unix
-// socket (one message per datagram, file descriptors as SCM_RIGHTS). Every message is a
-// fixed-size POD: the router rejects any size, op or descriptor count it does not expect
-// (kOpSpecs, checked by DecodeRequest) and disconnects the sender. Requests are answered in
+// socket (one message per datagram, file descriptors as SCM_RIGHTS), or, once a verbs
+// session has handed over its request ring (RequestRing below), as records in that ring. Every
+// message is a fixed-size POD: the router rejects any size, op or descriptor count it does not
+// expect (kOpSpecs, checked by DecodeRequest) and disconnects the sender. Requests are answered in
 // order with a Response whose status is 0 or a positive errno value.
 #pragma once
 
@@ -14,7 +15,7 @@
 namespace ff {
 // Version of the router <-> library protocol, of the shared-memory layouts and of the proxy
 // records: a library and a router with different values refuse each other at HELLO.
-inline constexpr uint32_t kAbiVersion = 13;
+inline constexpr uint32_t kAbiVersion = 14;
 }  // namespace ff
 
 namespace ff::proto {
@@ -52,6 +53,8 @@ enum class Op : uint32_t {
   kSockRelease,
   kSockClosed,
   kNameQp,
+  kRequestRing,
+  kDoorbell,
   kMaxOp,
 };
 
@@ -153,6 +156,28 @@ struct QpPeer {
 };
 using ConnectQp = QpPeer<Op::kConnectQp>;
 using NameQp = QpPeer<Op::kNameQp>;
+
+// The request ring of a verbs session (shm_layout.h), handed over once after HELLO. fds:
+// [ring memfd, sealed against shrinking, RequestRingSegmentBytes(bytes) long]; `bytes` is
+// kRequestRingBytes. From the answer on, the library writes each request as one
+// kRecRequest record (the request's bytes, header included) instead of sending it. A
+// request with descriptors still travels on the socket, right after a kRecOnSocket record
+// (no payload) that holds its place: the router serves the ring in order and takes such a
+// request from the socket when it reaches its record. While the router sleeps it sets
+// RequestRingControl::sleeping; a library that finds it set after publishing takes it back
+// to 0 and sends a Doorbell. A router that refuses the ring (or predates it) leaves the
+// library on the socket. Requests are answered on the socket as before. Only a Doorbell,
+// or a request whose kRecOnSocket record is published, may come on the socket after it.
+struct RequestRing {
+  RequestHeader<Op::kRequestRing> h;
+  uint32_t bytes;
+  uint32_t reserved;
+};
+// Posted: the ring has records (RequestRing). Nothing else.
+struct Doorbell {
+  RequestHeader<Op::kDoorbell> h;
+  uint32_t reserved[2];
+};
 // Registrations share one layout; each op uses the fields marked with it. fds: [region
 // memfd] when new_region != 0. MoveMr moves a live registration to another region (the
 // library merged overlapping registrations into one memfd); its key stays the same.
@@ -512,7 +537,9 @@ inline constexpr OpSpec kOpSpecs[] = {{Op::kHello, sizeof(Hello), 3, 3},
                                       {Op::kSockClaim, sizeof(SockClaim), 0, 0},
                                       {Op::kSockRelease, sizeof(SockRelease), 0, 0},
                                       {Op::kSockClosed, sizeof(SockClosed), 0, 0},
-                                      {Op::kNameQp, sizeof(NameQp), 0, 0}};
+                                      {Op::kNameQp, sizeof(NameQp), 0, 0},
+                                      {Op::kRequestRing, sizeof(RequestRing), 1, 1},
+                                      {Op::kDoorbell, sizeof(Doorbell), 0, 0}};
 static_assert(sizeof(kOpSpecs) / sizeof(kOpSpecs[0]) == static_cast<size_t>(Op::kMaxOp) - 1,
               "every op has a spec");
 static_assert(sizeof(Response) <= static_cast<size_t>(kMaxMessage));
@@ -538,7 +565,8 @@ static_assert(SpecsFitMessages());
 // would leave them nowhere.
 constexpr bool IsPostable(Op op) {
   return op == Op::kCmCommand || op == Op::kCreateQp || op == Op::kDestroyQp || op == Op::kNameQp ||
-         op == Op::kSockUnlisten || op == Op::kSockRelease || op == Op::kSockClosed;
+         op == Op::kDoorbell || op == Op::kSockUnlisten || op == Op::kSockRelease ||
+         op == Op::kSockClosed;
 }
 // The requests of a socket session (after kSockHello); a verbs session sends only the others.
 constexpr bool IsSocketOp(Op op) {

@@ -64,6 +64,9 @@ enum RecordKind : uint8_t {
   kRecReadReq = 5,    // RDMA_READ request
   kRecAtomicReq = 6,  // ATOMIC_FETCH_AND_ADD / ATOMIC_CMP_AND_SWP request
   kRecResp = 7,       // router -> library: outcome of one work request (+ READ/atomic data)
+  // Only in a session's request ring (proto::RequestRing): library -> router.
+  kRecRequest = 8,   // one request, its bytes the payload (frag_len of them)
+  kRecOnSocket = 9,  // no payload: the next request with descriptors, sent on the socket
 };
 enum RecordFlags : uint8_t {
   kRecFirst = 1,
@@ -85,6 +88,22 @@ struct RecordHeader {
   uint32_t qkey;      // UD only: the Q_Key the sender used
 };
 static_assert(sizeof(RecordHeader) == 32);
+
+// A verbs session's request ring (proto::RequestRing): this block, a RingHeader, then
+// kRequestRingBytes of records. The library produces and the router consumes; neither
+// trusts what the other wrote (ring.h checks every index and record).
+struct RequestRingControl {
+  // The router stores 1 before it sleeps and 0 when it wakes; a library that publishes and
+  // finds 1 exchanges it for 0 and sends a proto::Doorbell (one per sleep).
+  alignas(kCacheLine) std::atomic<uint32_t> sleeping{0};
+};
+static_assert(sizeof(RequestRingControl) == kCacheLine);
+inline constexpr size_t RequestRingSegmentBytes(uint32_t ring_bytes) {
+  return sizeof(RequestRingControl) + sizeof(RingHeader) + ring_bytes;
+}
+inline RingHeader* RequestRingOf(void* seg) {
+  return reinterpret_cast<RingHeader*>(static_cast<char*>(seg) + sizeof(RequestRingControl));
+}
 
 inline constexpr uint32_t RecordBytes(uint32_t payload) {
   return (static_cast<uint32_t>(sizeof(RecordHeader)) + payload + kCacheLine - 1) &

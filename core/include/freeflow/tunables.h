@@ -52,7 +52,10 @@ inline constexpr int kDefaultAnswerSpinUs = 30;
 // The clock is read once per kEmptyPollsPerCheck empty polls, never on a poll that finds work.
 inline constexpr uint32_t kEmptyPollsPerCheck = 256;
 inline constexpr uint64_t kYieldAfterEmptyNs = 1'000'000;
-inline constexpr int kRouterCallTimeoutS = 10;   // a router silent this long is an error
+inline constexpr int kRouterCallTimeoutS = 10;  // a router silent this long is an error
+// A verbs session's request ring (proto::RequestRing): room for about 170 rdma_cm commands
+// (the largest request, 384 bytes a record) that the router has not served yet.
+inline constexpr uint32_t kRequestRingBytes = 64 * 1024;
 inline constexpr int kSeqlockReadAttempts = 64;  // tries to read an MR entry being changed
 inline constexpr int kCreditClaimAttempts = 64;  // CAS tries to claim one receive credit
 inline constexpr uint64_t kPendingSendFirstRetryNs = 5'000;  // get_cq_event retries queued sends
@@ -101,6 +104,7 @@ inline constexpr int kPodListenBacklog = 128;  // pending pod connections
 inline constexpr size_t kMaxQpsPerPod = 65536;      // QPs one pod connection may hold
 inline constexpr size_t kMaxObjectsPerPod = 16384;  // channels, CQs, SRQs, regions: each, per pod
 inline constexpr int kAcceptBurst = 64;             // pod connections accepted per loop turn
+inline constexpr int kRingRequestsPerTurn = 32;     // requests of one pod's ring served a turn
 
 // ---- router: per-pod quotas (router/src/quotas.h; defaults of the --max-*-per-pod flags) --
 // One pod is one overlay address: all its processes and connections share these. Sized so

@@ -58,6 +58,26 @@ TEST_P(ClusterTest, SendsArriveWholeAndInOrder) {
   }
 }
 
+// Every test here runs over the request rings (proto::RequestRing): the library hands its
+// ring over at HELLO and writes requests there; those with descriptors (a QP's segment) keep
+// their place in it and travel on the socket.
+TEST_P(ClusterTest, LibrarySessionsSendTheirRequestsThroughTheRing) {
+  for (Pod* p : {a.get(), b.get()}) {
+    ffv::RequestRingEnd& ring = p->session()->ring;
+    ASSERT_NE(ring.control, nullptr) << "the router did not take the library's ring";
+    const uint64_t before = RequestRingOf(ring.map.get())->tail.load();
+    EXPECT_GT(before, 0u) << "the QP set-up of the fixture went around the ring";
+    ibv_qp* qp = p->NewQp();
+    ASSERT_NE(qp, nullptr);
+    EXPECT_GT(RequestRingOf(ring.map.get())->tail.load(), before);
+  }
+  ConnectBoth();
+  ASSERT_EQ(b->PostRecv(1, 0, 64), 0);
+  ASSERT_EQ(a->Post(IBV_WR_SEND, 2, 0, 64), 0);
+  EXPECT_EQ(a->Poll(1).size(), 1u);
+  EXPECT_EQ(b->Poll(1).size(), 1u);
+}
+
 // A LID names one pod in the whole cluster (its offset in the overlay, 10.0.0.0/8 here), so
 // a program that exchanges LIDs instead of GIDs reaches a pod on another node too.
 TEST_P(ClusterTest, APeerAddressedByItsLidIsReachedOnAnyNode) {

@@ -375,6 +375,8 @@ int FakeRouter::Handle(ff::proto::Op op, const char* buf, ff::UniqueFd* fds, int
     case Op::kNameQp:
       names_.push_back(As<NameQp>(buf));
       return 0;
+    case Op::kRequestRing:
+      return EOPNOTSUPP;  // this fake reads its socket only: the library stays on it
     case Op::kRegMr:
       return OnRegMr(As<RegMr>(buf), fds, nfds, r);
     case Op::kDeregMr:
