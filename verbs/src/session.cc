@@ -393,9 +393,12 @@ void ForgetProcessSessionInChild() {
   // The parent's connection stays the parent's: the child's copies of its descriptors would
   // keep the router from seeing the parent go, and requests on them would be the parent's.
   // The Session itself is left as it is (its event thread did not survive the fork).
-  for (UniqueFd* fd :
-       {&s->sock, &s->events, &s->notify_fd, &s->wake_fd, &s->wake_tx, &s->tick_rx, &s->tick_tx})
+  for (UniqueFd* fd : {&s->sock, &s->events, &s->notify_fd, &s->wake_fd, &s->wake_tx, &s->tick_rx,
+                       &s->tick_tx, &s->ring.fd})
     if (*fd) ::close(fd->release());
+  // Nor are requests written to its ring: the router would take them for the parent's.
+  s->ring.control = nullptr;
+  s->ring.map.reset();
 }
 
 Session* OpenSession(const std::string& socket_path, int* error) {
