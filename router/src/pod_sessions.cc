@@ -173,6 +173,20 @@ int PodSessions::TakeRing(Session& s, const proto::RequestRing& m, UniqueFd* fds
   return 0;
 }
 
+namespace {
+
+// A record of the request ring as the library writes one: its publish time, then a request
+// (kRecRequest) of at least a header and at most kMaxMessage bytes, or nothing more
+// (kRecOnSocket).
+bool WellFormed(const RecordHeader& hdr) {
+  constexpr uint32_t kAt = sizeof(uint64_t);
+  if (hdr.kind == kRecOnSocket) return hdr.frag_len == kAt;
+  return hdr.kind == kRecRequest && hdr.frag_len >= kAt + sizeof(proto::Header) &&
+         hdr.frag_len - kAt <= static_cast<uint32_t>(proto::kMaxMessage);
+}
+
+}  // namespace
+
 // Takes the doorbells at the head of the socket; true when a request (not a doorbell) is
 // next, false when nothing is (or on an error, which the next read reports).
 bool PodSessions::RequestOnSocket(Session& s) {
@@ -189,38 +203,28 @@ bool PodSessions::RequestOnSocket(Session& s) {
   return false;  // a pod that only rings: the rest next turn (its socket stays readable)
 }
 
-// The head of `s`'s ring: kOk with the time it was published in *at, kEmpty when nothing is
-// to be served yet (nothing there, or a request whose place is held but which is not on the
-// socket yet), kCorrupt when the ring or the record breaks the protocol.
-RingStatus PodSessions::RingHead(Session& s, uint64_t* at) {
-  RecordHeader hdr;
-  const char* payload = nullptr;
-  const RingStatus st = s.ring.Peek(&hdr, &payload);
+RingStatus PodSessions::RingHead(Session& s, Head* head) {
+  const RingStatus st = s.ring.Peek(&head->hdr, &head->payload);
   if (st != RingStatus::kOk) return st;
-  const bool request = hdr.kind == kRecRequest &&
-                       hdr.frag_len >= sizeof(uint64_t) + sizeof(proto::Header) &&
-                       hdr.frag_len - sizeof(uint64_t) <= static_cast<uint32_t>(proto::kMaxMessage);
-  const bool on_socket = hdr.kind == kRecOnSocket && hdr.frag_len == sizeof(uint64_t);
-  if (!request && !on_socket) return RingStatus::kCorrupt;
-  std::memcpy(at, payload, sizeof(*at));
-  if (on_socket && !RequestOnSocket(s)) return RingStatus::kEmpty;
+  if (!WellFormed(head->hdr)) return RingStatus::kCorrupt;
+  std::memcpy(&head->at, head->payload, sizeof(head->at));
+  if (head->hdr.kind == kRecOnSocket && !RequestOnSocket(s)) return RingStatus::kEmpty;
   return RingStatus::kOk;
 }
 
-// Serves the request at the head of the ring (RingHead said kOk). false: the session is gone.
-bool PodSessions::ServeHead(Session& s) {
+// Serves `head`, the record RingHead found (and checked) at the head of `s`'s ring: its copy
+// of the record's header is the one used, whatever the pod wrote there since. false: the
+// session is gone.
+bool PodSessions::ServeHead(Session& s, const Head& head) {
   const PodId id = s.id;
-  RecordHeader hdr;
-  const char* payload = nullptr;
-  if (s.ring.Peek(&hdr, &payload) != RingStatus::kOk) return true;
   alignas(8) char buf[proto::kMaxMessage];
   UniqueFd fds[proto::kMaxFds];
   int nfds = 0;
   size_t n = 0;
-  if (hdr.kind == kRecRequest) {
-    n = hdr.frag_len - sizeof(uint64_t);
-    std::memcpy(buf, payload + sizeof(uint64_t), n);  // ours before it is read: the pod may
-                                                      // write the ring meanwhile
+  if (head.hdr.kind == kRecRequest) {
+    n = head.hdr.frag_len - sizeof(uint64_t);
+    // Ours before it is decoded: the pod may write the ring meanwhile.
+    std::memcpy(buf, head.payload + sizeof(uint64_t), n);
   } else {
     const int rc =
         RecvWithFds(s.sock.get(), buf, sizeof(buf), fds, proto::kMaxFds, &nfds, &n, MSG_DONTWAIT);
@@ -229,7 +233,7 @@ bool PodSessions::ServeHead(Session& s) {
       return false;
     }
   }
-  s.ring.Consume(hdr);
+  s.ring.Consume(head.hdr);
   s.ring.Release();
   return Serve(s, buf, n, fds, nfds);
 }
@@ -242,24 +246,24 @@ void PodSessions::Poll() {
   served_.assign(polling_.size(), 0);
   for (;;) {
     size_t pick = polling_.size();
-    uint64_t oldest = 0;
+    Head oldest;
     for (size_t i = 0; i < polling_.size(); ++i) {
       Session* s = served_[i] < kRingRequestsPerTurn ? Find(polling_[i]) : nullptr;
       if (s == nullptr) continue;
-      uint64_t at = 0;
-      const RingStatus st = RingHead(*s, &at);
+      Head head;
+      const RingStatus st = RingHead(*s, &head);
       if (st == RingStatus::kCorrupt) {
         Drop(polling_[i], "malformed request ring");
         continue;
       }
-      if (st == RingStatus::kOk && (pick == polling_.size() || at < oldest)) {
+      if (st == RingStatus::kOk && (pick == polling_.size() || head.at < oldest.at)) {
         pick = i;
-        oldest = at;
+        oldest = head;
       }
     }
     if (pick == polling_.size()) return;
     ++served_[pick];
-    if (Session* s = Find(polling_[pick])) ServeHead(*s);
+    if (Session* s = Find(polling_[pick])) ServeHead(*s, oldest);
   }
 }
 
@@ -283,10 +287,10 @@ bool PodSessions::Arm() {
   for (PodId id : ring_pods_) Find(id)->ring_control->sleeping.store(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (PodId id : ring_pods_) {
-    uint64_t at = 0;
+    Head head;
     // A request whose place is held but which is not on the socket yet wakes us when it
     // comes (RingHead answers kEmpty for it); a corrupt ring is dropped by the next Poll.
-    if (RingHead(*Find(id), &at) != RingStatus::kEmpty) return true;
+    if (RingHead(*Find(id), &head) != RingStatus::kEmpty) return true;
   }
   return false;
 }

@@ -120,8 +120,17 @@ class PodSessions : private EventLoop::Poller {
   void Disarm() override;
   // proto::RequestRing: maps and checks the ring; the answer's status.
   int TakeRing(Session& s, const proto::RequestRing& m, UniqueFd* fds, int nfds);
-  RingStatus RingHead(Session& s, uint64_t* at);
-  bool ServeHead(Session& s);
+  // The record at the head of a ring, as read once: checked, then used as it was read.
+  struct Head {
+    RecordHeader hdr{};
+    const char* payload = nullptr;  // in the pod's memory
+    uint64_t at = 0;                // its publish time
+  };
+  // kOk with *head filled; kEmpty when nothing is to be served yet (nothing there, or a
+  // request whose place is held but which is not on the socket yet); kCorrupt when the ring
+  // or the record breaks the protocol.
+  RingStatus RingHead(Session& s, Head* head);
+  bool ServeHead(Session& s, const Head& head);
   bool RequestOnSocket(Session& s);
   void OnRingSocket(PodId id);
   // A request read (from the socket or the ring) goes to Dispatch. false: dropped.

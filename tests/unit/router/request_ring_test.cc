@@ -317,6 +317,47 @@ TEST_F(BrokenRingTest, APlaceWhoseRequestNeverComesCostsTheRouterNothing) {
   EXPECT_FALSE(a.pod.Disconnected(10));
 }
 
+// A pod that rewrites a record's length while the router reads it: the router reads a
+// record's header once, checks that copy and uses it, so it drops the pod instead of copying
+// past its buffer. Each round publishes a request and flips its length between a request's
+// and 16 times the largest request's, ringing as it goes.
+TEST_F(BrokenRingTest, ARecordRewrittenWhileTheRouterReadsIt) {
+  RingPod a(router, Ip("10.0.0.1"));
+  ASSERT_EQ(a.Start(), 0);
+  constexpr uint32_t kAt = sizeof(uint64_t);
+  const uint32_t small = kAt + sizeof(proto::CreateCq);
+  const uint32_t huge = 16 * proto::kMaxMessage;
+  bool dropped = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  for (uint32_t round = 1; !dropped && std::chrono::steady_clock::now() < until; ++round) {
+    char* where = nullptr;
+    if (a.producer.Reserve(RecordBytes(huge), &where) != RingStatus::kOk) {
+      dropped = a.pod.Disconnected(50);  // full: the router stopped reading (dropped us)
+      break;
+    }
+    RecordHeader h{};
+    h.total = RecordBytes(huge);
+    h.kind = kRecRequest;
+    h.frag_len = small;
+    proto::CreateCq c = Cq(round);
+    c.h.op = proto::Op::kCreateCq;
+    c.h.seq = proto::kPostedSeq;
+    const uint64_t at = MonotonicNs();
+    std::memcpy(where, &h, sizeof(h));
+    std::memcpy(where + sizeof(h), &at, sizeof(at));
+    std::memcpy(where + sizeof(h) + kAt, &c, sizeof(c));
+    a.producer.Commit(h.total);
+    a.producer.Publish();
+    auto* live = reinterpret_cast<RecordHeader*>(where);
+    for (int flip = 0; flip < 64; ++flip) {
+      __atomic_store_n(&live->frag_len, flip % 2 == 0 ? huge : small, __ATOMIC_RELAXED);
+      if (flip % 16 == 0) a.Doorbell();
+    }
+    dropped = a.pod.Disconnected(0);
+  }
+  ExpectOnlyADropped(a);
+}
+
 TEST_F(RequestRingTest, TheRingIsTakenOnceSealedAndOfItsSize) {
   RingPod a(router, Ip("10.0.0.1"));
   ASSERT_EQ(a.pod.Hello(), 0);
