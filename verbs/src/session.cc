@@ -115,14 +115,22 @@ struct StallTicker {
 
 // Sends request `req` numbered `seq` (*sent: its header as sent). 0, EINVAL for a size no
 // request has, ENOTCONN when the router is gone, or the send's error.
-int SendRequest(int sock, const void* req, size_t len, uint32_t seq, const int* fds, int nfds,
-                ff::proto::Header* sent) {
-  char buf[ff::proto::kMaxMessage];
+// Copies request `req` into `buf` numbered `seq` (*sent: its header so). 0, or EINVAL for a
+// size no request has.
+int Number(const void* req, size_t len, uint32_t seq, char (&buf)[ff::proto::kMaxMessage],
+           ff::proto::Header* sent) {
   if (len > sizeof(buf) || len < sizeof(ff::proto::Header)) return EINVAL;
   std::memcpy(buf, req, len);
   std::memcpy(sent, buf, sizeof(*sent));
   sent->seq = seq;
   std::memcpy(buf, sent, sizeof(*sent));
+  return 0;
+}
+
+int SendRequest(int sock, const void* req, size_t len, uint32_t seq, const int* fds, int nfds,
+                ff::proto::Header* sent) {
+  char buf[ff::proto::kMaxMessage];
+  if (const int rc = Number(req, len, seq, buf, sent)) return rc;
   const int rc = ff::SendWithFds(sock, buf, len, fds, nfds);
   return rc == EPIPE ? ENOTCONN : rc;
 }
@@ -170,11 +178,7 @@ int Deliver(Session* s, const void* req, size_t len, uint32_t seq, const int* fd
             ff::proto::Header* sent) {
   if (s->ring.control == nullptr) return SendRequest(s->sock.get(), req, len, seq, fds, nfds, sent);
   char buf[ff::proto::kMaxMessage];
-  if (len > sizeof(buf) || len < sizeof(ff::proto::Header)) return EINVAL;
-  std::memcpy(buf, req, len);
-  std::memcpy(sent, buf, sizeof(*sent));
-  sent->seq = seq;
-  std::memcpy(buf, sent, sizeof(*sent));
+  if (const int rc = Number(req, len, seq, buf, sent)) return rc;
   if (nfds > 0) {
     // Its place first: the router, reaching the record, finds the request on the socket.
     if (const int rc = PublishRecord(s, ff::kRecOnSocket, nullptr, 0)) return rc;

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <thread>
+#include <tuple>
 
 #include "harness.h"
 
@@ -189,22 +190,19 @@ TEST_F(RequestRingTest, RingsAreServedOldestFirstAcrossPods) {
   RingPod b(router, Ip("10.0.0.2")), a(router, Ip("10.0.0.1"));
   ASSERT_EQ(b.Start(), 0);  // B's ring first
   ASSERT_EQ(a.Start(), 0);
-  a.Write(Cq(1), 1);
-  QpSegment first = Segment(1);
-  a.WriteWithFds(first.create, 2, {first.fd.get()});
-  a.Doorbell();
-  ASSERT_EQ(a.Answer(), std::make_pair(1u, 0));
-  const proto::Response r = a.pod.Receive();
-  ASSERT_EQ(r.status, 0);
+  // Each: CQ 1 and an answered QP on it (A's answer grants the numbers).
+  QpSegment first = Segment(1), qb = Segment(1);
+  proto::Response r{}, rb{};
+  for (auto [pod, seg, answer] : {std::tuple{&a, &first, &r}, std::tuple{&b, &qb, &rb}}) {
+    pod->Write(Cq(1), 1);
+    pod->WriteWithFds(seg->create, 2, {seg->fd.get()});
+    pod->Doorbell();
+    ASSERT_EQ(pod->Answer(), std::make_pair(1u, 0));
+    *answer = pod->pod.Receive();
+    ASSERT_EQ(answer->status, 0);
+  }
   ASSERT_GT(r.u.create_qp.grant_count, 0u);
   const uint32_t granted = r.u.create_qp.grant[0];
-  b.Write(Cq(1), 1);
-  QpSegment qb = Segment(1);
-  b.WriteWithFds(qb.create, 2, {qb.fd.get()});
-  b.Doorbell();
-  ASSERT_EQ(b.Answer(), std::make_pair(1u, 0));
-  const proto::Response rb = b.pod.Receive();
-  ASSERT_EQ(rb.status, 0);
 
   ASSERT_TRUE(a.WaitAsleep());
   ASSERT_TRUE(b.WaitAsleep());
@@ -226,7 +224,7 @@ TEST_F(RequestRingTest, RingsAreServedOldestFirstAcrossPods) {
 class BrokenRingTest : public RequestRingTest {
  protected:
   // `a` is disconnected; a pod without a ring, and one with a ring, are still served.
-  void ExpectOnlyADropped(RingPod& a) {
+  void ExpectOnlyADropped() {
     EXPECT_TRUE(a.pod.Disconnected());
     EXPECT_EQ(other.pod.Call(Cq(1)).status, 0);
     ring.Write(Cq(1), 5);
@@ -236,74 +234,64 @@ class BrokenRingTest : public RequestRingTest {
   void SetUp() override {
     ASSERT_EQ(other.pod.Hello(), 0);
     ASSERT_EQ(ring.Start(), 0);
+    ASSERT_EQ(a.Start(), 0);
+  }
+  // A CreateCq as it goes into the ring: op `op`, posted.
+  static proto::CreateCq Request(proto::Op op = proto::Op::kCreateCq) {
+    proto::CreateCq c = Cq(1);
+    c.h.op = op;
+    c.h.seq = proto::kPostedSeq;
+    return c;
   }
   RingPod other{router, Ip("10.0.0.8")};
   RingPod ring{router, Ip("10.0.0.9")};
+  RingPod a{router, Ip("10.0.0.1")};  // the pod that breaks its ring
 };
 
 TEST_F(BrokenRingTest, IndicesOutsideTheRing) {
-  RingPod a(router, Ip("10.0.0.1"));
-  ASSERT_EQ(a.Start(), 0);
   RequestRingOf(a.map.get())->tail.store(kRequestRingBytes * 2 + 64);
   a.Doorbell();
-  ExpectOnlyADropped(a);
+  ExpectOnlyADropped();
 }
 
 TEST_F(BrokenRingTest, MisalignedTail) {
-  RingPod a(router, Ip("10.0.0.1"));
-  ASSERT_EQ(a.Start(), 0);
   RequestRingOf(a.map.get())->tail.store(17);
   a.Doorbell();
-  ExpectOnlyADropped(a);
+  ExpectOnlyADropped();
 }
 
 TEST_F(BrokenRingTest, ARecordLongerThanAnyRequest) {
-  RingPod a(router, Ip("10.0.0.1"));
-  ASSERT_EQ(a.Start(), 0);
   std::vector<char> big(proto::kMaxMessage + 64, 0);
-  proto::CreateCq c = Cq(1);
-  c.h.op = proto::Op::kCreateCq;
+  const proto::CreateCq c = Request();
   std::memcpy(big.data(), &c, sizeof(c));
   a.Record(kRecRequest, big.data(), big.size());
   a.Doorbell();
-  ExpectOnlyADropped(a);
+  ExpectOnlyADropped();
 }
 
 TEST_F(BrokenRingTest, ARecordOfAnotherKind) {
-  RingPod a(router, Ip("10.0.0.1"));
-  ASSERT_EQ(a.Start(), 0);
-  proto::CreateCq c = Cq(1);
-  c.h.op = proto::Op::kCreateCq;
+  const proto::CreateCq c = Request();
   a.Record(kRecSend, &c, sizeof(c));
   a.Doorbell();
-  ExpectOnlyADropped(a);
+  ExpectOnlyADropped();
 }
 
 TEST_F(BrokenRingTest, ARequestThatIsNoRequest) {
-  RingPod a(router, Ip("10.0.0.1"));
-  ASSERT_EQ(a.Start(), 0);
-  proto::CreateCq c = Cq(1);
-  c.h.op = proto::Op::kMaxOp;
+  const proto::CreateCq c = Request(proto::Op::kMaxOp);
   a.Record(kRecRequest, &c, sizeof(c));
   a.Doorbell();
-  ExpectOnlyADropped(a);
+  ExpectOnlyADropped();
 }
 
 TEST_F(BrokenRingTest, ARequestOnTheSocketWithoutItsPlace) {
-  RingPod a(router, Ip("10.0.0.1"));
-  ASSERT_EQ(a.Start(), 0);
-  proto::CreateCq c = Cq(1);
-  c.h.op = proto::Op::kCreateCq;
-  c.h.seq = 4;
+  const proto::CreateCq c = Request();
   a.pod.SendRaw(&c, sizeof(c));
-  ExpectOnlyADropped(a);
+  ExpectOnlyADropped();
 }
 
 // A place held for a request that never comes: the router waits for the socket, without
 // polling for it, and serves everyone else meanwhile.
 TEST_F(BrokenRingTest, APlaceWhoseRequestNeverComesCostsTheRouterNothing) {
-  RingPod a(router, Ip("10.0.0.1"));
-  ASSERT_EQ(a.Start(), 0);
   a.Record(kRecOnSocket, nullptr, 0);
   a.Doorbell();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -322,8 +310,6 @@ TEST_F(BrokenRingTest, APlaceWhoseRequestNeverComesCostsTheRouterNothing) {
 // past its buffer. Each round publishes a request and flips its length between a request's
 // and 16 times the largest request's, ringing as it goes.
 TEST_F(BrokenRingTest, ARecordRewrittenWhileTheRouterReadsIt) {
-  RingPod a(router, Ip("10.0.0.1"));
-  ASSERT_EQ(a.Start(), 0);
   constexpr uint32_t kAt = sizeof(uint64_t);
   const uint32_t small = kAt + sizeof(proto::CreateCq);
   const uint32_t huge = 16 * proto::kMaxMessage;
@@ -339,9 +325,8 @@ TEST_F(BrokenRingTest, ARecordRewrittenWhileTheRouterReadsIt) {
     h.total = RecordBytes(huge);
     h.kind = kRecRequest;
     h.frag_len = small;
-    proto::CreateCq c = Cq(round);
-    c.h.op = proto::Op::kCreateCq;
-    c.h.seq = proto::kPostedSeq;
+    proto::CreateCq c = Request();
+    c.cq_id = round;
     const uint64_t at = MonotonicNs();
     std::memcpy(where, &h, sizeof(h));
     std::memcpy(where + sizeof(h), &at, sizeof(at));
@@ -355,7 +340,7 @@ TEST_F(BrokenRingTest, ARecordRewrittenWhileTheRouterReadsIt) {
     }
     dropped = a.pod.Disconnected(0);
   }
-  ExpectOnlyADropped(a);
+  ExpectOnlyADropped();
 }
 
 TEST_F(RequestRingTest, TheRingIsTakenOnceSealedAndOfItsSize) {
