@@ -135,6 +135,19 @@ int SendRequest(int sock, const void* req, size_t len, uint32_t seq, const int* 
   return rc == EPIPE ? ENOTCONN : rc;
 }
 
+// After publishing: a Doorbell when the router marked the ring asleep, one per sleep (the
+// exchange). The router stores the mark before its last look at the ring, and we load it
+// after publishing: one of us sees the other (both sequentially consistent). call_mu held.
+int RingIfAsleep(Session* s) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (s->ring.control->sleeping.load(std::memory_order_seq_cst) == 0 ||
+      s->ring.control->sleeping.exchange(0) == 0)
+    return 0;
+  ff::proto::Doorbell d{};
+  ff::proto::Header h;
+  return SendRequest(s->sock.get(), &d, sizeof(d), ff::proto::kPostedSeq, nullptr, 0, &h);
+}
+
 // Writes one record of `kind` into the session's request ring: the time it is published
 // (MonotonicNs: the router serves the rings of all pods oldest first), then `len` bytes of
 // `req`. Waits (ringing) while the router has not made room. call_mu held.
@@ -149,13 +162,9 @@ int PublishRecord(Session* s, uint8_t kind, const char* req, uint32_t len) {
     if (st != ff::RingStatus::kFull) return EPROTO;  // the router broke the ring's indices
     if (s->fatal.load()) return ENOTCONN;
     if (ff::MonotonicNs() > give_up) return ETIMEDOUT;
-    // Full: the router is behind (or asleep with its doorbell already rung). Ring again, in
-    // case, and give it the CPU.
-    ff::proto::Doorbell d{};
-    ff::proto::Header h;
-    if (const int rc =
-            SendRequest(s->sock.get(), &d, sizeof(d), ff::proto::kPostedSeq, nullptr, 0, &h))
-      return rc;
+    // Full: the router is behind. It does not sleep on a ring with requests in it (unless it
+    // marked it before they came): ring if it did, and give it the CPU.
+    if (const int rc = RingIfAsleep(s)) return rc;
     ::usleep(50);
   }
   ff::RecordHeader rh{};
@@ -186,16 +195,7 @@ int Deliver(Session* s, const void* req, size_t len, uint32_t seq, const int* fd
     return rc == EPIPE ? ENOTCONN : rc;
   }
   if (const int rc = PublishRecord(s, ff::kRecRequest, buf, static_cast<uint32_t>(len))) return rc;
-  // The router stores `sleeping` before its last look at the ring, and we load it after
-  // publishing: one of us sees the other (both sequentially consistent).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (s->ring.control->sleeping.load(std::memory_order_seq_cst) != 0 &&
-      s->ring.control->sleeping.exchange(0) != 0) {
-    ff::proto::Doorbell d{};
-    ff::proto::Header h;
-    return SendRequest(s->sock.get(), &d, sizeof(d), ff::proto::kPostedSeq, nullptr, 0, &h);
-  }
-  return 0;
+  return RingIfAsleep(s);
 }
 
 void EventLoop(Session* s) {
