@@ -113,8 +113,6 @@ struct StallTicker {
   }
 };
 
-// Sends request `req` numbered `seq` (*sent: its header as sent). 0, EINVAL for a size no
-// request has, ENOTCONN when the router is gone, or the send's error.
 // Copies request `req` into `buf` numbered `seq` (*sent: its header so). 0, or EINVAL for a
 // size no request has.
 int Number(const void* req, size_t len, uint32_t seq, char (&buf)[ff::proto::kMaxMessage],
@@ -127,6 +125,8 @@ int Number(const void* req, size_t len, uint32_t seq, char (&buf)[ff::proto::kMa
   return 0;
 }
 
+// Sends request `req` numbered `seq` on the socket (*sent: its header as sent). 0, EINVAL for
+// a size no request has, ENOTCONN when the router is gone, or the send's error.
 int SendRequest(int sock, const void* req, size_t len, uint32_t seq, const int* fds, int nfds,
                 ff::proto::Header* sent) {
   char buf[ff::proto::kMaxMessage];
@@ -192,6 +192,14 @@ int Deliver(Session* s, const void* req, size_t len, uint32_t seq, const int* fd
     // Its place first: the router, reaching the record, finds the request on the socket.
     if (const int rc = PublishRecord(s, ff::kRecOnSocket, nullptr, 0)) return rc;
     const int rc = ff::SendWithFds(s->sock.get(), buf, len, fds, nfds);
+    if (rc != 0) {
+      // Its place is held in the ring, where the router now waits for it: nothing after it
+      // would be served. The session ends (the router drops it) rather than hang.
+      LogError("cannot send a request to %s: %s; the session ends", s->name.c_str(),
+               std::strerror(rc));
+      s->fatal.store(true);
+      ::shutdown(s->sock.get(), SHUT_RDWR);
+    }
     return rc == EPIPE ? ENOTCONN : rc;
   }
   if (const int rc = PublishRecord(s, ff::kRecRequest, buf, static_cast<uint32_t>(len))) return rc;

@@ -78,6 +78,24 @@ TEST_P(ClusterTest, LibrarySessionsSendTheirRequestsThroughTheRing) {
   EXPECT_EQ(b->Poll(1).size(), 1u);
 }
 
+// A request with descriptors whose send fails after its place in the ring was published
+// (here a descriptor that is none): the router would wait for it there forever, so the
+// session ends, and the next request fails at once instead of waiting kRouterCallTimeoutS.
+TEST_P(ClusterTest, ARequestWhoseSendFailsEndsTheSessionRatherThanHangIt) {
+  ffv::Session* s = a->session();
+  ASSERT_NE(s->ring.control, nullptr);
+  proto::CreateSrq m{};
+  m.id = 99;
+  const int bad = -1;
+  proto::Response r{};
+  EXPECT_EQ(s->Call(&m, sizeof(m), &bad, 1, &r), EBADF);
+  const auto t0 = std::chrono::steady_clock::now();
+  proto::DestroyCq next{};
+  next.id = 1;
+  EXPECT_EQ(s->SimpleCall(&next, sizeof(next)), ENOTCONN);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+}
+
 // A LID names one pod in the whole cluster (its offset in the overlay, 10.0.0.0/8 here), so
 // a program that exchanges LIDs instead of GIDs reaches a pod on another node too.
 TEST_P(ClusterTest, APeerAddressedByItsLidIsReachedOnAnyNode) {
