@@ -1,6 +1,7 @@
 #include "pod_sessions.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -168,6 +169,7 @@ int PodSessions::TakeRing(Session& s, const proto::RequestRing& m, UniqueFd* fds
   s.ring.Attach(RequestRingOf(map.get()), kRequestRingBytes);
   if (!s.ring.sane()) return EINVAL;  // a ring must start empty and aligned
   s.ring_control = map.as<RequestRingControl>();
+  s.ring_control->router_cpu.store(shown_cpu_, std::memory_order_relaxed);
   s.ring_map = std::move(map);
   ring_pods_.push_back(s.id);
   return 0;
@@ -238,10 +240,22 @@ bool PodSessions::ServeHead(Session& s, const Head& head) {
   return Serve(s, buf, n, fds, nfds);
 }
 
+// Tells the rings' libraries which CPU the router runs on (RequestRingControl::router_cpu),
+// when that changed.
+void PodSessions::ShowCpu() {
+  const int cpu = ::sched_getcpu();
+  const uint32_t shown = cpu < 0 ? 0 : static_cast<uint32_t>(cpu) + 1;
+  if (shown == shown_cpu_) return;
+  shown_cpu_ = shown;
+  for (PodId id : ring_pods_)
+    Find(id)->ring_control->router_cpu.store(shown, std::memory_order_relaxed);
+}
+
 // Serves every ring, oldest request first across them: a request one pod published before
 // another pod's (which may depend on it: a QP the other connects to) is served first.
 void PodSessions::Poll() {
   if (ring_pods_.empty()) return;
+  ShowCpu();
   polling_ = ring_pods_;  // serving may drop sessions (and so change ring_pods_)
   served_.assign(polling_.size(), 0);
   for (;;) {

@@ -116,6 +116,7 @@ class PodSessions : private EventLoop::Poller {
   };
   // EventLoop::Poller: the request rings.
   void Poll() override;
+  void ShowCpu();
   bool Arm() override;
   void Disarm() override;
   // proto::RequestRing: maps and checks the ring; the answer's status.
@@ -162,6 +163,7 @@ class PodSessions : private EventLoop::Poller {
   std::vector<PodId> ring_pods_;  // sessions with a request ring, in hand-over order
   std::vector<PodId> polling_;    // Poll's copy of ring_pods_ (kept for its capacity)
   std::vector<int> served_;       // Poll: requests served this turn, by polling_ index
+  uint32_t shown_cpu_ = 0;        // the CPU the rings' control blocks show (router_cpu)
 };
 
 }  // namespace ff::router

@@ -54,7 +54,7 @@ int ReadEvent(int fd, Wait how, CmEvent* ev) {
   ssize_t n = -1;
   int rc = EAGAIN;
   if (how == Wait::kSpinFirst) {
-    rc = SpinForAnswer([&] {
+    rc = SpinForAnswer(ProcessRingControl(), [&] {
       n = ::recv(fd, &buf, sizeof(buf), MSG_DONTWAIT);
       return n < 0 ? errno : 0;
     });

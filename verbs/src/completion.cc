@@ -140,7 +140,7 @@ int WaitForEvent(ibv_comp_channel* channel, bool pending, uint64_t* retry_ns) {
     // follows within microseconds, and waking a sleeping thread costs more. The wake-up
     // itself is taken below; the fired words tell which CQ.
     if (!nonblocking) {
-      SpinForAnswer([&] {
+      SpinForAnswer(ProcessRingControl(), [&] {
         char b;
         return ::recv(channel->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 ? errno : 0;
       });

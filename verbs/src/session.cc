@@ -25,6 +25,8 @@ constexpr const char* kDeviceName = "freeflow0";
 
 std::mutex g_session_mu;
 Session* g_session = nullptr;  // never freed: the event thread may outlive main
+// g_session's ring control block, read without g_session_mu by spinning threads.
+std::atomic<const ff::RequestRingControl*> g_ring_control{nullptr};
 
 std::string EnvOr(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
@@ -383,11 +385,16 @@ Session* GetSession() {
     g_session = OpenSession(path, &error);
     // The process has the device now: programs may check its node (device_files.h).
     if (g_session != nullptr) {
+      g_ring_control.store(g_session->ring.control, std::memory_order_release);
       ServeDeviceNode(DeviceNodePath(g_session->device.dev.dev_name));
       ServeCmNode();
     }
   }
   return g_session;
+}
+
+const ff::RequestRingControl* ProcessRingControl() {
+  return g_ring_control.load(std::memory_order_acquire);
 }
 
 Session* ProcessSession() {
@@ -409,6 +416,7 @@ void ForgetProcessSessionInChild() {
                        &s->tick_tx, &s->ring.fd})
     if (*fd) ::close(fd->release());
   // Nor are requests written to its ring: the router would take them for the parent's.
+  g_ring_control.store(nullptr, std::memory_order_relaxed);
   s->ring.control = nullptr;
   s->ring.map.reset();
 }
@@ -452,7 +460,7 @@ int Session::Call(const void* req, size_t len, const int* fds, int nfds, ff::pro
     return ff::RecvWithFds(sock.get(), resp, sizeof(*resp), scratch, ff::proto::kMaxFds, &got, &n,
                            flags);
   };
-  rc = SpinForAnswer([&] { return receive(MSG_DONTWAIT); });
+  rc = SpinForAnswer(ring.control, [&] { return receive(MSG_DONTWAIT); });
   if (rc == EAGAIN) rc = receive(0);
   if (rc != 0) return rc == EAGAIN ? ETIMEDOUT : rc;
   if (n == 0) return ENOTCONN;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <sched.h>
 
 #include <atomic>
 #include <mutex>
@@ -117,18 +118,31 @@ void ForgetProcessSessionInChild();
 // ff::kDefaultAnswerSpinUs; 0 sleeps at once.
 uint64_t AnswerSpinNs();
 
+// The process-wide session's request ring control block, when it has a ring (else nullptr):
+// it tells where its router runs (RouterOnThisCpu).
+const ff::RequestRingControl* ProcessRingControl();
+
+// Whether the router of `control` (nullptr: not known) last ran on this thread's CPU. A
+// spin there waits for an answer that the spin itself holds back: on two CPUs shared by a
+// router and two pods, spinning beside the router halved the rdma_cm connection rate.
+inline bool RouterOnThisCpu(const ff::RequestRingControl* control) {
+  if (control == nullptr) return false;
+  const uint32_t router = control->router_cpu.load(std::memory_order_relaxed);
+  return router != 0 && router == static_cast<uint32_t>(::sched_getcpu() + 1);
+}
+
 // Repeats `attempt` (a non-blocking try: EAGAIN while nothing is there) until it returns
-// something else or AnswerSpinNs() has passed. Returns its last result; EAGAIN tells the
-// caller to sleep (a blocking wait).
+// something else, AnswerSpinNs() has passed or the router (of `control`) shows it runs on
+// this CPU. Returns its last result; EAGAIN tells the caller to sleep (a blocking wait).
 template <typename Attempt>
-int SpinForAnswer(Attempt&& attempt) {
+int SpinForAnswer(const ff::RequestRingControl* control, Attempt&& attempt) {
   const uint64_t spin = AnswerSpinNs();
   if (spin == 0) return EAGAIN;
   const uint64_t until = ff::MonotonicNs() + spin;
   int rc;
   do {
     rc = attempt();
-  } while (rc == EAGAIN && ff::MonotonicNs() < until);
+  } while (rc == EAGAIN && !RouterOnThisCpu(control) && ff::MonotonicNs() < until);
   return rc;
 }
 

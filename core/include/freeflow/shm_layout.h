@@ -96,6 +96,10 @@ struct RequestRingControl {
   // The router stores 1 before it sleeps and 0 when it wakes; a library that publishes and
   // finds 1 exchanges it for 0 and sends a proto::Doorbell (one per sleep).
   alignas(kCacheLine) std::atomic<uint32_t> sleeping{0};
+  // The CPU the router last ran on, plus one (0: not known). Written by the router when it
+  // changes; the library does not spin for an answer on that CPU, where spinning only keeps
+  // the router from answering.
+  std::atomic<uint32_t> router_cpu{0};
 };
 static_assert(sizeof(RequestRingControl) == kCacheLine);
 inline constexpr size_t RequestRingSegmentBytes(uint32_t ring_bytes) {

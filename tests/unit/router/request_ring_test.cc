@@ -3,6 +3,7 @@
 // order across pods, and what a pod that breaks the ring gets (only itself disconnected).
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -180,6 +181,26 @@ TEST_F(RequestRingTest, ASleepingRouterSaysSoAndItsDoorbellWakesIt) {
   ASSERT_EQ(a.control->sleeping.exchange(0), 1u);
   a.Doorbell();
   EXPECT_EQ(a.Answer(), std::make_pair(3u, 0));
+}
+
+// Each ring's control block shows the CPU the router runs on (plus one), so that a library
+// does not poll for an answer there: at once for a ring handed over after the router ran.
+TEST_F(RequestRingTest, TheRingShowsTheCpuTheRouterRunsOn) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  const auto a_cpu_we_may_run_on = [&](uint32_t shown) {
+    return shown != 0 && shown <= CPU_SETSIZE && CPU_ISSET(shown - 1, &allowed);
+  };
+  RingPod a(router, Ip("10.0.0.1"));
+  ASSERT_EQ(a.Start(), 0);
+  a.Write(Cq(1), 7);
+  a.Doorbell();
+  ASSERT_EQ(a.Answer(), std::make_pair(7u, 0));
+  EXPECT_TRUE(a_cpu_we_may_run_on(a.control->router_cpu.load())) << a.control->router_cpu.load();
+  RingPod b(router, Ip("10.0.0.2"));
+  ASSERT_EQ(b.Start(), 0);
+  EXPECT_TRUE(a_cpu_we_may_run_on(b.control->router_cpu.load())) << b.control->router_cpu.load();
 }
 
 // Two pods' rings are served oldest request first, whatever order the router took the rings

@@ -3,6 +3,7 @@
 #include "session.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -143,16 +144,17 @@ TEST(Sessions, ClosingSessionsEndsTheirEventThreadsPromptly) {
 // A thread awaiting the router polls a while before it sleeps (ffv::SpinForAnswer).
 TEST(AnswerSpin, PollingStopsAtTheFirstAnswer) {
   int calls = 0;
-  EXPECT_EQ(ffv::SpinForAnswer([&] { return ++calls < 3 ? EAGAIN : 0; }), 0);
+  EXPECT_EQ(ffv::SpinForAnswer(nullptr, [&] { return ++calls < 3 ? EAGAIN : 0; }), 0);
   EXPECT_EQ(calls, 3);
 }
 
 TEST(AnswerSpin, AnErrorEndsThePollingAtOnce) {
   int calls = 0;
-  EXPECT_EQ(ffv::SpinForAnswer([&] {
-              ++calls;
-              return EBADF;
-            }),
+  EXPECT_EQ(ffv::SpinForAnswer(nullptr,
+                               [&] {
+                                 ++calls;
+                                 return EBADF;
+                               }),
             EBADF);
   EXPECT_EQ(calls, 1);
 }
@@ -161,13 +163,75 @@ TEST(AnswerSpin, WithNothingToTakeItPollsForTheBudgetThenLetsTheCallerSleep) {
   ASSERT_GT(ffv::AnswerSpinNs(), 0u) << "the default spin (FFV_SPIN_US unset) is on";
   int calls = 0;
   const uint64_t start = ff::MonotonicNs();
-  EXPECT_EQ(ffv::SpinForAnswer([&] {
-              ++calls;
-              return EAGAIN;
-            }),
+  EXPECT_EQ(ffv::SpinForAnswer(nullptr,
+                               [&] {
+                                 ++calls;
+                                 return EAGAIN;
+                               }),
             EAGAIN);
   EXPECT_GE(ff::MonotonicNs() - start, ffv::AnswerSpinNs());
   EXPECT_GT(calls, 1);
+}
+
+// Keeps the calling thread on one CPU while it lives (and puts its old mask back).
+class OnOneCpu {
+ public:
+  OnOneCpu() {
+    CPU_ZERO(&old_);
+    if (::sched_getaffinity(0, sizeof(old_), &old_) != 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    cpu_ = ::sched_getcpu();
+    CPU_SET(cpu_, &one);
+    pinned_ = ::sched_setaffinity(0, sizeof(one), &one) == 0;
+  }
+  ~OnOneCpu() {
+    if (pinned_) ::sched_setaffinity(0, sizeof(old_), &old_);
+  }
+  bool pinned() const { return pinned_; }
+  int cpu() const { return cpu_; }
+
+ private:
+  cpu_set_t old_;
+  int cpu_ = -1;
+  bool pinned_ = false;
+};
+
+// A thread on the CPU where its router last ran does not poll for the answer: there, its
+// polling would only keep the router from giving it.
+TEST(AnswerSpin, NoPollingOnTheCpuTheRouterRunsOn) {
+  OnOneCpu pin;
+  ASSERT_TRUE(pin.pinned());
+  ff::RequestRingControl control;
+  control.router_cpu.store(static_cast<uint32_t>(pin.cpu()) + 1);
+  int calls = 0;
+  EXPECT_EQ(ffv::SpinForAnswer(&control,
+                               [&] {
+                                 ++calls;
+                                 return EAGAIN;
+                               }),
+            EAGAIN);
+  EXPECT_EQ(calls, 1) << "it polled beside its router";
+}
+
+// A router elsewhere (or not known yet: 0) leaves the polling as it is.
+TEST(AnswerSpin, PollingGoesOnWhileTheRouterRunsElsewhere) {
+  OnOneCpu pin;
+  ASSERT_TRUE(pin.pinned());
+  for (const uint32_t shown : {0u, static_cast<uint32_t>(pin.cpu()) + 2}) {
+    ff::RequestRingControl control;
+    control.router_cpu.store(shown);
+    int calls = 0;
+    const uint64_t start = ff::MonotonicNs();
+    EXPECT_EQ(ffv::SpinForAnswer(&control,
+                                 [&] {
+                                   ++calls;
+                                   return EAGAIN;
+                                 }),
+              EAGAIN);
+    EXPECT_GE(ff::MonotonicNs() - start, ffv::AnswerSpinNs()) << "router_cpu " << shown;
+    EXPECT_GT(calls, 1) << "router_cpu " << shown;
+  }
 }
 
 }  // namespace
