@@ -517,10 +517,15 @@ void CmService::Emit(const CmId& id, const proto::CmEvent& event) {
   proto::CmEvent e = event;
   uint32_t subject = 0;  // resp.id: the id the event is about
   std::memcpy(&subject, e.resp + offsetof(rdma_ucm_event_resp, id), sizeof(subject));
-  if (const CmId* s = table_.Find(subject)) FillState(*s, ++state_version_, &e.state);
+  const CmId* about = table_.Find(subject);
+  if (about != nullptr) FillState(*about, ++state_version_, &e.state);
   if (ch.backlog.empty()) {
     const ssize_t n = ::send(ch.sock.get(), &e, sizeof(e), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n == static_cast<ssize_t>(sizeof(e))) return;
+    if (n == static_cast<ssize_t>(sizeof(e))) {
+      // Between pods of this node: what the program does next comes to us.
+      if (about != nullptr && about->link == kNoLink) p_.loop.StayAwake(event_spin_ns_);
+      return;
+    }
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return;  // closed: its hang-up follows
   }
   if (ch.backlog.size() >= kMaxCmBacklog) {

@@ -52,6 +52,10 @@ class CmService {
   };
   explicit CmService(Parts parts) : p_(parts) {}
   ~CmService();
+  // After an event about an id whose peer is on this node (or that has none yet), the loop
+  // polls this long (--cm-spin-us): its program acts on it within tens of microseconds, and
+  // its next requests (or its peer's) come to this router.
+  void set_event_spin(uint64_t ns) { event_spin_ns_ = ns; }
 
   // Pod requests of a welcomed session whose overlay address is `pod_ip`; both answer.
   void OpenChannel(const Call& call, const proto::CmOpenChannel& m, UniqueFd sock);
@@ -153,6 +157,7 @@ class CmService {
   void CloseChannel(const ChannelKey& key, const char* why);
 
   Parts p_;
+  uint64_t event_spin_ns_ = 0;  // set_event_spin
   CmTable table_;
   std::map<ChannelKey, Channel> channels_;
   LogLimiter log_;

@@ -93,7 +93,7 @@ void EventLoop::RunDeferred() {
 }
 
 void EventLoop::StayAwake(uint64_t ns) {
-  if (ns != 0) awake_until_ns_ = MonotonicNs() + ns;
+  if (ns != 0) awake_until_ns_ = std::max(awake_until_ns_, MonotonicNs() + ns);
 }
 
 bool EventLoop::Awake() {

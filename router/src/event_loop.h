@@ -62,7 +62,8 @@ class EventLoop {
   // their callbacks, then the deferred work. Returns the number of events handled.
   int RunOnce(int timeout_ms);
   // Until `ns` from now, RunOnce polls instead of waiting (a client that was just answered
-  // is likely to ask again soon; waking a sleeping router costs more than polling).
+  // is likely to ask again soon; waking a sleeping router costs more than polling). A
+  // window already open for longer stays as it is.
   void StayAwake(uint64_t ns);
   // The request being served leaves its client waiting for another node (an rdma_cm REQ,
   // REP or DREQ went on a node link): its answer is a round trip away, so the window that

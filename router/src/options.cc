@@ -100,6 +100,8 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
        "a connect waits this long for a new pod"},
       {"--poll-us", &c.poll_us, 0, 100000, "poll this long after cross-node traffic (0: sleep)"},
       {"--spin-us", &c.spin_us, 0, 10000, "poll this long after answering a pod (0: sleep)"},
+      {"--cm-spin-us", &c.cm_spin_us, 0, 10000,
+       "poll this long after an rdma_cm event between pods of this node"},
       {"--realtime-priority", &c.realtime_priority, 0, 99, "SCHED_RR priority (0: normal)"}};
   for (const NumericFlag& f : numeric)
     app.add_option(f.name, *f.value, f.help)->check(CLI::Range(f.lo, f.hi));

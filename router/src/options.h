@@ -36,6 +36,7 @@ struct RouterConfig {
   uint32_t peer_timeout_ms = kDefaultPeerTimeoutMs;  // a silent peer router is dead after this
   uint32_t poll_us = 0;                              // poll proxies this long after traffic
   uint32_t spin_us = kDefaultRouterSpinUs;           // poll this long after answering a pod
+  uint32_t cm_spin_us = kDefaultRouterCmSpinUs;      // ... after a local rdma_cm event
   uint32_t resolve_timeout_ms =
       kDefaultResolveTimeoutMs;    // a connect waits this long for an unknown pod
   uint32_t realtime_priority = 0;  // SCHED_RR priority; 0: normal scheduling

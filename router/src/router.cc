@@ -77,6 +77,7 @@ Router::Router(RouterConfig config, RouterDeps deps)
       sessions_(loop_, *identity_, quotas_, broker_) {
   sessions_.set_hello_timeout(config_.hello_timeout_ns);
   sessions_.set_answer_spin(config_.spin_us * 1000ull);
+  cm_.set_event_spin(config_.cm_spin_us * 1000ull);
 }
 
 Router::~Router() = default;

@@ -660,18 +660,48 @@ TEST_F(CmCrossNodeTest, ARouterCannotSpeakForAnotherNodesPods) {
   client.Expect(RDMA_CM_EVENT_DISCONNECTED);
 }
 
+// An rdma_cm event between pods of this node keeps the router polling for --cm-spin-us
+// (here its longest, 10 ms, with --spin-us 0): the program that reads it acts next, here.
+// Awake: runnable, as its schedstat counts it (see below).
+TEST(CmSpinTest, AnEventBetweenPodsOfThisNodeKeepsTheRouterPolling) {
+  for (const uint32_t cm_spin_us : {10'000u, 0u}) {
+    TestRouter::Options o;
+    o.spin_us = 0;
+    o.cm_spin_us = cm_spin_us;
+    TestRouter router(o);
+    CmPod server(router, Ip("10.1.0.1")), client(router, Ip("10.1.0.2"));
+    for (CmPod* p : {&server, &client}) {
+      ASSERT_EQ(p->Hello(), 0);
+      ASSERT_EQ(p->Open(kCh), 0);
+    }
+    const uint32_t id = client.CreateId(RDMA_PS_TCP, 0xc1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    const uint64_t before = router.AwakeNs();
+    ASSERT_EQ(client.Resolve(id, server.ip(), 7000), 0);
+    client.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    if (cm_spin_us != 0)
+      EXPECT_GE(router.AwakeNs() - before, 5'000'000u) << "no window after a local event";
+    else
+      EXPECT_LT(router.AwakeNs() - before, 3'000'000u) << "a window with --cm-spin-us 0";
+  }
+}
+
 // A request that leaves its pod waiting for another node opens no polling window
-// (EventLoop::NoteRemoteWait): with --spin-us at its longest (10 ms), the client's router
-// stays awake next to no time after a cross-node CONNECT (answered by a REJ at once:
-// nobody listens), and a whole window after a request the pod follows up at once
-// (RESOLVE_ROUTE). Awake: runnable, as its schedstat counts it, so that a machine busy with
-// other tests (which leaves the polling thread part of a CPU) changes nothing.
+// (EventLoop::NoteRemoteWait), nor does an event about a connection to another node: with
+// --spin-us and --cm-spin-us at their longest (10 ms), the client's router stays awake next
+// to no time after a cross-node CONNECT (answered by a REJ at once, whose REJECTED event is
+// about a connection to node-a: nobody listens), and a whole window after a request the pod
+// follows up at once (RESOLVE_ROUTE). Awake: runnable, as its schedstat counts it, so that
+// a machine busy with other tests (which leaves the polling thread part of a CPU) changes
+// nothing.
 TEST(CmSpinTest, ACrossNodeConnectOpensNoPollingWindow) {
   LoopbackNetwork net;
   FakeCluster cluster;
   TestRouter::Options oa{"node-a", Ip("192.168.0.1"), &net, &cluster};
   TestRouter::Options ob{"node-b", Ip("192.168.0.2"), &net, &cluster};
   oa.spin_us = ob.spin_us = 10'000;
+  oa.cm_spin_us = ob.cm_spin_us = 10'000;
   TestRouter a(oa), b(ob);
   CmPod server(a, Ip("10.1.0.1")), client(b, Ip("10.2.0.1"));
   for (CmPod* p : {&server, &client}) {

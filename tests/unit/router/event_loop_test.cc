@@ -71,6 +71,19 @@ TEST(EventLoopTest, OnceTheWindowPassedATurnWaitsForAnEventAgain) {
   EXPECT_TRUE(posted.load()) << "the turn returned before the post woke it";
 }
 
+// A shorter window opened inside a longer one (--spin-us after --cm-spin-us) leaves it.
+TEST(EventLoopTest, AShorterWindowDoesNotCutALongerOneShort) {
+  EventLoop loop;
+  ASSERT_EQ(loop.Init(), 0);
+  std::atomic<bool> posted{false};
+  LatePost guard(loop, milliseconds(5000), &posted);
+  loop.StayAwake(60'000'000'000ull);
+  loop.StayAwake(1'000);
+  std::this_thread::sleep_for(milliseconds(5));  // past the shorter one
+  EXPECT_EQ(loop.RunOnce(-1), 0) << "the turn waited";
+  EXPECT_FALSE(posted.load());
+}
+
 TEST(EventLoopTest, AZeroWindowKeepsNothingAwake) {
   EventLoop loop;
   ASSERT_EQ(loop.Init(), 0);

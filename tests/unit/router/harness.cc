@@ -177,6 +177,7 @@ TestRouter::TestRouter(Options options) : options_(std::move(options)) {
   config.stream_gc_period_ns = options_.stream_gc_period_ns;
   config.stream_unseen_grace_ns = options_.stream_unseen_grace_ns;
   config.spin_us = options_.spin_us;
+  config.cm_spin_us = options_.cm_spin_us;
   RouterDeps deps;
   auto identity = std::make_unique<FakeIdentity>();
   identity_ = identity.get();

@@ -107,6 +107,7 @@ class TestRouter {
     uint64_t stream_gc_period_ns = kStreamGcPeriodNs;
     uint64_t stream_unseen_grace_ns = kStreamUnseenGraceNs;
     uint32_t spin_us = kDefaultRouterSpinUs;
+    uint32_t cm_spin_us = kDefaultRouterCmSpinUs;
   };
   explicit TestRouter(Options options);
   ~TestRouter();
