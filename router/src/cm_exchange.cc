@@ -523,7 +523,8 @@ void CmService::Emit(const CmId& id, const proto::CmEvent& event) {
     const ssize_t n = ::send(ch.sock.get(), &e, sizeof(e), MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n == static_cast<ssize_t>(sizeof(e))) {
       // Between pods of this node: what the program does next comes to us.
-      if (about != nullptr && about->link == kNoLink) p_.loop.StayAwake(event_spin_ns_);
+      if (about != nullptr && about->link == kNoLink && p_.directory.IsLocal(about->remote.ip))
+        p_.loop.StayAwake(event_spin_ns_);
       return;
     }
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return;  // closed: its hang-up follows

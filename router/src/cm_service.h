@@ -52,9 +52,9 @@ class CmService {
   };
   explicit CmService(Parts parts) : p_(parts) {}
   ~CmService();
-  // After an event about an id whose peer is on this node (or that has none yet), the loop
-  // polls this long (--cm-spin-us): its program acts on it within tens of microseconds, and
-  // its next requests (or its peer's) come to this router.
+  // After an event about an id whose peer is a pod of this node, the loop polls this long
+  // (--cm-spin-us): its program acts on it within tens of microseconds, and its next
+  // requests (or its peer's) come to this router.
   void set_event_spin(uint64_t ns) { event_spin_ns_ = ns; }
 
   // Pod requests of a welcomed session whose overlay address is `pod_ip`; both answer.

@@ -182,12 +182,12 @@ inline constexpr uint32_t kDefaultResolveTimeoutMs = 3000;  // --resolve-timeout
 // second rose from about 1,900 to 2,600 here (bench/cm_rate; with the library's own spin,
 // kDefaultAnswerSpinUs, to about 3,000). Cross-node data does not start the window.
 inline constexpr uint32_t kDefaultRouterSpinUs = 30;
-// --cm-spin-us: after an rdma_cm event about a connection between pods of this node (or an
-// id not connected yet), the router polls this long. The program that reads the event acts
-// within tens of microseconds (a server makes its QP and accepts), longer than --spin-us.
-// One node, bench/cm_rate, alternating 0 and 100: 5,933 vs 4,908 and 5,687 vs 5,305
-// connections/s (20 and 28 runs each); across nodes 2,390 vs 2,289 and 2,415 vs 2,411 (16
-// and 20 runs each). Opened for every event, it cost the cross-node rate 9%.
+// --cm-spin-us: after an rdma_cm event about an id whose peer is a pod of this node, the
+// router polls this long. The program that reads the event acts within tens of
+// microseconds (a server makes its QP and accepts), longer than --spin-us. One node,
+// bench/cm_rate, alternating 0 and 100: 5,576 vs 5,202 and 5,121 vs 5,038 connections/s (32
+// runs each); across nodes 2,514 vs 2,535 (20 runs each). Opened for every event, it cost
+// the cross-node rate 9%; 200 was no better on one node (5,725 vs 5,712).
 inline constexpr uint32_t kDefaultRouterCmSpinUs = 100;
 
 }  // namespace ff

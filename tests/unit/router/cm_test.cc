@@ -687,6 +687,37 @@ TEST(CmSpinTest, AnEventBetweenPodsOfThisNodeKeepsTheRouterPolling) {
   }
 }
 
+// Nor does one about a connection to a pod of another node keep it polling: its next step
+// is a round trip between the routers away (ADDR_RESOLVED, then REJECTED: nobody listens).
+TEST(CmSpinTest, AnEventAboutAConnectionToAnotherNodeOpensNoWindow) {
+  LoopbackNetwork net;
+  FakeCluster cluster;
+  TestRouter::Options oa{"node-a", Ip("192.168.0.1"), &net, &cluster};
+  TestRouter::Options ob{"node-b", Ip("192.168.0.2"), &net, &cluster};
+  oa.spin_us = ob.spin_us = 0;
+  oa.cm_spin_us = ob.cm_spin_us = 10'000;
+  TestRouter a(oa), b(ob);
+  CmPod server(a, Ip("10.1.0.1")), client(b, Ip("10.2.0.1"));
+  for (CmPod* p : {&server, &client}) {
+    ASSERT_EQ(p->Hello(), 0);
+    ASSERT_EQ(p->Open(kCh), 0);
+  }
+  const uint32_t id = client.CreateId(RDMA_PS_TCP, 0xc1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  uint64_t before = b.AwakeNs();
+  ASSERT_EQ(client.Resolve(id, server.ip(), 7000), 0);
+  client.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(client.ResolveRoute(id), 0);
+  client.Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_LT(b.AwakeNs() - before, 3'000'000u) << "a window after resolving another node's pod";
+  before = b.AwakeNs();
+  ASSERT_EQ(client.Connect(id, 0x11, ""), 0);
+  EXPECT_EQ(client.Expect(RDMA_CM_EVENT_REJECTED).r.status, kRejInvalidServiceId);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_LT(b.AwakeNs() - before, 3'000'000u) << "a window after another node's REJ";
+}
+
 // A request that leaves its pod waiting for another node opens no polling window
 // (EventLoop::NoteRemoteWait), nor does an event about a connection to another node: with
 // --spin-us and --cm-spin-us at their longest (10 ms), the client's router stays awake next
