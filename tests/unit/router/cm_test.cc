@@ -687,35 +687,57 @@ TEST(CmSpinTest, AnEventBetweenPodsOfThisNodeKeepsTheRouterPolling) {
   }
 }
 
+// A server pod on node-a and a client pod on node-b, their routers polling `spin_us` after
+// an answer and `cm_spin_us` after a local rdma_cm event.
+struct TwoNodes {
+  static TestRouter::Options On(const char* node, const char* host, LoopbackNetwork* net,
+                                FakeCluster* cluster, uint32_t spin_us, uint32_t cm_spin_us) {
+    TestRouter::Options o{node, Ip(host), net, cluster};
+    o.spin_us = spin_us;
+    o.cm_spin_us = cm_spin_us;
+    return o;
+  }
+  TwoNodes(uint32_t spin_us, uint32_t cm_spin_us)
+      : a(On("node-a", "192.168.0.1", &net, &cluster, spin_us, cm_spin_us)),
+        b(On("node-b", "192.168.0.2", &net, &cluster, spin_us, cm_spin_us)) {}
+  void Start() {
+    for (CmPod* p : {&server, &client}) {
+      ASSERT_EQ(p->Hello(), 0);
+      ASSERT_EQ(p->Open(kCh), 0);
+    }
+  }
+  // How long the client's router is awake over a CONNECT of `id` (a resolved client id)
+  // that node-a rejects (nobody listens), and 30 ms after.
+  uint64_t AwakeOverRejectedConnect(uint32_t id) {
+    const uint64_t before = b.AwakeNs();
+    EXPECT_EQ(client.Connect(id, 0x11, ""), 0);
+    EXPECT_EQ(client.Expect(RDMA_CM_EVENT_REJECTED).r.status, kRejInvalidServiceId);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    return b.AwakeNs() - before;
+  }
+  LoopbackNetwork net;
+  FakeCluster cluster;
+  TestRouter a, b;
+  CmPod server{a, Ip("10.1.0.1")}, client{b, Ip("10.2.0.1")};
+};
+
 // Nor does one about a connection to a pod of another node keep it polling: its next step
 // is a round trip between the routers away (ADDR_RESOLVED, then REJECTED: nobody listens).
 TEST(CmSpinTest, AnEventAboutAConnectionToAnotherNodeOpensNoWindow) {
-  LoopbackNetwork net;
-  FakeCluster cluster;
-  TestRouter::Options oa{"node-a", Ip("192.168.0.1"), &net, &cluster};
-  TestRouter::Options ob{"node-b", Ip("192.168.0.2"), &net, &cluster};
-  oa.spin_us = ob.spin_us = 0;
-  oa.cm_spin_us = ob.cm_spin_us = 10'000;
-  TestRouter a(oa), b(ob);
-  CmPod server(a, Ip("10.1.0.1")), client(b, Ip("10.2.0.1"));
-  for (CmPod* p : {&server, &client}) {
-    ASSERT_EQ(p->Hello(), 0);
-    ASSERT_EQ(p->Open(kCh), 0);
-  }
+  TwoNodes n(0, 10'000);
+  ASSERT_NO_FATAL_FAILURE(n.Start());
+  TestRouter& b = n.b;
+  CmPod &server = n.server, &client = n.client;
   const uint32_t id = client.CreateId(RDMA_PS_TCP, 0xc1);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  uint64_t before = b.AwakeNs();
+  const uint64_t before = b.AwakeNs();
   ASSERT_EQ(client.Resolve(id, server.ip(), 7000), 0);
   client.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
   ASSERT_EQ(client.ResolveRoute(id), 0);
   client.Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   EXPECT_LT(b.AwakeNs() - before, 3'000'000u) << "a window after resolving another node's pod";
-  before = b.AwakeNs();
-  ASSERT_EQ(client.Connect(id, 0x11, ""), 0);
-  EXPECT_EQ(client.Expect(RDMA_CM_EVENT_REJECTED).r.status, kRejInvalidServiceId);
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_LT(b.AwakeNs() - before, 3'000'000u) << "a window after another node's REJ";
+  EXPECT_LT(n.AwakeOverRejectedConnect(id), 3'000'000u) << "a window after another node's REJ";
 }
 
 // A request that leaves its pod waiting for another node opens no polling window
@@ -727,31 +749,20 @@ TEST(CmSpinTest, AnEventAboutAConnectionToAnotherNodeOpensNoWindow) {
 // a machine busy with other tests (which leaves the polling thread part of a CPU) changes
 // nothing.
 TEST(CmSpinTest, ACrossNodeConnectOpensNoPollingWindow) {
-  LoopbackNetwork net;
-  FakeCluster cluster;
-  TestRouter::Options oa{"node-a", Ip("192.168.0.1"), &net, &cluster};
-  TestRouter::Options ob{"node-b", Ip("192.168.0.2"), &net, &cluster};
-  oa.spin_us = ob.spin_us = 10'000;
-  oa.cm_spin_us = ob.cm_spin_us = 10'000;
-  TestRouter a(oa), b(ob);
-  CmPod server(a, Ip("10.1.0.1")), client(b, Ip("10.2.0.1"));
-  for (CmPod* p : {&server, &client}) {
-    ASSERT_EQ(p->Hello(), 0);
-    ASSERT_EQ(p->Open(kCh), 0);
-  }
+  TwoNodes n(10'000, 10'000);
+  ASSERT_NO_FATAL_FAILURE(n.Start());
+  TestRouter& b = n.b;
+  CmPod &server = n.server, &client = n.client;
   const uint32_t id = client.CreateId(RDMA_PS_TCP, 0xc1);
   ASSERT_EQ(client.Resolve(id, server.ip(), 7000), 0);
   client.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
-  uint64_t before = b.AwakeNs();
+  const uint64_t before = b.AwakeNs();
   ASSERT_EQ(client.ResolveRoute(id), 0);
   client.Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   EXPECT_GE(b.AwakeNs() - before, 5'000'000u) << "no window after a local request";
-  before = b.AwakeNs();
-  ASSERT_EQ(client.Connect(id, 0x11, ""), 0);
-  EXPECT_EQ(client.Expect(RDMA_CM_EVENT_REJECTED).r.status, kRejInvalidServiceId);
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_LT(b.AwakeNs() - before, 3'000'000u) << "the router polled while the REQ travelled";
+  EXPECT_LT(n.AwakeOverRejectedConnect(id), 3'000'000u)
+      << "the router polled while the REQ travelled";
 }
 }  // namespace
 }  // namespace ff::router::test
