@@ -239,10 +239,14 @@ int CmService::ResolveIp(Ctx& c) {
   }
   // Answered as an event, as the kernel does once its neighbour lookup ends.
   uint32_t ip = dst.any || dst.loopback ? c.pod_ip : dst.ip;
+  // A group address (224.0.0.0/4) resolves, as a RoCE device maps it to a group MAC, so
+  // that a multicast program (mckey) reaches rdma_join_multicast and hears what is missing:
+  // EOPNOTSUPP, freeflow has no multicast. Nothing connects to it: no pod has it.
+  const bool group = (ip >> 28) == 0xe;
   int error = 0;
-  if (!p_.overlay.Contains(ip)) {
+  if (!group && !p_.overlay.Contains(ip)) {
     error = ENETUNREACH;  // freeflow routes the pod network only
-  } else if (ip != c.pod_ip && !p_.directory.Known(ip)) {
+  } else if (!group && ip != c.pod_ip && !p_.directory.Known(ip)) {
     error = EHOSTUNREACH;  // no pod has that address
   }
   if (error != 0) {

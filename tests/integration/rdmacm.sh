@@ -5,7 +5,7 @@
 # run, so that a failure names it:
 #   rdmacm.sh same|cross rping|ucmatose|udaddy|rdma_server|rdma_xserver|rstream|riostream|
 #                        udpong|cmtime|rcopy|ib_send_bw|ib_write_bw|ib_read_lat|noconn|
-#                        badaddr|peer-killed|router-killed|both-disconnect
+#                        badaddr|mckey|peer-killed|router-killed|both-disconnect
 # Each pair: the server first, both bounded, both exit statuses checked, and one check of
 # their output that proves data moved (or, for the error cases, that the expected event came
 # within its bound).
@@ -261,6 +261,24 @@ case $case in
     for a in 192.0.2.1 10.245.0.10; do
       pod_run 1 timeout 20 "$CM_ERRORS" badaddr "$a"
       check "resolve $a (outside the virtual network): ADDR_ERROR" $?
+    done
+    ;;
+  mckey)
+    # freeflow has no multicast: a group address resolves (as on a RoCE device) and the
+    # join fails at once with EOPNOTSUPP, said in the program's own output; as receiver
+    # (pod 0) and as sender (pod 1), each within 5 s.
+    for i in 0 1; do
+      mode=(); [[ $i == 1 ]] && mode=(-s)
+      t0=$(now_ms)
+      pod_run "$i" timeout 20 mckey -m 239.1.1.1 -b "$(ff_pod_ip "$i")" "${mode[@]}" \
+        >"$FF_DIR/mckey.log" 2>&1
+      st=$? took=$(($(now_ms) - t0))
+      has "$FF_DIR/mckey.log" '^mckey: failure joining: Operation not supported$' 1 &&
+        has "$FF_DIR/mckey.log" '^freeflow error: rdma_join_multicast: freeflow has no multicast' 1 &&
+        [[ $st -ne 0 && $st -ne 124 && $took -lt 5000 ]]
+      ok=$?
+      [[ $ok -ne 0 ]] && { echo "mckey exit $st after $took ms:"; cat "$FF_DIR/mckey.log"; }
+      check "mckey ${mode[*]:-(receiver)}: the join fails with EOPNOTSUPP within 5 s" $ok
     done
     ;;
   both-disconnect)

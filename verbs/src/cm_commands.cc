@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 
@@ -428,6 +429,17 @@ bool PostedCreate(CmChannel& ch, const Command& c, ff::proto::CmReply* reply) {
   return true;
 }
 
+// The router refuses every multicast join (freeflow has no multicast): said once in the
+// program's own output, where its user looks first, beside the EOPNOTSUPP it gets.
+void SayJoinsAreRefused(const Command& c, int rc) {
+  if (rc != EOPNOTSUPP ||
+      (c.hdr.cmd != RDMA_USER_CM_CMD_JOIN_IP_MCAST && c.hdr.cmd != RDMA_USER_CM_CMD_JOIN_MCAST))
+    return;
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    LogError("rdma_join_multicast: freeflow has no multicast (Operation not supported)");
+}
+
 // Every command but GET_EVENT.
 int Forward(CmChannel& ch, Command* c) {
   void* response = nullptr;
@@ -447,6 +459,7 @@ int Forward(CmChannel& ch, Command* c) {
   } else if (gone || !PostedCreate(ch, *c, &reply)) {
     rc = gone ? 0 : Send(ch, *c, &reply, &gone);
     if (gone) rc = AnswerLocally(*c, &reply);
+    SayJoinsAreRefused(*c, rc);
     if (!gone) cmtable::NoteState(ch.session, reply.state);
     if (rc == 0 && !gone && c->hdr.cmd == RDMA_USER_CM_CMD_CREATE_ID)
       cmtable::NoteGrant(ch, reply.grant_first, reply.grant_count);

@@ -328,6 +328,32 @@ TEST_F(CmTest, AddressesOutsideThePodNetworkOrOfNoPodDoNotResolve) {
   EXPECT_EQ(static_cast<int32_t>(client.Expect(RDMA_CM_EVENT_ADDR_ERROR).r.status), -EHOSTUNREACH);
 }
 
+// A group address resolves, as on a RoCE device, so that a multicast program gets as far as
+// its join; freeflow has no multicast, so the join says EOPNOTSUPP. Nothing connects to it.
+TEST_F(CmTest, AGroupAddressResolvesButItsJoinIsNotSupportedAndNothingConnectsToIt) {
+  const uint32_t ud = client.CreateId(RDMA_PS_UDP, 1);
+  ASSERT_EQ(client.Resolve(ud, Ip("239.1.1.1"), 0), 0);
+  client.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+  rdma_ucm_join_ip_mcast j{};
+  j.id = ud;
+  j.uid = 0x77;
+  j.addr = Addr(Ip("239.1.1.1"), 0);
+  EXPECT_EQ(client.Cmd(RDMA_USER_CM_CMD_JOIN_IP_MCAST, j, sizeof(rdma_ucm_create_id_resp)).status,
+            EOPNOTSUPP);
+  EXPECT_EQ(client.Resolve(client.CreateId(RDMA_PS_TCP, 2), Ip("224.0.0.1"), 7000), 0);
+  client.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+  const uint32_t rc = client.CreateId(RDMA_PS_TCP, 3);
+  ASSERT_EQ(client.Resolve(rc, Ip("239.255.255.250"), 7000), 0);
+  client.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(client.ResolveRoute(rc), 0);
+  client.Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  ASSERT_EQ(client.Connect(rc, 0x11, ""), 0);
+  client.Expect(RDMA_CM_EVENT_UNREACHABLE, 1000);
+  // Past the group range, outside the pod network, as before.
+  ASSERT_EQ(client.Resolve(client.CreateId(RDMA_PS_TCP, 4), Ip("240.0.0.1"), 7000), 0);
+  EXPECT_EQ(static_cast<int32_t>(client.Expect(RDMA_CM_EVENT_ADDR_ERROR).r.status), -ENETUNREACH);
+}
+
 TEST_F(CmTest, APodBindsOnlyItsOwnAddressAndPortsAreExclusive) {
   const uint32_t a = client.CreateId(RDMA_PS_TCP, 1);
   EXPECT_EQ(client.Bind(a, server.ip(), 7000), EADDRNOTAVAIL);  // another pod's address
