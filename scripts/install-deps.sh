@@ -18,8 +18,9 @@ PACKAGES=(
   # their own instances in pod namespaces, none may run on the host (see policy-rc.d below)
   nginx redis-server redis-tools openssh-server openssh-client
   # UCX and Open MPI over freeflow0 (tests/integration/ucx.sh); libopenmpi-dev lets CMake's
-  # find_package(MPI) build the test's MPI program
-  ucx-utils openmpi-bin libopenmpi-dev
+  # find_package(MPI) build the test's MPI program, libucx-dev the UCX client/server program
+  # of tests/integration/rdmacm.sh
+  ucx-utils openmpi-bin libopenmpi-dev libucx-dev
   # namespaces, bridges, processes
   iproute2 procps util-linux psmisc strace binutils curl
   # control plane used by later tests

@@ -4,7 +4,7 @@
 # or of two nodes (cross, TLS node links), and the error cases with cm_errors. One case a
 # run, so that a failure names it:
 #   rdmacm.sh same|cross rping|ucmatose|udaddy|rdma_server|rdma_xserver|rstream|riostream|
-#                        udpong|cmtime|rcopy|ib_send_bw|ib_write_bw|ib_read_lat|noconn|
+#                        udpong|cmtime|rcopy|ib_send_bw|ib_write_bw|ib_read_lat|ucp-sockaddr|noconn|
 #                        badaddr|mckey|peer-killed|router-killed|both-disconnect
 # Each pair: the server first, both bounded, both exit statuses checked, and one check of
 # their output that proves data moved (or, for the error cases, that the expected event came
@@ -13,6 +13,7 @@ set -uo pipefail
 source "$(dirname "$0")/../../scripts/lib/cluster.sh"
 export FF_ROUTER_LOG=info  # cm_wait_listen reads the router's rdma_cm listens
 CM_ERRORS=${FF_CM_ERRORS:-$FF_BUILD/tests/integration/cm_errors}
+UCP_SOCKADDR=${FF_UCP_SOCKADDR:-$FF_BUILD/tests/integration/ucp_sockaddr}
 where=${1:?same or cross}
 case=${2:?which case}
 CM_BOUND=5  # seconds from a kill to the event it must cause (DISCONNECTED, DEVICE_REMOVAL)
@@ -242,6 +243,17 @@ case $case in
     ;;
   ib_send_bw | ib_write_bw | ib_read_lat)
     pair_and "$case -R" "has $C '$PT_LINE'" -- "$case" -R -n 1000 -- "$case" -R -n 1000 "$S"
+    ;;
+  ucp-sockaddr)
+    # UCX's client/server API (ucp_listener_create, ucp_ep_create with a socket address)
+    # connects through UCX's rdmacm connection manager, which cm_pair sees listen at the
+    # router; then 1 MiB goes over rc_verbs and its sum comes back. UCX_TLS leaves out the
+    # shared memory and TCP transports that pods on one kernel could use instead.
+    ucx=(env UCX_TLS=rc_v UCX_NET_DEVICES=freeflow0:1 UCX_SOCKADDR_TLS_PRIORITY=rdmacm)
+    CM_CLIENT_BOUND=60 CM_SERVER_BOUND=30
+    pair_and "UCX client/server over rdma_cm (ucp_listener / sockaddr endpoint), 1 MiB and its sum" \
+      "has $SV '^request from $(ff_pod_ip 1)\$' 1 && has $SV '^server got 1048576 bytes, sum [0-9]+\$' 1 && has $C '^client got sum [0-9]+\$' 1 && has $SV '^server done\$' 1 && has $C '^client done\$' 1" \
+      -- "${ucx[@]}" "$UCP_SOCKADDR" server 7450 -- "${ucx[@]}" "$UCP_SOCKADDR" client "$S" 7450
     ;;
   noconn)
     # A pod where no program uses rdma_cm, then one that listens on another port.
