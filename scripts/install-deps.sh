@@ -21,6 +21,8 @@ PACKAGES=(
   # find_package(MPI) build the test's MPI program, libucx-dev the UCX client/server program
   # of tests/integration/rdmacm.sh
   ucx-utils openmpi-bin libopenmpi-dev libucx-dev
+  # libfabric's verbs provider over rdma_cm (fi_pingpong, tests/integration/rdmacm.sh)
+  libfabric-bin
   # namespaces, bridges, processes
   iproute2 procps util-linux psmisc strace binutils curl
   # control plane used by later tests

@@ -80,16 +80,12 @@ void Ipv4MappedGid(uint32_t a, uint8_t gid[16]) {
   std::memcpy(gid + 12, &be, 4);
 }
 
+// A link-local GID's first 13 bytes: fe80::/64, then the interface id's locally
+// administered EUI-64 prefix built from "FF"; the low 24 bits of the address follow.
+constexpr uint8_t kLinkLocalHead[13] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 'F', 'F', 0xff, 0xfe};
+
 void LinkLocalGid(uint32_t a, uint8_t gid[16]) {
-  std::memset(gid, 0, 16);
-  gid[0] = 0xfe;
-  gid[1] = 0x80;
-  // Interface id: a locally administered EUI-64 built from "FF" and the address.
-  gid[8] = 0x02;
-  gid[9] = 'F';
-  gid[10] = 'F';
-  gid[11] = 0xff;
-  gid[12] = 0xfe;
+  std::memcpy(gid, kLinkLocalHead, sizeof(kLinkLocalHead));
   gid[13] = static_cast<uint8_t>(a >> 16);
   gid[14] = static_cast<uint8_t>(a >> 8);
   gid[15] = static_cast<uint8_t>(a);
@@ -101,6 +97,16 @@ std::optional<uint32_t> IpFromGid(const uint8_t gid[16]) {
   uint32_t be;
   std::memcpy(&be, gid + 12, 4);
   return ntohl(be);
+}
+
+std::optional<uint32_t> IpFromPodGid(const uint8_t gid[16], const Ipv4Prefix& overlay) {
+  if (std::optional<uint32_t> mapped = IpFromGid(gid)) return mapped;
+  if (overlay.length < 8 || std::memcmp(gid, kLinkLocalHead, sizeof(kLinkLocalHead)) != 0)
+    return std::nullopt;
+  const uint32_t ip = (overlay.network & 0xff000000u) | (uint32_t{gid[13]} << 16) |
+                      (uint32_t{gid[14]} << 8) | gid[15];
+  if (!overlay.Contains(ip)) return std::nullopt;
+  return ip;
 }
 
 }  // namespace ff

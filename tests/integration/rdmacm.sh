@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Integration (issue 12): rdma_cm on pod addresses. Unmodified librdmacm programs (Debian
 # rdmacm-utils, perftest -R) between pod 0 (server) and pod 1 (client) of one node (same)
-# or of two nodes (cross, TLS node links), and the error cases with cm_errors. One case a
-# run, so that a failure names it:
+# or of two nodes (cross, TLS node links), UCX's client/server API and libfabric's verbs
+# provider, and the error cases with cm_errors and mckey. One case a run, so that a failure
+# names it:
 #   rdmacm.sh same|cross rping|ucmatose|udaddy|rdma_server|rdma_xserver|rstream|riostream|
-#                        udpong|cmtime|rcopy|ib_send_bw|ib_write_bw|ib_read_lat|ucp-sockaddr|noconn|
-#                        badaddr|mckey|peer-killed|router-killed|both-disconnect
+#                        udpong|cmtime|rcopy|ib_send_bw|ib_write_bw|ib_read_lat|ucp-sockaddr|
+#                        libfabric|noconn|badaddr|mckey|peer-killed|router-killed|
+#                        both-disconnect
 # Each pair: the server first, both bounded, both exit statuses checked, and one check of
 # their output that proves data moved (or, for the error cases, that the expected event came
 # within its bound).
@@ -160,6 +162,43 @@ udpong_pair() {
   has "$C" "$UP_LINE" 1 && has "$SV" "^client login from $(ff_pod_ip 1)\$" 1 || { logs 8; return 1; }
 }
 
+# fi_pair NAME LAST_SIZE PORT ARGS...: libfabric's fi_pingpong between the pods, with ARGS
+# (its provider and endpoint type, 100 verified round trips a size). The two meet over
+# fi_pingpong's own TCP control port (PORT) first, so the client starts once the server
+# listens there. Both must exit 0 and print their LAST_SIZE line with 100 round trips.
+fi_pair() {
+  local name=$1 last=$2 port=$3 i c s st=1
+  shift 3
+  pod_bg 0 stdbuf -oL fi_pingpong "$@" -I 100 -c -B "$port" >"$SV" 2>"$FF_DIR/server.err"
+  local spid=$FF_LAST_PID
+  for ((i = 0; i < 100; i++)); do
+    ip netns exec "$(ff_pod_ns 0)" ss -Hltn "sport = :$port" | grep -q . && break
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if ((i == 100)) || ! kill -0 "$spid" 2>/dev/null; then
+    kill "$spid" 2>/dev/null
+    echo "fi_pingpong's server did not listen on its control port within 5 s"
+    logs
+    check "$name" 1
+    return
+  fi
+  pod_run 1 timeout 60 stdbuf -oL fi_pingpong "$@" -I 100 -c -P "$port" "$S" >"$C" \
+    2>"$FF_DIR/client.err"
+  c=$?
+  wait_pid "$spid" 30
+  s=$?
+  if [[ $c -ne 0 || $s -ne 0 ]]; then
+    echo "client exit $c, server exit $s"
+    logs
+  elif has "$C" "^$last +100 +=100 " 1 && has "$SV" "^$last +100 +=100 " 1; then
+    st=0
+  else
+    logs 8
+  fi
+  check "$name" $st
+}
+
 # connected_then_kill WHAT: cm_errors server in pod 0 and a client in pod 1, connected; then
 # the server's process (peer) or pod 0's router (router) is killed and the client, and for
 # the router the server too, must see their event within CM_BOUND s: DISCONNECTED for the
@@ -254,6 +293,14 @@ case $case in
     pair_and "UCX client/server over rdma_cm (ucp_listener / sockaddr endpoint), 1 MiB and its sum" \
       "has $SV '^request from $(ff_pod_ip 1)\$' 1 && has $SV '^server got 1048576 bytes, sum [0-9]+\$' 1 && has $C '^client got sum [0-9]+\$' 1 && has $SV '^server done\$' 1 && has $C '^client done\$' 1" \
       -- "${ucx[@]}" "$UCP_SOCKADDR" server 7450 -- "${ucx[@]}" "$UCP_SOCKADDR" client "$S" 7450
+    ;;
+  libfabric)
+    # libfabric's verbs provider: connected endpoints (FI_EP_MSG), which connect through
+    # rdma_cm; reliable datagrams over them (ofi_rxm); and its UD endpoints (FI_EP_DGRAM),
+    # whose addresses carry GID index 0 of the port.
+    fi_pair "libfabric verbs msg endpoints (rdma_cm), 64 B..1 MiB, verified" 1m 47600 -p verbs -e msg
+    fi_pair "libfabric verbs;ofi_rxm rdm endpoints, 64 B..1 MiB, verified" 1m 47601 -p "verbs;ofi_rxm" -e rdm
+    fi_pair "libfabric verbs dgram endpoints (UD, GID index 0), 64 B..4 KiB, verified" 4k 47602 -p verbs -e dgram
     ;;
   noconn)
     # A pod where no program uses rdma_cm, then one that listens on another port.

@@ -83,6 +83,8 @@ case ${1:-all} in
       for e in "" "-e"; do pair "ibv_${t}_pingpong $e" "" "ibv_${t}_pingpong" -g 1 $e -n 500; done
     done
     pair "ibv_rc_pingpong by LID (no GID)" "" ibv_rc_pingpong -n 200
+    # GID index 0, the port's link-local (RoCE v1) GID, names the peer too.
+    for t in rc ud; do pair "ibv_${t}_pingpong -g 0" "" "ibv_${t}_pingpong" -g 0 -n 200; done
     ;;
   perftest | perftest-mlx5)
     vendor=""; [[ $1 == perftest-mlx5 ]] && vendor=mlx5

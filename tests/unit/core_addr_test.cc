@@ -39,6 +39,31 @@ TEST(Gid, Ipv4MappedRoundTrip) {
   EXPECT_FALSE(IpFromGid(gid));
 }
 
+// Either GID of a pod's port names it as a destination: index 1 whatever the address,
+// index 0 (which keeps the low 24 bits) inside an overlay of /8 or longer.
+TEST(Gid, EitherGidOfAPodsPortNamesItsAddress) {
+  const Ipv4Prefix slash16 = *Ipv4Prefix::Parse("10.244.0.0/16");
+  const Ipv4Prefix slash8 = *Ipv4Prefix::Parse("10.0.0.0/8");
+  const Ipv4Prefix slash7 = *Ipv4Prefix::Parse("10.0.0.0/7");
+  uint8_t gid[16];
+  const uint32_t pod = *ParseIpv4("10.244.1.12");
+  LinkLocalGid(pod, gid);
+  EXPECT_EQ(IpFromPodGid(gid, slash16), pod);
+  EXPECT_EQ(IpFromPodGid(gid, slash8), pod);
+  EXPECT_FALSE(IpFromPodGid(gid, slash7)) << "the top byte is not known";
+  LinkLocalGid(*ParseIpv4("10.245.1.12"), gid);
+  EXPECT_FALSE(IpFromPodGid(gid, slash16)) << "its low 24 bits give an address outside";
+  LinkLocalGid(pod, gid);
+  gid[9] = 'G';  // another interface id: not a freeflow port's
+  EXPECT_FALSE(IpFromPodGid(gid, slash16));
+  LinkLocalGid(pod, gid);
+  gid[1] = 0x81;  // not fe80::/64
+  EXPECT_FALSE(IpFromPodGid(gid, slash16));
+  const uint32_t outside = *ParseIpv4("192.0.2.7");
+  Ipv4MappedGid(outside, gid);
+  EXPECT_EQ(IpFromPodGid(gid, slash16), outside) << "index 1 names any address, as before";
+}
+
 TEST(Lid, IsTheOffsetInTheOverlayWhenThatIsAUnicastLid) {
   const Ipv4Prefix slash16 = *Ipv4Prefix::Parse("10.244.0.0/16");
   EXPECT_EQ(LidForIp(*ParseIpv4("10.244.1.12"), slash16), 0x010c);  // the low 16 bits

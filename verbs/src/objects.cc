@@ -280,9 +280,9 @@ int DestroyChannel(Channel* ch) {
 int CreateAh(ibv_pd* pd, const ibv_ah_attr* attr, Ah** out) {
   auto ah = std::make_unique<Ah>();
   if (attr->is_global) {
-    auto ip = ff::IpFromGid(attr->grh.dgid.raw);
+    auto ip = ff::IpFromPodGid(attr->grh.dgid.raw, ToCtx(pd->context)->session->overlay);
     if (!ip) {
-      LogError("address handles need an IPv4-mapped GID (GID index 1 of the virtual port)");
+      LogError("address handles need a GID of a pod's virtual port (index 0 or 1)");
       return EINVAL;
     }
     ah->ip = *ip;

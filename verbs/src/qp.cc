@@ -263,9 +263,9 @@ int ConnectAtRtr(Qp* qp, const ibv_qp_attr* attr, std::unique_ptr<PeerLink>* lin
   const uint32_t qpn = qp->qpx.qp_base.qp_num;
   uint32_t ip = 0;
   if (ah.is_global) {
-    auto parsed = ff::IpFromGid(ah.grh.dgid.raw);
+    auto parsed = ff::IpFromPodGid(ah.grh.dgid.raw, qp->ctx->session->overlay);
     if (!parsed) {
-      LogError("QP 0x%x: destination GID is not IPv4-mapped; use GID index 1", qpn);
+      LogError("QP 0x%x: the destination GID is no pod's (GID index 0 or 1 of its port)", qpn);
       return EINVAL;
     }
     ip = *parsed;

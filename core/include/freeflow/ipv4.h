@@ -45,5 +45,10 @@ void Ipv4MappedGid(uint32_t addr_host_order, uint8_t gid[16]);
 void LinkLocalGid(uint32_t addr_host_order, uint8_t gid[16]);
 // The IPv4 address inside an IPv4-mapped GID, or std::nullopt.
 std::optional<uint32_t> IpFromGid(const uint8_t gid[16]);
+// The address a destination GID names: index 1 of a port (IPv4-mapped, any address, as
+// IpFromGid) or index 0 (LinkLocalGid, which carries the low 24 bits of the address: the
+// rest comes from `overlay`, so that needs an overlay of /8 or longer and gives only an
+// address inside it). std::nullopt for any other GID.
+std::optional<uint32_t> IpFromPodGid(const uint8_t gid[16], const Ipv4Prefix& overlay);
 
 }  // namespace ff

@@ -203,6 +203,16 @@ TEST(BadCalls, ModifyQpAndAhOutsideThePortAndTables) {
   ibv_ah* good = ibv_create_ah(pod.pd, &ah);
   ASSERT_NE(good, nullptr);
   EXPECT_EQ(ibv_destroy_ah(good), 0);
+  // GID index 0 of a pod's port names it too (ibv_ud_pingpong -g 0, libfabric's verbs
+  // dgram endpoints); a link-local GID of no freeflow port does not.
+  ah.grh.sgid_index = 0;
+  ff::LinkLocalGid(0x0af40002, ah.grh.dgid.raw);
+  good = ibv_create_ah(pod.pd, &ah);
+  ASSERT_NE(good, nullptr) << std::strerror(errno);
+  EXPECT_EQ(ibv_destroy_ah(good), 0);
+  ah.grh.dgid.raw[9] ^= 1;
+  EXPECT_EQ(ibv_create_ah(pod.pd, &ah), nullptr);
+  EXPECT_EQ(errno, EINVAL);
 }
 
 TEST(Xrc, EveryEntryPointRefusesWithEopnotsupp) {

@@ -434,6 +434,7 @@ int FakeRouter::OnHello(ff::UniqueFd* fds, ff::proto::Response* r, std::vector<i
   EXPECT_EQ(ff::MapSegment(pod_notify_fd_.get(), ff::kNotifySegmentBytes, true, &pod_notify_), 0);
   r->u.hello.ctx_id = 1;
   r->u.hello.ip = htonl(0x0af40001);  // 10.244.0.1
+  r->u.hello.prefix_len = 16;         // in 10.244.0.0/16, as a router's VNET_PREFIX says
   r->u.hello.lid = 1;
   std::snprintf(r->u.hello.node, sizeof(r->u.hello.node), "fake-node");
   out->push_back(table_fd_.get());
