@@ -98,6 +98,11 @@ class Executor {
     bool dropping = false;  // UC/UD message without a receive: drop its fragments
     bool errored = false;   // after an error nothing more is executed (RC semantics)
     RnrState rnr;
+    // UD: its initiator closed the channel while records waited here (CloseSender); it goes
+    // once they are in the target's ring, or at close_deadline_ns.
+    bool closing = false;
+    bool close_died = false;
+    uint64_t close_deadline_ns = 0;
   };
   enum class Claim { kHave, kDrop, kWait };
   // A connect whose source address the control plane did not know yet.
@@ -132,6 +137,9 @@ class Executor {
                const char* data, uint32_t len, bool last);
   void Publish(Sender& s);  // makes executed records visible and wakes the target
   void Run(Sender& s);      // executes queued records
+  // The initiator closed the sender's channel: dropped now, or once its queued UD
+  // datagrams are in the target's ring.
+  void CloseSender(Sender& s, bool died);
   // `bytes` of the sender's records are done with: credits them back in batches.
   void Credit(Sender& s, uint64_t bytes);
   void Drop(const Key& key, bool tell_peer, bool died);

@@ -76,6 +76,10 @@ inline constexpr uint64_t kConsentMinWaitNs =
     2'000'000'000ull;  // least time a peer gets to name us
 // A send to a peer that went away fails after the QP's retry budget, but at most this late.
 inline constexpr uint64_t kPeerErrorMaxDelayNs = 2'000'000'000ull;
+// A UD sender on another node that closes its channel (its QP destroyed, its process gone)
+// with datagrams still waiting here for room in the target's ring: they keep going into the
+// ring for at most this long, then whatever is left is dropped.
+inline constexpr uint64_t kUdCloseDrainNs = 1'000'000'000ull;
 
 // ---- TCP mode (libfsocket.so, docs/tcp-mode.md) -------------------------------------------
 // Each direction of a TCP-mode connection's segment. 4 MiB, like the kernel's own TCP buffer
