@@ -123,6 +123,18 @@ RS_LINE='^custom +4k +1k +1 +[0-9.]+[kmg]? +[0-9.]+s +[0-9.]+ +[0-9.]+$'
 # messages there and back), total, time, Gb/sec, usec/xfer.
 UP_LINE='^custom +1k +2k +[0-9.]+[kmg]? +[0-9.]+s +[0-9.]+ +[0-9.]+$'
 
+# pod0_bound u|t PORT PID: 0 once a UDP (u) or TCP listening (t) socket on PORT shows in pod
+# 0's network namespace, within 5 s and while PID lives; 1 otherwise.
+pod0_bound() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    ip netns exec "$(ff_pod_ns 0)" ss -Hl"$1"n "sport = :$2" | grep -q . && return 0
+    kill -0 "$3" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
 # udpong_pair: udpong (rsockets over UD QPs) between the pods, in its echo mode: every
 # datagram is answered, so none is lost by design (its bandwidth tests, the default run,
 # send without flow control and count the datagrams that the server's receive queue
@@ -134,15 +146,10 @@ UP_LINE='^custom +1k +2k +[0-9.]+[kmg]? +[0-9.]+s +[0-9.]+ +[0-9.]+$'
 # only binds a UDP socket (no rdma_cm listen) and never exits: the client starts once the
 # port is bound, and the server must still be alive when the client has finished.
 udpong_pair() {
-  local port=7174 i c
+  local port=7174 c
   pod_bg 0 stdbuf -oL udpong -b "$S" -p $port >"$SV" 2>"$FF_DIR/server.err"
   local spid=$FF_LAST_PID
-  for ((i = 0; i < 100; i++)); do
-    ip netns exec "$(ff_pod_ns 0)" ss -Hlun "sport = :$port" | grep -q . && break
-    kill -0 "$spid" 2>/dev/null || break
-    sleep 0.05
-  done
-  if ((i == 100)) || ! kill -0 "$spid" 2>/dev/null; then
+  if ! pod0_bound u "$port" "$spid"; then
     kill "$spid" 2>/dev/null
     echo "the udpong server did not bind within 5 s"
     logs
@@ -167,16 +174,11 @@ udpong_pair() {
 # fi_pingpong's own TCP control port (PORT) first, so the client starts once the server
 # listens there. Both must exit 0 and print their LAST_SIZE line with 100 round trips.
 fi_pair() {
-  local name=$1 last=$2 port=$3 i c s st=1
+  local name=$1 last=$2 port=$3 c s st=1
   shift 3
   pod_bg 0 stdbuf -oL fi_pingpong "$@" -I 100 -c -B "$port" >"$SV" 2>"$FF_DIR/server.err"
   local spid=$FF_LAST_PID
-  for ((i = 0; i < 100; i++)); do
-    ip netns exec "$(ff_pod_ns 0)" ss -Hltn "sport = :$port" | grep -q . && break
-    kill -0 "$spid" 2>/dev/null || break
-    sleep 0.05
-  done
-  if ((i == 100)) || ! kill -0 "$spid" 2>/dev/null; then
+  if ! pod0_bound t "$port" "$spid"; then
     kill "$spid" 2>/dev/null
     echo "fi_pingpong's server did not listen on its control port within 5 s"
     logs

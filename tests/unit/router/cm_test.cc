@@ -225,9 +225,11 @@ class CmBase : public ::testing::Test {
     return l;
   }
   // A client id whose route to the server's port `port` is resolved.
-  uint32_t Routed(uint16_t port = 7000) {
+  uint32_t Routed(uint16_t port = 7000) { return RoutedTo(S().ip(), port); }
+  // A client id whose route to ip:port is resolved.
+  uint32_t RoutedTo(uint32_t ip, uint16_t port = 7000) {
     const uint32_t id = C().CreateId(RDMA_PS_TCP, 0xc1);
-    EXPECT_EQ(C().Resolve(id, S().ip(), port), 0);
+    EXPECT_EQ(C().Resolve(id, ip, port), 0);
     C().Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
     EXPECT_EQ(C().ResolveRoute(id), 0);
     C().Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
@@ -342,11 +344,7 @@ TEST_F(CmTest, AGroupAddressResolvesButItsJoinIsNotSupportedAndNothingConnectsTo
             EOPNOTSUPP);
   EXPECT_EQ(client.Resolve(client.CreateId(RDMA_PS_TCP, 2), Ip("224.0.0.1"), 7000), 0);
   client.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
-  const uint32_t rc = client.CreateId(RDMA_PS_TCP, 3);
-  ASSERT_EQ(client.Resolve(rc, Ip("239.255.255.250"), 7000), 0);
-  client.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
-  ASSERT_EQ(client.ResolveRoute(rc), 0);
-  client.Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  const uint32_t rc = RoutedTo(Ip("239.255.255.250"));
   ASSERT_EQ(client.Connect(rc, 0x11, ""), 0);
   client.Expect(RDMA_CM_EVENT_UNREACHABLE, 1000);
   // Past the group range, outside the pod network, as before.
@@ -630,11 +628,7 @@ TEST_F(CmCrossNodeTest, NobodyListeningIsRejectedAtOnce) {
 // host with no listener, as on a real network (not a silence that times out).
 TEST_F(CmCrossNodeTest, APodThatRunsNothingRejectsAtOnce) {
   cluster.Set(Ip("10.1.0.7"), a.endpoint());
-  const uint32_t id = client.CreateId(RDMA_PS_TCP, 1);
-  EXPECT_EQ(client.Resolve(id, Ip("10.1.0.7"), 7000), 0);
-  client.Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
-  EXPECT_EQ(client.ResolveRoute(id), 0);
-  client.Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  const uint32_t id = RoutedTo(Ip("10.1.0.7"));
   EXPECT_EQ(client.Connect(id, 0x11, ""), 0);
   EXPECT_EQ(client.Expect(RDMA_CM_EVENT_REJECTED, 1000).r.status, kRejInvalidServiceId);
 }
