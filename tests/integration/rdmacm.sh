@@ -242,14 +242,12 @@ case $case in
       -- ucmatose -c 4 -- ucmatose -s "$S" -c 4
     ;;
   udaddy)
-    pair_and "udaddy" \
-      "has $SV '^data transfers complete' && has $C '^data transfers complete' && has $SV '^return status 0' && has $C '^return status 0'" \
-      -- udaddy -- udaddy -s "$S"
+    done_ok="has $SV '^data transfers complete' && has $C '^data transfers complete' && has $SV '^return status 0' && has $C '^return status 0'"
+    pair_and "udaddy" "$done_ok" -- udaddy -- udaddy -s "$S"
     # 100 datagrams of 1 KiB each way: the server exits right after its replies, which
     # must still all arrive (across nodes some waited for room at the client's router).
     CM_CLIENT_BOUND=20
-    pair_and "udaddy, 100 x 1 KiB each way, the server gone right after its replies" \
-      "has $SV '^data transfers complete' && has $C '^data transfers complete' && has $SV '^return status 0' && has $C '^return status 0'" \
+    pair_and "udaddy, 100 x 1 KiB each way, the server gone right after its replies" "$done_ok" \
       -- udaddy -C 100 -S 1024 -- udaddy -s "$S" -C 100 -S 1024
     ;;
   rdma_server)
