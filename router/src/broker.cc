@@ -183,8 +183,12 @@ int CreateQp(Request& q) {
 }
 
 // Takes every ring of `qp` back from the QPs that produce into it; local RC/UC producers
-// hear `gone`.
+// hear `gone`, UD senders that their link is lost.
 void ReleaseProducers(Broker::Parts& b, Qp& qp, bool died) {
+  if (qp.type == IBV_QPT_UD) {
+    for (size_t i = 0; i < qp.producers.size(); ++i) b.executor.LoseUdRing(qp, i, died);
+    return;
+  }
   const proto::EventType gone = died ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed;
   const std::vector<Producer> producers = qp.producers;
   for (const Producer& p : producers) {
@@ -193,7 +197,7 @@ void ReleaseProducers(Broker::Parts& b, Qp& qp, bool died) {
     Qp* from = b.tables.FindQp(p.id);
     if (from == nullptr) continue;
     from->produces_into.erase(qp.qpn);
-    if (from->type != IBV_QPT_UD) b.sessions.Notify(from->owner, gone, from->qpn);
+    b.sessions.Notify(from->owner, gone, from->qpn);
   }
   for (size_t i = 0; i < qp.producers.size(); ++i) qp.FreeRing(i);
 }
@@ -463,11 +467,12 @@ int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, p
     return EINPROGRESS;
   }
   const int ring = dest.RingFor(Producer::Local(src.qpn));
-  if (ring < 0) return ud ? ENOSPC : EBUSY;
+  if (ring < 0) return EBUSY;
   Pod* owner = b.tables.FindPod(dest.owner);
   if (owner == nullptr) return EHOSTUNREACH;
   const auto r_index = static_cast<uint32_t>(ring);
   if (ud && dest.producers[r_index] != Producer::Local(src.qpn)) {
+    b.executor.TakeUdRing(dest, r_index);  // perhaps another sender's
     proto::Event e{};
     if (const int rc = dest.NewUdRing(r_index, pod.who.ip, src.qpn, &e)) return rc;
     b.sessions.NotifyWithFd(owner->id, e, dest.ud_rings[r_index].get());
@@ -497,7 +502,7 @@ int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, p
     c.flags |= proto::kConnectOwnRing;
     fds->push_back(dest.ud_rings[r_index].get());
   }
-  dest.producers[r_index] = Producer::Local(src.qpn);
+  dest.GiveRing(r_index, Producer::Local(src.qpn));
   src.produces_into.insert(dest.qpn);
   src.asked = false;
   TellIfAsked(b, *owner, dest);  // src, which dest may have asked for, names it now

@@ -74,7 +74,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   auto s = std::make_unique<Sender>();
   s->id = next_id_++;
   const int ring = dest->RingFor(Producer::Remote(s->id));
-  if (ring < 0) return answer(dest->type == IBV_QPT_UD ? ENOSPC : EBUSY);
+  if (ring < 0) return answer(EBUSY);
   s->link = link;
   s->chan = chan;
   s->src_ip = m.src_ip;
@@ -103,6 +103,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
     // A ring of its own, and the receiver told whose it is (never read from the records).
     proto::Event e{};
     const auto r = static_cast<uint32_t>(ring);
+    TakeUdRing(*dest, r);
     if (dest->NewUdRing(r, m.src_ip, m.src_qpn, &e) != 0 ||
         MapSegment(dest->ud_rings[r].get(), UdRingBytes(dest->ring_bytes), true, &s->ud_ring) != 0)
       return answer(ENOMEM);
@@ -112,7 +113,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
     s->producer.Attach(QpRing(s->seg.get(), static_cast<uint32_t>(ring), dest->ring_bytes),
                        dest->ring_bytes);
   }
-  dest->producers[static_cast<size_t>(ring)] = Producer::Remote(s->id);
+  dest->GiveRing(static_cast<size_t>(ring), Producer::Remote(s->id));
   reply.peer_qpn = dest->qpn;
   reply.peer_ip = owner->who.ip;
   reply.qp_type = dest->type;
@@ -455,6 +456,26 @@ Executor::Verdict Executor::Overflow(Sender& s, const RequestView& v) {
 void Executor::ReleaseSender(uint32_t id, bool died) {
   auto it = by_id_.find(id);
   if (it != by_id_.end()) Drop(it->second, true, died);
+}
+
+void Executor::LoseUdRing(Qp& dest, size_t ring, bool died) {
+  const Producer p = dest.producers[ring];
+  if (p.kind == Producer::Kind::kRemote) ReleaseSender(p.id, died);
+  if (p.kind == Producer::Kind::kLocalQp) {
+    Qp* from = tables_.FindQp(p.id);
+    const Pod* owner = tables_.FindPod(dest.owner);
+    if (from != nullptr && owner != nullptr) {
+      from->produces_into.erase(dest.qpn);
+      const proto::Event e{proto::EventType::kUdPeerLost, from->qpn, 0, owner->who.ip, dest.qpn, 0};
+      sessions_.NotifyWithFd(from->owner, e, -1);
+    }
+  }
+  dest.FreeRing(ring);
+}
+
+void Executor::TakeUdRing(Qp& dest, size_t ring) {
+  if (dest.producers[ring].kind != Producer::Kind::kNone) ++ud_rings_taken_;
+  LoseUdRing(dest, ring, false);
 }
 
 void Executor::Drop(const Key& key, bool tell_peer, bool died) {

@@ -65,9 +65,18 @@ class Executor {
   // Stops remote sender `id` because its target QP goes away: its ring is freed and its
   // initiator hears kPeerGone (flags 1 when the target's process died).
   void ReleaseSender(uint32_t id, bool died);
+  // Takes ring `ring` of UD QP `dest` from its sender, which is to send no more into it (the
+  // ring goes to another sender, or `dest` goes away; `died`: its process died). A sender on
+  // this node hears kUdPeerLost; one on another node has its channel closed by kPeerGone,
+  // and its router tells its library the same. The ring is free afterwards.
+  void LoseUdRing(Qp& dest, size_t ring, bool died);
+  // LoseUdRing for a new sender of `dest`: counted when the ring had a sender.
+  void TakeUdRing(Qp& dest, size_t ring);
   // Runs senders that wait for a receive or ring space. True while any still waits.
   bool Retry();
   size_t senders() const { return senders_.size(); }
+  // UD rings taken from a sender for another since start (a QP hears kUdRingsPerQp at once).
+  uint64_t ud_rings_taken() const { return ud_rings_taken_; }
 
  private:
   struct Sender {
@@ -152,6 +161,7 @@ class Executor {
   Quotas& quotas_;
   std::function<void()> retry_soon_;
   uint32_t next_id_ = 1;
+  uint64_t ud_rings_taken_ = 0;
   std::map<Key, std::unique_ptr<Sender>> senders_;
   std::map<uint32_t, Key> by_id_;
   std::set<Key> waiting_;             // senders with queued records

@@ -82,8 +82,10 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   const Pod* pod = tables_.FindPod(call.pod);
   if (pod == nullptr) return;
   if (!ud) DropQp(src.qpn, false);  // an RC/UC QP has one peer: forget an earlier one
+  if (ud) DropUdLinks(src.qpn, dest_ip, dest_qpn);  // the library asks only when it has none
   const LinkId link = transport_->Dial(ep);
   if (link == kNoLink) return sessions_.Answer(call, EHOSTUNREACH);
+  if (ud) MakeRoomForUd(pod->who.ip);
   if (const int rc = quotas_.Take(call.pod, {{Quota::kProxies, 1}, {Quota::kFds, 2}}))
     return sessions_.Answer(call, rc);
   auto p = std::make_unique<Proxy>();
@@ -93,6 +95,7 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   p->dest_ip = dest_ip;
   p->dest_qpn = dest_qpn;
   p->link = link;
+  p->ud = ud;
   if (const int rc = MakeSegment(*p)) {
     quotas_.Give(call.pod, {{Quota::kProxies, 1}, {Quota::kFds, 2}});
     return sessions_.Answer(call, rc);
@@ -104,6 +107,11 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   src.asked = !ud;
   p->connect_deadline_ns = MonotonicNs() + kDialTimeoutNs;
   const wire::Connect w{pod->who.ip, src.qpn, src.type, dest_ip, dest_qpn, 0};
+  // What the pod published before it asked goes first: a UD connect may take the ring of
+  // one of its own senders there (Executor::LoseUdRing), whose datagrams must not be lost
+  // only because their doorbell had not been served yet.
+  for (auto& [chan, other] : proxies_)
+    if (other->link == link && other->pod == call.pod) Drain(*other);
   transport_->Send(link, wire::Type::kConnect, p->chan, 0, {{&w, sizeof(w)}});
   by_qp_[src.qpn].insert(p->chan);
   proxies_[p->chan] = std::move(p);
@@ -158,7 +166,41 @@ void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
 void Forwarder::MarkDead(Proxy& p, proto::EventType event) {
   p.dead = true;
   ReleaseReads(p);  // no answer comes any more
-  sessions_.Notify(p.pod, event, p.qpn);
+  if (!p.ud) return sessions_.Notify(p.pod, event, p.qpn);
+  // A UD QP does not fail: its library forgets this link and asks again when it next sends
+  // there. The proxy itself goes on the next tick (the caller may be walking the proxies).
+  const proto::Event e{proto::EventType::kUdPeerLost, p.qpn, 0, p.dest_ip, p.dest_qpn, 0};
+  sessions_.NotifyWithFd(p.pod, e, -1);
+  retry_soon_();
+}
+
+void Forwarder::MakeRoomForUd(uint32_t ip) {
+  if (quotas_.used(ip, Quota::kProxies) < quotas_.limit(Quota::kProxies)) return;
+  for (auto& [chan, p] : proxies_) {  // by channel number: the oldest first
+    const PodIdentity* who = sessions_.Identity(p->pod);
+    if (p->ud && p->connected && who != nullptr && who->ip == ip) {
+      ++ud_links_recycled_;
+      return LoseUd(chan);
+    }
+  }
+}
+
+void Forwarder::LoseUd(uint32_t chan) {
+  const Proxy& p = *proxies_.at(chan);
+  const PodId pod = p.pod;
+  const proto::Event e{proto::EventType::kUdPeerLost, p.qpn, 0, p.dest_ip, p.dest_qpn, 0};
+  Drop(chan, true, false);  // what the library published still goes
+  sessions_.NotifyWithFd(pod, e, -1);
+}
+
+void Forwarder::DropUdLinks(uint32_t qpn, uint32_t dest_ip, uint32_t dest_qpn) {
+  auto q = by_qp_.find(qpn);
+  if (q == by_qp_.end()) return;
+  const std::set<uint32_t> chans = q->second;
+  for (uint32_t chan : chans) {
+    const Proxy& p = *proxies_.at(chan);
+    if (p.ud && p.dest_ip == dest_ip && p.dest_qpn == dest_qpn) Drop(chan, true, false);
+  }
 }
 
 // Forwards what the library published, a round at a time, then arms the doorbell and looks
@@ -482,8 +524,12 @@ void Forwarder::DropQp(uint32_t qpn, bool died) {
 bool Forwarder::Tick() {
   const uint64_t now = MonotonicNs();
   if (!resolving_.empty()) RetryResolves(now);
-  std::vector<uint32_t> expired;
+  std::vector<uint32_t> expired, lost;
   for (auto& [chan, p] : proxies_) {
+    if (p->ud && p->dead) {
+      lost.push_back(chan);
+      continue;
+    }
     if (p->nudge_due) NudgeIfIdle(*p);
     if (!p->backlog.empty()) FlushBacklog(*p);
     // Doorbells can be missed only if the library died mid-publish; a slow sweep is cheap.
@@ -494,6 +540,7 @@ bool Forwarder::Tick() {
     auto it = proxies_.find(chan);
     if (it != proxies_.end()) Finish(*it->second, ETIMEDOUT, nullptr);
   }
+  for (uint32_t chan : lost) Drop(chan, true, false);  // a peer that closed it ignores kClose
   bool waiting = !resolving_.empty();
   for (auto& [chan, p] : proxies_)
     waiting |= !p->backlog.empty() || p->waiting_reads || p->nudge_due;

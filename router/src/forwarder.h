@@ -85,6 +85,8 @@ class Forwarder {
   size_t resolving() const { return resolving_.size(); }
   // kProxyDrained events sent since start: work requests the library had left waiting.
   uint64_t nudges() const { return nudges_; }
+  // UD channels given up for a new one of the same pod at its quota, since start.
+  uint64_t ud_links_recycled() const { return ud_links_recycled_; }
 
  private:
   struct InFlightRead {
@@ -114,6 +116,7 @@ class Forwarder {
     uint64_t in_flight = 0;       // record bytes sent and not credited back
     bool connected = false;
     bool dead = false;  // the peer or the link went away: the library fails the QP
+    bool ud = false;    // UD: a dead proxy is dropped on the next tick (the library links anew)
     bool answer_pending = false;
     Call call;  // the ConnectQp to answer
     uint64_t connect_deadline_ns = 0;
@@ -145,6 +148,15 @@ class Forwarder {
   void WakeOwner(Proxy& p);
   void MarkDead(Proxy& p, proto::EventType event);
   void Drop(uint32_t chan, bool tell_peer, bool died);
+  // A UD link is a cache entry, as a UD QP on a NIC needs none: a pod at its quota of
+  // channels gives up its oldest UD channel rather than have a new one refused.
+  void MakeRoomForUd(uint32_t ip);
+  // Drops UD proxy `chan` (what its library published still goes) and tells the library
+  // (kUdPeerLost), which links again when it next sends there.
+  void LoseUd(uint32_t chan);
+  // Drops the UD proxies of local QP `qpn` to QP `dest_qpn` at `dest_ip` (a link the
+  // library no longer has).
+  void DropUdLinks(uint32_t qpn, uint32_t dest_ip, uint32_t dest_qpn);
   void FlushOnClose(Proxy& p);
   void RetryResolves(uint64_t now);
   Proxy* Find(LinkId link, uint32_t chan);
@@ -159,6 +171,7 @@ class Forwarder {
   std::function<void()> retry_soon_;
   uint32_t next_chan_ = 1;
   uint64_t nudges_ = 0;
+  uint64_t ud_links_recycled_ = 0;
   std::map<uint32_t, std::unique_ptr<Proxy>> proxies_;  // by channel
   std::map<uint32_t, std::set<uint32_t>> by_qp_;        // local QPN -> its channels
   std::vector<PendingResolve> resolving_;

@@ -2,6 +2,8 @@
 
 #include <infiniband/verbs.h>
 
+#include <algorithm>
+
 #include "find.h"
 #include "freeflow/ipv4.h"
 #include "freeflow/target_ops.h"
@@ -68,7 +70,17 @@ int Qp::RingFor(Producer p) const {
     if (free_ring < 0 && producers[i].kind == Producer::Kind::kNone)
       free_ring = static_cast<int>(i);
   }
-  return free_ring;
+  if (free_ring >= 0 || type != IBV_QPT_UD || producers.empty() ||
+      given_at.size() != producers.size())
+    return free_ring;
+  // The router sees no same-node traffic, so "longest held" stands in for "least used".
+  return static_cast<int>(std::min_element(given_at.begin(), given_at.end()) - given_at.begin());
+}
+
+void Qp::GiveRing(size_t ring, Producer p) {
+  producers[ring] = p;
+  given_at.resize(producers.size());
+  given_at[ring] = ++rings_given;
 }
 
 int Qp::NewUdRing(uint32_t ring, uint32_t src_ip, uint32_t src_qpn, proto::Event* event) {

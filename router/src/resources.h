@@ -99,7 +99,9 @@ struct Qp {
   uint32_t srq_id = proto::kNoId;
   uint32_t recv_cq_id = proto::kNoId;
   uint32_t send_cq_id = proto::kNoId;
-  std::vector<Producer> producers;   // who produces into each ring
+  std::vector<Producer> producers;  // who produces into each ring
+  std::vector<uint64_t> given_at;   // UD: when each ring went to its producer (a count)
+  uint64_t rings_given = 0;
   std::set<uint32_t> produces_into;  // local QPs whose rings this QP produces into
   // UD: the memfd of each sender's own ring (kConnectOwnRing), made by the router per
   // sender; the owner maps it when told (kUdRing).
@@ -121,8 +123,11 @@ struct Qp {
   // UD, only the one its owner named for RC/UC.
   bool Consents(uint32_t ip, uint32_t qpn) const;
 
-  // The ring `p` produces into, else a free ring; -1 when there is neither.
+  // The ring `p` produces into, else a free ring; else, for UD, the ring given longest ago
+  // (its producer is to lose it); -1 when there is none (RC/UC: the one ring is taken).
   int RingFor(Producer p) const;
+  // Ring `ring` (< num_rings) is `p`'s from now on.
+  void GiveRing(size_t ring, Producer p);
   // UD: gives ring `ring` to a new sender: a fresh memfd (UdRingBytes(ring_bytes)) that
   // replaces the last sender's, and the event that tells the owner who sends into it
   // (`src_ip` host order). 0 or a positive errno.

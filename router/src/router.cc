@@ -213,11 +213,13 @@ std::string Router::StatsLine() const {
   const ResourceTables::Totals t = tables_.totals();
   return fmt::format(
       "sessions={} refused={} pods={} accounts={} qps={} objects={} regions={} "
-      "mapped_regions={} mr_entries={} proxies={} resolving={} nudges={} senders={} cm_ids={} "
-      "streams={} listeners={} sock_asks={} links={} accept_paused={} fds={} rss_kib={}",
+      "mapped_regions={} mr_entries={} proxies={} resolving={} nudges={} senders={} "
+      "ud_rings_taken={} ud_links_recycled={} cm_ids={} streams={} listeners={} sock_asks={} "
+      "links={} accept_paused={} fds={} rss_kib={}",
       sessions_.count(), sessions_.refused(), t.pods, quotas_.accounts(), t.qps, t.objects,
       t.regions, t.mapped_regions, t.mr_entries, forwarder_.proxies(), forwarder_.resolving(),
-      forwarder_.nudges(), executor_.senders(), cm_.ids(), sockets_.streams(), sockets_.listeners(),
+      forwarder_.nudges(), executor_.senders(), executor_.ud_rings_taken(),
+      forwarder_.ud_links_recycled(), cm_.ids(), sockets_.streams(), sockets_.listeners(),
       sockets_.asks(), transport_ != nullptr ? transport_->LinkCount() : 0,
       sessions_.acceptor().paused() ? 1 : 0, OpenDescriptors(), ResidentKib());
 }

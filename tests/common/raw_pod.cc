@@ -296,6 +296,24 @@ bool NextRecord(RingConsumer& ring, RecordHeader* h, std::vector<char>* payload,
   return true;
 }
 
+bool NextUdRing(RawPod& pod, const RawQp& qp, Mapping* ring, RingConsumer* in,
+                proto::Event* event) {
+  auto e = pod.NextSetupEvent();
+  while (e && e->event.type == proto::EventType::kPeerNamed) e = pod.NextSetupEvent();
+  if (!e || e->event.type != proto::EventType::kUdRing) return false;
+  *event = e->event;
+  if (MapPeerSegment(e->fd.get(), UdRingBytes(qp.ring_bytes), true, ring) != 0) return false;
+  in->Attach(ring->as<RingHeader>(), qp.ring_bytes);
+  return true;
+}
+
+std::string NextPayload(RingConsumer& in, std::chrono::milliseconds timeout) {
+  RecordHeader h;
+  std::vector<char> got;
+  if (!NextRecord(in, &h, &got, timeout)) return "";
+  return std::string(got.begin(), got.end());
+}
+
 std::string PassMessage(RawLink& link, const RawQp& to, const std::string& text) {
   RecordHeader h{};
   h.kind = kRecSend;
@@ -305,9 +323,7 @@ std::string PassMessage(RawLink& link, const RawQp& to, const std::string& text)
   link.producer.Publish();
   RingConsumer in;
   in.Attach(to.ring(link.reply.ring_index), to.ring_bytes);
-  std::vector<char> got;
-  if (!NextRecord(in, &h, &got)) return "";
-  return std::string(got.begin(), got.end());
+  return NextPayload(in);
 }
 
 RingStatus PostRequest(RawLink& link, uint8_t kind, uint8_t flags, const ProxyRequest& req,

@@ -86,7 +86,7 @@ class RawPod {
   bool Flush();
   // True when the router closed this pod's socket within `timeout_ms`.
   bool Disconnected(int timeout_ms = 2000);
-  // The next event about a peer or QP going away (kPeerGone, kPeerClosed, kQpRefused,
+  // The next event about a peer or QP going away (kPeerGone, kPeerClosed, kUdPeerLost, kQpRefused,
   // kShutdown) the router sent, within `timeout_ms`; set-up events met on the way are kept
   // for NextSetupEvent.
   std::optional<proto::Event> NextEvent(int timeout_ms = 2000);
@@ -171,6 +171,14 @@ bool WaitFor(Pred pred, std::chrono::milliseconds timeout = std::chrono::millise
 // The next record of `ring`, waiting for it; false when none came.
 bool NextRecord(RingConsumer& ring, RecordHeader* h, std::vector<char>* payload,
                 std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
+
+// The next ring a UD QP `qp` of `pod` was given (kUdRing; kPeerNamed events met on the way
+// are skipped), mapped into *ring and attached to *in; *event is the announcement. False
+// when none came within 2 s or it cannot be mapped.
+bool NextUdRing(RawPod& pod, const RawQp& qp, Mapping* ring, RingConsumer* in, proto::Event* event);
+// The payload of the next record of `in` ("" when none came within `timeout`), consumed.
+std::string NextPayload(RingConsumer& in,
+                        std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
 
 // Writes a one-record SEND of `text` through a same-node link and returns what QP `to` (the
 // link's peer) finds in the ring it was given ("" when nothing came).

@@ -98,6 +98,16 @@ void Registry::OnUdRing(const ff::proto::Event& e, UniqueFd fd) {
   WakeQpCqs(qp);  // a receiver asleep on its channel must poll to take the ring in
 }
 
+void Registry::OnUdPeerLost(const ff::proto::Event& e) {
+  UnderContextLock(e.qpn, [&](Qp* qp) {
+    if (qp->type != IBV_QPT_UD) return;
+    std::erase_if(qp->ud_links, [&](const auto& entry) {
+      return entry.second->peer_ip == e.src_ip && entry.second->peer_qpn == e.src_qpn;
+    });
+    ResumeSends(qp);  // a datagram blocked on that link's ring asks for a new one
+  });
+}
+
 void Registry::OnProxyDrained(uint32_t qpn) { UnderContextLock(qpn, ResumeSends); }
 
 namespace {

@@ -31,6 +31,9 @@ class Registry {
   void OnPeerNamed(uint32_t qpn);
   // Event thread: UD QP `e.qpn` has a new sender producing into ring memfd `fd` (kUdRing).
   void OnUdRing(const ff::proto::Event& e, UniqueFd fd);
+  // Event thread: UD QP `e.qpn` lost its link to QP e.src_qpn at e.src_ip (kUdPeerLost):
+  // the link is dropped, and what waited on it goes on, over a new link if one can be had.
+  void OnUdPeerLost(const ff::proto::Event& e);
   // Event thread: the router made room that WQEs of `qpn` wait for (kProxyDrained). They
   // are advanced here, under the context lock, as an HCA advances its send queue without
   // the program: it may be waiting on memory the peer writes once they arrive.

@@ -58,6 +58,9 @@ bool TakeEvent(Session* s) {
       case ff::proto::EventType::kPeerNamed:
         s->registry.OnPeerNamed(ev.qpn);
         return true;
+      case ff::proto::EventType::kUdPeerLost:
+        s->registry.OnUdPeerLost(ev);
+        return true;
       case ff::proto::EventType::kProxyDrained:
         s->registry.OnProxyDrained(ev.qpn);
         return true;

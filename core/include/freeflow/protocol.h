@@ -487,6 +487,12 @@ enum class EventType : uint32_t {
   // The router refused the posted create of `qpn` (CreateQp under a granted number): there
   // is no such QP, and the library fails the one it made.
   kQpRefused = 7,
+  // UD QP `qpn` lost its link to the UD QP src_qpn at src_ip (host order; here the
+  // destination, not a source): that QP's ring went to another sender (it hears at most
+  // kUdRingsPerQp at once), or the QP, its process or its node went away. What the library
+  // writes into the old ring is lost, as datagrams are on a fabric; it drops the link, and
+  // its next datagram to that QP asks for a new one.
+  kUdPeerLost = 8,
 };
 struct Event {
   EventType type;

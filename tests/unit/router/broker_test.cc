@@ -279,23 +279,67 @@ TEST_F(BrokerTest, APodCannotNameAPeerForAnotherPodsQp) {
   EXPECT_EQ(attacker.Connect(qa, Ip("10.0.0.1"), qv.qpn).status, 0);
 }
 
-TEST_F(BrokerTest, UdDestinationsShareTheirRingsUntilFull) {
+// A UD QP hears kUdRingsPerQp senders at once, as many as it has rings; a real one hears any
+// number. A new sender takes the ring held longest, and the sender that had it hears that
+// its link is lost (kUdPeerLost), so that it links again when it next sends. The target
+// hears who sends into the ring now. A destroyed target tells every sender the same.
+TEST_F(BrokerTest, ANewUdSenderTakesTheRingHeldLongestAndItsSenderHearsSo) {
   RawPod target(router, Ip("10.0.0.9"));
   ASSERT_EQ(target.Hello(), 0);
   const RawQp ud = target.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
-  std::vector<std::unique_ptr<RawPod>> senders;
+  struct Sender {
+    std::unique_ptr<RawPod> pod;
+    RawQp qp;
+    uint32_t ring = 0;
+  };
+  std::vector<Sender> senders;
   for (uint32_t i = 0; i < kUdRingsPerQp; ++i) {
-    senders.push_back(std::make_unique<RawPod>(router, Ip("10.0.1.0") + i));
-    ASSERT_EQ(senders.back()->Hello(), 0);
-    const RawQp q = senders.back()->CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
-    EXPECT_EQ(senders.back()->Connect(q, Ip("10.0.0.9"), ud.qpn, true).status, 0);
+    auto pod = std::make_unique<RawPod>(router, Ip("10.0.1.0") + i);
+    ASSERT_EQ(pod->Hello(), 0);
+    RawQp q = pod->CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+    const RawLink link = pod->Connect(q, Ip("10.0.0.9"), ud.qpn, true);
+    ASSERT_EQ(link.status, 0);
+    senders.push_back({std::move(pod), std::move(q), link.reply.ring_index});
   }
+  for (uint32_t i = 0; i < kUdRingsPerQp; ++i) ASSERT_TRUE(target.NextSetupEvent().has_value());
+  const auto lost_by = [&](const Sender& s) {
+    const auto e = s.pod->NextEvent(1000);
+    return e.has_value() && e->type == proto::EventType::kUdPeerLost && e->qpn == s.qp.qpn &&
+           e->src_ip == Ip("10.0.0.9") && e->src_qpn == ud.qpn;
+  };
+
   RawPod late(router, Ip("10.0.2.1"));
   ASSERT_EQ(late.Hello(), 0);
   const RawQp q = late.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
-  EXPECT_EQ(late.Connect(q, Ip("10.0.0.9"), ud.qpn, true).status, ENOSPC);
-  senders.pop_back();  // a sender's process exits: its ring is free again
-  EXPECT_TRUE(WaitFor([&] { return late.Connect(q, Ip("10.0.0.9"), ud.qpn, true).status == 0; }));
+  RawLink link = late.Connect(q, Ip("10.0.0.9"), ud.qpn, true);
+  ASSERT_EQ(link.status, 0);
+  EXPECT_EQ(link.reply.ring_index, senders[0].ring) << "not the ring held longest";
+  EXPECT_TRUE(lost_by(senders[0])) << "the first sender was not told";
+  auto e = target.NextSetupEvent();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->event.type, proto::EventType::kUdRing);
+  EXPECT_EQ(e->event.ring, senders[0].ring);
+  EXPECT_EQ(e->event.src_ip, Ip("10.0.2.1"));
+  EXPECT_EQ(e->event.src_qpn, q.qpn);
+  for (size_t i = 1; i < senders.size(); ++i)
+    EXPECT_FALSE(senders[i].pod->NextEvent(0).has_value()) << "sender " << i << " heard something";
+
+  // The first sender links again and takes the ring of the second.
+  link = senders[0].pod->Connect(senders[0].qp, Ip("10.0.0.9"), ud.qpn, true);
+  ASSERT_EQ(link.status, 0);
+  EXPECT_EQ(link.reply.ring_index, senders[1].ring);
+  EXPECT_TRUE(lost_by(senders[1]));
+  EXPECT_EQ(router.Stat("ud_rings_taken"), 2u);
+
+  proto::DestroyQp d{};
+  d.id = ud.qpn;
+  ASSERT_EQ(target.Call(d).status, 0);
+  EXPECT_TRUE(lost_by(senders[0]));
+  for (size_t i = 2; i < senders.size(); ++i) EXPECT_TRUE(lost_by(senders[i])) << i;
+  const auto gone = late.NextEvent(1000);
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_EQ(gone->type, proto::EventType::kUdPeerLost);
+  EXPECT_EQ(late.Connect(q, Ip("10.0.0.9"), ud.qpn, true).status, EHOSTUNREACH);
 }
 
 TEST_F(BrokerTest, RegistrationsArePublishedAndRevokedInTheMrTable) {

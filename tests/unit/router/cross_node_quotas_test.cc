@@ -194,6 +194,47 @@ TEST(CrossNodeQuotaTest, CrossNodeChannelsAreBounded) {
   EXPECT_EQ(from.Connect(mine[2], Ip("10.2.0.1"), theirs[2].qpn).status, 0);
 }
 
+// A UD QP needs no link to each destination on a NIC: at the channel quota, a pod's new UD
+// destination takes the channel of its oldest one (what was published on it still goes; its
+// library hears kUdPeerLost and links again when it sends there next). RC channels are
+// real connections and are never taken.
+TEST(CrossNodeQuotaTest, AtTheChannelQuotaANewUdDestinationTakesTheOldestUdChannel) {
+  TwoNodes n(WithLimits({{Quota::kProxies, 3}}));
+  RawPod from(n.a, Ip("10.1.0.1")), to(n.b, Ip("10.2.0.1"));
+  ASSERT_EQ(from.Hello(), 0);
+  ASSERT_EQ(to.Hello(), 0);
+  const RawQp rc = from.CreateQp(IBV_QPT_RC), rc_to = to.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(to.Name(rc_to, Ip("10.1.0.1"), rc.qpn), EINPROGRESS);
+  ASSERT_EQ(from.Connect(rc, Ip("10.2.0.1"), rc_to.qpn).status, 0);
+  const RawQp ud = from.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  std::vector<RawQp> dests;
+  for (int i = 0; i < 3; ++i) {
+    dests.push_back(to.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes));
+    dests.back().hdr()->credits.posted.store(1);
+  }
+  RawLink first = from.Connect(ud, Ip("10.2.0.1"), dests[0].qpn, true);
+  ASSERT_EQ(first.status, 0);
+  Mapping ring;
+  RingConsumer in;
+  proto::Event announced{};
+  ASSERT_TRUE(NextUdRing(to, dests[0], &ring, &in, &announced));
+  ASSERT_EQ(PostSend(first, 1, "oldest"), RingStatus::kOk);
+  ASSERT_EQ(from.Connect(ud, Ip("10.2.0.1"), dests[1].qpn, true).status, 0);
+  EXPECT_EQ(from.Connect(ud, Ip("10.2.0.1"), dests[2].qpn, true).status, 0);
+  const auto lost = from.NextEvent();
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_EQ(lost->type, proto::EventType::kUdPeerLost);
+  EXPECT_EQ(lost->qpn, ud.qpn);
+  EXPECT_EQ(lost->src_qpn, dests[0].qpn);
+  EXPECT_EQ(NextPayload(in), "oldest");
+  EXPECT_EQ(n.a.Stat("ud_links_recycled"), 1u);
+  // The RC channel stays: an RC connect at the quota is refused, with no UD channel to take.
+  const RawQp rc2 = from.CreateQp(IBV_QPT_RC), rc2_to = to.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(to.Name(rc2_to, Ip("10.1.0.1"), rc2.qpn), EINPROGRESS);
+  EXPECT_EQ(from.Connect(rc2, Ip("10.2.0.1"), rc2_to.qpn).status, ENOSPC);
+  EXPECT_FALSE(from.NextEvent(200).has_value()) << "the RC channel was taken";
+}
+
 TEST(CrossNodeQuotaTest, ReadsWaitInTheRingForThePodsReadBudget) {
   TwoNodes n(WithLimits({{Quota::kReadBytes, 1}}));
   Pair p(n, "10.1.0.1", "10.2.0.1");

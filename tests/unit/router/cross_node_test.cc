@@ -521,18 +521,13 @@ TEST_F(CrossNodeTest, UdDatagramsCrossNodesWithTheirQkey) {
   WakeIfArmed(&link.seg.as<QpSegmentHeader>()->doorbell, link.fds[1].get(), true);
   // The datagram lands in a ring of the sender's own, which the target's router announced
   // with who the sender is; UD is not acknowledged.
-  auto announced = target.NextSetupEvent();
-  while (announced && announced->event.type == proto::EventType::kPeerNamed)
-    announced = target.NextSetupEvent();  // the fixture's own RC connection said so
-  ASSERT_TRUE(announced.has_value());
-  EXPECT_EQ(announced->event.type, proto::EventType::kUdRing);
-  EXPECT_EQ(announced->event.qpn, to.qpn);
-  EXPECT_EQ(announced->event.src_ip, Ip("10.1.0.1"));
-  EXPECT_EQ(announced->event.src_qpn, from.qpn);
   Mapping ring;
-  ASSERT_EQ(MapPeerSegment(announced->fd.get(), UdRingBytes(to.ring_bytes), true, &ring), 0);
   RingConsumer in;
-  in.Attach(ring.as<RingHeader>(), to.ring_bytes);
+  proto::Event announced{};
+  ASSERT_TRUE(NextUdRing(target, to, &ring, &in, &announced));
+  EXPECT_EQ(announced.qpn, to.qpn);
+  EXPECT_EQ(announced.src_ip, Ip("10.1.0.1"));
+  EXPECT_EQ(announced.src_qpn, from.qpn);
   const char* p = nullptr;
   RecordHeader got{};
   EXPECT_TRUE(WaitFor([&] { return in.Peek(&got, &p) == RingStatus::kOk; }));
@@ -572,13 +567,8 @@ class UdCloseTest : public CrossNodeTest {
     }
     link.producer.Publish();
     WakeIfArmed(&link.seg.as<QpSegmentHeader>()->doorbell, link.fds[1].get(), true);
-    auto announced = target.NextSetupEvent();
-    while (announced && announced->event.type == proto::EventType::kPeerNamed)
-      announced = target.NextSetupEvent();
-    ASSERT_TRUE(announced.has_value());
-    ASSERT_EQ(announced->event.type, proto::EventType::kUdRing);
-    ASSERT_EQ(MapPeerSegment(announced->fd.get(), UdRingBytes(to.ring_bytes), true, ring), 0);
-    in->Attach(ring->as<RingHeader>(), to.ring_bytes);
+    proto::Event announced{};
+    ASSERT_TRUE(NextUdRing(target, to, ring, in, &announced));
     RecordHeader got{};
     const char* p = nullptr;
     ASSERT_TRUE(WaitFor([&] { return in->Peek(&got, &p) == RingStatus::kOk; }));
@@ -629,6 +619,46 @@ TEST_F(UdCloseTest, DatagramsNobodyMakesRoomForAreDroppedInTheEnd) {
   const int got = ReadAll(&in, kCount);
   EXPECT_GT(got, 0);
   EXPECT_LT(got, kCount);
+}
+
+// A UD QP of one ring (a real one has 16; one ring makes the second sender take it): the
+// pod publishes a datagram on its first sender's channel and, before the router served the
+// doorbell, asks for a second sender's. What it published first goes first, into the ring it
+// was meant for, and the first sender hears that it lost the ring.
+TEST_F(CrossNodeTest, APodsDatagramsGoOutBeforeItsNextUdConnectTakesTheirRing) {
+  const RawQp first = initiator.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  const RawQp second = initiator.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  const RawQp to = target.CreateQp(IBV_QPT_UD, 1, kUdRingBytes);
+  to.hdr()->credits.posted.store(2);
+  RawLink one = initiator.Connect(first, Ip("10.2.0.1"), to.qpn, true);
+  ASSERT_EQ(one.status, 0);
+  Mapping ring;
+  RingConsumer in;
+  proto::Event announced{};
+  ASSERT_TRUE(NextUdRing(target, to, &ring, &in, &announced));
+  RecordHeader h{};
+  h.kind = kRecSend;
+  h.flags = kRecFirst | kRecLast;
+  ProxyRequest r{};
+  r.opcode = IBV_WR_SEND;
+  r.length = 5;
+  r.last = 1;
+  ASSERT_EQ(AppendRequest(one.producer, h, r, 5, [](char* d) { std::memcpy(d, "first", 5); }),
+            RingStatus::kOk);
+  one.producer.Publish();  // and no doorbell yet
+  const RawLink two = initiator.Connect(second, Ip("10.2.0.1"), to.qpn, true);
+  ASSERT_EQ(two.status, 0);
+  EXPECT_EQ(NextPayload(in), "first");
+  const auto lost = initiator.NextEvent();
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_EQ(lost->type, proto::EventType::kUdPeerLost);
+  EXPECT_EQ(lost->qpn, first.qpn);
+  EXPECT_EQ(lost->src_ip, Ip("10.2.0.1"));
+  EXPECT_EQ(lost->src_qpn, to.qpn);
+  Mapping ring2;
+  RingConsumer in2;
+  ASSERT_TRUE(NextUdRing(target, to, &ring2, &in2, &announced));
+  EXPECT_EQ(announced.src_qpn, second.qpn);
 }
 
 // The target's router checks that a connect's source is a pod of the node that sent it: a

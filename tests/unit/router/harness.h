@@ -147,7 +147,9 @@ class TestRouter {
 // The raw pod client is tests/common/raw_pod.h; a RawPod here is one connected to a
 // TestRouter (or over any client socket).
 using ff::test::NextAnswer;
+using ff::test::NextPayload;
 using ff::test::NextRecord;
+using ff::test::NextUdRing;
 using ff::test::PassMessage;
 using ff::test::PostRequest;
 using ff::test::PostSend;
