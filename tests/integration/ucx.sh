@@ -7,7 +7,11 @@
 #     UCX's own ep_cfg lines must show that the verbs transport on freeflow0:1, and nothing
 #     else, carries the traffic;
 #   - an MPI program of ours with one rank in a pod on each node, started by mpirun through
-#     ucx_rsh_agent.sh, the same evidence from UCX in both ranks.
+#     ucx_rsh_agent.sh, the same evidence from UCX in both ranks;
+#   - the same program with 10 ranks in each of the two pods over ud_verbs, alltoall pairwise:
+#     each rank's UD QP hears 19 others (it has 16 rings) and each pod needs 100 cross-node
+#     UD links (its quota is 64), so the routers must hand rings and links over (their stats
+#     must show it) without losing a rank.
 # Simulated nodes share one kernel, so UCX_TLS must leave out its shared-memory and tcp
 # transports (rc_v / ud_v do); a control run over tcp checks that the evidence check can fail.
 set -uo pipefail
@@ -97,28 +101,44 @@ pairs() {
   uct "$where: UCT am_bw over ud_verbs (UCT ud has no put)" ud_verbs "$@" -t am_bw -n 1000 -s 64
 }
 
-# mpi: the MPI program, rank 0 in pod 0 of node 0 (where mpirun runs), rank 1 in pod 0 of
-# node 1 (through ucx_rsh_agent.sh); every rank's UCX must name rc_verbs on freeflow0:1.
+# mpi TLS PER_POD [mpirun args...]: the MPI program, PER_POD ranks in pod 0 of node 0 (where
+# mpirun runs) and as many in pod 0 of node 1 (through ucx_rsh_agent.sh), with
+# UCX_TLS=TLS,self (rc_v or ud_v); every rank must report, and UCX must name the verbs
+# transport on freeflow0:1 in every rank.
 mpi() {
   if [[ -z $MPI_PROG || ! -x $MPI_PROG ]]; then
     echo "the MPI program was not built (CMake found no MPI: scripts/install-deps.sh installs libopenmpi-dev)"
     return 1
   fi
-  local a b
+  local tls=$1 per_pod=$2 a b tl
+  shift 2
+  tl=$([[ $tls == ud_v ]] && echo ud_verbs || echo rc_verbs)
   a=$(mn_pod_ip 0 0) b=$(mn_pod_ip 1 0)
   printf '%s %s %s\n' "$a" "$(mn_pod_ns 0 0)" "$(mn_dir 0)" "$b" "$(mn_pod_ns 1 0)" "$(mn_dir 1)" \
     >"$FF_DIR/mpi-pods"
-  mn_pod_run 0 0 env FF_MPI_PODS="$FF_DIR/mpi-pods" UCX_TLS=rc_v,self UCX_NET_DEVICES=freeflow0:1 \
-    UCX_LOG_LEVEL=info timeout 120 mpirun --allow-run-as-root -np 2 --host "$a:1,$b:1" \
-    --mca plm_rsh_agent "$HERE/ucx_rsh_agent.sh" --mca pml ucx --mca btl self \
+  mn_pod_run 0 0 env FF_MPI_PODS="$FF_DIR/mpi-pods" UCX_TLS="$tls,self" UCX_NET_DEVICES=freeflow0:1 \
+    UCX_LOG_LEVEL=info timeout 120 mpirun --allow-run-as-root -np $((2 * per_pod)) \
+    --host "$a:$per_pod,$b:$per_pod" --oversubscribe --mca mpi_yield_when_idle 1 \
+    --mca plm_rsh_agent "$HERE/ucx_rsh_agent.sh" --mca pml ucx --mca btl self "$@" \
     -x UCX_TLS -x UCX_NET_DEVICES -x UCX_LOG_LEVEL "$MPI_PROG" >"$FF_DIR/mpi.log" 2>&1
-  local st=$?
-  grep -E 'ucx_mpi_check|ep_cfg' "$FF_DIR/mpi.log" | sed 's/^.*\(ep_cfg\)/  \1/'
-  [[ $st -eq 0 ]] || { echo "mpirun exited $st"; tail -n 30 "$FF_DIR/mpi.log"; return 1; }
-  [[ $(grep -c '^ucx_mpi_check ok rank' "$FF_DIR/mpi.log") -eq 2 ]] || { echo "not both ranks reported"; return 1; }
-  [[ $(grep -c 'ep_cfg\[.*rc_verbs/freeflow0:1' "$FF_DIR/mpi.log") -ge 2 ]] ||
-    { echo "fewer than two ranks chose rc_verbs on freeflow0:1"; return 1; }
-  verbs_evidence rc_verbs "$FF_DIR/mpi.log"
+  local st=$? ranks
+  grep -E '^ucx_mpi_check' "$FF_DIR/mpi.log" | head -n 4
+  [[ $st -eq 0 ]] || { echo "mpirun exited $st"; grep -v '^ucx_mpi_check ok' "$FF_DIR/mpi.log" | tail -n 30; return 1; }
+  [[ $(grep -c '^ucx_mpi_check ok rank' "$FF_DIR/mpi.log") -eq $((2 * per_pod)) ]] ||
+    { echo "not every rank reported"; return 1; }
+  ranks=$(grep "ep_cfg\[.*$tl/freeflow0:1" "$FF_DIR/mpi.log" | sed -n 's/^[^]]*\] \[[^:]*:\([0-9]*\).*/\1/p' | sort -u | wc -l)
+  [[ $ranks -eq $((2 * per_pod)) ]] || { echo "$ranks ranks, not $((2 * per_pod)), chose $tl on freeflow0:1"; return 1; }
+  verbs_evidence "$tl" "$FF_DIR/mpi.log"
+}
+
+# stat NAME: NAME's value in both routers' stats lines, added up.
+stat() {
+  local n sum=0 v
+  for n in 0 1; do
+    v=$(router_stats_line "${FF_NODE_ROUTER[$n]}" "$(mn_dir "$n")/router.log" | sed -n "s/.* $1=\([0-9]*\).*/\1/p")
+    sum=$((sum + ${v:-0}))
+  done
+  echo "$sum"
 }
 
 multinode_up 2 2
@@ -140,8 +160,15 @@ st=$?
 ! verbs_evidence rc_verbs "$FF_DIR/server.log" "$FF_DIR/client.log" >/dev/null && [[ $st -eq 0 ]]
 check "control: a tcp run is not taken for verbs" $?
 
-mpi
-check "Open MPI (pml ucx): ping-pong and allreduce between pods on two nodes over rc_verbs" $?
+mpi rc_v 1
+check "Open MPI (pml ucx): ping-pong, alltoall and allreduce between pods on two nodes over rc_verbs" $?
+
+taken=$(stat ud_rings_taken) recycled=$(stat ud_links_recycled)
+mpi ud_v 10 --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_alltoall_algorithm 2 &&
+  taken=$(($(stat ud_rings_taken) - taken)) recycled=$(($(stat ud_links_recycled) - recycled)) &&
+  echo "UD rings handed to another sender: $taken; UD links recycled at the quota: $recycled" &&
+  [[ $taken -gt 0 && $recycled -gt 0 ]]
+check "Open MPI (pml ucx): 20 ranks over ud_verbs, alltoall pairwise: more senders than a UD QP has rings, more links than a pod's quota" $?
 
 echo "$failures failure(s)"
 [[ $failures -eq 0 ]]
