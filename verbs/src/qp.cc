@@ -283,9 +283,16 @@ int ConnectAtRtr(Qp* qp, const ibv_qp_attr* attr, std::unique_ptr<PeerLink>* lin
     return 0;
   }
   if (rc != 0) {
+    // What the router's refusals mean (ENOSPC comes only from that quota).
+    const char* hint =
+        rc == ENOSPC ? " (the pod holds as many connections to other nodes as "
+                       "its router allows: --max-proxies-per-pod)"
+        : rc == EMFILE
+            ? " (out of descriptors: the pod's --max-fds-per-pod, or the router's own limit)"
+            : "";
     const std::string where = ip != 0 ? ff::FormatIpv4(ip) : "LID " + std::to_string(ah.dlid);
-    LogError("QP 0x%x: cannot connect to QP 0x%x at %s: %s", qpn, attr->dest_qp_num, where.c_str(),
-             std::strerror(rc));
+    LogError("QP 0x%x: cannot connect to QP 0x%x at %s: %s%s", qpn, attr->dest_qp_num,
+             where.c_str(), std::strerror(rc), hint);
   }
   return rc;
 }

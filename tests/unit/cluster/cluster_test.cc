@@ -359,6 +359,31 @@ TEST(PeerMappings, QpsLinkedOneAfterAnotherToAPeerMapItsMrTableOnce) {
   }
 }
 
+// An RC connect past the pod's quota of cross-node channels fails at RTR with ENOSPC, and
+// the program's stderr says which quota (UCX only reported "local work queue catastrophic
+// error" for the 20-rank MPI job over rc_verbs that met it).
+TEST(ChannelQuota, AConnectPastItFailsAndSaysWhichQuota) {
+  LoopbackNetwork net;
+  FakeCluster cluster;
+  TestRouter::Options options{"node-a", Ip("192.168.0.1"), &net, &cluster};
+  options.limits = router::test::WithLimits({{router::Quota::kProxies, 1}});
+  TestRouter a_router(options);
+  TestRouter b_router(TestRouter::Options{"node-b", Ip("192.168.0.2"), &net, &cluster});
+  Pod a(a_router, Ip("10.1.0.1")), b(b_router, Ip("10.2.0.1"));
+  ASSERT_EQ(b.ConnectTo(a), 0);
+  ASSERT_EQ(a.ConnectTo(b), 0);  // the one channel the pod may hold
+  ibv_qp* mine = a.NewQp();
+  ibv_qp* theirs = b.NewQp();
+  ASSERT_NE(mine, nullptr);
+  ASSERT_NE(theirs, nullptr);
+  ASSERT_EQ(b.ConnectQp(theirs, a, mine->qp_num), 0);
+  ::testing::internal::CaptureStderr();
+  const int rc = a.ConnectQp(mine, b, theirs->qp_num);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, ENOSPC);
+  EXPECT_NE(said.find("--max-proxies-per-pod"), std::string::npos) << said;
+}
+
 // A hostile pod that resolves a UD destination writes records claiming another source
 // (another pod's address and QPN). The receiving library reports the sender the router
 // gave the ring to, never what the record says; and the sender's ring is a memfd of its
