@@ -329,6 +329,12 @@ struct Qp {
     uint64_t backoff_ns = 0;
   } awaited;
   std::unordered_map<uint64_t, std::unique_ptr<PeerLink>> ud_links;  // UD: ip<<32|qpn
+  // UD: destinations the router refused to link (same keys), and when to ask again.
+  struct Unreachable {
+    uint64_t next_ns = 0;
+    uint64_t backoff_ns = 0;
+  };
+  std::unordered_map<uint64_t, Unreachable> ud_unreachable;
   std::vector<SendWqe> sq;
   std::vector<ibv_sge> sq_sges;
   std::vector<char> sq_inline;

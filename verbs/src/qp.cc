@@ -345,6 +345,7 @@ void Disconnect(Qp* qp) {
   qp->link.reset();
   qp->awaited = Qp::AwaitedPeer{};
   qp->ud_links.clear();
+  qp->ud_unreachable.clear();
   // A QP the router refused stays failed: it has no QP there to reset.
   if (qp->peer_gone.load() != static_cast<uint32_t>(PeerGone::kRefused)) qp->peer_gone.store(0);
 }

@@ -76,6 +76,11 @@ inline constexpr uint64_t kConsentMinWaitNs =
     2'000'000'000ull;  // least time a peer gets to name us
 // A send to a peer that went away fails after the QP's retry budget, but at most this late.
 inline constexpr uint64_t kPeerErrorMaxDelayNs = 2'000'000'000ull;
+// A UD destination the router could not link to (gone, or never there): its datagrams are
+// dropped without asking again for this long, doubling while it stays unreachable.
+inline constexpr uint64_t kUdUnreachableRetryNs = 1'000'000;
+inline constexpr uint64_t kUdUnreachableMaxRetryNs = 100'000'000;
+inline constexpr size_t kUdUnreachableKept = 1024;  // such destinations remembered per QP
 // A UD sender on another node that closes its channel (its QP destroyed, its process gone)
 // with datagrams still waiting here for room in the target's ring: they keep going into the
 // ring for at most this long, then whatever is left is dropped.

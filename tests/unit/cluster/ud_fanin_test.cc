@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "freeflow/tunables.h"
+#include "log_capture.h"
 #include "pods.h"
 
 namespace ff::cluster_test {
@@ -175,7 +176,8 @@ TEST_P(UdFanInTest, MoreSendersThanAUdQpHasRingsAllGetThrough) {
 // The receiver's QP is destroyed with receives it posted and never used: the sender may
 // still claim them, but nobody reads the ring it would write into, nor the router's proxy
 // ring across nodes. Datagrams to it complete successfully (they are lost, as on a fabric),
-// far more than either ring could hold.
+// far more than either ring could hold, and the library does not ask the router for a link
+// to the gone QP again for each of them (a round trip each; the routers log every refusal).
 TEST_P(UdFanInTest, DatagramsToADestroyedUdQpCompleteAndAreDropped) {
   constexpr uint32_t kPosted = 2048;
   static_assert(kRecvBase + kPosted * kSlot <= kBufferBytes);
@@ -191,6 +193,7 @@ TEST_P(UdFanInTest, DatagramsToADestroyedUdQpCompleteAndAreDropped) {
   ASSERT_EQ(a->Poll(1).size(), 1u);
   ASSERT_EQ(b->Poll(1).size(), 1u);
   ASSERT_EQ(ibv_destroy_qp(receiver), 0);
+  const testing::LogCapture log(spdlog::level::info);
   // Each datagram takes at least 40 bytes of a ring (a record header and its 8 bytes).
   constexpr uint32_t kMore = 2 * kProxyRingBytes / 40;
   static_assert(kMore > kPosted && kMore * 40 > 2 * kUdRingBytes);
@@ -208,6 +211,11 @@ TEST_P(UdFanInTest, DatagramsToADestroyedUdQpCompleteAndAreDropped) {
     done += static_cast<uint32_t>(n);
   }
   EXPECT_EQ(done, kMore) << "sends to a destroyed QP stopped completing";
+  char name[16];
+  std::snprintf(name, sizeof(name), "%#x", qpn);
+  const int asked = log.Count({name});
+  EXPECT_GE(asked, 1) << "the router never refused a link to " << name;
+  EXPECT_LT(asked, 64) << "a link to the gone QP was asked for per datagram";
   ibv_destroy_ah(to_b);
   ASSERT_EQ(ibv_destroy_qp(sender), 0);
 }
