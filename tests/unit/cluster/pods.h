@@ -141,14 +141,15 @@ class Pod {
                              IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
   }
 
-  int PostRecv(uint64_t wr_id, size_t offset, uint32_t len) {
+  // Posts a receive of [offset, offset + len) of the buffer on `on` (the pod's QP when nullptr).
+  int PostRecv(uint64_t wr_id, size_t offset, uint32_t len, ibv_qp* on = nullptr) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(buf + offset), len, mr->lkey};
     ibv_recv_wr wr{};
     wr.wr_id = wr_id;
     wr.sg_list = &sge;
     wr.num_sge = 1;
     ibv_recv_wr* bad = nullptr;
-    return ibv_post_recv(qp, &wr, &bad);
+    return ibv_post_recv(on != nullptr ? on : qp, &wr, &bad);
   }
 
   // Posts one work request whose local buffer is [offset, offset + len).

@@ -68,14 +68,7 @@ class UdFanInTest : public ClusterTest {
 
   // Posts receive `slot` of `pod` on `qp` (wr_id: the slot).
   static int PostRecv(Pod& pod, ibv_qp* qp, uint32_t slot) {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(pod.buf + kRecvBase + slot * kSlot), kSlot,
-                pod.mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = slot;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    return ibv_post_recv(qp, &wr, &bad);
+    return pod.PostRecv(slot, kRecvBase + slot * kSlot, kSlot, qp);
   }
 
   // Sends `d` from `qp` of `pod` to QP `qpn` behind `ah` (payload at `offset` of its buffer).

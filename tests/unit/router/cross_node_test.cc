@@ -501,23 +501,30 @@ TEST_F(CrossNodeTest, AConnectWaitsForAPodThatIsStillStarting) {
   late.join();
 }
 
+// Writes one UD SEND of `text` (with `qkey`) into a proxy's request ring and publishes it,
+// without ringing the doorbell.
+void PublishDatagram(RawLink& link, const std::string& text, uint32_t qkey = 0) {
+  RecordHeader h{};
+  h.kind = kRecSend;
+  h.flags = kRecFirst | kRecLast;
+  h.qkey = qkey;
+  ProxyRequest r{};
+  r.opcode = IBV_WR_SEND;
+  r.length = static_cast<uint32_t>(text.size());
+  r.last = 1;
+  ASSERT_EQ(AppendRequest(link.producer, h, r, r.length,
+                          [&](char* d) { std::memcpy(d, text.data(), text.size()); }),
+            RingStatus::kOk);
+  link.producer.Publish();
+}
+
 TEST_F(CrossNodeTest, UdDatagramsCrossNodesWithTheirQkey) {
   const RawQp from = initiator.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
   const RawQp to = target.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
   to.hdr()->credits.posted.store(1);
   link = initiator.Connect(from, Ip("10.2.0.1"), to.qpn, true);
   ASSERT_EQ(link.status, 0);
-  RecordHeader h{};
-  h.kind = kRecSend;
-  h.flags = kRecFirst | kRecLast;
-  h.qkey = 0x1234;
-  ProxyRequest r{};
-  r.opcode = IBV_WR_SEND;
-  r.length = 5;
-  r.last = 1;
-  ASSERT_EQ(AppendRequest(link.producer, h, r, 5, [](char* d) { std::memcpy(d, "hello", 5); }),
-            RingStatus::kOk);
-  link.producer.Publish();
+  ASSERT_NO_FATAL_FAILURE(PublishDatagram(link, "hello", 0x1234));
   WakeIfArmed(&link.seg.as<QpSegmentHeader>()->doorbell, link.fds[1].get(), true);
   // The datagram lands in a ring of the sender's own, which the target's router announced
   // with who the sender is; UD is not acknowledged.
@@ -636,16 +643,7 @@ TEST_F(CrossNodeTest, APodsDatagramsGoOutBeforeItsNextUdConnectTakesTheirRing) {
   RingConsumer in;
   proto::Event announced{};
   ASSERT_TRUE(NextUdRing(target, to, &ring, &in, &announced));
-  RecordHeader h{};
-  h.kind = kRecSend;
-  h.flags = kRecFirst | kRecLast;
-  ProxyRequest r{};
-  r.opcode = IBV_WR_SEND;
-  r.length = 5;
-  r.last = 1;
-  ASSERT_EQ(AppendRequest(one.producer, h, r, 5, [](char* d) { std::memcpy(d, "first", 5); }),
-            RingStatus::kOk);
-  one.producer.Publish();  // and no doorbell yet
+  ASSERT_NO_FATAL_FAILURE(PublishDatagram(one, "first"));  // and no doorbell yet
   const RawLink two = initiator.Connect(second, Ip("10.2.0.1"), to.qpn, true);
   ASSERT_EQ(two.status, 0);
   EXPECT_EQ(NextPayload(in), "first");
