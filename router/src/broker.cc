@@ -555,7 +555,8 @@ void Connect(Broker::Parts& b, const Call& call, Pod& pod, const char* msg) {
   if (!ud) Name(b, *src, Qp::Named{ip, m.dest_qpn});
   Qp* dest = b.tables.FindDest(ip, m.dest_qpn);
   if (dest == nullptr && !b.directory.IsLocal(ip))
-    return b.forwarder.Connect(call, *src, ip, m.dest_qpn, ud);
+    return b.forwarder.Connect(call, *src, ip, m.dest_qpn, ud,
+                               ud && (m.flags & proto::kResolveAgain) != 0);
   if (dest == nullptr) {
     spdlog::info("client {}: no QP {:#x} at {}", pod.id, m.dest_qpn, FormatIpv4(ip));
     return b.sessions.Answer(call, EHOSTUNREACH);

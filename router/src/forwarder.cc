@@ -22,13 +22,18 @@ Forwarder::Proxy* Forwarder::Find(LinkId link, uint32_t chan) {
   return p != nullptr && p->link == link ? p : nullptr;
 }
 
-void Forwarder::Connect(const Call& call, Qp& src, uint32_t dest_ip, uint32_t dest_qpn, bool ud) {
+void Forwarder::Connect(const Call& call, Qp& src, uint32_t dest_ip, uint32_t dest_qpn, bool ud,
+                        bool at_once) {
   if (transport_ == nullptr || !directory_.cluster()) {
     spdlog::info("client {}: {} is not a pod of this node and no control plane is configured",
                  call.pod, FormatIpv4(dest_ip));
     return sessions_.Answer(call, EHOSTUNREACH);
   }
   if (auto ep = directory_.Locate(dest_ip)) return Open(call, src, *ep, dest_ip, dest_qpn, ud);
+  if (at_once) {  // a UD destination refused before: its datagram is dropped now
+    spdlog::debug("client {}: no node is known for {}", call.pod, FormatIpv4(dest_ip));
+    return sessions_.Answer(call, EHOSTUNREACH);
+  }
   if (options_.resolve_timeout_ms == 0) {
     spdlog::info("client {}: no node is known for {}", call.pod, FormatIpv4(dest_ip));
     return sessions_.Answer(call, EHOSTUNREACH);

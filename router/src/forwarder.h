@@ -63,7 +63,9 @@ class Forwarder {
 
   // Connects local QP `src` to QP `dest_qpn` at overlay address `dest_ip` (host order) on
   // another node, and answers `call` (now on failure, else when the peer router replies).
-  void Connect(const Call& call, Qp& src, uint32_t dest_ip, uint32_t dest_qpn, bool ud);
+  // An address no node is known for is waited for (--resolve-timeout-ms) unless `at_once`.
+  void Connect(const Call& call, Qp& src, uint32_t dest_ip, uint32_t dest_qpn, bool ud,
+               bool at_once = false);
   // Closes the channels of local QP `qpn`; the peer routers hear kClose (flags 1: died).
   void DropQp(uint32_t qpn, bool died);
 

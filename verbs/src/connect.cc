@@ -109,7 +109,7 @@ int SameNodeLink(Context* ctx, const ff::proto::ConnectReply& c, UniqueFd* fds, 
 }  // namespace
 
 int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, bool ud,
-                std::unique_ptr<PeerLink>* out) {
+                std::unique_ptr<PeerLink>* out, bool again) {
   Context* ctx = qp->ctx;
   ff::proto::ConnectQp m{};
   m.h.op = ud ? ff::proto::Op::kResolveUd : ff::proto::Op::kConnectQp;
@@ -117,6 +117,7 @@ int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, 
   m.dest_ip = htonl(dest_ip);
   m.dest_lid = dest_lid;
   m.dest_qpn = dest_qpn;
+  m.flags = ud && again ? ff::proto::kResolveAgain : 0;
   ff::proto::Response r{};
   UniqueFd fds[5];
   int got = 0;
@@ -205,7 +206,8 @@ PeerLink* UdLink(Qp* qp, const SendWqe& w) {
   auto bad = qp->ud_unreachable.find(key);
   if (bad != qp->ud_unreachable.end() && ff::MonotonicNs() < bad->second.next_ns) return nullptr;
   std::unique_ptr<PeerLink> link;
-  if (ConnectLink(qp, w.dest_ip, w.dest_lid, w.remote_qpn, true, &link) != 0) {
+  const bool again = bad != qp->ud_unreachable.end();
+  if (ConnectLink(qp, w.dest_ip, w.dest_lid, w.remote_qpn, true, &link, again) != 0) {
     const uint64_t now = ff::MonotonicNs();
     if (bad == qp->ud_unreachable.end()) {
       if (qp->ud_unreachable.size() >= ff::kUdUnreachableKept)

@@ -59,10 +59,11 @@ extern const LinkOps kRouterOps;    // link_router.cc
 
 // ---- connecting (connect.cc) ---------------------------------------------------------------
 // Asks the router to connect `qp` to QP `dest_qpn` at `dest_ip` (host order; 0: address by
-// `dest_lid`) and maps what it answers. `ud`: resolve a UD destination instead. Without the
-// context lock (a router round trip). 0 or a positive errno.
+// `dest_lid`) and maps what it answers. `ud`: resolve a UD destination instead; `again`: one
+// the router refused before (proto::kResolveAgain). Without the context lock (a router round
+// trip). 0 or a positive errno.
 int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, bool ud,
-                std::unique_ptr<PeerLink>* out);
+                std::unique_ptr<PeerLink>* out, bool again = false);
 // The link of an RC/UC QP whose peer had not named it at RTR (Qp::awaited), asked for
 // again. kDone with qp->link set when it is there; kBlocked while the peer still has not
 // named us; kDone with *st = IBV_WC_RETRY_EXC_ERR once the QP's retry budget (at least

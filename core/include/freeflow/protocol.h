@@ -136,7 +136,10 @@ struct CreateQp {
 // A QP and the peer it addresses, by overlay IPv4 (GID) when dest_ip != 0, else by LID:
 //   ConnectQp  connects local `qpn` (RC/UC, at RTR; op kConnectQp) or resolves a UD
 //              destination (op kResolveUd): the sender is given one ring of the destination
-//              QP to produce into.
+//              QP to produce into. A connect to an address no node is known for yet waits
+//              up to --resolve-timeout-ms (a pod that just started), except a UD resolve
+//              with kResolveAgain: the library was refused that destination before, and a
+//              datagram is dropped at once rather than held in ibv_post_send.
 //   NameQp     RC/UC `qpn` names its peer, as ConnectQp does, and nothing is linked: what
 //              the library posts at a passive rdma_cm side's RTR, whose peer cannot have
 //              named it yet. Its link is made when first needed (ConnectQp). A QP of this
@@ -152,8 +155,9 @@ struct QpPeer {
   uint32_t dest_ip;  // network byte order, 0 when addressing by LID
   uint32_t dest_qpn;
   uint16_t dest_lid;
-  uint16_t reserved;
+  uint16_t flags;  // ResolveUd: kResolveAgain; else 0
 };
+inline constexpr uint16_t kResolveAgain = 1;
 using ConnectQp = QpPeer<Op::kConnectQp>;
 using NameQp = QpPeer<Op::kNameQp>;
 

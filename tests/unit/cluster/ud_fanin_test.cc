@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "freeflow/tunables.h"
@@ -210,6 +211,34 @@ TEST_P(UdFanInTest, DatagramsToADestroyedUdQpCompleteAndAreDropped) {
   EXPECT_GE(asked, 1) << "the router never refused a link to " << name;
   EXPECT_LT(asked, 64) << "a link to the gone QP was asked for per datagram";
   ibv_destroy_ah(to_b);
+  ASSERT_EQ(ibv_destroy_qp(sender), 0);
+}
+
+// Datagrams to an overlay address no pod has (the routers here have a control plane in both
+// placements). The first waits in ibv_post_send for the router's resolve timeout (300 ms
+// here; a pod that just started on another node may turn up), as an RC connect does; later
+// ones, once the library was refused, are dropped at once (it marks its asks
+// kResolveAgain), not held that long each. Each completes successfully (it is lost).
+TEST_P(UdFanInTest, OnlyTheFirstDatagramToAnUnknownAddressWaitsForTheControlPlane) {
+  ibv_qp* sender = UdQp(*a);
+  ASSERT_NE(sender, nullptr);
+  ibv_ah* nowhere = AhFor(*a, Ip("10.9.9.9"));
+  ASSERT_NE(nowhere, nullptr);
+  for (uint32_t i = 0; i < 5; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_EQ(Send(*a, sender, nowhere, 0x123, {0, i}, 0), 0);
+    const auto wc = a->Poll(1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+    const auto took = std::chrono::steady_clock::now() - start;
+    if (i == 0) {
+      EXPECT_GE(took, std::chrono::milliseconds(250));
+    } else {
+      EXPECT_LT(took, std::chrono::milliseconds(250)) << "datagram " << i << " waited";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // past the first backoffs
+  }
+  ibv_destroy_ah(nowhere);
   ASSERT_EQ(ibv_destroy_qp(sender), 0);
 }
 

@@ -486,6 +486,27 @@ TEST_F(CrossNodeTest, AConnectToAnAddressNobodyHasWaitsThenFails) {
   EXPECT_EQ(initiator.Connect(from, Ip("10.2.0.1"), 0xabcdef).status, EHOSTUNREACH);
 }
 
+// A UD resolve waits for an unknown address as a connect does (the control plane may lag
+// behind a pod that just started), but one the library marks kResolveAgain (it was refused
+// that destination before) is refused at once: the sender's ibv_post_send must not be held
+// for the resolve timeout at every retry to an address that is gone.
+TEST_F(CrossNodeTest, AUdResolveAskedAgainDoesNotWaitForAnUnknownAddress) {
+  const RawQp from = initiator.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  proto::ConnectQp m{};
+  m.qpn = from.qpn;
+  m.dest_ip = htonl(Ip("10.9.9.9"));
+  m.dest_qpn = 0x123;
+  const auto resolve = [&] { return initiator.Call(m, {}, nullptr, proto::Op::kResolveUd).status; };
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(resolve(), EHOSTUNREACH);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
+  m.flags = proto::kResolveAgain;
+  start = std::chrono::steady_clock::now();
+  EXPECT_EQ(resolve(), EHOSTUNREACH);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250))
+      << "it waited for the resolve timeout (300 ms)";
+}
+
 TEST_F(CrossNodeTest, AConnectWaitsForAPodThatIsStillStarting) {
   const RawQp from = initiator.CreateQp(IBV_QPT_RC);
   RawPod starting(b, Ip("10.2.0.7"));
