@@ -174,9 +174,12 @@ void Forwarder::MarkDead(Proxy& p, proto::EventType event) {
   if (!p.ud) return sessions_.Notify(p.pod, event, p.qpn);
   // A UD QP does not fail: its library forgets this link and asks again when it next sends
   // there. The proxy itself goes on the next tick (the caller may be walking the proxies).
-  const proto::Event e{proto::EventType::kUdPeerLost, p.qpn, 0, p.dest_ip, p.dest_qpn, 0};
-  sessions_.NotifyWithFd(p.pod, e, -1);
+  sessions_.NotifyWithFd(p.pod, UdLinkLost(p), -1);
   retry_soon_();
+}
+
+proto::Event Forwarder::UdLinkLost(const Proxy& p) {
+  return proto::Event{proto::EventType::kUdPeerLost, p.qpn, 0, p.dest_ip, p.dest_qpn, 0};
 }
 
 void Forwarder::MakeRoomForUd(uint32_t ip) {
@@ -193,7 +196,7 @@ void Forwarder::MakeRoomForUd(uint32_t ip) {
 void Forwarder::LoseUd(uint32_t chan) {
   const Proxy& p = *proxies_.at(chan);
   const PodId pod = p.pod;
-  const proto::Event e{proto::EventType::kUdPeerLost, p.qpn, 0, p.dest_ip, p.dest_qpn, 0};
+  const proto::Event e = UdLinkLost(p);
   Drop(chan, true, false);  // what the library published still goes
   sessions_.NotifyWithFd(pod, e, -1);
 }

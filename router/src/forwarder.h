@@ -149,6 +149,8 @@ class Forwarder {
   void Overflow(Proxy& p);
   void WakeOwner(Proxy& p);
   void MarkDead(Proxy& p, proto::EventType event);
+  // The kUdPeerLost event that tells the library of UD proxy `p` that its link is gone.
+  static proto::Event UdLinkLost(const Proxy& p);
   void Drop(uint32_t chan, bool tell_peer, bool died);
   // A UD link is a cache entry, as a UD QP on a NIC needs none: a pod at its quota of
   // channels gives up its oldest UD channel rather than have a new one refused.
