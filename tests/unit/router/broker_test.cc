@@ -342,6 +342,54 @@ TEST_F(BrokerTest, ANewUdSenderTakesTheRingHeldLongestAndItsSenderHearsSo) {
   EXPECT_EQ(late.Connect(q, Ip("10.0.0.9"), ud.qpn, true).status, EHOSTUNREACH);
 }
 
+// The attack the hand-over allows: a pod takes a UD destination's ring from another sender
+// again and again (a one-ring QP makes every connect a hand-over). It costs the victim only
+// a re-link: a ring handed over is a new memfd, so what the attacker keeps writing into the
+// ring it lost is never read from the victim's ring, as the victim's, and the victim's
+// message arrives once it linked again.
+TEST_F(BrokerTest, ASenderThatLostItsUdRingCannotWriteIntoItsSuccessors) {
+  RawPod target(router, Ip("10.0.0.9")), attacker(router, Ip("10.0.0.66")),
+      victim(router, Ip("10.0.0.2"));
+  ASSERT_EQ(target.Hello(), 0);
+  ASSERT_EQ(attacker.Hello(), 0);
+  ASSERT_EQ(victim.Hello(), 0);
+  const RawQp ud = target.CreateQp(IBV_QPT_UD, 1, kUdRingBytes);
+  const RawQp qa = attacker.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  const RawQp qv = victim.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  RawLink stale = attacker.Connect(qa, Ip("10.0.0.9"), ud.qpn, true);
+  ASSERT_EQ(stale.status, 0);
+  for (int round = 0; round < 3; ++round) {
+    RawLink mine = victim.Connect(qv, Ip("10.0.0.9"), ud.qpn, true);
+    ASSERT_EQ(mine.status, 0) << round;
+    const auto lost = attacker.NextEvent(1000);
+    ASSERT_TRUE(lost.has_value());
+    EXPECT_EQ(lost->type, proto::EventType::kUdPeerLost);
+    Mapping ring;
+    RingConsumer in;
+    proto::Event announced{};
+    do {  // the attacker's own rings were announced too: skip to the victim's
+      ASSERT_TRUE(NextUdRing(target, ud, &ring, &in, &announced));
+    } while (announced.src_qpn != qv.qpn);
+    // The attacker writes on into the ring it lost, then the victim sends.
+    ASSERT_EQ(
+        AppendRecord(stale.producer, RecordHeader{0, kRecSend, kRecFirst | kRecLast}, "forged", 6),
+        RingStatus::kOk);
+    stale.producer.Publish();
+    ASSERT_EQ(
+        AppendRecord(mine.producer, RecordHeader{0, kRecSend, kRecFirst | kRecLast}, "mine", 4),
+        RingStatus::kOk);
+    mine.producer.Publish();
+    EXPECT_EQ(NextPayload(in), "mine") << round;
+    EXPECT_EQ(NextPayload(in, std::chrono::milliseconds(50)), "") << "more in the victim's ring";
+    // The attacker takes the ring back; the victim hears so and links again next round.
+    stale = attacker.Connect(qa, Ip("10.0.0.9"), ud.qpn, true);
+    ASSERT_EQ(stale.status, 0);
+    const auto victim_lost = victim.NextEvent(1000);
+    ASSERT_TRUE(victim_lost.has_value());
+    EXPECT_EQ(victim_lost->type, proto::EventType::kUdPeerLost);
+  }
+}
+
 TEST_F(BrokerTest, RegistrationsArePublishedAndRevokedInTheMrTable) {
   RawPod pod(router, Ip("10.0.0.1"));
   ASSERT_EQ(pod.Hello(), 0);
