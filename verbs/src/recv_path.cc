@@ -231,6 +231,27 @@ bool Drain(Qp* qp) {
   return true;
 }
 
+void DeliverArrived(Qp* qp) {
+  // kDrainBudget records a pass; a ring holds at most one record per cache line.
+  const uint32_t passes = qp->ring_bytes / ff::kCacheLine / ff::kDrainBudget + 1;
+  for (uint32_t r = 0; r < qp->num_rings; ++r) {
+    for (uint32_t i = 0; i < passes; ++i) {
+      if (!DrainRing(qp, r, /*discard=*/false)) return;  // failed: flushed already
+    }
+  }
+  for (uint32_t r = 0; r < qp->num_rings; ++r) {
+    InboundState& in = qp->inbound[r];
+    if (!in.active) continue;  // a message cut off: its receive is flushed
+    ibv_wc wc{};
+    wc.wr_id = in.wqe.wr_id;
+    wc.status = IBV_WC_WR_FLUSH_ERR;
+    wc.opcode = IBV_WC_RECV;
+    wc.qp_num = qp->qpx.qp_base.qp_num;
+    PushWc(qp->rcq, wc);
+    ResetInbound(&in);
+  }
+}
+
 void FlushRecvs(Qp* qp) {
   if (qp->srq != nullptr) return;  // SRQ receives belong to the SRQ, not the QP
   RecvQueue* rq = &qp->rq;

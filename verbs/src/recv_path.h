@@ -17,6 +17,11 @@ void InitRecvQueue(RecvQueue* rq, uint32_t max_wr, uint32_t max_sge, ff::RecvCre
 // Turns published records of `qp`'s rings into receive completions. false when a ring
 // turned out corrupt or a message did not fit (the QP was failed).
 bool Drain(Qp* qp);
+// For a QP leaving RTR/RTS: what peers published into its rings was received, as a NIC
+// has completed it by then (its sender saw it arrive), so it completes now (as far as the
+// CQ has room), before the remaining receives are flushed; a message cut off part way
+// completes with IBV_WC_WR_FLUSH_ERR.
+void DeliverArrived(Qp* qp);
 // Completes every posted receive of `qp` (not its SRQ's) with IBV_WC_WR_FLUSH_ERR and
 // withdraws the credits senders could still claim.
 void FlushRecvs(Qp* qp);

@@ -403,8 +403,11 @@ void FailQp(Qp* qp, ibv_wc_status first) {
 }
 
 void MoveToError(Qp* qp, ibv_wc_status first_status) {
+  const ibv_qp_state was = qp->qpx.qp_base.state;
   qp->qpx.qp_base.state = IBV_QPS_ERR;
   qp->attr.qp_state = IBV_QPS_ERR;
+  // In ERR first: a ring found corrupt meanwhile fails the QP without coming back here.
+  if (was >= IBV_QPS_RTR && was <= IBV_QPS_SQE) DeliverArrived(qp);
   FailQp(qp, first_status);
 }
 
