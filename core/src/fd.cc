@@ -70,6 +70,17 @@ bool SealedReadOnly(int fd) {
 
 int SealReadOnly(int fd) { return ::fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0 ? 0 : errno; }
 
+int FreezeSeals(int fd) {
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL) == 0) return 0;
+  const int rc = errno;
+  return rc == EPERM && SealsFrozen(fd) ? 0 : rc;
+}
+
+bool SealsFrozen(int fd) {
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  return seals < 0 || (seals & F_SEAL_SEAL) != 0;
+}
+
 int CreateWakePair(UniqueFd* rx, UniqueFd* tx, bool rx_nonblocking) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) return errno;

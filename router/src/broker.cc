@@ -420,7 +420,8 @@ void Hello(Broker::Parts& b, const Call& call, UniqueFd* fds) {
   proto::Response r{};
   int type = 0;
   socklen_t tl = sizeof(type);
-  if (!SealedAtLeast(fds[0].get(), kNotifySegmentBytes) ||
+  // The notify words go to every peer of the process: no peer may seal them (FreezeSeals).
+  if (!SealedAtLeast(fds[0].get(), kNotifySegmentBytes) || FreezeSeals(fds[0].get()) != 0 ||
       ::getsockopt(fds[1].get(), SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_SEQPACKET ||
       !IsWakeSocket(fds[2].get()))
     return b.sessions.Answer(call, EINVAL, r);
@@ -489,12 +490,14 @@ int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, p
   c.peer_qp_type = dest.type;
   c.notify_slot = proto::kNoId;
   c.has_srq = 0;
+  if (const int rc = dest.FreezeSegment()) return rc;
   *fds = {dest.seg.get(), owner->notify_seg.get(), owner->mr.read_only_fd()};
   int channel = -1;
   if (owner->CqChannel(dest.recv_cq_id, &c.notify_slot, &channel)) fds->push_back(channel);
   if (dest.srq_id != proto::kNoId) {
     auto srq = owner->srqs.find(dest.srq_id);
     if (srq == owner->srqs.end()) return EHOSTUNREACH;
+    if (const int rc = FreezeSeals(srq->second.get())) return rc;
     c.has_srq = 1;
     fds->push_back(srq->second.get());
   }

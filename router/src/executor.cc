@@ -89,6 +89,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   if (const int rc =
           s->mapped.Take(seg_bytes + (dest->srq_id != proto::kNoId ? sizeof(SrqSegment) : 0)))
     return answer(rc);
+  if (const int rc = dest->FreezeSegment()) return answer(rc);
   if (MapSegment(dest->seg.get(), seg_bytes, true, &s->seg) != 0) return answer(ENOMEM);
   s->hdr = s->seg.as<QpSegmentHeader>();
   s->credits = &s->hdr->credits;

@@ -236,8 +236,11 @@ bool PodSessions::ServeHead(Session& s, const Head& head) {
     }
   }
   s.ring.Consume(head.hdr);
-  s.ring.Release();
-  return Serve(s, buf, n, fds, nfds);
+  // Released once served: a library that sees its record released knows the router did
+  // what it asked (a destroyed QP is gone: its segment can be reused, verbs-library.md).
+  if (!Serve(s, buf, n, fds, nfds)) return false;
+  if (Session* still = Find(id)) still->ring.Release();
+  return true;
 }
 
 // Tells the rings' libraries which CPU the router runs on (RequestRingControl::router_cpu),

@@ -27,6 +27,13 @@ bool Pod::CqChannel(uint32_t cq_id, uint32_t* slot, int* fd) const {
   return true;
 }
 
+int Qp::FreezeSegment() {
+  if (seg_frozen) return 0;
+  if (const int rc = FreezeSeals(seg.get())) return rc;
+  seg_frozen = true;
+  return 0;
+}
+
 WakeTarget Pod::CqWake(uint32_t cq_id) {
   uint32_t slot = 0;
   int fd = -1;

@@ -94,6 +94,9 @@ struct Qp {
   uint32_t type = 0;  // ibv_qp_type
   PodId owner = 0;
   UniqueFd seg;
+  // FreezeSeals was done on `seg`: it went to another process, or the router mapped it for
+  // remote senders (its owner never reuses it, see verbs-library.md "Spare QP segments").
+  bool seg_frozen = false;
   uint32_t num_rings = 0;
   uint32_t ring_bytes = 0;
   uint32_t srq_id = proto::kNoId;
@@ -119,6 +122,8 @@ struct Qp {
   // asked is not told; its library links when it first needs to (its first send).
   bool asked = false;
 
+  // FreezeSeals on `seg`, once: before it goes to another process or the router maps it.
+  int FreezeSegment();
   // True when an initiator QP `qpn` of the pod at `ip` may produce into this QP: any for
   // UD, only the one its owner named for RC/UC.
   bool Consents(uint32_t ip, uint32_t qpn) const;

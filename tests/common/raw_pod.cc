@@ -314,13 +314,18 @@ std::string NextPayload(RingConsumer& in, std::chrono::milliseconds timeout) {
   return std::string(got.begin(), got.end());
 }
 
-std::string PassMessage(RawLink& link, const RawQp& to, const std::string& text) {
+bool WriteMessage(RawLink& link, const std::string& text) {
   RecordHeader h{};
   h.kind = kRecSend;
   h.flags = kRecFirst | kRecLast;
   const auto len = static_cast<uint32_t>(text.size());
-  if (AppendRecord(link.producer, h, text.data(), len) != RingStatus::kOk) return "";
+  if (AppendRecord(link.producer, h, text.data(), len) != RingStatus::kOk) return false;
   link.producer.Publish();
+  return true;
+}
+
+std::string PassMessage(RawLink& link, const RawQp& to, const std::string& text) {
+  if (!WriteMessage(link, text)) return "";
   RingConsumer in;
   in.Attach(to.ring(link.reply.ring_index), to.ring_bytes);
   return NextPayload(in);

@@ -180,8 +180,11 @@ bool NextUdRing(RawPod& pod, const RawQp& qp, Mapping* ring, RingConsumer* in, p
 std::string NextPayload(RingConsumer& in,
                         std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
 
-// Writes a one-record SEND of `text` through a same-node link and returns what QP `to` (the
-// link's peer) finds in the ring it was given ("" when nothing came).
+// Writes a one-record SEND of `text` through a same-node link and publishes it: false when
+// the ring has no room.
+bool WriteMessage(RawLink& link, const std::string& text);
+// The same, and returns what QP `to` (the link's peer) finds in the ring it was given (""
+// when nothing came).
 std::string PassMessage(RawLink& link, const RawQp& to, const std::string& text);
 
 // ---- a proxy link (a peer on another node), as the library drives it -----------------

@@ -126,14 +126,60 @@ uint32_t RcRingBytes(const Qp* qp) {
   return static_cast<uint32_t>(std::clamp<uint64_t>(want, ff::kRcRingBytes, ff::kMaxRcRingBytes));
 }
 
+// Spare QP segments. A QP's segment is a memfd that peers map to produce into its rings,
+// and a shared mapping cannot be taken back: a segment that ever left this process is
+// never used again. One that never did (the router closes its seal set before it gives it
+// to anyone or maps it for remote senders: ff::SealsFrozen) is kept when its RC/UC QP is
+// destroyed, still mapped, and becomes the segment of the next QP of its size once the
+// router has served the destroy (nothing can take it out after that). Making, mapping,
+// touching, unmapping and closing a memfd cost a QP's create and destroy about 25 us here,
+// most of what an rdma_cm connection without data costs on one node.
+void KeepSpare(Session* s, UniqueFd fd, ff::Mapping map, uint64_t served_at) {
+  if (served_at == 0 || ff::SealsFrozen(fd.get())) return;  // it left the process
+  // Declared before the lock: one that makes room is unmapped and closed after it.
+  Session::SpareSegment dropped;
+  std::lock_guard<std::mutex> g(s->spare_mu);
+  if (s->spare_segments.size() >= ff::kSpareQpSegments) {
+    dropped = std::move(s->spare_segments.front());
+    s->spare_segments.pop_front();
+  }
+  s->spare_segments.push_back({std::move(fd), std::move(map), served_at});
+}
+
+// A spare segment of `bytes` for a new QP, when there is one the router is done with.
+bool TakeSpare(Session* s, size_t bytes, UniqueFd* fd, ff::Mapping* map) {
+  std::vector<Session::SpareSegment> dropped;
+  std::lock_guard<std::mutex> g(s->spare_mu);
+  for (auto it = s->spare_segments.begin(); it != s->spare_segments.end();) {
+    if (it->map.size() != bytes || !s->Served(it->served_at)) {
+      ++it;
+    } else if (ff::SealsFrozen(it->fd.get())) {  // given out just before its destroy
+      dropped.push_back(std::move(*it));
+      it = s->spare_segments.erase(it);
+    } else {
+      *fd = std::move(it->fd);
+      *map = std::move(it->map);
+      s->spare_segments.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
 // The QP's own segment: its inbound rings and receive credits, which peers map.
 int InitSegment(Qp* qp) {
   qp->num_rings = qp->type == IBV_QPT_UD ? ff::kUdRingsPerQp : 1;
   qp->ring_bytes = qp->type == IBV_QPT_UD ? ff::kUdRingBytes : RcRingBytes(qp);
   const size_t seg_bytes = ff::QpSegmentBytes(qp->num_rings, qp->ring_bytes);
-  int rc = ff::CreateSegment("ffverbs-qp", seg_bytes, &qp->seg_fd);
-  if (rc == 0) rc = ff::MapSegment(qp->seg_fd.get(), seg_bytes, true, &qp->seg);
-  if (rc != 0) return rc;
+  if (qp->type != IBV_QPT_UD && TakeSpare(qp->ctx->session, seg_bytes, &qp->seg_fd, &qp->seg)) {
+    // Only this process ever wrote it: its rings start over, empty.
+    for (uint32_t i = 0; i < qp->num_rings; ++i)
+      new (ff::QpRing(qp->seg.get(), i, qp->ring_bytes)) ff::RingHeader();
+  } else {
+    int rc = ff::CreateSegment("ffverbs-qp", seg_bytes, &qp->seg_fd);
+    if (rc == 0) rc = ff::MapSegment(qp->seg_fd.get(), seg_bytes, true, &qp->seg);
+    if (rc != 0) return rc;
+  }
   auto* hdr = new (qp->seg.get()) ff::QpSegmentHeader();
   hdr->magic = ff::kQpSegMagic;
   hdr->abi = ff::kAbiVersion;
@@ -384,10 +430,15 @@ int DestroyQp(Qp* qp) {
   // is gone has released the QP already.
   ff::proto::DestroyQp m{};
   m.id = qpn;
-  ctx->session->Post(&m, sizeof(m));
+  uint64_t served_at = 0;
+  ctx->session->Post(&m, sizeof(m), nullptr, 0, &served_at);
+  const bool ud = qp->type == IBV_QPT_UD;
+  UniqueFd seg_fd = std::move(qp->seg_fd);
+  ff::Mapping seg = std::move(qp->seg);
   pthread_mutex_destroy(&qp->qpx.qp_base.mutex);
   pthread_cond_destroy(&qp->qpx.qp_base.cond);
   delete qp;
+  if (!ud) KeepSpare(ctx->session, std::move(seg_fd), std::move(seg), served_at);
   return 0;
 }
 

@@ -475,11 +475,21 @@ int Session::Call(const void* req, size_t len, const int* fds, int nfds, ff::pro
   return resp->status;
 }
 
-int Session::Post(const void* req, size_t len, const int* fds, int nfds) {
+int Session::Post(const void* req, size_t len, const int* fds, int nfds, uint64_t* served_at) {
   std::lock_guard<std::mutex> g(call_mu);
+  if (served_at != nullptr) *served_at = 0;
   if (fatal.load()) return ENOTCONN;
   ff::proto::Header h;
-  return Deliver(this, req, len, ff::proto::kPostedSeq, fds, nfds, &h);
+  const int rc = Deliver(this, req, len, ff::proto::kPostedSeq, fds, nfds, &h);
+  if (rc == 0 && served_at != nullptr && ring.control != nullptr)
+    *served_at = ring.producer.position();
+  return rc;
+}
+
+bool Session::Served(uint64_t served_at) {
+  std::lock_guard<std::mutex> g(call_mu);
+  return served_at != 0 && ring.control != nullptr && !fatal.load() &&
+         ring.producer.ReleasedUpTo(served_at);
 }
 
 int Session::SimpleCall(const void* req, size_t len) {

@@ -14,6 +14,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -89,7 +90,23 @@ struct Session {
   // A request sent without waiting: the router answers none (seq kPostedSeq) and only logs
   // its failure, so only for requests whose outcome the library already knows. Requests
   // are handled in the order sent, posted or not. 0, or ENOTCONN when the router is gone.
-  int Post(const void* req, size_t len, const int* fds = nullptr, int nfds = 0);
+  // With `served_at`, also where its record ends in the request ring (0 without a ring):
+  // Served() tells when the router has done it.
+  int Post(const void* req, size_t len, const int* fds = nullptr, int nfds = 0,
+           uint64_t* served_at = nullptr);
+  // True once the router has served every request up to `served_at` (a Post position).
+  bool Served(uint64_t served_at);
+
+  // Spare QP segments (qp.cc, verbs-library.md "Spare QP segments"): segments of destroyed
+  // RC/UC QPs that never left this process, kept mapped for its next QP of the same size,
+  // oldest first, at most ff::kSpareQpSegments.
+  struct SpareSegment {
+    UniqueFd fd;
+    Mapping map;
+    uint64_t served_at = 0;  // its QP's destroy, in the request ring
+  };
+  std::mutex spare_mu;
+  std::deque<SpareSegment> spare_segments;
 
   // QP numbers the router granted for posted RC/UC creates (proto::CreateQpReply), and the
   // lock that keeps taking one and posting its create in the order the router sees them

@@ -83,6 +83,15 @@ bool SealedReadOnly(int fd);
 // Forbids new writable mappings of the memfd behind `fd` (mappings made before keep their
 // rights): what the holders of `fd`, or of any reopened copy of it, can only read.
 int SealReadOnly(int fd);
+// Closes the seal set of the memfd behind `fd` (F_SEAL_SEAL): the router does it before it
+// hands a QP, SRQ or notify segment to any process but its owner. No holder can then seal it
+// against writes (which would keep every later peer from mapping it), and its owner can tell
+// that it left the process (SealsFrozen), so that it never reuses it for another QP. 0 when
+// the set is closed (already, or now), else a positive errno.
+int FreezeSeals(int fd);
+// True when the seal set of the memfd behind `fd` is closed (FreezeSeals), or when its seals
+// cannot be read.
+bool SealsFrozen(int fd);
 
 // Wake sockets. A process that sleeps on an fd another process must be able to wake owns
 // the receiving end of a Unix datagram socket pair and hands out the sending end. A waker

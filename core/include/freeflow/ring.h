@@ -82,6 +82,12 @@ class RingProducer : public RingEnd {
   void Commit(uint32_t total) { tail_ += total; }
   // Makes every committed record visible to the consumer.
   void Publish() { header_->tail.store(tail_, std::memory_order_release); }
+  // Where the next record goes: after Publish(), the end of every record published so far.
+  uint64_t position() const { return tail_; }
+  // True once the consumer released everything before `pos` (a position() value).
+  bool ReleasedUpTo(uint64_t pos) const {
+    return header_->head.load(std::memory_order_acquire) >= pos;
+  }
 
  private:
   uint64_t tail_ = 0;        // private: next byte to write

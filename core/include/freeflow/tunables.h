@@ -12,6 +12,9 @@ namespace ff {
 
 // ---- shared memory: rings, tables, slots ------------------------------------------------
 inline constexpr uint32_t kRcRingBytes = 512 * 1024;  // an RC/UC QP's inbound ring, at least
+// Segments of destroyed RC/UC QPs that never left their process, kept for its next QPs
+// (verbs-library.md, "Spare QP segments"). Each holds only the pages its QP touched.
+inline constexpr size_t kSpareQpSegments = 4;
 inline constexpr uint32_t kMaxRcRingBytes = 2 * 1024 * 1024;  // ... at most
 inline constexpr uint32_t kRcRingBytesPerRecv = 2048;         // ... sized by the receive queue
 inline constexpr uint32_t kUdRingBytes = 64 * 1024;  // each of a UD QP's rings (a message <= MTU)

@@ -107,6 +107,11 @@ class Pod {
   // Connects `own`, a QP of this pod, to QP `peer_qpn` of `peer`.
   int ConnectQp(ibv_qp* own, const Pod& peer, uint32_t peer_qpn, uint8_t rnr_retry = 7,
                 uint8_t min_rnr_timer = 1, uint16_t lid = 0) {
+    return ConnectQp(own, peer.ip_, peer_qpn, rnr_retry, min_rnr_timer, lid);
+  }
+  // The same towards QP `peer_qpn` of the pod at `peer_ip` (one that is not a Pod).
+  int ConnectQp(ibv_qp* own, uint32_t peer_ip, uint32_t peer_qpn, uint8_t rnr_retry = 7,
+                uint8_t min_rnr_timer = 1, uint16_t lid = 0) {
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
@@ -124,7 +129,7 @@ class Pod {
     a.ah_attr.dlid = lid;
     a.ah_attr.port_num = 1;
     a.ah_attr.grh.sgid_index = 1;
-    if (lid == 0) Ipv4MappedGid(peer.ip_, a.ah_attr.grh.dgid.raw);
+    if (lid == 0) Ipv4MappedGid(peer_ip, a.ah_attr.grh.dgid.raw);
     if (int rc =
             ibv_modify_qp(own, &a,
                           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |

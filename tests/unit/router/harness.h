@@ -157,6 +157,7 @@ using ff::test::RawLink;
 using ff::test::RawQp;
 using ff::test::TryPostRequest;
 using ff::test::WaitFor;
+using ff::test::WriteMessage;
 
 class RawPod : public ff::test::RawPod {
  public:
