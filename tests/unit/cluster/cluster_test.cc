@@ -310,9 +310,7 @@ TEST_P(ClusterTest, AMessageThatArrivedBeforeTheQpWentToErrorIsReceived) {
   ASSERT_EQ(ibv_modify_qp(a->qp, &attr, IBV_QP_STATE), 0);
   const auto wc = a->Poll(3);
   ASSERT_EQ(wc.size(), 3u);
-  EXPECT_EQ(wc[0].wr_id, 1u);
-  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
-  EXPECT_EQ(wc[0].opcode, IBV_WC_RECV);
+  ExpectWc(wc[0], 1, IBV_WC_SUCCESS, IBV_WC_RECV);
   EXPECT_EQ(wc[0].byte_len, 64u);
   EXPECT_EQ(std::memcmp(a->buf + 64, b->buf, 64), 0);
   for (size_t i = 1; i < 3; ++i) {

@@ -234,6 +234,13 @@ class Pod {
   ffv::Session* session_ = nullptr;
 };
 
+// Checks one completion's work request, status and opcode.
+inline void ExpectWc(const ibv_wc& wc, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode) {
+  EXPECT_EQ(wc.wr_id, wr_id);
+  EXPECT_EQ(wc.status, status) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(wc.opcode, opcode);
+}
+
 // Same node (false) or across nodes (true).
 class ClusterTest : public ::testing::TestWithParam<bool> {
  protected:

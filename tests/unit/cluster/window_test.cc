@@ -276,12 +276,8 @@ TEST_P(WindowTest, TheWorkRequestApiBindsAndInvalidates) {
   ASSERT_EQ(ibv_wr_complete(bx), 0);
   const auto done = b->Poll(2);
   ASSERT_EQ(done.size(), 2u);
-  EXPECT_EQ(done[0].wr_id, 93u);
-  EXPECT_EQ(done[0].status, IBV_WC_SUCCESS);
-  EXPECT_EQ(done[0].opcode, IBV_WC_BIND_MW);
-  EXPECT_EQ(done[1].wr_id, 94u);
-  EXPECT_EQ(done[1].status, IBV_WC_SUCCESS);
-  EXPECT_EQ(done[1].opcode, IBV_WC_LOCAL_INV);
+  ExpectWc(done[0], 93, IBV_WC_SUCCESS, IBV_WC_BIND_MW);
+  ExpectWc(done[1], 94, IBV_WC_SUCCESS, IBV_WC_LOCAL_INV);
   EXPECT_EQ(Access(IBV_WR_RDMA_READ, rkey, kWindowAt, 8), IBV_WC_REM_ACCESS_ERR);
 }
 
