@@ -167,7 +167,12 @@ bool DrainRing(Qp* qp, uint32_t r, bool discard) {
     }
   }
   if (consumed) cons.Release();
-  if (!ok) MoveToError(qp, IBV_WC_WR_FLUSH_ERR);
+  if (!ok) {
+    // The receive side failed the QP itself: nothing published after the failing record
+    // was received (a NIC's responder in ERR takes no more), so nothing more is delivered.
+    qp->qpx.qp_base.state = IBV_QPS_ERR;
+    MoveToError(qp, IBV_WC_WR_FLUSH_ERR);
+  }
   return ok;
 }
 

@@ -323,6 +323,25 @@ TEST_P(ClusterTest, AMessageThatArrivedBeforeTheQpWentToErrorIsReceived) {
   EXPECT_TRUE(a->Poll(1, std::chrono::milliseconds(100)).empty());
 }
 
+// A message longer than its receive fails the receiving RC QP (IBV_WC_LOC_LEN_ERR); what
+// its peer sent after it, though already in the ring, is not received: the rest flush.
+TEST_P(ClusterTest, NothingAfterAMessageTooLongForItsReceiveIsReceived) {
+  ConnectBoth();
+  ASSERT_EQ(a->PostRecv(1, 0, 16), 0);
+  ASSERT_EQ(a->PostRecv(2, 64, 64), 0);
+  ASSERT_EQ(a->PostRecv(3, 128, 64), 0);
+  ASSERT_EQ(b->Post(IBV_WR_SEND, 7, 0, 64), 0);  // too long for receive 1
+  ASSERT_EQ(b->Post(IBV_WR_SEND, 8, 0, 8), 0);
+  ASSERT_EQ(b->Poll(2).size(), 2u);  // both arrived before a polls
+  const auto wc = a->Poll(3);
+  ASSERT_EQ(wc.size(), 3u);
+  ExpectWc(wc[0], 1, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  EXPECT_EQ(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wc[2].wr_id, 3u);
+  EXPECT_EQ(wc[2].status, IBV_WC_WR_FLUSH_ERR);
+}
+
 TEST_P(ClusterTest, ALinkOrRouterThatDiesFailsTheQpWithoutAHang) {
   ConnectBoth();
   ASSERT_EQ(a->Post(IBV_WR_RDMA_WRITE, 1, 0, 64, b.get(), 0), 0);
