@@ -244,9 +244,10 @@ void DeliverArrived(Qp* qp) {
       if (!DrainRing(qp, r, /*discard=*/false)) return;  // failed: flushed already
     }
   }
+  // A message cut off part way: its receive is flushed.
   for (uint32_t r = 0; r < qp->num_rings; ++r) {
     InboundState& in = qp->inbound[r];
-    if (!in.active) continue;  // a message cut off: its receive is flushed
+    if (!in.active) continue;
     ibv_wc wc{};
     wc.wr_id = in.wqe.wr_id;
     wc.status = IBV_WC_WR_FLUSH_ERR;
