@@ -239,7 +239,7 @@ bool PodSessions::ServeHead(Session& s, const Head& head) {
   // Released once served: a library that sees its record released knows the router did
   // what it asked (a destroyed QP is gone: its segment can be reused, verbs-library.md).
   if (!Serve(s, buf, n, fds, nfds)) return false;
-  if (Session* still = Find(id)) still->ring.Release();
+  s.ring.Release();  // Serve found it alive (ids are never reused)
   return true;
 }
 

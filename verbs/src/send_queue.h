@@ -42,7 +42,9 @@ bool Retire(Qp* qp);
 // flushes the receive queue too. The QP's state is the caller's business.
 void FailQp(Qp* qp, ibv_wc_status first_status);
 // Moves `qp` to the error state and FailQp()s it (a transport error, a broken ring, a
-// peer that went away, or modify_qp to ERR).
+// peer that went away, or modify_qp to ERR). A QP that was receiving (RTR..SQE) first
+// completes what its rings hold (DeliverArrived); one already in ERR does not, which is how
+// the receive path, failing a QP itself, keeps what follows the failing message out.
 void MoveToError(Qp* qp, ibv_wc_status first_status);
 // Installs the ibv_wr_* functions of `qp`, which batch WQEs for PostSend (wr_api.cc).
 void InitQpEx(Qp* qp);
