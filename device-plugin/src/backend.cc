@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "freeflow/router_socket.h"
+
 namespace freeflow::dp {
 namespace {
 
@@ -189,7 +191,7 @@ class VirtualBackend final : public DeviceBackend {
  public:
   VirtualBackend(ResourceConfig cfg, BackendContext ctx)
       : cfg_(std::move(cfg)), ctx_(std::move(ctx)) {
-    socket_path_ = cfg_.freeflow_dir + "/" + cfg_.router_name + ".sock";
+    socket_path_ = ff::RouterSocketPath(cfg_.freeflow_dir, cfg_.router_name);
   }
 
   std::vector<PluginDevice> scan() override {
