@@ -1,6 +1,7 @@
-// Logging of libfsocket. Lines go to stderr as "freeflow-socket <level>[pid]: ...", one
-// write(2) each; errors always print, debug lines only with FFS_LOG=debug. Never changes
-// errno. Never on the data path except for events that end a connection.
+// Logging of libfsocket (freeflow/preload/log.h). Lines go to stderr as
+// "freeflow-socket <level>[pid]: ...", one write(2) each; errors always print, debug lines
+// only with FFS_LOG=debug. Never changes errno. Never on the data path except for events
+// that end a connection.
 #pragma once
 
 namespace ffsock {

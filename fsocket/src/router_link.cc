@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "freeflow/clock.h"
+#include "freeflow/router_socket.h"
 #include "freeflow/stream_pods.h"
 #include "freeflow/tunables.h"
 #include "log.h"
@@ -32,12 +33,9 @@ Config ReadConfig() {
     LogError("VNET_PREFIX=%s is not an IPv4 prefix: TCP mode is off", prefix);
     return c;
   }
-  const char* dir = std::getenv("FREEFLOW_DIR");
-  const char* name = std::getenv("FFR_NAME");
   c.enabled = true;
   c.prefix = *parsed;
-  c.socket_path = std::string(dir != nullptr && *dir ? dir : "/freeflow") + "/" +
-                  (name != nullptr && *name ? name : "ffrouter") + ".sock";
+  c.socket_path = ff::RouterSocketPathFromEnv();
   return c;
 }
 

@@ -1,5 +1,5 @@
 // rdma_cm between two pods through the real router(s): the library's device
-// (verbs/src/cm_device.h) with the router as its kernel, on one node and across two. The
+// (verbs/src/rdmacm/cm_device.h) with the router as its kernel, on one node and across two. The
 // commands are written as librdmacm writes them (ucma_client.h) and the events expected are
 // those the kernel's rdma_cm gives a user-space id: address and route resolution, a
 // connection request carrying the caller's private data, the response, ESTABLISHED on the
@@ -12,8 +12,8 @@
 #include <chrono>
 #include <cstring>
 
-#include "cm_device.h"
 #include "pods.h"
+#include "rdmacm/cm_device.h"
 #include "ucma_client.h"
 
 namespace ff::cluster_test {

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <thread>
 
-#include "internal.h"
+#include "base/objects.h"
 #include "pods.h"
 
 namespace ff::cluster_test {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "harness.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace ff::cluster_test {
 

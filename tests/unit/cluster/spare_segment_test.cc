@@ -13,7 +13,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "internal.h"
+#include "base/objects.h"
 #include "pods.h"
 
 namespace ff::cluster_test {

@@ -1,4 +1,4 @@
-// The context lock (verbs/src/internal.h, AdaptiveLock): mutual exclusion, and a waiter that
+// The context lock (verbs/src/base/objects.h, AdaptiveLock): mutual exclusion, and a waiter that
 // sleeps instead of spinning while the holder is away (the event thread holds the lock across
 // router round trips; a spinning waiter took the CPU the holder needed).
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "internal.h"
+#include "base/objects.h"
 
 namespace fftest {
 namespace {

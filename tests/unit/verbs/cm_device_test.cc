@@ -1,11 +1,11 @@
 // The rdma_cm device's open, stat and descriptor bookkeeping, and the command parsing and
-// forwarding (verbs/src/cm_device.cc, cm_commands.cc), against the fake router.
+// forwarding (verbs/src/rdmacm/cm_device.cc, cm_commands.cc), against the fake router.
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 
 #include "cm_fixture.h"
-#include "device_files.h"
+#include "rdmacm/device_files.h"
 
 namespace fftest {
 namespace {

@@ -1,5 +1,5 @@
 // GET_EVENT, the event accounting librdmacm waits on, and DEVICE_REMOVAL when the router
-// goes away (verbs/src/cm_events.cc, cm_table.cc), against the fake router.
+// goes away (verbs/src/rdmacm/cm_events.cc, cm_table.cc), against the fake router.
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
@@ -10,9 +10,9 @@
 #include <future>
 #include <set>
 
+#include "base/objects.h"
 #include "cm_fixture.h"
 #include "freeflow/cm_qp_attr.h"
-#include "internal.h"
 
 namespace fftest {
 namespace {

@@ -1,4 +1,4 @@
-// The rdma_cm device (verbs/src/cm_device.h) against the fake router: a pod whose session
+// The rdma_cm device (verbs/src/rdmacm/cm_device.h) against the fake router: a pod whose session
 // serves the device (ffv::UseCmSession), and helpers that play the router's side of a
 // channel (events in, commands answered); commands are written with ucma_client.h. The test
 // executable links the library's objects, so its open(), write() and close() reach the interposers
@@ -18,9 +18,9 @@
 #include <set>
 #include <vector>
 
-#include "cm_device.h"
 #include "cm_event.h"
 #include "pod.h"
+#include "rdmacm/cm_device.h"
 #include "ucma_client.h"
 
 namespace fftest {

@@ -25,9 +25,9 @@
 #include <mutex>
 #include <thread>
 
-#include "cm_device.h"
 #include "cm_event.h"
 #include "pod.h"
+#include "rdmacm/cm_device.h"
 
 namespace fftest {
 namespace {

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "completion.h"
+#include "datapath/completion.h"
 #include "pod.h"
 
 namespace fftest {

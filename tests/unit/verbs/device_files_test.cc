@@ -1,9 +1,9 @@
-// The device node the library answers for (verbs/src/device_files.cc): exactly the served
+// The device node the library answers for (verbs/src/rdmacm/device_files.cc): exactly the served
 // path answers as a character device 231:192, mode 0666, through every interposed name;
 // other paths and errno are libc's own; a real file at the path wins. The test executable
 // links the library's objects, so its calls to stat() and friends reach the interposers
 // just as a preloaded program's do.
-#include "device_files.h"
+#include "rdmacm/device_files.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

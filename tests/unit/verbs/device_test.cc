@@ -9,7 +9,7 @@
 
 #include "freeflow/ipv4.h"
 #include "pod.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace fftest {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "freeflow/clock.h"
 #include "pod.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace fftest {
 namespace {

@@ -141,7 +141,7 @@ class FakeRouter {
   // Closes the connection and the event socket, as a router that died.
   void Close();
 
-  // rdma_cm (verbs/src/cm_device.h): CmOpenChannel keeps the router's end of the channel;
+  // rdma_cm (verbs/src/rdmacm/cm_device.h): CmOpenChannel keeps the router's end of the channel;
   // CmCommand is answered by `handler` (its return value is the status; default: 0 and no
   // bytes). The handler runs on the serving thread with the router's lock held.
   using CmHandler = std::function<int(const ff::proto::CmCommand&, ff::proto::CmReply*)>;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "fake_router.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace fftest {
 

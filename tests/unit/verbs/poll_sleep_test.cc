@@ -9,8 +9,8 @@
 #include <cstring>
 #include <thread>
 
+#include "base/objects.h"
 #include "freeflow/tunables.h"
-#include "internal.h"
 #include "pod.h"
 
 namespace fftest {

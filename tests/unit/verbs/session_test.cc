@@ -1,6 +1,6 @@
 // Several sessions in one process (as in-process tests of two pods need): their own QP
 // numbers, their own routers, and the one limit they share (registered pages).
-#include "session.h"
+#include "session/session.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>
