@@ -13,7 +13,7 @@
 
 #include "freeflow/router_socket.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 namespace {
 
 std::string normalize_hex(std::string s) {
@@ -295,4 +295,4 @@ std::unique_ptr<DeviceBackend> make_backend(const ResourceConfig& cfg, const Bac
   return nullptr;
 }
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

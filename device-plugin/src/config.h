@@ -16,7 +16,7 @@
 
 #include "freeflow/router_socket.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 class ConfigError : public std::runtime_error {
  public:
@@ -69,4 +69,4 @@ struct PluginConfig {
 PluginConfig parse_config(const std::string& json_text);
 PluginConfig load_config_file(const std::string& path);
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

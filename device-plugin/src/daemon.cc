@@ -10,7 +10,7 @@
 
 #include "cdi.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -340,4 +340,4 @@ int Daemon::run(int signal_fd) {
   return 0;
 }
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

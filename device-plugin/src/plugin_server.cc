@@ -11,7 +11,7 @@
 #include "pluginregistration.grpc.pb.h"
 #include "topology.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 namespace {
 constexpr int kStreamWakeMs = 200;  // how often a stream rechecks cancellation
@@ -280,4 +280,4 @@ void ResourcePlugin::set_registry_status(bool registered, const std::string& err
     spdlog::error("{}: kubelet plugin watcher rejected us: {}", cfg_.full_name(), error);
 }
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -14,7 +14,7 @@
 #include "router_link.h"
 #include "stream.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
 
 static_assert(POLLIN == EPOLLIN && POLLOUT == EPOLLOUT && POLLERR == EPOLLERR &&
@@ -284,9 +284,9 @@ Ref ShadowOf(int epfd) {
 }
 
 }  // namespace
-}  // namespace ffsock
+}  // namespace ff::fsocket
 
-using namespace ffsock;
+using namespace ff::fsocket;
 
 extern "C" {
 

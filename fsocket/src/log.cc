@@ -4,7 +4,7 @@
 
 #include "freeflow/preload/log.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
 
 ff::preload::LogIdentity g_log{"freeflow-socket", "FFS_LOG"};
@@ -19,4 +19,4 @@ void Log(bool debug, const char* fmt, ...) {
   va_end(ap);
 }
 
-}  // namespace ffsock
+}  // namespace ff::fsocket

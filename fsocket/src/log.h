@@ -4,11 +4,11 @@
 // that end a connection.
 #pragma once
 
-namespace ffsock {
+namespace ff::fsocket {
 
 void Log(bool debug, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
-}  // namespace ffsock
+}  // namespace ff::fsocket
 
-#define LogError(...) ::ffsock::Log(false, __VA_ARGS__)
-#define LogDebug(...) ::ffsock::Log(true, __VA_ARGS__)
+#define LogError(...) ::ff::fsocket::Log(false, __VA_ARGS__)
+#define LogDebug(...) ::ff::fsocket::Log(true, __VA_ARGS__)

@@ -18,7 +18,7 @@
 #include "sock.h"
 #include "stream.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
 
 constexpr uint64_t kKernelLookNs = 10'000;  // while spinning, the other descriptors this often
@@ -163,9 +163,9 @@ int PollWithStreams(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* m
   return r;
 }
 
-}  // namespace ffsock
+}  // namespace ff::fsocket
 
-using namespace ffsock;
+using namespace ff::fsocket;
 
 extern "C" {
 
@@ -196,7 +196,7 @@ FFS_EXPORT int __ppoll_chk(pollfd* fds, nfds_t n, const timespec* t, const sigse
 
 }  // extern "C"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
 
 // select and pselect through the poll wait: -1 with errno, or how many bits are set.
@@ -235,7 +235,7 @@ int SelectWithStreams(int nfds, fd_set* r, fd_set* w, fd_set* x, int64_t timeout
 }
 
 }  // namespace
-}  // namespace ffsock
+}  // namespace ff::fsocket
 
 extern "C" {
 

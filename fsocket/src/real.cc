@@ -9,7 +9,7 @@
 
 #include "freeflow/preload/interpose.h"
 
-namespace ffsock::real {
+namespace ff::fsocket::real {
 
 void* Next(const char* name) { return ff::preload::Next(name); }
 
@@ -64,4 +64,4 @@ int fcntl_int(int fd, int cmd, int arg) {
   return fn(fd, cmd, arg);
 }
 
-}  // namespace ffsock::real
+}  // namespace ff::fsocket::real

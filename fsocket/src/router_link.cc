@@ -19,7 +19,7 @@
 #include "log.h"
 #include "real.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
 
 constexpr uint64_t kRetryNs = 1'000'000'000;
@@ -228,4 +228,4 @@ void RouterLinkChildAfterFork() {
   l.mu.unlock();
 }
 
-}  // namespace ffsock
+}  // namespace ff::fsocket

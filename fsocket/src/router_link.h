@@ -13,7 +13,7 @@
 #include "freeflow/protocol.h"
 #include "freeflow/stream_pods.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 
 // What the environment says, read once. TCP mode is on only with a valid VNET_PREFIX.
 struct Config {
@@ -50,4 +50,4 @@ void RouterLinkPrepareFork();
 void RouterLinkParentAfterFork();
 void RouterLinkChildAfterFork();
 
-}  // namespace ffsock
+}  // namespace ff::fsocket

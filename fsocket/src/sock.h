@@ -19,7 +19,7 @@
 #include "freeflow/fd.h"
 #include "freeflow/stream_segment.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 
 class EpollShadow;
 
@@ -132,4 +132,4 @@ void SockPrepareFork();
 void SockParentAfterFork();
 void SockChildAfterFork();
 
-}  // namespace ffsock
+}  // namespace ff::fsocket

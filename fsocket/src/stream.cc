@@ -19,7 +19,7 @@
 #include "log.h"
 #include "real.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
 
 inline void CpuRelax() { __builtin_ia32_pause(); }
@@ -494,4 +494,4 @@ bool RestartAfterSignal() {
   return true;
 }
 
-}  // namespace ffsock
+}  // namespace ff::fsocket

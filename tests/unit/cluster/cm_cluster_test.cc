@@ -37,9 +37,9 @@ void PutIpv4(sockaddr_in6* slot, uint32_t ip, uint16_t port) {
 class Channel {
  public:
   explicit Channel(Pod& pod) {
-    ffv::UseCmSession(pod.session());
-    fd_ = ::open(ffv::kCmDevicePath, O_RDWR | O_CLOEXEC);
-    ffv::UseProcessCmSession();
+    ff::verbs::UseCmSession(pod.session());
+    fd_ = ::open(ff::verbs::kCmDevicePath, O_RDWR | O_CLOEXEC);
+    ff::verbs::UseProcessCmSession();
     EXPECT_GE(fd_, 0) << std::strerror(errno);
   }
   ~Channel() {

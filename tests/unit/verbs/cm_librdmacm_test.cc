@@ -165,7 +165,7 @@ class Librdmacm : public ::testing::Test {
 };
 
 TEST_F(Librdmacm, TheEventChannelIsTheLibrarysDevice) {
-  EXPECT_TRUE(ffv::IsCmFd(channel_->fd));
+  EXPECT_TRUE(ff::verbs::IsCmFd(channel_->fd));
   EXPECT_NE(channel_id_, ff::proto::kNoId);
 }
 

@@ -1,6 +1,6 @@
 // A stand-in for ffrouter that serves the pod protocol (core/include/freeflow/protocol.h) on
 // one end of a socketpair, so that the library's link operations can be tested in one
-// process without root: the test hands the other end to ffv::OpenSession.
+// process without root: the test hands the other end to ff::verbs::OpenSession.
 //
 // It does what the real router does for one pod: answers HELLO with an MR table it writes
 // (ff::UpdateMrEntry), keeps channels, CQs, SRQs and QPs (numbering QPs from kFirstQpn, as every

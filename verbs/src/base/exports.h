@@ -19,7 +19,7 @@
 
 #define FFV_EXPORT __attribute__((visibility("default")))
 
-namespace ffv {
+namespace ff::verbs {
 
 // Runs `body` (returns 0 or a positive errno). Only allocation can throw inside the library.
 template <typename F>
@@ -53,4 +53,4 @@ inline int ZeroOrMinusOne(int rc) {
 // The vctx->create_qp_ex operation (qp.cc).
 ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr);
 
-}  // namespace ffv
+}  // namespace ff::verbs

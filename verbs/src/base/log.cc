@@ -4,7 +4,7 @@
 
 #include "freeflow/preload/log.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 ff::preload::LogIdentity g_log{"freeflow", "FFV_LOG"};
@@ -25,4 +25,4 @@ void LogDebug(const char* fmt, ...) {
   va_end(ap);
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs

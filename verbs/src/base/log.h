@@ -3,9 +3,9 @@
 // errno. Never called on the data path except for events that end a connection.
 #pragma once
 
-namespace ffv {
+namespace ff::verbs {
 
 void LogError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void LogDebug(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
-}  // namespace ffv
+}  // namespace ff::verbs

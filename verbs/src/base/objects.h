@@ -36,7 +36,7 @@
 #include "freeflow/target_ops.h"
 #include "freeflow/tunables.h"
 
-namespace ffv {
+namespace ff::verbs {
 
 using ff::Mapping;
 using ff::UniqueFd;
@@ -438,4 +438,4 @@ int DeallocMw(ibv_mw* mw);
 // Queues an asynchronous event for ibv_get_async_event (device.cc). Any thread.
 void PushAsyncEvent(Context* ctx, ibv_event_type type, void* element);
 
-}  // namespace ffv
+}  // namespace ff::verbs

@@ -9,7 +9,7 @@
 #include "datapath/send_queue.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 // Who is at the other end, as the router's connect answer names it.
@@ -265,4 +265,4 @@ int PeerRegion(Qp* qp, PeerLink* link, uint32_t region_id, uint32_t need, Mappin
   return 0;
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs

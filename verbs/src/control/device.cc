@@ -20,7 +20,7 @@
 #include "rdmacm/device_files.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 // Once the process has the device, programs may check its nodes (device_files.h).
@@ -247,9 +247,9 @@ ibv_context* OpenContext(Session* s) {
   return ObjectOrNull(rc, rc == 0 ? &ctx->vctx.context : nullptr);
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs
 
-using namespace ffv;
+using namespace ff::verbs;
 
 extern "C" {
 

@@ -22,7 +22,7 @@
 #include "rdmacm/cm_device.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 void BeforeFork() {
@@ -51,7 +51,7 @@ __attribute__((constructor)) void InstallForkHandlers() {
 }
 
 }  // namespace
-}  // namespace ffv
+}  // namespace ff::verbs
 
 extern "C" {
 

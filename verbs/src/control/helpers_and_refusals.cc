@@ -12,7 +12,7 @@
 
 #include "base/exports.h"
 
-using namespace ffv;
+using namespace ff::verbs;
 
 namespace {
 

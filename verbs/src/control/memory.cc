@@ -35,7 +35,7 @@
 #include "base/exports.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 std::mutex g_region_mu;  // guards everything below; taken before any context lock
@@ -408,9 +408,9 @@ void PrivatizeRegionsInChild() {
   g_regions.clear();
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs
 
-using namespace ffv;
+using namespace ff::verbs;
 
 extern "C" {
 

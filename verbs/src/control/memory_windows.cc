@@ -11,7 +11,7 @@
 #include "datapath/send_queue.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 constexpr unsigned kWindowRights =
@@ -150,4 +150,4 @@ int DeallocMw(ibv_mw* ibmw) {
   });
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs

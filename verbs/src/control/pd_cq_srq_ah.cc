@@ -12,7 +12,7 @@
 #include "freeflow/ipv4.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 uint32_t AllocNotifySlot(Session* s) {
@@ -338,9 +338,9 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   return &cq->cqx;
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs
 
-using namespace ffv;
+using namespace ff::verbs;
 
 extern "C" {
 

@@ -13,7 +13,7 @@
 #include "rdmacm/cm_channel.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 bool TransitionAllowed(ibv_qp_state cur, ibv_qp_state next) {
@@ -460,9 +460,9 @@ ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   return ObjectOrNull(rc, rc == 0 ? &qp->qpx.qp_base : nullptr);
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs
 
-using namespace ffv;
+using namespace ff::verbs;
 
 extern "C" {
 

@@ -25,7 +25,7 @@
 #include "session/peer_events.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 // Advances queued sends and turns published ring records into completions of `cq`.
@@ -275,9 +275,9 @@ int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
   return 0;
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs
 
-using namespace ffv;
+using namespace ff::verbs;
 
 extern "C" FFV_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out,
                                            void** cq_context) {

@@ -9,7 +9,7 @@
 #include "base/objects.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 
 inline bool CqFull(const Cq* cq) { return cq->tail - cq->head > cq->mask; }
 
@@ -74,4 +74,4 @@ ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr);
 int PollCq(ibv_cq* cq, int n, ibv_wc* wc);
 int ReqNotifyCq(ibv_cq* cq, int solicited_only);
 
-}  // namespace ffv
+}  // namespace ff::verbs

@@ -10,7 +10,7 @@
 // created with IBV_CREATE_CQ_ATTR_SINGLE_THREADED skips it.
 #include "datapath/completion.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 Cq* Of(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
@@ -79,4 +79,4 @@ void InstallCqExOps(Cq* cq, uint64_t wc_flags) {
   if (wc_flags & IBV_WC_EX_WITH_DLID_PATH_BITS) x.read_dlid_path_bits = ReadDlidPathBits;
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs

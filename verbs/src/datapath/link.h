@@ -17,7 +17,7 @@
 #include "base/objects.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 
 // What executing one work request came to.
 enum class Exec {
@@ -180,4 +180,4 @@ template <typename Append>
   return Exec::kDone;
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs

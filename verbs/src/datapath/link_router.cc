@@ -10,7 +10,7 @@
 #include "datapath/send_queue.h"
 #include "datapath/sge.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 ff::ProxyRequest RequestOf(const Qp* qp, const SendWqe& w, uint64_t index) {
@@ -176,4 +176,4 @@ bool AwaitRoom(PeerLink* link, Room room) {
 const LinkOps kRouterOps = {ExecuteThroughRouter, CollectResponses, CollectResponses, true,
                             AwaitRoom};
 
-}  // namespace ffv
+}  // namespace ff::verbs

@@ -8,7 +8,7 @@
 #include "datapath/sge.h"
 #include "freeflow/target_ops.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 bool NeedsCredit(uint32_t opcode) {
@@ -122,4 +122,4 @@ bool NoRoomToAwait(PeerLink*, Room) { return false; }
 const LinkOps kSameNodeOps = {ExecuteSameNode, NothingInFlight, NothingInFlight, false,
                               NoRoomToAwait};
 
-}  // namespace ffv
+}  // namespace ff::verbs

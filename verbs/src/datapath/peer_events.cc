@@ -9,7 +9,7 @@
 #include "datapath/send_queue.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 void WakeQpCqs(Qp* qp) {
@@ -232,4 +232,4 @@ void HandleAttention(Context* ctx) {
   }
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs

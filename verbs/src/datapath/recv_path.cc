@@ -12,7 +12,7 @@
 #include "datapath/sge.h"
 #include "freeflow/ipv4.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 RecvQueue* RqOf(Qp* qp) { return qp->srq != nullptr ? &qp->srq->rq : &qp->rq; }
@@ -310,4 +310,4 @@ int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   return Guarded([&] { return PostRecvCommon(srq->ctx, nullptr, &srq->rq, wr, bad); });
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs

@@ -6,7 +6,7 @@
 
 #include "base/objects.h"
 
-namespace ffv {
+namespace ff::verbs {
 
 // ctx->ops entry points.
 int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad);
@@ -28,4 +28,4 @@ void FlushRecvs(Qp* qp);
 // Forgets posted receives and inbound records without completions (modify_qp to RESET).
 void ResetRecv(Qp* qp);
 
-}  // namespace ffv
+}  // namespace ff::verbs

@@ -12,7 +12,7 @@
 #include "session/peer_events.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 bool IsWindowOp(uint32_t op) { return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV; }
@@ -460,4 +460,4 @@ int PostBindType1(ibv_qp* qp, ibv_send_wr* wr) {
   return PostList(qp, wr, true, &bad);
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs

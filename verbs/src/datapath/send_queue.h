@@ -10,7 +10,7 @@
 
 #include "base/objects.h"
 
-namespace ffv {
+namespace ff::verbs {
 
 // ctx->ops entry point.
 int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
@@ -52,4 +52,4 @@ void InitQpEx(Qp* qp);
 // Forgets every queued WQE and inbound record without completions (modify_qp to RESET).
 void ResetQueues(Qp* qp);
 
-}  // namespace ffv
+}  // namespace ff::verbs

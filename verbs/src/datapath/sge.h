@@ -7,7 +7,7 @@
 
 #include "base/objects.h"
 
-namespace ffv {
+namespace ff::verbs {
 
 // Visits `len` bytes of the list starting `offset` bytes into it: visit(p, n) for each
 // contiguous piece of n bytes at p, in order.
@@ -66,4 +66,4 @@ inline bool ValidSges(Context* ctx, const ibv_sge* sges, uint32_t n, int need) {
   return true;
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs

@@ -8,7 +8,7 @@
 #include "base/exports.h"
 #include "datapath/send_queue.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 constexpr size_t kNoInline = ~size_t{0};
@@ -200,8 +200,8 @@ void InitQpEx(Qp* qp) {
   x.wr_atomic_write = AtomicWrite;
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs
 
 extern "C" FFV_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
-  return qp != nullptr ? &ffv::ToQp(qp)->qpx : nullptr;
+  return qp != nullptr ? &ff::verbs::ToQp(qp)->qpx : nullptr;
 }

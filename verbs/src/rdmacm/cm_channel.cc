@@ -18,7 +18,7 @@
 #include "freeflow/tunables.h"
 #include "rdmacm/cm_device.h"
 
-namespace ffv {
+namespace ff::verbs {
 
 std::atomic<uint8_t> g_cm_fd_marks[kCmFastFds];
 std::atomic<int> g_cm_high_fds{0};
@@ -433,4 +433,4 @@ void ForgetInChild() {
 }
 
 }  // namespace cmtable
-}  // namespace ffv
+}  // namespace ff::verbs

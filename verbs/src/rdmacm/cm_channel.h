@@ -19,7 +19,7 @@
 #include "freeflow/fd.h"
 #include "freeflow/protocol.h"
 
-namespace ffv {
+namespace ff::verbs {
 
 struct Session;
 
@@ -193,4 +193,4 @@ int CmGetEvent(CmChannel& ch, uint16_t out, uint64_t response);
 // already; one the socket has no room for waits in `unsent` until the program reads.
 void CmQueueEvent(CmChannel& ch, const ff::proto::CmEvent& ev);
 
-}  // namespace ffv
+}  // namespace ff::verbs

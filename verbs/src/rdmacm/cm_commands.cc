@@ -21,7 +21,7 @@
 #include "rdmacm/cm_device.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 using ff::proto::kCmMaxBody;
@@ -497,4 +497,4 @@ bool CmWrite(int fd, const void* buf, size_t len, ssize_t* result) {
   return true;
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs

@@ -24,7 +24,7 @@
 #include "rdmacm/cm_channel.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 std::atomic<bool> g_test_override{false};
@@ -125,9 +125,9 @@ void LockCmTable() { cmtable::Lock(); }
 void UnlockCmTable() { cmtable::Unlock(); }
 void ForgetCmChannelsInChild() { cmtable::ForgetInChild(); }
 
-}  // namespace ffv
+}  // namespace ff::verbs
 
-using ffv::MaybeCmFd;
+using ff::verbs::MaybeCmFd;
 
 // The open family: one interposer per name, each with its own slot for libc's function.
 // `params` is the parameter list (naming `path` and `flags`), the rest the arguments to pass
@@ -140,10 +140,10 @@ using OpenAt2Fn = int (*)(int, const char*, int);
   FFV_EXPORT int name params {                                    \
     va_list ap;                                                   \
     va_start(ap, flags);                                          \
-    const mode_t mode = ffv::ModeArg(flags, ap);                  \
+    const mode_t mode = ff::verbs::ModeArg(flags, ap);            \
     va_end(ap);                                                   \
     int fd;                                                       \
-    if (ffv::ServeOpen(path, flags, &fd)) return fd;              \
+    if (ff::verbs::ServeOpen(path, flags, &fd)) return fd;        \
     static std::atomic<fn_t> real{nullptr};                       \
     return ff::preload::CallNext(real, #name, __VA_ARGS__, mode); \
   }
@@ -151,7 +151,7 @@ using OpenAt2Fn = int (*)(int, const char*, int);
 #define FFV_OPEN_2(name, fn_t, params, ...)                 \
   FFV_EXPORT int name params {                              \
     int fd;                                                 \
-    if (ffv::ServeOpen(path, flags, &fd)) return fd;        \
+    if (ff::verbs::ServeOpen(path, flags, &fd)) return fd;  \
     static std::atomic<fn_t> real{nullptr};                 \
     return ff::preload::CallNext(real, #name, __VA_ARGS__); \
   }
@@ -169,7 +169,8 @@ FFV_OPEN_2(__openat64_2, OpenAt2Fn, (int dirfd, const char* path, int flags), di
 
 FFV_EXPORT ssize_t write(int fd, const void* buf, size_t count) {
   ssize_t result;
-  if (__builtin_expect(MaybeCmFd(fd), 0) && ffv::CmWrite(fd, buf, count, &result)) return result;
+  if (__builtin_expect(MaybeCmFd(fd), 0) && ff::verbs::CmWrite(fd, buf, count, &result))
+    return result;
   static std::atomic<ssize_t (*)(int, const void*, size_t)> real{nullptr};
   return ff::preload::CallNext(real, "write", fd, buf, count);
 }
@@ -179,7 +180,7 @@ FFV_EXPORT int close(int fd) {
   static std::atomic<int (*)(int)> real{nullptr};
   if (__builtin_expect(!MaybeCmFd(fd), 1)) return ff::preload::CallNext(real, "close", fd);
   const unsigned n = static_cast<unsigned>(fd);
-  return ffv::Releasing(
+  return ff::verbs::Releasing(
       n, n, [&] { return ff::preload::CallNext(real, "close", fd); },
       [](int rc) { return rc == 0 || errno != EBADF; });
 }
@@ -187,19 +188,20 @@ FFV_EXPORT int close(int fd) {
 FFV_EXPORT int dup2(int oldfd, int newfd) {
   static std::atomic<int (*)(int, int)> real{nullptr};
   if (oldfd == newfd) return ff::preload::CallNext(real, "dup2", oldfd, newfd);  // replaces nothing
-  return ffv::Replacing(newfd, [&] { return ff::preload::CallNext(real, "dup2", oldfd, newfd); });
+  return ff::verbs::Replacing(newfd,
+                              [&] { return ff::preload::CallNext(real, "dup2", oldfd, newfd); });
 }
 
 FFV_EXPORT int dup3(int oldfd, int newfd, int flags) {
   static std::atomic<int (*)(int, int, int)> real{nullptr};
-  return ffv::Replacing(newfd,
-                        [&] { return ff::preload::CallNext(real, "dup3", oldfd, newfd, flags); });
+  return ff::verbs::Replacing(
+      newfd, [&] { return ff::preload::CallNext(real, "dup3", oldfd, newfd, flags); });
 }
 
 // CLOSE_RANGE_CLOEXEC only marks the descriptors; the others close them.
 FFV_EXPORT int close_range(unsigned int first, unsigned int last, int flags) {
   static std::atomic<int (*)(unsigned int, unsigned int, int)> real{nullptr};
-  return ffv::Releasing(
+  return ff::verbs::Releasing(
       first, last, [&] { return ff::preload::CallNext(real, "close_range", first, last, flags); },
       [flags](int rc) { return rc == 0 && (flags & CLOSE_RANGE_CLOEXEC) == 0; });
 }
@@ -210,7 +212,7 @@ FFV_EXPORT void closefrom(int lowfd) {
   static std::atomic<void (*)(int)> real{nullptr};
   void (*fn)(int) = ff::preload::ResolveNext(real, "closefrom");
   const unsigned first = lowfd < 0 ? 0 : static_cast<unsigned>(lowfd);
-  ffv::Releasing(
+  ff::verbs::Releasing(
       first, ~0u,
       [&] {
         if (fn != nullptr) {

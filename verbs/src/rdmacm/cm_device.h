@@ -23,7 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace ffv {
+namespace ff::verbs {
 
 struct Session;
 
@@ -70,4 +70,4 @@ void LockCmTable();
 void UnlockCmTable();
 void ForgetCmChannelsInChild();
 
-}  // namespace ffv
+}  // namespace ff::verbs

@@ -29,7 +29,7 @@
 #include "rdmacm/cm_channel.h"
 #include "session/session.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 using ff::proto::CmEvent;
@@ -229,4 +229,4 @@ int CmGetEvent(CmChannel& ch, uint16_t out, uint64_t response) {
   }
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs

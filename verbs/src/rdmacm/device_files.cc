@@ -30,7 +30,7 @@
 #include "freeflow/preload/interpose.h"
 #include "rdmacm/cm_device.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 // A served node's numbers: uverbs0's on Linux (IB_UVERBS_MAJOR, IB_UVERBS_BASE_MINOR), and
@@ -136,19 +136,19 @@ void StopServingDeviceNode() {
   g_cm_node.store(false, std::memory_order_release);
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs
 
-using ffv::FillStat;
-using ffv::FillStatx;
-using ffv::IsCmEmptyPath;
-using ffv::Serve;
+using ff::verbs::FillStat;
+using ff::verbs::FillStatx;
+using ff::verbs::IsCmEmptyPath;
+using ff::verbs::Serve;
 
 // One interposer per libc name; those of one signature are made by one macro. Each keeps its
 // own slot for libc's function. (Template arguments cannot carry libc's nonnull attributes,
 // hence the spelled-out pointer types.) The fd-based ones answer for an rdma_cm descriptor
 // without asking libc (which would see the socket behind it).
-#define FFV_STAT_ANSWER [&](const ffv::Node& n) { return FillStat(buf, n); }
-#define FFV_ACCESS_ANSWER [&](const ffv::Node&) { return ffv::Access(mode); }
+#define FFV_STAT_ANSWER [&](const ff::verbs::Node& n) { return FillStat(buf, n); }
+#define FFV_ACCESS_ANSWER [&](const ff::verbs::Node&) { return ff::verbs::Access(mode); }
 #define FFV_PATH_STAT(name, stat_t)                                         \
   FFV_EXPORT int name(const char* path, struct stat_t* buf) noexcept {      \
     static std::atomic<int (*)(const char*, struct stat_t*)> real{nullptr}; \
@@ -161,26 +161,26 @@ using ffv::Serve;
   }
 #define FFV_AT_STAT(name, stat_t)                                                            \
   FFV_EXPORT int name(int dirfd, const char* path, struct stat_t* buf, int flags) noexcept { \
-    if (IsCmEmptyPath(dirfd, path, flags)) return FillStat(buf, ffv::kCmNode);               \
+    if (IsCmEmptyPath(dirfd, path, flags)) return FillStat(buf, ff::verbs::kCmNode);         \
     static std::atomic<int (*)(int, const char*, struct stat_t*, int)> real{nullptr};        \
     return Serve(real, #name, path, FFV_STAT_ANSWER, dirfd, path, buf, flags);               \
   }
 #define FFV_VERSIONED_AT_STAT(name, stat_t)                                                \
   FFV_EXPORT int name(int ver, int dirfd, const char* path, struct stat_t* buf,            \
                       int flags) noexcept {                                                \
-    if (IsCmEmptyPath(dirfd, path, flags)) return FillStat(buf, ffv::kCmNode);             \
+    if (IsCmEmptyPath(dirfd, path, flags)) return FillStat(buf, ff::verbs::kCmNode);       \
     static std::atomic<int (*)(int, int, const char*, struct stat_t*, int)> real{nullptr}; \
     return Serve(real, #name, path, FFV_STAT_ANSWER, ver, dirfd, path, buf, flags);        \
   }
-#define FFV_FD_STAT(name, stat_t)                                   \
-  FFV_EXPORT int name(int fd, struct stat_t* buf) noexcept {        \
-    if (ffv::IsCmFd(fd)) return FillStat(buf, ffv::kCmNode);        \
-    static std::atomic<int (*)(int, struct stat_t*)> real{nullptr}; \
-    return ff::preload::CallNext(real, #name, fd, buf);             \
+#define FFV_FD_STAT(name, stat_t)                                        \
+  FFV_EXPORT int name(int fd, struct stat_t* buf) noexcept {             \
+    if (ff::verbs::IsCmFd(fd)) return FillStat(buf, ff::verbs::kCmNode); \
+    static std::atomic<int (*)(int, struct stat_t*)> real{nullptr};      \
+    return ff::preload::CallNext(real, #name, fd, buf);                  \
   }
 #define FFV_VERSIONED_FD_STAT(name, stat_t)                              \
   FFV_EXPORT int name(int ver, int fd, struct stat_t* buf) noexcept {    \
-    if (ffv::IsCmFd(fd)) return FillStat(buf, ffv::kCmNode);             \
+    if (ff::verbs::IsCmFd(fd)) return FillStat(buf, ff::verbs::kCmNode); \
     static std::atomic<int (*)(int, int, struct stat_t*)> real{nullptr}; \
     return ff::preload::CallNext(real, #name, ver, fd, buf);             \
   }
@@ -214,10 +214,10 @@ FFV_PATH_ACCESS(eaccess)
 
 FFV_EXPORT int statx(int dirfd, const char* path, int flags, unsigned int mask,
                      struct statx* buf) noexcept {
-  if (IsCmEmptyPath(dirfd, path, flags)) return FillStatx(buf, ffv::kCmNode);
+  if (IsCmEmptyPath(dirfd, path, flags)) return FillStatx(buf, ff::verbs::kCmNode);
   static std::atomic<int (*)(int, const char*, int, unsigned int, struct statx*)> real{nullptr};
   return Serve(
-      real, "statx", path, [&](const ffv::Node& n) { return FillStatx(buf, n); }, dirfd, path,
+      real, "statx", path, [&](const ff::verbs::Node& n) { return FillStatx(buf, n); }, dirfd, path,
       flags, mask, buf);
 }
 

@@ -10,7 +10,7 @@
 
 #include <string>
 
-namespace ffv {
+namespace ff::verbs {
 
 // "/dev/infiniband/" + dev_name: where libibverbs' uverbs node of a device lives.
 std::string DeviceNodePath(const char* dev_name);
@@ -27,7 +27,7 @@ void ServeCmNode();
 // Stops answering for both (tests).
 void StopServingDeviceNode();
 
-}  // namespace ffv
+}  // namespace ff::verbs
 
 // The stat wrappers of glibc < 2.33, which programs built against it call instead of stat,
 // lstat and fstatat; newer headers no longer declare them (x86-64's glibc still exports

@@ -11,7 +11,7 @@
 
 #include "base/objects.h"
 
-namespace ffv {
+namespace ff::verbs {
 
 // The live contexts and QPs of one session, by QP number (QP numbers are unique per router,
 // so one registry per session). Its own mutex, never the contexts' locks: the event thread
@@ -70,4 +70,4 @@ class Registry {
 // whose peer closed keep their receives and fail later sends. ctx->lock held.
 void HandleAttention(Context* ctx);
 
-}  // namespace ffv
+}  // namespace ff::verbs

@@ -17,7 +17,7 @@
 
 #include "freeflow/router_socket.h"
 
-namespace ffv {
+namespace ff::verbs {
 namespace {
 
 constexpr const char* kDeviceName = "freeflow0";
@@ -489,4 +489,4 @@ int Session::SimpleCall(const void* req, size_t len) {
   return Call(req, len, nullptr, 0, &r);
 }
 
-}  // namespace ffv
+}  // namespace ff::verbs

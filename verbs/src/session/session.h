@@ -26,7 +26,7 @@
 #include "freeflow/ring.h"
 #include "session/peer_events.h"
 
-namespace ffv {
+namespace ff::verbs {
 
 // The ibv_device of a session (standard layout: ibv_device* <-> Device*).
 struct Device {
@@ -186,4 +186,4 @@ ibv_context* OpenContext(Session* s);
 // registered through another session fails with EINVAL.
 void CloseSession(Session* s);
 
-}  // namespace ffv
+}  // namespace ff::verbs
