@@ -1,12 +1,18 @@
 // Every compile-time tunable of freeflow, in one place: sizes, limits, budgets and clocks of
 // the library, the router and the node links. Runtime options (flags and environment) are
 // documented with the programs that read them; their defaults are named here as kDefault*.
-// Layout constants that other constants depend on are tied together by static_asserts in
+// Each value here is a local knob: one program may change it without the others noticing.
+// Constants that size or bound what another process maps or is sent (the ABI) are in
+// abi_constants.h, included here because knobs are sized by them; constants of one layout
+// stay beside it (shm_layout.h, stream_segment.h, stream_pods.h, protocol/). Layout
+// constants that other constants depend on are tied together by static_asserts in
 // core/include/freeflow/codec.h.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "freeflow/abi_constants.h"
 
 namespace ff {
 
@@ -20,24 +26,16 @@ inline constexpr uint32_t kRcRingBytesPerRecv = 2048;         // ... sized by th
 inline constexpr uint32_t kUdRingBytes = 64 * 1024;  // each of a UD QP's rings (a message <= MTU)
 inline constexpr uint32_t kUdRingsPerQp = 16;        // UD senders a UD QP hears at once
 inline constexpr uint32_t kProxyRingBytes = 512 * 1024;  // each ring of a proxy segment
-inline constexpr uint32_t kMaxFragment = 32 * 1024;  // largest record payload (pipelines copies)
-inline constexpr uint32_t kMrTableSlots = 16384;     // MR entries per context (key: slot<<8|tag)
-inline constexpr uint32_t kNotifySlots = 4096;       // CQ event words; the last: wake word
 
 // ---- what the virtual device reports (and enforces) -------------------------------------
+// max_msg_sz (kMaxMsgSize) is in abi_constants.h: a peer refuses a longer message.
 inline constexpr uint32_t kMtu = 4096;                    // path MTU; the largest UD message
 inline constexpr uint32_t kMaxInline = 512;               // max_inline_data
 inline constexpr uint32_t kMaxSge = 32;                   // max_sge per work request
 inline constexpr uint32_t kMaxQpWr = 16384;               // max_qp_wr and max_srq_wr
 inline constexpr uint32_t kMaxCqe = 4 * 1024 * 1024;      // max_cqe
 inline constexpr uint32_t kMaxRdAtomic = 16;              // max_qp_rd_atom: READs/atomics in flight
-inline constexpr uint64_t kMaxMsgSize = 1ull << 31;       // max_msg_sz
 inline constexpr uint64_t kMaxMrSize = kMaxMsgSize * 64;  // max_mr_size
-
-// ---- what a QP segment may look like (checked by the router at CreateQp) ---------------
-inline constexpr uint32_t kMaxRingsPerQp = 64;        // rings of one QP segment
-inline constexpr uint32_t kMinRingBytes = 4096;       // smallest ring
-inline constexpr uint32_t kMaxRingBytes = 64u << 20;  // largest ring
 
 // ---- library: data path ------------------------------------------------------------------
 inline constexpr int kDrainBudget = 4096;          // records taken from a ring per poll
@@ -58,10 +56,7 @@ inline constexpr int kDefaultAnswerSpinUs = 30;
 // The clock is read once per kEmptyPollsPerCheck empty polls, never on a poll that finds work.
 inline constexpr uint32_t kEmptyPollsPerCheck = 256;
 inline constexpr uint64_t kYieldAfterEmptyNs = 1'000'000;
-inline constexpr int kRouterCallTimeoutS = 10;  // a router silent this long is an error
-// A verbs session's request ring (proto::RequestRing): room for about 170 rdma_cm commands
-// (the largest request, 384 bytes a record) that the router has not served yet.
-inline constexpr uint32_t kRequestRingBytes = 64 * 1024;
+inline constexpr int kRouterCallTimeoutS = 10;   // a router silent this long is an error
 inline constexpr int kSeqlockReadAttempts = 64;  // tries to read an MR entry being changed
 inline constexpr int kCreditClaimAttempts = 64;  // CAS tries to claim one receive credit
 inline constexpr uint64_t kPendingSendFirstRetryNs = 5'000;  // get_cq_event retries queued sends
@@ -165,7 +160,6 @@ inline constexpr uint16_t kCmFirstEphemeralPort = 32768;  // as net.ipv4.ip_loca
 inline constexpr uint16_t kCmLastEphemeralPort = 60999;
 
 // ---- node links (router <-> router) -------------------------------------------------------
-inline constexpr uint32_t kMaxFrame = 1u << 20;       // largest frame body a peer may send
 inline constexpr size_t kLinkHighWater = 8u << 20;    // owed bytes that make a link congested
 inline constexpr uint32_t kDirectSendBytes = 4096;    // larger records skip the copy to a buffer
 inline constexpr size_t kLinkReadChunk = 512 * 1024;  // receive buffer growth step
