@@ -21,8 +21,6 @@
 namespace ff::fsocket {
 namespace {
 
-constexpr uint64_t kKernelLookNs = 10'000;  // while spinning, the other descriptors this often
-
 struct PollSet {
   pollfd* fds;
   nfds_t n;
@@ -100,12 +98,12 @@ int Wait(PollSet& p, int64_t timeout_ns, const sigset_t* mask) {
   if (int r = Collect(p, true); r > 0 || timeout_ns == 0) return r;
   const uint64_t spin_end =
       start + std::min<uint64_t>(ff::kStreamSpinNs, timeout_ns < 0 ? UINT64_MAX : timeout_ns);
-  uint64_t next_look = start + kKernelLookNs;
+  uint64_t next_look = start + ff::kKernelLookNs;
   for (uint64_t now = ff::MonotonicNs(); now < spin_end; now = ff::MonotonicNs()) {
     const bool look = now >= next_look;
     if (look) {
       if (KernelLook(p, &zero, mask) < 0) return -1;
-      next_look = now + kKernelLookNs;
+      next_look = now + ff::kKernelLookNs;
     }
     if (int r = Collect(p, look)) return r;
     SpinStep(now - start);

@@ -22,8 +22,6 @@
 namespace ff::fsocket {
 namespace {
 
-constexpr uint64_t kRetryNs = 1'000'000'000;
-
 Config ReadConfig() {
   Config c;
   const char* prefix = std::getenv("VNET_PREFIX");
@@ -101,7 +99,7 @@ int Open(Link& l) {
   if (!c.enabled) return ENOTCONN;
   const uint64_t now = ff::MonotonicNs();
   if (now < l.retry_at) return ENOTCONN;
-  l.retry_at = now + kRetryNs;
+  l.retry_at = now + ff::kSockRouterRetryNs;
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (c.socket_path.size() >= sizeof(a.sun_path)) return ENAMETOOLONG;
@@ -182,7 +180,7 @@ int RouterCall(const void* req, size_t len, int* status, ff::proto::Response* re
   if (rc != 0) {
     LogError("router call failed: %s; kernel TCP until it answers again", strerror(rc));
     l.sock.reset();  // a stream out of step is useless; the next call opens a new one
-    l.retry_at = ff::MonotonicNs() + kRetryNs;
+    l.retry_at = ff::MonotonicNs() + ff::kSockRouterRetryNs;
   }
   return rc;
 }

@@ -474,8 +474,7 @@ bool IsTaggedStream(int fd) {
 }
 
 void SpinStep(uint64_t spun_ns) {
-  constexpr uint64_t kPauseOnlyNs = 5'000;
-  if (spun_ns < kPauseOnlyNs || Restricted()) {
+  if (spun_ns < ff::kStreamPauseOnlyNs || Restricted()) {
     for (int i = 0; i < 16; ++i) CpuRelax();
   } else {
     ::sched_yield();

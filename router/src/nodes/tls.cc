@@ -15,10 +15,10 @@
 #include <limits>
 #include <utility>
 
+#include "freeflow/tunables.h"
+
 namespace ff::router {
 namespace {
-
-constexpr size_t kTlsSendBuffer = 1u << 20;  // encrypted bytes batched into one send()
 
 // Everything OpenSSL queued on this thread, as one line; the queue is left empty.
 std::string Drain() {

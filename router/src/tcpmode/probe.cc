@@ -12,14 +12,12 @@
 #include <cstring>
 
 #include "freeflow/fd.h"
+#include "freeflow/tunables.h"
 #include "identity/netns_probe.h"
 #include "identity/peer_process.h"
 
 namespace ff::router {
 namespace {
-
-// Answers that may precede ours: a late answer to a question that timed out before.
-constexpr int kMaxStaleAnswers = 8;
 
 class SockDiagNamespace final : public NetnsHandle {
  public:
@@ -122,7 +120,7 @@ class SockDiagProbe final : public TcpModeProbe {
     if (::send(ns.fd(), &q, sizeof(q), 0) != static_cast<ssize_t>(sizeof(q)))
       return Presence::kUnknown;
     alignas(nlmsghdr) char buf[8192];
-    for (int reads = 0; reads < kMaxStaleAnswers; ++reads) {
+    for (int reads = 0; reads < kMaxStaleDiagAnswers; ++reads) {
       const ssize_t n = ::recv(ns.fd(), buf, sizeof(buf), 0);  // SO_RCVTIMEO bounds it
       if (n <= 0) return Presence::kUnknown;
       Presence p = Presence::kUnknown;

@@ -51,7 +51,7 @@ using ff::UniqueFd;
 class AdaptiveLock {
  public:
   void lock() {
-    for (int i = 0; i < kSpins; ++i) {
+    for (int i = 0; i < ff::kLockSpins; ++i) {
       int free = 0;
       if (state_.compare_exchange_weak(free, 1, std::memory_order_acquire,
                                        std::memory_order_relaxed))
@@ -65,7 +65,6 @@ class AdaptiveLock {
   }
 
  private:
-  static constexpr int kSpins = 100;
   static_assert(sizeof(std::atomic<int>) == sizeof(int));
   int* word() { return reinterpret_cast<int*>(&state_); }
   // Sleeps while the state is still 2 (a spurious or early return only loops again); the
@@ -390,7 +389,7 @@ struct Context {
   std::vector<Srq*> srqs;
   std::vector<Channel*> channels;
   std::unordered_map<uint32_t, std::weak_ptr<PeerCtx>> peers;
-  // The peers linked to last, kept mapped while no link holds them (kRecentPeers): a program
+  // The peers linked to last, kept mapped while no link holds them (ff::kRecentPeers): a program
   // that connects to one peer again and again (an rdma_cm client) maps its notify words and
   // MR table once, not per connection.
   std::deque<std::shared_ptr<PeerCtx>> recent_peers;

@@ -30,16 +30,13 @@ int MapRingSegment(PeerLink* link, const ff::proto::ConnectReply& c, uint32_t nu
   return link->hdr->magic == ff::kQpSegMagic ? 0 : EPROTO;
 }
 
-// How many peers a context keeps mapped with no link to them (Context::recent_peers).
-constexpr size_t kRecentPeers = 4;
-
 // `p` was linked to just now: first among the recent peers.
 void Remember(Context* ctx, const std::shared_ptr<PeerCtx>& p) {
   auto& recent = ctx->recent_peers;
   const auto it = std::find(recent.begin(), recent.end(), p);
   if (it != recent.end()) recent.erase(it);
   recent.push_front(p);
-  if (recent.size() > kRecentPeers) recent.pop_back();
+  if (recent.size() > ff::kRecentPeers) recent.pop_back();
 }
 
 // The peer process as all our links to it share it; mapped on the first connect to it.

@@ -20,7 +20,7 @@
 
 namespace ff::verbs {
 
-std::atomic<uint8_t> g_cm_fd_marks[kCmFastFds];
+std::atomic<uint8_t> g_cm_fd_marks[ff::kCmFastFds];
 std::atomic<int> g_cm_high_fds{0};
 
 namespace cmtable {
@@ -65,7 +65,7 @@ Table& T() {
 }
 
 void Mark(int fd, bool on) {
-  if (static_cast<unsigned>(fd) < static_cast<unsigned>(kCmFastFds))
+  if (static_cast<unsigned>(fd) < static_cast<unsigned>(ff::kCmFastFds))
     g_cm_fd_marks[fd].store(on ? 1 : 0, std::memory_order_relaxed);
   else
     g_cm_high_fds.fetch_add(on ? 1 : -1, std::memory_order_relaxed);
@@ -398,7 +398,7 @@ bool TakeGrantedHandle(CmChannel& ch, uint32_t* handle) {
 void NoteUnnamedPeer(Session* s, uint32_t ip, uint32_t qpn) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
-  if (t.unnamed.size() >= kMaxUnnamedPeers) t.unnamed.erase(t.unnamed.begin());
+  if (t.unnamed.size() >= ff::kMaxUnnamedPeers) t.unnamed.erase(t.unnamed.begin());
   t.unnamed.push_back(UnnamedPeer{s, ip, qpn});
 }
 

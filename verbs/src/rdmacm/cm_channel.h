@@ -168,8 +168,7 @@ void SetPhase(Session* s, uint32_t handle, CmPhase phase);
 // instead of asking for a link (qp.cc): the passive side's peer cannot have named it yet
 // (the router's answer could only be EINPROGRESS), and the active side links when it first
 // sends, so that a connection costs no wait for the router at RTR. At most
-// kMaxUnnamedPeers notes are kept (the oldest go first); a note is taken once.
-inline constexpr size_t kMaxUnnamedPeers = 64;
+// ff::kMaxUnnamedPeers notes are kept (the oldest go first); a note is taken once.
 void NoteUnnamedPeer(Session* s, uint32_t ip, uint32_t qpn);
 bool TakeUnnamedPeer(Session* s, uint32_t ip, uint32_t qpn);
 

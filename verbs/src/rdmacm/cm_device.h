@@ -23,6 +23,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "freeflow/tunables.h"
+
 namespace ff::verbs {
 
 struct Session;
@@ -35,15 +37,14 @@ inline constexpr const char* kCmDevicePath = "/dev/infiniband/rdma_cm";
 inline constexpr unsigned kCmMajor = 10;
 inline constexpr unsigned kCmMinor = 58;
 
-// Descriptors below this number are marked in a byte array; above it, a count says whether
-// any is an rdma_cm descriptor at all.
-inline constexpr int kCmFastFds = 65536;
-extern std::atomic<uint8_t> g_cm_fd_marks[kCmFastFds];
+// Descriptors below ff::kCmFastFds are marked in a byte array; above it, a count says
+// whether any is an rdma_cm descriptor at all.
+extern std::atomic<uint8_t> g_cm_fd_marks[ff::kCmFastFds];
 extern std::atomic<int> g_cm_high_fds;
 
 // True when `fd` may be an rdma_cm descriptor (then ask IsCmFd); false means it is not.
 inline bool MaybeCmFd(int fd) {
-  if (static_cast<unsigned>(fd) < static_cast<unsigned>(kCmFastFds))
+  if (static_cast<unsigned>(fd) < static_cast<unsigned>(ff::kCmFastFds))
     return g_cm_fd_marks[fd].load(std::memory_order_relaxed) != 0;
   return g_cm_high_fds.load(std::memory_order_relaxed) != 0;
 }
