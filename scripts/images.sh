@@ -68,6 +68,7 @@ rootfs() {
   shift
   local hooks=()
   if [[ $name == app ]]; then
+    # shellcheck disable=SC2016  # $1 is the hook's argument (the root file system), for its shell
     hooks=(--customize-hook='echo "app:x:1000:1000:app:/nonexistent:/usr/sbin/nologin" >>"$1/etc/passwd"'
       --customize-hook='echo "app:x:1000:" >>"$1/etc/group"')
   fi

@@ -4,8 +4,9 @@
 set -euo pipefail
 
 PACKAGES=(
-  # toolchain (clang-tidy and python3 check the size limits in tests/style)
-  build-essential cmake pkg-config git clang-tidy python3
+  # toolchain (clang-tidy and python3 check the size limits in tests/style, shellcheck
+  # every shell script)
+  build-essential cmake pkg-config git clang-tidy python3 shellcheck
   # fuzz targets (fuzz/): clang, and libclang-rt-14-dev for -fsanitize=fuzzer (libFuzzer)
   clang libclang-rt-14-dev
   # libraries

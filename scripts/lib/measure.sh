@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Measurement helpers shared by the demo and the benchmark. Each prints one number.
 # Requires scripts/lib/cluster.sh to be sourced and a cluster with a router to be up.
 

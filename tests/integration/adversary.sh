@@ -50,6 +50,7 @@ trap cleanup EXIT
 as_pod() {
   local dir=$1
   shift
+  # shellcheck disable=SC2016  # expanded by the inner shell
   exec unshare --mount --propagation private sh -c 'mount --bind -o ro "$0" "$0" && exec "$@"' \
     "$dir" setpriv --bounding-set -sys_admin --inh-caps -sys_admin -- \
     env FREEFLOW_DIR="$dir" FFR_NAME=ffrouter "$@"

@@ -18,6 +18,7 @@ FF_ROUTER_LOG=info router_up || exit 1
 # The router's stats line (it logs one on SIGUSR1), with /proc's view of its descriptors and
 # resident memory appended.
 stats() {
+  # shellcheck disable=SC2119,SC2012  # the router of this node; counting its descriptors
   echo "$(router_stats_line)" \
     "proc_fds=$(ls "/proc/$FF_ROUTER_PID/fd" | wc -l)" \
     "proc_rss_kib=$(awk '/^VmRSS/ {print $2}' "/proc/$FF_ROUTER_PID/status")"

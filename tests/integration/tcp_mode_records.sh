@@ -12,6 +12,7 @@ FF_ROUTER_LOG=info router_up || exit 1
 "$RECORDS" "$FF_DIR/ffrouter.sock" "/run/netns/$(ff_pod_ns 1)" "$(ff_pod_ip 1)" \
   "/run/netns/$(ff_pod_ns 0)" "$(ff_pod_ip 0)" "$FF_ROUTER_PID" "$FF_DIR/router.log"
 st=$?
+# shellcheck disable=SC2119  # the router of this node
 line=$(router_stats_line)
 echo "router: $line"
 if [[ $st -ne 0 ]]; then

@@ -31,6 +31,7 @@ pod_run 2 timeout 30 "$FAULTS" overlap
 result "overlapping registrations merge and keep their keys" $?
 
 # A killed peer and a killed router turn into error completions, not hangs.
+# shellcheck disable=SC2012  # descriptors are numbers
 fd_count() { ls "/proc/$FF_ROUTER_PID/fd" | wc -l; }
 for victim in peer router; do
   port=$((port + 1))

@@ -17,6 +17,7 @@ result() {  # result NAME STATUS
 
 # The router's counters of what it holds (its stats line), without rss and sessions.
 router_stats() {
+  # shellcheck disable=SC2119  # the router of this node
   router_stats_line | grep -o -E '(pods|qps|objects|regions|mapped_regions|mr_entries|proxies|fds)=[0-9]+' |
     tr '\n' ' '
 }
