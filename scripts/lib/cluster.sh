@@ -487,7 +487,7 @@ cm_wait_listen() {
 }
 # perftest_lost_race LOG...: a perftest -R client that logged to LOG was rejected for want
 # of a listener (reason 8): perftest's own race, for which the pair is run again
-# (again_if_perftest_raced in tests/integration/rdmacm.sh, perftest_run in measure.sh).
+# (again_if_perftest_raced in tests/integration/rdmacm/rdmacm.sh, perftest_run in measure.sh).
 perftest_lost_race() { grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' "$@" 2>/dev/null; }
 # pod_router_kill I [SIGNAL]: stops the router serving pod I (TERM by default).
 pod_router_kill() {

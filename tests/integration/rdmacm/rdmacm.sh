@@ -12,10 +12,10 @@
 # their output that proves data moved (or, for the error cases, that the expected event came
 # within its bound).
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 export FF_ROUTER_LOG=info  # cm_wait_listen reads the router's rdma_cm listens
-CM_ERRORS=${FF_CM_ERRORS:-$FF_BUILD/tests/integration/cm_errors}
-UCP_SOCKADDR=${FF_UCP_SOCKADDR:-$FF_BUILD/tests/integration/ucp_sockaddr}
+CM_ERRORS=${FF_CM_ERRORS:-$FF_BUILD/tests/integration/rdmacm/cm_errors}
+UCP_SOCKADDR=${FF_UCP_SOCKADDR:-$FF_BUILD/tests/integration/rdmacm/ucp_sockaddr}
 where=${1:?same or cross}
 case=${2:?which case}
 CM_BOUND=5  # seconds from a kill to the event it must cause (DISCONNECTED, DEVICE_REMOVAL)

@@ -11,7 +11,7 @@
 # FF_ADVERSARY and FF_VICTIM name the programs (default: in $FF_BUILD/tests/adversary);
 # ADV_ABI, when set, is the ABI the attacks announce (to aim them at an older router).
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 ADV=${FF_ADVERSARY:-$FF_BUILD/tests/adversary/ffadversary}
 VICTIM=${FF_VICTIM:-$FF_BUILD/tests/adversary/ffadversary_victim}
 

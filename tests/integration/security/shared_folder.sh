@@ -4,7 +4,7 @@
 # pod's attacks on it fail: replacing the library, removing the socket, binding a fake
 # router, and holding a file lock to keep a restarted router from starting.
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 trap cluster_down EXIT
 cluster_up 2
 router_up || exit 1

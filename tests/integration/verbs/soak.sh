@@ -6,8 +6,8 @@
 # taken after a few warm-up cycles; both are printed. Resident memory may exceed the baseline
 # by FF_SOAK_RSS_SLACK_KIB (default 1024): what the allocator keeps cached for reuse.
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
-CLIENT=${FF_SOAK_CLIENT:-$FF_BUILD/tests/integration/soak_client}
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
+CLIENT=${FF_SOAK_CLIENT:-$FF_BUILD/tests/integration/verbs/soak_client}
 CYCLES=${FF_SOAK_CYCLES:-200}
 WARMUP=${FF_SOAK_WARMUP:-10}
 RSS_SLACK_KIB=${FF_SOAK_RSS_SLACK_KIB:-1024}

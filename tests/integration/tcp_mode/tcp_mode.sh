@@ -12,7 +12,7 @@
 # (same node, the library on both sides) or that kernel TCP did (everything else); a library
 # that silently falls back to kernel TCP fails the first.
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 TM_LIB=$FF_BUILD/fsocket/libfsocket.so
 if [[ ${1:-} == --library ]]; then
   TM_LIB=${2:?--library PATH or none}

@@ -11,9 +11,9 @@
 #                                      no receives
 #   multinode.sh windows               memory windows (verbs_windows) between pods of two nodes
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
-FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs_faults}
-WINDOWS=${FF_WINDOWS:-$FF_BUILD/tests/integration/verbs_windows}
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
+FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs/verbs_faults}
+WINDOWS=${FF_WINDOWS:-$FF_BUILD/tests/integration/verbs/verbs_windows}
 trap multinode_down EXIT
 failures=0
 check() { if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi; }
@@ -168,7 +168,7 @@ case $mode in
       $port "$FF_DIR/go" >"$FF_DIR/client.log" 2>&1; cpid=$FF_LAST_PID
     for ((i = 0; i < 200; i++)); do grep -q VICTIM "$FF_DIR/client.log" && break; sleep 0.05; done
     read -r _ qpn rkey addr src_qpn < <(grep VICTIM "$FF_DIR/client.log")
-    attack=(python3 "$FF_SRC/tests/integration/node_port_attack.py")
+    attack=(python3 "$FF_SRC/tests/integration/multinode/node_port_attack.py")
     aim=("$(mn_pod_ip 1 0)" "${src_qpn:-0}" "$(mn_pod_ip 0 0)" "${qpn:-0}" "${rkey:-0}" "${addr:-0}")
     mn_pod_run 1 1 "${attack[@]}" plain "$(mn_node_ip 0)" 7471 "${aim[@]}"
     check "hand-built frames from a pod reach nothing" $?

@@ -4,8 +4,8 @@
 # server in pod 1 and a client in pod 0 and checks that a record lives while either end's
 # namespace holds the connection and goes once neither does, whichever end closes first.
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
-RECORDS=${FF_TCP_RECORDS:-$FF_BUILD/tests/integration/tcp_mode_records}
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
+RECORDS=${FF_TCP_RECORDS:-$FF_BUILD/tests/integration/tcp_mode/tcp_mode_records}
 trap cluster_down EXIT
 cluster_up 2
 FF_ROUTER_LOG=info router_up || exit 1

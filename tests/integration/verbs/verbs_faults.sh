@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Integration: isolation and failure semantics between pods, with the real router.
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
-FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs_faults}
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
+FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs/verbs_faults}
 trap cluster_down EXIT
 cluster_up 3
 router_up || exit 1
