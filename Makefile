@@ -31,7 +31,7 @@ integration: build
 
 # The full router soak (ctest runs 200 cycles of it): 1000 pods killed at random points.
 soak: build
-	@FF_BUILD=$(abspath $(BUILD_DIR)) FF_SOAK_CYCLES=1000 bash tests/integration/soak.sh
+	@FF_BUILD=$(abspath $(BUILD_DIR)) FF_SOAK_CYCLES=1000 bash tests/integration/verbs/soak.sh
 
 demo: build
 	@scripts/demo.sh $(BUILD_DIR)

@@ -6,7 +6,8 @@
 set -euo pipefail
 BUILD=${1:-build}
 RUNS=${RUNS:-5}
-export FF_BUILD=$(cd "$BUILD" && pwd)
+FF_BUILD=$(cd "$BUILD" && pwd)
+export FF_BUILD
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
 source scripts/lib/measure.sh
@@ -48,9 +49,9 @@ floor_csv=$("$FF_BUILD/bench/hop_floor" --benchmark_format=csv 2>/dev/null)
 floor() {
   awk -F, -v n="$1" '$1 ~ "^\"" n "/" && !/_mean|_median|_stddev|_cv/ {printf "%.2f\n", $3 / 2000}' <<<"$floor_csv"
 }
-read -r f0_m f0_lo f0_hi <<<"$(stats $(floor BM_Tcp))"
-read -r f1_m f1_lo f1_hi <<<"$(stats $(floor BM_OneRelay))"
-read -r f2_m f2_lo f2_hi <<<"$(stats $(floor BM_TwoRelays))"
+read -r f0_m f0_lo f0_hi <<<"$(stats "$(floor BM_Tcp)")"
+read -r f1_m f1_lo f1_hi <<<"$(stats "$(floor BM_OneRelay)")"
+read -r f2_m f2_lo f2_hi <<<"$(stats "$(floor BM_TwoRelays)")"
 read -r wbw_m wbw_lo wbw_hi <<<"$(stats "${wbw[@]}")"
 read -r wt_m wt_lo wt_hi <<<"$(stats "${wbw_tls[@]}")"
 read -r st_m st_lo st_hi <<<"$(stats "${slat_tls[@]}")"

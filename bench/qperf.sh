@@ -8,7 +8,8 @@
 set -euo pipefail
 BUILD=${1:-build}
 RUNS=${RUNS:-5}
-export FF_BUILD=$(cd "$BUILD" && pwd)
+FF_BUILD=$(cd "$BUILD" && pwd)
+export FF_BUILD
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
 source scripts/lib/measure.sh

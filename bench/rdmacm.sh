@@ -22,7 +22,8 @@ RUNS=${RUNS:-5}
 CONNS_RDMA=${CM_CONNS_RDMA:-300}
 CONNS_TCP=${CM_CONNS_TCP:-2000}
 IN_FLIGHT=${CM_IN_FLIGHT:-16}
-export FF_BUILD=$(cd "$BUILD" && pwd)
+FF_BUILD=$(cd "$BUILD" && pwd)
+export FF_BUILD
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
 export FF_ROUTER_LOG=info  # cm_wait_listen reads the router's rdma_cm listens
@@ -111,9 +112,9 @@ measure() {  # measure WHERE RATE_DIVISOR: the table for one placement of the po
   done
   local scm stcp scmw stcpw srp slr slp sbr sbp ccm crt ctcp
   scm=$(stats "${cm[@]}") stcp=$(stats "${tcp[@]}") srp=$(stats "${rp[@]}") slr=$(stats "${lr[@]}")
-  ccm=$(stats $(awk '{print $1}' "$FF_DIR/cpu-rdma.txt" 2>/dev/null))
-  crt=$(stats $(awk '{print $2}' "$FF_DIR/cpu-rdma.txt" 2>/dev/null))
-  ctcp=$(stats $(awk '{print $1}' "$FF_DIR/cpu-tcp.txt" 2>/dev/null))
+  ccm=$(stats "$(awk '{print $1}' "$FF_DIR/cpu-rdma.txt" 2>/dev/null)")
+  crt=$(stats "$(awk '{print $2}' "$FF_DIR/cpu-rdma.txt" 2>/dev/null)")
+  ctcp=$(stats "$(awk '{print $1}' "$FF_DIR/cpu-tcp.txt" 2>/dev/null)")
   scmw=$(stats "${cmw[@]}") stcpw=$(stats "${tcpw[@]}")
   slp=$(stats "${lp[@]}") sbr=$(stats "${br[@]}") sbp=$(stats "${bp[@]}")
   rate_target() {  # rate_target STATS_RDMA STATS_TCP [info]: the ratio, against the target

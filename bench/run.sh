@@ -5,7 +5,8 @@
 set -euo pipefail
 BUILD=${1:-build}
 RUNS=${RUNS:-5}
-export FF_BUILD=$(cd "$BUILD" && pwd)
+FF_BUILD=$(cd "$BUILD" && pwd)
+export FF_BUILD
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
 source scripts/lib/measure.sh
@@ -27,7 +28,7 @@ memcpy=$("$FF_BUILD/bench/memcpy_bench" --benchmark_format=csv 2>/dev/null |
   awk -F, '/BM_Memcpy\/65536\/repeats:5"?,/ && !/_mean|_median|_stddev|_cv/ {printf "%.2f\n", $6 * 8 / 1e9}')
 read -r wbw_m wbw_lo wbw_hi <<<"$(stats "${wbw[@]}")"
 read -r tcp_m tcp_lo tcp_hi <<<"$(stats "${tcp[@]}")"
-read -r mc_m mc_lo mc_hi <<<"$(stats $memcpy)"
+read -r mc_m mc_lo mc_hi <<<"$(stats "$memcpy")"
 read -r sl_m sl_lo sl_hi <<<"$(stats "${slat[@]}")"
 read -r wl_m wl_lo wl_hi <<<"$(stats "${wlat[@]}")"
 read -r tl_m tl_lo tl_hi <<<"$(stats "${tlat[@]}")"

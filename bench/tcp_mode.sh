@@ -26,7 +26,8 @@ fi
 BUILD=${1:-build}
 RUNS=${RUNS:-3}
 CONNS=${CONNS:-2000}
-export FF_BUILD=$(cd "$BUILD" && pwd)
+FF_BUILD=$(cd "$BUILD" && pwd)
+export FF_BUILD
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
 source scripts/lib/measure.sh

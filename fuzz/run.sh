@@ -15,7 +15,7 @@
 set -euo pipefail
 
 src=$(cd "$(dirname "$0")/.." && pwd)
-build=build-fuzz
+build="build-fuzz"
 seconds=300
 jobs=2
 parallel=1
@@ -66,11 +66,11 @@ run_one() {
   local t=$1
   local corpus=$build/corpus/$t findings=$build/findings/$t
   mkdir -p "$corpus" "$findings"
-  [[ -d $src/fuzz/corpus/$t ]] && cp -n "$src/fuzz/corpus/$t"/* "$corpus"/ 2>/dev/null || true
+  if [[ -d $src/fuzz/corpus/$t ]]; then cp -n "$src/fuzz/corpus/$t"/* "$corpus"/ 2>/dev/null || true; fi
   local log=$findings/run.log
   local rc=0 started=$SECONDS
   (cd "$findings" && "$build/fuzz/fuzz_$t" -max_total_time="$seconds" -runs="$runs" "${fork[@]}" -timeout=20 \
-     -rss_limit_mb=4096 -max_len="${max_len[$t]:-4096}" -print_final_stats=1 ${quiet[$t]:-} \
+     -rss_limit_mb=4096 -max_len="${max_len[$t]:-4096}" -print_final_stats=1 ${quiet[$t]:+"${quiet[$t]}"} \
      -artifact_prefix="$findings/" "$corpus") >"$log" 2>&1 || rc=$?
   local done_runs
   done_runs=$(sed -n -e 's/^stat::number_of_executed_units: *//p' \
@@ -80,6 +80,7 @@ run_one() {
     grep -E "^==[0-9]+==ERROR|SUMMARY|^artifact_prefix|Test unit written" "$log" >&2 || true
     return 1
   fi
+  # shellcheck disable=SC2012  # libFuzzer names corpus files by their hash
   echo "fuzz $t: ${done_runs} runs in $((SECONDS - started)) s, no crash (corpus $(ls "$corpus" | wc -l) inputs)"
 }
 

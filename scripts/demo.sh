@@ -3,7 +3,8 @@
 # freeflow, printed beside the same measurement over TCP between the same pods.
 set -euo pipefail
 BUILD=${1:-build}
-export FF_BUILD=$(cd "$BUILD" && pwd)
+FF_BUILD=$(cd "$BUILD" && pwd)
+export FF_BUILD
 cd "$(dirname "$0")/.."
 source scripts/lib/cluster.sh
 source scripts/lib/measure.sh

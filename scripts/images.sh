@@ -10,8 +10,9 @@
 #
 # Each image is two layers: a Debian root file system made by mmdebstrap (cached by its
 # package list under $FF_IMAGE_CACHE, so a warm build only redoes the second layer) and a
-# layer with our stripped binaries. The result is one OCI image layout (umoci), plus an OCI
-# archive for `ctr images import`:
+# layer with our stripped binaries, staged under /usr/local by the build's install rules
+# (`cmake --install`: bin/, lib/freeflow/). The result is one OCI image layout (umoci), plus
+# an OCI archive for `ctr images import`:
 #
 #   scripts/images.sh [BUILD_DIR] [OUT_DIR]     # default build, BUILD_DIR/images
 #
@@ -27,20 +28,15 @@ TAG=${FF_IMAGE_TAG:-dev}
 LAYOUT=$OUT/oci
 START=$(date +%s.%N)
 
-ROUTER_BINARIES=("$BUILD/router/ffrouter" "$BUILD/device-plugin/rdma-device-plugin")
-LIBRARY=$BUILD/verbs/libffverbs.so
-SOCKET_LIBRARY=$BUILD/fsocket/libfsocket.so  # TCP mode (docs/tcp-mode.md)
+# What the router image ships, as installed under its prefix: the daemons, and the libraries
+# the router hands to pods (libfsocket.so: TCP mode, docs/tcp-mode.md).
+ROUTER_FILES=(bin/ffrouter bin/rdma-device-plugin lib/freeflow/libffverbs.so
+  lib/freeflow/libfsocket.so)
 APP_PACKAGES=(perftest ibverbs-utils rdmacm-utils)
 # Slim root file systems: no manuals, documentation or translations.
 DPKG_OPTS=(--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*'
   --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*')
 
-for f in "${ROUTER_BINARIES[@]}" "$LIBRARY" "$SOCKET_LIBRARY"; do
-  [[ -x $f || -f $f ]] || {
-    echo "images: $f is missing; build first (make build)" >&2
-    exit 1
-  }
-done
 for tool in mmdebstrap umoci strip; do
   command -v "$tool" >/dev/null || {
     echo "images: $tool is missing (scripts/install-deps.sh installs it)" >&2
@@ -51,6 +47,19 @@ done
 WORK=$(mktemp -d /tmp/ff-images.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$CACHE" "$OUT"
+
+# The router image's files, installed from the build.
+STAGE=$WORK/router/usr/local
+cmake --install "$BUILD" --prefix "$STAGE" >/dev/null || {
+  echo "images: cmake --install $BUILD failed; build first (make build)" >&2
+  exit 1
+}
+for f in "${ROUTER_FILES[@]}"; do
+  [[ -f $STAGE/$f ]] || {
+    echo "images: $f was not installed from $BUILD; build first (make build)" >&2
+    exit 1
+  }
+done
 
 # run_time_packages BINARY...: the Debian packages that hold the shared libraries the
 # binaries load (the C library comes with every root file system).
@@ -68,6 +77,7 @@ rootfs() {
   shift
   local hooks=()
   if [[ $name == app ]]; then
+    # shellcheck disable=SC2016  # $1 is the hook's argument (the root file system), for its shell
     hooks=(--customize-hook='echo "app:x:1000:1000:app:/nonexistent:/usr/sbin/nologin" >>"$1/etc/passwd"'
       --customize-hook='echo "app:x:1000:" >>"$1/etc/group"')
   fi
@@ -103,15 +113,12 @@ image() {
 
 [[ -d $LAYOUT ]] || umoci init --layout "$LAYOUT"
 
-# The router image: our binaries and the library, stripped, with their run-time packages.
-mapfile -t router_pkgs < <(run_time_packages "${ROUTER_BINARIES[@]}" "$LIBRARY" "$SOCKET_LIBRARY")
+# The router image: our binaries and the libraries, stripped, with their run-time packages.
+mapfile -t router_pkgs < <(run_time_packages "${ROUTER_FILES[@]/#/$STAGE/}")
 router_base=$(rootfs router "${router_pkgs[@]}")
-mkdir -p "$WORK/router/usr/local/bin" "$WORK/router/usr/local/lib/freeflow"
-for b in "${ROUTER_BINARIES[@]}"; do
-  strip --strip-unneeded -o "$WORK/router/usr/local/bin/$(basename "$b")" "$b"
+for f in "${ROUTER_FILES[@]}"; do
+  strip --strip-unneeded "$STAGE/$f"
 done
-strip --strip-unneeded -o "$WORK/router/usr/local/lib/freeflow/libffverbs.so" "$LIBRARY"
-strip --strip-unneeded -o "$WORK/router/usr/local/lib/freeflow/libfsocket.so" "$SOCKET_LIBRARY"
 image router "$router_base" "$WORK/router" --config.user=0:0 \
   --config.entrypoint=/usr/local/bin/ffrouter
 

@@ -4,8 +4,9 @@
 set -euo pipefail
 
 PACKAGES=(
-  # toolchain (clang-tidy and python3 check the size limits in tests/style)
-  build-essential cmake pkg-config git clang-tidy python3
+  # toolchain (clang-tidy and python3 check the size limits in tests/style, shellcheck
+  # every shell script)
+  build-essential cmake pkg-config git clang-tidy python3 shellcheck
   # fuzz targets (fuzz/): clang, and libclang-rt-14-dev for -fsanitize=fuzzer (libFuzzer)
   clang libclang-rt-14-dev
   # libraries
@@ -14,14 +15,15 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # real clients and baselines used by tests, demo and benchmarks
   perftest ibverbs-utils rdmacm-utils iperf3 sockperf qperf
-  # unmodified socket programs of TCP mode (tests/integration/tcp_mode.sh); the tests start
-  # their own instances in pod namespaces, none may run on the host (see policy-rc.d below)
+  # unmodified socket programs of TCP mode (tests/integration/tcp_mode/tcp_mode.sh); the
+  # tests start their own instances in pod namespaces, none may run on the host (see
+  # policy-rc.d below)
   nginx redis-server redis-tools openssh-server openssh-client
-  # UCX and Open MPI over freeflow0 (tests/integration/ucx.sh); libopenmpi-dev lets CMake's
-  # find_package(MPI) build the test's MPI program, libucx-dev the UCX client/server program
-  # of tests/integration/rdmacm.sh
+  # UCX and Open MPI over freeflow0 (tests/integration/ucx/ucx.sh); libopenmpi-dev lets
+  # CMake's find_package(MPI) build the test's MPI program, libucx-dev the UCX client/server
+  # program of tests/integration/rdmacm/rdmacm.sh
   ucx-utils openmpi-bin libopenmpi-dev libucx-dev
-  # libfabric's verbs provider over rdma_cm (fi_pingpong, tests/integration/rdmacm.sh)
+  # libfabric's verbs provider over rdma_cm (fi_pingpong, tests/integration/rdmacm/rdmacm.sh)
   libfabric-bin
   # namespaces, bridges, processes
   iproute2 procps util-linux psmisc strace binutils curl

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "daemon.h"
+#include "freeflow/version.h"
 
 int main(int argc, char** argv) {
   // gRPC runs a handful of threads; per-thread malloc arenas would multiply
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   int register_timeout_ms = static_cast<int>(opts.register_timeout.count());
 
   CLI::App app{"Kubernetes device plugin for RDMA HCAs, SR-IOV VFs and freeflow virtual devices"};
+  app.set_version_flag("--version", ff::VersionLine("rdma-device-plugin"));
   app.add_option("--config", opts.config_path, "JSON config file")->required();
   app.add_option("--kubelet-dir", opts.kubelet_dir, "kubelet device-plugin folder")
       ->capture_default_str();

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "freeflow/version.h"
+
 namespace ff::router {
 namespace {
 
@@ -203,6 +205,7 @@ bool Validate(const Raw& raw, RouterConfig* c, std::string* error) {
 
 std::optional<RouterConfig> ParseOptions(int argc, char** argv, int* exit_code) {
   CLI::App app{"ffrouter: per-node freeflow router (virtual RDMA for containers)"};
+  app.set_version_flag("--version", ff::VersionLine("ffrouter"));
   RouterConfig config;
   char host[HOST_NAME_MAX + 1] = {};
   ::gethostname(host, sizeof(host) - 1);

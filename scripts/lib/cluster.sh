@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers for integration tests, the demo and the benchmarks: a one-node
 # "cluster" made of network namespaces on this machine.
 #
@@ -189,7 +190,6 @@ wait_listen() {
 # with certificates from scripts/ff-certs.sh in $FF_DIR/tls (outside every node's folder,
 # which pods see); FF_INSECURE_NODE_LINKS=1 runs them in plaintext instead.
 
-FF_NODES=0
 FF_MN_NS=()
 declare -A FF_NODE_ROUTER=()
 
@@ -202,7 +202,6 @@ mn_dir() { echo "$FF_DIR/node$1"; }
 # multinode_up NODES PODS_PER_NODE
 multinode_up() {
   local nodes=$1 pods=$2 n m i ns
-  FF_NODES=$nodes
   FF_DIR=$(mktemp -d /tmp/freeflow-test.XXXXXX)
   local u="ff${FF_TAG}u"
   ip netns add "$u"
@@ -279,6 +278,7 @@ mn_router_start() {
   dir=$(mn_dir "$n")
   read -ra tls_args <<<"$(mn_tls_args "$name")"
   rm -f "$dir/ffrouter.sock"  # a killed router's socket; wait for the new one
+  # shellcheck disable=SC2086  # FF_ROUTER_WRAP is a command line (a wrapper and its flags)
   ip netns exec "$(mn_node_ns "$n")" ${FF_ROUTER_WRAP:-} "$FF_BUILD/router/ffrouter" --dir "$dir" --name ffrouter \
     --vnet-prefix 10.244.0.0/16 --host-ip "$(mn_node_ip "$n")" --port 7471 --node-name "$name" \
     --log-level "${FF_ROUTER_LOG:-info}" "${FF_CONTROL_PLANE_ARGS[@]:---control-plane=static:$FF_DIR/cluster.json}" \
@@ -341,14 +341,14 @@ mn_etcd_url() {
 }
 mn_etcd_up() {
   FF_ETCD_DIR=${FF_ETCD_DIR:-$(mktemp -d /tmp/freeflow-etcd.XXXXXX)}
-  local pki=$FF_ETCD_DIR/pki tls=() curl_tls=()
+  local pki=$FF_ETCD_DIR/pki server_tls=() curl_tls=()
   if [[ ${FF_ETCD_SECURE:-0} == 1 ]]; then
     if [[ ! -f $pki/ca.crt ]]; then
       bash "$FF_SRC/scripts/ff-certs.sh" "$pki" ca >/dev/null &&
         bash "$FF_SRC/scripts/ff-certs.sh" -i "$(mn_etcd_ip)" "$pki" node etcd >/dev/null &&
         bash "$FF_SRC/scripts/ff-certs.sh" "$pki" node root node0 node1 node2 node3 >/dev/null || return 1
     fi
-    tls=(--cert-file "$pki/etcd.crt" --key-file "$pki/etcd.key" --trusted-ca-file "$pki/ca.crt" --client-cert-auth)
+    server_tls=(--cert-file "$pki/etcd.crt" --key-file "$pki/etcd.key" --trusted-ca-file "$pki/ca.crt" --client-cert-auth)
     curl_tls=(--cacert "$pki/ca.crt" --cert "$pki/root.crt" --key "$pki/root.key")
   fi
   # etcd listens on the underlay bridge's side: give the underlay namespace an address.
@@ -358,7 +358,7 @@ mn_etcd_up() {
     --listen-client-urls "$(mn_etcd_url)" --advertise-client-urls "$(mn_etcd_url)" \
     --listen-peer-urls "http://127.0.0.1:2380" --initial-advertise-peer-urls "http://127.0.0.1:2380" \
     --initial-cluster "ff=http://127.0.0.1:2380" --heartbeat-interval=10 --election-timeout=100 \
-    "${tls[@]}" >>"$FF_ETCD_DIR/etcd.log" 2>&1 &
+    "${server_tls[@]}" >>"$FF_ETCD_DIR/etcd.log" 2>&1 &
   FF_ETCD_PID=$!
   local i
   for ((i = 0; i < 100; i++)); do
@@ -426,6 +426,7 @@ multinode_down() {
 # (ff_pod_ip, ff_pod_ns, pod_bg, pod_run with 0 and 1) in both placements.
 
 # pods_on_nodes: from now on pod I means pod 0 of node I (the one-node helpers redefined).
+# shellcheck disable=SC2317  # the helpers it defines are called later, by the scripts
 pods_on_nodes() {
   ff_pod_ns() { mn_pod_ns "$1" 0; }
   ff_pod_ip() { mn_pod_ip "$1" 0; }
@@ -472,6 +473,7 @@ pod_router_log() {
 # waits (at most 5 s) until that router logs, after MARK, that pod I listens with rdma_cm
 # (an rdma_cm listen shows in no socket table; the router must log at level info,
 # FF_ROUTER_LOG=info). False when PID has exited meanwhile or the listen never came.
+# shellcheck disable=SC2002  # cat, so that a missing log counts 0 lines
 cm_listen_mark() { cat "$(pod_router_log "$1")" 2>/dev/null | wc -l; }
 cm_wait_listen() {
   local log i
@@ -485,7 +487,7 @@ cm_wait_listen() {
 }
 # perftest_lost_race LOG...: a perftest -R client that logged to LOG was rejected for want
 # of a listener (reason 8): perftest's own race, for which the pair is run again
-# (again_if_perftest_raced in tests/integration/rdmacm.sh, perftest_run in measure.sh).
+# (again_if_perftest_raced in tests/integration/rdmacm/rdmacm.sh, perftest_run in measure.sh).
 perftest_lost_race() { grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' "$@" 2>/dev/null; }
 # pod_router_kill I [SIGNAL]: stops the router serving pod I (TERM by default).
 pod_router_kill() {

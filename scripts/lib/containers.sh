@@ -145,6 +145,7 @@ ct_pod_net() {
     echo "CNI ADD for $ns failed: $out" >&2
     return 1
   }
+  # shellcheck disable=SC2034  # read by the caller
   CT_POD_IP=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["ips"][0]["address"].split("/")[0])' <<<"$out")
 }
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Measurement helpers shared by the demo and the benchmark. Each prints one number.
 # Requires scripts/lib/cluster.sh to be sourced and a cluster with a router to be up.
 
@@ -8,7 +9,7 @@
 perftest_run() {
   local s=$1 c=$2 field=$3 attempt
   shift 3
-  # With -R, perftest's client may lose perftest's own race (tests/integration/rdmacm.sh,
+  # With -R, perftest's client may lose perftest's own race (tests/integration/rdmacm/rdmacm.sh,
   # again_if_perftest_raced): it is rejected, its server waits for nobody. Run it again.
   for ((attempt = 1; attempt <= 5; attempt++)); do
     perftest_run_once "$s" "$c" "$@" && break

@@ -1,4 +1,5 @@
-# Helpers of TCP mode (docs/tcp-mode.md) for tests/integration/tcp_mode.sh and
+# shellcheck shell=bash
+# Helpers of TCP mode (docs/tcp-mode.md) for tests/integration/tcp_mode/tcp_mode.sh and
 # bench/tcp_mode.sh: unmodified socket programs in pods 0 and 1 of two_pods_up (one node or
 # two), each with libfsocket.so preloaded ("lib") or without it ("plain").
 # Requires scripts/lib/cluster.sh to be sourced. TM_LIB is the library's path, or "none" to

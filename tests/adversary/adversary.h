@@ -4,7 +4,7 @@
 // exits 0 only when every defence it tried held, and says so in one line:
 //   DEFENDED <finding> <name>: <what was tried> -> <what it got>
 //   BREACHED <finding> <name>: <what was tried> -> <what it got>
-// tests/integration/adversary.sh runs them between a victim pod and live traffic.
+// tests/integration/security/adversary.sh runs them between a victim pod and live traffic.
 #pragma once
 
 #include <chrono>

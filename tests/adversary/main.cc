@@ -1,5 +1,5 @@
 // ffadversary: the attacks of the adversary suite, one command per finding of issue 9, and
-// the two helpers they need. Run by tests/integration/adversary.sh; see adversary.h.
+// the two helpers they need. Run by tests/integration/security/adversary.sh; see adversary.h.
 //   ffadversary COMMAND DIR          an attack, or the probe ("hello")
 //   ffadversary peer DIR ATTACK      the helper of ATTACK, on the other node
 //   ffadversary host DIR ATTACK      the helper of ATTACK, with host networking

@@ -38,6 +38,7 @@ e2e_time() {
   local t0
   t0=$(date +%s%N)
   "$@"
+  # shellcheck disable=SC2034  # read by the caller
   E2E_MS=$((($(date +%s%N) - t0) / 1000000))
 }
 
@@ -81,6 +82,7 @@ app_id() { echo "$1-$(date +%s%N)"; }
 app_check() {
   local id
   id=$(app_id check)
+  # shellcheck disable=SC2016  # the container's shell expands it
   app_run "$id" "$1" sh -c 'id -u; grep -E "^(CapEff|CapBnd|NoNewPrivs|Seccomp):" /proc/self/status
     echo "pid1=$(cat /proc/1/comm)"
     touch /probe 2>/dev/null && echo "root-writable"
@@ -91,8 +93,8 @@ app_check() {
   local log=$CT_DIR/$id.log
   [[ $rc == 0 ]] || fail "app check exited $rc" "$log"
   grep -qx 1000 "$log" || fail "not user 1000" "$log"
-  grep -qE '^CapEff:\s+0+$' "$log" && grep -qE '^CapBnd:\s+0+$' "$log" || fail "capabilities" "$log"
-  grep -qE '^NoNewPrivs:\s+1$' "$log" && grep -qE '^Seccomp:\s+2$' "$log" || fail "seccomp" "$log"
+  { grep -qE '^CapEff:\s+0+$' "$log" && grep -qE '^CapBnd:\s+0+$' "$log"; } || fail "capabilities" "$log"
+  { grep -qE '^NoNewPrivs:\s+1$' "$log" && grep -qE '^Seccomp:\s+2$' "$log"; } || fail "seccomp" "$log"
   grep -qx 'pid1=sh' "$log" || fail "not its own PID namespace" "$log"
   ! grep -qE 'writable' "$log" || fail "a file system pods must not write is writable" "$log"
   grep -q freeflow0 "$log" || fail "ibv_devices does not list freeflow0" "$log" "$CT_DIR/router.log"
@@ -192,14 +194,16 @@ router_replacement() {
     grep -q first-exit "$CT_DIR/$s.log" && grep -q first-exit "$CT_DIR/$c.log" && break
     sleep 0.05
   done
-  grep -q first-exit "$CT_DIR/$c.log" && grep -q first-exit "$CT_DIR/$s.log" ||
+  { grep -q first-exit "$CT_DIR/$c.log" && grep -q first-exit "$CT_DIR/$s.log"; } ||
     fail "rolling: QPs hang after the router stopped" "$CT_DIR/$s.log" "$CT_DIR/$c.log"
+  # shellcheck disable=SC2034  # read by the caller, as E2E_BACK_MS
   E2E_FAIL_MS=$((($(date +%s%N) - t0) / 1000000))
   grep -q 'first-exit=0' "$CT_DIR/$c.log" "$CT_DIR/$s.log" &&
     fail "rolling: a pingpong succeeded without its router" "$CT_DIR/$s.log" "$CT_DIR/$c.log"
   t0=$(date +%s%N)
   e2e_daemonset router freeflow-router "freeflow-router:$TAG" 0 "$CT_DIR/manifest.yaml"
   wait_for 10 test -S "$(node_root 0)/freeflow/ffrouter.sock" || fail "no new router" "$CT_DIR/router.log"
+  # shellcheck disable=SC2034  # read by the caller
   E2E_BACK_MS=$((($(date +%s%N) - t0) / 1000000))
   [[ $(ct_wait "$c" 30) == 0 && $(ct_wait "$s" 10) == 0 ]] ||
     fail "rolling: new QPs in the same containers" "$CT_DIR/$s.log" "$CT_DIR/$c.log" "$CT_DIR/router.log"
@@ -302,9 +306,9 @@ two_nodes_etcd() {
   done
   local env=(ETCDCTL_API=3 "ETCDCTL_ENDPOINTS=$CT_ETCD_URL" "ETCDCTL_CACERT=$pki/ca.crt"
     "ETCDCTL_CERT=$pki/root.crt" "ETCDCTL_KEY=$pki/root.key")
-  ip netns exec "$u" env "${env[@]}" bash "$SRC/scripts/ff-etcd-auth.sh" enable >/dev/null &&
+  { ip netns exec "$u" env "${env[@]}" bash "$SRC/scripts/ff-etcd-auth.sh" enable >/dev/null &&
     ip netns exec "$u" env "${env[@]}" bash "$SRC/scripts/ff-etcd-auth.sh" node "node$1" "node$2" \
-      >/dev/null || fail "etcd with authentication" "$CT_DIR/etcd.log"
+      >/dev/null; } || fail "etcd with authentication" "$CT_DIR/etcd.log"
 }
 
 # app_rping SERVER CLIENT SERVER_IP: rping (rdma_cm, the router answering for
@@ -315,6 +319,7 @@ app_rping() {
   s=$(app_id rping-s)
   c=$(app_id rping-c)
   app_run "$s" "$1" rping -s -a 0.0.0.0 -p 7174 -C 100 -V
+  # shellcheck disable=SC2016  # the container's shell expands it
   app_run "$c" "$2" sh -c 'i=0; until rping -c -a "$1" -p 7174 -C 100 -v -V; do
     i=$((i + 1)); [ $i -gt 40 ] && exit 1; sleep 0.25; done' rping "$3"
   local crc src
@@ -360,7 +365,7 @@ least_privilege() {
     app=$(app_id lp-app)
     app_run "$app" "$node:0" ibv_devices
     ct_wait "$app" 20 >/dev/null  # ibv_devices lists no device (and exits 0)
-    ! grep -q freeflow0 "$CT_DIR/$app.log" && grep -qF "$want" "$CT_DIR/$app.log" ||
+    { ! grep -q freeflow0 "$CT_DIR/$app.log" && grep -qF "$want" "$CT_DIR/$app.log"; } ||
       fail "a router without $drop still identifies pods" "$CT_DIR/$app.log" "$CT_DIR/$id.log"
     ok "without $([[ $drop == pid ]] && echo hostPID || echo "${drop#CAP_}"): refused, \"$want\""
     ct task kill -s TERM "$id"

@@ -53,6 +53,7 @@ e2e_daemonset router freeflow-router "freeflow-router:$TAG" 0 "$CT_DIR/manifest.
 wait_for 10 test -S "$NODE_ROOT/freeflow/ffrouter.sock" || fail "no router socket" "$CT_DIR/router.log"
 router_probe startupProbe || fail "the router's startup probe fails" "$CT_DIR/router.log"
 router_liveness
+# shellcheck disable=SC2012  # a listing for the reader
 ok "serving $NODE_ROOT/freeflow ($(ls "$NODE_ROOT/freeflow" | tr '\n' ' '))"
 
 step "the device plugin container (virtual mode) and kubelet's Allocate"
@@ -101,8 +102,8 @@ ok "new router serving in $E2E_BACK_MS ms; new QPs in the same containers: $(gre
 
 step "two nodes from deploy/overlays/static: routers linked over TLS, pods on each"
 two_nodes_up 1 2
-X1=$CT_POD_IP1
-X2=$CT_POD_IP2
+# shellcheck disable=SC2153  # two_nodes_up sets CT_POD_IP<N> (printf -v)
+X1=$CT_POD_IP1 X2=$CT_POD_IP2
 printf '{"nodes": [%s, %s]}\n' \
   "$(printf '{"name": "node1", "address": "%s", "port": 7471, "podCIDRs": ["10.244.%d.0/24"]}' \
     "$(ct_node_ip 1)" "$((CT_NET + 1))")" \

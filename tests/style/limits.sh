@@ -12,7 +12,7 @@ max_function=100
 max_folder=24
 status=0
 
-cd "$src"
+cd "$src" || exit 1
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   files=$(git ls-files '*.cc' '*.h')
 else
@@ -54,7 +54,7 @@ if ! command -v clang-tidy >/dev/null || [[ $(wc -w <<<"$units") -lt 10 ]]; then
   exit 1
 fi
 config="{CheckOptions: [{key: readability-function-size.LineThreshold, value: $max_function}]}"
-report=$(printf '%s\n' $units | sort -u |
+report=$(printf '%s\n' "$units" | sort -u |
   xargs -P "$(nproc)" -n 4 clang-tidy -p "$build" --quiet --checks='-*,readability-function-size' \
     --config="$config" --header-filter="^$src/(core|router|verbs|controlplane|device-plugin)/" 2>/dev/null |
   grep -E 'warning: function .* exceeds' | sort -u)

@@ -23,6 +23,7 @@ done
 check "the CA certificate is a CA" "openssl x509 -in '$dir/ca.crt' -noout -ext basicConstraints | grep -q 'CA:TRUE'"
 check "a node certificate is not a CA" "openssl x509 -in '$dir/node-a.crt' -noout -ext basicConstraints | grep -q 'CA:FALSE'"
 check "a node certificate lasts the days asked for" "openssl x509 -in '$dir/node-a.crt' -noout -checkend \$((29 * 86400)) >/dev/null && ! openssl x509 -in '$dir/node-a.crt' -noout -checkend \$((31 * 86400)) >/dev/null"
+# shellcheck disable=SC2034  # read by the checks, which eval their condition
 before=$(sha256sum "$dir/node-a.key" "$dir/ca.key")
 check "an existing node key is not overwritten" "! '$certs' '$dir' node node-a 2>/dev/null"
 check "an existing CA is not overwritten" "! '$certs' '$dir' ca 2>/dev/null"

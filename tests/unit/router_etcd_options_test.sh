@@ -29,6 +29,15 @@ expect() {
     failures=$((failures + 1))
   fi
 }
+# verdict NAME STATUS: PASS when STATUS is 0, else FAIL with the router's output.
+verdict() {
+  if [[ $2 -eq 0 ]]; then
+    echo "PASS $1"
+  else
+    echo "FAIL $1: $out"
+    failures=$((failures + 1))
+  fi
+}
 ep=etcd:https://127.0.0.1:1
 
 expect "a certificate without its key" "without its key: give --etcd-key" \
@@ -44,22 +53,22 @@ expect "a user without a password" "etcd user \"node-a\" has no password" \
 out=$(ETCDCTL_CERT=$dir/node-a.crt ETCDCTL_KEY=$dir/node-b.key timeout 10 "$router" \
   --vnet-prefix 10.244.0.0/16 --host-ip 127.0.0.1 --library /dev/null --dir "$dir/missing" \
   --control-plane "$ep" 2>&1)
-[[ $? -ne 0 && $out == *"$dir/node-b.key does not belong"* ]] && echo "PASS ETCDCTL_CERT and ETCDCTL_KEY are read" ||
-  { echo "FAIL ETCDCTL_CERT and ETCDCTL_KEY are read: $out"; failures=$((failures + 1)); }
+[[ $? -ne 0 && $out == *"$dir/node-b.key does not belong"* ]]
+verdict "ETCDCTL_CERT and ETCDCTL_KEY are read" $?
 out=$(ETCDCTL_CACERT=$dir/env.crt timeout 10 "$router" --vnet-prefix 10.244.0.0/16 --host-ip 127.0.0.1 \
   --library /dev/null --dir "$dir/missing" --control-plane "$ep" --etcd-cacert "$dir/flag.crt" 2>&1)
-[[ $? -ne 0 && $out == *"file $dir/flag.crt"* && $out != *env.crt* ]] && echo "PASS the flag wins over ETCDCTL_CACERT" ||
-  { echo "FAIL the flag wins over ETCDCTL_CACERT: $out"; failures=$((failures + 1)); }
-out=$(ETCDCTL_USER=node-a ETCDCTL_PASSWORD= timeout 10 "$router" --vnet-prefix 10.244.0.0/16 --host-ip 127.0.0.1 \
+[[ $? -ne 0 && $out == *"file $dir/flag.crt"* && $out != *env.crt* ]]
+verdict "the flag wins over ETCDCTL_CACERT" $?
+out=$(ETCDCTL_USER=node-a ETCDCTL_PASSWORD='' timeout 10 "$router" --vnet-prefix 10.244.0.0/16 --host-ip 127.0.0.1 \
   --library /dev/null --dir "$dir/missing" --control-plane "$ep" 2>&1)
-[[ $? -ne 0 && $out == *'etcd user "node-a" has no password'* ]] && echo "PASS ETCDCTL_USER is read" ||
-  { echo "FAIL ETCDCTL_USER is read: $out"; failures=$((failures + 1)); }
+[[ $? -ne 0 && $out == *'etcd user "node-a" has no password'* ]]
+verdict "ETCDCTL_USER is read" $?
 # USER:PASSWORD is split (the plaintext warning names the user alone); with a password
 # given apart, the whole value is the user. The missing --dir then stops the router.
 expect "--etcd-user USER:PASSWORD is split" 'etcd user "node-a" authenticates over plaintext' \
   --control-plane etcd:http://127.0.0.1:1 --etcd-user node-a:s3cret
-[[ $out != *s3cret* ]] && echo "PASS the password is not logged" ||
-  { echo "FAIL the password is not logged: $out"; failures=$((failures + 1)); }
+[[ $out != *s3cret* ]]
+verdict "the password is not logged" $?
 expect "with --etcd-password the user is taken whole" 'etcd user "node-a:x" authenticates over plaintext' \
   --control-plane etcd:http://127.0.0.1:1 --etcd-user node-a:x --etcd-password s3cret
 exit $((failures != 0))

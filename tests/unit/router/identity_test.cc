@@ -2,7 +2,7 @@
 // of a pod with NET_ADMIN, as lists of addresses), the peer-process lookup used without
 // SO_PEERPIDFD, a resolver that cannot start its thread, and the router refusing a second
 // network namespace that claims an address in use. The same attacks in real namespaces
-// against the real router: tests/integration/identity.sh.
+// against the real router: tests/integration/security/identity.sh.
 #include "identity/identity.h"
 
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 // TCP mode's records go when their connection is gone from the namespaces of both ends: the
 // sweep's logic, with the kernel's answers (sock_diag) played by FakeStreamProbe. The real
-// sock_diag in real namespaces is tests/integration/tcp_mode_records.sh.
+// sock_diag in real namespaces is tests/integration/tcp_mode/tcp_mode_records.sh.
 #include <gtest/gtest.h>
 
 #include "sock_pod.h"

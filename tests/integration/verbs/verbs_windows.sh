@@ -2,8 +2,8 @@
 # Integration: memory windows between two pods of one node, with the real router and the
 # system's libibverbs under the preload (verbs_windows.cc says what is checked).
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
-WINDOWS=${FF_WINDOWS:-$FF_BUILD/tests/integration/verbs_windows}
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
+WINDOWS=${FF_WINDOWS:-$FF_BUILD/tests/integration/verbs/verbs_windows}
 trap cluster_down EXIT
 cluster_up 2
 router_up || exit 1

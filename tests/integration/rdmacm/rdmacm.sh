@@ -12,10 +12,10 @@
 # their output that proves data moved (or, for the error cases, that the expected event came
 # within its bound).
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 export FF_ROUTER_LOG=info  # cm_wait_listen reads the router's rdma_cm listens
-CM_ERRORS=${FF_CM_ERRORS:-$FF_BUILD/tests/integration/cm_errors}
-UCP_SOCKADDR=${FF_UCP_SOCKADDR:-$FF_BUILD/tests/integration/ucp_sockaddr}
+CM_ERRORS=${FF_CM_ERRORS:-$FF_BUILD/tests/integration/rdmacm/cm_errors}
+UCP_SOCKADDR=${FF_UCP_SOCKADDR:-$FF_BUILD/tests/integration/rdmacm/ucp_sockaddr}
 where=${1:?same or cross}
 case=${2:?which case}
 CM_BOUND=5  # seconds from a kill to the event it must cause (DISCONNECTED, DEVICE_REMOVAL)
@@ -96,8 +96,8 @@ again_if_perftest_raced() {
   for ((attempt = 1; attempt <= 5; attempt++)); do
     "$@"
     st=$?
-    [[ $st -ne 0 && $case == ib_* ]] && [[ $(grep -c "rdma_cm listens on $S:" "$(pod_router_log 0)") -ge 2 ]] &&
-      perftest_lost_race "$FF_DIR"/client.{log,err} || break
+    { [[ $st -ne 0 && $case == ib_* ]] && [[ $(grep -c "rdma_cm listens on $S:" "$(pod_router_log 0)") -ge 2 ]] &&
+      perftest_lost_race "$FF_DIR"/client.{log,err}; } || break
     echo "perftest's client connected for its test before its server listened again (run $attempt); running the pair again"
   done
   return $st
@@ -166,7 +166,7 @@ udpong_pair() {
   kill "$spid" 2>/dev/null
   wait "$spid" 2>/dev/null
   [[ $c -eq 0 ]] || { echo "client exit $c"; logs; return 1; }
-  has "$C" "$UP_LINE" 1 && has "$SV" "^client login from $(ff_pod_ip 1)\$" 1 || { logs 8; return 1; }
+  { has "$C" "$UP_LINE" 1 && has "$SV" "^client login from $(ff_pod_ip 1)\$" 1; } || { logs 8; return 1; }
 }
 
 # fi_pair NAME LAST_SIZE PORT ARGS...: libfabric's fi_pingpong between the pods, with ARGS
@@ -215,7 +215,7 @@ connected_then_kill() {
   wait_line "$SV" '^LISTENING' 10 "$spid" || { logs; return 1; }
   pod_bg 1 "$CM_ERRORS" $client "$S" $port >"$C" 2>&1
   local cpid=$FF_LAST_PID c s=0
-  wait_line "$C" '^ESTABLISHED' 10 "$cpid" && wait_line "$SV" '^ESTABLISHED' 5 "$spid" || { logs; return 1; }
+  { wait_line "$C" '^ESTABLISHED' 10 "$cpid" && wait_line "$SV" '^ESTABLISHED' 5 "$spid"; } || { logs; return 1; }
   if [[ $1 == peer ]]; then
     kill -KILL "$spid"
     wait "$spid" 2>/dev/null

@@ -16,7 +16,7 @@
 # transports (rc_v / ud_v do); a control run over tcp checks that the evidence check can fail.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-source "$HERE/../../scripts/lib/cluster.sh"
+source "$HERE/../../../scripts/lib/cluster.sh"
 MPI_PROG=${FF_UCX_MPI:-}
 PORT=13337
 trap multinode_down EXIT

@@ -11,7 +11,7 @@
 # FF_ADVERSARY and FF_VICTIM name the programs (default: in $FF_BUILD/tests/adversary);
 # ADV_ABI, when set, is the ABI the attacks announce (to aim them at an older router).
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 ADV=${FF_ADVERSARY:-$FF_BUILD/tests/adversary/ffadversary}
 VICTIM=${FF_VICTIM:-$FF_BUILD/tests/adversary/ffadversary_victim}
 
@@ -50,6 +50,7 @@ trap cleanup EXIT
 as_pod() {
   local dir=$1
   shift
+  # shellcheck disable=SC2016  # expanded by the inner shell
   exec unshare --mount --propagation private sh -c 'mount --bind -o ro "$0" "$0" && exec "$@"' \
     "$dir" setpriv --bounding-set -sys_admin --inh-caps -sys_admin -- \
     env FREEFLOW_DIR="$dir" FFR_NAME=ffrouter "$@"

@@ -4,7 +4,7 @@
 # pod's attacks on it fail: replacing the library, removing the socket, binding a fake
 # router, and holding a file lock to keep a restarted router from starting.
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 trap cluster_down EXIT
 cluster_up 2
 router_up || exit 1
@@ -19,6 +19,7 @@ result() {  # result NAME STATUS
 ro_pod() {
   local i=$1
   shift
+  # shellcheck disable=SC2016  # expanded by the inner shell
   ip netns exec "$(ff_pod_ns "$i")" unshare -m --propagation private sh -c \
     'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"' "$FF_DIR" \
     env FREEFLOW_DIR="$FF_DIR" FFR_NAME=ffrouter LD_PRELOAD="$FF_DIR/libffverbs.so" "$@"
@@ -45,9 +46,11 @@ result "ibv_rc_pingpong between two pods that see the folder read-only" $?
 # The attacks of a root pod. Each must fail inside the pod and leave the folder as it was.
 before=$(sha256sum "$FF_DIR/libffverbs.so" | cut -d' ' -f1)
 sock_inode=$(stat -c %i "$FF_DIR/ffrouter.sock")
+# shellcheck disable=SC2016  # expanded by the inner shell
 ro_pod 1 sh -c 'cp /bin/true "$0/libffverbs.so"' "$FF_DIR" 2>/dev/null
 [[ $? -ne 0 && $(sha256sum "$FF_DIR/libffverbs.so" | cut -d' ' -f1) == "$before" ]]
 result "a pod cannot replace the library" $?
+# shellcheck disable=SC2016  # expanded by the inner shell
 ro_pod 1 sh -c 'rm -f "$0/ffrouter.sock" && python3 -c "
 import socket, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

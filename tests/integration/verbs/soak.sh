@@ -6,8 +6,8 @@
 # taken after a few warm-up cycles; both are printed. Resident memory may exceed the baseline
 # by FF_SOAK_RSS_SLACK_KIB (default 1024): what the allocator keeps cached for reuse.
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
-CLIENT=${FF_SOAK_CLIENT:-$FF_BUILD/tests/integration/soak_client}
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
+CLIENT=${FF_SOAK_CLIENT:-$FF_BUILD/tests/integration/verbs/soak_client}
 CYCLES=${FF_SOAK_CYCLES:-200}
 WARMUP=${FF_SOAK_WARMUP:-10}
 RSS_SLACK_KIB=${FF_SOAK_RSS_SLACK_KIB:-1024}
@@ -18,6 +18,7 @@ FF_ROUTER_LOG=info router_up || exit 1
 # The router's stats line (it logs one on SIGUSR1), with /proc's view of its descriptors and
 # resident memory appended.
 stats() {
+  # shellcheck disable=SC2119,SC2012  # the router of this node; counting its descriptors
   echo "$(router_stats_line)" \
     "proc_fds=$(ls "/proc/$FF_ROUTER_PID/fd" | wc -l)" \
     "proc_rss_kib=$(awk '/^VmRSS/ {print $2}' "/proc/$FF_ROUTER_PID/status")"

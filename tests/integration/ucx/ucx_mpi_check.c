@@ -1,4 +1,4 @@
-/* An MPI program for tests/integration/ucx.sh: ranks 0 and 1 ping-pong messages of several
+/* An MPI program for tests/integration/ucx/ucx.sh: ranks 0 and 1 ping-pong messages of several
  * sizes (eager and rendezvous) and check every byte; then every rank sends a block to every
  * other (alltoall: each rank hears from all the others) and all ranks allreduce values that
  * depend on their rank, and both are checked. Prints one "ucx_mpi_check ok" line per rank on

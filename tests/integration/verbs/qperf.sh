@@ -5,7 +5,7 @@
 # latency tests take one event per completion and end on an alarm's EINTR) and checks
 # atomics' results (ver_*). Usage: qperf.sh same|cross [TEST...]
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 TESTS=(rc_bw rc_lat uc_bw uc_lat ud_bw ud_lat rc_rdma_read_bw rc_rdma_read_lat rc_rdma_write_bw
   rc_rdma_write_lat rc_rdma_write_poll_lat uc_rdma_write_bw uc_rdma_write_lat
   rc_compare_swap_mr rc_fetch_add_mr ver_rc_compare_swap ver_rc_fetch_add)

@@ -4,7 +4,7 @@
 # included). Each attack must be refused with its reason, while an ibv_rc_pingpong between
 # two other pods runs through all of them and completes.
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 trap cluster_down EXIT
 cluster_up 4
 router_up || exit 1

@@ -12,7 +12,7 @@
 # (same node, the library on both sides) or that kernel TCP did (everything else); a library
 # that silently falls back to kernel TCP fails the first.
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 TM_LIB=$FF_BUILD/fsocket/libfsocket.so
 if [[ ${1:-} == --library ]]; then
   TM_LIB=${2:?--library PATH or none}
@@ -294,8 +294,8 @@ case_redis() {
 case_scp() {
   local port=2222 c=$D/ssh made_run=0
   mkdir -p "$c"
-  ssh-keygen -q -t ed25519 -N '' -f "$c/host_key" && ssh-keygen -q -t ed25519 -N '' -f "$c/id" &&
-    cp "$c/id.pub" "$c/authorized_keys" || { check "keys made" 1; return; }
+  { ssh-keygen -q -t ed25519 -N '' -f "$c/host_key" && ssh-keygen -q -t ed25519 -N '' -f "$c/id" &&
+    cp "$c/id.pub" "$c/authorized_keys"; } || { check "keys made" 1; return; }
   printf '%s\n' "Port $port" "ListenAddress $S" "HostKey $c/host_key" "PidFile $c/sshd.pid" \
     "AuthorizedKeysFile $c/authorized_keys" "PermitRootLogin prohibit-password" "PasswordAuthentication no" \
     "KbdInteractiveAuthentication no" "UsePAM no" "StrictModes no" "LogLevel VERBOSE" \
@@ -349,6 +349,7 @@ case_router_restart() {
   cpid=$!
   sleep 1.5
   pod_router_kill 0 TERM
+  # shellcheck disable=SC2119  # no extra flags
   router_up_known_pods
   check "the router started again during the transfer" $?
   wait "$cpid"

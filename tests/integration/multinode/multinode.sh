@@ -11,9 +11,9 @@
 #                                      no receives
 #   multinode.sh windows               memory windows (verbs_windows) between pods of two nodes
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
-FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs_faults}
-WINDOWS=${FF_WINDOWS:-$FF_BUILD/tests/integration/verbs_windows}
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
+FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs/verbs_faults}
+WINDOWS=${FF_WINDOWS:-$FF_BUILD/tests/integration/verbs/verbs_windows}
 trap multinode_down EXIT
 failures=0
 check() { if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi; }
@@ -48,9 +48,10 @@ node0_args=() node1_wrap=""
 if [[ $mode == etcd-secure ]]; then
   FF_ETCD_SECURE=1
   mn_etcd_up || exit 1
-  pki=$FF_ETCD_DIR/pki auth="bash $FF_SRC/scripts/ff-etcd-auth.sh"
-  mn_etcdctl $auth enable >/dev/null && mn_etcdctl $auth node node0 >/dev/null &&
-    printf 'pw-node1\n' | mn_etcdctl $auth -s node node1 >/dev/null || { echo "etcd auth setup failed"; exit 1; }
+  pki=$FF_ETCD_DIR/pki
+  auth=(bash "$FF_SRC/scripts/ff-etcd-auth.sh")
+  { mn_etcdctl "${auth[@]}" enable >/dev/null && mn_etcdctl "${auth[@]}" node node0 >/dev/null &&
+    printf 'pw-node1\n' | mn_etcdctl "${auth[@]}" -s node node1 >/dev/null; } || { echo "etcd auth setup failed"; exit 1; }
   FF_CONTROL_PLANE_ARGS=(--control-plane "etcd:$(mn_etcd_url)" --etcd-cacert "$pki/ca.crt")
   node0_args=(--etcd-cert "$pki/node0.crt" --etcd-key "$pki/node0.key")
   node1_wrap="env ETCDCTL_CERT=$pki/node1.crt ETCDCTL_KEY=$pki/node1.key ETCDCTL_USER=node1:pw-node1"
@@ -162,11 +163,12 @@ case $mode in
     port=19103
     mn_pod_bg 0 0 "$FAULTS" server $port >"$FF_DIR/victim.log" 2>&1; spid=$FF_LAST_PID
     mkfifo "$FF_DIR/go"
+    # shellcheck disable=SC2016  # expanded by the inner shell
     mn_pod_bg 1 0 sh -c 'exec "$0" client "$1" "$2" intact 0<>"$3"' "$FAULTS" "$(mn_pod_ip 0 0)" \
       $port "$FF_DIR/go" >"$FF_DIR/client.log" 2>&1; cpid=$FF_LAST_PID
     for ((i = 0; i < 200; i++)); do grep -q VICTIM "$FF_DIR/client.log" && break; sleep 0.05; done
     read -r _ qpn rkey addr src_qpn < <(grep VICTIM "$FF_DIR/client.log")
-    attack=(python3 "$FF_SRC/tests/integration/node_port_attack.py")
+    attack=(python3 "$FF_SRC/tests/integration/multinode/node_port_attack.py")
     aim=("$(mn_pod_ip 1 0)" "${src_qpn:-0}" "$(mn_pod_ip 0 0)" "${qpn:-0}" "${rkey:-0}" "${addr:-0}")
     mn_pod_run 1 1 "${attack[@]}" plain "$(mn_node_ip 0)" 7471 "${aim[@]}"
     check "hand-built frames from a pod reach nothing" $?
@@ -250,6 +252,7 @@ case $mode in
     ip netns exec "ff${FF_TAG}u" env ETCDCTL_API=3 etcdctl --endpoints "$(mn_etcd_url)" --cacert "$pki/ca.crt" \
       --cert "$pki/node1.crt" --key "$pki/node1.key" --user node1:pw-node1 \
       put /freeflow/v2/nodes/node0/endpoint '{"address":"172.31.9.9","port":7471}' >"$FF_DIR/put.log" 2>&1
+    # shellcheck disable=SC2181  # the put's status is one of three conditions
     [[ $? -ne 0 ]] && grep -q "permission denied" "$FF_DIR/put.log" &&
       [[ $(mn_etcd_get /freeflow/v2/nodes/node0/endpoint --print-value-only) == "$before" ]]
     check "node1's credentials may not write node0's endpoint" $?

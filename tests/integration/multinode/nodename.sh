@@ -7,7 +7,7 @@
 #   nodename.sh static   refused by the file (node0 at node 0's address, node 1's address
 #                        named node1); a node the file does not list starts with a warning
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 trap multinode_down EXIT
 failures=0
 check() { if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi; }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Integration: isolation and failure semantics between pods, with the real router.
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
-FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs_faults}
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
+FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs/verbs_faults}
 trap cluster_down EXIT
 cluster_up 3
 router_up || exit 1
@@ -31,6 +31,7 @@ pod_run 2 timeout 30 "$FAULTS" overlap
 result "overlapping registrations merge and keep their keys" $?
 
 # A killed peer and a killed router turn into error completions, not hangs.
+# shellcheck disable=SC2012  # descriptors are numbers
 fd_count() { ls "/proc/$FF_ROUTER_PID/fd" | wc -l; }
 for victim in peer router; do
   port=$((port + 1))

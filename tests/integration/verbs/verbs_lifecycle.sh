@@ -3,8 +3,8 @@
 # leaving them for ibv_close_device), and lists devices 1,000 times. Every cycle succeeds;
 # the process (verbs_lifecycle checks itself) and the router end where they started.
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
-PROG=${FF_LIFECYCLE:-$FF_BUILD/tests/integration/verbs_lifecycle}
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
+PROG=${FF_LIFECYCLE:-$FF_BUILD/tests/integration/verbs/verbs_lifecycle}
 CYCLES=${FF_CYCLES:-1000}
 trap cluster_down EXIT
 cluster_up 1
@@ -17,6 +17,7 @@ result() {  # result NAME STATUS
 
 # The router's counters of what it holds (its stats line), without rss and sessions.
 router_stats() {
+  # shellcheck disable=SC2119  # the router of this node
   router_stats_line | grep -o -E '(pods|qps|objects|regions|mapped_regions|mr_entries|proxies|fds)=[0-9]+' |
     tr '\n' ' '
 }

@@ -4,9 +4,9 @@
 # on two nodes (verbs_portable.cc says what each checks, including that the GID entries name
 # the pod's own interface).
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
-PROG=${FF_PORTABLE:-$FF_BUILD/tests/integration/verbs_portable}
-LIFECYCLE=${FF_LIFECYCLE:-$FF_BUILD/tests/integration/verbs_lifecycle}
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
+PROG=${FF_PORTABLE:-$FF_BUILD/tests/integration/verbs/verbs_portable}
+LIFECYCLE=${FF_LIFECYCLE:-$FF_BUILD/tests/integration/verbs/verbs_lifecycle}
 failures=0
 port=19400
 

@@ -2,7 +2,7 @@
 # Integration: unmodified ibverbs utilities and perftest between two pods of one node,
 # over the real router and the preloaded library. Usage: verbs_tools.sh [devices|pingpong|perftest|perftest-mlx5]
 set -uo pipefail
-source "$(dirname "$0")/../../scripts/lib/cluster.sh"
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 trap cluster_down EXIT
 cluster_up 2
 router_up || exit 1
