@@ -18,8 +18,9 @@ import ssl
 import struct
 import sys
 
-# wire::kMagic and wire::kVersion, read from core's codec.h so that the frames stay current.
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../core/include/freeflow/codec.h")) as f:
+# wire::kMagic and wire::kVersion, read from core's protocol/node_wire.h so that the frames stay
+# current.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../core/include/freeflow/protocol/node_wire.h")) as f:
     _codec = f.read()
 MAGIC = int(re.search(r"kMagic = (0x[0-9a-fA-F]+);", _codec).group(1), 16)
 VERSION = int(re.search(r"kVersion = ([0-9]+);", _codec).group(1))
