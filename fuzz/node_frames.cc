@@ -1,7 +1,7 @@
 // Fuzz target: what a peer router sends on a node link.
 //
 // The input (after its first byte) is the byte stream a peer writes to a TCP node link. It
-// is written to a real TcpTransport (router/src/tcp_transport.cc) over 127.0.0.1, whose
+// is written to a real TcpTransport (router/src/nodes/tcp_transport.cc) over 127.0.0.1, whose
 // framing (wire::ValidFrame, hello, ping) runs on it. Every message the framing delivers
 // is then sent, as the peer router "node-b", over the in-memory network to a real router
 // "node-a" (tests/unit/router/harness.h: TestRouter), where it reaches the executor
@@ -34,8 +34,8 @@
 #include <vector>
 
 #include "harness.h"
+#include "nodes/tcp_transport.h"
 #include "settle.h"
-#include "tcp_transport.h"
 
 namespace {
 

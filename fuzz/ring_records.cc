@@ -6,7 +6,8 @@
 //   1  the ring ends (core ring.h): a consumer drains a ring whose indices and bytes the
 //      input wrote, decoding each record as the router and the library do; a producer then
 //      appends into a ring whose consumer index the input wrote;
-//   2  the library's receive path (verbs/src/recv_path.cc): a QP of libffverbs (against the
+//   2  the library's receive path (verbs/src/datapath/recv_path.cc): a QP of libffverbs (against
+//   the
 //      fake router of tests/unit/verbs) whose inbound ring the input wrote as a same-node
 //      peer would, with receives posted and the CQ polled.
 // Each run builds its ring or QP anew, so every input replays the same way.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates src/cmd_stubs.cc from the symbols the installed libibverbs exports.
+# Regenerates src/control/cmd_stubs.cc from the symbols the installed libibverbs exports.
 set -euo pipefail
 cd "$(dirname "$0")"
 lib=${1:-/usr/lib/x86_64-linux-gnu/libibverbs.so.1}
@@ -10,4 +10,4 @@ lib=${1:-/usr/lib/x86_64-linux-gnu/libibverbs.so.1}
   echo '#include <cerrno>'
   echo '#define FFV_CMD_STUB(name) extern "C" __attribute__((visibility("default"))) int name() { return EOPNOTSUPP; }'
   objdump -T "$lib" | awk '/DF \.text/ {print $NF}' | grep '^ibv_cmd_' | sort -u | sed 's/.*/FFV_CMD_STUB(&)/'
-} > src/cmd_stubs.cc
+} > src/control/cmd_stubs.cc

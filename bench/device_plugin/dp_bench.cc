@@ -18,7 +18,7 @@
 #include "sysfs_fixture.h"
 
 namespace fs = std::filesystem;
-using namespace freeflow::dp::testing;
+using namespace ff::dp::testing;
 using std::chrono::duration;
 using std::chrono::milliseconds;
 

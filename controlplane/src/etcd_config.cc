@@ -12,6 +12,8 @@
 #include <cstring>
 #include <memory>
 
+#include "freeflow/tunables.h"
+
 namespace ff::cp {
 namespace {
 
@@ -53,9 +55,6 @@ std::string TargetFromUrl(const std::string& url, Scheme* scheme, std::string* e
   }
   return rest;
 }
-
-// A PEM file larger than this is not a certificate bundle or key.
-constexpr size_t kMaxPemBytes = 4 << 20;
 
 // Reads the PEM file `path` given by `flag` into *pem. false + *error naming both.
 bool ReadPem(const std::string& path, const char* flag, std::string* pem, std::string* error) {

@@ -22,6 +22,7 @@
 #include "etcd_session.h"
 #include "ff_etcd_rpc.grpc.pb.h"
 #include "freeflow/ipv4.h"
+#include "freeflow/tunables.h"
 #include "implementations.h"
 #include "node_claim.h"
 
@@ -31,18 +32,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 namespace pb = etcdserverpb;
-
-// A node key that changes under a claim this many times in a row fails the attempt.
-constexpr int kClaimRounds = 8;
-// Another router's lease on this router's node key: read its time to live this often, and
-// wait at most its time to live plus kExpiryMargin (etcd reports whole seconds, truncated,
-// and revokes expired leases in a periodic sweep), never longer than kMaxHolderWait.
-constexpr milliseconds kProbeInterval{100};
-constexpr milliseconds kExpiryMargin{1500};
-constexpr milliseconds kMaxHolderWait{30000};
-// While another router holds this router's node name, or etcd refuses its credentials, the
-// error is repeated this often.
-constexpr std::chrono::seconds kRefusalLogInterval{60};
 
 // The end of the key range holding every key that starts with `prefix`.
 std::string PrefixEnd(const std::string& prefix) {
@@ -329,7 +318,7 @@ class EtcdControlPlane final : public ControlPlane {
   bool ClaimNode(std::string* why) {
     std::optional<mvccpb::KeyValue> held;  // as last read; std::nullopt: absent
     if (!ReadNodeKey(&held, why)) return false;
-    for (int round = 0; round < kClaimRounds; ++round) {
+    for (int round = 0; round < kEtcdClaimRounds; ++round) {
       if (held) {
         const HeldNodeKey key{held->value(), held->lease()};
         const NodeKeyVerdict verdict = JudgeNodeKey(key, self(), {lease_, claimed_lease_});
@@ -413,12 +402,12 @@ class EtcdControlPlane final : public ControlPlane {
     int64_t last = 0;
     if (!TimeToLive(lease, &last, why)) return false;
     const auto deadline =
-        Clock::now() + std::min(kMaxHolderWait, milliseconds(last * 1000) + kExpiryMargin);
+        Clock::now() + std::min(kEtcdMaxHolderWait, milliseconds(last * 1000) + kEtcdExpiryMargin);
     *alive = last >= 0;
     while (*alive && Clock::now() < deadline) {
       {
         std::unique_lock lock(mu_);
-        if (cv_.wait_for(lock, kProbeInterval, [this] { return stop_; })) {
+        if (cv_.wait_for(lock, kEtcdHolderProbeInterval, [this] { return stop_; })) {
           *why = "stopping";
           return false;
         }
@@ -465,14 +454,14 @@ class EtcdControlPlane final : public ControlPlane {
   }
 
   // A refusal (node name taken, credentials refused) found after Start() returned: an error
-  // now, again when it changes, and every kRefusalLogInterval while it lasts.
+  // now, again when it changes, and every kEtcdRefusalLogInterval while it lasts.
   void ReportRefusal(const std::string& refusal) {
     {
       std::lock_guard lock(mu_);
       if (!refusal_.empty()) return;  // Start() hands it to its caller
     }
     const auto now = Clock::now();
-    if (refusal == refusal_logged_ && now < refusal_logged_at_ + kRefusalLogInterval) return;
+    if (refusal == refusal_logged_ && now < refusal_logged_at_ + kEtcdRefusalLogInterval) return;
     spdlog::error(
         "control plane: {}. Until then this router's pods are not announced; it tries again "
         "every {} ms",

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cache.h"
+#include "freeflow/tunables.h"
 #include "implementations.h"
 #include "node_claim.h"
 #include "static_file.h"
@@ -27,8 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-constexpr milliseconds kStatPollInterval{2000};
 
 // What stat() says about the file behind the path (symlinks followed), to notice changes
 // when inotify says nothing (e.g. network file systems).
@@ -134,7 +133,7 @@ class StaticControlPlane final : public ControlPlane {
                                 IN_DELETE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF);
     if (watch_ < 0)
       spdlog::warn("control plane: cannot watch {} ({}); polling {} every {} ms", dir_,
-                   strerror(errno), path_, kStatPollInterval.count());
+                   strerror(errno), path_, kStaticFilePollInterval.count());
   }
 
   // Drains pending inotify events; true if any concerned the directory.
@@ -162,7 +161,7 @@ class StaticControlPlane final : public ControlPlane {
   }
 
   void Run() {
-    auto next_poll = Clock::now() + kStatPollInterval;
+    auto next_poll = Clock::now() + kStaticFilePollInterval;
     while (!stop_) {
       const auto now = Clock::now();
       const auto timeout =
@@ -170,7 +169,7 @@ class StaticControlPlane final : public ControlPlane {
       bool changed = Wait(timeout) && DrainInotify();
       if (stop_) break;
       if (Clock::now() >= next_poll) {
-        next_poll = Clock::now() + kStatPollInterval;
+        next_poll = Clock::now() + kStaticFilePollInterval;
         if (watch_ < 0) AddWatch();
         changed = changed || Stamp(path_) != stamp_;
       }

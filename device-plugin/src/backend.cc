@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-namespace freeflow::dp {
+#include "freeflow/router_socket.h"
+
+namespace ff::dp {
 namespace {
 
 std::string normalize_hex(std::string s) {
@@ -189,7 +191,7 @@ class VirtualBackend final : public DeviceBackend {
  public:
   VirtualBackend(ResourceConfig cfg, BackendContext ctx)
       : cfg_(std::move(cfg)), ctx_(std::move(ctx)) {
-    socket_path_ = cfg_.freeflow_dir + "/" + cfg_.router_name + ".sock";
+    socket_path_ = ff::RouterSocketPath(cfg_.freeflow_dir, cfg_.router_name);
   }
 
   std::vector<PluginDevice> scan() override {
@@ -293,4 +295,4 @@ std::unique_ptr<DeviceBackend> make_backend(const ResourceConfig& cfg, const Bac
   return nullptr;
 }
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -18,7 +18,7 @@
 #include "config.h"
 #include "sysfs.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 struct PluginDevice {
   std::string id;
@@ -76,4 +76,4 @@ bool probe_router_socket(const std::string& socket_path);
 
 std::unique_ptr<DeviceBackend> make_backend(const ResourceConfig& cfg, const BackendContext& ctx);
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

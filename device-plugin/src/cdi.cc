@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 std::string cdi_device_name(const std::string& device_id) {
   std::string out = device_id;
@@ -91,4 +91,4 @@ bool write_file_atomically(const std::string& dir, const std::string& file,
   return true;
 }
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -8,7 +8,7 @@
 
 #include "backend.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 // Characters outside [A-Za-z0-9_.-] (e.g. ':' in PCI addresses) become '-'.
 std::string cdi_device_name(const std::string& device_id);
@@ -23,4 +23,4 @@ std::string render_cdi_spec(const std::string& kind, const std::vector<PluginDev
 bool write_file_atomically(const std::string& dir, const std::string& file,
                            const std::string& content, std::string* error);
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

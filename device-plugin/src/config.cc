@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-namespace freeflow::dp {
+namespace ff::dp {
 namespace {
 
 // "a.b.c.d/len": four decimal octets 0-255 and a length 0-32, nothing else.
@@ -250,4 +250,4 @@ PluginConfig load_config_file(const std::string& path) {
   return parse_config(ss.str());
 }
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
-namespace freeflow::dp {
+#include "freeflow/router_socket.h"
+
+namespace ff::dp {
 
 class ConfigError : public std::runtime_error {
  public:
@@ -46,9 +48,9 @@ struct ResourceConfig {
   std::vector<std::string> pf_netdevices;
   // virtual mode
   int virtual_devices = 100;
-  std::string freeflow_dir = "/freeflow";   // host folder of the router
-  std::string router_name = "ffrouter";     // socket is <freeflow_dir>/<router_name>.sock
-  std::string container_dir = "/freeflow";  // where pods see the folder
+  std::string freeflow_dir = ff::kDefaultFreeflowDir;  // host folder of the router
+  std::string router_name = ff::kDefaultRouterName;    // socket: ff::RouterSocketPath
+  std::string container_dir = "/freeflow";             // where pods see the folder
   // TCP mode (docs/tcp-mode.md): when set (a CIDR, the pod network), pods also preload
   // libfsocket.so with VNET_PREFIX set to it.
   std::string tcp_mode_prefix;
@@ -67,4 +69,4 @@ struct PluginConfig {
 PluginConfig parse_config(const std::string& json_text);
 PluginConfig load_config_file(const std::string& path);
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -9,16 +9,13 @@
 #include <unistd.h>
 
 #include "cdi.h"
+#include "freeflow/tunables.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-constexpr milliseconds kLoopTick{50};             // upper bound on event-to-action delay
-constexpr milliseconds kSocketCheckPeriod{1000};  // safety net for missed inotify events
-constexpr milliseconds kMaxBackoff{1000};
 
 bool is_dir(const std::string& path) {
   struct stat st;
@@ -250,7 +247,7 @@ void Daemon::try_registrations() {
                    error);
       metrics_.count_registration(name, false);
       slot.next_attempt = Clock::now() + slot.backoff;
-      slot.backoff = std::min(slot.backoff * 2, kMaxBackoff);
+      slot.backoff = std::min(slot.backoff * 2, ff::kPluginMaxBackoff);
     }
   }
 }
@@ -298,12 +295,12 @@ int Daemon::run(int signal_fd) {
   }
   // 5. register (inside the loop, so failures are retried, never fatal)
   auto next_scan = Clock::now() + config_.health_interval;
-  auto next_check = Clock::now() + kSocketCheckPeriod;
+  auto next_check = Clock::now() + ff::kPluginSocketCheckPeriod;
   stop_ = false;
   while (!stop_) {
     try_registrations();
     pollfd fds[3] = {{watcher_->fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}, {signal_fd, POLLIN, 0}};
-    int n = ::poll(fds, signal_fd >= 0 ? 3 : 2, static_cast<int>(kLoopTick.count()));
+    int n = ::poll(fds, signal_fd >= 0 ? 3 : 2, static_cast<int>(ff::kPluginLoopTick.count()));
     if (n < 0 && errno != EINTR) {
       spdlog::critical("poll failed: {}", strerror(errno));
       break;
@@ -330,7 +327,7 @@ int Daemon::run(int signal_fd) {
     if (now >= next_check || dir_lost_) {
       if (now >= next_check) {
         ensure_sockets();
-        next_check = now + kSocketCheckPeriod;
+        next_check = now + ff::kPluginSocketCheckPeriod;
       }
     }
   }
@@ -340,4 +337,4 @@ int Daemon::run(int signal_fd) {
   return 0;
 }
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

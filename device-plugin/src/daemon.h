@@ -21,7 +21,7 @@
 #include "registration.h"
 #include "watcher.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 enum class RegistrationMode { kKubelet, kPluginsRegistry };
 
@@ -83,4 +83,4 @@ class Daemon {
   bool dir_lost_ = false;
 };
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

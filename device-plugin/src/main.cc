@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   // gRPC runs a handful of threads; per-thread malloc arenas would multiply
   // resident memory for no gain in a daemon this quiet.
   mallopt(M_ARENA_MAX, 2);
-  freeflow::dp::DaemonOptions opts;
+  ff::dp::DaemonOptions opts;
   std::string log_level = "info";
   std::string registration = "kubelet";
   int register_timeout_ms = static_cast<int>(opts.register_timeout.count());
@@ -51,8 +51,8 @@ int main(int argc, char** argv) {
 
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-  opts.registration = registration == "kubelet" ? freeflow::dp::RegistrationMode::kKubelet
-                                                : freeflow::dp::RegistrationMode::kPluginsRegistry;
+  opts.registration = registration == "kubelet" ? ff::dp::RegistrationMode::kKubelet
+                                                : ff::dp::RegistrationMode::kPluginsRegistry;
   opts.register_timeout = std::chrono::milliseconds(register_timeout_ms);
 
   // Block the signals in every thread (gRPC's included) and read them from a
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   }
   signal(SIGPIPE, SIG_IGN);
 
-  freeflow::dp::Daemon daemon(opts);
+  ff::dp::Daemon daemon(opts);
   int rc = daemon.run(sfd);
   close(sfd);
   return rc;

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 void Metrics::set_devices(const std::string& resource, int healthy, int unhealthy) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -168,4 +168,4 @@ void MetricsServer::serve() {
   }
 }
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 class Metrics {
  public:
@@ -50,4 +50,4 @@ class MetricsServer {
   std::thread thread_;
 };
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -8,14 +8,11 @@
 
 #include "cdi.h"
 #include "deviceplugin.grpc.pb.h"
+#include "freeflow/tunables.h"
 #include "pluginregistration.grpc.pb.h"
 #include "topology.h"
 
-namespace freeflow::dp {
-
-namespace {
-constexpr int kStreamWakeMs = 200;  // how often a stream rechecks cancellation
-}
+namespace ff::dp {
 
 class ResourcePlugin::Service final : public v1beta1::DevicePlugin::Service {
  public:
@@ -34,7 +31,7 @@ class ResourcePlugin::Service final : public v1beta1::DevicePlugin::Service {
     // Bounded by server stop and by kubelet cancelling the stream.
     while (!p_->stopping() && !ctx->IsCancelled()) {
       uint64_t now = 0;
-      if (!p_->wait_for_change(seen, &now, kStreamWakeMs)) continue;
+      if (!p_->wait_for_change(seen, &now, ff::kPluginStreamWakeMs)) continue;
       v1beta1::ListAndWatchResponse resp;
       p_->fill_list(&resp);
       seen = now;
@@ -280,4 +277,4 @@ void ResourcePlugin::set_registry_status(bool registered, const std::string& err
     spdlog::error("{}: kubelet plugin watcher rejected us: {}", cfg_.full_name(), error);
 }
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -24,7 +24,7 @@ namespace grpc {
 class Server;
 }
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 struct ServeOptions {
   std::string socket_dir;         // where the plugin socket lives
@@ -95,4 +95,4 @@ class ResourcePlugin {
   ino_t socket_ino_ = 0;
 };
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

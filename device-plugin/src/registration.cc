@@ -5,7 +5,7 @@
 
 #include "deviceplugin.grpc.pb.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 bool GrpcKubeletRegistrar::register_plugin(const v1beta1::RegisterRequest& request,
                                            std::string* error) {
@@ -31,4 +31,4 @@ bool GrpcKubeletRegistrar::register_plugin(const v1beta1::RegisterRequest& reque
   return true;
 }
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

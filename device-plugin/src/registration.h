@@ -9,7 +9,7 @@
 
 #include "deviceplugin.pb.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 class KubeletRegistrar {
  public:
@@ -29,4 +29,4 @@ class GrpcKubeletRegistrar final : public KubeletRegistrar {
   std::chrono::milliseconds timeout_;
 };
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

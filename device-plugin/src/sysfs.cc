@@ -14,7 +14,7 @@
 #include <set>
 #include <sstream>
 
-namespace freeflow::dp {
+namespace ff::dp {
 namespace {
 
 // Rescans run every few hundred milliseconds; a broken file would otherwise
@@ -251,4 +251,4 @@ std::optional<std::vector<VirtualFunction>> SysfsDiscovery::virtual_functions(
 
 bool SysfsDiscovery::rdma_cm_present() const { return dev_.exists("/infiniband/rdma_cm"); }
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

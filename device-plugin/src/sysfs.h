@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 class FileSystem {
  public:
@@ -101,4 +101,4 @@ class SysfsDiscovery {
   const FileSystem& dev_;
 };
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -4,7 +4,7 @@
 #include <map>
 #include <set>
 
-namespace freeflow::dp {
+namespace ff::dp {
 namespace {
 
 constexpr int kNoNuma = -1;
@@ -115,4 +115,4 @@ std::vector<std::string> preferred_allocation(const std::vector<PluginDevice>& k
   return result;
 }
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

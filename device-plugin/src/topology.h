@@ -7,7 +7,7 @@
 
 #include "backend.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 // `known` is the current device list (topology source). IDs in `available`
 // that are not in `known` are treated as having no topology. The result holds
@@ -17,4 +17,4 @@ std::vector<std::string> preferred_allocation(const std::vector<PluginDevice>& k
                                               const std::vector<std::string>& must_include,
                                               int size);
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -6,7 +6,7 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 InotifyWatcher::InotifyWatcher() { fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC); }
 
@@ -68,4 +68,4 @@ std::vector<DirEvent> InotifyWatcher::read_events() {
   return out;
 }
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace freeflow::dp {
+namespace ff::dp {
 
 struct DirEvent {
   enum class Kind { kCreated, kDeleted, kDirGone, kOverflow };
@@ -44,4 +44,4 @@ class InotifyWatcher final : public DirWatcher {
   std::map<int, std::string> dirs_;  // watch descriptor -> directory
 };
 
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -14,13 +14,12 @@
 #include "router_link.h"
 #include "stream.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
 
 static_assert(POLLIN == EPOLLIN && POLLOUT == EPOLLOUT && POLLERR == EPOLLERR &&
               POLLHUP == EPOLLHUP && POLLRDHUP == EPOLLRDHUP && POLLPRI == EPOLLPRI);
 
-constexpr uint64_t kKernelLookNs = 10'000;
 constexpr uint32_t kModeBits = EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP;
 
 // Every shadowed epoll set of the process.
@@ -248,11 +247,11 @@ int Wait(EpollShadow& sh, epoll_event* evs, int max, int timeout_ms, const sigse
   const uint64_t spin_ns = timeout_ms < 0
                                ? ff::kStreamSpinNs
                                : std::min<uint64_t>(ff::kStreamSpinNs, timeout_ms * 1'000'000ull);
-  uint64_t next_look = start + kKernelLookNs;
+  uint64_t next_look = start + ff::kKernelLookNs;
   for (uint64_t now = ff::MonotonicNs(); now - start < spin_ns; now = ff::MonotonicNs()) {
     if (now >= next_look) {
       if ((n = Look(sh, evs, max, 0, mask)) != 0) return n;
-      next_look = now + kKernelLookNs;
+      next_look = now + ff::kKernelLookNs;
     } else {
       std::lock_guard lock(sh.mu);
       ++sh.looks;
@@ -284,9 +283,9 @@ Ref ShadowOf(int epfd) {
 }
 
 }  // namespace
-}  // namespace ffsock
+}  // namespace ff::fsocket
 
-using namespace ffsock;
+using namespace ff::fsocket;
 
 extern "C" {
 

@@ -15,7 +15,7 @@
 
 #include "sock.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 
 struct Watch {
   int fd = -1;
@@ -61,4 +61,4 @@ void EpollForget(int fd, Sock* s);
 // Epoll set `e` is gone (its last descriptor closed): forgets its shadow.
 void EpollShadowGone(Sock* e);
 
-}  // namespace ffsock
+}  // namespace ff::fsocket

@@ -5,7 +5,7 @@
 #include "router_link.h"
 #include "sock.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 
 void AdoptInherited();  // lifecycle.cc
 
@@ -30,4 +30,4 @@ __attribute__((constructor)) void Init() {
 }
 
 }  // namespace
-}  // namespace ffsock
+}  // namespace ff::fsocket

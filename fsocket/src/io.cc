@@ -21,7 +21,7 @@
 #include "sock.h"
 #include "stream.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
 
 Ref StreamOf(int fd) {
@@ -106,9 +106,9 @@ ssize_t CopyIntoStream(Sock& s, int out, int in, off_t* offset, size_t count) {
 }
 
 }  // namespace
-}  // namespace ffsock
+}  // namespace ff::fsocket
 
-using namespace ffsock;
+using namespace ff::fsocket;
 
 extern "C" {
 

@@ -26,7 +26,7 @@
 #include "sock.h"
 #include "stream.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
 
 // Keeps errno across the library's own calls on a path that succeeds for the program.
@@ -248,9 +248,9 @@ void FollowDup(int fd, int fd2) {
 }
 
 }  // namespace
-}  // namespace ffsock
+}  // namespace ff::fsocket
 
-using namespace ffsock;
+using namespace ff::fsocket;
 
 extern "C" {
 
@@ -392,7 +392,7 @@ FFS_EXPORT void closefrom(int lo) {
 
 }  // extern "C"
 
-namespace ffsock {
+namespace ff::fsocket {
 
 namespace {
 
@@ -448,7 +448,7 @@ void AdoptInherited() {
   }
 }
 
-}  // namespace ffsock
+}  // namespace ff::fsocket
 
 extern "C" {
 

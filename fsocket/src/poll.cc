@@ -18,10 +18,8 @@
 #include "sock.h"
 #include "stream.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
-
-constexpr uint64_t kKernelLookNs = 10'000;  // while spinning, the other descriptors this often
 
 struct PollSet {
   pollfd* fds;
@@ -100,12 +98,12 @@ int Wait(PollSet& p, int64_t timeout_ns, const sigset_t* mask) {
   if (int r = Collect(p, true); r > 0 || timeout_ns == 0) return r;
   const uint64_t spin_end =
       start + std::min<uint64_t>(ff::kStreamSpinNs, timeout_ns < 0 ? UINT64_MAX : timeout_ns);
-  uint64_t next_look = start + kKernelLookNs;
+  uint64_t next_look = start + ff::kKernelLookNs;
   for (uint64_t now = ff::MonotonicNs(); now < spin_end; now = ff::MonotonicNs()) {
     const bool look = now >= next_look;
     if (look) {
       if (KernelLook(p, &zero, mask) < 0) return -1;
-      next_look = now + kKernelLookNs;
+      next_look = now + ff::kKernelLookNs;
     }
     if (int r = Collect(p, look)) return r;
     SpinStep(now - start);
@@ -163,9 +161,9 @@ int PollWithStreams(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* m
   return r;
 }
 
-}  // namespace ffsock
+}  // namespace ff::fsocket
 
-using namespace ffsock;
+using namespace ff::fsocket;
 
 extern "C" {
 
@@ -196,7 +194,7 @@ FFS_EXPORT int __ppoll_chk(pollfd* fds, nfds_t n, const timespec* t, const sigse
 
 }  // extern "C"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
 
 // select and pselect through the poll wait: -1 with errno, or how many bits are set.
@@ -235,7 +233,7 @@ int SelectWithStreams(int nfds, fd_set* r, fd_set* w, fd_set* x, int64_t timeout
 }
 
 }  // namespace
-}  // namespace ffsock
+}  // namespace ff::fsocket
 
 extern "C" {
 

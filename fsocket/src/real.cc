@@ -1,6 +1,5 @@
 #include "real.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -8,37 +7,19 @@
 #include <atomic>
 #include <cerrno>
 
-namespace ffsock::real {
+#include "freeflow/preload/interpose.h"
 
-void* Next(const char* name) { return ::dlsym(RTLD_NEXT, name); }
+namespace ff::fsocket::real {
 
-namespace {
-
-// The next definition of the function `name`, looked up once (a race only looks it up
-// twice).
-template <typename Fn>
-Fn Resolve(std::atomic<Fn>& slot, const char* name) {
-  Fn fn = slot.load(std::memory_order_acquire);
-  if (fn == nullptr) {
-    fn = reinterpret_cast<Fn>(Next(name));
-    if (fn != nullptr) slot.store(fn, std::memory_order_release);
-  }
-  return fn;
-}
-
-}  // namespace
+void* Next(const char* name) { return ff::preload::Next(name); }
 
 // One forwarding function per name: -1 with ENOSYS when libc has none (never on glibc).
-#define FFS_REAL(ret, name, params, args) \
-  ret name params {                       \
-    using Fn = ret(*) params;             \
-    static std::atomic<Fn> slot{};        \
-    auto fn = Resolve(slot, #name);       \
-    if (fn == nullptr) {                  \
-      errno = ENOSYS;                     \
-      return static_cast<ret>(-1);        \
-    }                                     \
-    return fn args;                       \
+#define FFS_ARGS(...) __VA_ARGS__
+#define FFS_REAL(ret, name, params, args)                     \
+  ret name params {                                           \
+    using Fn = ret(*) params;                                 \
+    static std::atomic<Fn> slot{};                            \
+    return ff::preload::CallNext(slot, #name, FFS_ARGS args); \
   }
 
 FFS_REAL(int, socket, (int domain, int type, int protocol), (domain, type, protocol))
@@ -73,13 +54,14 @@ FFS_REAL(int, sigaction, (int sig, const struct sigaction* act, struct sigaction
          (sig, act, old))
 
 #undef FFS_REAL
+#undef FFS_ARGS
 
 // fcntl is variadic; the commands the library passes on take an int (or nothing).
 int fcntl_int(int fd, int cmd, int arg) {
   static std::atomic<int (*)(int, int, ...)> slot{};
-  auto fn = Resolve(slot, "fcntl");
+  auto fn = ff::preload::ResolveNext(slot, "fcntl");
   if (fn == nullptr) return static_cast<int>(::syscall(SYS_fcntl, fd, cmd, arg));
   return fn(fd, cmd, arg);
 }
 
-}  // namespace ffsock::real
+}  // namespace ff::fsocket::real

@@ -12,7 +12,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-namespace ffsock::real {
+namespace ff::fsocket::real {
 
 int socket(int domain, int type, int protocol);
 int connect(int fd, const sockaddr* addr, socklen_t len);
@@ -43,4 +43,4 @@ int sigaction(int sig, const struct sigaction* act, struct sigaction* old);
 // Looks up `name` after this library; nullptr when there is none.
 void* Next(const char* name);
 
-}  // namespace ffsock::real
+}  // namespace ff::fsocket::real

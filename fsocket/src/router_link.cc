@@ -13,15 +13,14 @@
 #include <mutex>
 
 #include "freeflow/clock.h"
+#include "freeflow/router_socket.h"
 #include "freeflow/stream_pods.h"
 #include "freeflow/tunables.h"
 #include "log.h"
 #include "real.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
-
-constexpr uint64_t kRetryNs = 1'000'000'000;
 
 Config ReadConfig() {
   Config c;
@@ -32,12 +31,9 @@ Config ReadConfig() {
     LogError("VNET_PREFIX=%s is not an IPv4 prefix: TCP mode is off", prefix);
     return c;
   }
-  const char* dir = std::getenv("FREEFLOW_DIR");
-  const char* name = std::getenv("FFR_NAME");
   c.enabled = true;
   c.prefix = *parsed;
-  c.socket_path = std::string(dir != nullptr && *dir ? dir : "/freeflow") + "/" +
-                  (name != nullptr && *name ? name : "ffrouter") + ".sock";
+  c.socket_path = ff::RouterSocketPathFromEnv();
   return c;
 }
 
@@ -103,7 +99,7 @@ int Open(Link& l) {
   if (!c.enabled) return ENOTCONN;
   const uint64_t now = ff::MonotonicNs();
   if (now < l.retry_at) return ENOTCONN;
-  l.retry_at = now + kRetryNs;
+  l.retry_at = now + ff::kSockRouterRetryNs;
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (c.socket_path.size() >= sizeof(a.sun_path)) return ENAMETOOLONG;
@@ -184,7 +180,7 @@ int RouterCall(const void* req, size_t len, int* status, ff::proto::Response* re
   if (rc != 0) {
     LogError("router call failed: %s; kernel TCP until it answers again", strerror(rc));
     l.sock.reset();  // a stream out of step is useless; the next call opens a new one
-    l.retry_at = ff::MonotonicNs() + kRetryNs;
+    l.retry_at = ff::MonotonicNs() + ff::kSockRouterRetryNs;
   }
   return rc;
 }
@@ -230,4 +226,4 @@ void RouterLinkChildAfterFork() {
   l.mu.unlock();
 }
 
-}  // namespace ffsock
+}  // namespace ff::fsocket

@@ -1,7 +1,8 @@
 // The process's socket session with its node's router (docs/tcp-mode.md): found through
 // FREEFLOW_DIR / FFR_NAME, opened on first use with SockHello, opened again by a forked
 // child (which must not share its parent's request stream). While the router cannot be
-// reached the library keeps to kernel TCP and tries again after kRetryNs.
+// reached the library keeps to kernel TCP and tries again after
+// ff::kSockRouterRetryNs.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +14,7 @@
 #include "freeflow/protocol.h"
 #include "freeflow/stream_pods.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 
 // What the environment says, read once. TCP mode is on only with a valid VNET_PREFIX.
 struct Config {
@@ -50,4 +51,4 @@ void RouterLinkPrepareFork();
 void RouterLinkParentAfterFork();
 void RouterLinkChildAfterFork();
 
-}  // namespace ffsock
+}  // namespace ff::fsocket

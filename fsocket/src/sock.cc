@@ -10,7 +10,7 @@
 #include "epoll.h"
 #include "log.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
 
 constexpr int kChunkBits = 12;
@@ -240,4 +240,4 @@ void SockPrepareFork() { PoolMu().lock(); }
 void SockParentAfterFork() { PoolMu().unlock(); }
 void SockChildAfterFork() { PoolMu().unlock(); }
 
-}  // namespace ffsock
+}  // namespace ff::fsocket

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -19,7 +20,7 @@
 #include "freeflow/fd.h"
 #include "freeflow/stream_segment.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 
 class EpollShadow;
 
@@ -36,6 +37,9 @@ struct SideLocks {
   pthread_mutex_t
       drain_mu;  // restricted processes: between looking at the kernel socket and reading it
 };
+// Shared by the processes of one pod that hold the socket (fork, exec): part of the ABI.
+static_assert(offsetof(SideLocks, init) == 0 && offsetof(SideLocks, send_mu) == 8 &&
+              sizeof(SideLocks) <= ff::kStreamSideBytes);
 
 struct Sock {
   std::atomic<int32_t> refs{0};  // one per descriptor slot, one per Ref held
@@ -132,4 +136,4 @@ void SockPrepareFork();
 void SockParentAfterFork();
 void SockChildAfterFork();
 
-}  // namespace ffsock
+}  // namespace ff::fsocket

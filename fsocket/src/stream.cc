@@ -19,7 +19,7 @@
 #include "log.h"
 #include "real.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 namespace {
 
 inline void CpuRelax() { __builtin_ia32_pause(); }
@@ -474,8 +474,7 @@ bool IsTaggedStream(int fd) {
 }
 
 void SpinStep(uint64_t spun_ns) {
-  constexpr uint64_t kPauseOnlyNs = 5'000;
-  if (spun_ns < kPauseOnlyNs || Restricted()) {
+  if (spun_ns < ff::kStreamPauseOnlyNs || Restricted()) {
     for (int i = 0; i < 16; ++i) CpuRelax();
   } else {
     ::sched_yield();
@@ -494,4 +493,4 @@ bool RestartAfterSignal() {
   return true;
 }
 
-}  // namespace ffsock
+}  // namespace ff::fsocket

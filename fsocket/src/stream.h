@@ -12,7 +12,7 @@
 #include "freeflow/fd.h"
 #include "sock.h"
 
-namespace ffsock {
+namespace ff::fsocket {
 
 // Makes `s` a stream over the segment and side memfds the router gave (role kStreamClient
 // or kStreamServer). 0 or EPROTO when they are not what SockReply promised.
@@ -70,4 +70,4 @@ void SpinStep(uint64_t spun_ns);
 // it for a socket call without a timeout: only when every handler has SA_RESTART.
 bool RestartAfterSignal();
 
-}  // namespace ffsock
+}  // namespace ff::fsocket

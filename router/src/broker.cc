@@ -341,7 +341,8 @@ int MoveMr(Request& q) {
   return 0;
 }
 
-// Memory windows (windows.h): each is an MR-table entry, within the pod's MR-entry quota.
+// Memory windows (objects/memory_windows.h): each is an MR-table entry, within the pod's MR-entry
+// quota.
 int AllocMw(Request& q) {
   const auto m = proto::As<proto::AllocMw>(q.msg);
   if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kMrEntries, 1}})) return rc;

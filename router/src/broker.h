@@ -10,15 +10,15 @@
 #include <cstdint>
 #include <string>
 
-#include "cm_service.h"
-#include "directory.h"
-#include "executor.h"
-#include "forwarder.h"
+#include "base/quotas.h"
+#include "cm/cm_service.h"
 #include "freeflow/ipv4.h"
-#include "pod_sessions.h"
-#include "quotas.h"
-#include "resources.h"
-#include "socket_service.h"
+#include "nodes/directory.h"
+#include "nodes/executor.h"
+#include "nodes/forwarder.h"
+#include "objects/resources.h"
+#include "pods/pod_sessions.h"
+#include "tcpmode/service.h"
 
 namespace ff::router {
 
@@ -33,7 +33,7 @@ class Broker final : public PodSessions::Handler {
     Executor& executor;
     Quotas& quotas;
     CmService& cm;
-    SocketService& sockets;
+    TcpModeService& sockets;
     std::string node_name;  // told to pods at HELLO
     Ipv4Prefix overlay;     // likewise (its length); LIDs are offsets in it
   };

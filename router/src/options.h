@@ -7,19 +7,20 @@
 #include <optional>
 #include <string>
 
+#include "base/quotas.h"
 #include "freeflow/controlplane.h"
 #include "freeflow/ipv4.h"
+#include "freeflow/router_socket.h"
 #include "freeflow/tunables.h"
-#include "quotas.h"
 
 namespace ff::router {
 
 struct RouterConfig {
-  std::string dir = "/freeflow";      // the host folder mounted into pods
-  std::string name = "ffrouter";      // socket <dir>/<name>.sock
-  Ipv4Prefix overlay;                 // pod addresses
-  std::string library_source;         // copied to <dir>/libffverbs.so at start; empty: skip
-  std::string socket_library_source;  // copied to <dir>/libfsocket.so; empty: no TCP mode
+  std::string dir = kDefaultFreeflowDir;  // the host folder mounted into pods
+  std::string name = kDefaultRouterName;  // socket <dir>/<name>.sock (router_socket.h)
+  Ipv4Prefix overlay;                     // pod addresses
+  std::string library_source;             // copied to <dir>/libffverbs.so at start; empty: skip
+  std::string socket_library_source;      // copied to <dir>/libfsocket.so; empty: no TCP mode
   std::string node_name;
   // Cross-node: this node's underlay address and router-to-router port; an empty control
   // plane spec means this node only (no listener, no remote peers).

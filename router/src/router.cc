@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "freeflow/ipv4.h"
-#include "tcp_transport.h"
-#include "tls.h"
+#include "nodes/tcp_transport.h"
+#include "nodes/tls.h"
 
 namespace ff::router {
 
@@ -69,9 +69,9 @@ Router::Router(RouterConfig config, RouterDeps deps)
                  [this] { RetrySoon(); }),
       cm_(CmService::Parts{loop_, sessions_, directory_, transport_.get(), quotas_,
                            config_.overlay}),
-      sockets_(SocketService::Parts{loop_, sessions_, quotas_, *stream_probe_, config_.node_name,
-                                    config_.overlay, config_.stream_gc_period_ns,
-                                    config_.stream_unseen_grace_ns}),
+      sockets_(TcpModeService::Parts{loop_, sessions_, quotas_, *stream_probe_, config_.node_name,
+                                     config_.overlay, config_.stream_gc_period_ns,
+                                     config_.stream_unseen_grace_ns}),
       broker_(Broker::Parts{tables_, sessions_, directory_, forwarder_, executor_, quotas_, cm_,
                             sockets_, config_.node_name, config_.overlay}),
       sessions_(loop_, *identity_, quotas_, broker_) {

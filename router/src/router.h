@@ -12,7 +12,7 @@
 //   Forwarder      a local QP's link to a QP on another node (initiator side)
 //   Executor       QPs on other nodes producing into local QPs (target side)
 //   CmService      rdma_cm: the kernel behind each pod's /dev/infiniband/rdma_cm
-//   SocketService  TCP mode (libfsocket): socket sessions, listeners, connection records
+//   TcpModeService  TCP mode (libfsocket): socket sessions, listeners, connection records
 //
 // Single-threaded: everything runs on the loop's thread; Stop(), RequestStats() and Adopt()
 // may be called from any thread (Stop() and RequestStats() also from a signal handler).
@@ -24,21 +24,21 @@
 #include <memory>
 #include <string>
 
+#include "base/event_loop.h"
+#include "base/host_folder.h"
+#include "base/quotas.h"
 #include "broker.h"
-#include "cm_service.h"
-#include "directory.h"
-#include "event_loop.h"
-#include "executor.h"
-#include "forwarder.h"
-#include "host_folder.h"
-#include "identity.h"
-#include "node_transport.h"
+#include "cm/cm_service.h"
+#include "identity/identity.h"
+#include "nodes/directory.h"
+#include "nodes/executor.h"
+#include "nodes/forwarder.h"
+#include "nodes/node_transport.h"
+#include "objects/resources.h"
 #include "options.h"
-#include "pod_sessions.h"
-#include "quotas.h"
-#include "resources.h"
-#include "socket_service.h"
-#include "stream_probe.h"
+#include "pods/pod_sessions.h"
+#include "tcpmode/probe.h"
+#include "tcpmode/service.h"
 
 namespace ff::router {
 
@@ -47,7 +47,7 @@ struct RouterDeps {
   std::unique_ptr<IdentityResolver> identity;
   std::unique_ptr<cp::ControlPlane> control_plane;  // nullptr: this node only
   std::unique_ptr<NodeTransport> transport;         // nullptr: this node only
-  std::unique_ptr<StreamProbe> streams;             // nullptr: sock_diag (MakeSockDiagProbe)
+  std::unique_ptr<TcpModeProbe> streams;            // nullptr: sock_diag (MakeSockDiagProbe)
 };
 
 // The collaborators of a router on a real node: identity by network namespace, the control
@@ -91,7 +91,7 @@ class Router final : private NodeTransport::Handler {
   EventLoop loop_;
   std::unique_ptr<IdentityResolver> identity_;
   std::unique_ptr<NodeTransport> transport_;
-  std::unique_ptr<StreamProbe> stream_probe_;
+  std::unique_ptr<TcpModeProbe> stream_probe_;
   HostFolder folder_;
   Directory directory_;
   Quotas quotas_;
@@ -101,7 +101,7 @@ class Router final : private NodeTransport::Handler {
   Executor executor_;
   Forwarder forwarder_;
   CmService cm_;
-  SocketService sockets_;
+  TcpModeService sockets_;
   Broker broker_;
   PodSessions sessions_;
   Timer timer_;

@@ -1,6 +1,6 @@
 // A ucma client for tests: writes rdma_cm commands to a descriptor exactly as librdmacm
 // does (one write of struct rdma_ucm_cmd_hdr + body, <rdma/rdma_user_cm.h>), for tests that
-// drive the rdma_cm device without librdmacm (verbs/src/cm_device.h; the router's side).
+// drive the rdma_cm device without librdmacm (verbs/src/rdmacm/cm_device.h; the router's side).
 #pragma once
 
 #include <gtest/gtest.h>

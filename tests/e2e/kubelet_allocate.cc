@@ -18,8 +18,8 @@
 
 namespace {
 
-using freeflow::dp::testing::Clock;
-using freeflow::dp::testing::KubeletStandIn;
+using ff::dp::testing::Clock;
+using ff::dp::testing::KubeletStandIn;
 
 int Fail(const std::string& why) {
   std::fprintf(stderr, "ff-kubelet-allocate: %s\n", why.c_str());

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The size limits the code keeps (outside tests and generated code): no source file over
-# 800 lines, no function over 100 lines. Function sizes come from clang-tidy's
+# 800 lines, no function over 100 lines; and no folder of source, tests included, holds more
+# than 24 files, so that each folder stays one room a reader takes in at once. Function sizes come from clang-tidy's
 # readability-function-size over the build's compile_commands.json.
 #   tests/style/limits.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
@@ -8,6 +9,7 @@ src=$(cd "$1" && pwd)
 build=$(cd "$2" && pwd)
 max_file=800
 max_function=100
+max_folder=24
 status=0
 
 cd "$src" || exit 1
@@ -15,6 +17,17 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   files=$(git ls-files '*.cc' '*.h')
 else
   files=$(find . -path ./build -prune -o \( -name '*.cc' -o -name '*.h' \) -print | sed 's|^\./||')
+fi
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  sources=$(git ls-files '*.cc' '*.h' '*.c' '*.sh' '*.py')
+else
+  sources=$files
+fi
+crowded=$(xargs -n1 dirname <<<"$sources" | sort | uniq -c | awk -v max=$max_folder '$1 > max {print $2 ": " $1 " files"}')
+if [[ -n "$crowded" ]]; then
+  echo "FAIL folders of source over $max_folder files:"
+  echo "$crowded"
+  status=1
 fi
 files=$(grep -v -E '^(tests|build[^/]*)/' <<<"$files")
 long=$(for f in $files; do n=$(wc -l <"$f"); ((n > max_file)) && echo "$f: $n lines"; done)

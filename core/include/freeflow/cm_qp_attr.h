@@ -20,7 +20,7 @@ namespace ff {
 // The IB CM's private data sizes; with an IP port space the REQs carry the rdma_cm header
 // (36 bytes) before the program's data. A program may send at most this much, and the peer
 // receives exactly this much (zero-padded), as on an IB or RoCE device. The router checks
-// them; the library too, before it posts a CONNECT or ACCEPT (verbs/src/cm_commands.cc).
+// them; the library too, before it posts a CONNECT or ACCEPT (verbs/src/rdmacm/cm_commands.cc).
 inline constexpr uint8_t kCmReqData = 92 - 36;
 inline constexpr uint8_t kCmRepData = 196;
 inline constexpr uint8_t kCmRejData = 148;
@@ -38,7 +38,7 @@ int CmInitQpAttr(const proto::CmQpInputs& in, uint32_t qp_state, ib_uverbs_qp_at
 void CmFillAh(uint32_t remote_ip, uint8_t tos, ib_uverbs_ah_attr* ah);
 // What a resolved route adds to QUERY_ROUTE's answer (one path, ib_route[0], with the
 // id's type of service): the router's answer once the route is resolved, and the library's
-// when it answers a RESOLVE_ROUTE itself (verbs/src/cm_commands.cc).
+// when it answers a RESOLVE_ROUTE itself (verbs/src/rdmacm/cm_commands.cc).
 void CmFillRoutedPath(uint8_t tos, rdma_ucm_query_route_resp* r);
 
 }  // namespace ff

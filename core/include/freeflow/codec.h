@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "freeflow/protocol.h"
+#include "freeflow/protocol/node_wire.h"
 #include "freeflow/ring.h"
 #include "freeflow/shm_layout.h"
 #include "freeflow/tunables.h"
@@ -44,7 +45,7 @@ struct ProxyRequest {
   uint8_t rnr_retry;  // SEND / WRITE_WITH_IMM: the requester's rnr_retry (7: retry forever)
   uint8_t reserved;
 };
-static_assert(sizeof(ProxyRequest) == 40);
+static_assert(sizeof(ProxyRequest) == 40 && alignof(ProxyRequest) == 8);
 
 // Follows the RecordHeader of a kRecResp record: the outcome of one work request and, for a
 // READ or an atomic, (a fragment of) its data.
@@ -55,7 +56,7 @@ struct ProxyResponse {
   uint8_t last;          // 1 when the work request is complete
   uint8_t reserved;
 };
-static_assert(sizeof(ProxyResponse) == 16);
+static_assert(sizeof(ProxyResponse) == 16 && alignof(ProxyResponse) == 8);
 
 // Largest payload of a request and of a response record.
 inline constexpr uint32_t kMaxRequestPayload = sizeof(ProxyRequest) + kMaxFragment;
@@ -158,109 +159,8 @@ bool DecodeResponse(const RecordHeader& h, const char* payload, ResponseView* ou
 // bytes. false when `len` does not match the header.
 bool SplitRecord(const char* buf, size_t len, RecordHeader* h, const char** payload);
 
-// ---- router-to-router frames ----------------------------------------------------------------
+// ---- router-to-router frames (protocol/node_wire.h) ------------------------------------------
 namespace wire {
-
-inline constexpr uint32_t kMagic = 0x46465257;  // "FFRW"
-inline constexpr uint32_t kVersion = 4;         // 4: rdma_cm messages (kCm)
-
-enum class Type : uint16_t {
-  // Transport frames: a node link handles these itself.
-  kHello = 1,  // dialling router -> peer, first frame: Hello
-  kPing = 8,
-  kPong = 9,
-  // Router messages, on the link the initiating router dialled: requests flow from the
-  // dialler, answers and notifications flow back on the same link.
-  kConnect = 2,       // open channel `chan` to a QP of the peer: Connect
-  kConnectReply = 3,  // ConnectReply
-  kRecord = 4,        // a request record (RecordHeader + ProxyRequest + data) for `chan`
-  kResp = 5,          // a response record (RecordHeader + ProxyResponse + data) for `chan`
-  kClose = 6,         // the initiator's QP behind `chan` is gone (flags 1: its process died)
-  kPeerGone = 7,      // the target QP behind `chan` is gone (flags 1: its process died)
-  kCredit = 10,       // the target executed more of `chan`'s records: Credit
-  // rdma_cm between the routers that act as the two pods' kernels: one CmMessage, `flags`
-  // its CmKind. Sent by each router on the link it dialled to the other; the receiver
-  // checks that src_ip is a pod of the sending node.
-  kCm = 11,
-};
-
-struct FrameHeader {
-  uint32_t len;  // bytes after this header
-  Type type;
-  uint16_t flags;
-  uint32_t chan;
-  uint32_t reserved;
-};
-static_assert(sizeof(FrameHeader) == 16);
-
-struct Hello {
-  uint32_t magic;
-  uint32_t version;
-  char node[64];
-};
-
-struct Connect {
-  uint32_t src_ip;  // host byte order
-  uint32_t src_qpn;
-  uint32_t qp_type;
-  uint32_t dest_ip;  // host byte order
-  uint32_t dest_qpn;
-  uint32_t reserved;
-};
-
-struct ConnectReply {
-  int32_t status;  // 0 or a positive errno value
-  uint32_t peer_qpn;
-  uint32_t peer_ip;
-  uint32_t qp_type;
-};
-// Flow control per channel: the initiator keeps at most kChannelWindow bytes of kRecord
-// bodies that the target has not credited back, so a target that does not keep up holds
-// back only its own channel, never the link that other channels share.
-struct Credit {
-  uint64_t bytes;  // kRecord body bytes executed (or discarded) since the last credit
-};
-
-// The connection-manager exchange (the IB CM's messages, carried whole): REQ, REP, RTU,
-// REJ, DREQ, DREP, and SIDR REQ/REP for UD ids.
-enum class CmKind : uint16_t {
-  kReq = 1,
-  kRep,
-  kRtu,
-  kRej,
-  kDreq,
-  kDrep,
-  kSidrReq,
-  kSidrRep,
-  kMaxKind,
-};
-inline constexpr uint32_t kCmMaxPrivateData = 256;
-struct CmMessage {
-  uint32_t src_ip;    // host byte order: the sending pod
-  uint32_t dst_ip;    // the receiving pod
-  uint32_t src_comm;  // the sender's id
-  uint32_t dst_comm;  // the receiver's id (0 in REQ and SIDR REQ)
-  uint16_t src_port;
-  uint16_t dst_port;
-  uint16_t ps;      // rdma_cm port space
-  uint8_t qp_type;  // ibv_qp_type
-  uint8_t reason;   // REJ: the IB CM reason; SIDR REP: its status
-  uint32_t qpn;
-  uint32_t qkey;
-  uint32_t psn;
-  uint8_t responder_resources;
-  uint8_t initiator_depth;
-  uint8_t flow_control;
-  uint8_t retry_count;
-  uint8_t rnr_retry_count;
-  uint8_t srq;
-  uint16_t private_data_len;
-  uint8_t private_data[kCmMaxPrivateData];
-};
-
-// True for a status a peer may send in a ConnectReply: 0 or an errno value (Linux's are
-// below 4096).
-constexpr bool ValidConnectStatus(int32_t status) { return status >= 0 && status < 4096; }
 
 static_assert(sizeof(RecordHeader) + kMaxRequestPayload <= kMaxFrame &&
                   sizeof(RecordHeader) + kMaxResponsePayload <= kMaxFrame,
@@ -269,10 +169,6 @@ static_assert(sizeof(RecordHeader) + kMaxRequestPayload <= kMaxFrame &&
 // True when a frame header is acceptable: a known type whose body length is what that type
 // carries (records are checked further by DecodeRequest / DecodeResponse).
 bool ValidFrame(const FrameHeader& h);
-// True for frames that a node link handles itself (hello, ping, pong).
-inline bool IsTransportFrame(Type t) {
-  return t == Type::kHello || t == Type::kPing || t == Type::kPong;
-}
 
 }  // namespace wire
 }  // namespace ff

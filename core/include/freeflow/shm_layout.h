@@ -3,12 +3,18 @@
 // Ownership rules (who writes what) are stated on every field. Peers are not trusted:
 // every value read from a segment another process can write is validated before use,
 // so a hostile peer can at worst corrupt traffic addressed to itself.
+//
+// ABI: every constant, field, size and offset here is part of the contract between a pod's
+// library, its peers and its router; changing one needs a kAbiVersion bump
+// (abi_constants.h, docs/protocol.md). The static_asserts pin sizes and offsets to what
+// processes of the current version map.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 
+#include "freeflow/abi_constants.h"
 #include "freeflow/tunables.h"
 
 namespace ff {
@@ -27,7 +33,8 @@ struct NotifySlot {
   std::atomic<uint64_t> fired{0};
 };
 inline constexpr uint32_t kArmedAny = 1, kArmedSolicited = 2;
-static_assert(sizeof(NotifySlot) == kCacheLine);
+static_assert(sizeof(NotifySlot) == kCacheLine && alignof(NotifySlot) == kCacheLine);
+static_assert(offsetof(NotifySlot, armed) == 0 && offsetof(NotifySlot, fired) == 8);
 inline constexpr uint32_t kQpSegMagic = 0x46465150;  // "FFQP"
 
 // Receive credits of one receive queue (a QP's own RQ or an SRQ). A sender may place a
@@ -40,7 +47,8 @@ struct RecvCredits {
   // WQEs claimed. claimed <= posted whenever every sender is honest.
   alignas(kCacheLine) std::atomic<uint64_t> claimed{0};
 };
-static_assert(sizeof(RecvCredits) == 2 * kCacheLine);
+static_assert(sizeof(RecvCredits) == 2 * kCacheLine && alignof(RecvCredits) == kCacheLine);
+static_assert(offsetof(RecvCredits, posted) == 0 && offsetof(RecvCredits, claimed) == kCacheLine);
 
 // Single-producer single-consumer byte ring of records. The producer is the one peer QP
 // the router assigned to this ring; the consumer is the owning (receiving) process.
@@ -50,7 +58,8 @@ struct RingHeader {
   // Consumer-owned: bytes consumed. Release store after the record was copied out.
   alignas(kCacheLine) std::atomic<uint64_t> head{0};
 };
-static_assert(sizeof(RingHeader) == 2 * kCacheLine);
+static_assert(sizeof(RingHeader) == 2 * kCacheLine && alignof(RingHeader) == kCacheLine);
+static_assert(offsetof(RingHeader, tail) == 0 && offsetof(RingHeader, head) == kCacheLine);
 
 // One record in a ring. Records are 64-byte aligned and never wrap: a producer that
 // reaches the end of the ring writes a kPad record over the remainder.
@@ -65,8 +74,8 @@ enum RecordKind : uint8_t {
   kRecAtomicReq = 6,  // ATOMIC_FETCH_AND_ADD / ATOMIC_CMP_AND_SWP request
   kRecResp = 7,       // router -> library: outcome of one work request (+ READ/atomic data)
   // Only in a session's request ring (proto::RequestRing): library -> router.
-  kRecRequest = 8,   // one request, its bytes the payload (frag_len of them)
-  kRecOnSocket = 9,  // no payload: the next request with descriptors, sent on the socket
+  kRecRequest = 8,   // its publish time (8 bytes), then one request's bytes
+  kRecOnSocket = 9,  // its publish time alone: the next request with descriptors, on the socket
 };
 enum RecordFlags : uint8_t {
   kRecFirst = 1,
@@ -87,7 +96,12 @@ struct RecordHeader {
   uint32_t frag_len;  // payload bytes that follow this header
   uint32_t qkey;      // UD only: the Q_Key the sender used
 };
-static_assert(sizeof(RecordHeader) == 32);
+static_assert(sizeof(RecordHeader) == 32 && alignof(RecordHeader) == 4);
+static_assert(offsetof(RecordHeader, total) == 0 && offsetof(RecordHeader, kind) == 4 &&
+              offsetof(RecordHeader, flags) == 5 && offsetof(RecordHeader, msg_len) == 8 &&
+              offsetof(RecordHeader, imm) == 12 && offsetof(RecordHeader, src_qpn) == 16 &&
+              offsetof(RecordHeader, src_ip) == 20 && offsetof(RecordHeader, frag_len) == 24 &&
+              offsetof(RecordHeader, qkey) == 28);
 
 // A verbs session's request ring (proto::RequestRing): this block, a RingHeader, then
 // kRequestRingBytes of records. The library produces and the router consumes; neither
@@ -101,7 +115,10 @@ struct RequestRingControl {
   // the router from answering.
   std::atomic<uint32_t> router_cpu{0};
 };
-static_assert(sizeof(RequestRingControl) == kCacheLine);
+static_assert(sizeof(RequestRingControl) == kCacheLine &&
+              alignof(RequestRingControl) == kCacheLine);
+static_assert(offsetof(RequestRingControl, sleeping) == 0 &&
+              offsetof(RequestRingControl, router_cpu) == 4);
 inline constexpr size_t RequestRingSegmentBytes(uint32_t ring_bytes) {
   return sizeof(RequestRingControl) + sizeof(RingHeader) + ring_bytes;
 }
@@ -141,6 +158,15 @@ struct QpSegmentHeader {
   NotifySlot doorbell;
 };
 static_assert(sizeof(QpSegmentHeader) % kCacheLine == 0);
+static_assert(sizeof(QpSegmentHeader) == 4 * kCacheLine && alignof(QpSegmentHeader) == kCacheLine);
+static_assert(offsetof(QpSegmentHeader, magic) == 0 && offsetof(QpSegmentHeader, abi) == 4 &&
+              offsetof(QpSegmentHeader, num_rings) == 8 &&
+              offsetof(QpSegmentHeader, ring_bytes) == 12 &&
+              offsetof(QpSegmentHeader, min_rnr_timer) == 16 &&
+              offsetof(QpSegmentHeader, qp_access) == 20 &&
+              offsetof(QpSegmentHeader, sends_waiting) == 24 &&
+              offsetof(QpSegmentHeader, credits) == kCacheLine &&
+              offsetof(QpSegmentHeader, doorbell) == 3 * kCacheLine);
 inline constexpr uint32_t kSendsWaiting = 1, kSendsNudged = 2;
 
 inline constexpr size_t RingStride(uint32_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
@@ -159,6 +185,7 @@ inline constexpr size_t UdRingBytes(uint32_t ring_bytes) { return sizeof(RingHea
 struct SrqSegment {
   RecvCredits credits;
 };
+static_assert(sizeof(SrqSegment) == 2 * kCacheLine && alignof(SrqSegment) == kCacheLine);
 
 inline constexpr size_t kNotifySegmentBytes = sizeof(NotifySlot) * kNotifySlots;
 
@@ -178,7 +205,11 @@ struct MrEntry {
   uint32_t reserved0;
   uint64_t reserved[2];
 };
-static_assert(sizeof(MrEntry) == kCacheLine);
+static_assert(sizeof(MrEntry) == kCacheLine && alignof(MrEntry) == 8);
+static_assert(offsetof(MrEntry, seq) == 0 && offsetof(MrEntry, key) == 4 &&
+              offsetof(MrEntry, access) == 8 && offsetof(MrEntry, region) == 12 &&
+              offsetof(MrEntry, addr) == 16 && offsetof(MrEntry, length) == 24 &&
+              offsetof(MrEntry, region_offset) == 32 && offsetof(MrEntry, qpn) == 40);
 inline constexpr size_t kMrTableBytes = sizeof(MrEntry) * kMrTableSlots;
 
 inline constexpr uint32_t MrSlotOfKey(uint32_t key) { return key >> 8; }

@@ -11,9 +11,13 @@
 // what it found. The reader treats the memory as untrusted all the same (count is bounded by
 // the capacity it knows) and answers kUnknown — ask the router — when the list is being
 // rewritten, overflowed, or makes no sense.
+//
+// ABI: every constant and field here is part of the contract between the router and the
+// pods' libraries; changing one needs a kAbiVersion bump (abi_constants.h, docs/protocol.md).
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 namespace ff {
@@ -27,6 +31,9 @@ struct StreamPodsHeader {
   std::atomic<uint32_t> count;
   std::atomic<uint32_t> overflow;  // 1: not every address fits; a reader asks the router
 };
+static_assert(sizeof(StreamPodsHeader) == 16 && alignof(StreamPodsHeader) == 4);
+static_assert(offsetof(StreamPodsHeader, seq) == 0 && offsetof(StreamPodsHeader, magic) == 4 &&
+              offsetof(StreamPodsHeader, count) == 8 && offsetof(StreamPodsHeader, overflow) == 12);
 inline constexpr uint32_t kStreamPodsEntriesAt = 64;
 inline constexpr uint64_t kStreamPodsBytes = 20480;  // header + entries, whole pages
 static_assert(kStreamPodsEntriesAt + 4ull * kStreamPodsCapacity <= kStreamPodsBytes);

@@ -12,9 +12,13 @@
 //   wr_armed: the producer sleeps until room comes  -> consumer sends kBellSpace
 // The side memfd of one end (kStreamSideBytes) is given to that end's pod only: its
 // processes keep their locks there (several processes and threads may share a socket).
+//
+// ABI: every constant and field here is part of the contract between the two pods' libraries
+// and the router; changing one needs a kAbiVersion bump (abi_constants.h, docs/protocol.md).
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 namespace ff {
@@ -30,7 +34,10 @@ struct StreamRingHeader {
   alignas(64) std::atomic<uint32_t> rd_armed;
   std::atomic<uint32_t> wr_armed;
 };
-static_assert(sizeof(StreamRingHeader) == 192);
+static_assert(sizeof(StreamRingHeader) == 192 && alignof(StreamRingHeader) == 64);
+static_assert(offsetof(StreamRingHeader, tail) == 0 && offsetof(StreamRingHeader, head) == 64 &&
+              offsetof(StreamRingHeader, rd_armed) == 128 &&
+              offsetof(StreamRingHeader, wr_armed) == 132);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 // The header page: ring i's header at i * kStreamRingHeaderStride; ring i's data at

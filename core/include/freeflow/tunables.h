@@ -1,12 +1,19 @@
 // Every compile-time tunable of freeflow, in one place: sizes, limits, budgets and clocks of
 // the library, the router and the node links. Runtime options (flags and environment) are
 // documented with the programs that read them; their defaults are named here as kDefault*.
-// Layout constants that other constants depend on are tied together by static_asserts in
+// Each value here is a local knob: one program may change it without the others noticing.
+// Constants that size or bound what another process maps or is sent (the ABI) are in
+// abi_constants.h, included here because knobs are sized by them; constants of one layout
+// stay beside it (shm_layout.h, stream_segment.h, stream_pods.h, protocol/). Layout
+// constants that other constants depend on are tied together by static_asserts in
 // core/include/freeflow/codec.h.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+
+#include "freeflow/abi_constants.h"
 
 namespace ff {
 
@@ -20,24 +27,16 @@ inline constexpr uint32_t kRcRingBytesPerRecv = 2048;         // ... sized by th
 inline constexpr uint32_t kUdRingBytes = 64 * 1024;  // each of a UD QP's rings (a message <= MTU)
 inline constexpr uint32_t kUdRingsPerQp = 16;        // UD senders a UD QP hears at once
 inline constexpr uint32_t kProxyRingBytes = 512 * 1024;  // each ring of a proxy segment
-inline constexpr uint32_t kMaxFragment = 32 * 1024;  // largest record payload (pipelines copies)
-inline constexpr uint32_t kMrTableSlots = 16384;     // MR entries per context (key: slot<<8|tag)
-inline constexpr uint32_t kNotifySlots = 4096;       // CQ event words; the last: wake word
 
 // ---- what the virtual device reports (and enforces) -------------------------------------
+// max_msg_sz (kMaxMsgSize) is in abi_constants.h: a peer refuses a longer message.
 inline constexpr uint32_t kMtu = 4096;                    // path MTU; the largest UD message
 inline constexpr uint32_t kMaxInline = 512;               // max_inline_data
 inline constexpr uint32_t kMaxSge = 32;                   // max_sge per work request
 inline constexpr uint32_t kMaxQpWr = 16384;               // max_qp_wr and max_srq_wr
 inline constexpr uint32_t kMaxCqe = 4 * 1024 * 1024;      // max_cqe
 inline constexpr uint32_t kMaxRdAtomic = 16;              // max_qp_rd_atom: READs/atomics in flight
-inline constexpr uint64_t kMaxMsgSize = 1ull << 31;       // max_msg_sz
 inline constexpr uint64_t kMaxMrSize = kMaxMsgSize * 64;  // max_mr_size
-
-// ---- what a QP segment may look like (checked by the router at CreateQp) ---------------
-inline constexpr uint32_t kMaxRingsPerQp = 64;        // rings of one QP segment
-inline constexpr uint32_t kMinRingBytes = 4096;       // smallest ring
-inline constexpr uint32_t kMaxRingBytes = 64u << 20;  // largest ring
 
 // ---- library: data path ------------------------------------------------------------------
 inline constexpr int kDrainBudget = 4096;          // records taken from a ring per poll
@@ -58,10 +57,7 @@ inline constexpr int kDefaultAnswerSpinUs = 30;
 // The clock is read once per kEmptyPollsPerCheck empty polls, never on a poll that finds work.
 inline constexpr uint32_t kEmptyPollsPerCheck = 256;
 inline constexpr uint64_t kYieldAfterEmptyNs = 1'000'000;
-inline constexpr int kRouterCallTimeoutS = 10;  // a router silent this long is an error
-// A verbs session's request ring (proto::RequestRing): room for about 170 rdma_cm commands
-// (the largest request, 384 bytes a record) that the router has not served yet.
-inline constexpr uint32_t kRequestRingBytes = 64 * 1024;
+inline constexpr int kRouterCallTimeoutS = 10;   // a router silent this long is an error
 inline constexpr int kSeqlockReadAttempts = 64;  // tries to read an MR entry being changed
 inline constexpr int kCreditClaimAttempts = 64;  // CAS tries to claim one receive credit
 inline constexpr uint64_t kPendingSendFirstRetryNs = 5'000;  // get_cq_event retries queued sends
@@ -89,6 +85,19 @@ inline constexpr size_t kUdUnreachableKept = 1024;  // such destinations remembe
 // ring for at most this long, then whatever is left is dropped.
 inline constexpr uint64_t kUdCloseDrainNs = 1'000'000'000ull;
 
+// ---- library: locks, peers, rdma_cm -------------------------------------------------------
+// A context's (and a CQ's poll) lock spins this many times before it sleeps on its futex
+// (AdaptiveLock, verbs/src/internal.h).
+inline constexpr int kLockSpins = 100;
+// How many peers a context keeps mapped with no link to them (Context::recent_peers).
+inline constexpr size_t kRecentPeers = 4;
+// Notes of an rdma_cm peer's address and QP number kept for the RTR that names it
+// (verbs/src/cm_table.h, NoteUnnamedPeer): at most this many, the oldest go first.
+inline constexpr size_t kMaxUnnamedPeers = 64;
+// rdma_cm descriptors below this number are marked in a byte array; above it, a count says
+// whether any is an rdma_cm descriptor at all (verbs/src/cm_device.h).
+inline constexpr int kCmFastFds = 65536;
+
 // ---- TCP mode (libfsocket.so, docs/tcp-mode.md) -------------------------------------------
 // Each direction of a TCP-mode connection's segment. 4 MiB, like the kernel's own TCP buffer
 // ceilings (tcp_wmem 4 MiB, tcp_rmem 6 MiB): with 1 MiB a writer filled the ring and slept
@@ -107,6 +116,14 @@ inline constexpr uint64_t kStreamSpinNs =
 // ... and then sleeps at most this long at a time: a bell another process of the pod took
 // (two processes sharing one socket after fork) delays a wake-up by no more than this.
 inline constexpr int kStreamMaxSleepMs = 50;
+// A spinning wait only pauses the CPU for this long, then yields it at each step.
+inline constexpr uint64_t kStreamPauseOnlyNs = 5'000;
+// While poll/epoll_wait spins on streams, it looks at the other (kernel) descriptors this
+// often.
+inline constexpr uint64_t kKernelLookNs = 10'000;
+// A library that cannot reach its router (or is refused) keeps to kernel TCP and tries again
+// after this long.
+inline constexpr uint64_t kSockRouterRetryNs = 1'000'000'000;
 
 // ---- router: its loop and tables ---------------------------------------------------------
 inline constexpr int kEpollBatch = 64;          // events taken from epoll per loop turn
@@ -165,7 +182,6 @@ inline constexpr uint16_t kCmFirstEphemeralPort = 32768;  // as net.ipv4.ip_loca
 inline constexpr uint16_t kCmLastEphemeralPort = 60999;
 
 // ---- node links (router <-> router) -------------------------------------------------------
-inline constexpr uint32_t kMaxFrame = 1u << 20;       // largest frame body a peer may send
 inline constexpr size_t kLinkHighWater = 8u << 20;    // owed bytes that make a link congested
 inline constexpr uint32_t kDirectSendBytes = 4096;    // larger records skip the copy to a buffer
 inline constexpr size_t kLinkReadChunk = 512 * 1024;  // receive buffer growth step
@@ -179,11 +195,15 @@ inline constexpr int kLoopbackPumpBudget = 256;           // in-memory links: me
 inline constexpr uint64_t kPingIntervalNs = 100'000'000;  // a dialled link pings this often
 inline constexpr uint64_t kDialTimeoutNs = 5'000'000'000ull;  // a dial not connected by then fails
 inline constexpr uint32_t kInboundSilenceFactor = 3;  // accepted links (no pings) wait N timeouts
+inline constexpr size_t kTlsSendBuffer = 1u << 20;    // encrypted bytes batched into one send()
 
 // ---- router: pod identity ------------------------------------------------------------
 inline constexpr size_t kMaxNetnsEntries = 4096;  // interfaces or addresses read from a pod's netns
 inline constexpr int kNetlinkTimeoutMs = 1000;    // an rtnetlink / sock_diag answer takes this long
 inline constexpr size_t kMaxPeerFdScan = 65536;   // descriptors of a client examined (no pidfd)
+// TCP mode's sock_diag answers that may precede ours on a namespace handle: late answers to
+// questions that timed out before.
+inline constexpr int kMaxStaleDiagAnswers = 8;
 
 // ---- router: runtime option defaults ------------------------------------------------------
 inline constexpr uint16_t kDefaultRouterPort = 7471;        // --port
@@ -201,5 +221,34 @@ inline constexpr uint32_t kDefaultRouterSpinUs = 30;
 // runs each); across nodes 2,514 vs 2,535 (20 runs each). Opened for every event, it cost
 // the cross-node rate 9%; 200 was no better on one node (5,725 vs 5,712).
 inline constexpr uint32_t kDefaultRouterCmSpinUs = 100;
+
+// ---- control plane (controlplane/src) -----------------------------------------------------
+// The static control plane stats its file this often, to notice changes when inotify says
+// nothing (e.g. network file systems).
+inline constexpr std::chrono::milliseconds kStaticFilePollInterval{2000};
+// A PEM file larger than this is not a certificate bundle or key.
+inline constexpr size_t kMaxPemBytes = 4 << 20;
+// etcd: a node key that changes under a claim this many times in a row fails the attempt.
+inline constexpr int kEtcdClaimRounds = 8;
+// etcd: another router's lease on this router's node key: read its time to live this often,
+// and wait at most its time to live plus kEtcdExpiryMargin (etcd reports whole seconds,
+// truncated, and revokes expired leases in a periodic sweep), never longer than
+// kEtcdMaxHolderWait.
+inline constexpr std::chrono::milliseconds kEtcdHolderProbeInterval{100};
+inline constexpr std::chrono::milliseconds kEtcdExpiryMargin{1500};
+inline constexpr std::chrono::milliseconds kEtcdMaxHolderWait{30000};
+// etcd: while another router holds this router's node name, or etcd refuses its
+// credentials, the error is repeated this often.
+inline constexpr std::chrono::seconds kEtcdRefusalLogInterval{60};
+
+// ---- device plugin (device-plugin/src) ----------------------------------------------------
+// Upper bound on the delay from an event (a socket, a signal) to the daemon's action.
+inline constexpr std::chrono::milliseconds kPluginLoopTick{50};
+// The daemon checks its sockets this often: a safety net for missed inotify events.
+inline constexpr std::chrono::milliseconds kPluginSocketCheckPeriod{1000};
+// A failed registration with kubelet is retried after a delay that doubles up to this.
+inline constexpr std::chrono::milliseconds kPluginMaxBackoff{1000};
+// How often a ListAndWatch stream rechecks cancellation, in milliseconds.
+inline constexpr int kPluginStreamWakeMs = 200;
 
 }  // namespace ff

@@ -16,7 +16,7 @@
 #include "kubelet_standin.h"
 #include "sysfs_fixture.h"
 
-namespace freeflow::dp::testing {
+namespace ff::dp::testing {
 namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
@@ -453,4 +453,4 @@ TEST_F(DaemonTest, PluginsRegistryPath) {
 }
 
 }  // namespace
-}  // namespace freeflow::dp::testing
+}  // namespace ff::dp::testing

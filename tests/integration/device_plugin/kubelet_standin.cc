@@ -13,7 +13,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace freeflow::dp::testing {
+namespace ff::dp::testing {
 namespace fs = std::filesystem;
 
 class KubeletStandIn::Service final : public v1beta1::Registration::Service {
@@ -297,4 +297,4 @@ std::string http_get(int port, const std::string& path) {
   return body == std::string::npos ? "" : resp.substr(body + 4);
 }
 
-}  // namespace freeflow::dp::testing
+}  // namespace ff::dp::testing

@@ -23,7 +23,7 @@ class Server;
 class ClientContext;
 }  // namespace grpc
 
-namespace freeflow::dp::testing {
+namespace ff::dp::testing {
 
 using Clock = std::chrono::steady_clock;
 
@@ -110,4 +110,4 @@ int free_loopback_port();
 // GET http://127.0.0.1:port/path, body only ("" on failure).
 std::string http_get(int port, const std::string& path);
 
-}  // namespace freeflow::dp::testing
+}  // namespace ff::dp::testing

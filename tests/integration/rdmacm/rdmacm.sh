@@ -339,7 +339,7 @@ case $case in
         >"$FF_DIR/mckey.log" 2>&1
       st=$? took=$(($(now_ms) - t0))
       has "$FF_DIR/mckey.log" '^mckey: failure joining: Operation not supported$' 1 &&
-        has "$FF_DIR/mckey.log" '^freeflow error: rdma_join_multicast: freeflow has no multicast' 1 &&
+        has "$FF_DIR/mckey.log" '^freeflow error\[[0-9]*\]: rdma_join_multicast: freeflow has no multicast' 1 &&
         [[ $st -ne 0 && $st -ne 124 && $took -lt 5000 ]]
       ok=$?
       [[ $ok -ne 0 ]] && { echo "mckey exit $st after $took ms:"; cat "$FF_DIR/mckey.log"; }

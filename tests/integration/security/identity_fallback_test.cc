@@ -21,7 +21,7 @@
 #include <string>
 
 #include "freeflow/fd.h"
-#include "identity.h"
+#include "identity/identity.h"
 
 namespace ff::router {
 namespace {

@@ -63,7 +63,7 @@ TEST_P(ClusterTest, SendsArriveWholeAndInOrder) {
 // their place in it and travel on the socket.
 TEST_P(ClusterTest, LibrarySessionsSendTheirRequestsThroughTheRing) {
   for (Pod* p : {a.get(), b.get()}) {
-    ffv::RequestRingEnd& ring = p->session()->ring;
+    ff::verbs::RequestRingEnd& ring = p->session()->ring;
     ASSERT_NE(ring.control, nullptr) << "the router did not take the library's ring";
     const uint64_t before = RequestRingOf(ring.map.get())->tail.load();
     EXPECT_GT(before, 0u) << "the QP set-up of the fixture went around the ring";
@@ -82,7 +82,7 @@ TEST_P(ClusterTest, LibrarySessionsSendTheirRequestsThroughTheRing) {
 // (here a descriptor that is none): the router would wait for it there forever, so the
 // session ends, and the next request fails at once instead of waiting kRouterCallTimeoutS.
 TEST_P(ClusterTest, ARequestWhoseSendFailsEndsTheSessionRatherThanHangIt) {
-  ffv::Session* s = a->session();
+  ff::verbs::Session* s = a->session();
   ASSERT_NE(s->ring.control, nullptr);
   proto::CreateSrq m{};
   m.id = 99;

@@ -1,5 +1,5 @@
 // rdma_cm between two pods through the real router(s): the library's device
-// (verbs/src/cm_device.h) with the router as its kernel, on one node and across two. The
+// (verbs/src/rdmacm/cm_device.h) with the router as its kernel, on one node and across two. The
 // commands are written as librdmacm writes them (ucma_client.h) and the events expected are
 // those the kernel's rdma_cm gives a user-space id: address and route resolution, a
 // connection request carrying the caller's private data, the response, ESTABLISHED on the
@@ -12,8 +12,8 @@
 #include <chrono>
 #include <cstring>
 
-#include "cm_device.h"
 #include "pods.h"
+#include "rdmacm/cm_device.h"
 #include "ucma_client.h"
 
 namespace ff::cluster_test {
@@ -37,9 +37,9 @@ void PutIpv4(sockaddr_in6* slot, uint32_t ip, uint16_t port) {
 class Channel {
  public:
   explicit Channel(Pod& pod) {
-    ffv::UseCmSession(pod.session());
-    fd_ = ::open(ffv::kCmDevicePath, O_RDWR | O_CLOEXEC);
-    ffv::UseProcessCmSession();
+    ff::verbs::UseCmSession(pod.session());
+    fd_ = ::open(ff::verbs::kCmDevicePath, O_RDWR | O_CLOEXEC);
+    ff::verbs::UseProcessCmSession();
     EXPECT_GE(fd_, 0) << std::strerror(errno);
   }
   ~Channel() {

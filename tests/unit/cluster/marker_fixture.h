@@ -11,7 +11,7 @@
 #include <mutex>
 #include <thread>
 
-#include "internal.h"
+#include "base/objects.h"
 #include "pods.h"
 
 namespace ff::cluster_test {
@@ -21,8 +21,8 @@ class MarkerTest : public ClusterTest {
   static constexpr size_t kMarkerOffset = kBufferBytes - 64;
 
   static uint64_t Unexecuted(const Pod& pod) {
-    ffv::Qp* q = ffv::ToQp(pod.qp);
-    std::lock_guard<ffv::AdaptiveLock> l(q->ctx->lock);
+    ff::verbs::Qp* q = ff::verbs::ToQp(pod.qp);
+    std::lock_guard<ff::verbs::AdaptiveLock> l(q->ctx->lock);
     return q->sq_tail - q->sq_exec;
   }
   void PostMarker(uint64_t wr_id, char marker) {

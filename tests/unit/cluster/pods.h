@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "harness.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace ff::cluster_test {
 
@@ -36,9 +36,9 @@ class Pod {
  public:
   Pod(TestRouter& router, uint32_t ip, bool with_channel = false) : ip_(ip) {
     int error = 0;
-    session_ = ffv::OpenSession(router.Connect(ip), "test router", &error);
+    session_ = ff::verbs::OpenSession(router.Connect(ip), "test router", &error);
     if (session_ == nullptr) throw std::runtime_error("OpenSession: " + std::to_string(error));
-    ctx = ffv::OpenContext(session_);
+    ctx = ff::verbs::OpenContext(session_);
     pd = ibv_alloc_pd(ctx);
     if (with_channel) channel = ibv_create_comp_channel(ctx);
     cq = ibv_create_cq(ctx, 1024, nullptr, channel, 0);
@@ -58,7 +58,7 @@ class Pod {
     if (channel != nullptr) ibv_destroy_comp_channel(channel);
     ibv_dealloc_pd(pd);
     ibv_close_device(ctx);
-    ffv::CloseSession(session_);
+    ff::verbs::CloseSession(session_);
   }
   Pod(const Pod&) = delete;
   Pod& operator=(const Pod&) = delete;
@@ -204,7 +204,7 @@ class Pod {
     return e.event_type;
   }
 
-  ffv::Session* session() const { return session_; }
+  ff::verbs::Session* session() const { return session_; }
 
   // The process dies: the router sees its connection close with everything still open.
   void Die() { ::shutdown(session_->sock.get(), SHUT_RDWR); }
@@ -231,7 +231,7 @@ class Pod {
 
   uint32_t ip_;
   std::vector<ibv_qp*> extra_qps_;
-  ffv::Session* session_ = nullptr;
+  ff::verbs::Session* session_ = nullptr;
 };
 
 // Checks one completion's work request, status and opcode.

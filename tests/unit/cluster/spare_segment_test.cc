@@ -13,7 +13,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "internal.h"
+#include "base/objects.h"
 #include "pods.h"
 
 namespace ff::cluster_test {
@@ -25,7 +25,7 @@ using router::test::RawPod;
 using router::test::RawQp;
 using router::test::WriteMessage;
 
-ffv::Qp* Internal(ibv_qp* q) { return reinterpret_cast<ffv::Qp*>(q); }
+ff::verbs::Qp* Internal(ibv_qp* q) { return reinterpret_cast<ff::verbs::Qp*>(q); }
 
 ino_t SegmentInode(ibv_qp* q) {
   struct stat st {};
@@ -33,20 +33,20 @@ ino_t SegmentInode(ibv_qp* q) {
 }
 
 size_t Spares(const Pod& p) {
-  ffv::Session* s = p.session();
+  ff::verbs::Session* s = p.session();
   std::lock_guard<std::mutex> g(s->spare_mu);
   return s->spare_segments.size();
 }
 
 // True once the router has served the destroys of all of `p`'s spare segments (2 s at most).
 bool SparesServed(const Pod& p) {
-  ffv::Session* s = p.session();
+  ff::verbs::Session* s = p.session();
   return WaitFor(
       [s] {
         std::lock_guard<std::mutex> g(s->spare_mu);
         return std::all_of(
             s->spare_segments.begin(), s->spare_segments.end(),
-            [s](const ffv::Session::SpareSegment& e) { return s->Served(e.served_at); });
+            [s](const ff::verbs::Session::SpareSegment& e) { return s->Served(e.served_at); });
       },
       std::chrono::milliseconds(2000));
 }

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <thread>
 
-#include "internal.h"
+#include "base/objects.h"
 #include "marker_fixture.h"
 
 namespace ff::cluster_test {

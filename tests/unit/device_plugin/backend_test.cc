@@ -11,7 +11,7 @@
 #include "cdi.h"
 #include "sysfs_fixture.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 namespace {
 
 using testing::HcaSpec;
@@ -246,4 +246,4 @@ TEST(VirtualBackend, HealthyOnlyWhileTheRouterAnswers) {
 }
 
 }  // namespace
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace freeflow::dp {
+namespace ff::dp {
 namespace {
 
 std::string error_of(const std::string& text) {
@@ -115,4 +115,4 @@ TEST(Config, MissingFileIsAConfigError) {
 }
 
 }  // namespace
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -12,7 +12,7 @@
 #include "deviceplugin.grpc.pb.h"
 #include "pluginregistration.grpc.pb.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 namespace {
 namespace fs = std::filesystem;
 
@@ -204,4 +204,4 @@ TEST(Cdi, SpecListsEditsPerDevice) {
 }
 
 }  // namespace
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -6,7 +6,7 @@
 
 #include "sysfs_fixture.h"
 
-namespace freeflow::dp {
+namespace ff::dp {
 namespace {
 
 using testing::HcaSpec;
@@ -129,4 +129,4 @@ TEST(Sysfs, EmptyTreeFindsNothing) {
 }
 
 }  // namespace
-}  // namespace freeflow::dp
+}  // namespace ff::dp

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace freeflow::dp {
+namespace ff::dp {
 namespace {
 
 // 0000:5e:00.2/.3 on NUMA 0 (different switches), af:00.2/.3 on NUMA 1 (one switch).
@@ -60,4 +60,4 @@ TEST(Topology, UnknownIdsHaveNoTopology) {
 }
 
 }  // namespace
-}  // namespace freeflow::dp
+}  // namespace ff::dp

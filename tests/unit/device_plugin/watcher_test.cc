@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-namespace freeflow::dp {
+namespace ff::dp {
 namespace {
 namespace fs = std::filesystem;
 
@@ -40,4 +40,4 @@ TEST(InotifyWatcher, ReportsCreateDeleteAndDirectoryLoss) {
 }
 
 }  // namespace
-}  // namespace freeflow::dp
+}  // namespace ff::dp

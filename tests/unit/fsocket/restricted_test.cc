@@ -16,7 +16,7 @@
 
 #include "stream_fixture.h"
 
-namespace ffsock::testing {
+namespace ff::fsocket::testing {
 namespace {
 
 // Allows exactly `allowed`; any other system call kills the process.
@@ -72,4 +72,4 @@ TEST_F(RestrictedTest, AChildConfinedToReadWriteAndPollKeepsItsStream) {
 }
 
 }  // namespace
-}  // namespace ffsock::testing
+}  // namespace ff::fsocket::testing

@@ -16,7 +16,7 @@
 #include "sock.h"
 #include "stream.h"
 
-namespace ffsock::testing {
+namespace ff::fsocket::testing {
 
 inline constexpr uint32_t kTestRingBytes = 64 * 1024;
 
@@ -75,4 +75,4 @@ class StreamPair : public ::testing::Test {
   }
 };
 
-}  // namespace ffsock::testing
+}  // namespace ff::fsocket::testing

@@ -18,7 +18,7 @@
 
 #include "stream_fixture.h"
 
-namespace ffsock::testing {
+namespace ff::fsocket::testing {
 namespace {
 
 std::vector<uint8_t> Pattern(size_t n, uint32_t seed) {
@@ -356,4 +356,4 @@ TEST_F(StreamTest, ASignalWithRestartLetsTheWaitGoOn) {
 }
 
 }  // namespace
-}  // namespace ffsock::testing
+}  // namespace ff::fsocket::testing

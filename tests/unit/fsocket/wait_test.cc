@@ -10,7 +10,7 @@
 
 #include "stream_fixture.h"
 
-namespace ffsock::testing {
+namespace ff::fsocket::testing {
 namespace {
 
 using WaitTest = StreamPair;
@@ -175,4 +175,4 @@ TEST_F(WaitTest, EpollSeesThePeersCloseAfterItsLastBytes) {
 }
 
 }  // namespace
-}  // namespace ffsock::testing
+}  // namespace ff::fsocket::testing

@@ -18,7 +18,7 @@
 #include <string>
 #include <thread>
 
-#include "cm_abi.h"
+#include "cm/cm_abi.h"
 #include "harness.h"
 #include "link_test_util.h"
 

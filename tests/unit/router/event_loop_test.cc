@@ -1,6 +1,6 @@
 // The router's loop stays awake a while after answering a pod (EventLoop::StayAwake,
 // --spin-us), then sleeps again.
-#include "event_loop.h"
+#include "base/event_loop.h"
 
 #include <gtest/gtest.h>
 

@@ -57,7 +57,7 @@ class FakeIdentity final : public IdentityResolver {
 
 // Stands in for sock_diag: the test says which TCP connections exist in which pod's
 // namespace (a pod is its address and namespace here); every other connection is gone.
-class FakeStreamProbe final : public StreamProbe {
+class FakeStreamProbe final : public TcpModeProbe {
  public:
   // From now on, connection `t` is `p` in the namespace of pod (ip, netns).
   void Set(uint32_t ip, uint64_t netns, const TcpTuple& t, Presence p);

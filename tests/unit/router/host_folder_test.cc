@@ -2,7 +2,7 @@
 // root router writes, a lock file that is not a file, a folder others can write. Each test
 // performs the attack on a temporary folder and checks that the router neither writes
 // through a link nor starts on a folder it cannot trust. No root needed.
-#include "host_folder.h"
+#include "base/host_folder.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -3,7 +3,7 @@
 // SO_PEERPIDFD, a resolver that cannot start its thread, and the router refusing a second
 // network namespace that claims an address in use. The same attacks in real namespaces
 // against the real router: tests/integration/security/identity.sh.
-#include "identity.h"
+#include "identity/identity.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "harness.h"
-#include "peer_process.h"
+#include "identity/peer_process.h"
 
 namespace ff::router {
 namespace {

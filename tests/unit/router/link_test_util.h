@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "harness.h"
-#include "tcp_transport.h"
+#include "nodes/tcp_transport.h"
 
 namespace ff::router::test {
 

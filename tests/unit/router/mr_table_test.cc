@@ -1,5 +1,5 @@
 // The router's MR table on its own: keys, the table's capacity, slots recycled with a new tag.
-#include "mr_table.h"
+#include "objects/mr_table.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// TCP mode's router side (SocketService): socket sessions, listeners, connection records and
+// TCP mode's router side (TcpModeService): socket sessions, listeners, connection records and
 // their claims, spoken by raw pods as a hostile pod would speak them. Garbage collection is
 // in stream_gc_test.cc.
 #include <fcntl.h>
@@ -494,8 +494,8 @@ TEST_F(SocketServiceTest, TheRecordGoesAtOnceWhenBothEndsClosedIt) {
 TEST_F(SocketServiceTest, NoPodClosesAnEndThatIsNotItsOwn) {
   ASSERT_TRUE(Connected());
   auto c = Pod(kC);
-  c->Closed(kB, kClientPort, kServerPort);  // as the client
-  c->Closed(kA, kServerPort, kClientPort);  // as the server
+  c->Closed(kB, kClientPort, kServerPort);   // as the client
+  c->Closed(kA, kServerPort, kClientPort);   // as the server
   a_->Closed(kA, kServerPort, kClientPort);  // the client, as the server
   a_->Closed(kB, kServerPort, kClientPort);  // ports swapped
   b_->Closed(kA, kServerPort, kClientPort);  // the server's own end: one of two

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "link_test_util.h"
-#include "tls.h"
+#include "nodes/tls.h"
 
 namespace ff::router::test {
 namespace {

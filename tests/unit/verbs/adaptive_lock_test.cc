@@ -1,4 +1,4 @@
-// The context lock (verbs/src/internal.h, AdaptiveLock): mutual exclusion, and a waiter that
+// The context lock (verbs/src/base/objects.h, AdaptiveLock): mutual exclusion, and a waiter that
 // sleeps instead of spinning while the holder is away (the event thread holds the lock across
 // router round trips; a spinning waiter took the CPU the holder needed).
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "internal.h"
+#include "base/objects.h"
 
 namespace fftest {
 namespace {
@@ -23,7 +23,7 @@ double ThreadCpuMs() {
 }
 
 TEST(AdaptiveLockTest, ExcludesAcrossThreads) {
-  ffv::AdaptiveLock lock;
+  ff::verbs::AdaptiveLock lock;
   long counter = 0;  // plain: a lost update shows up as a wrong sum
   constexpr int kThreads = 4;
   constexpr int kRounds = 50000;
@@ -31,7 +31,7 @@ TEST(AdaptiveLockTest, ExcludesAcrossThreads) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < kRounds; ++i) {
-        std::lock_guard<ffv::AdaptiveLock> g(lock);
+        std::lock_guard<ff::verbs::AdaptiveLock> g(lock);
         ++counter;
       }
     });
@@ -44,10 +44,10 @@ TEST(AdaptiveLockTest, ExcludesAcrossThreads) {
 // must spend almost none of that on the CPU, get the lock once it is given back, and find
 // its errno as it left it.
 TEST(AdaptiveLockTest, AWaiterSleepsWhileTheHolderIsAway) {
-  ffv::AdaptiveLock lock;
+  ff::verbs::AdaptiveLock lock;
   std::atomic<bool> held{false};
   std::thread holder([&] {
-    std::lock_guard<ffv::AdaptiveLock> g(lock);
+    std::lock_guard<ff::verbs::AdaptiveLock> g(lock);
     held.store(true);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   });

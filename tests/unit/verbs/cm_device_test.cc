@@ -1,11 +1,11 @@
 // The rdma_cm device's open, stat and descriptor bookkeeping, and the command parsing and
-// forwarding (verbs/src/cm_device.cc, cm_commands.cc), against the fake router.
+// forwarding (verbs/src/rdmacm/cm_device.cc, cm_commands.cc), against the fake router.
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 
 #include "cm_fixture.h"
-#include "device_files.h"
+#include "rdmacm/device_files.h"
 
 namespace fftest {
 namespace {
@@ -13,8 +13,8 @@ namespace {
 template <typename StatT>
 void ExpectCmDevice(const StatT& st, const char* how) {
   EXPECT_TRUE(S_ISCHR(st.st_mode)) << how;
-  EXPECT_EQ(major(st.st_rdev), ffv::kCmMajor) << how;
-  EXPECT_EQ(minor(st.st_rdev), ffv::kCmMinor) << how;
+  EXPECT_EQ(major(st.st_rdev), ff::verbs::kCmMajor) << how;
+  EXPECT_EQ(minor(st.st_rdev), ff::verbs::kCmMinor) << how;
 }
 
 TEST_F(CmTest, OpenGivesAChannelThatLooksLikeTheCharacterDevice) {
@@ -35,7 +35,7 @@ TEST_F(CmTest, OpenGivesAChannelThatLooksLikeTheCharacterDevice) {
   struct statx sx {};
   ASSERT_EQ(::statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &sx), 0);
   EXPECT_TRUE(S_ISCHR(sx.stx_mode));
-  EXPECT_EQ(sx.stx_rdev_major, ffv::kCmMajor);
+  EXPECT_EQ(sx.stx_rdev_major, ff::verbs::kCmMajor);
   EXPECT_EQ((::fcntl(fd, F_GETFD) & FD_CLOEXEC), FD_CLOEXEC);
   EXPECT_EQ((::fcntl(fd, F_GETFL) & O_NONBLOCK), 0);
   // The router's end reaches the program's descriptor.
@@ -48,23 +48,23 @@ TEST_F(CmTest, OpenFlagsReachTheDescriptor) {
   ASSERT_GE(fd, 0);
   EXPECT_EQ((::fcntl(fd, F_GETFD) & FD_CLOEXEC), 0);
   EXPECT_EQ((::fcntl(fd, F_GETFL) & O_NONBLOCK), O_NONBLOCK);
-  const int at = ::openat(AT_FDCWD, ffv::kCmDevicePath, O_RDWR | O_CLOEXEC);
+  const int at = ::openat(AT_FDCWD, ff::verbs::kCmDevicePath, O_RDWR | O_CLOEXEC);
   ASSERT_GE(at, 0) << "openat serves the absolute path too";
   open_.push_back(at);
-  EXPECT_TRUE(ffv::IsCmFd(at));
+  EXPECT_TRUE(ff::verbs::IsCmFd(at));
 }
 
 TEST_F(CmTest, WithoutARouterTheRealFileSystemAnswers) {
-  ffv::UseCmSession(nullptr);  // as a process without a router
+  ff::verbs::UseCmSession(nullptr);  // as a process without a router
   errno = 0;
-  const long real = ::syscall(SYS_openat, AT_FDCWD, ffv::kCmDevicePath, O_RDWR | O_CLOEXEC);
+  const long real = ::syscall(SYS_openat, AT_FDCWD, ff::verbs::kCmDevicePath, O_RDWR | O_CLOEXEC);
   const int real_errno = errno;
   if (real >= 0) ::syscall(SYS_close, real);
   errno = 0;
-  const int fd = ::open(ffv::kCmDevicePath, O_RDWR | O_CLOEXEC);
+  const int fd = ::open(ff::verbs::kCmDevicePath, O_RDWR | O_CLOEXEC);
   EXPECT_EQ(fd >= 0, real >= 0);
   if (fd >= 0) {
-    EXPECT_FALSE(ffv::IsCmFd(fd));
+    EXPECT_FALSE(ff::verbs::IsCmFd(fd));
     ::close(fd);
   } else {
     EXPECT_EQ(errno, real_errno);
@@ -74,12 +74,12 @@ TEST_F(CmTest, WithoutARouterTheRealFileSystemAnswers) {
 
 TEST_F(CmTest, StatOfThePathAnswersOnceServed) {
   struct stat st {};
-  const int before = ::stat(ffv::kCmDevicePath, &st);
-  ffv::ServeCmNode();
-  ASSERT_EQ(::stat(ffv::kCmDevicePath, &st), 0);
+  const int before = ::stat(ff::verbs::kCmDevicePath, &st);
+  ff::verbs::ServeCmNode();
+  ASSERT_EQ(::stat(ff::verbs::kCmDevicePath, &st), 0);
   if (before != 0) ExpectCmDevice(st, "stat");  // a real node would win
-  EXPECT_EQ(::access(ffv::kCmDevicePath, R_OK | W_OK), 0);
-  ffv::StopServingDeviceNode();
+  EXPECT_EQ(::access(ff::verbs::kCmDevicePath, R_OK | W_OK), 0);
+  ff::verbs::StopServingDeviceNode();
 }
 
 TEST_F(CmTest, MalformedCommandsFailAsTheKernelFailsThem) {
@@ -222,11 +222,11 @@ class CmNumbers : public CmTest {
 TEST_F(CmNumbers, OrdinaryDescriptorsWriteAsUsual) {
   int p[2];
   ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
-  EXPECT_FALSE(ffv::MaybeCmFd(p[1]));
+  EXPECT_FALSE(ff::verbs::MaybeCmFd(p[1]));
   ExpectPlainWrite(p[1], p[0], "a pipe");
   const int cm = Open();
-  EXPECT_TRUE(ffv::MaybeCmFd(cm));
-  EXPECT_FALSE(ffv::MaybeCmFd(p[1])) << "a channel marks its own number only";
+  EXPECT_TRUE(ff::verbs::MaybeCmFd(cm));
+  EXPECT_FALSE(ff::verbs::MaybeCmFd(p[1])) << "a channel marks its own number only";
   ExpectPlainWrite(p[1], p[0], "a pipe beside a channel");
   ::close(p[0]);
   ::close(p[1]);
@@ -236,7 +236,7 @@ TEST_F(CmNumbers, AReusedNumberIsNeverAChannel) {
   int p[2];
   for (int how = 0; how < 5; ++how) {
     const int cm = Open();
-    ASSERT_TRUE(ffv::IsCmFd(cm));
+    ASSERT_TRUE(ff::verbs::IsCmFd(cm));
     switch (how) {
       case 0:  // close, then the number is reused
         Close(cm);
@@ -268,10 +268,10 @@ TEST_F(CmNumbers, AReusedNumberIsNeverAChannel) {
         break;
     }
     if (how < 4) {
-      EXPECT_FALSE(ffv::MaybeCmFd(cm)) << "the releasing call forgot it, case " << how;
+      EXPECT_FALSE(ff::verbs::MaybeCmFd(cm)) << "the releasing call forgot it, case " << how;
     }
     ExpectPlainWrite(cm, p[0], "reused number");
-    EXPECT_FALSE(ffv::MaybeCmFd(cm)) << "forgotten at the latest on first use, case " << how;
+    EXPECT_FALSE(ff::verbs::MaybeCmFd(cm)) << "forgotten at the latest on first use, case " << how;
     struct stat st {};
     ASSERT_EQ(::fstat(cm, &st), 0);
     EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "fstat is libc's again, case " << how;
@@ -283,7 +283,7 @@ TEST_F(CmNumbers, AReusedNumberIsNeverAChannel) {
 TEST_F(CmNumbers, CloseRangeWithCloexecKeepsTheChannel) {
   const int cm = Open(O_RDWR);
   ASSERT_EQ(::close_range(cm, cm, CLOSE_RANGE_CLOEXEC), 0);
-  EXPECT_TRUE(ffv::IsCmFd(cm));
+  EXPECT_TRUE(ff::verbs::IsCmFd(cm));
   EXPECT_EQ((::fcntl(cm, F_GETFD) & FD_CLOEXEC), FD_CLOEXEC);
 }
 

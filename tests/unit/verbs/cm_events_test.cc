@@ -1,5 +1,5 @@
 // GET_EVENT, the event accounting librdmacm waits on, and DEVICE_REMOVAL when the router
-// goes away (verbs/src/cm_events.cc, cm_table.cc), against the fake router.
+// goes away (verbs/src/rdmacm/cm_events.cc, cm_table.cc), against the fake router.
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
@@ -10,9 +10,9 @@
 #include <future>
 #include <set>
 
+#include "base/objects.h"
 #include "cm_fixture.h"
 #include "freeflow/cm_qp_attr.h"
-#include "internal.h"
 
 namespace fftest {
 namespace {
@@ -143,7 +143,7 @@ TEST_F(CmTest, ABlockedReaderWakesWithDeviceRemovalThenTheChannelIsIdle) {
   EXPECT_EQ(ev.uid, 0x77u);
   EXPECT_FALSE(Readable(fd, 50)) << "idle, not EOF";
   EXPECT_EQ((::fcntl(fd, F_GETFD) & FD_CLOEXEC), FD_CLOEXEC);
-  EXPECT_TRUE(ffv::IsCmFd(fd));
+  EXPECT_TRUE(ff::verbs::IsCmFd(fd));
   struct stat st {};
   ASSERT_EQ(::fstat(fd, &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode));
@@ -466,7 +466,7 @@ void ReadPeerThenAskRtr(int router_end, int fd, uint32_t owner, uint32_t event, 
 // After an RTR that rdma_cm set up: the router was not asked for a link; the QP named its
 // peer (QP `peer_qpn` at 10.244.0.2) with one posted NameQp and awaits it.
 void ExpectNamedWithoutALink(FakeRouter& router, ibv_qp* qp, uint32_t peer_qpn) {
-  EXPECT_EQ(ffv::ToQp(qp)->awaited.waiting, true);
+  EXPECT_EQ(ff::verbs::ToQp(qp)->awaited.waiting, true);
   EXPECT_EQ(router.connect_count(qp->qp_num), 0) << "the RTR waited for the router";
   const std::vector<ff::proto::NameQp> names = router.names();
   ASSERT_EQ(names.size(), 1u);

@@ -1,5 +1,5 @@
-// The rdma_cm device (verbs/src/cm_device.h) against the fake router: a pod whose session
-// serves the device (ffv::UseCmSession), and helpers that play the router's side of a
+// The rdma_cm device (verbs/src/rdmacm/cm_device.h) against the fake router: a pod whose session
+// serves the device (ff::verbs::UseCmSession), and helpers that play the router's side of a
 // channel (events in, commands answered); commands are written with ucma_client.h. The test
 // executable links the library's objects, so its open(), write() and close() reach the interposers
 // as a preloaded program's do.
@@ -18,9 +18,9 @@
 #include <set>
 #include <vector>
 
-#include "cm_device.h"
 #include "cm_event.h"
 #include "pod.h"
+#include "rdmacm/cm_device.h"
 #include "ucma_client.h"
 
 namespace fftest {
@@ -32,7 +32,7 @@ class CmTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_NE(pod_.session, nullptr);
-    ffv::UseCmSession(pod_.session);
+    ff::verbs::UseCmSession(pod_.session);
     // The fake router's CREATE_ID / JOIN answers: handles from 100 on.
     pod_.router.OnCmCommand([this](const ff::proto::CmCommand& c, ff::proto::CmReply* r) {
       if (c.cmd == RDMA_USER_CM_CMD_CREATE_ID || c.cmd == RDMA_USER_CM_CMD_JOIN_IP_MCAST ||
@@ -60,12 +60,12 @@ class CmTest : public ::testing::Test {
   }
   void TearDown() override {
     for (int fd : open_) ::close(fd);
-    ffv::UseProcessCmSession();
+    ff::verbs::UseProcessCmSession();
   }
 
   // An rdma_cm descriptor as librdmacm opens it; its channel id in *channel.
   int Open(int flags = O_RDWR | O_CLOEXEC, uint32_t* channel = nullptr) {
-    const int fd = ::open(ffv::kCmDevicePath, flags);
+    const int fd = ::open(ff::verbs::kCmDevicePath, flags);
     EXPECT_GE(fd, 0) << std::strerror(errno);
     if (fd >= 0) open_.push_back(fd);
     if (channel != nullptr) *channel = pod_.router.last_cm_channel();

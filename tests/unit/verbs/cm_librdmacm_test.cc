@@ -25,9 +25,9 @@
 #include <mutex>
 #include <thread>
 
-#include "cm_device.h"
 #include "cm_event.h"
 #include "pod.h"
+#include "rdmacm/cm_device.h"
 
 namespace fftest {
 namespace {
@@ -165,7 +165,7 @@ class Librdmacm : public ::testing::Test {
 };
 
 TEST_F(Librdmacm, TheEventChannelIsTheLibrarysDevice) {
-  EXPECT_TRUE(ffv::IsCmFd(channel_->fd));
+  EXPECT_TRUE(ff::verbs::IsCmFd(channel_->fd));
   EXPECT_NE(channel_id_, ff::proto::kNoId);
 }
 

@@ -7,13 +7,13 @@
 #include <cerrno>
 #include <cstring>
 
-#include "completion.h"
+#include "datapath/completion.h"
 #include "pod.h"
 
 namespace fftest {
 namespace {
 
-constexpr uint64_t kAllFlags = ffv::kCqExWcFlags;
+constexpr uint64_t kAllFlags = ff::verbs::kCqExWcFlags;
 
 ibv_cq_ex* NewCqEx(ibv_context* ctx, uint64_t wc_flags, int cqe = 64,
                    ibv_comp_channel* channel = nullptr, uint32_t comp_mask = 0,
@@ -261,7 +261,7 @@ TEST(ResizeCq, GrowsAndShrinksKeepingCompletionsInOrder) {
   for (int i = 0; i < 100000 && n == 0; ++i) n = ibv_poll_cq(cq, 1, &first);
   ASSERT_EQ(n, 1);
   EXPECT_EQ(first.wr_id, 0u);
-  ASSERT_EQ(ffv::ToCq(cq)->tail - ffv::ToCq(cq)->head, 5u);  // held by the CQ
+  ASSERT_EQ(ff::verbs::ToCq(cq)->tail - ff::verbs::ToCq(cq)->head, 5u);  // held by the CQ
   ASSERT_EQ(ibv_resize_cq(cq, 100), 0);
   EXPECT_GE(cq->cqe, 100);
   EXPECT_EQ(ibv_resize_cq(cq, 4), EINVAL);  // below the five it holds

@@ -1,9 +1,9 @@
-// The device node the library answers for (verbs/src/device_files.cc): exactly the served
+// The device node the library answers for (verbs/src/rdmacm/device_files.cc): exactly the served
 // path answers as a character device 231:192, mode 0666, through every interposed name;
 // other paths and errno are libc's own; a real file at the path wins. The test executable
 // links the library's objects, so its calls to stat() and friends reach the interposers
 // just as a preloaded program's do.
-#include "device_files.h"
+#include "rdmacm/device_files.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -32,7 +32,7 @@ class DeviceNode : public ::testing::Test {
     path_ = std::string(dir_) + "/uverbs0";
   }
   void TearDown() override {
-    ffv::StopServingDeviceNode();
+    ff::verbs::StopServingDeviceNode();
     ::unlink(path_.c_str());
     ::rmdir(dir_);
   }
@@ -56,7 +56,7 @@ TEST_F(DeviceNode, TheServedPathAnswersAsACharacterDeviceThroughEveryName) {
   struct stat st {};
   ASSERT_EQ(::stat(path(), &st), -1);
   ASSERT_EQ(errno, ENOENT) << "nothing answers before the node is served";
-  ffv::ServeDeviceNode(path());
+  ff::verbs::ServeDeviceNode(path());
   const int dirfd = ::open(dir(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   ASSERT_GE(dirfd, 0);
   struct stat64 st64 {};
@@ -100,13 +100,13 @@ TEST_F(DeviceNode, TheServedPathAnswersAsACharacterDeviceThroughEveryName) {
   EXPECT_EQ(::access(path(), X_OK), -1);
   EXPECT_EQ(errno, EACCES);
   ::close(dirfd);
-  ffv::StopServingDeviceNode();
+  ff::verbs::StopServingDeviceNode();
   EXPECT_EQ(::stat(path(), &st), -1);
   EXPECT_EQ(errno, ENOENT);
 }
 
 TEST_F(DeviceNode, OtherPathsAndTheirErrnoAreLibcs) {
-  ffv::ServeDeviceNode(path());
+  ff::verbs::ServeDeviceNode(path());
   struct stat st {};
   const std::string others[] = {path() + std::string("x"), std::string(dir()) + "//uverbs0",
                                 std::string(dir()) + "/./uverbs0", std::string(dir()) + "/uverbs1"};
@@ -148,7 +148,7 @@ TEST_F(DeviceNode, ARealFileAtThePathWins) {
   ASSERT_NE(f, nullptr);
   std::fputs("a real node\n", f);
   std::fclose(f);
-  ffv::ServeDeviceNode(path());
+  ff::verbs::ServeDeviceNode(path());
   struct stat st {};
   ASSERT_EQ(::stat(path(), &st), 0);
   EXPECT_TRUE(S_ISREG(st.st_mode));
@@ -158,7 +158,7 @@ TEST_F(DeviceNode, ARealFileAtThePathWins) {
   EXPECT_TRUE(S_ISREG(sx.stx_mode));
   // A path the real file system refuses for another reason stays refused.
   const std::string under_file = std::string(path()) + "/uverbs0";
-  ffv::ServeDeviceNode(under_file);
+  ff::verbs::ServeDeviceNode(under_file);
   EXPECT_EQ(::stat(under_file.c_str(), &st), -1);
   EXPECT_EQ(errno, ENOTDIR);
   EXPECT_EQ(::access(under_file.c_str(), R_OK | W_OK), -1);
@@ -178,7 +178,7 @@ bool UcxWouldUse(const char* path) {
 }
 
 TEST(DeviceNodeOfTheProcess, AnswersOnceTheDeviceListFoundTheRouter) {
-  const std::string node = ffv::DeviceNodePath("uverbs0");
+  const std::string node = ff::verbs::DeviceNodePath("uverbs0");
   ASSERT_EQ(node, "/dev/infiniband/uverbs0");
   const bool real = ReallyExists(node.c_str());
   struct stat st {};
@@ -191,7 +191,7 @@ TEST(DeviceNodeOfTheProcess, AnswersOnceTheDeviceListFoundTheRouter) {
   EXPECT_NE(router.Accepted(), nullptr);
   ASSERT_NE(list, nullptr);
   ASSERT_EQ(n, 1);
-  EXPECT_EQ(ffv::DeviceNodePath(list[0]->dev_name), node);
+  EXPECT_EQ(ff::verbs::DeviceNodePath(list[0]->dev_name), node);
   ibv_free_device_list(list);
   EXPECT_TRUE(UcxWouldUse(node.c_str()));
   if (!real) {

@@ -9,7 +9,7 @@
 
 #include "freeflow/ipv4.h"
 #include "pod.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace fftest {
 namespace {
@@ -46,14 +46,16 @@ TEST(GidTable, QueryGidExRefusesBadPortIndexAndFlags) {
 }
 
 TEST(GidTable, IfindexIsTheInterfaceHoldingTheAddress) {
-  EXPECT_EQ(ffv::IfindexOfIp(INADDR_LOOPBACK), ::if_nametoindex("lo"));
-  EXPECT_NE(ffv::IfindexOfIp(INADDR_LOOPBACK), 0u);
-  EXPECT_EQ(ffv::IfindexOfIp(0x0a0b0c0d), 0u);  // 10.11.12.13: nobody's
+  EXPECT_EQ(ff::verbs::IfindexOfIp(INADDR_LOOPBACK), ::if_nametoindex("lo"));
+  EXPECT_NE(ff::verbs::IfindexOfIp(INADDR_LOOPBACK), 0u);
+  EXPECT_EQ(ff::verbs::IfindexOfIp(0x0a0b0c0d), 0u);  // 10.11.12.13: nobody's
 }
 
 // A second context on the pod's session; closing it releases what the test made in it.
 struct OtherContext {
-  explicit OtherContext(Pod& pod) : ctx(ffv::OpenContext(pod.session)) { EXPECT_NE(ctx, nullptr); }
+  explicit OtherContext(Pod& pod) : ctx(ff::verbs::OpenContext(pod.session)) {
+    EXPECT_NE(ctx, nullptr);
+  }
   ~OtherContext() { EXPECT_EQ(ibv_close_device(ctx), 0); }
   OtherContext(const OtherContext&) = delete;
   OtherContext& operator=(const OtherContext&) = delete;

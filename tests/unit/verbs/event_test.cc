@@ -16,7 +16,7 @@
 
 #include "freeflow/clock.h"
 #include "pod.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace fftest {
 namespace {
@@ -188,7 +188,7 @@ TEST(Events, ASignalInterruptsTheWaitAsItInterruptsARead) {
 // asleep by then (a voluntary context switch), every time. Twenty tries; a loaded machine
 // (another test spinning on the other vCPU) preempts most of them.
 TEST(Events, ABlockingWaitTakesAnEventThatFiresSoonWithoutSleeping) {
-  ASSERT_GE(ffv::AnswerSpinNs(), 30'000u) << "the default spin (FFV_SPIN_US unset) is on";
+  ASSERT_GE(ff::verbs::AnswerSpinNs(), 30'000u) << "the default spin (FFV_SPIN_US unset) is on";
   Pod pod;
   ibv_comp_channel* ch = pod.NewChannel();
   ibv_cq* cq = pod.NewCq(16, ch);
@@ -237,7 +237,7 @@ TEST(Events, ANonBlockingChannelSaysEagainWithoutPolling) {
   const uint64_t cpu_ns = static_cast<uint64_t>(after.tv_sec - before.tv_sec) * 1'000'000'000u +
                           static_cast<uint64_t>(after.tv_nsec) -
                           static_cast<uint64_t>(before.tv_nsec);
-  EXPECT_LT(cpu_ns, 5 * ffv::AnswerSpinNs())
+  EXPECT_LT(cpu_ns, 5 * ff::verbs::AnswerSpinNs())
       << "10 non-blocking reads took " << cpu_ns << " ns of CPU";
 }
 

@@ -1,6 +1,6 @@
 // A stand-in for ffrouter that serves the pod protocol (core/include/freeflow/protocol.h) on
 // one end of a socketpair, so that the library's link operations can be tested in one
-// process without root: the test hands the other end to ffv::OpenSession.
+// process without root: the test hands the other end to ff::verbs::OpenSession.
 //
 // It does what the real router does for one pod: answers HELLO with an MR table it writes
 // (ff::UpdateMrEntry), keeps channels, CQs, SRQs and QPs (numbering QPs from kFirstQpn, as every
@@ -141,7 +141,7 @@ class FakeRouter {
   // Closes the connection and the event socket, as a router that died.
   void Close();
 
-  // rdma_cm (verbs/src/cm_device.h): CmOpenChannel keeps the router's end of the channel;
+  // rdma_cm (verbs/src/rdmacm/cm_device.h): CmOpenChannel keeps the router's end of the channel;
   // CmCommand is answered by `handler` (its return value is the status; default: 0 and no
   // bytes). The handler runs on the serving thread with the router's lock held.
   using CmHandler = std::function<int(const ff::proto::CmCommand&, ff::proto::CmReply*)>;

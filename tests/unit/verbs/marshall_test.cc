@@ -1,6 +1,7 @@
 // The kernel-ABI marshalling helpers librdmacm calls on the rdma_cm device's answers
-// (verbs/src/misc.cc): every field of the kernel's layout lands in libibverbs' field of the
-// same meaning. Each field gets a value of its own so that a swapped pair shows.
+// (verbs/src/control/helpers_and_refusals.cc): every field of the kernel's layout lands in
+// libibverbs' field of the same meaning. Each field gets a value of its own so that a swapped pair
+// shows.
 #include <gtest/gtest.h>
 #include <infiniband/sa.h>
 #include <infiniband/verbs.h>

@@ -89,12 +89,12 @@ ibv_sge Buffer::Sge(size_t offset, uint32_t length) const {
 
 Pod::Pod() {
   int error = 0;
-  session = ffv::OpenSession(router.TakePodEnd(), "fake router", &error);
+  session = ff::verbs::OpenSession(router.TakePodEnd(), "fake router", &error);
   if (session == nullptr) {
     ADD_FAILURE() << "OpenSession: " << std::strerror(error);
     return;
   }
-  ctx = ffv::OpenContext(session);
+  ctx = ff::verbs::OpenContext(session);
   EXPECT_NE(ctx, nullptr);
   pd = ibv_alloc_pd(ctx);
   cq = NewCq();
@@ -108,7 +108,7 @@ Pod::~Pod() {
   for (ibv_comp_channel* ch : channels_) ibv_destroy_comp_channel(ch);
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
-  ffv::CloseSession(session);
+  ff::verbs::CloseSession(session);
 }
 
 ibv_cq* Pod::NewCq(int cqe, ibv_comp_channel* channel) {

@@ -1,4 +1,4 @@
-// The library side of a test: a "pod" is a session of libffverbs (ffv::OpenSession over a
+// The library side of a test: a "pod" is a session of libffverbs (ff::verbs::OpenSession over a
 // socketpair) against its own FakeRouter, with a context, a PD and a CQ, and helpers to
 // bring QPs up and to wait (always bounded) for completions.
 #pragma once
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "fake_router.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace fftest {
 
@@ -83,7 +83,7 @@ class Pod {
   Pod& operator=(const Pod&) = delete;
 
   FakeRouter router;
-  ffv::Session* session = nullptr;
+  ff::verbs::Session* session = nullptr;
   ibv_context* ctx = nullptr;
   ibv_pd* pd = nullptr;
   ibv_cq* cq = nullptr;

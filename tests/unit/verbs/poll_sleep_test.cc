@@ -9,8 +9,8 @@
 #include <cstring>
 #include <thread>
 
+#include "base/objects.h"
 #include "freeflow/tunables.h"
-#include "internal.h"
 #include "pod.h"
 
 namespace fftest {
@@ -141,7 +141,7 @@ TEST(PollSleep, ASameNodeCqEmptyForLongYieldsTheCpuNowAndThen) {
   SameNodePeer peer(0x500, IBV_QPT_RC, 4096);
   ibv_qp* qp = SameNodeQp(pod, peer);
   ASSERT_NE(qp, nullptr);
-  const ffv::Cq* cq = ffv::ToCq(pod.cq);
+  const ff::verbs::Cq* cq = ff::verbs::ToCq(pod.cq);
   constexpr int kEvery = static_cast<int>(ff::kEmptyPollsPerCheck);
   const auto long_enough = std::chrono::nanoseconds(ff::kYieldAfterEmptyNs);
   // A short streak (what a latency loop sees while its peer answers) does not yield.

@@ -1,6 +1,6 @@
 // Several sessions in one process (as in-process tests of two pods need): their own QP
 // numbers, their own routers, and the one limit they share (registered pages).
-#include "session.h"
+#include "session/session.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -106,30 +106,30 @@ TEST(Sessions, ARefusedHelloIsReportedAsItsErrno) {
   FakeRouter router;
   router.RefuseHello(EACCES, "no overlay address");
   int error = 0;
-  EXPECT_EQ(ffv::OpenSession(router.TakePodEnd(), "refusing router", &error), nullptr);
+  EXPECT_EQ(ff::verbs::OpenSession(router.TakePodEnd(), "refusing router", &error), nullptr);
   EXPECT_EQ(error, EACCES);
 }
 
 TEST(Sessions, OpenSessionOnAMissingSocketFails) {
   int error = 0;
-  EXPECT_EQ(ffv::OpenSession("/nonexistent-freeflow-dir/ffrouter.sock", &error), nullptr);
+  EXPECT_EQ(ff::verbs::OpenSession("/nonexistent-freeflow-dir/ffrouter.sock", &error), nullptr);
   EXPECT_EQ(error, ENOENT);
 }
 
 TEST(Sessions, OpenSessionConnectsToARouterSocketPath) {
   ListeningRouter router;
   int error = 0;
-  ffv::Session* s = ffv::OpenSession(router.path(), &error);
+  ff::verbs::Session* s = ff::verbs::OpenSession(router.path(), &error);
   EXPECT_NE(router.Accepted(), nullptr);
   ASSERT_NE(s, nullptr) << std::strerror(error);
   EXPECT_EQ(s->node, "fake-node");
-  ibv_context* ctx = ffv::OpenContext(s);
+  ibv_context* ctx = ff::verbs::OpenContext(s);
   ASSERT_NE(ctx, nullptr);
   ibv_device_attr attr{};
   EXPECT_EQ(ibv_query_device(ctx, &attr), 0);
   EXPECT_STREQ(ibv_get_device_name(ctx->device), "freeflow0");
   EXPECT_EQ(ibv_close_device(ctx), 0);
-  ffv::CloseSession(s);
+  ff::verbs::CloseSession(s);
 }
 
 TEST(Sessions, ClosingSessionsEndsTheirEventThreadsPromptly) {
@@ -141,35 +141,35 @@ TEST(Sessions, ClosingSessionsEndsTheirEventThreadsPromptly) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
 }
 
-// A thread awaiting the router polls a while before it sleeps (ffv::SpinForAnswer).
+// A thread awaiting the router polls a while before it sleeps (ff::verbs::SpinForAnswer).
 TEST(AnswerSpin, PollingStopsAtTheFirstAnswer) {
   int calls = 0;
-  EXPECT_EQ(ffv::SpinForAnswer(nullptr, [&] { return ++calls < 3 ? EAGAIN : 0; }), 0);
+  EXPECT_EQ(ff::verbs::SpinForAnswer(nullptr, [&] { return ++calls < 3 ? EAGAIN : 0; }), 0);
   EXPECT_EQ(calls, 3);
 }
 
 TEST(AnswerSpin, AnErrorEndsThePollingAtOnce) {
   int calls = 0;
-  EXPECT_EQ(ffv::SpinForAnswer(nullptr,
-                               [&] {
-                                 ++calls;
-                                 return EBADF;
-                               }),
+  EXPECT_EQ(ff::verbs::SpinForAnswer(nullptr,
+                                     [&] {
+                                       ++calls;
+                                       return EBADF;
+                                     }),
             EBADF);
   EXPECT_EQ(calls, 1);
 }
 
 TEST(AnswerSpin, WithNothingToTakeItPollsForTheBudgetThenLetsTheCallerSleep) {
-  ASSERT_GT(ffv::AnswerSpinNs(), 0u) << "the default spin (FFV_SPIN_US unset) is on";
+  ASSERT_GT(ff::verbs::AnswerSpinNs(), 0u) << "the default spin (FFV_SPIN_US unset) is on";
   int calls = 0;
   const uint64_t start = ff::MonotonicNs();
-  EXPECT_EQ(ffv::SpinForAnswer(nullptr,
-                               [&] {
-                                 ++calls;
-                                 return EAGAIN;
-                               }),
+  EXPECT_EQ(ff::verbs::SpinForAnswer(nullptr,
+                                     [&] {
+                                       ++calls;
+                                       return EAGAIN;
+                                     }),
             EAGAIN);
-  EXPECT_GE(ff::MonotonicNs() - start, ffv::AnswerSpinNs());
+  EXPECT_GE(ff::MonotonicNs() - start, ff::verbs::AnswerSpinNs());
   EXPECT_GT(calls, 1);
 }
 
@@ -205,11 +205,11 @@ TEST(AnswerSpin, NoPollingOnTheCpuTheRouterRunsOn) {
   ff::RequestRingControl control;
   control.router_cpu.store(static_cast<uint32_t>(pin.cpu()) + 1);
   int calls = 0;
-  EXPECT_EQ(ffv::SpinForAnswer(&control,
-                               [&] {
-                                 ++calls;
-                                 return EAGAIN;
-                               }),
+  EXPECT_EQ(ff::verbs::SpinForAnswer(&control,
+                                     [&] {
+                                       ++calls;
+                                       return EAGAIN;
+                                     }),
             EAGAIN);
   EXPECT_EQ(calls, 1) << "it polled beside its router";
 }
@@ -223,13 +223,13 @@ TEST(AnswerSpin, PollingGoesOnWhileTheRouterRunsElsewhere) {
     control.router_cpu.store(shown);
     int calls = 0;
     const uint64_t start = ff::MonotonicNs();
-    EXPECT_EQ(ffv::SpinForAnswer(&control,
-                                 [&] {
-                                   ++calls;
-                                   return EAGAIN;
-                                 }),
+    EXPECT_EQ(ff::verbs::SpinForAnswer(&control,
+                                       [&] {
+                                         ++calls;
+                                         return EAGAIN;
+                                       }),
               EAGAIN);
-    EXPECT_GE(ff::MonotonicNs() - start, ffv::AnswerSpinNs()) << "router_cpu " << shown;
+    EXPECT_GE(ff::MonotonicNs() - start, ff::verbs::AnswerSpinNs()) << "router_cpu " << shown;
     EXPECT_GT(calls, 1) << "router_cpu " << shown;
   }
 }

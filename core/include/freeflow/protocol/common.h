@@ -1,0 +1,87 @@
+// What every message on the pod socket (a library's SOCK_SEQPACKET connection to its router)
+// starts with, the ops that name the requests, and the limits of one datagram. The messages
+// themselves are in the header of their protocol (freeflow/protocol.h lists them; the
+// contracts are in docs/protocol.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "freeflow/abi_constants.h"
+
+namespace ff::proto {
+
+// ABI: an op's number is its value here; new ops go last (before kMaxOp), and no op is ever
+// renumbered: a library and a router of different versions must still tell a HELLO
+// (kHello, kSockHello) apart from anything else, to refuse each other cleanly.
+enum class Op : uint32_t {
+  kHello = 1,
+  kCreateChannel,
+  kDestroyChannel,
+  kCreateCq,
+  kDestroyCq,
+  kCreateSrq,
+  kDestroySrq,
+  kCreateQp,
+  kDestroyQp,
+  kConnectQp,
+  kDisconnectQp,
+  kResolveUd,
+  kRegMr,
+  kDeregMr,
+  kGetRegion,
+  kMoveMr,
+  kAllocMw,
+  kBindMw,
+  kInvalidateMw,
+  kDeallocMw,
+  kCmOpenChannel,
+  kCmCommand,
+  // TCP mode (libfsocket.so): a socket session says kSockHello instead of kHello and may
+  // then send only the kSock* requests below; a verbs session may send none of them.
+  kSockHello,
+  kSockListen,
+  kSockUnlisten,
+  kSockConnect,
+  kSockClaim,
+  kSockRelease,
+  kSockClosed,
+  kNameQp,
+  kRequestRing,
+  kDoorbell,
+  kMaxOp,
+};
+static_assert(static_cast<uint32_t>(Op::kHello) == 1 && static_cast<uint32_t>(Op::kSockHello) == 23,
+              "a HELLO of either kind keeps its number in every version");
+static_assert(static_cast<uint32_t>(Op::kMaxOp) == 33, "a new op needs a kAbiVersion bump");
+
+struct Header {
+  Op op;
+  uint32_t seq;  // echoed in the response
+};
+static_assert(sizeof(Header) == 8 && alignof(Header) == 4);
+
+// The header of a request of one kind: a value-initialised request names its op, and
+// OpOf<M> tells it at compile time. Same layout as Header.
+template <Op kOpValue>
+struct RequestHeader {
+  static constexpr Op kOp = kOpValue;
+  Op op = kOpValue;
+  uint32_t seq = 0;
+};
+static_assert(sizeof(RequestHeader<Op::kHello>) == sizeof(Header) &&
+              alignof(RequestHeader<Op::kHello>) == alignof(Header));
+template <typename M>
+inline constexpr Op OpOf = decltype(M::h)::kOp;
+
+inline constexpr uint32_t kNoId = 0xffffffffu;
+// A request with this seq is posted: the router answers none (IsPostable, pod_socket.h). The
+// library numbers its other requests from 1 and skips it.
+inline constexpr uint32_t kPostedSeq = 0xffffffffu;
+
+// The largest datagram either side sends on the pod socket, and the most descriptors that
+// come with one.
+inline constexpr int kMaxFds = 8;
+inline constexpr int kMaxMessage = 512;
+
+}  // namespace ff::proto

@@ -1,0 +1,512 @@
+#include "nodes/executor.h"
+
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "base/find.h"
+#include "freeflow/ipv4.h"
+
+namespace ff::router {
+
+Executor::Verdict Executor::OnMessage(LinkId link, const NodeMessage& m) {
+  switch (m.type) {
+    case wire::Type::kConnect: {
+      wire::Connect c;
+      std::memcpy(&c, m.body, sizeof(c));
+      Connect(link, m.chan, c);
+      return Verdict::kConsumed;
+    }
+    case wire::Type::kRecord:
+      return Record(link, m.chan, m.body, m.len);
+    case wire::Type::kClose:
+      std::erase_if(unresolved_,
+                    [&](const Unresolved& u) { return u.link == link && u.chan == m.chan; });
+      if (Sender* s = Find(link, m.chan)) CloseSender(*s, m.flags != 0);
+      return Verdict::kConsumed;
+    default:
+      return Verdict::kMalformed;  // answers travel the other way
+  }
+}
+
+Executor::Sender* Executor::Find(LinkId link, uint32_t chan) {
+  return FindIn(senders_, Key{link, chan});
+}
+
+void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint64_t deadline_ns) {
+  wire::ConnectReply reply{0, 0, 0, 0};
+  auto answer = [&](int status) {
+    reply.status = status;
+    transport_->Send(link, wire::Type::kConnectReply, chan, 0, {{&reply, sizeof(reply)}});
+  };
+  const std::string peer = transport_->PeerNode(link);
+  const std::optional<cp::Endpoint> from = directory_.Locate(m.src_ip);
+  if (!from) {
+    // Perhaps a pod that just started, whose entry is still on its way: look again on the
+    // router's timer until the deadline (RetryUnresolved).
+    const uint64_t now = MonotonicNs();
+    if (deadline_ns == 0) deadline_ns = now + kSourceResolveNs;
+    if (now < deadline_ns) {
+      unresolved_.push_back({link, chan, m, deadline_ns});
+      retry_soon_();
+      return;
+    }
+    spdlog::warn("router {} connected as {} (QP {:#x}), which no node holds: refused", peer,
+                 FormatIpv4(m.src_ip), m.src_qpn);
+    return answer(EACCES);
+  }
+  if (from->node != peer) {
+    spdlog::warn("router {} connected as {} (QP {:#x}), a pod of node {}: refused", peer,
+                 FormatIpv4(m.src_ip), m.src_qpn, from->node);
+    return answer(EACCES);
+  }
+  Qp* dest = tables_.FindDest(m.dest_ip, m.dest_qpn);
+  Pod* owner = dest != nullptr ? tables_.FindPod(dest->owner) : nullptr;
+  if (owner == nullptr) return answer(EHOSTUNREACH);
+  if (dest->type != m.qp_type) return answer(EINVAL);
+  // An RC/UC QP takes data only from the QP its owner named: until then, "ask again".
+  if (!dest->Consents(m.src_ip, m.src_qpn)) return answer(EINPROGRESS);
+  if (senders_.count({link, chan})) Drop({link, chan}, TellPeer::kNo, DropCause::kClosed);
+  auto s = std::make_unique<Sender>();
+  s->id = next_id_++;
+  const int ring = dest->RingFor(Producer::Remote(s->id));
+  if (ring < 0) return answer(EBUSY);
+  s->link = link;
+  s->chan = chan;
+  s->src_ip = m.src_ip;
+  s->src_qpn = m.src_qpn;
+  s->target_qpn = dest->qpn;
+  s->recv_cq_id = dest->recv_cq_id;
+  s->owner = owner->id;
+  s->qp_type = dest->type;
+  s->queued = Held(quotas_, owner->id, Quota::kQueuedBytes);
+  s->mapped = Held(quotas_, owner->id, Quota::kMappedBytes);
+  const uint64_t seg_bytes = QpSegmentBytes(dest->num_rings, dest->ring_bytes);
+  if (const int rc =
+          s->mapped.Take(seg_bytes + (dest->srq_id != proto::kNoId ? sizeof(SrqSegment) : 0)))
+    return answer(rc);
+  if (const int rc = dest->FreezeSegment()) return answer(rc);
+  if (MapSegment(dest->seg.get(), seg_bytes, true, &s->seg) != 0) return answer(ENOMEM);
+  s->hdr = s->seg.as<QpSegmentHeader>();
+  s->credits = &s->hdr->credits;
+  if (dest->srq_id != proto::kNoId) {
+    auto srq = owner->srqs.find(dest->srq_id);
+    if (srq == owner->srqs.end() ||
+        MapSegment(srq->second.get(), sizeof(SrqSegment), true, &s->srq_seg) != 0)
+      return answer(EHOSTUNREACH);
+    s->credits = &s->srq_seg.as<SrqSegment>()->credits;
+  }
+  if (dest->type == IBV_QPT_UD) {
+    // A ring of its own, and the receiver told whose it is (never read from the records).
+    proto::Event e{};
+    const auto r = static_cast<uint32_t>(ring);
+    TakeUdRing(*dest, r);
+    if (dest->NewUdRing(r, m.src_ip, m.src_qpn, &e) != 0 ||
+        MapSegment(dest->ud_rings[r].get(), UdRingBytes(dest->ring_bytes), true, &s->ud_ring) != 0)
+      return answer(ENOMEM);
+    sessions_.NotifyWithFd(owner->id, e, dest->ud_rings[r].get());
+    s->producer.Attach(s->ud_ring.as<RingHeader>(), dest->ring_bytes);
+  } else {
+    s->producer.Attach(QpRing(s->seg.get(), static_cast<uint32_t>(ring), dest->ring_bytes),
+                       dest->ring_bytes);
+  }
+  dest->GiveRing(static_cast<size_t>(ring), Producer::Remote(s->id));
+  reply.peer_qpn = dest->qpn;
+  reply.peer_ip = owner->who.ip;
+  reply.qp_type = dest->type;
+  by_id_[s->id] = {link, chan};
+  senders_[{link, chan}] = std::move(s);
+  answer(0);
+  // The target may have asked for its initiator before the initiator named it; one that
+  // never asked links when it first sends (Qp::asked).
+  if (dest->type != IBV_QPT_UD && dest->asked) {
+    dest->asked = false;
+    sessions_.Notify(owner->id, proto::EventType::kPeerNamed, dest->qpn);
+  }
+}
+
+Executor::Verdict Executor::Record(LinkId link, uint32_t chan, const char* body, uint32_t len) {
+  RecordHeader h;
+  const char* payload = nullptr;
+  RequestView v;
+  if (!SplitRecord(body, len, &h, &payload) || !DecodeRequest(h, payload, &v))
+    return Verdict::kMalformed;
+  if (transport_->Congested(link)) {
+    // A READ answer is far larger than its request: execute nothing more for this link
+    // until what we owe its peer has drained.
+    held_for_output_.insert(link);
+    return Verdict::kHold;
+  }
+  Sender* s = Find(link, chan);
+  if (s == nullptr) {
+    // The target went away: every request still gets its one answer, an error, as an RC
+    // requester would see its retries run out.
+    if (v.req.last || h.kind == kRecReadReq || h.kind == kRecAtomicReq)
+      Respond(link, chan, v.req.seq, IBV_WC_RETRY_EXC_ERR, 0, nullptr, 0, true);
+    return Verdict::kConsumed;
+  }
+  if (s->queue.empty() && Apply(*s, v)) {
+    Publish(*s);  // the common case: executed from the receive buffer, no copy
+    Credit(*s, len);
+    return Verdict::kConsumed;
+  }
+  // The initiator keeps within the channel's window; the pod's queue quota bounds a peer
+  // that does not.
+  if (s->queued.Take(len) != 0) return Overflow(*s, v);
+  s->queue.emplace_back(body, body + len);
+  Run(*s);
+  return Verdict::kConsumed;
+}
+
+bool Executor::Apply(Sender& s, const RequestView& v) {
+  if (s.errored) return true;
+  Pod* owner = tables_.FindPod(s.owner);
+  if (owner == nullptr) return true;
+  switch (v.h.kind) {
+    case kRecSend:
+      return ApplySend(s, *owner, v);
+    case kRecWriteImm:
+      return ApplyWriteImm(s, v);
+    case kRecWrite:
+      ApplyWrite(s, *owner, v);
+      return true;
+    case kRecReadReq:
+      return ApplyRead(s, *owner, v);
+    default:  // kRecAtomicReq: DecodeRequest admits no other kind
+      ApplyAtomic(s, *owner, v);
+      return true;
+  }
+}
+
+Executor::Claim Executor::ClaimCredit(Sender& s, const RequestView& v) {
+  if (s.have_credit) return Claim::kHave;
+  if (ff::ClaimCredit(s.credits, &s.posted_cache)) {
+    s.have_credit = true;
+    s.rnr = RnrState{};
+    return Claim::kHave;
+  }
+  if (s.qp_type != IBV_QPT_RC) return Claim::kDrop;  // UC/UD: no receive, the message is dropped
+  const uint32_t timer = s.hdr->min_rnr_timer.load(std::memory_order_relaxed);
+  if (s.rnr.deadline_ns == 0) {
+    SPDLOG_DEBUG("QP {:#x}: no receive posted for remote QP {:#x}; RNR retry in {} us",
+                 s.target_qpn, s.src_qpn, RnrTimerNs(timer) / 1000);
+  }
+  if (RnrRetryExhausted(&s.rnr, timer, v.req.rnr_retry, MonotonicNs())) {
+    Fail(s, v.req.seq, IBV_WC_RNR_RETRY_EXC_ERR);
+    return Claim::kDrop;
+  }
+  return Claim::kWait;
+}
+
+bool Executor::ApplySend(Sender& s, Pod&, const RequestView& v) {
+  if (v.h.flags & kRecFirst) {
+    s.dropping = false;
+    const Claim c = ClaimCredit(s, v);
+    if (c == Claim::kWait) return false;
+    s.dropping = c == Claim::kDrop;
+    if (s.errored) return true;
+  }
+  if (!s.dropping) {
+    RecordHeader out = v.h;
+    out.src_qpn = s.src_qpn;
+    out.src_ip = htonl(s.src_ip);
+    const RingStatus st = AppendRecord(s.producer, out, v.data, v.data_len);
+    if (st == RingStatus::kFull) return false;
+    if (st != RingStatus::kOk) {  // the target corrupted its own ring
+      Fail(s, v.req.seq, IBV_WC_REM_OP_ERR);
+      return true;
+    }
+    s.appended = true;
+    if (v.data_len >= kMaxFragment) s.producer.Publish();  // let it start on long messages
+    if ((v.h.flags & (kRecLast | kRecSolicited)) == (kRecLast | kRecSolicited)) s.solicited = true;
+  }
+  if (v.h.flags & kRecLast) {
+    s.have_credit = false;
+    s.dropping = false;
+    if (s.qp_type != IBV_QPT_UD)
+      Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
+  }
+  return true;
+}
+
+bool Executor::ApplyWriteImm(Sender& s, const RequestView& v) {
+  const Claim c = ClaimCredit(s, v);
+  if (c == Claim::kWait) return false;
+  if (s.errored) return true;
+  if (c == Claim::kHave) {
+    RecordHeader out{};
+    out.kind = kRecWriteImm;
+    out.flags = kRecFirst | kRecLast | kRecImm | (v.h.flags & kRecSolicited);
+    out.msg_len = v.req.length;
+    out.imm = v.h.imm;
+    out.src_qpn = s.src_qpn;
+    out.src_ip = htonl(s.src_ip);
+    const RingStatus st = AppendRecord(s.producer, out, nullptr, 0);
+    if (st == RingStatus::kFull) return false;
+    if (st != RingStatus::kOk) {
+      Fail(s, v.req.seq, IBV_WC_REM_OP_ERR);
+      return true;
+    }
+    s.appended = true;
+    if (out.flags & kRecSolicited) s.solicited = true;
+  }
+  s.have_credit = false;
+  Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
+  return true;
+}
+
+bool Executor::Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len, uint32_t need,
+                      char** out) {
+  char*& p = *out;
+  p = nullptr;
+  const ibv_wc_status st = ResolveTarget(
+      s.hdr, s.target_qpn, owner.mr.entries(), v.req.rkey, v.req.remote_addr, len, need,
+      [&](uint32_t region, uint32_t access) { return MapRegion(owner, region, access); }, &p);
+  if (st != IBV_WC_SUCCESS) {
+    Fail(s, v.req.seq, st);
+    return false;
+  }
+  return true;
+}
+
+void Executor::ApplyWrite(Sender& s, Pod& owner, const RequestView& v) {
+  // Every fragment is checked; a zero-length WRITE checks only the target QP's access.
+  if (v.data_len > 0 || v.req.length == 0) {
+    char* dst = nullptr;
+    if (!Target(s, owner, v, v.data_len, IBV_ACCESS_REMOTE_WRITE, &dst)) return;
+    if (v.data_len > 0) std::memcpy(dst, v.data, v.data_len);
+  }
+  if (v.req.last) Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
+}
+
+// Region `id` of `owner` mapped into the router; the first mapping is charged to the
+// owner's kMappedBytes. nullptr when unknown, over the quota or not mappable.
+const Mapping* Executor::MapRegion(Pod& owner, uint32_t id, uint32_t need) {
+  auto it = owner.regions.find(id);
+  if (it == owner.regions.end()) return nullptr;
+  const uint64_t size = it->second.size;
+  const bool fresh = it->second.map.get() == nullptr;
+  if (fresh && quotas_.Take(owner.id, {{Quota::kMappedBytes, size}}) != 0) return nullptr;
+  if (owner.MappedRegion(id, need) == nullptr) {
+    if (fresh && it->second.map.get() == nullptr)
+      quotas_.Give(owner.id, {{Quota::kMappedBytes, size}});
+    return nullptr;
+  }
+  return &it->second.map;
+}
+
+// Answers while the link takes them; false leaves the rest of the READ for when it drained.
+bool Executor::ApplyRead(Sender& s, Pod& owner, const RequestView& v) {
+  char* src = nullptr;  // a zero-length READ checks only the target QP's access
+  if (!Target(s, owner, v, v.req.length, IBV_ACCESS_REMOTE_READ, &src)) {
+    s.read_sent = 0;
+    return true;
+  }
+  do {
+    if (transport_->Congested(s.link)) return false;
+    const uint64_t at = s.read_sent;
+    const auto frag = static_cast<uint32_t>(std::min<uint64_t>(v.req.length - at, kMaxFragment));
+    Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, at, src + at, frag,
+            at + frag == v.req.length);
+    s.read_sent += frag;
+  } while (s.read_sent < v.req.length);
+  s.read_sent = 0;
+  return true;
+}
+
+void Executor::ApplyAtomic(Sender& s, Pod& owner, const RequestView& v) {
+  if ((v.req.remote_addr & 7) != 0) return Fail(s, v.req.seq, IBV_WC_REM_INV_REQ_ERR);
+  char* word = nullptr;
+  if (!Target(s, owner, v, 8, IBV_ACCESS_REMOTE_ATOMIC, &word)) return;
+  const uint64_t old =
+      AtomicOp(reinterpret_cast<uint64_t*>(word), v.req.opcode, v.req.compare_add, v.req.swap);
+  Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, reinterpret_cast<const char*>(&old), 8,
+          true);
+}
+
+// An error completes the request that caused it; RC semantics: nothing after it executes.
+void Executor::Fail(Sender& s, uint32_t seq, ibv_wc_status status) {
+  Respond(s.link, s.chan, seq, status, 0, nullptr, 0, true);
+  s.errored = true;
+}
+
+void Executor::Respond(LinkId link, uint32_t chan, uint32_t seq, uint32_t status, uint64_t offset,
+                       const char* data, uint32_t len, bool last) {
+  const ProxyResponse r{offset, seq, static_cast<uint16_t>(status),
+                        static_cast<uint8_t>(last ? 1 : 0), 0};
+  const RecordHeader h = ResponseHeader(len);
+  transport_->Send(link, wire::Type::kResp, chan, 0,
+                   {{&h, sizeof(h)}, {&r, sizeof(r)}, {data, len}});
+}
+
+// Publishes what the target's ring received and wakes its program if it waits for that.
+// WRITEs, READs and atomics leave nothing in the ring, so they wake nobody: a program asleep
+// in poll_cq (on any CQ: the wake word is the process's) was woken for every batch of
+// WRITEs it received, and those wake-ups took the CPU the routers needed.
+void Executor::Publish(Sender& s) {
+  if (!s.appended) return;
+  s.appended = false;
+  s.producer.Publish();
+  Pod* owner = tables_.FindPod(s.owner);
+  if (owner == nullptr) return;
+  const WakeTarget cq = owner->CqWake(s.recv_cq_id);
+  if (cq) WakeIfArmed(cq.slot, cq.fd, s.solicited);
+  s.solicited = false;
+  owner->WakeProcess();
+}
+
+void Executor::Run(Sender& s) {
+  uint64_t done = 0;
+  while (!s.queue.empty()) {
+    const std::vector<char>& rec = s.queue.front();
+    RecordHeader h;
+    const char* payload = nullptr;
+    RequestView v;
+    // Queued records were checked on arrival; they live in router memory since.
+    SplitRecord(rec.data(), rec.size(), &h, &payload);
+    DecodeRequest(h, payload, &v);
+    if (!Apply(s, v)) break;
+    s.queued.Give(rec.size());
+    done += rec.size();
+    s.queue.pop_front();
+  }
+  Publish(s);  // only what went into the target's ring
+  const Key key{s.link, s.chan};
+  if (s.closing) {
+    // Nobody reads credits for a closed channel.
+    if (s.queue.empty() || MonotonicNs() >= s.close_deadline_ns) {
+      if (!s.queue.empty())
+        spdlog::info("QP {:#x}: {} datagrams of closed remote QP {:#x} found no room in time",
+                     s.target_qpn, s.queue.size(), s.src_qpn);
+      return Drop(key, TellPeer::kNo, CauseOf(s.close_died));
+    }
+  } else if (done != 0) {
+    Credit(s, done);
+  }
+  if (s.queue.empty()) {
+    waiting_.erase(key);
+  } else if (waiting_.insert(key).second) {
+    retry_soon_();
+  }
+}
+
+// The initiator closed the channel. Its UD datagrams that still wait for room in the
+// target's ring were complete for their program once posted, as on a NIC once they left
+// it: they still arrive (a sender that exits right after its last send lost up to half of
+// a 100-message burst, udaddy's replies across nodes). Anything else goes now.
+void Executor::CloseSender(Sender& s, bool died) {
+  if (s.qp_type != IBV_QPT_UD || s.queue.empty())
+    return Drop({s.link, s.chan}, TellPeer::kNo, CauseOf(died));
+  s.closing = true;
+  s.close_died = died;
+  s.close_deadline_ns = MonotonicNs() + kUdCloseDrainNs;
+  Run(s);
+}
+
+void Executor::Credit(Sender& s, uint64_t bytes) {
+  s.uncredited += bytes;
+  if (s.uncredited < kCreditBatch) return;
+  const wire::Credit c{s.uncredited};
+  s.uncredited = 0;
+  transport_->Send(s.link, wire::Type::kCredit, s.chan, 0, {{&c, sizeof(c)}});
+}
+
+bool Executor::Retry() {
+  RunWaiting(kNoLink);
+  RetryUnresolved();
+  return !waiting_.empty() || !unresolved_.empty();
+}
+
+void Executor::RetryUnresolved() {
+  std::vector<Unresolved> pending;
+  pending.swap(unresolved_);
+  for (const Unresolved& u : pending) Connect(u.link, u.chan, u.m, u.deadline_ns);
+}
+
+void Executor::RunWaiting(LinkId link) {
+  const std::set<Key> waiting = waiting_;
+  for (const Key& key : waiting) {
+    if (link != kNoLink && key.first != link) continue;
+    auto it = senders_.find(key);
+    if (it == senders_.end()) {
+      waiting_.erase(key);
+      continue;
+    }
+    Run(*it->second);
+  }
+}
+
+void Executor::OnDrained(LinkId link) {
+  if (held_for_output_.erase(link)) transport_->Resume(link);
+  RunWaiting(link);  // READs that paused for this link
+}
+
+// The target pod's queue quota is spent: the router queues no more for it. The request
+// fails and the connection closes on both sides; a UD datagram is just lost.
+Executor::Verdict Executor::Overflow(Sender& s, const RequestView& v) {
+  if (s.qp_type == IBV_QPT_UD) return Verdict::kConsumed;
+  Respond(s.link, s.chan, v.req.seq, IBV_WC_RNR_RETRY_EXC_ERR, 0, nullptr, 0, true);
+  sessions_.Notify(s.owner, proto::EventType::kPeerGone, s.target_qpn);
+  Drop({s.link, s.chan}, TellPeer::kYes, DropCause::kDied);
+  return Verdict::kConsumed;
+}
+
+void Executor::ReleaseSender(uint32_t id, bool died) {
+  auto it = by_id_.find(id);
+  if (it != by_id_.end()) Drop(it->second, TellPeer::kYes, CauseOf(died));
+}
+
+void Executor::LoseUdRing(Qp& dest, size_t ring, bool died) {
+  const Producer p = dest.producers[ring];
+  if (p.kind == Producer::Kind::kRemote) ReleaseSender(p.id, died);
+  if (p.kind == Producer::Kind::kLocalQp) {
+    Qp* from = tables_.FindQp(p.id);
+    const Pod* owner = tables_.FindPod(dest.owner);
+    if (from != nullptr && owner != nullptr) {
+      from->produces_into.erase(dest.qpn);
+      const proto::Event e{proto::EventType::kUdPeerLost, from->qpn, 0, owner->who.ip, dest.qpn, 0};
+      sessions_.NotifyWithFd(from->owner, e, -1);
+    }
+  }
+  dest.FreeRing(ring);
+}
+
+void Executor::TakeUdRing(Qp& dest, size_t ring) {
+  if (dest.producers[ring].kind != Producer::Kind::kNone) ++ud_rings_taken_;
+  LoseUdRing(dest, ring, false);
+}
+
+void Executor::Drop(const Key& key, TellPeer tell, DropCause cause) {
+  const bool died = cause == DropCause::kDied;
+  auto it = senders_.find(key);
+  if (it == senders_.end()) return;
+  std::unique_ptr<Sender> s = std::move(it->second);
+  senders_.erase(it);
+  by_id_.erase(s->id);
+  waiting_.erase(key);
+  if (tell == TellPeer::kYes)
+    transport_->Send(s->link, wire::Type::kPeerGone, s->chan, died ? 1 : 0, {});
+  if (Qp* q = tables_.FindQp(s->target_qpn)) {
+    q->ReleaseRingsOf(Producer::Remote(s->id));
+    // The remote peer is gone: a connected RC/UC target learns it as from a local peer.
+    if (tell == TellPeer::kNo && s->qp_type != IBV_QPT_UD) {
+      sessions_.Notify(q->owner, died ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed,
+                       s->target_qpn);
+    }
+  }
+}
+
+void Executor::OnLinkDown(LinkId link) {
+  held_for_output_.erase(link);
+  std::erase_if(unresolved_, [link](const Unresolved& u) { return u.link == link; });
+  std::vector<Key> keys;
+  for (const auto& [key, s] : senders_)
+    if (key.first == link) keys.push_back(key);
+  for (const Key& key : keys) Drop(key, TellPeer::kNo, DropCause::kDied);
+}
+
+}  // namespace ff::router

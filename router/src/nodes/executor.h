@@ -1,0 +1,172 @@
+// Target-side execution of cross-node traffic: QPs on other nodes ("remote senders") that
+// produce into QPs of this node, over links other routers dialled.
+//
+// A remote sender owns one ring of its target QP. Its records are executed in order against
+// the target exactly as the library does on one node (core/target_ops.h): receive credits
+// and RNR retries, records in the target's ring, MR checks against the target's table,
+// direct access to its registered memory, atomics. The target process does nothing for
+// WRITE, READ and ATOMIC. Every request gets one answer (kResp). A record that cannot
+// proceed yet (no receive posted, ring full) waits with everything behind it and is retried
+// by Retry() on the router's timer. Back-pressure is per channel: executed records are
+// credited back to the initiator (wire::Credit), which keeps at most kChannelWindow bytes
+// uncredited, so a target that never posts a receive or lags holds back only its own
+// channel. A link is held (NodeTransport Verdict::kHold) only while the answers it owes its
+// peer pile up; a READ's answers go out only while the link is not congested, the rest when
+// it drained, so a long READ never piles up in the router.
+//
+// A connect names its initiator (source address and QPN); the source must be a pod of the
+// node at the other end of the link, as the control plane says (with TLS, the node its
+// certificate names): a router cannot speak for another node's pods. A source the control
+// plane does not know yet is looked up again for kSourceResolveNs before the connect is
+// refused (a pod that just started).
+//
+// Quotas (quotas.h), charged to the pod that owns the target QP: the router's mappings of
+// its QP and SRQ segments and regions count against kMappedBytes (a connect over it gets
+// ENOMEM, an access REM_ACCESS_ERR); records queued for it count against kQueuedBytes. A
+// target over that loses the connection: the request gets IBV_WC_RNR_RETRY_EXC_ERR and both
+// sides hear the peer gone (a UD datagram is dropped, as on a fabric).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "base/quotas.h"
+#include "freeflow/codec.h"
+#include "freeflow/target_ops.h"
+#include "nodes/directory.h"
+#include "nodes/node_transport.h"
+#include "objects/resources.h"
+#include "pods/pod_sessions.h"
+
+namespace ff::router {
+
+class Executor {
+ public:
+  using Verdict = NodeTransport::Handler::Verdict;
+  // `retry_soon` asks the router for a fast timer tick (a sender waits).
+  Executor(NodeTransport* transport, ResourceTables& tables, PodSessions& sessions, Quotas& quotas,
+           const Directory& directory, std::function<void()> retry_soon)
+      : transport_(transport),
+        directory_(directory),
+        tables_(tables),
+        sessions_(sessions),
+        quotas_(quotas),
+        retry_soon_(std::move(retry_soon)) {}
+
+  // kConnect, kRecord and kClose on a link another router dialled.
+  Verdict OnMessage(LinkId link, const NodeMessage& m);
+  void OnDrained(LinkId link);
+  void OnLinkDown(LinkId link);
+  // Stops remote sender `id` because its target QP goes away: its ring is freed and its
+  // initiator hears kPeerGone (flags 1 when the target's process died).
+  void ReleaseSender(uint32_t id, bool died);
+  // Takes ring `ring` of UD QP `dest` from its sender, which is to send no more into it (the
+  // ring goes to another sender, or `dest` goes away; `died`: its process died). A sender on
+  // this node hears kUdPeerLost; one on another node has its channel closed by kPeerGone,
+  // and its router tells its library the same. The ring is free afterwards.
+  void LoseUdRing(Qp& dest, size_t ring, bool died);
+  // LoseUdRing for a new sender of `dest`: counted when the ring had a sender.
+  void TakeUdRing(Qp& dest, size_t ring);
+  // Runs senders that wait for a receive or ring space. True while any still waits.
+  bool Retry();
+  size_t senders() const { return senders_.size(); }
+  // UD rings taken from a sender for another since start (a QP hears kUdRingsPerQp at once).
+  uint64_t ud_rings_taken() const { return ud_rings_taken_; }
+
+ private:
+  struct Sender {
+    uint32_t id = 0;
+    LinkId link = kNoLink;
+    uint32_t chan = 0;
+    uint32_t src_ip = 0;  // the initiator, host byte order
+    uint32_t src_qpn = 0;
+    uint32_t target_qpn = 0;
+    uint32_t recv_cq_id = 0;
+    PodId owner = 0;  // the target QP's pod
+    uint32_t qp_type = 0;
+    Mapping seg;
+    Mapping srq_seg;
+    Mapping ud_ring;  // UD: the ring of this sender's own the router made
+    QpSegmentHeader* hdr = nullptr;
+    RecvCredits* credits = nullptr;
+    uint64_t posted_cache = 0;
+    RingProducer producer;
+    std::deque<std::vector<char>> queue;  // records not executed yet, in order
+    Held queued;                          // their bytes, of the target pod's kQueuedBytes
+    Held mapped;                          // the target's segments mapped for this sender
+    uint64_t read_sent = 0;               // answered bytes of the READ at the queue's head
+    uint64_t uncredited = 0;              // executed record bytes not credited yet
+    bool solicited = false;  // a solicited message was completed since the last publish
+    bool appended = false;   // records went into the target's ring since the last publish
+    bool have_credit = false;
+    bool dropping = false;  // UC/UD message without a receive: drop its fragments
+    bool errored = false;   // after an error nothing more is executed (RC semantics)
+    RnrState rnr;
+    // UD: its initiator closed the channel while records waited here (CloseSender); it goes
+    // once they are in the target's ring, or at close_deadline_ns.
+    bool closing = false;
+    bool close_died = false;
+    uint64_t close_deadline_ns = 0;
+  };
+  enum class Claim { kHave, kDrop, kWait };
+  // A connect whose source address the control plane did not know yet.
+  struct Unresolved {
+    LinkId link;
+    uint32_t chan;
+    wire::Connect m;
+    uint64_t deadline_ns;
+  };
+  using Key = std::pair<LinkId, uint32_t>;  // (link, channel)
+
+  // `deadline_ns`: until when an unknown source is looked up again (0: a fresh connect).
+  void Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint64_t deadline_ns = 0);
+  void RetryUnresolved();
+  Verdict Record(LinkId link, uint32_t chan, const char* body, uint32_t len);
+  // Executes one request. false: it cannot proceed yet (retry later).
+  bool Apply(Sender& s, const RequestView& v);
+  bool ApplySend(Sender& s, Pod& owner, const RequestView& v);
+  bool ApplyWriteImm(Sender& s, const RequestView& v);
+  void ApplyWrite(Sender& s, Pod& owner, const RequestView& v);
+  bool ApplyRead(Sender& s, Pod& owner, const RequestView& v);
+  void ApplyAtomic(Sender& s, Pod& owner, const RequestView& v);
+  Claim ClaimCredit(Sender& s, const RequestView& v);
+  // The target's memory behind an access (*out; nullptr for zero bytes, after checking the
+  // target QP's access flags alone); false after answering the error.
+  bool Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len, uint32_t need, char** out);
+  const Mapping* MapRegion(Pod& owner, uint32_t region, uint32_t need);
+  Verdict Overflow(Sender& s, const RequestView& v);
+  void RunWaiting(LinkId link);  // kNoLink: on every link
+  void Fail(Sender& s, uint32_t seq, ibv_wc_status status);
+  void Respond(LinkId link, uint32_t chan, uint32_t seq, uint32_t status, uint64_t offset,
+               const char* data, uint32_t len, bool last);
+  void Publish(Sender& s);  // makes executed records visible and wakes the target
+  void Run(Sender& s);      // executes queued records
+  // The initiator closed the sender's channel: dropped now, or once its queued UD
+  // datagrams are in the target's ring.
+  void CloseSender(Sender& s, bool died);
+  // `bytes` of the sender's records are done with: credits them back in batches.
+  void Credit(Sender& s, uint64_t bytes);
+  void Drop(const Key& key, TellPeer tell, DropCause cause);
+  Sender* Find(LinkId link, uint32_t chan);
+
+  NodeTransport* transport_;
+  const Directory& directory_;
+  ResourceTables& tables_;
+  PodSessions& sessions_;
+  Quotas& quotas_;
+  std::function<void()> retry_soon_;
+  uint32_t next_id_ = 1;
+  uint64_t ud_rings_taken_ = 0;
+  std::map<Key, std::unique_ptr<Sender>> senders_;
+  std::map<uint32_t, Key> by_id_;
+  std::set<Key> waiting_;             // senders with queued records
+  std::set<LinkId> held_for_output_;  // links held because their answers pile up
+  std::vector<Unresolved> unresolved_;
+};
+
+}  // namespace ff::router

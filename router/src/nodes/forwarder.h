@@ -1,0 +1,185 @@
+// Initiator-side forwarding of cross-node traffic: a local QP's link to a QP on another
+// node ("proxy").
+//
+// When a QP connects to an address that is not a pod of this node, the forwarder finds the
+// address's node (Directory), opens a channel on the link to that node's router and, once
+// the peer router accepts, answers the pod with a proxy segment (codec.h: the library
+// produces requests into kProxyRequestRing; the forwarder writes the peer's answers into
+// kProxyResponseRing) and a doorbell wake socket. Requests are forwarded in rounds of at most
+// kForwardRoundBytes per proxy so that a long transfer on one QP does not starve the others;
+// a congested link pauses its proxies until it drains, and a proxy with kChannelWindow bytes
+// that the peer has not credited back (wire::Credit) pauses until it does. A connect to an address
+// the control plane does not know yet waits up to --resolve-timeout-ms (a pod that just started).
+//
+// Quotas (quotas.h), charged to the pod that owns the local QP: each proxy is one of its
+// kProxies and two of its kFds. READs and atomics wait in the request ring, as on a
+// requester HCA, while kMaxRdAtomic of the QP's or the pod's kReadBytes are in flight (a
+// READ counts until its last answer reached the response ring). Answers that the response
+// ring cannot take wait in a backlog charged to kQueuedBytes; a pod over it loses the QP
+// (kPeerGone) instead of the router holding more for it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "base/event_loop.h"
+#include "base/quotas.h"
+#include "freeflow/codec.h"
+#include "freeflow/ipv4.h"
+#include "nodes/directory.h"
+#include "nodes/node_transport.h"
+#include "objects/resources.h"
+#include "pods/pod_sessions.h"
+
+namespace ff::router {
+
+class Forwarder {
+ public:
+  using Verdict = NodeTransport::Handler::Verdict;
+  struct Options {
+    uint32_t poll_us = 0;             // poll proxies this long after the last traffic (0: sleep)
+    uint32_t resolve_timeout_ms = 0;  // how long a connect waits for an unknown address
+    Ipv4Prefix overlay;               // pod addresses (a peer's LID is its offset in it)
+  };
+  // `transport` is nullptr on a router without a control plane. `retry_soon` asks the router
+  // for a fast timer tick.
+  Forwarder(Options options, EventLoop& loop, NodeTransport* transport, ResourceTables& tables,
+            PodSessions& sessions, Directory& directory, Quotas& quotas,
+            std::function<void()> retry_soon)
+      : options_(options),
+        loop_(loop),
+        transport_(transport),
+        tables_(tables),
+        sessions_(sessions),
+        directory_(directory),
+        quotas_(quotas),
+        retry_soon_(std::move(retry_soon)) {}
+  ~Forwarder();
+
+  // Connects local QP `src` to QP `dest_qpn` at overlay address `dest_ip` (host order) on
+  // another node, and answers `call` (now on failure, else when the peer router replies).
+  // An address no node is known for is waited for (--resolve-timeout-ms) unless `at_once`.
+  void Connect(const Call& call, Qp& src, uint32_t dest_ip, uint32_t dest_qpn, bool ud,
+               bool at_once = false);
+  // Closes the channels of local QP `qpn`; the peer routers hear kClose (flags 1: died).
+  void DropQp(uint32_t qpn, bool died);
+
+  // kConnectReply, kResp and kPeerGone on a link this router dialled.
+  Verdict OnMessage(LinkId link, const NodeMessage& m);
+  void OnDrained(LinkId link);
+  void OnLinkDown(LinkId link);
+  // Waiting connects, answers waiting for ring space, missed doorbells, connect deadlines,
+  // libraries that may not come back for room made (RoomMade). True while something waits
+  // for a fast tick.
+  bool Tick();
+
+  // Polling mode (--poll-us): true while traffic flowed within the window.
+  bool Polling() const;
+  void NoteTraffic();
+  // Drains every proxy once; true when anything moved. Arms doorbells once the window closed.
+  bool PollAll();
+  size_t proxies() const { return proxies_.size(); }
+  size_t resolving() const { return resolving_.size(); }
+  // kProxyDrained events sent since start: work requests the library had left waiting.
+  uint64_t nudges() const { return nudges_; }
+  // UD channels given up for a new one of the same pod at its quota, since start.
+  uint64_t ud_links_recycled() const { return ud_links_recycled_; }
+
+ private:
+  struct InFlightRead {
+    uint32_t seq;    // the work request
+    uint64_t bytes;  // charged to kReadBytes
+  };
+  struct Proxy {
+    uint32_t chan = 0;
+    PodId pod = 0;
+    uint32_t qpn = 0;  // the local QP
+    uint32_t dest_ip = 0;
+    uint32_t dest_qpn = 0;
+    LinkId link = kNoLink;
+    UniqueFd seg_fd;
+    Mapping seg;
+    UniqueFd doorbell;     // receiving end of the doorbell wake socket: the router's
+    UniqueFd doorbell_tx;  // sending end: the library's (and the router's own self-wake)
+    EventLoop::WatchId doorbell_watch = 0;
+    RingConsumer requests;
+    RingProducer responses;
+    std::deque<std::vector<char>> backlog;  // answers waiting for ring space (header + payload)
+    uint64_t backlog_bytes = 0;             // charged to kQueuedBytes
+    std::deque<InFlightRead> reads;         // forwarded READs/atomics, oldest first
+    bool waiting_reads = false;             // a READ waits for the pod's budget
+    bool nudge_due = false;       // room made while the library had sends waiting: next tick
+    uint64_t published_then = 0;  // ... and the request ring's tail then
+    uint64_t in_flight = 0;       // record bytes sent and not credited back
+    bool connected = false;
+    bool dead = false;  // the peer or the link went away: the library fails the QP
+    bool ud = false;    // UD: a dead proxy is dropped on the next tick (the library links anew)
+    bool answer_pending = false;
+    Call call;  // the ConnectQp to answer
+    uint64_t connect_deadline_ns = 0;
+  };
+  struct PendingResolve {
+    Call call;
+    uint32_t qpn;
+    uint32_t dest_ip;
+    uint32_t dest_qpn;
+    bool ud;
+    uint64_t deadline_ns;
+  };
+
+  void Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t dest_ip, uint32_t dest_qpn,
+            bool ud);
+  int MakeSegment(Proxy& p);
+  void Finish(Proxy& p, int status, const wire::ConnectReply* reply);
+  Verdict OnCredit(LinkId link, const NodeMessage& m);
+  void Drain(Proxy& p);
+  static uint64_t RequestsPublished(const Proxy& p);
+  void RoomMade(Proxy& p);
+  void NudgeIfIdle(Proxy& p);
+  void Deliver(Proxy& p, const RecordHeader& h, const char* payload);
+  void FlushBacklog(Proxy& p);
+  bool AdmitRead(Proxy& p, const RequestView& v);
+  void Delivered(Proxy& p, const char* payload);
+  void ReleaseReads(Proxy& p);
+  void Overflow(Proxy& p);
+  void WakeOwner(Proxy& p);
+  void MarkDead(Proxy& p, proto::EventType event);
+  // The kUdPeerLost event that tells the library of UD proxy `p` that its link is gone.
+  static proto::Event UdLinkLost(const Proxy& p);
+  void Drop(uint32_t chan, TellPeer tell, DropCause cause);
+  // A UD link is a cache entry, as a UD QP on a NIC needs none: a pod at its quota of
+  // channels gives up its oldest UD channel rather than have a new one refused.
+  void MakeRoomForUd(uint32_t ip);
+  // Drops UD proxy `chan` (what its library published still goes) and tells the library
+  // (kUdPeerLost), which links again when it next sends there.
+  void LoseUd(uint32_t chan);
+  // Drops the UD proxies of local QP `qpn` to QP `dest_qpn` at `dest_ip` (a link the
+  // library no longer has).
+  void DropUdLinks(uint32_t qpn, uint32_t dest_ip, uint32_t dest_qpn);
+  void FlushOnClose(Proxy& p);
+  void RetryResolves(uint64_t now);
+  Proxy* Find(LinkId link, uint32_t chan);
+
+  Options options_;
+  EventLoop& loop_;
+  NodeTransport* transport_;
+  ResourceTables& tables_;
+  PodSessions& sessions_;
+  Directory& directory_;
+  Quotas& quotas_;
+  std::function<void()> retry_soon_;
+  uint32_t next_chan_ = 1;
+  uint64_t nudges_ = 0;
+  uint64_t ud_links_recycled_ = 0;
+  std::map<uint32_t, std::unique_ptr<Proxy>> proxies_;  // by channel
+  std::map<uint32_t, std::set<uint32_t>> by_qp_;        // local QPN -> its channels
+  std::vector<PendingResolve> resolving_;
+  uint64_t busy_until_ns_ = 0;
+};
+
+}  // namespace ff::router

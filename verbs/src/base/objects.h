@@ -1,0 +1,440 @@
+// The library's objects: what stands behind every ibv_* handle it hands out.
+//
+// Threading: every data-path structure of a context (QPs, CQs, SRQs, their queues and links)
+// is guarded by that context's spinlock `Context::lock`; verbs take it for their whole body
+// and never block while holding it. The event thread never takes it: it only raises atomics
+// (`Qp::peer_gone`, `Context::attention`) that the data path acts on (HandleAttention).
+//
+// Buffer ownership: a send WQE refers to the application's buffers until its completion is
+// generated (inline data is copied at post time). Receive buffers are written only by the
+// owning process, when it drains its rings in poll_cq.
+//
+// Errors: internal functions return 0 or a positive errno value (core's convention, fd.h)
+// and never set errno; the extern "C" entry points convert to what each verb defines.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "base/log.h"
+#include "freeflow/codec.h"
+#include "freeflow/fd.h"
+#include "freeflow/protocol.h"
+#include "freeflow/ring.h"
+#include "freeflow/shm_layout.h"
+#include "freeflow/target_ops.h"
+#include "freeflow/tunables.h"
+
+namespace ff::verbs {
+
+using ff::Mapping;
+using ff::UniqueFd;
+
+// A context's (and a CQ's poll) lock: uncontended it costs one atomic exchange, like a
+// spin lock; contended it spins briefly, then sleeps on a futex. It may be held across a
+// router round trip (the event thread links a QP when its peer names it; a WRITE maps a
+// peer's region), and a pure spin lock then took the CPU that the holder, or the router it
+// waits for, needed: on two vCPUs, rdma_cm connections stalled for a scheduler tick (1-5 ms)
+// in one of every few (bench/cm_rate). The futex protocol: 0 free, 1 held, 2 held with
+// sleepers possible.
+class AdaptiveLock {
+ public:
+  void lock() {
+    for (int i = 0; i < ff::kLockSpins; ++i) {
+      int free = 0;
+      if (state_.compare_exchange_weak(free, 1, std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+        return;
+      __builtin_ia32_pause();
+    }
+    while (state_.exchange(2, std::memory_order_acquire) != 0) Wait();
+  }
+  void unlock() {
+    if (state_.exchange(0, std::memory_order_release) == 2) Wake();
+  }
+
+ private:
+  static_assert(sizeof(std::atomic<int>) == sizeof(int));
+  int* word() { return reinterpret_cast<int*>(&state_); }
+  // Sleeps while the state is still 2 (a spurious or early return only loops again); the
+  // program's errno is left as it was.
+  void Wait() { Futex(FUTEX_WAIT_PRIVATE, 2); }
+  void Wake() { Futex(FUTEX_WAKE_PRIVATE, 1); }
+  void Futex(int op, int val) {
+    const int saved = errno;
+    ::syscall(SYS_futex, word(), op, val, nullptr, nullptr, 0);
+    errno = saved;
+  }
+  std::atomic<int> state_{0};
+};
+
+struct Context;
+struct Qp;
+struct Cq;
+struct Session;
+struct LinkOps;
+
+// A peer process on this node as its QPs' links see it: its notify words and MR table
+// (shared by every link to it) and the regions of its memory mapped so far.
+struct PeerRegionMap {
+  Mapping map;
+  bool writable = false;  // false: the owner shared it for reads only (and sealed it so)
+};
+struct PeerCtx {
+  uint32_t ctx_id = 0;
+  Mapping notify;
+  Mapping mr_table;
+  std::unordered_map<uint32_t, PeerRegionMap> regions;
+  uint32_t last_region = ~0u;  // one-entry cache in front of `regions`
+  PeerRegionMap* last_mapping = nullptr;
+};
+
+// The sending side of a connection: a ring we produce into, and how to use it. Made by
+// ConnectLink (connect.cc), which also picks `ops`; nothing else tests what kind it is.
+struct PeerLink {
+  const LinkOps* ops = nullptr;
+  uint32_t peer_ctx_id = 0;
+  uint32_t peer_qpn = 0;
+  uint32_t peer_ip = 0;  // host byte order
+  uint16_t peer_lid = 0;
+  uint32_t qp_type = 0;
+  // Both kinds: the segment holding our ring and who to wake after publishing into it (the
+  // peer's CQ event word, or the router's doorbell).
+  Mapping seg;
+  ff::QpSegmentHeader* hdr = nullptr;
+  Mapping own_ring;  // a UD destination on this node: the ring of our own it gave us
+  ff::RingProducer producer;
+  ff::NotifySlot* notify = nullptr;
+  UniqueFd notify_fd;
+  bool dead = false;
+  bool dirty = false;      // records committed but not yet published
+  bool solicited = false;  // ... among them, the end of a message marked IBV_SEND_SOLICITED
+  // Same node only: the receive credits we claim, and the peer process.
+  Mapping srq_seg;
+  ff::RecvCredits* credits = nullptr;
+  uint64_t posted_cache = 0;
+  std::shared_ptr<PeerCtx> pctx;
+  // Through the router only: the router's answers (kProxyResponseRing).
+  ff::RingConsumer responses;
+};
+
+struct Pd {
+  ibv_pd pd;
+};
+
+// A memfd that backs registered memory (memory.cc). Process-wide by address.
+// Pages of registrations with remote access, moved into a memfd that the router may hand
+// to connected peers. Registrations without remote access have none.
+struct Region {
+  uint32_t id = 0;
+  uintptr_t start = 0;
+  size_t size = 0;
+  UniqueFd fd;
+  Session* session = nullptr;  // the one router that has this memfd
+  bool read_only = false;      // sealed: no registration in it grants remote write/atomics
+};
+
+struct Mr {
+  ibv_mr mr;
+  uint64_t iova = 0;
+  int access = 0;
+  Region* region = nullptr;
+  uint32_t windows = 0;  // memory windows bound to it (ctx->lock): it cannot be deregistered
+};
+
+// A memory window (mw.cc): an entry of the context's MR table that the router points at part
+// of a registration when the window is bound.
+struct Mw {
+  ibv_mw mw;
+  uint32_t key = 0;     // its key as the router has it (mw.rkey may be ahead: type 1 binds)
+  Mr* bound = nullptr;  // the registration it is bound to, nullptr when unbound (ctx->lock)
+};
+
+struct Channel {
+  ibv_comp_channel ch;  // ch.fd: the receiving end of the channel's wake socket (fd.h)
+  UniqueFd tx;          // its sending end, which the router and same-node peers hold too
+  uint32_t id = 0;
+  Context* ctx = nullptr;
+  std::vector<Cq*> cqs;
+};
+
+struct Cq {
+  union {
+    ibv_cq cq;      // ibv_cq_ex begins with ibv_cq's fields: one CQ, seen either way
+    ibv_cq_ex cqx;  // filled in by ibv_create_cq_ex only (cq_ex.cc)
+  };
+  uint32_t id = 0;
+  Context* ctx = nullptr;
+  std::vector<ibv_wc> wcs;  // ring of completions, power-of-two size
+  uint32_t mask = 0;
+  uint64_t head = 0, tail = 0;
+  uint32_t capacity = 0;  // what the user asked for (cqe)
+  Channel* channel = nullptr;
+  uint32_t notify_slot = ff::proto::kNoId;
+  std::vector<Qp*> recv_qps;  // QPs whose receives complete here
+  bool overflowed = false;
+  uint32_t events_acked = 0;
+  // Extended CQs: the completion start_poll/next_poll made current, and the lock held from
+  // start_poll to end_poll unless the CQ was created single-threaded.
+  ibv_wc current{};
+  AdaptiveLock poll_lock;
+  bool single_threaded = false;
+  // ibv_poll_cq's empty polls in a row that did not sleep on the router (counted up to
+  // kEmptyPollsPerCheck), when such a streak was first seen long, and how often a streak
+  // gave the CPU away (completion.cc; ctx->lock).
+  uint32_t empty_polls = 0;
+  uint64_t empty_since_ns = 0;
+  uint64_t yields = 0;
+};
+
+struct RecvWqe {
+  uint64_t wr_id;
+  uint32_t num_sge;
+  uint64_t total;
+};
+
+// Receive WQEs of a QP without SRQ or of an SRQ.
+struct RecvQueue {
+  std::vector<RecvWqe> wqes;
+  std::vector<ibv_sge> sges;
+  uint32_t max_wr = 0, max_sge = 0, mask = 0;
+  uint64_t head = 0, tail = 0;
+  ff::RecvCredits* credits = nullptr;
+  uint64_t posted = 0;  // private mirror of credits->posted
+  uint32_t count() const { return static_cast<uint32_t>(tail - head); }
+};
+
+struct Srq {
+  ibv_srq srq;
+  uint32_t id = 0;
+  Context* ctx = nullptr;
+  UniqueFd seg_fd;
+  Mapping seg;
+  RecvQueue rq;
+  uint32_t limit = 0;
+};
+
+struct Ah {
+  ibv_ah ah;
+  uint32_t ip = 0;  // host byte order, 0 when addressed by LID
+  uint16_t lid = 0;
+};
+
+struct SendWqe {
+  uint64_t wr_id;
+  uint32_t opcode;  // ibv_wr_opcode
+  uint32_t flags;   // ibv_send_flags
+  bool signaled;
+  uint32_t num_sge;
+  uint64_t length;
+  uint64_t remote_addr;
+  uint32_t rkey;
+  uint32_t imm;
+  uint64_t compare_add, swap;
+  // BIND_MW only (with remote_addr, compare_add as the length, rkey as the new key and imm
+  // as the rights); not reset for other opcodes.
+  ibv_mw* mw;
+  ibv_mr* bind_mr;
+  // UD
+  uint32_t dest_ip;
+  uint16_t dest_lid;
+  uint32_t remote_qpn, remote_qkey;
+  // Progress of its execution.
+  uint64_t sent;  // payload bytes written so far
+  bool credit;    // a receive credit of the peer was claimed
+  bool started;   // the first record (or the data of a WRITE) is out
+  ff::RnrState rnr;
+  uint32_t pre_status;  // ibv_wc_status found at post time (bad lkey, ...)
+  bool in_flight;       // executed; the outcome comes back later (LinkOps::collect)
+  bool done;            // outcome known (status), waiting to be retired in order
+  bool answered;        // the outcome came in a response (whose writer fired the CQ event)
+  uint32_t status;
+};
+
+// What happens to an inbound message while its fragments arrive.
+struct InboundState {
+  bool active = false;
+  bool drop = false;
+  RecvWqe wqe{};
+  ibv_sge sges[ff::kMaxSge];  // copied: the RQ slot may be reused while fragments arrive
+  uint64_t offset = 0;
+  uint32_t msg_len = 0;
+  ibv_wc_status status = IBV_WC_SUCCESS;
+};
+
+// kRefused: the router refused the QP's posted create (proto::EventType::kQpRefused).
+enum class PeerGone : uint32_t { kNo = 0, kDestroyed = 1, kDied = 2, kRefused = 3 };
+
+struct Qp {
+  ibv_qp_ex qpx;  // must stay first: ibv_qp* <-> Qp*
+  Context* ctx = nullptr;
+  ibv_qp_type type = IBV_QPT_RC;
+  Cq* scq = nullptr;
+  Cq* rcq = nullptr;
+  Srq* srq = nullptr;
+  ibv_qp_attr attr{};
+  ibv_qp_cap cap{};
+  bool sq_sig_all = false;
+  uint64_t send_ops_flags = 0;
+
+  // Inbound: our own segment and one consumer per ring.
+  UniqueFd seg_fd;
+  Mapping seg;
+  uint32_t num_rings = 0, ring_bytes = 0;
+  std::vector<ff::RingConsumer> consumers;
+  std::vector<InboundState> inbound;
+  // UD: each sender's ring is a memfd of its own that the router made and named the sender
+  // of (kUdRing); `sources` says who that is, whatever the records claim. The event thread
+  // queues new rings in `arriving`; the data path installs them (peer_events.cc).
+  struct UdSource {
+    uint32_t ip = 0;  // host order
+    uint32_t qpn = 0;
+    Mapping ring;
+  };
+  struct ArrivingRing {
+    uint32_t ring;
+    uint32_t ip;
+    uint32_t qpn;
+    UniqueFd fd;
+  };
+  std::vector<UdSource> sources;
+  std::mutex arriving_mu;
+  std::vector<ArrivingRing> arriving;
+  InboundState imm_scratch;  // receive WQE of a WRITE_WITH_IMM being completed
+  RecvQueue rq;              // unused with an SRQ
+
+  // Outbound.
+  std::unique_ptr<PeerLink> link;  // RC/UC
+  // RC/UC at RTR whose peer has not named this QP yet (the router answered EINPROGRESS):
+  // the link is asked for again, with backoff, when a WQE first needs it (connect.cc).
+  struct AwaitedPeer {
+    bool waiting = false;
+    uint32_t ip = 0;  // host order; 0: by LID
+    uint16_t lid = 0;
+    uint32_t qpn = 0;
+    uint64_t deadline_ns = 0;  // set by the first WQE that waits; UINT64_MAX: none
+    uint64_t next_ns = 0;
+    uint64_t backoff_ns = 0;
+  } awaited;
+  std::unordered_map<uint64_t, std::unique_ptr<PeerLink>> ud_links;  // UD: ip<<32|qpn
+  // UD: destinations the router refused to link (same keys), and when to ask again.
+  struct Unreachable {
+    uint64_t next_ns = 0;
+    uint64_t backoff_ns = 0;
+  };
+  std::unordered_map<uint64_t, Unreachable> ud_unreachable;
+  std::vector<SendWqe> sq;
+  std::vector<ibv_sge> sq_sges;
+  std::vector<char> sq_inline;
+  uint32_t sq_mask = 0;
+  // sq_head: oldest WQE not yet completed; sq_exec: next to execute; sq_tail: next free.
+  uint64_t sq_head = 0, sq_exec = 0, sq_tail = 0;
+  uint32_t inflight = 0;        // executed WQEs whose outcome has not come back
+  uint32_t reads_inflight = 0;  // of those, READs and atomics (at most max_rd_atomic)
+  bool in_pending_list = false;
+  // The last Progress() left a WQE waiting for something that no router advances (room or a
+  // credit of a peer on this node, the peer's consent): the event thread advances it while
+  // the program calls nothing (StallTicker, peer_events.h), at the latest at stall_due_ns
+  // (an RNR retry budget or the next consent retry; UINT64_MAX: none).
+  bool stalled = false;
+  uint64_t stall_due_ns = UINT64_MAX;
+  // A WQE failed because its peer is gone (closed, or unknown to the router): the error is
+  // held back until this time, as a real requester reports it only once its retries ran out
+  // (RetryExhaustedAt). 0: none held. Nothing after that WQE is executed meanwhile.
+  uint64_t peer_error_due_ns = 0;
+
+  std::atomic<uint32_t> peer_gone{0};   // PeerGone, raised by the event thread
+  std::atomic<bool> peer_named{false};  // kPeerNamed came: an awaited link may be asked for
+
+  // ibv_wr_* state between wr_start and wr_complete.
+  std::vector<ibv_send_wr> wr_batch;
+  std::vector<ibv_sge> wr_sges;
+  std::vector<char> wr_inline;
+  std::vector<size_t> wr_sge_begin;     // per batched WR: first index in wr_sges
+  std::vector<size_t> wr_inline_begin;  // per batched WR: first byte in wr_inline, or npos
+  int wr_error = 0;
+};
+
+struct AsyncEvent {
+  ibv_event_type type;
+  void* element;  // ibv_qp*, ibv_cq*, ibv_srq* or nullptr
+};
+
+struct Context {
+  verbs_context vctx;  // must stay first; ibv_context is its last member
+  Session* session = nullptr;
+  AdaptiveLock lock;
+  std::atomic<bool> attention{false};  // the event thread raised Qp::peer_gone somewhere
+  // Some QP of the context is Qp::stalled: set by the data path (which then wakes the event
+  // thread through Session::tick_tx), cleared by the event thread under `lock` once none is.
+  std::atomic<bool> stalled{false};
+  // ProgressPending() passes (written under `lock`): the event thread leaves a context whose
+  // program keeps polling to advance its own sends. `tick_passes`: the event thread's copy.
+  std::atomic<uint64_t> passes{0};
+  uint64_t tick_passes = 0;
+  std::vector<Qp*> qps;
+  std::vector<Qp*> pending;  // QPs with send WQEs not yet completed
+  std::vector<Cq*> cqs;
+  std::vector<Srq*> srqs;
+  std::vector<Channel*> channels;
+  std::unordered_map<uint32_t, std::weak_ptr<PeerCtx>> peers;
+  // The peers linked to last, kept mapped while no link holds them (ff::kRecentPeers): a program
+  // that connects to one peer again and again (an rdma_cm client) maps its notify words and
+  // MR table once, not per connection.
+  std::deque<std::shared_ptr<PeerCtx>> recent_peers;
+  std::vector<Mr*> mrs_by_slot;           // local lkey lookup
+  std::unordered_map<uint32_t, Mw*> mws;  // memory windows by MR-table slot
+  const Mr* last_mr = nullptr;  // the registration the last SGE check found (one-entry cache)
+  // Async events (any thread may push; the application reads them).
+  std::mutex async_mu;
+  std::deque<AsyncEvent> async_events;
+  UniqueFd async_fd;
+};
+
+// Capacity of a ring of at least `v` entries.
+inline uint32_t RoundPow2(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+inline Context* ToCtx(ibv_context* c) { return reinterpret_cast<Context*>(verbs_get_ctx(c)); }
+inline Qp* ToQp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
+inline Cq* ToCq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
+inline Srq* ToSrq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
+inline Mr* ToMr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
+inline Mw* ToMw(ibv_mw* m) { return reinterpret_cast<Mw*>(m); }
+inline Ah* ToAh(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
+inline Channel* ToChannel(ibv_comp_channel* c) { return reinterpret_cast<Channel*>(c); }
+
+// The index of the interface (in this process's network namespace: the pod's) that holds
+// IPv4 address `ip` (host order), or 0 when none does: the GID entries' ndev_ifindex.
+uint32_t IfindexOfIp(uint32_t ip);
+
+// fork support (memory.cc): the region registry's lock, held across fork(), and the
+// child's side, which makes its copy of registered memory private and forgets the regions.
+void LockRegions();
+void UnlockRegions();
+void PrivatizeRegionsInChild();
+
+// Memory windows (mw.cc), the verbs_context ops ibv_alloc_mw / ibv_bind_mw / ibv_dealloc_mw
+// call.
+ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type type);
+int BindMw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
+int DeallocMw(ibv_mw* mw);
+
+// Queues an asynchronous event for ibv_get_async_event (device.cc). Any thread.
+void PushAsyncEvent(Context* ctx, ibv_event_type type, void* element);
+
+}  // namespace ff::verbs

@@ -1,0 +1,464 @@
+// ibv_post_send and the two-phase send queue (see send_queue.h).
+#include "datapath/send_queue.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "base/exports.h"
+#include "datapath/completion.h"
+#include "datapath/link.h"
+#include "datapath/recv_path.h"
+#include "datapath/sge.h"
+#include "session/peer_events.h"
+#include "session/session.h"
+
+namespace ff::verbs {
+namespace {
+
+bool IsWindowOp(uint32_t op) { return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV; }
+
+bool OpcodeAllowed(ibv_qp_type type, uint32_t op) {
+  const bool send = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+  const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  const bool read_atomic = IsReadOrAtomic(op);
+  switch (type) {
+    case IBV_QPT_UD:
+      return send;
+    case IBV_QPT_UC:
+      return send || write || op == IBV_WR_SEND_WITH_INV || op == IBV_WR_LOCAL_INV;
+    default:
+      return send || write || read_atomic || op == IBV_WR_SEND_WITH_INV || IsWindowOp(op);
+  }
+}
+
+// A BIND_MW names a window of type 2 (type 1 windows are bound through ibv_bind_mw).
+bool BindAllowed(const ibv_send_wr* wr, bool type1) {
+  if (wr->opcode != IBV_WR_BIND_MW) return true;
+  const ibv_mw* mw = wr->bind_mw.mw;
+  return mw != nullptr && mw->type == (type1 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2);
+}
+
+uint64_t TotalLength(const ibv_send_wr* wr) {
+  uint64_t length = 0;
+  for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
+  return length;
+}
+
+bool WantsInline(const ibv_send_wr* wr) {
+  const uint32_t op = wr->opcode;
+  return (wr->send_flags & IBV_SEND_INLINE) &&
+         (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
+          op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM);
+}
+
+// 0 when `wr` may be queued on `qp`, else the errno post_send returns. *length: its bytes.
+int CheckWr(const Qp* qp, const ibv_send_wr* wr, bool type1, uint64_t* length) {
+  const uint64_t queued = qp->sq_tail - qp->sq_head;
+  if (queued > qp->sq_mask || queued >= qp->cap.max_send_wr) return ENOMEM;
+  if (IsWindowOp(wr->opcode)) {
+    *length = 0;
+    return OpcodeAllowed(qp->type, wr->opcode) && BindAllowed(wr, type1) ? 0 : EINVAL;
+  }
+  if (!OpcodeAllowed(qp->type, wr->opcode) || wr->num_sge < 0 ||
+      static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge ||
+      (qp->type == IBV_QPT_UD && wr->wr.ud.ah == nullptr))
+    return EINVAL;
+  *length = TotalLength(wr);
+  if ((WantsInline(wr) && *length > ff::kMaxInline) || *length > ff::kMaxMsgSize ||
+      (qp->type == IBV_QPT_UD && *length > ff::kMtu))
+    return EINVAL;
+  return 0;
+}
+
+// The WQE's data: copied now when inline, else its SGEs (checked against local MRs).
+void TakeData(Qp* qp, SendWqe& w, uint64_t index, const ibv_send_wr* wr) {
+  ibv_sge* sges = WqeSges(qp, index);
+  if (WantsInline(wr)) {
+    char* buf = &qp->sq_inline[(index & qp->sq_mask) * ff::kMaxInline];
+    CopyFromSges(wr->sg_list, static_cast<uint32_t>(wr->num_sge), 0, buf, w.length);
+    sges[0] = ibv_sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(w.length), 0};
+    w.num_sge = 1;
+    return;
+  }
+  // A WQE without SGEs may come with sg_list null, which memcpy must not be given.
+  if (wr->num_sge > 0) std::memcpy(sges, wr->sg_list, sizeof(ibv_sge) * wr->num_sge);
+  w.num_sge = static_cast<uint32_t>(wr->num_sge);
+  if (!ValidSges(qp->ctx, sges, w.num_sge, IsReadOrAtomic(w.opcode) ? IBV_ACCESS_LOCAL_WRITE : 0))
+    w.pre_status = IBV_WC_LOC_PROT_ERR;
+}
+
+void TakeAddressing(const Qp* qp, SendWqe& w, const ibv_send_wr* wr) {
+  switch (wr->opcode) {
+    case IBV_WR_BIND_MW:
+      w.mw = wr->bind_mw.mw;
+      w.bind_mr = wr->bind_mw.bind_info.mr;
+      w.remote_addr = wr->bind_mw.bind_info.addr;
+      w.compare_add = wr->bind_mw.bind_info.length;
+      w.rkey = wr->bind_mw.rkey;
+      w.imm = wr->bind_mw.bind_info.mw_access_flags;
+      break;
+    case IBV_WR_LOCAL_INV:
+      w.rkey = wr->invalidate_rkey;
+      break;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+      w.remote_addr = wr->wr.rdma.remote_addr;
+      w.rkey = wr->wr.rdma.rkey;
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      w.remote_addr = wr->wr.atomic.remote_addr;
+      w.rkey = wr->wr.atomic.rkey;
+      w.compare_add = wr->wr.atomic.compare_add;
+      w.swap = wr->wr.atomic.swap;
+      w.length = 8;
+      break;
+    default:
+      break;
+  }
+  if (qp->type == IBV_QPT_UD) {
+    const Ah* ah = ToAh(wr->wr.ud.ah);
+    w.dest_ip = ah->ip;
+    w.dest_lid = ah->lid;
+    w.remote_qpn = wr->wr.ud.remote_qpn;
+    // A Q_Key with the high bit set means "use the QP's own Q_Key".
+    w.remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? qp->attr.qkey : wr->wr.ud.remote_qkey;
+  }
+}
+
+// Every field of the slot is written field by field: `w = SendWqe{}` zeroes the whole WQE with
+// a `rep stos`, which profiles of ib_send_bw showed as the most expensive instruction of a post.
+void Enqueue(Qp* qp, const ibv_send_wr* wr, uint64_t length) {
+  const uint64_t index = qp->sq_tail;
+  SendWqe& w = qp->sq[index & qp->sq_mask];
+  w.wr_id = wr->wr_id;
+  w.opcode = wr->opcode;
+  w.flags = wr->send_flags;
+  w.signaled = qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
+  w.length = length;
+  w.imm = wr->imm_data;
+  w.remote_addr = 0;
+  w.rkey = 0;
+  w.compare_add = 0;
+  w.swap = 0;
+  w.dest_ip = 0;
+  w.dest_lid = 0;
+  w.remote_qpn = 0;
+  w.remote_qkey = 0;
+  w.sent = 0;
+  w.credit = false;
+  w.started = false;
+  w.rnr = ff::RnrState{};
+  w.pre_status = IBV_WC_SUCCESS;
+  w.in_flight = false;
+  w.done = false;
+  w.answered = false;
+  w.status = IBV_WC_SUCCESS;
+  if (!IsWindowOp(wr->opcode)) TakeData(qp, w, index, wr);
+  TakeAddressing(qp, w, wr);
+  ++qp->sq_tail;
+}
+
+ibv_wc_opcode SendWcOpcode(uint32_t op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    case IBV_WR_BIND_MW:
+      return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV:
+      return IBV_WC_LOCAL_INV;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+void CompleteSend(Qp* qp, const SendWqe& w, ibv_wc_status st) {
+  ibv_wc wc{};
+  wc.wr_id = w.wr_id;
+  wc.status = st;
+  wc.opcode = SendWcOpcode(w.opcode);
+  wc.byte_len = static_cast<uint32_t>(w.length);
+  wc.qp_num = qp->qpx.qp_base.qp_num;
+  // A request the router answered: its response fired the event when it was written.
+  PushWc(qp->scq, wc, /*announced=*/w.answered);
+}
+
+void UpdatePending(Qp* qp) {
+  const bool has = qp->sq_head != qp->sq_tail;
+  if (has == qp->in_pending_list) return;
+  auto& v = qp->ctx->pending;
+  if (has) {
+    v.push_back(qp);
+  } else {
+    v.erase(std::remove(v.begin(), v.end(), qp), v.end());
+  }
+  qp->in_pending_list = has;
+}
+
+// Runs the WQE through its link. *touched: the link it produced into, if any.
+Exec Execute(Qp* qp, SendWqe& w, uint64_t index, ibv_wc_status* st, PeerLink** touched) {
+  *st = IBV_WC_SUCCESS;
+  if (w.pre_status != IBV_WC_SUCCESS) {
+    *st = static_cast<ibv_wc_status>(w.pre_status);
+    return Exec::kDone;
+  }
+  if (IsWindowOp(w.opcode)) {
+    *st = ExecuteWindowOp(qp, w);
+    return Exec::kDone;
+  }
+  PeerLink* link = qp->type == IBV_QPT_UD ? UdLink(qp, w) : qp->link.get();
+  if (link == nullptr && qp->awaited.waiting) {
+    const Exec e = AwaitPeer(qp, st);
+    if (qp->link == nullptr) return e;
+    link = qp->link.get();
+  }
+  if (link == nullptr || link->dead) {
+    // UD to an unknown destination is dropped, as on a real fabric; RC and UC retry until
+    // their budget runs out.
+    if (qp->type != IBV_QPT_UD) {
+      *st = IBV_WC_RETRY_EXC_ERR;
+      HoldPeerError(qp);
+    } else if (link != nullptr) {
+      *st = IBV_WC_RETRY_EXC_ERR;
+    }
+    return Exec::kDone;
+  }
+  *touched = link;
+  return link->ops->execute(qp, link, w, index, st);
+}
+
+void PublishLink(PeerLink* link) {
+  if (!link->dirty) return;
+  link->producer.Publish();
+  link->dirty = false;
+  ff::WakeIfArmed(link->notify, link->notify_fd.get(), link->solicited);
+  link->solicited = false;
+}
+
+// The links one pass produced into, published together at its end (one wake-up each).
+struct TouchedLinks {
+  PeerLink* links[ff::kMaxBatchedLinks];
+  int n = 0;
+
+  void Add(PeerLink* link) {
+    if (link == nullptr || !link->dirty) return;
+    for (int i = 0; i < n; ++i)
+      if (links[i] == link) return;
+    if (n == ff::kMaxBatchedLinks) {
+      PublishLink(links[0]);
+      links[0] = link;
+      return;
+    }
+    links[n++] = link;
+  }
+  void PublishAll() {
+    for (int i = 0; i < n; ++i) PublishLink(links[i]);
+  }
+};
+
+// Takes in what came back, then executes what can be executed, in order. Returns the link
+// the next WQE is blocked on, or nullptr (none is, or it waits for no link: consent).
+PeerLink* ExecuteQueued(Qp* qp) {
+  if (qp->inflight > 0 && qp->link) qp->link->ops->collect(qp, qp->link.get());
+  if (qp->peer_error_due_ns != 0) return nullptr;  // the QP is about to fail
+  TouchedLinks touched;
+  PeerLink* blocked = nullptr;
+  while (qp->sq_exec != qp->sq_tail) {
+    SendWqe& w = qp->sq[qp->sq_exec & qp->sq_mask];
+    ibv_wc_status st = IBV_WC_SUCCESS;
+    PeerLink* link = nullptr;
+    const Exec e = Execute(qp, w, qp->sq_exec, &st, &link);
+    touched.Add(link);
+    if (e == Exec::kBlocked) {
+      blocked = link;
+      break;
+    }
+    if (e == Exec::kInFlight) {
+      w.in_flight = true;
+      ++qp->inflight;
+    } else {
+      w.done = true;
+      w.status = st;
+    }
+    ++qp->sq_exec;
+    if (st != IBV_WC_SUCCESS && qp->type != IBV_QPT_UD) break;  // retired below as an error
+  }
+  touched.PublishAll();
+  return blocked;
+}
+
+// When the event thread must look at a stalled QP again at the latest: when the RNR retry
+// budget of its first WQE may run out (rnr_retry 7 retries forever), or when a connect that
+// awaits the peer's consent is retried (and its deadline checked).
+uint64_t StallDue(const Qp* qp) {
+  if (qp->peer_error_due_ns != 0) return qp->peer_error_due_ns;
+  if (qp->link == nullptr && qp->awaited.waiting) return qp->awaited.next_ns;
+  const SendWqe& w = qp->sq[qp->sq_exec & qp->sq_mask];
+  if (!w.credit && w.rnr.deadline_ns != 0 && qp->attr.rnr_retry != 7) return w.rnr.deadline_ns;
+  return UINT64_MAX;
+}
+
+// A WQE waits for something only this process will look at again: a peer process on this
+// node frees ring room and posts receives without telling us, and consent is retried by us.
+// The program may never call again (it may wait on memory the peer writes once the data
+// arrived), so the event thread is asked to advance the queue (Registry::Tick); the first
+// stall of the context since it last found none wakes it. Never on the fast path.
+[[gnu::noinline]] void NoteStalled(Qp* qp) {
+  qp->stalled = true;
+  qp->stall_due_ns = StallDue(qp);
+  Context* ctx = qp->ctx;
+  if (!ctx->stalled.load(std::memory_order_relaxed) &&
+      !ctx->stalled.exchange(true, std::memory_order_acq_rel))
+    ff::SendWake(ctx->session->tick_tx.get());
+}
+
+}  // namespace
+
+void Progress(Qp* qp) {
+  if (qp->qpx.qp_base.state == IBV_QPS_ERR) {
+    qp->stalled = false;
+    FailQp(qp, IBV_WC_WR_FLUSH_ERR);
+    return;
+  }
+  // A WQE left blocked may never be looked at again by this thread: the program may wait
+  // on memory the peer writes rather than call us. So its link is asked to have it advanced
+  // when room is made, and since room may have been made just before it asked, the queue
+  // is looked at once more (at most once per link, which asks only once).
+  PeerLink* blocked = ExecuteQueued(qp);
+  while (blocked != nullptr && blocked->ops->await_room(blocked, Room::kLacking))
+    blocked = ExecuteQueued(qp);
+  if (blocked == nullptr && qp->link) qp->link->ops->await_room(qp->link.get(), Room::kEnough);
+  if (Retire(qp)) UpdatePending(qp);
+  // Waiting on a router link is the router's to end (kProxyDrained); anything else left
+  // unexecuted stalls.
+  if (__builtin_expect(qp->peer_error_due_ns != 0, 0) ||
+      (__builtin_expect(qp->sq_exec != qp->sq_tail, 0) &&
+       (blocked == nullptr || !blocked->ops->router_fed))) {
+    NoteStalled(qp);
+  } else {
+    qp->stalled = false;
+  }
+}
+
+void ResumeSends(Qp* qp) {
+  if (qp->link) qp->link->ops->await_room(qp->link.get(), Room::kNudgeTaken);
+  for (auto& [dest, link] : qp->ud_links) link->ops->await_room(link.get(), Room::kNudgeTaken);
+  if (qp->in_pending_list) Progress(qp);
+}
+
+void HoldPeerError(Qp* qp) {
+  if (qp->peer_error_due_ns == 0) qp->peer_error_due_ns = RetryExhaustedAt(qp, ff::MonotonicNs());
+}
+
+bool Retire(Qp* qp) {
+  while (qp->sq_head != qp->sq_exec) {
+    SendWqe& w = qp->sq[qp->sq_head & qp->sq_mask];
+    if (!w.done) break;
+    const auto st = static_cast<ibv_wc_status>(w.status);
+    if (st == IBV_WC_RETRY_EXC_ERR && qp->peer_error_due_ns != 0) {
+      if (ff::MonotonicNs() < qp->peer_error_due_ns) {
+        w.answered = false;  // whoever completes it later fires the CQ event
+        break;
+      }
+      qp->peer_error_due_ns = 0;
+    }
+    if (st != IBV_WC_SUCCESS || w.signaled) CompleteSend(qp, w, st);
+    ++qp->sq_head;
+    if (st != IBV_WC_SUCCESS && qp->type != IBV_QPT_UD) {
+      // A transport error moves the QP to the error state and flushes the rest.
+      MoveToError(qp, IBV_WC_WR_FLUSH_ERR);
+      return false;
+    }
+  }
+  return true;
+}
+
+void ProgressPending(Context* ctx) {
+  ctx->passes.store(ctx->passes.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // Backwards: Progress() may take the QP it runs (and only that one) off the list.
+  for (size_t i = ctx->pending.size(); i-- > 0;) {
+    if (i < ctx->pending.size()) Progress(ctx->pending[i]);
+  }
+}
+
+void FailQp(Qp* qp, ibv_wc_status first) {
+  while (qp->sq_head != qp->sq_tail) {
+    CompleteSend(qp, qp->sq[qp->sq_head & qp->sq_mask], first);
+    first = IBV_WC_WR_FLUSH_ERR;
+    ++qp->sq_head;
+  }
+  qp->sq_exec = qp->sq_tail;
+  qp->inflight = 0;
+  qp->reads_inflight = 0;
+  qp->peer_error_due_ns = 0;
+  FlushRecvs(qp);
+  UpdatePending(qp);
+}
+
+void MoveToError(Qp* qp, ibv_wc_status first_status) {
+  const ibv_qp_state was = qp->qpx.qp_base.state;
+  qp->qpx.qp_base.state = IBV_QPS_ERR;
+  qp->attr.qp_state = IBV_QPS_ERR;
+  // In ERR first: a ring found corrupt meanwhile fails the QP without coming back here.
+  if (was >= IBV_QPS_RTR && was <= IBV_QPS_SQE) DeliverArrived(qp);
+  FailQp(qp, first_status);
+}
+
+void ResetQueues(Qp* qp) {
+  qp->sq_head = qp->sq_tail;
+  qp->sq_exec = qp->sq_tail;
+  qp->inflight = 0;
+  qp->reads_inflight = 0;
+  qp->peer_error_due_ns = 0;
+  ResetRecv(qp);
+  UpdatePending(qp);
+}
+
+namespace {
+
+int PostList(ibv_qp* ibqp, ibv_send_wr* wr, bool type1, ibv_send_wr** bad) {
+  Qp* qp = ToQp(ibqp);
+  Context* ctx = qp->ctx;
+  std::lock_guard<AdaptiveLock> l(ctx->lock);
+  return Guarded([&] {
+    if (ctx->attention.load(std::memory_order_relaxed)) HandleAttention(ctx);
+    const ibv_qp_state state = ibqp->state;
+    if (state != IBV_QPS_RTS && state != IBV_QPS_ERR) {
+      *bad = wr;
+      return EINVAL;
+    }
+    int rc = 0;
+    for (; wr != nullptr; wr = wr->next) {
+      uint64_t length = 0;
+      rc = CheckWr(qp, wr, type1, &length);
+      if (rc != 0) {
+        *bad = wr;
+        break;
+      }
+      Enqueue(qp, wr, length);
+    }
+    Progress(qp);
+    return rc;
+  });
+}
+
+}  // namespace
+
+int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  return PostList(qp, wr, false, bad);
+}
+
+int PostBindType1(ibv_qp* qp, ibv_send_wr* wr) {
+  ibv_send_wr* bad = nullptr;
+  return PostList(qp, wr, true, &bad);
+}
+
+}  // namespace ff::verbs

@@ -1,0 +1,207 @@
+// The ibv_wr_* post-send API (ibv_qp_to_qp_ex): work requests are collected between
+// wr_start and wr_complete and then posted through the same path as ibv_post_send. These
+// functions return nothing, so a failure (only allocation can fail) is kept in
+// Qp::wr_error and reported by wr_complete.
+#include <cstring>
+#include <mutex>
+
+#include "base/exports.h"
+#include "datapath/send_queue.h"
+
+namespace ff::verbs {
+namespace {
+
+constexpr size_t kNoInline = ~size_t{0};
+
+Qp* FromEx(ibv_qp_ex* q) { return reinterpret_cast<Qp*>(q); }
+
+// Runs `change` on the batch; remembers ENOMEM instead of letting it escape into C code.
+template <typename F>
+void Batch(ibv_qp_ex* q, F&& change) {
+  Qp* qp = FromEx(q);
+  if (const int rc = Guarded([&] { return change(qp), 0; })) qp->wr_error = rc;
+}
+
+ibv_send_wr* Last(ibv_qp_ex* q) {
+  Qp* qp = FromEx(q);
+  if (qp->wr_batch.empty()) {
+    qp->wr_error = EINVAL;
+    return nullptr;
+  }
+  return &qp->wr_batch.back();
+}
+
+// Starts a work request of `op`; `fill` completes it.
+template <typename F>
+void NewWr(ibv_qp_ex* q, ibv_wr_opcode op, F&& fill) {
+  Batch(q, [&](Qp* qp) {
+    qp->wr_batch.push_back(ibv_send_wr{});
+    qp->wr_sge_begin.push_back(qp->wr_sges.size());
+    qp->wr_inline_begin.push_back(kNoInline);
+    ibv_send_wr& wr = qp->wr_batch.back();
+    wr.wr_id = q->wr_id;
+    wr.send_flags = q->wr_flags;
+    wr.opcode = op;
+    fill(&wr);
+  });
+}
+
+void Start(ibv_qp_ex* q) {
+  Qp* qp = FromEx(q);
+  qp->wr_batch.clear();
+  qp->wr_sges.clear();
+  qp->wr_inline.clear();
+  qp->wr_sge_begin.clear();
+  qp->wr_inline_begin.clear();
+  qp->wr_error = 0;
+}
+
+// Points every WR at its SGEs and inline bytes (the vectors no longer move) and chains them.
+void Link(Qp* qp) {
+  for (size_t i = 0; i < qp->wr_batch.size(); ++i) {
+    ibv_send_wr& wr = qp->wr_batch[i];
+    if (qp->wr_inline_begin[i] == kNoInline) continue;
+    const size_t begin = qp->wr_inline_begin[i];
+    size_t end = qp->wr_inline.size();
+    for (size_t j = i + 1; j < qp->wr_batch.size(); ++j) {
+      if (qp->wr_inline_begin[j] != kNoInline) {
+        end = qp->wr_inline_begin[j];
+        break;
+      }
+    }
+    qp->wr_sges.push_back(ibv_sge{reinterpret_cast<uintptr_t>(qp->wr_inline.data() + begin),
+                                  static_cast<uint32_t>(end - begin), 0});
+    qp->wr_sge_begin[i] = qp->wr_sges.size() - 1;
+    wr.num_sge = 1;
+    wr.send_flags |= IBV_SEND_INLINE;
+  }
+  for (size_t i = 0; i < qp->wr_batch.size(); ++i) {
+    ibv_send_wr& wr = qp->wr_batch[i];
+    wr.sg_list = wr.num_sge > 0 ? &qp->wr_sges[qp->wr_sge_begin[i]] : nullptr;
+    wr.next = i + 1 < qp->wr_batch.size() ? &qp->wr_batch[i + 1] : nullptr;
+  }
+}
+
+int Complete(ibv_qp_ex* q) {
+  Qp* qp = FromEx(q);
+  static std::once_flag traced;
+  std::call_once(traced, [] { LogDebug("work requests arrive through the ibv_wr_* API"); });
+  int rc = qp->wr_error;
+  if (rc == 0 && !qp->wr_batch.empty()) rc = Guarded([&] { return Link(qp), 0; });
+  if (rc == 0 && !qp->wr_batch.empty()) {
+    ibv_send_wr* bad = nullptr;
+    rc = PostSend(&q->qp_base, qp->wr_batch.data(), &bad);
+  }
+  Start(q);
+  return rc;
+}
+
+void Abort(ibv_qp_ex* q) { Start(q); }
+
+void Send(ibv_qp_ex* q) {
+  NewWr(q, IBV_WR_SEND, [](ibv_send_wr*) {});
+}
+void SendImm(ibv_qp_ex* q, __be32 imm) {
+  NewWr(q, IBV_WR_SEND_WITH_IMM, [&](ibv_send_wr* wr) { wr->imm_data = imm; });
+}
+void Write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
+  NewWr(q, IBV_WR_RDMA_WRITE, [&](ibv_send_wr* wr) { wr->wr.rdma = {addr, rkey}; });
+}
+void WriteImm(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, __be32 imm) {
+  NewWr(q, IBV_WR_RDMA_WRITE_WITH_IMM, [&](ibv_send_wr* wr) {
+    wr->wr.rdma = {addr, rkey};
+    wr->imm_data = imm;
+  });
+}
+void Read(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
+  NewWr(q, IBV_WR_RDMA_READ, [&](ibv_send_wr* wr) { wr->wr.rdma = {addr, rkey}; });
+}
+void CmpSwp(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
+  NewWr(q, IBV_WR_ATOMIC_CMP_AND_SWP, [&](ibv_send_wr* wr) {
+    wr->wr.atomic = {addr, compare, swap, rkey};
+  });
+}
+void FetchAdd(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t add) {
+  NewWr(q, IBV_WR_ATOMIC_FETCH_AND_ADD, [&](ibv_send_wr* wr) {
+    wr->wr.atomic = {addr, add, 0, rkey};
+  });
+}
+void Unsupported(ibv_qp_ex* q) { FromEx(q)->wr_error = EOPNOTSUPP; }
+void BindMw(ibv_qp_ex* q, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  NewWr(q, IBV_WR_BIND_MW, [&](ibv_send_wr* wr) {
+    wr->bind_mw.mw = mw;
+    wr->bind_mw.rkey = rkey;
+    wr->bind_mw.bind_info = *info;
+  });
+}
+void LocalInv(ibv_qp_ex* q, uint32_t rkey) {
+  NewWr(q, IBV_WR_LOCAL_INV, [&](ibv_send_wr* wr) { wr->invalidate_rkey = rkey; });
+}
+void SendInv(ibv_qp_ex* q, uint32_t rkey) {
+  NewWr(q, IBV_WR_SEND_WITH_INV, [&](ibv_send_wr* wr) { wr->invalidate_rkey = rkey; });
+}
+void SendTso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { Unsupported(q); }
+void SetXrc(ibv_qp_ex* q, uint32_t) { Unsupported(q); }
+void AtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { Unsupported(q); }
+
+void SetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t qpn, uint32_t qkey) {
+  if (ibv_send_wr* wr = Last(q)) wr->wr.ud = {ah, qpn, qkey};
+}
+void SetSgeList(ibv_qp_ex* q, size_t n, const ibv_sge* list) {
+  if (ibv_send_wr* wr = Last(q)) {
+    Batch(q, [&](Qp* qp) { qp->wr_sges.insert(qp->wr_sges.end(), list, list + n); });
+    wr->num_sge = static_cast<int>(n);
+  }
+}
+void SetSge(ibv_qp_ex* q, uint32_t lkey, uint64_t addr, uint32_t length) {
+  const ibv_sge sge{addr, length, lkey};
+  SetSgeList(q, 1, &sge);
+}
+void SetInlineList(ibv_qp_ex* q, size_t n, const ibv_data_buf* bufs) {
+  if (Last(q) == nullptr) return;
+  Batch(q, [&](Qp* qp) {
+    qp->wr_inline_begin.back() = qp->wr_inline.size();
+    for (size_t i = 0; i < n; ++i) {
+      const char* p = static_cast<const char*>(bufs[i].addr);
+      qp->wr_inline.insert(qp->wr_inline.end(), p, p + bufs[i].length);
+    }
+  });
+}
+void SetInline(ibv_qp_ex* q, void* addr, size_t length) {
+  const ibv_data_buf buf{addr, length};
+  SetInlineList(q, 1, &buf);
+}
+
+}  // namespace
+
+void InitQpEx(Qp* qp) {
+  ibv_qp_ex& x = qp->qpx;
+  x.comp_mask = 0;
+  x.wr_atomic_cmp_swp = CmpSwp;
+  x.wr_atomic_fetch_add = FetchAdd;
+  x.wr_bind_mw = BindMw;
+  x.wr_local_inv = LocalInv;
+  x.wr_rdma_read = Read;
+  x.wr_rdma_write = Write;
+  x.wr_rdma_write_imm = WriteImm;
+  x.wr_send = Send;
+  x.wr_send_imm = SendImm;
+  x.wr_send_inv = SendInv;
+  x.wr_send_tso = SendTso;
+  x.wr_set_ud_addr = SetUdAddr;
+  x.wr_set_xrc_srqn = SetXrc;
+  x.wr_set_inline_data = SetInline;
+  x.wr_set_inline_data_list = SetInlineList;
+  x.wr_set_sge = SetSge;
+  x.wr_set_sge_list = SetSgeList;
+  x.wr_start = Start;
+  x.wr_complete = Complete;
+  x.wr_abort = Abort;
+  x.wr_atomic_write = AtomicWrite;
+}
+
+}  // namespace ff::verbs
+
+extern "C" FFV_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  return qp != nullptr ? &ff::verbs::ToQp(qp)->qpx : nullptr;
+}

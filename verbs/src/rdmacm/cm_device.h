@@ -1,0 +1,74 @@
+// librdmacm's kernel device, /dev/infiniband/rdma_cm, served in the process. The real
+// librdmacm runs unmodified: it opens the device, checks with fstat that it is a character
+// device, and writes ucma commands to it (<rdma/rdma_user_cm.h>), one write() each. The
+// library interposes open, write, close, dup2/dup3, close_range and the fstat family:
+// - open of exactly that path, while this process has a router session, makes a
+//   SOCK_SEQPACKET socketpair, hands one end to the router (CmOpenChannel: a "channel") and
+//   gives the program the other end. The router writes the channel's events (CmEvent) there,
+//   so poll/epoll and O_NONBLOCK work on it as on the kernel's device (cm_device.cc).
+// - write() to such a descriptor is parsed as the kernel's ucma_write parses it; GET_EVENT
+//   reads the next event from the socket, every other command goes to the router as a
+//   CmCommand and its answer is copied to the command's `response` (cm_commands.cc).
+// - The library keeps what only the program's side can know: which ids are live on which
+//   channel and how many events of each the program has read (DESTROY_ID's, MIGRATE_ID's
+//   and LEAVE_MCAST's events_reported, which librdmacm waits for), and it turns a router
+//   that went away into one RDMA_CM_EVENT_DEVICE_REMOVAL per live id (cm_events.cc).
+//
+// Every other descriptor pays one load and one compare in write() and close() (MaybeCmFd).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "freeflow/tunables.h"
+
+namespace ff::verbs {
+
+struct Session;
+
+inline constexpr const char* kCmDevicePath = "/dev/infiniband/rdma_cm";
+// What fstat and stat answer for the device: a character device of the misc major (10),
+// where the kernel's rdma_cm lives. Its minor is dynamic on a real system; 58 is arbitrary
+// (librdmacm compares st_rdev only with a number it learned from netlink, and a pod has no
+// rdma_cm there).
+inline constexpr unsigned kCmMajor = 10;
+inline constexpr unsigned kCmMinor = 58;
+
+// Descriptors below ff::kCmFastFds are marked in a byte array; above it, a count says
+// whether any is an rdma_cm descriptor at all.
+extern std::atomic<uint8_t> g_cm_fd_marks[ff::kCmFastFds];
+extern std::atomic<int> g_cm_high_fds;
+
+// True when `fd` may be an rdma_cm descriptor (then ask IsCmFd); false means it is not.
+inline bool MaybeCmFd(int fd) {
+  if (static_cast<unsigned>(fd) < static_cast<unsigned>(ff::kCmFastFds))
+    return g_cm_fd_marks[fd].load(std::memory_order_relaxed) != 0;
+  return g_cm_high_fds.load(std::memory_order_relaxed) != 0;
+}
+
+// True when `fd` is an open rdma_cm descriptor of this process (it checks that the number
+// still names the socket it was opened as).
+bool IsCmFd(int fd);
+
+// The write() interposer's work for a descriptor MaybeCmFd marked: false when `fd` is not a
+// channel after all (then it is an ordinary write), else the write's result in *result
+// (the length, or -1 with errno set).
+bool CmWrite(int fd, const void* buf, size_t len, ssize_t* result);
+
+// Tests: channels opened from now on use `s` instead of the process-wide session (nullptr:
+// none, as in a process without a router), until UseProcessCmSession. Close them before
+// closing `s`.
+void UseCmSession(Session* s);
+void UseProcessCmSession();
+
+// fork (fork.cc): the table's lock, held across fork(); in the child, the parent's
+// channels stay open descriptors but every command on them fails with ENODEV (the router
+// knows them as the parent's).
+void LockCmTable();
+void UnlockCmTable();
+void ForgetCmChannelsInChild();
+
+}  // namespace ff::verbs
