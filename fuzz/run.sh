@@ -41,17 +41,7 @@ targets=("$@")
 
 mkdir -p "$build"
 build=$(cd "$build" && pwd)
-if [[ ! -f $build/CMakeCache.txt ]]; then
-  launcher=()
-  if command -v ccache >/dev/null; then
-    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-  fi
-  # -O1 and line tables only: libFuzzer's usual choice, and a build CI can afford.
-  cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Fuzz -DFREEFLOW_FUZZ=ON \
-    -DCMAKE_CXX_FLAGS_FUZZ="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_FUZZ="-O1 -gline-tables-only" \
-    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang "${launcher[@]}" >/dev/null
-fi
-cmake --build "$build" -j "$jobs" --target "${targets[@]/#/fuzz_}" >/dev/null
+bash "$src/fuzz/build.sh" "$build" "$jobs" "${targets[@]/#/fuzz_}"
 
 # Longest input each target reads (bytes) and the slowest one run it may take (s).
 declare -A max_len=([pod_messages]=4096 [node_frames]=16384 [ring_records]=8192

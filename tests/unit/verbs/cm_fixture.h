@@ -131,11 +131,13 @@ class CmTest : public ::testing::Test {
   // flagged kCmEventWritten is answered without the flag.
   void RouterEnded(uint32_t id) { router_ended_.insert(id); }
 
-  Pod pod_;
   std::map<uint32_t, int> status_;  // cmd -> the router's status for it
   std::set<uint32_t> router_ended_;
   uint32_t next_handle_ = 100;
   std::vector<int> open_;
+  // Last, so that it goes first: its router thread answers commands with the members above
+  // until the pod is gone.
+  Pod pod_;
 };
 
 }  // namespace fftest
