@@ -197,6 +197,11 @@ inline constexpr uint64_t kDialTimeoutNs = 5'000'000'000ull;  // a dial not conn
 inline constexpr uint32_t kInboundSilenceFactor = 3;  // accepted links (no pings) wait N timeouts
 inline constexpr size_t kTlsSendBuffer = 1u << 20;    // encrypted bytes batched into one send()
 
+// ---- direct connections between pod processes (docs/direct-path.md) ----------------------
+inline constexpr int kDirectListenBacklog = 4;       // a direct listener's pending connections
+inline constexpr size_t kDirectCandidates = 4;       // accepted connections it waits on for a hello
+inline constexpr uint64_t kDirectAcceptTimeoutNs = 5'000'000'000ull;  // until a listener gives up
+
 // ---- router: pod identity ------------------------------------------------------------
 inline constexpr size_t kMaxNetnsEntries = 4096;  // interfaces or addresses read from a pod's netns
 inline constexpr int kNetlinkTimeoutMs = 1000;    // an rtnetlink / sock_diag answer takes this long

@@ -1,0 +1,96 @@
+// One end of a direct connection as a stream of sealed frames (direct_wire.h): frames put
+// are sealed into a send buffer and written without blocking; frames received are read in
+// bulk, opened in place and handed out whole. A frame that does not open, a head that
+// breaks the wire's rules, or the peer closing makes the stream dead for good: the
+// connection ends, and every channel on it with it. Not thread-safe: its owner locks.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "freeflow/fd.h"
+#include "freeflow/frame_seal.h"
+#include "freeflow/protocol/direct_wire.h"
+
+namespace ff {
+
+class DirectStream {
+ public:
+  struct Setup {
+    const uint8_t (*secret)[kDirectSecretBytes] = nullptr;
+    DirectRole role = DirectRole::kDialler;
+    SealMode mode = SealMode::kEncrypt;
+    uint64_t first_rx = 0;  // frames of the peer already opened by someone else (a router)
+    uint64_t first_tx = 0;  // frames of ours already sent (the dialler's hello)
+  };
+  // `fd`: a connected TCP socket; made non-blocking here. false from Init when the cipher
+  // cannot be set up.
+  explicit DirectStream(UniqueFd fd) : fd_(std::move(fd)) {}
+  bool Init(const Setup& setup);
+
+  enum class Put { kOk, kFull, kDead };
+  // Seals one frame of `type` for `chan` with the `n` pieces of `body` (at most
+  // direct::kMaxBody bytes in all) into the send buffer. kFull: the buffer holds
+  // the send limit's bytes not yet written (try again after Flush made room).
+  Put PutFrame(direct::Type type, uint32_t chan, uint16_t flags, const iovec* body, int n);
+  // Writes what the socket takes. false once the stream is dead.
+  bool Flush();
+  size_t unsent() const { return out_len_ - out_sent_; }
+
+  // Reads what the socket holds (at most one buffer) and calls on_frame(const direct::Head&,
+  // char* body) for each whole frame, opened; a false return stops there (the frame stays
+  // for the next Receive). Returns the number of frames handed out, -1 once dead.
+  template <typename OnFrame>
+  int Receive(OnFrame&& on_frame);
+
+  bool dead() const { return dead_; }
+  const char* why_dead() const { return why_; }
+  int fd() const { return fd_.get(); }
+  void set_send_limit(size_t bytes) { send_limit_ = bytes; }
+
+ private:
+  bool ReadSome();
+  // The first whole frame at in_off_, opened (once: a frame handed out and left for later
+  // is not opened again): nullptr when none is whole yet or the stream died (why_ says).
+  char* NextFrame(direct::Head* head);
+  void Die(const char* why);
+
+  UniqueFd fd_;
+  FrameCipher tx_, rx_;
+  // Buffers of raw bytes, never value-initialised (a 32 KiB frame is not cleared first).
+  std::unique_ptr<char[]> out_;
+  size_t out_cap_ = 0, out_len_ = 0, out_sent_ = 0;
+  size_t send_limit_ = 1u << 20;
+  std::unique_ptr<char[]> in_;
+  size_t in_cap_ = 0;
+  size_t in_off_ = 0, in_have_ = 0;  // unread bytes are in_[in_off_, in_have_)
+  bool opened_ = false;              // the frame at in_off_ was opened already
+  bool dead_ = false;
+  const char* why_ = "";
+};
+
+template <typename OnFrame>
+int DirectStream::Receive(OnFrame&& on_frame) {
+  if (dead_) return -1;
+  int frames = 0;
+  bool read = false;
+  for (;;) {
+    direct::Head h;
+    char* body = NextFrame(&h);
+    if (dead_) return -1;
+    if (body == nullptr) {
+      if (read || !ReadSome()) return dead_ ? -1 : frames;
+      read = true;
+      continue;
+    }
+    if (!on_frame(h, body)) return frames;
+    in_off_ += sizeof(h) + h.len + kSealTagBytes;
+    opened_ = false;
+    ++frames;
+  }
+}
+
+}  // namespace ff

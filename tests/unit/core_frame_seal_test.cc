@@ -1,0 +1,171 @@
+// Sealed frames of direct connections: what an end accepts, and everything it must refuse
+// (forged, altered, replayed, reordered, reflected frames, a peer in another mode).
+#include "freeflow/frame_seal.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace ff {
+namespace {
+
+struct Frame {
+  std::string head;
+  std::vector<char> body;
+  uint8_t tag[kSealTagBytes];
+};
+
+class FrameSealTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(NewDirectSecret(secret_)); }
+
+  // The dialler's sending side and the acceptor's receiving side of one connection.
+  void Pair(SealMode mode, FrameCipher* tx, FrameCipher* rx, SealMode rx_mode) {
+    ASSERT_TRUE(tx->Init(secret_, DirectRole::kDialler, FrameCipher::Direction::kSend, mode));
+    ASSERT_TRUE(rx->Init(secret_, DirectRole::kAcceptor, FrameCipher::Direction::kReceive, rx_mode));
+  }
+  void Pair(SealMode mode) { Pair(mode, &tx_, &rx_, mode); }
+
+  static Frame Seal(FrameCipher& c, const std::string& head, const std::string& body) {
+    Frame f{head, std::vector<char>(body.size()), {}};
+    iovec v{const_cast<char*>(body.data()), body.size()};
+    EXPECT_TRUE(c.Seal(f.head.data(), f.head.size(), &v, 1, f.body.data(), f.tag));
+    return f;
+  }
+  static bool Open(FrameCipher& c, Frame f, std::string* body = nullptr) {
+    const bool ok = c.Open(f.head.data(), f.head.size(), f.body.data(), f.body.size(), f.tag);
+    if (body != nullptr) body->assign(f.body.begin(), f.body.end());
+    return ok;
+  }
+
+  uint8_t secret_[kDirectSecretBytes];
+  FrameCipher tx_, rx_;
+};
+
+TEST_F(FrameSealTest, AnEncryptedFrameOpensToItsBodyAndHidesIt) {
+  Pair(SealMode::kEncrypt);
+  const std::string body = "the payload of an RDMA WRITE, sixty-four bytes or so, in clear";
+  const Frame f = Seal(tx_, "head", body);
+  EXPECT_EQ(std::string(f.body.begin(), f.body.end()).find("payload"), std::string::npos);
+  std::string got;
+  ASSERT_TRUE(Open(rx_, f, &got));
+  EXPECT_EQ(got, body);
+  EXPECT_EQ(tx_.sequence(), 1u);
+  EXPECT_EQ(rx_.sequence(), 1u);
+}
+
+TEST_F(FrameSealTest, AnAuthenticatedFrameTravelsInClearAndOpens) {
+  Pair(SealMode::kAuthenticate);
+  const Frame f = Seal(tx_, "head", "visible body");
+  EXPECT_EQ(std::string(f.body.begin(), f.body.end()), "visible body");
+  EXPECT_TRUE(Open(rx_, f));
+}
+
+TEST_F(FrameSealTest, FramesOpenInTheOrderTheyWereSealed) {
+  Pair(SealMode::kEncrypt);
+  std::vector<Frame> frames;
+  for (int i = 0; i < 100; ++i) frames.push_back(Seal(tx_, "h" + std::to_string(i), std::string(i, 'x')));
+  for (const Frame& f : frames) ASSERT_TRUE(Open(rx_, f));
+}
+
+TEST_F(FrameSealTest, PiecesSealAsOneBody) {
+  Pair(SealMode::kEncrypt);
+  const std::string a = "first piece ", b = "and the second";
+  iovec v[2] = {{const_cast<char*>(a.data()), a.size()}, {const_cast<char*>(b.data()), b.size()}};
+  Frame f{"head", std::vector<char>(a.size() + b.size()), {}};
+  ASSERT_TRUE(tx_.Seal(f.head.data(), f.head.size(), v, 2, f.body.data(), f.tag));
+  std::string got;
+  ASSERT_TRUE(Open(rx_, f, &got));
+  EXPECT_EQ(got, a + b);
+}
+
+TEST_F(FrameSealTest, AnAlteredBodyHeadOrTagIsRefusedInBothModes) {
+  for (SealMode mode : {SealMode::kEncrypt, SealMode::kAuthenticate}) {
+    for (int part = 0; part < 3; ++part) {
+      FrameCipher tx, rx;
+      Pair(mode, &tx, &rx, mode);
+      Frame f = Seal(tx, "head bytes", "body bytes");
+      if (part == 0) f.body[3] ^= 1;
+      if (part == 1) f.head[2] ^= 0x40;
+      if (part == 2) f.tag[15] ^= 0x80;
+      EXPECT_FALSE(Open(rx, f)) << "mode " << int(mode) << " part " << part;
+    }
+  }
+}
+
+TEST_F(FrameSealTest, AReplayedFrameIsRefused) {
+  Pair(SealMode::kEncrypt);
+  const Frame f = Seal(tx_, "head", "pay me once");
+  ASSERT_TRUE(Open(rx_, f));
+  EXPECT_FALSE(Open(rx_, f));
+}
+
+TEST_F(FrameSealTest, ReorderedOrDroppedFramesAreRefused) {
+  Pair(SealMode::kEncrypt);
+  const Frame first = Seal(tx_, "head", "first");
+  const Frame second = Seal(tx_, "head", "second");
+  EXPECT_FALSE(Open(rx_, second));  // the first never came
+  FrameCipher rx2;
+  ASSERT_TRUE(rx2.Init(secret_, DirectRole::kAcceptor, FrameCipher::Direction::kReceive,
+                       SealMode::kEncrypt));
+  ASSERT_TRUE(Open(rx2, first));
+  EXPECT_TRUE(Open(rx2, second));
+}
+
+TEST_F(FrameSealTest, AnEndThatTakesOverAfterTheFirstFrameOpensTheSecond) {
+  Pair(SealMode::kEncrypt);
+  const Frame hello = Seal(tx_, "hello", "conn 7");
+  const Frame next = Seal(tx_, "record", "data");
+  ASSERT_TRUE(Open(rx_, hello));  // the acceptor's router checks the hello
+  FrameCipher taker;
+  ASSERT_TRUE(taker.Init(secret_, DirectRole::kAcceptor, FrameCipher::Direction::kReceive,
+                         SealMode::kEncrypt, 1));
+  EXPECT_TRUE(Open(taker, next));
+}
+
+TEST_F(FrameSealTest, AFrameReflectedBackToItsSenderIsRefused) {
+  FrameCipher own_rx;
+  ASSERT_TRUE(tx_.Init(secret_, DirectRole::kDialler, FrameCipher::Direction::kSend,
+                       SealMode::kEncrypt));
+  ASSERT_TRUE(own_rx.Init(secret_, DirectRole::kDialler, FrameCipher::Direction::kReceive,
+                          SealMode::kEncrypt));
+  EXPECT_FALSE(Open(own_rx, Seal(tx_, "head", "to the acceptor")));
+}
+
+TEST_F(FrameSealTest, EndsThatDisagreeOnTheModeFailTheFirstFrame) {
+  Pair(SealMode::kAuthenticate, &tx_, &rx_, SealMode::kEncrypt);
+  EXPECT_FALSE(Open(rx_, Seal(tx_, "head", "body")));
+}
+
+TEST_F(FrameSealTest, AnotherConnectionsSecretOpensNothing) {
+  FrameCipher other;
+  uint8_t secret[kDirectSecretBytes];
+  ASSERT_TRUE(NewDirectSecret(secret));
+  ASSERT_NE(memcmp(secret, secret_, sizeof(secret)), 0);
+  ASSERT_TRUE(other.Init(secret, DirectRole::kAcceptor, FrameCipher::Direction::kReceive,
+                         SealMode::kEncrypt));
+  ASSERT_TRUE(tx_.Init(secret_, DirectRole::kDialler, FrameCipher::Direction::kSend,
+                       SealMode::kEncrypt));
+  EXPECT_FALSE(Open(other, Seal(tx_, "head", "body")));
+}
+
+TEST_F(FrameSealTest, AnEmptyBodyIsStillAuthenticated) {
+  Pair(SealMode::kEncrypt);
+  Frame f = Seal(tx_, "credit 4096", "");
+  f.head[0] ^= 1;
+  EXPECT_FALSE(Open(rx_, f));
+}
+
+TEST_F(FrameSealTest, AnUninitialisedCipherSealsAndOpensNothing) {
+  FrameCipher c;
+  uint8_t tag[kSealTagBytes] = {};
+  char body[4] = {};
+  EXPECT_FALSE(c.Open("h", 1, body, sizeof(body), tag));
+  iovec v{body, sizeof(body)};
+  EXPECT_FALSE(c.Seal("h", 1, &v, 1, body, tag));
+}
+
+}  // namespace
+}  // namespace ff
