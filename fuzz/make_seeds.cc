@@ -14,6 +14,7 @@
 
 #include "freeflow/codec.h"
 #include "freeflow/protocol.h"
+#include "freeflow/protocol/direct_wire.h"
 
 namespace {
 
@@ -309,6 +310,22 @@ void RingRecords(const std::string& dir) {
 
 }  // namespace
 
+// ---- direct_frames: a script of sealed frames, injected bytes and takes -----------------
+
+void DirectFrames(const std::string& dir) {
+  Seed s;
+  const char body[10] = "genuine!!";
+  // A sealed record, then an injected one that looks like a frame, then a take.
+  s.Int(0, 2).Int(2, 6).Int(1, 0xffffffffu).Int(sizeof(body), direct::kMaxBody + 64);
+  s.Bytes(body, sizeof(body));
+  const direct::Head forged{4, direct::Type::kRecord, 0, 1, 0};
+  std::vector<uint8_t> junk(sizeof(forged) + 4 + kSealTagBytes, 0x5a);
+  std::memcpy(junk.data(), &forged, sizeof(forged));
+  s.Int(1, 2).Int(junk.size() - 1, 511).Bytes(junk.data(), junk.size());
+  s.Int(2, 2).Int(8, 8);
+  Write(dir, "sealed_then_injected", s.Build());
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s CORPUS_DIR (fuzz/corpus)\n", argv[0]);
@@ -318,5 +335,6 @@ int main(int argc, char** argv) {
   PodMessages(root + "/pod_messages");
   NodeFrames(root + "/node_frames");
   RingRecords(root + "/ring_records");
+  DirectFrames(root + "/direct_frames");
   return 0;
 }

@@ -37,7 +37,7 @@ done
 shift $((OPTIND - 1))
 targets=("$@")
 # Heavy targets (a router thread each) alternate with light ones when run two at a time.
-((${#targets[@]})) || targets=(pod_messages controlplane_file node_frames ring_records)
+((${#targets[@]})) || targets=(pod_messages controlplane_file node_frames ring_records direct_frames)
 
 mkdir -p "$build"
 build=$(cd "$build" && pwd)
@@ -45,7 +45,7 @@ bash "$src/fuzz/build.sh" "$build" "$jobs" "${targets[@]/#/fuzz_}"
 
 # Longest input each target reads (bytes) and the slowest one run it may take (s).
 declare -A max_len=([pod_messages]=4096 [node_frames]=16384 [ring_records]=8192
-                    [controlplane_file]=4096)
+                    [controlplane_file]=4096 [direct_frames]=131072)
 # The library logs every corrupt ring it meets to stderr: ring_records runs with the target's
 # stderr closed (libFuzzer and the sanitizers keep reporting on their own copy of it).
 declare -A quiet=([ring_records]=-close_fd_mask=2)

@@ -27,10 +27,10 @@ bool Derive(const uint8_t (&secret)[kDirectSecretBytes], DirectRole sender, Seal
   char info[64];
   const int n = snprintf(info, sizeof(info), "freeflow direct 1 %s %s", RoleName(sender),
                          ModeName(mode));
-  EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  // Fetched once: a fetch looks the algorithm up among OpenSSL's providers every time.
+  static EVP_KDF* const kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
   if (kdf == nullptr) return false;
   EVP_KDF_CTX* kctx = EVP_KDF_CTX_new(kdf);
-  EVP_KDF_free(kdf);
   if (kctx == nullptr) return false;
   char digest[] = "SHA256";
   OSSL_PARAM params[] = {
@@ -63,11 +63,13 @@ bool FrameCipher::Init(const uint8_t (&secret)[kDirectSecretBytes], DirectRole s
   uint8_t material[kKeyBytes + kIvBytes];
   if (!Derive(secret, dir == Direction::kSend ? self : peer, mode, material, sizeof(material)))
     return false;
+  static EVP_CIPHER* const gcm = EVP_CIPHER_fetch(nullptr, "AES-128-GCM", nullptr);
+  if (gcm == nullptr) return false;
   auto st = std::make_unique<State>();
   st->ctx = EVP_CIPHER_CTX_new();
   const bool encrypt = dir == Direction::kSend;
   bool ok = st->ctx != nullptr &&
-            EVP_CipherInit_ex(st->ctx, EVP_aes_128_gcm(), nullptr, nullptr, nullptr, encrypt) == 1 &&
+            EVP_CipherInit_ex(st->ctx, gcm, nullptr, nullptr, nullptr, encrypt) == 1 &&
             EVP_CIPHER_CTX_ctrl(st->ctx, EVP_CTRL_GCM_SET_IVLEN, kIvBytes, nullptr) == 1 &&
             EVP_CipherInit_ex(st->ctx, nullptr, nullptr, material, nullptr, encrypt) == 1;
   memcpy(st->iv, material + kKeyBytes, kIvBytes);
