@@ -3,13 +3,13 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 namespace ff {
 namespace {
 
-constexpr size_t kFrameMax = sizeof(direct::Head) + direct::kMaxBody + kSealTagBytes;
 constexpr size_t kReadChunk = 256 * 1024;  // what one receive may take
 
 bool KnownType(direct::Type t) {
@@ -33,6 +33,10 @@ bool DirectStream::Init(const Setup& setup) {
   in_cap_ = kReadChunk + kFrameMax;
   in_ = std::make_unique_for_overwrite<char[]>(in_cap_);
   return true;
+}
+
+void DirectStream::set_send_limit(size_t bytes) {
+  send_limit_ = out_cap_ == 0 ? bytes : std::min(bytes, out_cap_ - kFrameMax);
 }
 
 void DirectStream::Die(const char* why) {
@@ -93,6 +97,7 @@ bool DirectStream::ReadSome() {
     in_have_ -= in_off_;
     in_off_ = 0;
   }
+  if (in_have_ == in_cap_) return false;  // never: a partial frame always leaves room
   for (;;) {
     const ssize_t r = ::recv(fd_.get(), in_.get() + in_have_, in_cap_ - in_have_, MSG_DONTWAIT);
     if (r > 0) {

@@ -49,7 +49,11 @@ class DirectStream {
   bool dead() const { return dead_; }
   const char* why_dead() const { return why_; }
   int fd() const { return fd_.get(); }
-  void set_send_limit(size_t bytes) { send_limit_ = bytes; }
+  // How many unsent bytes PutFrame lets pile up (1 MiB unless set); after Init, at most the
+  // limit Init sized the buffer for.
+  void set_send_limit(size_t bytes);
+  // The most one frame takes on the wire.
+  static constexpr size_t kFrameMax = sizeof(direct::Head) + direct::kMaxBody + kSealTagBytes;
 
  private:
   bool ReadSome();

@@ -200,6 +200,7 @@ inline constexpr size_t kTlsSendBuffer = 1u << 20;    // encrypted bytes batched
 // ---- direct connections between pod processes (docs/direct-path.md) ----------------------
 inline constexpr int kDirectListenBacklog = 4;       // a direct listener's pending connections
 inline constexpr size_t kDirectCandidates = 4;       // accepted connections it waits on for a hello
+inline constexpr int kDirectAcceptBurst = 16;        // connections it accepts per loop turn
 inline constexpr uint64_t kDirectAcceptTimeoutNs = 5'000'000'000ull;  // until a listener gives up
 
 // ---- router: pod identity ------------------------------------------------------------

@@ -117,7 +117,7 @@ void DirectListeners::OnAcceptable(uint64_t id) {
   auto it = listeners_.find(id);
   if (it == listeners_.end()) return;
   Listener& l = *it->second;
-  for (;;) {
+  for (int burst = 0; burst < kDirectAcceptBurst; ++burst) {  // a flood waits for the next turn
     sockaddr_in from{};
     socklen_t len = sizeof(from);
     UniqueFd c(::accept4(l.fd.get(), reinterpret_cast<sockaddr*>(&from), &len,
