@@ -67,7 +67,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   Qp* dest = tables_.FindDest(m.dest_ip, m.dest_qpn);
   Pod* owner = dest != nullptr ? tables_.FindPod(dest->owner) : nullptr;
   if (owner == nullptr) return answer(EHOSTUNREACH);
-  if (dest->type != m.qp_type) return answer(EINVAL);
+  if (dest->kind != QpKindOf(m.qp_type)) return answer(EINVAL);
   // An RC/UC QP takes data only from the QP its owner named: until then, "ask again".
   if (!dest->Consents(m.src_ip, m.src_qpn)) return answer(EINPROGRESS);
   if (senders_.count({link, chan})) Drop({link, chan}, TellPeer::kNo, DropCause::kClosed);
@@ -82,7 +82,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   s->target_qpn = dest->qpn;
   s->recv_cq_id = dest->recv_cq_id;
   s->owner = owner->id;
-  s->qp_type = dest->type;
+  s->kind = dest->kind;
   s->queued = Held(quotas_, owner->id, Quota::kQueuedBytes);
   s->mapped = Held(quotas_, owner->id, Quota::kMappedBytes);
   const uint64_t seg_bytes = QpSegmentBytes(dest->num_rings, dest->ring_bytes);
@@ -100,7 +100,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
       return answer(EHOSTUNREACH);
     s->credits = &s->srq_seg.as<SrqSegment>()->credits;
   }
-  if (dest->type == IBV_QPT_UD) {
+  if (dest->kind->datagram) {
     // A ring of its own, and the receiver told whose it is (never read from the records).
     proto::Event e{};
     const auto r = static_cast<uint32_t>(ring);
@@ -117,16 +117,13 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   dest->GiveRing(static_cast<size_t>(ring), Producer::Remote(s->id));
   reply.peer_qpn = dest->qpn;
   reply.peer_ip = owner->who.ip;
-  reply.qp_type = dest->type;
+  reply.qp_type = dest->kind->type;
   by_id_[s->id] = {link, chan};
   senders_[{link, chan}] = std::move(s);
   answer(0);
   // The target may have asked for its initiator before the initiator named it; one that
   // never asked links when it first sends (Qp::asked).
-  if (dest->type != IBV_QPT_UD && dest->asked) {
-    dest->asked = false;
-    sessions_.Notify(owner->id, proto::EventType::kPeerNamed, dest->qpn);
-  }
+  if (dest->TakeAsked()) sessions_.Notify(owner->id, proto::EventType::kPeerNamed, dest->qpn);
 }
 
 Executor::Verdict Executor::Record(LinkId link, uint32_t chan, const char* body, uint32_t len) {
@@ -189,7 +186,7 @@ Executor::Claim Executor::ClaimCredit(Sender& s, const RequestView& v) {
     s.rnr = RnrState{};
     return Claim::kHave;
   }
-  if (s.qp_type != IBV_QPT_RC) return Claim::kDrop;  // UC/UD: no receive, the message is dropped
+  if (!s.kind->rnr_retry) return Claim::kDrop;  // UC/UD: no receive, the message is dropped
   const uint32_t timer = s.hdr->min_rnr_timer.load(std::memory_order_relaxed);
   if (s.rnr.deadline_ns == 0) {
     SPDLOG_DEBUG("QP {:#x}: no receive posted for remote QP {:#x}; RNR retry in {} us",
@@ -227,8 +224,7 @@ bool Executor::ApplySend(Sender& s, Pod&, const RequestView& v) {
   if (v.h.flags & kRecLast) {
     s.have_credit = false;
     s.dropping = false;
-    if (s.qp_type != IBV_QPT_UD)
-      Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
+    if (s.kind->answered) Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
   }
   return true;
 }
@@ -399,7 +395,7 @@ void Executor::Run(Sender& s) {
 // it: they still arrive (a sender that exits right after its last send lost up to half of
 // a 100-message burst, udaddy's replies across nodes). Anything else goes now.
 void Executor::CloseSender(Sender& s, bool died) {
-  if (s.qp_type != IBV_QPT_UD || s.queue.empty())
+  if (!s.kind->datagram || s.queue.empty())
     return Drop({s.link, s.chan}, TellPeer::kNo, CauseOf(died));
   s.closing = true;
   s.close_died = died;
@@ -448,7 +444,7 @@ void Executor::OnDrained(LinkId link) {
 // The target pod's queue quota is spent: the router queues no more for it. The request
 // fails and the connection closes on both sides; a UD datagram is just lost.
 Executor::Verdict Executor::Overflow(Sender& s, const RequestView& v) {
-  if (s.qp_type == IBV_QPT_UD) return Verdict::kConsumed;
+  if (s.kind->datagram) return Verdict::kConsumed;
   Respond(s.link, s.chan, v.req.seq, IBV_WC_RNR_RETRY_EXC_ERR, 0, nullptr, 0, true);
   sessions_.Notify(s.owner, proto::EventType::kPeerGone, s.target_qpn);
   Drop({s.link, s.chan}, TellPeer::kYes, DropCause::kDied);
@@ -493,7 +489,7 @@ void Executor::Drop(const Key& key, TellPeer tell, DropCause cause) {
   if (Qp* q = tables_.FindQp(s->target_qpn)) {
     q->ReleaseRingsOf(Producer::Remote(s->id));
     // The remote peer is gone: a connected RC/UC target learns it as from a local peer.
-    if (tell == TellPeer::kNo && s->qp_type != IBV_QPT_UD) {
+    if (tell == TellPeer::kNo && !s->kind->datagram) {
       sessions_.Notify(q->owner, died ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed,
                        s->target_qpn);
     }

@@ -87,8 +87,8 @@ class Executor {
     uint32_t src_qpn = 0;
     uint32_t target_qpn = 0;
     uint32_t recv_cq_id = 0;
-    PodId owner = 0;  // the target QP's pod
-    uint32_t qp_type = 0;
+    PodId owner = 0;               // the target QP's pod
+    const QpKind* kind = nullptr;  // the target QP's
     Mapping seg;
     Mapping srq_seg;
     Mapping ud_ring;  // UD: the ring of this sender's own the router made

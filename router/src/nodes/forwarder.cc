@@ -111,7 +111,7 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   // (EINPROGRESS) comes back, and must then tell it (Executor::Connect, kPeerNamed).
   src.asked = !ud;
   p->connect_deadline_ns = MonotonicNs() + kDialTimeoutNs;
-  const wire::Connect w{pod->who.ip, src.qpn, src.type, dest_ip, dest_qpn, 0};
+  const wire::Connect w{pod->who.ip, src.qpn, src.kind->type, dest_ip, dest_qpn, 0};
   // What the pod published before it asked goes first: a UD connect may take the ring of
   // one of its own senders there (Executor::LoseUdRing), whose datagrams must not be lost
   // only because their doorbell had not been served yet.
