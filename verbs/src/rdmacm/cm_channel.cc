@@ -330,9 +330,9 @@ bool DisconnectionEvent(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent
   const IdState* id = IdOnLocked(t, ch, handle);
   if (id == nullptr || id->last == nullptr || id->phase != CmPhase::kConnected || id->ended)
     return false;
-  const uint8_t type = id->last->qp.qp_type;
-  if (type != IBV_QPT_RC && type != IBV_QPT_UC) return false;
-  *ev = OwnEvent(id->uid, handle, kCmDisconnected);  // no snapshot: a disconnect changes none
+  const ff::QpKind* kind = ff::QpKindOf(id->last->qp.qp_type);
+  if (kind == nullptr || kind->datagram) return false;  // only a connection disconnects
+  *ev = OwnEvent(id->uid, handle, kCmDisconnected);     // no snapshot: a disconnect changes none
   return true;
 }
 
