@@ -10,6 +10,20 @@
 
 namespace ff {
 
+const QpKind* CmIdKind(uint16_t ps, uint8_t qp_type) {
+  switch (ps) {
+    case RDMA_PS_TCP:
+      return &kRcQp;
+    case RDMA_PS_UDP:
+    case RDMA_PS_IPOIB:
+      return &kUdQp;
+    case RDMA_PS_IB:
+      return QpKindOf(qp_type);
+    default:
+      return nullptr;
+  }
+}
+
 void CmFillAh(uint32_t remote_ip, uint8_t tos, ib_uverbs_ah_attr* ah) {
   std::memset(ah, 0, sizeof(*ah));
   Ipv4MappedGid(remote_ip, ah->grh.dgid);

@@ -90,9 +90,11 @@ int DestroySrq(Request& q) {
   return RemoveObject(q, q.pod.srqs, proto::As<proto::DestroySrq>(q.msg).id, 1);
 }
 
-// The descriptors the router may keep for a QP (its `fds` quota).
-uint32_t QpFds(uint32_t type, uint32_t num_rings) {
-  return 1 + (type == IBV_QPT_UD ? num_rings : 0);
+// The descriptors the router may keep for a QP of `kind` (its `fds` quota): its segment, and
+// for a datagram QP the memfd of each sender's own ring (NewUdRing). `kind` nullptr: a type
+// CheckQp refuses.
+uint32_t QpFds(const QpKind* kind, uint32_t num_rings) {
+  return 1 + (kind != nullptr && kind->datagram ? num_rings : 0);
 }
 
 // Tops the pod's granted QP numbers up to kQpnGrant (proto::CreateQpReply). A number holds
@@ -112,7 +114,7 @@ void Grant(Request& q) {
 // What CreateQp checks of the request itself.
 int CheckQp(const Request& q, const proto::CreateQp& m) {
   if (q.pod.qps.size() >= kMaxQpsPerPod) return ENOSPC;
-  if (m.qp_type != IBV_QPT_RC && m.qp_type != IBV_QPT_UC && m.qp_type != IBV_QPT_UD) return EINVAL;
+  if (QpKindOf(m.qp_type) == nullptr) return EINVAL;
   if (m.num_rings == 0 || m.num_rings > kMaxRingsPerQp || m.ring_bytes < kMinRingBytes ||
       m.ring_bytes > kMaxRingBytes || (m.ring_bytes & (m.ring_bytes - 1)) != 0)
     return EINVAL;
@@ -122,15 +124,17 @@ int CheckQp(const Request& q, const proto::CreateQp& m) {
   return 0;
 }
 
-// Checks a create under granted number m.qpn and takes its quota. The number is used up
-// whatever the outcome. A posted create the router refuses (the pod reached a quota
-// meanwhile, or it speaks the protocol itself) is logged, and the process hears kQpRefused
-// for the number: the QP it believes it has fails (QP_FATAL) instead of waiting.
-int TakeGranted(Request& q, const proto::CreateQp& m, uint32_t fds) {
+// Checks a create under granted number m.qpn (of `kind`, m.qp_type's) and takes its quota.
+// The number is used up whatever the outcome. A posted create the router refuses (the pod
+// reached a quota meanwhile, or it speaks the protocol itself) is logged, and the process
+// hears kQpRefused for the number: the QP it believes it has fails (QP_FATAL) instead of
+// waiting.
+int TakeGranted(Request& q, const proto::CreateQp& m, const QpKind* kind, uint32_t fds) {
   auto it = std::find(q.pod.qpn_grants.begin(), q.pod.qpn_grants.end(), m.qpn);
   if (it == q.pod.qpn_grants.end()) return ENOENT;  // not this session's to use
   q.pod.qpn_grants.erase(it);
-  int rc = m.qp_type == IBV_QPT_UD ? EINVAL : CheckQp(q, m);
+  // A known kind that may not be posted is refused here; an unknown one by CheckQp.
+  int rc = kind != nullptr && !kind->posted_create ? EINVAL : CheckQp(q, m);
   if (rc == 0) rc = q.b.quotas.Take(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, fds}});
   if (rc == 0) return 0;
   q.b.tables.ReleaseQpn(m.qpn);
@@ -144,10 +148,10 @@ int TakeGranted(Request& q, const proto::CreateQp& m, uint32_t fds) {
 
 int NewQp(Request& q) {
   const auto m = proto::As<proto::CreateQp>(q.msg);
-  // Descriptors: the segment, and for UD the memfd of each sender's own ring (NewUdRing).
-  const uint32_t fds = QpFds(m.qp_type, m.num_rings);
+  const QpKind* kind = QpKindOf(m.qp_type);  // nullptr: refused below (CheckQp)
+  const uint32_t fds = QpFds(kind, m.num_rings);
   if (m.qpn != 0) {
-    if (const int rc = TakeGranted(q, m, fds)) return rc;
+    if (const int rc = TakeGranted(q, m, kind, fds)) return rc;
   } else if (q.posted) {
     return EINVAL;  // only a granted number may be posted: nobody would learn this one
   } else {
@@ -155,7 +159,7 @@ int NewQp(Request& q) {
     if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kQps, 1}, {Quota::kFds, fds}})) return rc;
   }
   auto qp = std::make_unique<Qp>();
-  qp->type = m.qp_type;
+  qp->kind = kind;
   qp->owner = q.pod.id;
   qp->seg = std::move(q.fds[0]);
   qp->num_rings = m.num_rings;
@@ -185,7 +189,7 @@ int CreateQp(Request& q) {
 // Takes every ring of `qp` back from the QPs that produce into it; local RC/UC producers
 // hear `gone`, UD senders that their link is lost.
 void ReleaseProducers(Broker::Parts& b, Qp& qp, bool died) {
-  if (qp.type == IBV_QPT_UD) {
+  if (qp.kind->datagram) {
     for (size_t i = 0; i < qp.producers.size(); ++i) b.executor.LoseUdRing(qp, i, died);
     return;
   }
@@ -210,7 +214,7 @@ void ReleaseQp(Broker::Parts& b, Qp& qp, bool died) {
   ReleaseProducers(b, qp, died);
   for (uint32_t dest : b.tables.Unlink(qp)) {
     Qp* d = b.tables.FindQp(dest);
-    if (d != nullptr && d->type != IBV_QPT_UD) b.sessions.Notify(d->owner, gone, dest);
+    if (d != nullptr && !d->kind->datagram) b.sessions.Notify(d->owner, gone, dest);
   }
 }
 
@@ -219,7 +223,7 @@ int DestroyQp(Request& q) {
   Qp* qp = q.b.tables.FindOwnedQp(q.pod, qpn);
   if (qp == nullptr) return ENOENT;
   ReleaseQp(q.b, *qp, false);
-  const uint32_t fds = QpFds(qp->type, qp->num_rings);
+  const uint32_t fds = QpFds(qp->kind, qp->num_rings);
   q.pod.qps.erase(qpn);
   q.b.tables.EraseQp(qpn);
   q.pod.windows.QpGone(q.pod.mr, qpn);
@@ -232,7 +236,7 @@ int DestroyQp(Request& q) {
 void Disconnect(Broker::Parts& b, Qp& qp) {
   b.forwarder.DropQp(qp.qpn, false);
   b.tables.Unlink(qp);
-  if (qp.type != IBV_QPT_UD) ReleaseProducers(b, qp, false);
+  if (!qp.kind->datagram) ReleaseProducers(b, qp, false);
   qp.named = Qp::Named{};
   qp.asked = false;
 }
@@ -354,7 +358,7 @@ int AllocMw(Request& q) {
 int BindMw(Request& q) {
   const auto m = proto::As<proto::BindMw>(q.msg);
   const Qp* qp = m.qpn != 0 ? q.b.tables.FindOwnedQp(q.pod, m.qpn) : nullptr;
-  const int rc = q.pod.windows.Bind(q.pod.mr, m, qp != nullptr && qp->type == IBV_QPT_RC);
+  const int rc = q.pod.windows.Bind(q.pod.mr, m, qp != nullptr && qp->kind->Allows(IBV_WR_BIND_MW));
   if (rc != 0) spdlog::debug("client {}: memory window bind refused: {}", q.pod.id, rc);
   return rc;
 }
@@ -395,7 +399,7 @@ int GetRegion(Request& q) {
   const auto m = proto::As<proto::GetRegion>(q.msg);
   Qp* self = q.b.tables.FindOwnedQp(q.pod, m.qpn);
   if (self == nullptr) return ENOENT;
-  if (self->type == IBV_QPT_UD) return EINVAL;
+  if (self->kind->datagram) return EINVAL;
   for (uint32_t dest : self->produces_into) {
     Qp* d = q.b.tables.FindQp(dest);
     Pod* owner = d != nullptr ? q.b.tables.FindPod(d->owner) : nullptr;
@@ -455,15 +459,13 @@ void Hello(Broker::Parts& b, const Call& call, UniqueFd* fds) {
 // `qp` (of `owner`) has been named by the peer it asked for: it may link now (kPeerNamed),
 // when it asked. Telling a QP that never asked would only wake its process for nothing.
 void TellIfAsked(Broker::Parts& b, const Pod& owner, Qp& qp) {
-  if (!qp.asked || qp.type == IBV_QPT_UD) return;
-  qp.asked = false;
-  b.sessions.Notify(owner.id, proto::EventType::kPeerNamed, qp.qpn);
+  if (qp.TakeAsked()) b.sessions.Notify(owner.id, proto::EventType::kPeerNamed, qp.qpn);
 }
 
 // Gives `src` a ring of `dest` (both on this node) and the peer's segments.
 int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, proto::Response* r,
                  std::vector<int>* fds) {
-  if (dest.type != src.type) return EINVAL;
+  if (dest.kind != src.kind) return EINVAL;
   if (!dest.Consents(pod.who.ip, src.qpn)) {  // it has not named us (yet)
     src.asked = !ud;
     return EINPROGRESS;
@@ -488,7 +490,7 @@ int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, p
   c.ring_index = static_cast<uint32_t>(ring);
   c.num_rings = dest.num_rings;
   c.ring_bytes = dest.ring_bytes;
-  c.peer_qp_type = dest.type;
+  c.peer_qp_type = dest.kind->type;
   c.notify_slot = proto::kNoId;
   c.has_srq = 0;
   if (const int rc = dest.FreezeSegment()) return rc;
@@ -536,12 +538,12 @@ uint32_t PeerIp(const Broker::Parts& b, const Pod& pod, uint32_t dest_ip, uint16
 int NameQp(Broker::Parts& b, Pod& pod, const proto::NameQp& m) {
   Qp* src = b.tables.FindOwnedQp(pod, m.qpn);
   if (src == nullptr) return ENOENT;
-  if (src->type == IBV_QPT_UD) return EINVAL;
+  if (src->kind->datagram) return EINVAL;
   const uint32_t ip = PeerIp(b, pod, m.dest_ip, m.dest_lid);
   if (ip == 0) return EHOSTUNREACH;
   Name(b, *src, Qp::Named{ip, m.dest_qpn});
   Qp* dest = b.tables.FindDest(ip, m.dest_qpn);
-  if (dest == nullptr || dest->type != src->type || !dest->Consents(pod.who.ip, src->qpn)) return 0;
+  if (dest == nullptr || dest->kind != src->kind || !dest->Consents(pod.who.ip, src->qpn)) return 0;
   if (const Pod* owner = b.tables.FindPod(dest->owner)) TellIfAsked(b, *owner, *dest);
   return 0;
 }
@@ -553,7 +555,7 @@ void Connect(Broker::Parts& b, const Call& call, Pod& pod, const char* msg) {
   const bool ud = call.op == proto::Op::kResolveUd;
   Qp* src = b.tables.FindOwnedQp(pod, m.qpn);
   if (src == nullptr) return b.sessions.Answer(call, ENOENT);
-  if ((src->type == IBV_QPT_UD) != ud) return b.sessions.Answer(call, EINVAL);
+  if (src->kind->datagram != ud) return b.sessions.Answer(call, EINVAL);
   const uint32_t ip = PeerIp(b, pod, m.dest_ip, m.dest_lid);
   if (ip == 0) return b.sessions.Answer(call, EHOSTUNREACH);
   if (!ud) Name(b, *src, Qp::Named{ip, m.dest_qpn});

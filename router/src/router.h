@@ -86,6 +86,11 @@ class Router final : private NodeTransport::Handler {
   void OnLinkDown(LinkId link, const std::string& why) override;
   void OnTimer();
   void RetrySoon();
+  // What the executor and the forwarder share (the members it names are constructed first,
+  // but sessions_, which it only refers to).
+  CrossNodeParts CrossNode() {
+    return {transport_.get(), tables_, sessions_, directory_, quotas_, [this] { RetrySoon(); }};
+  }
 
   RouterConfig config_;
   EventLoop loop_;

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "freeflow/protocol.h"
+#include "freeflow/qp_kind.h"
 
 struct rdma_ucm_query_route_resp;  // <rdma/rdma_user_cm.h>, which not every includer can take
 
@@ -31,6 +32,11 @@ inline constexpr uint8_t kCmPort = 1;
 inline constexpr uint8_t kCmMappedGidIndex = 1;  // GID 1 of a pod's port: ::ffff:a.b.c.d
 inline constexpr uint8_t kCmHopLimit = 64;
 
+// The kind of QP an rdma_cm id of port space `ps` (CREATE_ID) serves: RC for RDMA_PS_TCP, UD
+// for RDMA_PS_UDP and RDMA_PS_IPOIB, the program's `qp_type` for RDMA_PS_IB; nullptr for
+// another port space or type. The router refuses such a CREATE_ID; the library checks it
+// before it posts one.
+const QpKind* CmIdKind(uint16_t ps, uint8_t qp_type);
 // Fills *out for `qp_state` (IBV_QPS_INIT, RTR or RTS). 0, or EINVAL when the id has no
 // such attributes yet (RTR/RTS before a connection) or for any other state.
 int CmInitQpAttr(const proto::CmQpInputs& in, uint32_t qp_state, ib_uverbs_qp_attr* out);

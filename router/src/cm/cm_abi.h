@@ -20,22 +20,8 @@ namespace ff::router {
 static_assert(sizeof(rdma_ucm_event_resp) == proto::kCmEventRespBytes);
 static_assert(sizeof(rdma_ucm_query_route_resp) == proto::kCmRouteBytes);
 
-// Event numbers (librdmacm's enum rdma_cm_event_type, which the kernel's ucma uses too;
-// <rdma/rdma_cma.h> cannot be included beside the uapi header).
-enum CmEventType : uint32_t {
-  RDMA_CM_EVENT_ADDR_RESOLVED = 0,
-  RDMA_CM_EVENT_ADDR_ERROR = 1,
-  RDMA_CM_EVENT_ROUTE_RESOLVED = 2,
-  RDMA_CM_EVENT_ROUTE_ERROR = 3,
-  RDMA_CM_EVENT_CONNECT_REQUEST = 4,
-  RDMA_CM_EVENT_CONNECT_RESPONSE = 5,
-  RDMA_CM_EVENT_CONNECT_ERROR = 6,
-  RDMA_CM_EVENT_UNREACHABLE = 7,
-  RDMA_CM_EVENT_REJECTED = 8,
-  RDMA_CM_EVENT_ESTABLISHED = 9,
-  RDMA_CM_EVENT_DISCONNECTED = 10,
-  RDMA_CM_EVENT_DEVICE_REMOVAL = 11,
-};
+// The ucma event numbers, by librdmacm's names (proto::CmEventType).
+using enum proto::CmEventType;
 
 // IB CM reject reasons and SIDR statuses that freeflow gives.
 inline constexpr uint8_t kRejNoResources = 3;

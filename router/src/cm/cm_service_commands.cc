@@ -147,23 +147,8 @@ CmId* CmService::Named(Ctx& c, uint32_t handle, int* status) {
 int CmService::CreateId(Ctx& c) {
   const auto cmd = c.Body<rdma_ucm_create_id>();
   if (c.m.out_len < sizeof(rdma_ucm_create_id_resp)) return ENOSPC;
-  uint8_t qp_type = 0;
-  switch (cmd.ps) {
-    case RDMA_PS_TCP:
-      qp_type = IBV_QPT_RC;
-      break;
-    case RDMA_PS_UDP:
-    case RDMA_PS_IPOIB:
-      qp_type = IBV_QPT_UD;
-      break;
-    case RDMA_PS_IB:
-      if (cmd.qp_type != IBV_QPT_RC && cmd.qp_type != IBV_QPT_UC && cmd.qp_type != IBV_QPT_UD)
-        return EINVAL;
-      qp_type = cmd.qp_type;
-      break;
-    default:
-      return EINVAL;
-  }
+  const QpKind* kind = CmIdKind(cmd.ps, cmd.qp_type);
+  if (kind == nullptr) return EINVAL;
   int status = ENOMEM;
   CmId* id = c.m.handle != 0 ? table_.CreateGranted(c.call.pod, c.m.channel, c.m.handle, &status)
                              : table_.Create(c.call.pod, c.m.channel);
@@ -174,7 +159,7 @@ int CmService::CreateId(Ctx& c) {
     c.reply->grant_count = kCmHandleGrant;
   id->uid = cmd.uid;
   id->ps = cmd.ps;
-  id->qp_type = qp_type;
+  id->qp_type = static_cast<uint8_t>(kind->type);
   id->qkey = kRdmaUdpQkey;
   id->psn = CmPsn(id->handle);
   rdma_ucm_create_id_resp r{};

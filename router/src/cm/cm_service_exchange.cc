@@ -15,7 +15,7 @@
 namespace ff::router {
 namespace {
 
-bool Ud(const CmId& id) { return id.qp_type == IBV_QPT_UD; }
+bool Ud(const CmId& id) { return IsDatagram(id.qp_type); }
 
 // Copies the program's private data into a message; false when it is longer than `max`.
 bool TakeData(wire::CmMessage* m, const uint8_t* data, uint8_t len, uint8_t max) {

@@ -41,10 +41,10 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   wire::ConnectReply reply{0, 0, 0, 0};
   auto answer = [&](int status) {
     reply.status = status;
-    transport_->Send(link, wire::Type::kConnectReply, chan, 0, {{&reply, sizeof(reply)}});
+    parts_.transport->Send(link, wire::Type::kConnectReply, chan, 0, {{&reply, sizeof(reply)}});
   };
-  const std::string peer = transport_->PeerNode(link);
-  const std::optional<cp::Endpoint> from = directory_.Locate(m.src_ip);
+  const std::string peer = parts_.transport->PeerNode(link);
+  const std::optional<cp::Endpoint> from = parts_.directory.Locate(m.src_ip);
   if (!from) {
     // Perhaps a pod that just started, whose entry is still on its way: look again on the
     // router's timer until the deadline (RetryUnresolved).
@@ -52,7 +52,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
     if (deadline_ns == 0) deadline_ns = now + kSourceResolveNs;
     if (now < deadline_ns) {
       unresolved_.push_back({link, chan, m, deadline_ns});
-      retry_soon_();
+      parts_.retry_soon();
       return;
     }
     spdlog::warn("router {} connected as {} (QP {:#x}), which no node holds: refused", peer,
@@ -64,10 +64,10 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
                  FormatIpv4(m.src_ip), m.src_qpn, from->node);
     return answer(EACCES);
   }
-  Qp* dest = tables_.FindDest(m.dest_ip, m.dest_qpn);
-  Pod* owner = dest != nullptr ? tables_.FindPod(dest->owner) : nullptr;
+  Qp* dest = parts_.tables.FindDest(m.dest_ip, m.dest_qpn);
+  Pod* owner = dest != nullptr ? parts_.tables.FindPod(dest->owner) : nullptr;
   if (owner == nullptr) return answer(EHOSTUNREACH);
-  if (dest->type != m.qp_type) return answer(EINVAL);
+  if (dest->kind != QpKindOf(m.qp_type)) return answer(EINVAL);
   // An RC/UC QP takes data only from the QP its owner named: until then, "ask again".
   if (!dest->Consents(m.src_ip, m.src_qpn)) return answer(EINPROGRESS);
   if (senders_.count({link, chan})) Drop({link, chan}, TellPeer::kNo, DropCause::kClosed);
@@ -82,9 +82,9 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   s->target_qpn = dest->qpn;
   s->recv_cq_id = dest->recv_cq_id;
   s->owner = owner->id;
-  s->qp_type = dest->type;
-  s->queued = Held(quotas_, owner->id, Quota::kQueuedBytes);
-  s->mapped = Held(quotas_, owner->id, Quota::kMappedBytes);
+  s->kind = dest->kind;
+  s->queued = Held(parts_.quotas, owner->id, Quota::kQueuedBytes);
+  s->mapped = Held(parts_.quotas, owner->id, Quota::kMappedBytes);
   const uint64_t seg_bytes = QpSegmentBytes(dest->num_rings, dest->ring_bytes);
   if (const int rc =
           s->mapped.Take(seg_bytes + (dest->srq_id != proto::kNoId ? sizeof(SrqSegment) : 0)))
@@ -100,7 +100,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
       return answer(EHOSTUNREACH);
     s->credits = &s->srq_seg.as<SrqSegment>()->credits;
   }
-  if (dest->type == IBV_QPT_UD) {
+  if (dest->kind->datagram) {
     // A ring of its own, and the receiver told whose it is (never read from the records).
     proto::Event e{};
     const auto r = static_cast<uint32_t>(ring);
@@ -108,7 +108,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
     if (dest->NewUdRing(r, m.src_ip, m.src_qpn, &e) != 0 ||
         MapSegment(dest->ud_rings[r].get(), UdRingBytes(dest->ring_bytes), true, &s->ud_ring) != 0)
       return answer(ENOMEM);
-    sessions_.NotifyWithFd(owner->id, e, dest->ud_rings[r].get());
+    parts_.sessions.NotifyWithFd(owner->id, e, dest->ud_rings[r].get());
     s->producer.Attach(s->ud_ring.as<RingHeader>(), dest->ring_bytes);
   } else {
     s->producer.Attach(QpRing(s->seg.get(), static_cast<uint32_t>(ring), dest->ring_bytes),
@@ -117,16 +117,13 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   dest->GiveRing(static_cast<size_t>(ring), Producer::Remote(s->id));
   reply.peer_qpn = dest->qpn;
   reply.peer_ip = owner->who.ip;
-  reply.qp_type = dest->type;
+  reply.qp_type = dest->kind->type;
   by_id_[s->id] = {link, chan};
   senders_[{link, chan}] = std::move(s);
   answer(0);
   // The target may have asked for its initiator before the initiator named it; one that
   // never asked links when it first sends (Qp::asked).
-  if (dest->type != IBV_QPT_UD && dest->asked) {
-    dest->asked = false;
-    sessions_.Notify(owner->id, proto::EventType::kPeerNamed, dest->qpn);
-  }
+  if (dest->TakeAsked()) parts_.sessions.Notify(owner->id, proto::EventType::kPeerNamed, dest->qpn);
 }
 
 Executor::Verdict Executor::Record(LinkId link, uint32_t chan, const char* body, uint32_t len) {
@@ -135,7 +132,7 @@ Executor::Verdict Executor::Record(LinkId link, uint32_t chan, const char* body,
   RequestView v;
   if (!SplitRecord(body, len, &h, &payload) || !DecodeRequest(h, payload, &v))
     return Verdict::kMalformed;
-  if (transport_->Congested(link)) {
+  if (parts_.transport->Congested(link)) {
     // A READ answer is far larger than its request: execute nothing more for this link
     // until what we owe its peer has drained.
     held_for_output_.insert(link);
@@ -164,7 +161,7 @@ Executor::Verdict Executor::Record(LinkId link, uint32_t chan, const char* body,
 
 bool Executor::Apply(Sender& s, const RequestView& v) {
   if (s.errored) return true;
-  Pod* owner = tables_.FindPod(s.owner);
+  Pod* owner = parts_.tables.FindPod(s.owner);
   if (owner == nullptr) return true;
   switch (v.h.kind) {
     case kRecSend:
@@ -189,7 +186,7 @@ Executor::Claim Executor::ClaimCredit(Sender& s, const RequestView& v) {
     s.rnr = RnrState{};
     return Claim::kHave;
   }
-  if (s.qp_type != IBV_QPT_RC) return Claim::kDrop;  // UC/UD: no receive, the message is dropped
+  if (!s.kind->rnr_retry) return Claim::kDrop;  // UC/UD: no receive, the message is dropped
   const uint32_t timer = s.hdr->min_rnr_timer.load(std::memory_order_relaxed);
   if (s.rnr.deadline_ns == 0) {
     SPDLOG_DEBUG("QP {:#x}: no receive posted for remote QP {:#x}; RNR retry in {} us",
@@ -227,8 +224,7 @@ bool Executor::ApplySend(Sender& s, Pod&, const RequestView& v) {
   if (v.h.flags & kRecLast) {
     s.have_credit = false;
     s.dropping = false;
-    if (s.qp_type != IBV_QPT_UD)
-      Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
+    if (s.kind->answered) Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
   }
   return true;
 }
@@ -290,10 +286,10 @@ const Mapping* Executor::MapRegion(Pod& owner, uint32_t id, uint32_t need) {
   if (it == owner.regions.end()) return nullptr;
   const uint64_t size = it->second.size;
   const bool fresh = it->second.map.get() == nullptr;
-  if (fresh && quotas_.Take(owner.id, {{Quota::kMappedBytes, size}}) != 0) return nullptr;
+  if (fresh && parts_.quotas.Take(owner.id, {{Quota::kMappedBytes, size}}) != 0) return nullptr;
   if (owner.MappedRegion(id, need) == nullptr) {
     if (fresh && it->second.map.get() == nullptr)
-      quotas_.Give(owner.id, {{Quota::kMappedBytes, size}});
+      parts_.quotas.Give(owner.id, {{Quota::kMappedBytes, size}});
     return nullptr;
   }
   return &it->second.map;
@@ -307,7 +303,7 @@ bool Executor::ApplyRead(Sender& s, Pod& owner, const RequestView& v) {
     return true;
   }
   do {
-    if (transport_->Congested(s.link)) return false;
+    if (parts_.transport->Congested(s.link)) return false;
     const uint64_t at = s.read_sent;
     const auto frag = static_cast<uint32_t>(std::min<uint64_t>(v.req.length - at, kMaxFragment));
     Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, at, src + at, frag,
@@ -339,8 +335,8 @@ void Executor::Respond(LinkId link, uint32_t chan, uint32_t seq, uint32_t status
   const ProxyResponse r{offset, seq, static_cast<uint16_t>(status),
                         static_cast<uint8_t>(last ? 1 : 0), 0};
   const RecordHeader h = ResponseHeader(len);
-  transport_->Send(link, wire::Type::kResp, chan, 0,
-                   {{&h, sizeof(h)}, {&r, sizeof(r)}, {data, len}});
+  parts_.transport->Send(link, wire::Type::kResp, chan, 0,
+                         {{&h, sizeof(h)}, {&r, sizeof(r)}, {data, len}});
 }
 
 // Publishes what the target's ring received and wakes its program if it waits for that.
@@ -351,7 +347,7 @@ void Executor::Publish(Sender& s) {
   if (!s.appended) return;
   s.appended = false;
   s.producer.Publish();
-  Pod* owner = tables_.FindPod(s.owner);
+  Pod* owner = parts_.tables.FindPod(s.owner);
   if (owner == nullptr) return;
   const WakeTarget cq = owner->CqWake(s.recv_cq_id);
   if (cq) WakeIfArmed(cq.slot, cq.fd, s.solicited);
@@ -390,7 +386,7 @@ void Executor::Run(Sender& s) {
   if (s.queue.empty()) {
     waiting_.erase(key);
   } else if (waiting_.insert(key).second) {
-    retry_soon_();
+    parts_.retry_soon();
   }
 }
 
@@ -399,7 +395,7 @@ void Executor::Run(Sender& s) {
 // it: they still arrive (a sender that exits right after its last send lost up to half of
 // a 100-message burst, udaddy's replies across nodes). Anything else goes now.
 void Executor::CloseSender(Sender& s, bool died) {
-  if (s.qp_type != IBV_QPT_UD || s.queue.empty())
+  if (!s.kind->datagram || s.queue.empty())
     return Drop({s.link, s.chan}, TellPeer::kNo, CauseOf(died));
   s.closing = true;
   s.close_died = died;
@@ -412,7 +408,7 @@ void Executor::Credit(Sender& s, uint64_t bytes) {
   if (s.uncredited < kCreditBatch) return;
   const wire::Credit c{s.uncredited};
   s.uncredited = 0;
-  transport_->Send(s.link, wire::Type::kCredit, s.chan, 0, {{&c, sizeof(c)}});
+  parts_.transport->Send(s.link, wire::Type::kCredit, s.chan, 0, {{&c, sizeof(c)}});
 }
 
 bool Executor::Retry() {
@@ -441,16 +437,16 @@ void Executor::RunWaiting(LinkId link) {
 }
 
 void Executor::OnDrained(LinkId link) {
-  if (held_for_output_.erase(link)) transport_->Resume(link);
+  if (held_for_output_.erase(link)) parts_.transport->Resume(link);
   RunWaiting(link);  // READs that paused for this link
 }
 
 // The target pod's queue quota is spent: the router queues no more for it. The request
 // fails and the connection closes on both sides; a UD datagram is just lost.
 Executor::Verdict Executor::Overflow(Sender& s, const RequestView& v) {
-  if (s.qp_type == IBV_QPT_UD) return Verdict::kConsumed;
+  if (s.kind->datagram) return Verdict::kConsumed;
   Respond(s.link, s.chan, v.req.seq, IBV_WC_RNR_RETRY_EXC_ERR, 0, nullptr, 0, true);
-  sessions_.Notify(s.owner, proto::EventType::kPeerGone, s.target_qpn);
+  parts_.sessions.Notify(s.owner, proto::EventType::kPeerGone, s.target_qpn);
   Drop({s.link, s.chan}, TellPeer::kYes, DropCause::kDied);
   return Verdict::kConsumed;
 }
@@ -464,12 +460,12 @@ void Executor::LoseUdRing(Qp& dest, size_t ring, bool died) {
   const Producer p = dest.producers[ring];
   if (p.kind == Producer::Kind::kRemote) ReleaseSender(p.id, died);
   if (p.kind == Producer::Kind::kLocalQp) {
-    Qp* from = tables_.FindQp(p.id);
-    const Pod* owner = tables_.FindPod(dest.owner);
+    Qp* from = parts_.tables.FindQp(p.id);
+    const Pod* owner = parts_.tables.FindPod(dest.owner);
     if (from != nullptr && owner != nullptr) {
       from->produces_into.erase(dest.qpn);
       const proto::Event e{proto::EventType::kUdPeerLost, from->qpn, 0, owner->who.ip, dest.qpn, 0};
-      sessions_.NotifyWithFd(from->owner, e, -1);
+      parts_.sessions.NotifyWithFd(from->owner, e, -1);
     }
   }
   dest.FreeRing(ring);
@@ -489,13 +485,14 @@ void Executor::Drop(const Key& key, TellPeer tell, DropCause cause) {
   by_id_.erase(s->id);
   waiting_.erase(key);
   if (tell == TellPeer::kYes)
-    transport_->Send(s->link, wire::Type::kPeerGone, s->chan, died ? 1 : 0, {});
-  if (Qp* q = tables_.FindQp(s->target_qpn)) {
+    parts_.transport->Send(s->link, wire::Type::kPeerGone, s->chan, died ? 1 : 0, {});
+  if (Qp* q = parts_.tables.FindQp(s->target_qpn)) {
     q->ReleaseRingsOf(Producer::Remote(s->id));
     // The remote peer is gone: a connected RC/UC target learns it as from a local peer.
-    if (tell == TellPeer::kNo && s->qp_type != IBV_QPT_UD) {
-      sessions_.Notify(q->owner, died ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed,
-                       s->target_qpn);
+    if (tell == TellPeer::kNo && !s->kind->datagram) {
+      parts_.sessions.Notify(q->owner,
+                             died ? proto::EventType::kPeerGone : proto::EventType::kPeerClosed,
+                             s->target_qpn);
     }
   }
 }

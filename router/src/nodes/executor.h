@@ -35,28 +35,16 @@
 #include <set>
 #include <vector>
 
-#include "base/quotas.h"
 #include "freeflow/codec.h"
 #include "freeflow/target_ops.h"
-#include "nodes/directory.h"
-#include "nodes/node_transport.h"
-#include "objects/resources.h"
-#include "pods/pod_sessions.h"
+#include "nodes/cross_node_parts.h"
 
 namespace ff::router {
 
 class Executor {
  public:
   using Verdict = NodeTransport::Handler::Verdict;
-  // `retry_soon` asks the router for a fast timer tick (a sender waits).
-  Executor(NodeTransport* transport, ResourceTables& tables, PodSessions& sessions, Quotas& quotas,
-           const Directory& directory, std::function<void()> retry_soon)
-      : transport_(transport),
-        directory_(directory),
-        tables_(tables),
-        sessions_(sessions),
-        quotas_(quotas),
-        retry_soon_(std::move(retry_soon)) {}
+  explicit Executor(CrossNodeParts parts) : parts_(std::move(parts)) {}
 
   // kConnect, kRecord and kClose on a link another router dialled.
   Verdict OnMessage(LinkId link, const NodeMessage& m);
@@ -87,8 +75,8 @@ class Executor {
     uint32_t src_qpn = 0;
     uint32_t target_qpn = 0;
     uint32_t recv_cq_id = 0;
-    PodId owner = 0;  // the target QP's pod
-    uint32_t qp_type = 0;
+    PodId owner = 0;               // the target QP's pod
+    const QpKind* kind = nullptr;  // the target QP's
     Mapping seg;
     Mapping srq_seg;
     Mapping ud_ring;  // UD: the ring of this sender's own the router made
@@ -154,12 +142,7 @@ class Executor {
   void Drop(const Key& key, TellPeer tell, DropCause cause);
   Sender* Find(LinkId link, uint32_t chan);
 
-  NodeTransport* transport_;
-  const Directory& directory_;
-  ResourceTables& tables_;
-  PodSessions& sessions_;
-  Quotas& quotas_;
-  std::function<void()> retry_soon_;
+  CrossNodeParts parts_;
   uint32_t next_id_ = 1;
   uint64_t ud_rings_taken_ = 0;
   std::map<Key, std::unique_ptr<Sender>> senders_;

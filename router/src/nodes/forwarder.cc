@@ -24,44 +24,45 @@ Forwarder::Proxy* Forwarder::Find(LinkId link, uint32_t chan) {
 
 void Forwarder::Connect(const Call& call, Qp& src, uint32_t dest_ip, uint32_t dest_qpn, bool ud,
                         bool at_once) {
-  if (transport_ == nullptr || !directory_.cluster()) {
+  if (parts_.transport == nullptr || !parts_.directory.cluster()) {
     spdlog::info("client {}: {} is not a pod of this node and no control plane is configured",
                  call.pod, FormatIpv4(dest_ip));
-    return sessions_.Answer(call, EHOSTUNREACH);
+    return parts_.sessions.Answer(call, EHOSTUNREACH);
   }
-  if (auto ep = directory_.Locate(dest_ip)) return Open(call, src, *ep, dest_ip, dest_qpn, ud);
+  if (auto ep = parts_.directory.Locate(dest_ip))
+    return Open(call, src, *ep, dest_ip, dest_qpn, ud);
   if (at_once) {  // a UD destination refused before: its datagram is dropped now
     spdlog::debug("client {}: no node is known for {}", call.pod, FormatIpv4(dest_ip));
-    return sessions_.Answer(call, EHOSTUNREACH);
+    return parts_.sessions.Answer(call, EHOSTUNREACH);
   }
   if (options_.resolve_timeout_ms == 0) {
     spdlog::info("client {}: no node is known for {}", call.pod, FormatIpv4(dest_ip));
-    return sessions_.Answer(call, EHOSTUNREACH);
+    return parts_.sessions.Answer(call, EHOSTUNREACH);
   }
   // Perhaps a pod that just opened its device: its entry may still be on its way.
   resolving_.push_back({call, src.qpn, dest_ip, dest_qpn, ud,
                         MonotonicNs() + options_.resolve_timeout_ms * 1'000'000ull});
-  retry_soon_();
+  parts_.retry_soon();
 }
 
 void Forwarder::RetryResolves(uint64_t now) {
   std::vector<PendingResolve> waiting;
   waiting.swap(resolving_);
   for (const PendingResolve& r : waiting) {
-    Pod* pod = tables_.FindPod(r.call.pod);
+    Pod* pod = parts_.tables.FindPod(r.call.pod);
     if (pod == nullptr) continue;
-    Qp* src = tables_.FindOwnedQp(*pod, r.qpn);
+    Qp* src = parts_.tables.FindOwnedQp(*pod, r.qpn);
     if (src == nullptr) {
-      sessions_.Answer(r.call, ENOENT);
+      parts_.sessions.Answer(r.call, ENOENT);
       continue;
     }
-    if (auto ep = directory_.Locate(r.dest_ip)) {
+    if (auto ep = parts_.directory.Locate(r.dest_ip)) {
       Open(r.call, *src, *ep, r.dest_ip, r.dest_qpn, r.ud);
     } else if (now < r.deadline_ns) {
       resolving_.push_back(r);
     } else {
       spdlog::info("client {}: no node is known for {}", r.call.pod, FormatIpv4(r.dest_ip));
-      sessions_.Answer(r.call, EHOSTUNREACH);
+      parts_.sessions.Answer(r.call, EHOSTUNREACH);
     }
   }
 }
@@ -84,15 +85,15 @@ int Forwarder::MakeSegment(Proxy& p) {
 
 void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t dest_ip,
                      uint32_t dest_qpn, bool ud) {
-  const Pod* pod = tables_.FindPod(call.pod);
+  const Pod* pod = parts_.tables.FindPod(call.pod);
   if (pod == nullptr) return;
   if (!ud) DropQp(src.qpn, false);  // an RC/UC QP has one peer: forget an earlier one
   if (ud) DropUdLinks(src.qpn, dest_ip, dest_qpn);  // the library asks only when it has none
-  const LinkId link = transport_->Dial(ep);
-  if (link == kNoLink) return sessions_.Answer(call, EHOSTUNREACH);
+  const LinkId link = parts_.transport->Dial(ep);
+  if (link == kNoLink) return parts_.sessions.Answer(call, EHOSTUNREACH);
   if (ud) MakeRoomForUd(pod->who.ip);
-  if (const int rc = quotas_.Take(call.pod, {{Quota::kProxies, 1}, {Quota::kFds, 2}}))
-    return sessions_.Answer(call, rc);
+  if (const int rc = parts_.quotas.Take(call.pod, {{Quota::kProxies, 1}, {Quota::kFds, 2}}))
+    return parts_.sessions.Answer(call, rc);
   auto p = std::make_unique<Proxy>();
   p->chan = next_chan_++;
   p->pod = call.pod;
@@ -102,8 +103,8 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   p->link = link;
   p->ud = ud;
   if (const int rc = MakeSegment(*p)) {
-    quotas_.Give(call.pod, {{Quota::kProxies, 1}, {Quota::kFds, 2}});
-    return sessions_.Answer(call, rc);
+    parts_.quotas.Give(call.pod, {{Quota::kProxies, 1}, {Quota::kFds, 2}});
+    return parts_.sessions.Answer(call, rc);
   }
   p->answer_pending = true;
   p->call = call;
@@ -111,13 +112,13 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   // (EINPROGRESS) comes back, and must then tell it (Executor::Connect, kPeerNamed).
   src.asked = !ud;
   p->connect_deadline_ns = MonotonicNs() + kDialTimeoutNs;
-  const wire::Connect w{pod->who.ip, src.qpn, src.type, dest_ip, dest_qpn, 0};
+  const wire::Connect w{pod->who.ip, src.qpn, src.kind->type, dest_ip, dest_qpn, 0};
   // What the pod published before it asked goes first: a UD connect may take the ring of
   // one of its own senders there (Executor::LoseUdRing), whose datagrams must not be lost
   // only because their doorbell had not been served yet.
   for (auto& [chan, other] : proxies_)
     if (other->link == link && other->pod == call.pod) Drain(*other);
-  transport_->Send(link, wire::Type::kConnect, p->chan, 0, {{&w, sizeof(w)}});
+  parts_.transport->Send(link, wire::Type::kConnect, p->chan, 0, {{&w, sizeof(w)}});
   by_qp_[src.qpn].insert(p->chan);
   proxies_[p->chan] = std::move(p);
 }
@@ -125,9 +126,9 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
 void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
   const uint32_t chan = p.chan;
   if (status != EINPROGRESS) {  // linked or failed: it waits for no name any more
-    if (Qp* src = tables_.FindQp(p.qpn)) src->asked = false;
+    if (Qp* src = parts_.tables.FindQp(p.qpn)) src->asked = false;
   }
-  const bool answered = p.answer_pending && sessions_.Identity(p.pod) != nullptr;
+  const bool answered = p.answer_pending && parts_.sessions.Identity(p.pod) != nullptr;
   if (p.answer_pending) {
     p.answer_pending = false;
     proto::Response r{};
@@ -143,9 +144,9 @@ void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
       c.notify_slot = proto::kNoId;
       c.peer_qp_type = reply->qp_type;
       const int fds[2] = {p.seg_fd.get(), p.doorbell_tx.get()};
-      sessions_.Answer(p.call, 0, r, fds, 2);
+      parts_.sessions.Answer(p.call, 0, r, fds, 2);
     } else {
-      sessions_.Answer(p.call, status, r);
+      parts_.sessions.Answer(p.call, status, r);
     }
   }
   if (status != 0 || !answered) {
@@ -172,11 +173,11 @@ void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
 void Forwarder::MarkDead(Proxy& p, proto::EventType event) {
   p.dead = true;
   ReleaseReads(p);  // no answer comes any more
-  if (!p.ud) return sessions_.Notify(p.pod, event, p.qpn);
+  if (!p.ud) return parts_.sessions.Notify(p.pod, event, p.qpn);
   // A UD QP does not fail: its library forgets this link and asks again when it next sends
   // there. The proxy itself goes on the next tick (the caller may be walking the proxies).
-  sessions_.NotifyWithFd(p.pod, UdLinkLost(p), -1);
-  retry_soon_();
+  parts_.sessions.NotifyWithFd(p.pod, UdLinkLost(p), -1);
+  parts_.retry_soon();
 }
 
 proto::Event Forwarder::UdLinkLost(const Proxy& p) {
@@ -184,9 +185,9 @@ proto::Event Forwarder::UdLinkLost(const Proxy& p) {
 }
 
 void Forwarder::MakeRoomForUd(uint32_t ip) {
-  if (quotas_.used(ip, Quota::kProxies) < quotas_.limit(Quota::kProxies)) return;
+  if (parts_.quotas.used(ip, Quota::kProxies) < parts_.quotas.limit(Quota::kProxies)) return;
   for (auto& [chan, p] : proxies_) {  // by channel number: the oldest first
-    const PodIdentity* who = sessions_.Identity(p->pod);
+    const PodIdentity* who = parts_.sessions.Identity(p->pod);
     if (p->ud && p->connected && who != nullptr && who->ip == ip) {
       ++ud_links_recycled_;
       return LoseUd(chan);
@@ -199,7 +200,7 @@ void Forwarder::LoseUd(uint32_t chan) {
   const PodId pod = p.pod;
   const proto::Event e = UdLinkLost(p);
   Drop(chan, TellPeer::kYes, DropCause::kClosed);  // what the library published still goes
-  sessions_.NotifyWithFd(pod, e, -1);
+  parts_.sessions.NotifyWithFd(pod, e, -1);
 }
 
 void Forwarder::DropUdLinks(uint32_t qpn, uint32_t dest_ip, uint32_t dest_qpn) {
@@ -223,7 +224,7 @@ void Forwarder::Drain(Proxy& p) {
   bool empty = false;  // the last look found nothing published
   for (int pass = 0; pass < 2; ++pass) {
     while (sent < kForwardRoundBytes && p.in_flight < kChannelWindow &&
-           !transport_->Congested(p.link)) {
+           !parts_.transport->Congested(p.link)) {
       RecordHeader h;
       const char* payload = nullptr;
       const RingStatus rs = p.requests.Peek(&h, &payload);
@@ -234,14 +235,14 @@ void Forwarder::Drain(Proxy& p) {
         return MarkDead(p, proto::EventType::kPeerGone);
       }
       if (!AdmitRead(p, v)) break;
-      transport_->Send(p.link, wire::Type::kRecord, p.chan, 0,
-                       {{&h, sizeof(h)}, {payload, h.frag_len}});
+      parts_.transport->Send(p.link, wire::Type::kRecord, p.chan, 0,
+                             {{&h, sizeof(h)}, {payload, h.frag_len}});
       p.requests.Consume(h);
       consumed = true;
       sent += h.frag_len;
       p.in_flight += sizeof(h) + h.frag_len;
     }
-    if (sent >= kForwardRoundBytes || transport_->Congested(p.link) || p.waiting_reads ||
+    if (sent >= kForwardRoundBytes || parts_.transport->Congested(p.link) || p.waiting_reads ||
         p.in_flight >= kChannelWindow) {
       // More to do: come back on the next round, when the link drains, or with a credit.
       hdr->doorbell.armed.store(0);
@@ -281,7 +282,8 @@ void Forwarder::Deliver(Proxy& p, const RecordHeader& h, const char* payload) {
     }
     if (st != RingStatus::kFull) return;  // the library corrupted its ring: it loses its answers
   }
-  if (quotas_.Take(p.pod, {{Quota::kQueuedBytes, sizeof(h) + h.frag_len}}) != 0) return Overflow(p);
+  if (parts_.quotas.Take(p.pod, {{Quota::kQueuedBytes, sizeof(h) + h.frag_len}}) != 0)
+    return Overflow(p);
   p.backlog_bytes += sizeof(h) + h.frag_len;
   std::vector<char> rec(sizeof(h) + h.frag_len);
   std::memcpy(rec.data(), &h, sizeof(h));
@@ -299,7 +301,7 @@ void Forwarder::FlushBacklog(Proxy& p) {
     const RingStatus st = AppendRecord(p.responses, h, rec.data() + sizeof(h), h.frag_len);
     if (st == RingStatus::kFull) break;
     if (st != RingStatus::kOk) {
-      quotas_.Give(p.pod, {{Quota::kQueuedBytes, p.backlog_bytes}});
+      parts_.quotas.Give(p.pod, {{Quota::kQueuedBytes, p.backlog_bytes}});
       p.backlog_bytes = 0;
       p.backlog.clear();
       break;
@@ -307,11 +309,11 @@ void Forwarder::FlushBacklog(Proxy& p) {
     const std::vector<char> done = std::move(p.backlog.front());
     p.backlog.pop_front();
     p.backlog_bytes -= done.size();
-    quotas_.Give(p.pod, {{Quota::kQueuedBytes, done.size()}});
+    parts_.quotas.Give(p.pod, {{Quota::kQueuedBytes, done.size()}});
     Delivered(p, done.data() + sizeof(RecordHeader));
     wrote = true;
   }
-  if (!p.backlog.empty()) retry_soon_();
+  if (!p.backlog.empty()) parts_.retry_soon();
   if (!wrote) return;
   p.responses.Publish();
   WakeOwner(p);
@@ -323,10 +325,10 @@ bool Forwarder::AdmitRead(Proxy& p, const RequestView& v) {
   p.waiting_reads = false;
   if (v.h.kind != kRecReadReq && v.h.kind != kRecAtomicReq) return true;
   const uint64_t wanted = v.h.kind == kRecReadReq ? v.req.length : sizeof(uint64_t);
-  const uint64_t bytes = std::min(wanted, quotas_.limit(Quota::kReadBytes));
-  if (p.reads.size() >= kMaxRdAtomic || !quotas_.TryTake(p.pod, {Quota::kReadBytes, bytes})) {
+  const uint64_t bytes = std::min(wanted, parts_.quotas.limit(Quota::kReadBytes));
+  if (p.reads.size() >= kMaxRdAtomic || !parts_.quotas.TryTake(p.pod, {Quota::kReadBytes, bytes})) {
     p.waiting_reads = true;
-    retry_soon_();
+    parts_.retry_soon();
     return false;
   }
   p.reads.push_back({v.req.seq, bytes});
@@ -340,20 +342,20 @@ void Forwarder::Delivered(Proxy& p, const char* payload) {
   ProxyResponse r;
   std::memcpy(&r, payload, sizeof(r));
   if (!r.last || r.seq != p.reads.front().seq) return;
-  quotas_.Give(p.pod, {{Quota::kReadBytes, p.reads.front().bytes}});
+  parts_.quotas.Give(p.pod, {{Quota::kReadBytes, p.reads.front().bytes}});
   p.reads.pop_front();
   if (p.waiting_reads) Drain(p);
 }
 
 void Forwarder::ReleaseReads(Proxy& p) {
-  for (const InFlightRead& r : p.reads) quotas_.Give(p.pod, {{Quota::kReadBytes, r.bytes}});
+  for (const InFlightRead& r : p.reads) parts_.quotas.Give(p.pod, {{Quota::kReadBytes, r.bytes}});
   p.reads.clear();
   p.waiting_reads = false;
 }
 
 // The pod does not take its answers and the router holds no more for it: its QP fails.
 void Forwarder::Overflow(Proxy& p) {
-  quotas_.Give(p.pod, {{Quota::kQueuedBytes, p.backlog_bytes}});
+  parts_.quotas.Give(p.pod, {{Quota::kQueuedBytes, p.backlog_bytes}});
   p.backlog_bytes = 0;
   p.backlog.clear();
   if (!p.dead) MarkDead(p, proto::EventType::kPeerGone);
@@ -361,8 +363,8 @@ void Forwarder::Overflow(Proxy& p) {
 
 // Wakes the library if it waits in poll_cq, or sleeps on the QP's send CQ.
 void Forwarder::WakeOwner(Proxy& p) {
-  Pod* pod = tables_.FindPod(p.pod);
-  Qp* qp = tables_.FindQp(p.qpn);
+  Pod* pod = parts_.tables.FindPod(p.pod);
+  Qp* qp = parts_.tables.FindQp(p.qpn);
   if (pod == nullptr || qp == nullptr) return;
   pod->WakeProcess();
   // Outcomes of our own requests: never solicited completions.
@@ -387,7 +389,7 @@ void Forwarder::RoomMade(Proxy& p) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (p.seg.as<QpSegmentHeader>()->sends_waiting.load(std::memory_order_relaxed) != kSendsWaiting)
     return;
-  if (!p.nudge_due) retry_soon_();
+  if (!p.nudge_due) parts_.retry_soon();
   p.nudge_due = true;
   p.published_then = RequestsPublished(p);
 }
@@ -402,7 +404,7 @@ void Forwarder::NudgeIfIdle(Proxy& p) {
   if (!p.seg.as<QpSegmentHeader>()->sends_waiting.compare_exchange_strong(waiting, kSendsNudged))
     return;
   ++nudges_;
-  sessions_.Notify(p.pod, proto::EventType::kProxyDrained, p.qpn);
+  parts_.sessions.Notify(p.pod, proto::EventType::kProxyDrained, p.qpn);
 }
 
 Forwarder::Verdict Forwarder::OnMessage(LinkId link, const NodeMessage& m) {
@@ -495,8 +497,8 @@ void Forwarder::FlushOnClose(Proxy& p) {
     RequestView v;
     if (!DecodeRequest(h, payload, &v)) break;
     if (h.kind != kRecReadReq && h.kind != kRecAtomicReq)
-      transport_->Send(p.link, wire::Type::kRecord, p.chan, 0,
-                       {{&h, sizeof(h)}, {payload, h.frag_len}});
+      parts_.transport->Send(p.link, wire::Type::kRecord, p.chan, 0,
+                             {{&h, sizeof(h)}, {payload, h.frag_len}});
     p.requests.Consume(h);
   }
 }
@@ -515,12 +517,13 @@ void Forwarder::Drop(uint32_t chan, TellPeer tell, DropCause cause) {
   // this channel; a peer that refused it ignores the close.
   if (tell == TellPeer::kYes && p->link != kNoLink) {
     FlushOnClose(*p);
-    transport_->Send(p->link, wire::Type::kClose, chan, cause == DropCause::kDied ? 1 : 0, {});
+    parts_.transport->Send(p->link, wire::Type::kClose, chan, cause == DropCause::kDied ? 1 : 0,
+                           {});
   }
   ReleaseReads(*p);
-  quotas_.Give(p->pod,
-               {{Quota::kQueuedBytes, p->backlog_bytes}, {Quota::kProxies, 1}, {Quota::kFds, 2}});
-  if (p->answer_pending) sessions_.Answer(p->call, ECONNABORTED);
+  parts_.quotas.Give(
+      p->pod, {{Quota::kQueuedBytes, p->backlog_bytes}, {Quota::kProxies, 1}, {Quota::kFds, 2}});
+  if (p->answer_pending) parts_.sessions.Answer(p->call, ECONNABORTED);
   loop_.Unwatch(p->doorbell_watch);
 }
 

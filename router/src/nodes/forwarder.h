@@ -28,13 +28,9 @@
 #include <vector>
 
 #include "base/event_loop.h"
-#include "base/quotas.h"
 #include "freeflow/codec.h"
 #include "freeflow/ipv4.h"
-#include "nodes/directory.h"
-#include "nodes/node_transport.h"
-#include "objects/resources.h"
-#include "pods/pod_sessions.h"
+#include "nodes/cross_node_parts.h"
 
 namespace ff::router {
 
@@ -46,19 +42,8 @@ class Forwarder {
     uint32_t resolve_timeout_ms = 0;  // how long a connect waits for an unknown address
     Ipv4Prefix overlay;               // pod addresses (a peer's LID is its offset in it)
   };
-  // `transport` is nullptr on a router without a control plane. `retry_soon` asks the router
-  // for a fast timer tick.
-  Forwarder(Options options, EventLoop& loop, NodeTransport* transport, ResourceTables& tables,
-            PodSessions& sessions, Directory& directory, Quotas& quotas,
-            std::function<void()> retry_soon)
-      : options_(options),
-        loop_(loop),
-        transport_(transport),
-        tables_(tables),
-        sessions_(sessions),
-        directory_(directory),
-        quotas_(quotas),
-        retry_soon_(std::move(retry_soon)) {}
+  Forwarder(Options options, EventLoop& loop, CrossNodeParts parts)
+      : options_(options), loop_(loop), parts_(std::move(parts)) {}
   ~Forwarder();
 
   // Connects local QP `src` to QP `dest_qpn` at overlay address `dest_ip` (host order) on
@@ -167,12 +152,7 @@ class Forwarder {
 
   Options options_;
   EventLoop& loop_;
-  NodeTransport* transport_;
-  ResourceTables& tables_;
-  PodSessions& sessions_;
-  Directory& directory_;
-  Quotas& quotas_;
-  std::function<void()> retry_soon_;
+  CrossNodeParts parts_;
   uint32_t next_chan_ = 1;
   uint64_t nudges_ = 0;
   uint64_t ud_links_recycled_ = 0;

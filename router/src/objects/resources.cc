@@ -64,8 +64,14 @@ Region* Pod::MappedRegion(uint32_t region_id, uint32_t need) {
   return &r;
 }
 
+bool Qp::TakeAsked() {
+  if (!asked || !kind->needs_consent) return false;
+  asked = false;
+  return true;
+}
+
 bool Qp::Consents(uint32_t ip, uint32_t qpn) const {
-  if (type == IBV_QPT_UD) return true;
+  if (!kind->needs_consent) return true;
   if (named.qpn != qpn) return false;
   return named.ip == ip;
 }
@@ -77,8 +83,7 @@ int Qp::RingFor(Producer p) const {
     if (free_ring < 0 && producers[i].kind == Producer::Kind::kNone)
       free_ring = static_cast<int>(i);
   }
-  if (free_ring >= 0 || type != IBV_QPT_UD || producers.empty() ||
-      given_at.size() != producers.size())
+  if (free_ring >= 0 || !kind->datagram || producers.empty() || given_at.size() != producers.size())
     return free_ring;
   // The router sees no same-node traffic, so "longest held" stands in for "least used".
   return static_cast<int>(std::min_element(given_at.begin(), given_at.end()) - given_at.begin());

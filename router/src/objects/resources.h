@@ -14,6 +14,7 @@
 
 #include "freeflow/fd.h"
 #include "freeflow/protocol.h"
+#include "freeflow/qp_kind.h"
 #include "freeflow/shm_layout.h"
 #include "identity/identity.h"
 #include "objects/memory_windows.h"
@@ -91,7 +92,7 @@ struct Pod {
 
 struct Qp {
   uint32_t qpn = 0;
-  uint32_t type = 0;  // ibv_qp_type
+  const QpKind* kind = nullptr;  // from its create (CreateQp checked the type)
   PodId owner = 0;
   UniqueFd seg;
   // FreezeSeals was done on `seg`: it went to another process, or the router mapped it for
@@ -124,6 +125,10 @@ struct Qp {
 
   // FreezeSeals on `seg`, once: before it goes to another process or the router maps it.
   int FreezeSegment();
+  // True, once, when the QP asked for the peer that has named it now: it is to be told
+  // (kPeerNamed); clears `asked`. False for a QP that never asked, or one that needs no
+  // consent.
+  bool TakeAsked();
   // True when an initiator QP `qpn` of the pod at `ip` may produce into this QP: any for
   // UD, only the one its owner named for RC/UC.
   bool Consents(uint32_t ip, uint32_t qpn) const;

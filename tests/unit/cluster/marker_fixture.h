@@ -23,7 +23,7 @@ class MarkerTest : public ClusterTest {
   static uint64_t Unexecuted(const Pod& pod) {
     ff::verbs::Qp* q = ff::verbs::ToQp(pod.qp);
     std::lock_guard<ff::verbs::AdaptiveLock> l(q->ctx->lock);
-    return q->sq_tail - q->sq_exec;
+    return q->sq.tail - q->sq.exec;
   }
   void PostMarker(uint64_t wr_id, char marker) {
     a->buf[kMarkerOffset] = marker;

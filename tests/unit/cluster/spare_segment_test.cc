@@ -29,7 +29,7 @@ ff::verbs::Qp* Internal(ibv_qp* q) { return reinterpret_cast<ff::verbs::Qp*>(q);
 
 ino_t SegmentInode(ibv_qp* q) {
   struct stat st {};
-  return ::fstat(Internal(q)->seg_fd.get(), &st) == 0 ? st.st_ino : 0;
+  return ::fstat(Internal(q)->inbound.seg_fd.get(), &st) == 0 ? st.st_ino : 0;
 }
 
 size_t Spares(const Pod& p) {
@@ -67,9 +67,11 @@ TEST_P(SpareSegmentTest, AQpNoPeerMappedLendsItsSegmentToTheNextQpWhichWorksAsNe
   ASSERT_NE(q2, nullptr);
   EXPECT_EQ(SegmentInode(q2), first);
   EXPECT_EQ(Spares(*a), 0u);
-  const auto* hdr = Internal(q2)->seg.as<QpSegmentHeader>();
+  const auto* hdr = Internal(q2)->inbound.seg.as<QpSegmentHeader>();
   EXPECT_EQ(hdr->credits.posted.load(), 0u);
-  EXPECT_EQ(QpRing(Internal(q2)->seg.get(), 0, Internal(q2)->ring_bytes)->tail.load(), 0u);
+  EXPECT_EQ(
+      QpRing(Internal(q2)->inbound.seg.get(), 0, Internal(q2)->inbound.ring_bytes)->tail.load(),
+      0u);
 
   // Traffic both ways through it.
   ASSERT_EQ(b->ConnectQp(b->qp, *a, q2->qp_num), 0);
@@ -95,7 +97,7 @@ TEST_P(SpareSegmentTest, AQpNoPeerMappedLendsItsSegmentToTheNextQpWhichWorksAsNe
 
   // The peer produced into it (given the segment on one node, through its router's mapping
   // across nodes): it left the process, and goes with its QP.
-  EXPECT_TRUE(SealsFrozen(Internal(q2)->seg_fd.get()));
+  EXPECT_TRUE(SealsFrozen(Internal(q2)->inbound.seg_fd.get()));
   ASSERT_EQ(a->DestroyQp(q2), 0);
   EXPECT_EQ(Spares(*a), 0u);
   ibv_qp* q3 = a->NewQp();
@@ -155,7 +157,9 @@ TEST(SpareSegments, APodGivenAQpsSegmentCanNeitherSealItNorReachTheOwnersNextQp)
   ASSERT_EQ(a.PostRecv(1, 0, 64, q2), 0);
   ASSERT_TRUE(WriteMessage(link, "forged"));
   EXPECT_TRUE(a.Poll(1, std::chrono::milliseconds(200)).empty());
-  EXPECT_EQ(QpRing(Internal(q2)->seg.get(), 0, Internal(q2)->ring_bytes)->tail.load(), 0u);
+  EXPECT_EQ(
+      QpRing(Internal(q2)->inbound.seg.get(), 0, Internal(q2)->inbound.ring_bytes)->tail.load(),
+      0u);
 }
 
 }  // namespace

@@ -466,7 +466,7 @@ void ReadPeerThenAskRtr(int router_end, int fd, uint32_t owner, uint32_t event, 
 // After an RTR that rdma_cm set up: the router was not asked for a link; the QP named its
 // peer (QP `peer_qpn` at 10.244.0.2) with one posted NameQp and awaits it.
 void ExpectNamedWithoutALink(FakeRouter& router, ibv_qp* qp, uint32_t peer_qpn) {
-  EXPECT_EQ(ff::verbs::ToQp(qp)->awaited.waiting, true);
+  EXPECT_EQ(ff::verbs::ToQp(qp)->conn.awaited.waiting, true);
   EXPECT_EQ(router.connect_count(qp->qp_num), 0) << "the RTR waited for the router";
   const std::vector<ff::proto::NameQp> names = router.names();
   ASSERT_EQ(names.size(), 1u);

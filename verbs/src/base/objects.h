@@ -3,7 +3,8 @@
 // Threading: every data-path structure of a context (QPs, CQs, SRQs, their queues and links)
 // is guarded by that context's spinlock `Context::lock`; verbs take it for their whole body
 // and never block while holding it. The event thread never takes it: it only raises atomics
-// (`Qp::peer_gone`, `Context::attention`) that the data path acts on (HandleAttention).
+// (`Connection::peer_gone`, `Context::attention`) that the data path acts on
+// (HandleAttention).
 //
 // Buffer ownership: a send WQE refers to the application's buffers until its completion is
 // generated (inline data is copied at post time). Receive buffers are written only by the
@@ -31,6 +32,7 @@
 #include "freeflow/codec.h"
 #include "freeflow/fd.h"
 #include "freeflow/protocol.h"
+#include "freeflow/qp_kind.h"
 #include "freeflow/ring.h"
 #include "freeflow/shm_layout.h"
 #include "freeflow/target_ops.h"
@@ -276,24 +278,14 @@ struct InboundState {
 // kRefused: the router refused the QP's posted create (proto::EventType::kQpRefused).
 enum class PeerGone : uint32_t { kNo = 0, kDestroyed = 1, kDied = 2, kRefused = 3 };
 
-struct Qp {
-  ibv_qp_ex qpx;  // must stay first: ibv_qp* <-> Qp*
-  Context* ctx = nullptr;
-  ibv_qp_type type = IBV_QPT_RC;
-  Cq* scq = nullptr;
-  Cq* rcq = nullptr;
-  Srq* srq = nullptr;
-  ibv_qp_attr attr{};
-  ibv_qp_cap cap{};
-  bool sq_sig_all = false;
-  uint64_t send_ops_flags = 0;
-
-  // Inbound: our own segment and one consumer per ring.
+// A QP's receiving side: its own segment, whose rings peers (or the router) produce into, one
+// consumer per ring, the message arriving on each, and its receive queue.
+struct Inbound {
   UniqueFd seg_fd;
   Mapping seg;
   uint32_t num_rings = 0, ring_bytes = 0;
   std::vector<ff::RingConsumer> consumers;
-  std::vector<InboundState> inbound;
+  std::vector<InboundState> messages;  // per ring
   // UD: each sender's ring is a memfd of its own that the router made and named the sender
   // of (kUdRing); `sources` says who that is, whatever the records claim. The event thread
   // queues new rings in `arriving`; the data path installs them (peer_events.cc).
@@ -313,8 +305,11 @@ struct Qp {
   std::vector<ArrivingRing> arriving;
   InboundState imm_scratch;  // receive WQE of a WRITE_WITH_IMM being completed
   RecvQueue rq;              // unused with an SRQ
+};
 
-  // Outbound.
+// Who a QP sends to: its link to its peer (RC/UC) or to each destination (UD), chosen by
+// connect.cc, and what the event thread tells of the peer.
+struct Connection {
   std::unique_ptr<PeerLink> link;  // RC/UC
   // RC/UC at RTR whose peer has not named this QP yet (the router answered EINPROGRESS):
   // the link is asked for again, with backoff, when a WQE first needs it (connect.cc).
@@ -334,12 +329,32 @@ struct Qp {
     uint64_t backoff_ns = 0;
   };
   std::unordered_map<uint64_t, Unreachable> ud_unreachable;
-  std::vector<SendWqe> sq;
-  std::vector<ibv_sge> sq_sges;
-  std::vector<char> sq_inline;
-  uint32_t sq_mask = 0;
-  // sq_head: oldest WQE not yet completed; sq_exec: next to execute; sq_tail: next free.
-  uint64_t sq_head = 0, sq_exec = 0, sq_tail = 0;
+
+  std::atomic<uint32_t> peer_gone{0};   // PeerGone, raised by the event thread
+  std::atomic<bool> peer_named{false};  // kPeerNamed came: an awaited link may be asked for
+
+  // The router refused the QP's create: it has nothing there to bring up again.
+  bool refused() const { return peer_gone.load() == static_cast<uint32_t>(PeerGone::kRefused); }
+  // Forgets the peer (modify_qp to RESET). A QP the router refused stays failed: it has no
+  // QP there to reset.
+  void Forget() {
+    link.reset();
+    awaited = AwaitedPeer{};
+    ud_links.clear();
+    ud_unreachable.clear();
+    if (!refused()) peer_gone.store(0);
+  }
+};
+
+// A QP's send queue (send_queue.h): a ring of WQEs, each with room for its SGEs and inline
+// data. [head, exec): executed, not yet completed; [exec, tail): not yet executed.
+struct SendQueue {
+  std::vector<SendWqe> wqes;
+  std::vector<ibv_sge> sges;      // max_sge per WQE
+  std::vector<char> inline_data;  // ff::kMaxInline per WQE
+  uint32_t mask = 0;
+  uint32_t max_sge = 0;
+  uint64_t head = 0, exec = 0, tail = 0;
   uint32_t inflight = 0;        // executed WQEs whose outcome has not come back
   uint32_t reads_inflight = 0;  // of those, READs and atomics (at most max_rd_atomic)
   bool in_pending_list = false;
@@ -354,16 +369,64 @@ struct Qp {
   // (RetryExhaustedAt). 0: none held. Nothing after that WQE is executed meanwhile.
   uint64_t peer_error_due_ns = 0;
 
-  std::atomic<uint32_t> peer_gone{0};   // PeerGone, raised by the event thread
-  std::atomic<bool> peer_named{false};  // kPeerNamed came: an awaited link may be asked for
+  // Room for `capacity` (a power of two) WQEs of up to `wqe_sges` SGEs each.
+  void Size(uint32_t capacity, uint32_t wqe_sges) {
+    mask = capacity - 1;
+    max_sge = wqe_sges;
+    wqes.assign(capacity, SendWqe{});
+    sges.assign(static_cast<size_t>(capacity) * wqe_sges, ibv_sge{});
+    inline_data.assign(static_cast<size_t>(capacity) * ff::kMaxInline, 0);
+  }
+  SendWqe& at(uint64_t index) { return wqes[index & mask]; }
+  const SendWqe& at(uint64_t index) const { return wqes[index & mask]; }
+  ibv_sge* sges_of(uint64_t index) { return &sges[(index & mask) * max_sge]; }
+  char* inline_of(uint64_t index) { return &inline_data[(index & mask) * ff::kMaxInline]; }
+  bool empty() const { return head == tail; }
+  // Forgets every WQE: none is queued, executing or in flight, and no error is held.
+  void Forget() {
+    head = tail;
+    exec = tail;
+    inflight = 0;
+    reads_inflight = 0;
+    peer_error_due_ns = 0;
+  }
+};
 
-  // ibv_wr_* state between wr_start and wr_complete.
-  std::vector<ibv_send_wr> wr_batch;
-  std::vector<ibv_sge> wr_sges;
-  std::vector<char> wr_inline;
-  std::vector<size_t> wr_sge_begin;     // per batched WR: first index in wr_sges
-  std::vector<size_t> wr_inline_begin;  // per batched WR: first byte in wr_inline, or npos
-  int wr_error = 0;
+// ibv_wr_* state between wr_start and wr_complete (wr_api.cc).
+struct WrBatch {
+  std::vector<ibv_send_wr> wrs;
+  std::vector<ibv_sge> sges;
+  std::vector<char> inline_data;
+  std::vector<size_t> sge_begin;     // per batched WR: first index in sges
+  std::vector<size_t> inline_begin;  // per batched WR: first byte in inline_data, or npos
+  int error = 0;
+
+  void Clear() {
+    wrs.clear();
+    sges.clear();
+    inline_data.clear();
+    sge_begin.clear();
+    inline_begin.clear();
+    error = 0;
+  }
+};
+
+struct Qp {
+  ibv_qp_ex qpx;  // must stay first: ibv_qp* <-> Qp*
+  Context* ctx = nullptr;
+  const ff::QpKind* kind = &ff::kRcQp;  // chosen once, at create
+  Cq* scq = nullptr;
+  Cq* rcq = nullptr;
+  Srq* srq = nullptr;
+  ibv_qp_attr attr{};
+  ibv_qp_cap cap{};
+  bool sq_sig_all = false;
+  uint64_t send_ops_flags = 0;
+
+  Inbound inbound;
+  Connection conn;
+  SendQueue sq;
+  WrBatch batch;
 };
 
 struct AsyncEvent {
@@ -375,9 +438,12 @@ struct Context {
   verbs_context vctx;  // must stay first; ibv_context is its last member
   Session* session = nullptr;
   AdaptiveLock lock;
-  std::atomic<bool> attention{false};  // the event thread raised Qp::peer_gone somewhere
-  // Some QP of the context is Qp::stalled: set by the data path (which then wakes the event
-  // thread through Session::tick_tx), cleared by the event thread under `lock` once none is.
+  // The event thread raised Connection::peer_gone (or peer_named) of some QP, or queued a
+  // UD ring for one.
+  std::atomic<bool> attention{false};
+  // Some QP of the context is SendQueue::stalled: set by the data path (which then wakes the
+  // event thread through Session::tick_tx), cleared by the event thread under `lock` once
+  // none is.
   std::atomic<bool> stalled{false};
   // ProgressPending() passes (written under `lock`): the event thread leaves a context whose
   // program keeps polling to advance its own sends. `tick_passes`: the event thread's copy.

@@ -153,7 +153,7 @@ uint64_t RetryExhaustedAt(const Qp* qp, uint64_t now_ns) {
 }
 
 Exec AwaitPeer(Qp* qp, ibv_wc_status* st) {
-  Qp::AwaitedPeer& a = qp->awaited;
+  Connection::AwaitedPeer& a = qp->conn.awaited;
   const uint64_t now = ff::MonotonicNs();
   if (a.deadline_ns == 0) {
     const uint64_t wait = PeerWaitNs(qp);
@@ -184,43 +184,44 @@ Exec AwaitPeer(Qp* qp, ibv_wc_status* st) {
 }
 
 int TryAwaitedLink(Qp* qp) {
-  Qp::AwaitedPeer& a = qp->awaited;
+  Connection::AwaitedPeer& a = qp->conn.awaited;
   std::unique_ptr<PeerLink> link;
   if (const int rc = ConnectLink(qp, a.ip, a.lid, a.qpn, false, &link)) return rc;
-  qp->link = std::move(link);
+  qp->conn.link = std::move(link);
   a.waiting = false;
   return 0;
 }
 
 PeerLink* UdLink(Qp* qp, const SendWqe& w) {
+  Connection& c = qp->conn;
   const uint64_t key =
       (static_cast<uint64_t>(w.dest_ip != 0 ? w.dest_ip : w.dest_lid) << 32) | w.remote_qpn;
-  auto it = qp->ud_links.find(key);
-  if (it != qp->ud_links.end()) return it->second.get();
+  auto it = c.ud_links.find(key);
+  if (it != c.ud_links.end()) return it->second.get();
   // A destination that could not be linked just now is not asked for again at once: a
   // router round trip per datagram (across nodes, one to the peer router too) would stall
   // every QP of the context, where a NIC drops the datagram and goes on.
-  auto bad = qp->ud_unreachable.find(key);
-  if (bad != qp->ud_unreachable.end() && ff::MonotonicNs() < bad->second.next_ns) return nullptr;
+  auto bad = c.ud_unreachable.find(key);
+  if (bad != c.ud_unreachable.end() && ff::MonotonicNs() < bad->second.next_ns) return nullptr;
   std::unique_ptr<PeerLink> link;
-  const bool again = bad != qp->ud_unreachable.end();
+  const bool again = bad != c.ud_unreachable.end();
   if (ConnectLink(qp, w.dest_ip, w.dest_lid, w.remote_qpn, true, &link, again) != 0) {
     const uint64_t now = ff::MonotonicNs();
-    if (bad == qp->ud_unreachable.end()) {
-      if (qp->ud_unreachable.size() >= ff::kUdUnreachableKept)
-        std::erase_if(qp->ud_unreachable, [now](const auto& e) { return e.second.next_ns <= now; });
-      if (qp->ud_unreachable.size() >= ff::kUdUnreachableKept) qp->ud_unreachable.clear();
-      qp->ud_unreachable[key] = {now + ff::kUdUnreachableRetryNs, ff::kUdUnreachableRetryNs};
+    if (bad == c.ud_unreachable.end()) {
+      if (c.ud_unreachable.size() >= ff::kUdUnreachableKept)
+        std::erase_if(c.ud_unreachable, [now](const auto& e) { return e.second.next_ns <= now; });
+      if (c.ud_unreachable.size() >= ff::kUdUnreachableKept) c.ud_unreachable.clear();
+      c.ud_unreachable[key] = {now + ff::kUdUnreachableRetryNs, ff::kUdUnreachableRetryNs};
     } else {
-      Qp::Unreachable& u = bad->second;
+      Connection::Unreachable& u = bad->second;
       u.backoff_ns = std::min(u.backoff_ns * 2, ff::kUdUnreachableMaxRetryNs);
       u.next_ns = now + u.backoff_ns;
     }
     return nullptr;
   }
-  if (bad != qp->ud_unreachable.end()) qp->ud_unreachable.erase(bad);
+  if (bad != c.ud_unreachable.end()) c.ud_unreachable.erase(bad);
   PeerLink* raw = link.get();
-  qp->ud_links.emplace(key, std::move(link));
+  c.ud_links.emplace(key, std::move(link));
   return raw;
 }
 

@@ -33,22 +33,10 @@ bool TransitionAllowed(ibv_qp_state cur, ibv_qp_state next) {
 }
 
 // Attributes the IB specification requires for each transition.
-int RequiredMask(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next) {
-  constexpr int kInit = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-  constexpr int kUcRtr =
-      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-  if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT)
-    return kInit | (type == IBV_QPT_UD ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS);
-  if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
-    if (type == IBV_QPT_RC) return kUcRtr | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-    return type == IBV_QPT_UC ? kUcRtr : IBV_QP_STATE;
-  }
-  if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
-    if (type == IBV_QPT_RC)
-      return IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-             IBV_QP_MAX_QP_RD_ATOMIC;
-    return IBV_QP_STATE | IBV_QP_SQ_PSN;
-  }
+int RequiredMask(const ff::QpKind* kind, ibv_qp_state cur, ibv_qp_state next) {
+  if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT) return kind->init_attrs;
+  if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) return kind->rtr_attrs;
+  if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) return kind->rts_attrs;
   return IBV_QP_STATE;
 }
 
@@ -72,13 +60,13 @@ void ApplyAttr(Qp* qp, const ibv_qp_attr* a, int mask) {
   if (mask & IBV_QP_ALT_PATH) s.alt_ah_attr = a->alt_ah_attr;
   if (mask & IBV_QP_PATH_MIG_STATE) s.path_mig_state = a->path_mig_state;
   // What senders read from our segment.
-  auto* hdr = qp->seg.as<ff::QpSegmentHeader>();
+  auto* hdr = qp->inbound.seg.as<ff::QpSegmentHeader>();
   if (mask & IBV_QP_MIN_RNR_TIMER) hdr->min_rnr_timer.store(a->min_rnr_timer);
   if (mask & IBV_QP_ACCESS_FLAGS) hdr->qp_access.store(a->qp_access_flags);
 }
 
 int CheckCaps(const ibv_qp_init_attr_ex* attr) {
-  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
+  if (ff::QpKindOf(attr->qp_type) == nullptr) {
     LogError("QP type %d is not supported (RC, UC and UD are)", attr->qp_type);
     return EOPNOTSUPP;
   }
@@ -108,11 +96,7 @@ void InitQueues(Qp* qp, ibv_qp_init_attr_ex* attr) {
     cap.max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
   }
   qp->cap = cap;
-  const uint32_t sq_cap = RoundPow2(cap.max_send_wr);
-  qp->sq_mask = sq_cap - 1;
-  qp->sq.assign(sq_cap, SendWqe{});
-  qp->sq_sges.assign(static_cast<size_t>(sq_cap) * cap.max_send_sge, ibv_sge{});
-  qp->sq_inline.assign(static_cast<size_t>(sq_cap) * ff::kMaxInline, 0);
+  qp->sq.Size(RoundPow2(cap.max_send_wr), cap.max_send_sge);
 }
 
 // An RC/UC QP's inbound ring is a bounce buffer between the sender's copy and ours. Sized
@@ -169,50 +153,51 @@ bool TakeSpare(Session* s, size_t bytes, UniqueFd* fd, ff::Mapping* map) {
 
 // The QP's own segment: its inbound rings and receive credits, which peers map.
 int InitSegment(Qp* qp) {
-  qp->num_rings = qp->type == IBV_QPT_UD ? ff::kUdRingsPerQp : 1;
-  qp->ring_bytes = qp->type == IBV_QPT_UD ? ff::kUdRingBytes : RcRingBytes(qp);
-  const size_t seg_bytes = ff::QpSegmentBytes(qp->num_rings, qp->ring_bytes);
-  if (qp->type != IBV_QPT_UD && TakeSpare(qp->ctx->session, seg_bytes, &qp->seg_fd, &qp->seg)) {
+  Inbound& in = qp->inbound;
+  in.num_rings = qp->kind->rings;
+  in.ring_bytes = qp->kind->ring_bytes != 0 ? qp->kind->ring_bytes : RcRingBytes(qp);
+  const size_t seg_bytes = ff::QpSegmentBytes(in.num_rings, in.ring_bytes);
+  if (!qp->kind->datagram && TakeSpare(qp->ctx->session, seg_bytes, &in.seg_fd, &in.seg)) {
     // Only this process ever wrote it: its rings start over, empty.
-    for (uint32_t i = 0; i < qp->num_rings; ++i)
-      new (ff::QpRing(qp->seg.get(), i, qp->ring_bytes)) ff::RingHeader();
+    for (uint32_t i = 0; i < in.num_rings; ++i)
+      new (ff::QpRing(in.seg.get(), i, in.ring_bytes)) ff::RingHeader();
   } else {
-    int rc = ff::CreateSegment("ffverbs-qp", seg_bytes, &qp->seg_fd);
-    if (rc == 0) rc = ff::MapSegment(qp->seg_fd.get(), seg_bytes, true, &qp->seg);
+    int rc = ff::CreateSegment("ffverbs-qp", seg_bytes, &in.seg_fd);
+    if (rc == 0) rc = ff::MapSegment(in.seg_fd.get(), seg_bytes, true, &in.seg);
     if (rc != 0) return rc;
   }
-  auto* hdr = new (qp->seg.get()) ff::QpSegmentHeader();
+  auto* hdr = new (in.seg.get()) ff::QpSegmentHeader();
   hdr->magic = ff::kQpSegMagic;
   hdr->abi = ff::kAbiVersion;
-  hdr->num_rings = qp->num_rings;
-  hdr->ring_bytes = qp->ring_bytes;
-  qp->consumers.resize(qp->num_rings);
-  qp->inbound.resize(qp->num_rings);
+  hdr->num_rings = in.num_rings;
+  hdr->ring_bytes = in.ring_bytes;
+  in.consumers.resize(in.num_rings);
+  in.messages.resize(in.num_rings);
   // A UD QP's senders each get a ring of their own from the router (InstallRings); the
   // rings in its segment stay unused.
-  if (qp->type == IBV_QPT_UD) qp->sources.resize(qp->num_rings);
-  for (uint32_t i = 0; i < qp->num_rings && qp->type != IBV_QPT_UD; ++i)
-    qp->consumers[i].Attach(ff::QpRing(qp->seg.get(), i, qp->ring_bytes), qp->ring_bytes);
+  if (qp->kind->datagram) in.sources.resize(in.num_rings);
+  for (uint32_t i = 0; i < in.num_rings && !qp->kind->datagram; ++i)
+    in.consumers[i].Attach(ff::QpRing(in.seg.get(), i, in.ring_bytes), in.ring_bytes);
   if (qp->srq == nullptr)
-    InitRecvQueue(&qp->rq, qp->cap.max_recv_wr, qp->cap.max_recv_sge, &hdr->credits);
+    InitRecvQueue(&in.rq, qp->cap.max_recv_wr, qp->cap.max_recv_sge, &hdr->credits);
   return 0;
 }
 
 int AnnounceQp(Qp* qp, uint32_t* qpn) {
   ff::proto::CreateQp m{};
-  m.qp_type = qp->type;
-  m.num_rings = qp->num_rings;
-  m.ring_bytes = qp->ring_bytes;
+  m.qp_type = qp->kind->type;
+  m.num_rings = qp->inbound.num_rings;
+  m.ring_bytes = qp->inbound.ring_bytes;
   m.srq_id = qp->srq != nullptr ? qp->srq->id : ff::proto::kNoId;
   m.recv_cq_id = qp->rcq->id;
   m.send_cq_id = qp->scq->id;
-  const int fd = qp->seg_fd.get();
+  const int fd = qp->inbound.seg_fd.get();
   Session* s = qp->ctx->session;
   std::lock_guard<std::mutex> g(s->qpn_mu);
   // An RC/UC QP under a granted number: what the router checks is the library's own doing
   // (CheckCaps, InitSegment, the CQs and SRQ it created), so its answer would only be the
   // number. Posted, the create costs no wait for the router.
-  if ((qp->type == IBV_QPT_RC || qp->type == IBV_QPT_UC) && !s->qpn_grants.empty()) {
+  if (qp->kind->posted_create && !s->qpn_grants.empty()) {
     m.qpn = s->qpn_grants.back();
     // Known to the event thread first: a refusal (kQpRefused) may come back at once.
     s->registry.AddQp(m.qpn, qp);
@@ -259,7 +244,7 @@ int CreateQp(Context* ctx, ibv_pd* pd, ibv_qp_init_attr_ex* attr, Qp** out) {
   if (const int rc = CheckCaps(attr)) return rc;
   auto qp = std::make_unique<Qp>();
   qp->ctx = ctx;
-  qp->type = attr->qp_type;
+  qp->kind = ff::QpKindOf(attr->qp_type);
   qp->scq = ToCq(attr->send_cq);
   qp->rcq = ToCq(attr->recv_cq);
   qp->srq = attr->srq != nullptr ? ToSrq(attr->srq) : nullptr;
@@ -293,12 +278,12 @@ int NameWithoutWaiting(Qp* qp, uint32_t ip, uint32_t dest_qpn) {
   {
     // Awaiting before the router hears of it: the event thread may be told of the peer next.
     std::lock_guard<AdaptiveLock> l(qp->ctx->lock);
-    qp->awaited = Qp::AwaitedPeer{true, ip, 0, dest_qpn};
+    qp->conn.awaited = Connection::AwaitedPeer{true, ip, 0, dest_qpn};
   }
   const int rc = qp->ctx->session->Post(&m, sizeof(m));
   if (rc != 0) {  // the router is gone
     std::lock_guard<AdaptiveLock> l(qp->ctx->lock);
-    qp->awaited = Qp::AwaitedPeer{};
+    qp->conn.awaited = Connection::AwaitedPeer{};
   }
   return rc;
 }
@@ -326,7 +311,8 @@ int ConnectAtRtr(Qp* qp, const ibv_qp_attr* attr, std::unique_ptr<PeerLink>* lin
   if (rc == EINPROGRESS) {
     // The peer has not named this QP yet (it may reach RTR later): RTR succeeds, as on a
     // real fabric, and the first WQE asks again (AwaitPeer).
-    qp->awaited = Qp::AwaitedPeer{true, ip, ip != 0 ? uint16_t{0} : ah.dlid, attr->dest_qp_num};
+    qp->conn.awaited =
+        Connection::AwaitedPeer{true, ip, ip != 0 ? uint16_t{0} : ah.dlid, attr->dest_qp_num};
     return 0;
   }
   if (rc != 0) {
@@ -348,7 +334,7 @@ int CheckModify(const Qp* qp, const ibv_qp_attr* attr, int mask) {
   const ibv_qp_state cur = qp->qpx.qp_base.state;
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
   if (!TransitionAllowed(cur, next)) return EINVAL;
-  const int required = (mask & IBV_QP_STATE) ? RequiredMask(qp->type, cur, next) : 0;
+  const int required = (mask & IBV_QP_STATE) ? RequiredMask(qp->kind, cur, next) : 0;
   if ((mask & required) != required) return EINVAL;
   if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
   if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;  // one P_Key
@@ -369,7 +355,7 @@ bool ApplyModify(Qp* qp, const ibv_qp_attr* attr, int mask, std::unique_ptr<Peer
   const ibv_qp_state cur = q.state;
   std::lock_guard<AdaptiveLock> l(qp->ctx->lock);
   ApplyAttr(qp, attr, mask);
-  if (link) qp->link = std::move(link);  // only RTR makes a new one; later transitions keep it
+  if (link) qp->conn.link = std::move(link);  // only RTR makes a new one; later transitions keep it
   if (!(mask & IBV_QP_STATE)) return false;
   const ibv_qp_state next = attr->qp_state;
   bool disconnect = false;
@@ -389,24 +375,19 @@ void Disconnect(Qp* qp) {
   m.id = qp->qpx.qp_base.qp_num;
   qp->ctx->session->SimpleCall(&m, sizeof(m));
   std::lock_guard<AdaptiveLock> l(qp->ctx->lock);
-  qp->link.reset();
-  qp->awaited = Qp::AwaitedPeer{};
-  qp->ud_links.clear();
-  qp->ud_unreachable.clear();
-  // A QP the router refused stays failed: it has no QP there to reset.
-  if (qp->peer_gone.load() != static_cast<uint32_t>(PeerGone::kRefused)) qp->peer_gone.store(0);
+  qp->conn.Forget();
 }
 
 int ModifyQp(Qp* qp, ibv_qp_attr* attr, int mask) {
   if (const int rc = CheckModify(qp, attr, mask)) return rc;
   // A QP the router refused (kQpRefused) has nothing there to bring up again.
   if ((mask & IBV_QP_STATE) && attr->qp_state != IBV_QPS_RESET && attr->qp_state != IBV_QPS_ERR &&
-      qp->peer_gone.load() == static_cast<uint32_t>(PeerGone::kRefused))
+      qp->conn.refused())
     return ENOENT;
   const ibv_qp_state cur = qp->qpx.qp_base.state;
   std::unique_ptr<PeerLink> link;
   if ((mask & IBV_QP_STATE) && cur == IBV_QPS_INIT && attr->qp_state == IBV_QPS_RTR &&
-      qp->type != IBV_QPT_UD) {
+      !qp->kind->datagram) {
     if (const int rc = ConnectAtRtr(qp, attr, &link)) return rc;
   }
   if (ApplyModify(qp, attr, mask, std::move(link))) Disconnect(qp);
@@ -433,13 +414,13 @@ int DestroyQp(Qp* qp) {
   m.id = qpn;
   uint64_t served_at = 0;
   ctx->session->Post(&m, sizeof(m), nullptr, 0, &served_at);
-  const bool ud = qp->type == IBV_QPT_UD;
-  UniqueFd seg_fd = std::move(qp->seg_fd);
-  ff::Mapping seg = std::move(qp->seg);
+  const bool spare = !qp->kind->datagram;
+  UniqueFd seg_fd = std::move(qp->inbound.seg_fd);
+  ff::Mapping seg = std::move(qp->inbound.seg);
   pthread_mutex_destroy(&qp->qpx.qp_base.mutex);
   pthread_cond_destroy(&qp->qpx.qp_base.cond);
   delete qp;
-  if (!ud) KeepSpare(ctx->session, std::move(seg_fd), std::move(seg), served_at);
+  if (spare) KeepSpare(ctx->session, std::move(seg_fd), std::move(seg), served_at);
   return 0;
 }
 
@@ -504,7 +485,7 @@ FFV_EXPORT int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_at
     init->recv_cq = ibqp->recv_cq;
     init->srq = ibqp->srq;
     init->cap = qp->cap;
-    init->qp_type = qp->type;
+    init->qp_type = qp->kind->type;
     init->sq_sig_all = qp->sq_sig_all ? 1 : 0;
   }
   return 0;

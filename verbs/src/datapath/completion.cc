@@ -44,7 +44,8 @@ int PopWcs(Cq* cq, int n, ibv_wc* wc, int k) {
 }
 
 bool RouterFed(const Qp* qp) {
-  return qp->type != IBV_QPT_UD && qp->link != nullptr && qp->link->ops->router_fed;
+  const PeerLink* link = qp->conn.link.get();
+  return !qp->kind->datagram && link != nullptr && link->ops->router_fed;
 }
 
 // True when at least one source of completions on `cq` is fed by the router (an RC/UC
@@ -55,10 +56,10 @@ bool RouterFed(const Qp* qp) {
 bool MaySleepOnRouter(const Context* ctx, const Cq* cq) {
   bool router_source = false;
   for (const Qp* qp : cq->recv_qps) {
-    if (qp->type == IBV_QPT_UD) return false;
-    if (qp->link == nullptr) {
+    if (qp->kind->datagram) return false;
+    if (qp->conn.link == nullptr) {
       // Awaiting its peer's consent: that peer may already deliver, from anywhere.
-      if (qp->awaited.waiting) return false;
+      if (qp->conn.awaited.waiting) return false;
       continue;  // not connected: delivers nothing
     }
     if (!RouterFed(qp)) return false;

@@ -38,7 +38,7 @@ struct LinkOps {
   // its status. May be called again for a WQE it blocked on: it resumes where it stopped.
   Exec (*execute)(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st);
   // Applies outcomes of in-flight WQEs that came back: marks them done, frees
-  // Qp::inflight / Qp::reads_inflight, copies READ data and atomic results.
+  // SendQueue::inflight / SendQueue::reads_inflight, copies READ data and atomic results.
   void (*collect)(Qp* qp, PeerLink* link);
   // The peer went away (or its router did): takes in outcomes already delivered, before
   // the link is marked dead and the QP failed or kept.
@@ -64,16 +64,16 @@ extern const LinkOps kRouterOps;    // link_router.cc
 // trip). 0 or a positive errno.
 int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, bool ud,
                 std::unique_ptr<PeerLink>* out, bool again = false);
-// The link of an RC/UC QP whose peer had not named it at RTR (Qp::awaited), asked for
-// again. kDone with qp->link set when it is there; kBlocked while the peer still has not
-// named us; kDone with *st = IBV_WC_RETRY_EXC_ERR once the QP's retry budget (at least
-// kConsentMinWaitNs) is spent or the router refuses. ctx->lock held.
+// The link of an RC/UC QP whose peer had not named it at RTR (Connection::awaited), asked
+// for again. kDone with qp->conn.link set when it is there; kBlocked while the peer still
+// has not named us; kDone with *st = IBV_WC_RETRY_EXC_ERR once the QP's retry budget (at
+// least kConsentMinWaitNs) is spent or the router refuses. ctx->lock held.
 Exec AwaitPeer(Qp* qp, ibv_wc_status* st);
 // When a WQE whose peer went away at `now_ns` may complete with IBV_WC_RETRY_EXC_ERR: once a
 // real requester's retries would have run out, timeout x (retry_cnt + 1), but no later than
 // kPeerErrorMaxDelayNs from now (also for timeout 0, which on a fabric retries forever).
 uint64_t RetryExhaustedAt(const Qp* qp, uint64_t now_ns);
-// Asks once for the awaited link of `qp`: 0 with qp->link set, else the router's answer
+// Asks once for the awaited link of `qp`: 0 with qp->conn.link set, else the router's answer
 // (EINPROGRESS while the peer has not named it); no deadline. ctx->lock held.
 int TryAwaitedLink(Qp* qp);
 // The link of a UD QP to the destination of `w`, connected on first use; nullptr when the
@@ -120,10 +120,6 @@ inline Exec Dispatch(const OpHandlers& h, Qp* qp, PeerLink* link, SendWqe& w, ui
 inline bool IsReadOrAtomic(uint32_t opcode) {
   return opcode == IBV_WR_RDMA_READ || opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
          opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
-inline ibv_sge* WqeSges(Qp* qp, uint64_t index) {
-  return &qp->sq_sges[(index & qp->sq_mask) * qp->cap.max_send_sge];
 }
 
 // The RecordHeader of a message record of `w` (kind, flags); sizes are the codec's. Inline:

@@ -32,7 +32,7 @@ ff::RingStatus AppendReq(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t inde
                          uint32_t data_len) {
   const ff::RingStatus rs = ff::AppendRequest(
       link->producer, MessageHeader(qp, w, kind, flags), op, data_len,
-      [&](char* dst) { CopyFromSges(WqeSges(qp, index), w.num_sge, data_off, dst, data_len); });
+      [&](char* dst) { CopyFromSges(qp->sq.sges_of(index), w.num_sge, data_off, dst, data_len); });
   if (rs == ff::RingStatus::kOk) link->dirty = true;
   return rs;
 }
@@ -49,14 +49,14 @@ Exec AppendSingle(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t index, uint
 
 Exec SendRequests(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {
   ff::ProxyRequest op = RequestOf(qp, w, index);
-  const uint32_t max_frag = qp->type == IBV_QPT_UD ? ff::kMtu : ff::kMaxFragment;
+  const uint32_t max_frag = qp->kind->max_fragment;
   const Exec e = PutFragments(link, w, max_frag, st, [&](uint32_t frag, bool first, bool last) {
     op.last = last ? 1 : 0;
     return AppendReq(qp, link, w, index, ff::kRecSend, SendFlags(w, first, last), op, w.sent, frag);
   });
   if (e != Exec::kDone || *st != IBV_WC_SUCCESS) return e;
-  // UD is unacknowledged: it completes once it left.
-  return qp->type == IBV_QPT_UD ? Exec::kDone : Exec::kInFlight;
+  // A datagram is not answered: it completes once it left.
+  return qp->kind->answered ? Exec::kInFlight : Exec::kDone;
 }
 
 Exec WriteRequests(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {
@@ -75,12 +75,12 @@ Exec WriteRequests(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_st
 
 Exec ReadOrAtomicRequest(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {
   // As an HCA does: at most max_rd_atomic READs/atomics outstanding per QP.
-  if (qp->reads_inflight >= std::max<uint32_t>(1, qp->attr.max_rd_atomic)) return Exec::kBlocked;
+  if (qp->sq.reads_inflight >= std::max<uint32_t>(1, qp->attr.max_rd_atomic)) return Exec::kBlocked;
   ff::ProxyRequest op = RequestOf(qp, w, index);
   op.last = 1;
   const uint8_t kind = w.opcode == IBV_WR_RDMA_READ ? ff::kRecReadReq : ff::kRecAtomicReq;
   const Exec e = AppendSingle(qp, link, w, index, kind, 0, op, st);
-  if (e == Exec::kInFlight) ++qp->reads_inflight;
+  if (e == Exec::kInFlight) ++qp->sq.reads_inflight;
   return e;
 }
 
@@ -96,22 +96,22 @@ void Finish(Qp* qp, SendWqe& w, uint32_t status) {
   w.done = true;
   w.answered = true;
   w.status = status;
-  --qp->inflight;
-  if (IsReadOrAtomic(w.opcode)) --qp->reads_inflight;
+  --qp->sq.inflight;
+  if (IsReadOrAtomic(w.opcode)) --qp->sq.reads_inflight;
 }
 
 // Applies one checked response. Responses for WQEs no longer in flight (stale after a flush,
 // or duplicates) are ignored, and so is data that does not fit the WQE's buffer.
 void ApplyResponse(Qp* qp, const ff::ResponseView& v) {
   const ff::ProxyResponse& r = v.resp;
-  const uint64_t index =
-      qp->sq_head + static_cast<uint32_t>(r.seq - static_cast<uint32_t>(qp->sq_head));
-  if (index >= qp->sq_exec) return;
-  SendWqe& w = qp->sq[index & qp->sq_mask];
+  SendQueue& sq = qp->sq;
+  const uint64_t index = sq.head + static_cast<uint32_t>(r.seq - static_cast<uint32_t>(sq.head));
+  if (index >= sq.exec) return;
+  SendWqe& w = sq.at(index);
   if (!w.in_flight) return;
   if (v.data_len > 0 && r.status == IBV_WC_SUCCESS && r.data_offset <= w.length &&
       v.data_len <= w.length - r.data_offset)
-    CopyToSges(WqeSges(qp, index), w.num_sge, r.data_offset, v.data, v.data_len);
+    CopyToSges(qp->sq.sges_of(index), w.num_sge, r.data_offset, v.data, v.data_len);
   if (!r.last) return;
   Finish(qp, w, r.status);
   // The router answers so for a peer QP that is gone: a real requester would retry first.
@@ -123,8 +123,8 @@ void AbandonInFlight(Qp* qp, PeerLink* link) {
   LogError("QP 0x%x: the router corrupted its response ring; failing the connection",
            qp->qpx.qp_base.qp_num);
   link->dead = true;
-  for (uint64_t i = qp->sq_head; i != qp->sq_exec; ++i) {
-    SendWqe& w = qp->sq[i & qp->sq_mask];
+  for (uint64_t i = qp->sq.head; i != qp->sq.exec; ++i) {
+    SendWqe& w = qp->sq.at(i);
     if (w.in_flight) Finish(qp, w, IBV_WC_RETRY_EXC_ERR);
   }
 }

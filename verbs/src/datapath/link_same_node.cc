@@ -19,7 +19,7 @@ bool NeedsCredit(uint32_t opcode) {
 // The peer has no receive posted. RC retries (kBlocked) until rnr_retry x the peer's
 // min_rnr_timer is spent; UC and UD drop the message, as a fabric does.
 Exec NoCredit(Qp* qp, PeerLink* link, SendWqe& w, ibv_wc_status* st) {
-  if (qp->type != IBV_QPT_RC) return Exec::kDone;
+  if (!qp->kind->rnr_retry) return Exec::kDone;
   if (!ff::RnrRetryExhausted(&w.rnr, link->hdr->min_rnr_timer.load(std::memory_order_relaxed),
                              qp->attr.rnr_retry, ff::MonotonicNs()))
     return Exec::kBlocked;
@@ -42,17 +42,18 @@ ibv_wc_status ResolveTarget(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t l
 }
 
 Exec Send(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {
-  const uint32_t max_frag = qp->type == IBV_QPT_UD ? ff::kMtu : ff::kMaxFragment;
-  const ibv_sge* sges = WqeSges(qp, index);
-  return PutFragments(link, w, max_frag, st, [&](uint32_t frag, bool first, bool last) {
-    // The header is passed as a prvalue: it is built in AppendRecord's parameter, not copied.
-    const uint8_t flags = SendFlags(w, first, last);
-    const ff::RingStatus rs =
-        ff::AppendRecord(link->producer, MessageHeader(qp, w, ff::kRecSend, flags), frag,
-                         [&](char* dst) { CopyFromSges(sges, w.num_sge, w.sent, dst, frag); });
-    if (rs == ff::RingStatus::kOk && last && (flags & ff::kRecSolicited)) link->solicited = true;
-    return rs;
-  });
+  const ibv_sge* sges = qp->sq.sges_of(index);
+  return PutFragments(
+      link, w, qp->kind->max_fragment, st, [&](uint32_t frag, bool first, bool last) {
+        // The header is passed as a prvalue: it is built in AppendRecord's parameter, not copied.
+        const uint8_t flags = SendFlags(w, first, last);
+        const ff::RingStatus rs =
+            ff::AppendRecord(link->producer, MessageHeader(qp, w, ff::kRecSend, flags), frag,
+                             [&](char* dst) { CopyFromSges(sges, w.num_sge, w.sent, dst, frag); });
+        if (rs == ff::RingStatus::kOk && last && (flags & ff::kRecSolicited))
+          link->solicited = true;
+        return rs;
+      });
 }
 
 // The data goes straight into the peer's memory; WRITE_WITH_IMM then leaves a record that
@@ -62,7 +63,7 @@ Exec Write(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st
     char* dst = nullptr;
     *st = ResolveTarget(qp, link, w, w.length, IBV_ACCESS_REMOTE_WRITE, &dst);
     if (*st != IBV_WC_SUCCESS) return Exec::kDone;
-    if (w.length > 0) CopyFromSges(WqeSges(qp, index), w.num_sge, 0, dst, w.length);
+    if (w.length > 0) CopyFromSges(qp->sq.sges_of(index), w.num_sge, 0, dst, w.length);
     w.started = true;
   }
   if (w.opcode == IBV_WR_RDMA_WRITE) return Exec::kDone;
@@ -82,7 +83,7 @@ Exec Read(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st)
   char* src = nullptr;
   *st = ResolveTarget(qp, link, w, w.length, IBV_ACCESS_REMOTE_READ, &src);
   if (*st == IBV_WC_SUCCESS && w.length > 0)
-    CopyToSges(WqeSges(qp, index), w.num_sge, 0, src, w.length);
+    CopyToSges(qp->sq.sges_of(index), w.num_sge, 0, src, w.length);
   return Exec::kDone;
 }
 
@@ -96,7 +97,7 @@ Exec Atomic(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* s
   if (*st != IBV_WC_SUCCESS) return Exec::kDone;
   const uint64_t old =
       ff::AtomicOp(reinterpret_cast<uint64_t*>(target), w.opcode, w.compare_add, w.swap);
-  CopyToSges(WqeSges(qp, index), w.num_sge, 0, reinterpret_cast<const char*>(&old), 8);
+  CopyToSges(qp->sq.sges_of(index), w.num_sge, 0, reinterpret_cast<const char*>(&old), 8);
   return Exec::kDone;
 }
 

@@ -45,10 +45,10 @@ void Registry::OnPeerGone(uint32_t qpn, PeerGone why) {
   if (it == qps_.end()) return;
   Qp* qp = it->second;
   const auto reason = static_cast<uint32_t>(why);
-  uint32_t cur = qp->peer_gone.load(std::memory_order_relaxed);
+  std::atomic<uint32_t>& gone = qp->conn.peer_gone;
+  uint32_t cur = gone.load(std::memory_order_relaxed);
   // A death outranks an orderly close, a refusal both.
-  while (cur < reason &&
-         !qp->peer_gone.compare_exchange_weak(cur, reason, std::memory_order_release)) {
+  while (cur < reason && !gone.compare_exchange_weak(cur, reason, std::memory_order_release)) {
   }
   qp->ctx->attention.store(true, std::memory_order_release);
   // A process asleep on a completion channel must poll to see the error.
@@ -76,11 +76,11 @@ void Registry::OnPeerNamed(uint32_t qpn) {
   // the program may not call again. If the link cannot be had yet, the next verb (or tick)
   // asks again.
   UnderContextLock(qpn, [](Qp* qp) {
-    if (qp->awaited.waiting && TryAwaitedLink(qp) != 0) {
-      qp->peer_named.store(true, std::memory_order_release);
+    if (qp->conn.awaited.waiting && TryAwaitedLink(qp) != 0) {
+      qp->conn.peer_named.store(true, std::memory_order_release);
       qp->ctx->attention.store(true, std::memory_order_release);
     }
-    if (qp->in_pending_list) Progress(qp);
+    if (qp->sq.in_pending_list) Progress(qp);
     WakeQpCqs(qp);  // a receiver asleep on its channel should link up now
   });
 }
@@ -88,11 +88,12 @@ void Registry::OnPeerNamed(uint32_t qpn) {
 void Registry::OnUdRing(const ff::proto::Event& e, UniqueFd fd) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = qps_.find(e.qpn);
-  if (it == qps_.end() || it->second->type != IBV_QPT_UD) return;
+  if (it == qps_.end() || !it->second->kind->datagram) return;
   Qp* qp = it->second;
   {
-    std::lock_guard<std::mutex> a(qp->arriving_mu);
-    qp->arriving.push_back(Qp::ArrivingRing{e.ring, e.src_ip, e.src_qpn, std::move(fd)});
+    std::lock_guard<std::mutex> a(qp->inbound.arriving_mu);
+    qp->inbound.arriving.push_back(
+        Inbound::ArrivingRing{e.ring, e.src_ip, e.src_qpn, std::move(fd)});
   }
   qp->ctx->attention.store(true, std::memory_order_release);
   WakeQpCqs(qp);  // a receiver asleep on its channel must poll to take the ring in
@@ -100,8 +101,8 @@ void Registry::OnUdRing(const ff::proto::Event& e, UniqueFd fd) {
 
 void Registry::OnUdPeerLost(const ff::proto::Event& e) {
   UnderContextLock(e.qpn, [&](Qp* qp) {
-    if (qp->type != IBV_QPT_UD) return;
-    std::erase_if(qp->ud_links, [&](const auto& entry) {
+    if (!qp->kind->datagram) return;
+    std::erase_if(qp->conn.ud_links, [&](const auto& entry) {
       return entry.second->peer_ip == e.src_ip && entry.second->peer_qpn == e.src_qpn;
     });
     ResumeSends(qp);  // a datagram blocked on that link's ring asks for a new one
@@ -119,16 +120,16 @@ void TickContext(Context* ctx, Registry::TickOutcome* out) {
     if (ctx->attention.load(std::memory_order_relaxed)) HandleAttention(ctx);
     std::vector<std::pair<Qp*, uint64_t>> before;
     for (Qp* qp : ctx->pending)
-      if (qp->stalled) before.emplace_back(qp, qp->sq_exec);
+      if (qp->sq.stalled) before.emplace_back(qp, qp->sq.exec);
     ProgressPending(ctx);
-    for (const auto& [qp, exec] : before) out->advanced = out->advanced || qp->sq_exec != exec;
+    for (const auto& [qp, exec] : before) out->advanced = out->advanced || qp->sq.exec != exec;
   }
   ctx->tick_passes = ctx->passes.load(std::memory_order_relaxed);
   bool stalled = false;
   for (const Qp* qp : ctx->pending) {
-    if (!qp->stalled) continue;
+    if (!qp->sq.stalled) continue;
     stalled = true;
-    out->due = std::min(out->due, qp->stall_due_ns);
+    out->due = std::min(out->due, qp->sq.stall_due_ns);
   }
   // Under the lock: a Progress() that stalls after this sees false and wakes us again.
   if (!stalled) ctx->stalled.store(false, std::memory_order_relaxed);
@@ -156,7 +157,7 @@ Registry::TickOutcome Registry::Tick() {
 void Registry::OnFatal() {
   std::lock_guard<std::mutex> g(mu_);
   for (auto& [qpn, qp] : qps_)
-    qp->peer_gone.store(static_cast<uint32_t>(PeerGone::kDied), std::memory_order_release);
+    qp->conn.peer_gone.store(static_cast<uint32_t>(PeerGone::kDied), std::memory_order_release);
   for (Context* c : contexts_) {
     c->attention.store(true, std::memory_order_release);
     PushAsyncEvent(c, IBV_EVENT_DEVICE_FATAL, nullptr);
@@ -172,27 +173,29 @@ namespace {
 // nothing. Messages found waiting in a ring we install now fire the CQ again if it is armed,
 // or they would wait for the next message. ctx->lock held.
 void InstallRings(Qp* qp) {
-  std::vector<Qp::ArrivingRing> rings;
+  Inbound& in = qp->inbound;
+  std::vector<Inbound::ArrivingRing> rings;
   {
-    std::lock_guard<std::mutex> a(qp->arriving_mu);
-    rings.swap(qp->arriving);
+    std::lock_guard<std::mutex> a(in.arriving_mu);
+    rings.swap(in.arriving);
   }
   bool waiting = false;
-  for (Qp::ArrivingRing& r : rings) {
+  for (Inbound::ArrivingRing& r : rings) {
     Mapping map;
-    if (r.ring >= qp->num_rings ||
-        ff::MapPeerSegment(r.fd.get(), ff::UdRingBytes(qp->ring_bytes), true, &map) != 0) {
+    if (r.ring >= in.num_rings ||
+        ff::MapPeerSegment(r.fd.get(), ff::UdRingBytes(in.ring_bytes), true, &map) != 0) {
       LogError("QP 0x%x: the router announced a ring that cannot be used", qp->qpx.qp_base.qp_num);
       continue;
     }
-    if (qp->consumers[r.ring].attached()) Drain(qp);
-    qp->consumers[r.ring] = ff::RingConsumer{};
-    qp->consumers[r.ring].Attach(map.as<ff::RingHeader>(), qp->ring_bytes);
-    qp->inbound[r.ring] = InboundState{};
-    qp->sources[r.ring] = Qp::UdSource{r.ip, r.qpn, std::move(map)};
+    ff::RingConsumer& cons = in.consumers[r.ring];
+    if (cons.attached()) Drain(qp);
+    cons = ff::RingConsumer{};
+    cons.Attach(map.as<ff::RingHeader>(), in.ring_bytes);
+    in.messages[r.ring] = InboundState{};
+    in.sources[r.ring] = Inbound::UdSource{r.ip, r.qpn, std::move(map)};
     ff::RecordHeader h;
     const char* payload = nullptr;
-    waiting = waiting || qp->consumers[r.ring].Peek(&h, &payload) == ff::RingStatus::kOk;
+    waiting = waiting || cons.Peek(&h, &payload) == ff::RingStatus::kOk;
   }
   if (waiting && qp->rcq != nullptr) FireIfArmed(qp->rcq);
 }
@@ -203,10 +206,10 @@ void HandleAttention(Context* ctx) {
   if (!ctx->attention.exchange(false, std::memory_order_acq_rel)) return;
   const bool router_gone = ctx->session->fatal.load();
   for (Qp* qp : ctx->qps) {
-    if (qp->type == IBV_QPT_UD) InstallRings(qp);
-    if (qp->peer_named.exchange(false, std::memory_order_acq_rel) && qp->awaited.waiting)
+    if (qp->kind->datagram) InstallRings(qp);
+    if (qp->conn.peer_named.exchange(false, std::memory_order_acq_rel) && qp->conn.awaited.waiting)
       TryAwaitedLink(qp);  // on failure the first WQE asks again (AwaitPeer)
-    const uint32_t gone = qp->peer_gone.load(std::memory_order_acquire);
+    const uint32_t gone = qp->conn.peer_gone.load(std::memory_order_acquire);
     if (gone == 0) continue;
     const ibv_qp_state state = qp->qpx.qp_base.state;
     // The router has no such QP: fail it in whatever state (it has no link yet, or one that
@@ -219,7 +222,7 @@ void HandleAttention(Context* ctx) {
     // Deliver what the peer published before it went, and the outcomes that came back
     // before the news, then fail the connection.
     Drain(qp);
-    if (PeerLink* link = qp->link.get()) {
+    if (PeerLink* link = qp->conn.link.get()) {
       link->ops->peer_gone(qp, link);
       if (!Retire(qp)) continue;  // an outcome already moved the QP to ERR
       link->dead = true;
@@ -227,7 +230,7 @@ void HandleAttention(Context* ctx) {
     // An orderly close, as on a fabric: posted receives stay, sends from now on fail
     // (requests already in flight are still answered).
     if (gone == static_cast<uint32_t>(PeerGone::kDestroyed) && !router_gone) continue;
-    if (qp->type == IBV_QPT_UD && !router_gone) continue;
+    if (qp->kind->datagram && !router_gone) continue;  // no peer of its own to lose
     FailPeerless(ctx, qp);
   }
 }

@@ -15,7 +15,7 @@
 namespace ff::verbs {
 namespace {
 
-RecvQueue* RqOf(Qp* qp) { return qp->srq != nullptr ? &qp->srq->rq : &qp->rq; }
+RecvQueue* RqOf(Qp* qp) { return qp->srq != nullptr ? &qp->srq->rq : &qp->inbound.rq; }
 
 // Lets senders claim no more receives than are posted now.
 void WithdrawCredits(RecvQueue* rq) {
@@ -62,7 +62,7 @@ void CompleteRecv(Qp* qp, const InboundState& in, const ff::RecordHeader& h, ibv
       wc.status = IBV_WC_REM_INV_REQ_ERR;
     }
   }
-  if (qp->type == IBV_QPT_UD) wc.wc_flags |= IBV_WC_GRH;
+  if (qp->kind->datagram) wc.wc_flags |= IBV_WC_GRH;
   PushWc(qp->rcq, wc, /*announced=*/true);
 }
 
@@ -90,7 +90,7 @@ inline void ResetInbound(InboundState* in) {
 // posted on UC/UD, or a wrong Q_Key).
 void StartMessage(Qp* qp, InboundState* in, const ff::RecordHeader& h) {
   ResetInbound(in);
-  const bool ud = qp->type == IBV_QPT_UD;
+  const bool ud = qp->kind->datagram;
   if ((ud && h.qkey != qp->attr.qkey) || !PopRecv(qp, in)) {
     in->drop = true;
     return;
@@ -119,26 +119,26 @@ bool TakeSendRecord(Qp* qp, InboundState* in, const ff::RecordHeader& h, const c
   if (!(h.flags & ff::kRecLast)) return true;
   bool ok = true;
   if (in->active) {
-    const uint32_t len = in->msg_len + (qp->type == IBV_QPT_UD ? sizeof(ibv_grh) : 0);
+    const uint32_t len = in->msg_len + (qp->kind->datagram ? sizeof(ibv_grh) : 0);
     CompleteRecv(qp, *in, h, IBV_WC_RECV, len);
-    ok = in->status == IBV_WC_SUCCESS || qp->type == IBV_QPT_UD;
+    ok = in->status == IBV_WC_SUCCESS || !qp->kind->error_fails_qp;
   }
   ResetInbound(in);
   return ok;
 }
 
 void TakeWriteImm(Qp* qp, const ff::RecordHeader& h) {
-  InboundState& imm = qp->imm_scratch;
+  InboundState& imm = qp->inbound.imm_scratch;
   ResetInbound(&imm);
   if (PopRecv(qp, &imm)) CompleteRecv(qp, imm, h, IBV_WC_RECV_RDMA_WITH_IMM, h.msg_len);
 }
 
 // Drains ring `r` (at most kDrainBudget records). false when the QP was failed.
 bool DrainRing(Qp* qp, uint32_t r, bool discard) {
-  ff::RingConsumer& cons = qp->consumers[r];
+  ff::RingConsumer& cons = qp->inbound.consumers[r];
   if (!cons.attached()) return true;  // a UD ring nobody was given yet
-  InboundState& in = qp->inbound[r];
-  const Qp::UdSource* source = qp->type == IBV_QPT_UD ? &qp->sources[r] : nullptr;
+  InboundState& in = qp->inbound.messages[r];
+  const Inbound::UdSource* source = qp->kind->datagram ? &qp->inbound.sources[r] : nullptr;
   bool consumed = false;
   bool ok = true;
   for (int budget = 0; ok && budget < ff::kDrainBudget; ++budget) {
@@ -230,7 +230,7 @@ bool Drain(Qp* qp) {
   const ibv_qp_state state = qp->qpx.qp_base.state;
   if (state == IBV_QPS_RESET || state == IBV_QPS_INIT) return true;  // not receiving yet
   const bool discard = state == IBV_QPS_ERR;
-  for (uint32_t r = 0; r < qp->num_rings; ++r) {
+  for (uint32_t r = 0; r < qp->inbound.num_rings; ++r) {
     if (!DrainRing(qp, r, discard)) return false;
   }
   return true;
@@ -238,15 +238,15 @@ bool Drain(Qp* qp) {
 
 void DeliverArrived(Qp* qp) {
   // kDrainBudget records a pass; a ring holds at most one record per cache line.
-  const uint32_t passes = qp->ring_bytes / ff::kCacheLine / ff::kDrainBudget + 1;
-  for (uint32_t r = 0; r < qp->num_rings; ++r) {
+  const uint32_t passes = qp->inbound.ring_bytes / ff::kCacheLine / ff::kDrainBudget + 1;
+  for (uint32_t r = 0; r < qp->inbound.num_rings; ++r) {
     for (uint32_t i = 0; i < passes; ++i) {
       if (!DrainRing(qp, r, /*discard=*/false)) return;  // failed: flushed already
     }
   }
   // A message cut off part way: its receive is flushed.
-  for (uint32_t r = 0; r < qp->num_rings; ++r) {
-    InboundState& in = qp->inbound[r];
+  for (uint32_t r = 0; r < qp->inbound.num_rings; ++r) {
+    InboundState& in = qp->inbound.messages[r];
     if (!in.active) continue;
     ibv_wc wc{};
     wc.wr_id = in.wqe.wr_id;
@@ -260,7 +260,7 @@ void DeliverArrived(Qp* qp) {
 
 void FlushRecvs(Qp* qp) {
   if (qp->srq != nullptr) return;  // SRQ receives belong to the SRQ, not the QP
-  RecvQueue* rq = &qp->rq;
+  RecvQueue* rq = &qp->inbound.rq;
   while (rq->head != rq->tail) {
     ibv_wc wc{};
     wc.wr_id = rq->wqes[rq->head & rq->mask].wr_id;
@@ -274,18 +274,19 @@ void FlushRecvs(Qp* qp) {
 }
 
 void ResetRecv(Qp* qp) {
+  Inbound& in = qp->inbound;
   if (qp->srq == nullptr) {
-    qp->rq.head = qp->rq.tail;
-    WithdrawCredits(&qp->rq);
+    in.rq.head = in.rq.tail;
+    WithdrawCredits(&in.rq);
   }
-  for (uint32_t r = 0; r < qp->num_rings; ++r) {
-    qp->inbound[r] = InboundState{};
-    ff::RingConsumer& cons = qp->consumers[r];
+  for (uint32_t r = 0; r < in.num_rings; ++r) {
+    in.messages[r] = InboundState{};
+    ff::RingConsumer& cons = in.consumers[r];
     if (!cons.attached()) continue;
     ff::RecordHeader h;
     const char* payload;
     // A ring holds at most one record per cache line.
-    for (uint32_t i = 0; i < qp->ring_bytes / ff::kCacheLine; ++i) {
+    for (uint32_t i = 0; i < in.ring_bytes / ff::kCacheLine; ++i) {
       if (cons.Peek(&h, &payload) != ff::RingStatus::kOk) break;
       cons.Consume(h);
     }
@@ -301,7 +302,7 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     *bad = wr;
     return EINVAL;
   }
-  return Guarded([&] { return PostRecvCommon(ctx, qp, &qp->rq, wr, bad); });
+  return Guarded([&] { return PostRecvCommon(ctx, qp, &qp->inbound.rq, wr, bad); });
 }
 
 int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {

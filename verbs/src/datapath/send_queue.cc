@@ -17,20 +17,6 @@ namespace {
 
 bool IsWindowOp(uint32_t op) { return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV; }
 
-bool OpcodeAllowed(ibv_qp_type type, uint32_t op) {
-  const bool send = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
-  const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-  const bool read_atomic = IsReadOrAtomic(op);
-  switch (type) {
-    case IBV_QPT_UD:
-      return send;
-    case IBV_QPT_UC:
-      return send || write || op == IBV_WR_SEND_WITH_INV || op == IBV_WR_LOCAL_INV;
-    default:
-      return send || write || read_atomic || op == IBV_WR_SEND_WITH_INV || IsWindowOp(op);
-  }
-}
-
 // A BIND_MW names a window of type 2 (type 1 windows are bound through ibv_bind_mw).
 bool BindAllowed(const ibv_send_wr* wr, bool type1) {
   if (wr->opcode != IBV_WR_BIND_MW) return true;
@@ -53,28 +39,27 @@ bool WantsInline(const ibv_send_wr* wr) {
 
 // 0 when `wr` may be queued on `qp`, else the errno post_send returns. *length: its bytes.
 int CheckWr(const Qp* qp, const ibv_send_wr* wr, bool type1, uint64_t* length) {
-  const uint64_t queued = qp->sq_tail - qp->sq_head;
-  if (queued > qp->sq_mask || queued >= qp->cap.max_send_wr) return ENOMEM;
+  const ff::QpKind& kind = *qp->kind;
+  const uint64_t queued = qp->sq.tail - qp->sq.head;
+  if (queued > qp->sq.mask || queued >= qp->cap.max_send_wr) return ENOMEM;
   if (IsWindowOp(wr->opcode)) {
     *length = 0;
-    return OpcodeAllowed(qp->type, wr->opcode) && BindAllowed(wr, type1) ? 0 : EINVAL;
+    return kind.Allows(wr->opcode) && BindAllowed(wr, type1) ? 0 : EINVAL;
   }
-  if (!OpcodeAllowed(qp->type, wr->opcode) || wr->num_sge < 0 ||
+  if (!kind.Allows(wr->opcode) || wr->num_sge < 0 ||
       static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge ||
-      (qp->type == IBV_QPT_UD && wr->wr.ud.ah == nullptr))
+      (kind.datagram && wr->wr.ud.ah == nullptr))
     return EINVAL;
   *length = TotalLength(wr);
-  if ((WantsInline(wr) && *length > ff::kMaxInline) || *length > ff::kMaxMsgSize ||
-      (qp->type == IBV_QPT_UD && *length > ff::kMtu))
-    return EINVAL;
+  if ((WantsInline(wr) && *length > ff::kMaxInline) || *length > kind.max_message) return EINVAL;
   return 0;
 }
 
 // The WQE's data: copied now when inline, else its SGEs (checked against local MRs).
 void TakeData(Qp* qp, SendWqe& w, uint64_t index, const ibv_send_wr* wr) {
-  ibv_sge* sges = WqeSges(qp, index);
+  ibv_sge* sges = qp->sq.sges_of(index);
   if (WantsInline(wr)) {
-    char* buf = &qp->sq_inline[(index & qp->sq_mask) * ff::kMaxInline];
+    char* buf = qp->sq.inline_of(index);
     CopyFromSges(wr->sg_list, static_cast<uint32_t>(wr->num_sge), 0, buf, w.length);
     sges[0] = ibv_sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(w.length), 0};
     w.num_sge = 1;
@@ -117,7 +102,7 @@ void TakeAddressing(const Qp* qp, SendWqe& w, const ibv_send_wr* wr) {
     default:
       break;
   }
-  if (qp->type == IBV_QPT_UD) {
+  if (qp->kind->datagram) {
     const Ah* ah = ToAh(wr->wr.ud.ah);
     w.dest_ip = ah->ip;
     w.dest_lid = ah->lid;
@@ -130,8 +115,8 @@ void TakeAddressing(const Qp* qp, SendWqe& w, const ibv_send_wr* wr) {
 // Every field of the slot is written field by field: `w = SendWqe{}` zeroes the whole WQE with
 // a `rep stos`, which profiles of ib_send_bw showed as the most expensive instruction of a post.
 void Enqueue(Qp* qp, const ibv_send_wr* wr, uint64_t length) {
-  const uint64_t index = qp->sq_tail;
-  SendWqe& w = qp->sq[index & qp->sq_mask];
+  const uint64_t index = qp->sq.tail;
+  SendWqe& w = qp->sq.at(index);
   w.wr_id = wr->wr_id;
   w.opcode = wr->opcode;
   w.flags = wr->send_flags;
@@ -157,7 +142,7 @@ void Enqueue(Qp* qp, const ibv_send_wr* wr, uint64_t length) {
   w.status = IBV_WC_SUCCESS;
   if (!IsWindowOp(wr->opcode)) TakeData(qp, w, index, wr);
   TakeAddressing(qp, w, wr);
-  ++qp->sq_tail;
+  ++qp->sq.tail;
 }
 
 ibv_wc_opcode SendWcOpcode(uint32_t op) {
@@ -192,15 +177,15 @@ void CompleteSend(Qp* qp, const SendWqe& w, ibv_wc_status st) {
 }
 
 void UpdatePending(Qp* qp) {
-  const bool has = qp->sq_head != qp->sq_tail;
-  if (has == qp->in_pending_list) return;
+  const bool has = !qp->sq.empty();
+  if (has == qp->sq.in_pending_list) return;
   auto& v = qp->ctx->pending;
   if (has) {
     v.push_back(qp);
   } else {
     v.erase(std::remove(v.begin(), v.end(), qp), v.end());
   }
-  qp->in_pending_list = has;
+  qp->sq.in_pending_list = has;
 }
 
 // Runs the WQE through its link. *touched: the link it produced into, if any.
@@ -214,16 +199,16 @@ Exec Execute(Qp* qp, SendWqe& w, uint64_t index, ibv_wc_status* st, PeerLink** t
     *st = ExecuteWindowOp(qp, w);
     return Exec::kDone;
   }
-  PeerLink* link = qp->type == IBV_QPT_UD ? UdLink(qp, w) : qp->link.get();
-  if (link == nullptr && qp->awaited.waiting) {
+  PeerLink* link = qp->kind->datagram ? UdLink(qp, w) : qp->conn.link.get();
+  if (link == nullptr && qp->conn.awaited.waiting) {
     const Exec e = AwaitPeer(qp, st);
-    if (qp->link == nullptr) return e;
-    link = qp->link.get();
+    if (qp->conn.link == nullptr) return e;
+    link = qp->conn.link.get();
   }
   if (link == nullptr || link->dead) {
     // UD to an unknown destination is dropped, as on a real fabric; RC and UC retry until
     // their budget runs out.
-    if (qp->type != IBV_QPT_UD) {
+    if (!qp->kind->datagram) {
       *st = IBV_WC_RETRY_EXC_ERR;
       HoldPeerError(qp);
     } else if (link != nullptr) {
@@ -267,15 +252,16 @@ struct TouchedLinks {
 // Takes in what came back, then executes what can be executed, in order. Returns the link
 // the next WQE is blocked on, or nullptr (none is, or it waits for no link: consent).
 PeerLink* ExecuteQueued(Qp* qp) {
-  if (qp->inflight > 0 && qp->link) qp->link->ops->collect(qp, qp->link.get());
-  if (qp->peer_error_due_ns != 0) return nullptr;  // the QP is about to fail
+  SendQueue& sq = qp->sq;
+  if (sq.inflight > 0 && qp->conn.link) qp->conn.link->ops->collect(qp, qp->conn.link.get());
+  if (sq.peer_error_due_ns != 0) return nullptr;  // the QP is about to fail
   TouchedLinks touched;
   PeerLink* blocked = nullptr;
-  while (qp->sq_exec != qp->sq_tail) {
-    SendWqe& w = qp->sq[qp->sq_exec & qp->sq_mask];
+  while (sq.exec != sq.tail) {
+    SendWqe& w = sq.at(sq.exec);
     ibv_wc_status st = IBV_WC_SUCCESS;
     PeerLink* link = nullptr;
-    const Exec e = Execute(qp, w, qp->sq_exec, &st, &link);
+    const Exec e = Execute(qp, w, sq.exec, &st, &link);
     touched.Add(link);
     if (e == Exec::kBlocked) {
       blocked = link;
@@ -283,13 +269,13 @@ PeerLink* ExecuteQueued(Qp* qp) {
     }
     if (e == Exec::kInFlight) {
       w.in_flight = true;
-      ++qp->inflight;
+      ++sq.inflight;
     } else {
       w.done = true;
       w.status = st;
     }
-    ++qp->sq_exec;
-    if (st != IBV_WC_SUCCESS && qp->type != IBV_QPT_UD) break;  // retired below as an error
+    ++sq.exec;
+    if (st != IBV_WC_SUCCESS && qp->kind->error_fails_qp) break;  // retired below as an error
   }
   touched.PublishAll();
   return blocked;
@@ -299,9 +285,9 @@ PeerLink* ExecuteQueued(Qp* qp) {
 // budget of its first WQE may run out (rnr_retry 7 retries forever), or when a connect that
 // awaits the peer's consent is retried (and its deadline checked).
 uint64_t StallDue(const Qp* qp) {
-  if (qp->peer_error_due_ns != 0) return qp->peer_error_due_ns;
-  if (qp->link == nullptr && qp->awaited.waiting) return qp->awaited.next_ns;
-  const SendWqe& w = qp->sq[qp->sq_exec & qp->sq_mask];
+  if (qp->sq.peer_error_due_ns != 0) return qp->sq.peer_error_due_ns;
+  if (qp->conn.link == nullptr && qp->conn.awaited.waiting) return qp->conn.awaited.next_ns;
+  const SendWqe& w = qp->sq.at(qp->sq.exec);
   if (!w.credit && w.rnr.deadline_ns != 0 && qp->attr.rnr_retry != 7) return w.rnr.deadline_ns;
   return UINT64_MAX;
 }
@@ -312,8 +298,8 @@ uint64_t StallDue(const Qp* qp) {
 // arrived), so the event thread is asked to advance the queue (Registry::Tick); the first
 // stall of the context since it last found none wakes it. Never on the fast path.
 [[gnu::noinline]] void NoteStalled(Qp* qp) {
-  qp->stalled = true;
-  qp->stall_due_ns = StallDue(qp);
+  qp->sq.stalled = true;
+  qp->sq.stall_due_ns = StallDue(qp);
   Context* ctx = qp->ctx;
   if (!ctx->stalled.load(std::memory_order_relaxed) &&
       !ctx->stalled.exchange(true, std::memory_order_acq_rel))
@@ -324,7 +310,7 @@ uint64_t StallDue(const Qp* qp) {
 
 void Progress(Qp* qp) {
   if (qp->qpx.qp_base.state == IBV_QPS_ERR) {
-    qp->stalled = false;
+    qp->sq.stalled = false;
     FailQp(qp, IBV_WC_WR_FLUSH_ERR);
     return;
   }
@@ -335,44 +321,48 @@ void Progress(Qp* qp) {
   PeerLink* blocked = ExecuteQueued(qp);
   while (blocked != nullptr && blocked->ops->await_room(blocked, Room::kLacking))
     blocked = ExecuteQueued(qp);
-  if (blocked == nullptr && qp->link) qp->link->ops->await_room(qp->link.get(), Room::kEnough);
+  if (blocked == nullptr && qp->conn.link)
+    qp->conn.link->ops->await_room(qp->conn.link.get(), Room::kEnough);
   if (Retire(qp)) UpdatePending(qp);
   // Waiting on a router link is the router's to end (kProxyDrained); anything else left
   // unexecuted stalls.
-  if (__builtin_expect(qp->peer_error_due_ns != 0, 0) ||
-      (__builtin_expect(qp->sq_exec != qp->sq_tail, 0) &&
+  if (__builtin_expect(qp->sq.peer_error_due_ns != 0, 0) ||
+      (__builtin_expect(qp->sq.exec != qp->sq.tail, 0) &&
        (blocked == nullptr || !blocked->ops->router_fed))) {
     NoteStalled(qp);
   } else {
-    qp->stalled = false;
+    qp->sq.stalled = false;
   }
 }
 
 void ResumeSends(Qp* qp) {
-  if (qp->link) qp->link->ops->await_room(qp->link.get(), Room::kNudgeTaken);
-  for (auto& [dest, link] : qp->ud_links) link->ops->await_room(link.get(), Room::kNudgeTaken);
-  if (qp->in_pending_list) Progress(qp);
+  Connection& c = qp->conn;
+  if (c.link) c.link->ops->await_room(c.link.get(), Room::kNudgeTaken);
+  for (auto& [dest, link] : c.ud_links) link->ops->await_room(link.get(), Room::kNudgeTaken);
+  if (qp->sq.in_pending_list) Progress(qp);
 }
 
 void HoldPeerError(Qp* qp) {
-  if (qp->peer_error_due_ns == 0) qp->peer_error_due_ns = RetryExhaustedAt(qp, ff::MonotonicNs());
+  uint64_t& due = qp->sq.peer_error_due_ns;
+  if (due == 0) due = RetryExhaustedAt(qp, ff::MonotonicNs());
 }
 
 bool Retire(Qp* qp) {
-  while (qp->sq_head != qp->sq_exec) {
-    SendWqe& w = qp->sq[qp->sq_head & qp->sq_mask];
+  SendQueue& sq = qp->sq;
+  while (sq.head != sq.exec) {
+    SendWqe& w = sq.at(sq.head);
     if (!w.done) break;
     const auto st = static_cast<ibv_wc_status>(w.status);
-    if (st == IBV_WC_RETRY_EXC_ERR && qp->peer_error_due_ns != 0) {
-      if (ff::MonotonicNs() < qp->peer_error_due_ns) {
+    if (st == IBV_WC_RETRY_EXC_ERR && sq.peer_error_due_ns != 0) {
+      if (ff::MonotonicNs() < sq.peer_error_due_ns) {
         w.answered = false;  // whoever completes it later fires the CQ event
         break;
       }
-      qp->peer_error_due_ns = 0;
+      sq.peer_error_due_ns = 0;
     }
     if (st != IBV_WC_SUCCESS || w.signaled) CompleteSend(qp, w, st);
-    ++qp->sq_head;
-    if (st != IBV_WC_SUCCESS && qp->type != IBV_QPT_UD) {
+    ++sq.head;
+    if (st != IBV_WC_SUCCESS && qp->kind->error_fails_qp) {
       // A transport error moves the QP to the error state and flushes the rest.
       MoveToError(qp, IBV_WC_WR_FLUSH_ERR);
       return false;
@@ -390,15 +380,13 @@ void ProgressPending(Context* ctx) {
 }
 
 void FailQp(Qp* qp, ibv_wc_status first) {
-  while (qp->sq_head != qp->sq_tail) {
-    CompleteSend(qp, qp->sq[qp->sq_head & qp->sq_mask], first);
+  SendQueue& sq = qp->sq;
+  while (!sq.empty()) {
+    CompleteSend(qp, sq.at(sq.head), first);
     first = IBV_WC_WR_FLUSH_ERR;
-    ++qp->sq_head;
+    ++sq.head;
   }
-  qp->sq_exec = qp->sq_tail;
-  qp->inflight = 0;
-  qp->reads_inflight = 0;
-  qp->peer_error_due_ns = 0;
+  sq.Forget();
   FlushRecvs(qp);
   UpdatePending(qp);
 }
@@ -413,11 +401,7 @@ void MoveToError(Qp* qp, ibv_wc_status first_status) {
 }
 
 void ResetQueues(Qp* qp) {
-  qp->sq_head = qp->sq_tail;
-  qp->sq_exec = qp->sq_tail;
-  qp->inflight = 0;
-  qp->reads_inflight = 0;
-  qp->peer_error_due_ns = 0;
+  qp->sq.Forget();
   ResetRecv(qp);
   UpdatePending(qp);
 }

@@ -1,7 +1,7 @@
 // The ibv_wr_* post-send API (ibv_qp_to_qp_ex): work requests are collected between
 // wr_start and wr_complete and then posted through the same path as ibv_post_send. These
 // functions return nothing, so a failure (only allocation can fail) is kept in
-// Qp::wr_error and reported by wr_complete.
+// WrBatch::error and reported by wr_complete.
 #include <cstring>
 #include <mutex>
 
@@ -13,32 +13,32 @@ namespace {
 
 constexpr size_t kNoInline = ~size_t{0};
 
-Qp* FromEx(ibv_qp_ex* q) { return reinterpret_cast<Qp*>(q); }
+WrBatch& BatchOf(ibv_qp_ex* q) { return reinterpret_cast<Qp*>(q)->batch; }
 
 // Runs `change` on the batch; remembers ENOMEM instead of letting it escape into C code.
 template <typename F>
 void Batch(ibv_qp_ex* q, F&& change) {
-  Qp* qp = FromEx(q);
-  if (const int rc = Guarded([&] { return change(qp), 0; })) qp->wr_error = rc;
+  WrBatch& b = BatchOf(q);
+  if (const int rc = Guarded([&] { return change(b), 0; })) b.error = rc;
 }
 
 ibv_send_wr* Last(ibv_qp_ex* q) {
-  Qp* qp = FromEx(q);
-  if (qp->wr_batch.empty()) {
-    qp->wr_error = EINVAL;
+  WrBatch& b = BatchOf(q);
+  if (b.wrs.empty()) {
+    b.error = EINVAL;
     return nullptr;
   }
-  return &qp->wr_batch.back();
+  return &b.wrs.back();
 }
 
 // Starts a work request of `op`; `fill` completes it.
 template <typename F>
 void NewWr(ibv_qp_ex* q, ibv_wr_opcode op, F&& fill) {
-  Batch(q, [&](Qp* qp) {
-    qp->wr_batch.push_back(ibv_send_wr{});
-    qp->wr_sge_begin.push_back(qp->wr_sges.size());
-    qp->wr_inline_begin.push_back(kNoInline);
-    ibv_send_wr& wr = qp->wr_batch.back();
+  Batch(q, [&](WrBatch& b) {
+    b.wrs.push_back(ibv_send_wr{});
+    b.sge_begin.push_back(b.sges.size());
+    b.inline_begin.push_back(kNoInline);
+    ibv_send_wr& wr = b.wrs.back();
     wr.wr_id = q->wr_id;
     wr.send_flags = q->wr_flags;
     wr.opcode = op;
@@ -46,53 +46,45 @@ void NewWr(ibv_qp_ex* q, ibv_wr_opcode op, F&& fill) {
   });
 }
 
-void Start(ibv_qp_ex* q) {
-  Qp* qp = FromEx(q);
-  qp->wr_batch.clear();
-  qp->wr_sges.clear();
-  qp->wr_inline.clear();
-  qp->wr_sge_begin.clear();
-  qp->wr_inline_begin.clear();
-  qp->wr_error = 0;
-}
+void Start(ibv_qp_ex* q) { BatchOf(q).Clear(); }
 
 // Points every WR at its SGEs and inline bytes (the vectors no longer move) and chains them.
-void Link(Qp* qp) {
-  for (size_t i = 0; i < qp->wr_batch.size(); ++i) {
-    ibv_send_wr& wr = qp->wr_batch[i];
-    if (qp->wr_inline_begin[i] == kNoInline) continue;
-    const size_t begin = qp->wr_inline_begin[i];
-    size_t end = qp->wr_inline.size();
-    for (size_t j = i + 1; j < qp->wr_batch.size(); ++j) {
-      if (qp->wr_inline_begin[j] != kNoInline) {
-        end = qp->wr_inline_begin[j];
+void Link(WrBatch& b) {
+  for (size_t i = 0; i < b.wrs.size(); ++i) {
+    ibv_send_wr& wr = b.wrs[i];
+    if (b.inline_begin[i] == kNoInline) continue;
+    const size_t begin = b.inline_begin[i];
+    size_t end = b.inline_data.size();
+    for (size_t j = i + 1; j < b.wrs.size(); ++j) {
+      if (b.inline_begin[j] != kNoInline) {
+        end = b.inline_begin[j];
         break;
       }
     }
-    qp->wr_sges.push_back(ibv_sge{reinterpret_cast<uintptr_t>(qp->wr_inline.data() + begin),
-                                  static_cast<uint32_t>(end - begin), 0});
-    qp->wr_sge_begin[i] = qp->wr_sges.size() - 1;
+    b.sges.push_back(ibv_sge{reinterpret_cast<uintptr_t>(b.inline_data.data() + begin),
+                             static_cast<uint32_t>(end - begin), 0});
+    b.sge_begin[i] = b.sges.size() - 1;
     wr.num_sge = 1;
     wr.send_flags |= IBV_SEND_INLINE;
   }
-  for (size_t i = 0; i < qp->wr_batch.size(); ++i) {
-    ibv_send_wr& wr = qp->wr_batch[i];
-    wr.sg_list = wr.num_sge > 0 ? &qp->wr_sges[qp->wr_sge_begin[i]] : nullptr;
-    wr.next = i + 1 < qp->wr_batch.size() ? &qp->wr_batch[i + 1] : nullptr;
+  for (size_t i = 0; i < b.wrs.size(); ++i) {
+    ibv_send_wr& wr = b.wrs[i];
+    wr.sg_list = wr.num_sge > 0 ? &b.sges[b.sge_begin[i]] : nullptr;
+    wr.next = i + 1 < b.wrs.size() ? &b.wrs[i + 1] : nullptr;
   }
 }
 
 int Complete(ibv_qp_ex* q) {
-  Qp* qp = FromEx(q);
+  WrBatch& b = BatchOf(q);
   static std::once_flag traced;
   std::call_once(traced, [] { LogDebug("work requests arrive through the ibv_wr_* API"); });
-  int rc = qp->wr_error;
-  if (rc == 0 && !qp->wr_batch.empty()) rc = Guarded([&] { return Link(qp), 0; });
-  if (rc == 0 && !qp->wr_batch.empty()) {
+  int rc = b.error;
+  if (rc == 0 && !b.wrs.empty()) rc = Guarded([&] { return Link(b), 0; });
+  if (rc == 0 && !b.wrs.empty()) {
     ibv_send_wr* bad = nullptr;
-    rc = PostSend(&q->qp_base, qp->wr_batch.data(), &bad);
+    rc = PostSend(&q->qp_base, b.wrs.data(), &bad);
   }
-  Start(q);
+  b.Clear();
   return rc;
 }
 
@@ -126,7 +118,7 @@ void FetchAdd(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t add) {
     wr->wr.atomic = {addr, add, 0, rkey};
   });
 }
-void Unsupported(ibv_qp_ex* q) { FromEx(q)->wr_error = EOPNOTSUPP; }
+void Unsupported(ibv_qp_ex* q) { BatchOf(q).error = EOPNOTSUPP; }
 void BindMw(ibv_qp_ex* q, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
   NewWr(q, IBV_WR_BIND_MW, [&](ibv_send_wr* wr) {
     wr->bind_mw.mw = mw;
@@ -149,7 +141,7 @@ void SetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t qpn, uint32_t qkey) {
 }
 void SetSgeList(ibv_qp_ex* q, size_t n, const ibv_sge* list) {
   if (ibv_send_wr* wr = Last(q)) {
-    Batch(q, [&](Qp* qp) { qp->wr_sges.insert(qp->wr_sges.end(), list, list + n); });
+    Batch(q, [&](WrBatch& b) { b.sges.insert(b.sges.end(), list, list + n); });
     wr->num_sge = static_cast<int>(n);
   }
 }
@@ -159,11 +151,11 @@ void SetSge(ibv_qp_ex* q, uint32_t lkey, uint64_t addr, uint32_t length) {
 }
 void SetInlineList(ibv_qp_ex* q, size_t n, const ibv_data_buf* bufs) {
   if (Last(q) == nullptr) return;
-  Batch(q, [&](Qp* qp) {
-    qp->wr_inline_begin.back() = qp->wr_inline.size();
+  Batch(q, [&](WrBatch& b) {
+    b.inline_begin.back() = b.inline_data.size();
     for (size_t i = 0; i < n; ++i) {
       const char* p = static_cast<const char*>(bufs[i].addr);
-      qp->wr_inline.insert(qp->wr_inline.end(), p, p + bufs[i].length);
+      b.inline_data.insert(b.inline_data.end(), p, p + bufs[i].length);
     }
   });
 }

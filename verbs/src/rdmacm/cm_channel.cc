@@ -129,8 +129,8 @@ IdState* IdOnLocked(Table& t, const CmChannel& ch, uint32_t handle) {
 
 // The events that end a connection (or its attempt): after one, nothing more of it follows.
 bool Ends(uint32_t event) {
-  return event == kCmDisconnected || event == kCmUnreachable || event == kCmRejected ||
-         event == kCmConnectError;
+  return event == RDMA_CM_EVENT_DISCONNECTED || event == RDMA_CM_EVENT_UNREACHABLE ||
+         event == RDMA_CM_EVENT_REJECTED || event == RDMA_CM_EVENT_CONNECT_ERROR;
 }
 
 // Forgets the id or join under `key`; the events reported for it (0: unknown).
@@ -245,7 +245,7 @@ CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev) {
   Table& t = T();
   std::lock_guard<std::mutex> g(t.mu);
   if (!ch.open) return CmEventFate::kDrop;
-  if (resp.event == kCmMulticastJoin || resp.event == kCmMulticastError) {
+  if (resp.event == RDMA_CM_EVENT_MULTICAST_JOIN || resp.event == RDMA_CM_EVENT_MULTICAST_ERROR) {
     auto join = t.joins.find(Key{ch.session, resp.id});
     if (join == t.joins.end()) return CmEventFate::kDrop;
     ++join->second.reported;
@@ -259,19 +259,21 @@ CmEventFate CountEvent(const CmChannel& ch, const ff::proto::CmEvent& ev) {
   // how its connection ended (the router's answer lets only one writer report it; this
   // holds whatever comes).
   const bool own = resp.id == ev.owner;
-  if (own && resp.event == kCmDisconnected && it->second.ended) return CmEventFate::kDrop;
+  if (own && resp.event == RDMA_CM_EVENT_DISCONNECTED && it->second.ended)
+    return CmEventFate::kDrop;
   ++it->second.reported;
   if (own && Ends(resp.event)) it->second.ended = true;
-  if (resp.event == kCmConnectRequest)
+  if (resp.event == RDMA_CM_EVENT_CONNECT_REQUEST)
     t.ids.emplace(Key{ch.session, resp.id}, IdState{ch.id, 0, 0, nullptr, CmPhase::kRequested});
   if (resp.id == ev.owner) {
-    if (resp.event == kCmConnectResponse) {
+    if (resp.event == RDMA_CM_EVENT_CONNECT_RESPONSE) {
       it->second.phase = CmPhase::kRtuDue;
-    } else if (resp.event == kCmEstablished || resp.event == kCmDisconnected) {
+    } else if (resp.event == RDMA_CM_EVENT_ESTABLISHED ||
+               resp.event == RDMA_CM_EVENT_DISCONNECTED) {
       it->second.phase = CmPhase::kConnected;
-    } else if (resp.event == kCmRouteResolved) {
+    } else if (resp.event == RDMA_CM_EVENT_ROUTE_RESOLVED) {
       it->second.phase = CmPhase::kRouteResolved;
-    } else if (resp.event == kCmAddrResolved && resp.status == 0) {
+    } else if (resp.event == RDMA_CM_EVENT_ADDR_RESOLVED && resp.status == 0) {
       it->second.phase = CmPhase::kAddrResolved;
     } else {
       it->second.phase = CmPhase::kUnknown;
@@ -310,7 +312,7 @@ bool TakeRouteResolution(const CmChannel& ch, uint32_t handle, ff::proto::CmEven
   ff::CmFillRoutedPath(st.qp.tos, &route);
   std::memcpy(st.route, &route, sizeof(route));
   ++st.version;  // the router's next snapshot of the id comes later still: it counts this one
-  *ev = OwnEvent(id->uid, handle, kCmRouteResolved);
+  *ev = OwnEvent(id->uid, handle, RDMA_CM_EVENT_ROUTE_RESOLVED);
   ev->state = st;
   id->phase = CmPhase::kUnknown;
   return true;
@@ -330,9 +332,10 @@ bool DisconnectionEvent(const CmChannel& ch, uint32_t handle, ff::proto::CmEvent
   const IdState* id = IdOnLocked(t, ch, handle);
   if (id == nullptr || id->last == nullptr || id->phase != CmPhase::kConnected || id->ended)
     return false;
-  const uint8_t type = id->last->qp.qp_type;
-  if (type != IBV_QPT_RC && type != IBV_QPT_UC) return false;
-  *ev = OwnEvent(id->uid, handle, kCmDisconnected);  // no snapshot: a disconnect changes none
+  const ff::QpKind* kind = ff::QpKindOf(id->last->qp.qp_type);
+  if (kind == nullptr || kind->datagram) return false;  // only a connection disconnects
+  *ev = OwnEvent(id->uid, handle,
+                 RDMA_CM_EVENT_DISCONNECTED);  // no snapshot: a disconnect changes none
   return true;
 }
 

@@ -23,20 +23,8 @@ namespace ff::verbs {
 
 struct Session;
 
-// Event numbers of the ucma ABI (rdma_ucm_event_resp.event): librdmacm's enum
-// rdma_cm_event_type, whose header cannot be included beside <rdma/rdma_user_cm.h>.
-inline constexpr uint32_t kCmAddrResolved = 0;
-inline constexpr uint32_t kCmRouteResolved = 2;
-inline constexpr uint32_t kCmConnectRequest = 4;
-inline constexpr uint32_t kCmConnectResponse = 5;
-inline constexpr uint32_t kCmConnectError = 6;
-inline constexpr uint32_t kCmUnreachable = 7;
-inline constexpr uint32_t kCmRejected = 8;
-inline constexpr uint32_t kCmEstablished = 9;
-inline constexpr uint32_t kCmDisconnected = 10;
-inline constexpr uint32_t kCmDeviceRemoval = 11;
-inline constexpr uint32_t kCmMulticastJoin = 12;
-inline constexpr uint32_t kCmMulticastError = 13;
+// The ucma event numbers, by librdmacm's names (proto::CmEventType).
+using enum ff::proto::CmEventType;
 
 struct CmChannel {
   Session* session = nullptr;  // nullptr in a forked child: commands fail with ENODEV

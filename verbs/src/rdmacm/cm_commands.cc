@@ -249,7 +249,7 @@ bool AnswerFromState(const CmChannel& ch, const Command& c, ff::proto::CmReply* 
   // passive side (kRequested), whose peer cannot have named it yet, and on the active side
   // (kRtuDue), which links when it first sends.
   const CmPhase phase = cmtable::Phase(ch, handle);
-  if (*rc == 0 && state == IBV_QPS_RTR && st.qp.qp_type != IBV_QPT_UD &&
+  if (*rc == 0 && state == IBV_QPS_RTR && !ff::IsDatagram(st.qp.qp_type) &&
       (phase == CmPhase::kRequested || phase == CmPhase::kRtuDue))
     cmtable::NoteUnnamedPeer(ch.session, st.qp.remote_ip, st.qp.remote_qpn);
   reply->out_len = sizeof(attr);
@@ -301,7 +301,7 @@ bool ConnParamFits(const CmChannel& ch, const Command& c, uint32_t handle) {
   const auto p = Get<rdma_ucm_conn_param>(c.body, at);
   ff::proto::CmIdState st;
   if (p.valid == 0 || !cmtable::LastState(ch, handle, &st)) return false;
-  const bool ud = st.qp.qp_type == IBV_QPT_UD;
+  const bool ud = ff::IsDatagram(st.qp.qp_type);
   const uint8_t max = connect ? (ud ? ff::kCmSidrReqData : ff::kCmReqData)
                               : (ud ? ff::kCmSidrRepData : ff::kCmRepData);
   return p.private_data_len <= max;
@@ -397,29 +397,16 @@ bool DisconnectedHere(CmChannel& ch, const Command& c, int* rc) {
   return true;
 }
 
-// The port spaces and QP types CREATE_ID takes, as the router checks them.
-bool KnownPortSpace(uint16_t ps, uint8_t qp_type) {
-  switch (ps) {
-    case RDMA_PS_TCP:
-    case RDMA_PS_UDP:
-    case RDMA_PS_IPOIB:
-      return true;
-    case RDMA_PS_IB:
-      return qp_type == IBV_QPT_RC || qp_type == IBV_QPT_UC || qp_type == IBV_QPT_UD;
-    default:
-      return false;
-  }
-}
-
 // CREATE_ID under a handle the router granted (cmtable::TakeGrantedHandle), posted: what the
-// router checks is checked here first (the answer's room, the port space), so the answer
-// would only be that handle, which the program gets from here.
+// router checks is checked here first (the answer's room; the port space and QP type, by the
+// router's own rule, ff::CmIdKind), so the answer would only be that handle, which the
+// program gets from here.
 bool PostedCreate(CmChannel& ch, const Command& c, ff::proto::CmReply* reply) {
   if (c.hdr.cmd != RDMA_USER_CM_CMD_CREATE_ID || c.hdr.out < sizeof(rdma_ucm_create_id_resp))
     return false;
   const auto cmd = Get<rdma_ucm_create_id>(c.body, 0);
   uint32_t handle = 0;
-  if (!KnownPortSpace(cmd.ps, cmd.qp_type) || !cmtable::TakeGrantedHandle(ch, &handle) ||
+  if (ff::CmIdKind(cmd.ps, cmd.qp_type) == nullptr || !cmtable::TakeGrantedHandle(ch, &handle) ||
       Post(ch, c, handle) != 0)
     return false;
   rdma_ucm_create_id_resp r{};

@@ -8,7 +8,7 @@
 // The router closing its end (it died, or dropped the channel) makes the socket read EOF
 // forever: a blocked rdma_get_cm_event would return, then a poll loop would spin. So the
 // library swaps the socket behind the program's descriptor number for one it made (dup3,
-// keeping close-on-exec and non-blocking), writes one kCmDeviceRemoval per live
+// keeping close-on-exec and non-blocking), writes one RDMA_CM_EVENT_DEVICE_REMOVAL per live
 // id of the channel into it and keeps its writing end open: the program reads those
 // events, then the descriptor is idle for good, as a removed kernel device's is. Events
 // that do not fit the socket's buffer wait in `pending` and follow as the program reads.
@@ -112,7 +112,8 @@ std::vector<CmEvent> RemovalEvents(const CmChannel& ch) {
   std::vector<CmLiveId> ids = cmtable::LiveIds(ch);
   std::vector<CmEvent> out(ids.size());
   for (size_t i = 0; i < ids.size(); ++i)
-    out[ids.size() - 1 - i] = cmtable::OwnEvent(ids[i].uid, ids[i].handle, kCmDeviceRemoval);
+    out[ids.size() - 1 - i] =
+        cmtable::OwnEvent(ids[i].uid, ids[i].handle, RDMA_CM_EVENT_DEVICE_REMOVAL);
   return out;
 }
 

@@ -43,11 +43,11 @@ class Registry {
   struct TickOutcome {
     bool stalled = false;       // some context still has stalled sends: tick again
     bool advanced = false;      // this tick executed WQEs that waited
-    uint64_t due = UINT64_MAX;  // the earliest Qp::stall_due_ns of what still stalls
+    uint64_t due = UINT64_MAX;  // the earliest SendQueue::stall_due_ns of what still stalls
   };
-  // Event thread: advances the stalled sends (Qp::stalled) of every context whose program
-  // made no ProgressPending() pass since the last tick, as an HCA advances its send queue
-  // without the program; clears Context::stalled where nothing stalls any more.
+  // Event thread: advances the stalled sends (SendQueue::stalled) of every context whose
+  // program made no ProgressPending() pass since the last tick, as an HCA advances its send
+  // queue without the program; clears Context::stalled where nothing stalls any more.
   TickOutcome Tick();
 
  private:

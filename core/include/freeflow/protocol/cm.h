@@ -111,6 +111,25 @@ struct CmReply {
 };
 static_assert(sizeof(CmReply) == 480 && alignof(CmReply) == 8);
 static_assert(offsetof(CmReply, out) == 16 && offsetof(CmReply, state) == 232);
+// The numbers of rdma_ucm_event_resp.event, as both sides write and read them: librdmacm's
+// enum rdma_cm_event_type (which the kernel's ucma uses too), whose header cannot be
+// included beside <rdma/rdma_user_cm.h>. Spelled as librdmacm spells them.
+enum CmEventType : uint32_t {
+  RDMA_CM_EVENT_ADDR_RESOLVED = 0,
+  RDMA_CM_EVENT_ADDR_ERROR = 1,
+  RDMA_CM_EVENT_ROUTE_RESOLVED = 2,
+  RDMA_CM_EVENT_ROUTE_ERROR = 3,
+  RDMA_CM_EVENT_CONNECT_REQUEST = 4,
+  RDMA_CM_EVENT_CONNECT_RESPONSE = 5,
+  RDMA_CM_EVENT_CONNECT_ERROR = 6,
+  RDMA_CM_EVENT_UNREACHABLE = 7,
+  RDMA_CM_EVENT_REJECTED = 8,
+  RDMA_CM_EVENT_ESTABLISHED = 9,
+  RDMA_CM_EVENT_DISCONNECTED = 10,
+  RDMA_CM_EVENT_DEVICE_REMOVAL = 11,
+  RDMA_CM_EVENT_MULTICAST_JOIN = 12,
+  RDMA_CM_EVENT_MULTICAST_ERROR = 13,
+};
 // One event on a channel socket: `resp` is struct rdma_ucm_event_resp as the kernel writes
 // it. `owner` is the id it is counted against (the listener for CONNECT_REQUEST, whose
 // resp.id is the new id); kernel-style accounting (events_reported) is kept by the library.
