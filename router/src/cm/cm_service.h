@@ -128,6 +128,19 @@ class CmService {
   int MigrateId(Ctx& c);
   // The id a command names: the caller's, on the caller's channel.
   CmId* Named(Ctx& c, uint32_t handle, int* status);
+  // A command that names an id: its body and the id, or nullptr and the errno to answer.
+  template <typename T>
+  struct NamedCmd {
+    T cmd;
+    CmId* id;
+    int status;
+  };
+  template <typename T>
+  NamedCmd<T> TakeNamed(Ctx& c) {
+    NamedCmd<T> n{c.Body<T>(), nullptr, 0};
+    n.id = Named(c, n.cmd.id, &n.status);
+    return n;
+  }
   int BindTo(CmId& id, uint32_t pod_ip, const struct CmSockaddr& sa);
 
   // The CM exchange (cm_service_exchange.cc).

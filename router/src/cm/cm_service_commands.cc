@@ -194,9 +194,7 @@ int CmService::BindTo(CmId& id, uint32_t pod_ip, const CmSockaddr& sa) {
 }
 
 int CmService::BindIp(Ctx& c) {
-  const auto cmd = c.Body<rdma_ucm_bind_ip>();
-  int status = 0;
-  CmId* id = Named(c, cmd.id, &status);
+  const auto [cmd, id, status] = TakeNamed<rdma_ucm_bind_ip>(c);
   if (id == nullptr) return status;
   CmSockaddr sa;
   if (!ParseSockaddr(&cmd.addr, sizeof(cmd.addr), &sa)) return EAFNOSUPPORT;
@@ -204,9 +202,7 @@ int CmService::BindIp(Ctx& c) {
 }
 
 int CmService::ResolveIp(Ctx& c) {
-  const auto cmd = c.Body<rdma_ucm_resolve_ip>();
-  int status = 0;
-  CmId* id = Named(c, cmd.id, &status);
+  const auto [cmd, id, status] = TakeNamed<rdma_ucm_resolve_ip>(c);
   if (id == nullptr) return status;
   CmSockaddr dst, src;
   if (!ParseSockaddr(&cmd.dst_addr, sizeof(cmd.dst_addr), &dst)) return EAFNOSUPPORT;
@@ -245,9 +241,7 @@ int CmService::ResolveIp(Ctx& c) {
 }
 
 int CmService::ResolveRoute(Ctx& c) {
-  const auto cmd = c.Body<rdma_ucm_resolve_route>();
-  int status = 0;
-  CmId* id = Named(c, cmd.id, &status);
+  const auto [cmd, id, status] = TakeNamed<rdma_ucm_resolve_route>(c);
   if (id == nullptr) return status;
   if (id->state != CmState::kAddrResolved) return EINVAL;
   id->state = CmState::kRouteResolved;
@@ -258,17 +252,13 @@ int CmService::ResolveRoute(Ctx& c) {
 }
 
 int CmService::QueryRouteCmd(Ctx& c) {
-  const auto cmd = c.Body<rdma_ucm_query>();
-  int status = 0;
-  CmId* id = Named(c, cmd.id, &status);
+  const auto [cmd, id, status] = TakeNamed<rdma_ucm_query>(c);
   if (id == nullptr) return status;
   return c.Out(QueryRoute(*id), offsetof(rdma_ucm_query_route_resp, ibdev_index));
 }
 
 int CmService::Listen(Ctx& c) {
-  const auto cmd = c.Body<rdma_ucm_listen>();
-  int status = 0;
-  CmId* id = Named(c, cmd.id, &status);
+  const auto [cmd, id, status] = TakeNamed<rdma_ucm_listen>(c);
   if (id == nullptr) return status;
   if (id->state == CmState::kIdle) {
     CmSockaddr any;
@@ -286,9 +276,7 @@ int CmService::Listen(Ctx& c) {
 }
 
 int CmService::InitQpAttrCmd(Ctx& c) {
-  const auto cmd = c.Body<rdma_ucm_init_qp_attr>();
-  int status = 0;
-  CmId* id = Named(c, cmd.id, &status);
+  const auto [cmd, id, status] = TakeNamed<rdma_ucm_init_qp_attr>(c);
   if (id == nullptr) return status;
   if (c.m.out_len < sizeof(ib_uverbs_qp_attr)) return ENOSPC;
   ib_uverbs_qp_attr attr;
@@ -297,9 +285,7 @@ int CmService::InitQpAttrCmd(Ctx& c) {
 }
 
 int CmService::Notify(Ctx& c) {
-  const auto cmd = c.Body<rdma_ucm_notify>();
-  int status = 0;
-  CmId* id = Named(c, cmd.id, &status);
+  const auto [cmd, id, status] = TakeNamed<rdma_ucm_notify>(c);
   if (id == nullptr) return status;
   // Data arrived before the RTU: the connection is up (IB_EVENT_COMM_EST).
   if (cmd.event == IBV_EVENT_COMM_EST && id->state == CmState::kRepSent) Establish(*id);
@@ -307,9 +293,7 @@ int CmService::Notify(Ctx& c) {
 }
 
 int CmService::SetOption(Ctx& c) {
-  const auto cmd = c.Body<rdma_ucm_set_option>();
-  int status = 0;
-  CmId* id = Named(c, cmd.id, &status);
+  const auto [cmd, id, status] = TakeNamed<rdma_ucm_set_option>(c);
   if (id == nullptr) return status;
   constexpr size_t kHead = sizeof(rdma_ucm_set_option);
   if (cmd.optlen > proto::kCmMaxBody - kHead || kHead + cmd.optlen > c.m.in_len) return EINVAL;

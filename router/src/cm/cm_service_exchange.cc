@@ -106,9 +106,7 @@ void CmService::Reply(wire::CmKind kind, const wire::CmMessage& to, uint8_t reas
 }
 
 int CmService::Connect(Ctx& c) {
-  const auto cmd = c.Body<rdma_ucm_connect>();
-  int status = 0;
-  CmId* id = Named(c, cmd.id, &status);
+  const auto [cmd, id, status] = TakeNamed<rdma_ucm_connect>(c);
   if (id == nullptr) return status;
   if (id->state != CmState::kRouteResolved || !cmd.conn_param.valid) return EINVAL;
   const rdma_ucm_conn_param& p = cmd.conn_param;
@@ -131,9 +129,7 @@ int CmService::Connect(Ctx& c) {
 }
 
 int CmService::Accept(Ctx& c) {
-  const auto cmd = c.Body<rdma_ucm_accept>();
-  int status = 0;
-  CmId* id = Named(c, cmd.id, &status);
+  const auto [cmd, id, status] = TakeNamed<rdma_ucm_accept>(c);
   if (id == nullptr) return status;
   const rdma_ucm_conn_param& p = cmd.conn_param;
   if (id->state == CmState::kRepReceived) {
@@ -161,9 +157,7 @@ int CmService::Accept(Ctx& c) {
 }
 
 int CmService::Reject(Ctx& c) {
-  const auto cmd = c.Body<rdma_ucm_reject>();
-  int status = 0;
-  CmId* id = Named(c, cmd.id, &status);
+  const auto [cmd, id, status] = TakeNamed<rdma_ucm_reject>(c);
   if (id == nullptr) return status;
   if (id->state != CmState::kRequested && id->state != CmState::kRepReceived) return EINVAL;
   wire::CmMessage m = MessageFrom(*id);
@@ -177,9 +171,7 @@ int CmService::Reject(Ctx& c) {
 }
 
 int CmService::Disconnect(Ctx& c) {
-  const auto cmd = c.Body<rdma_ucm_disconnect>();
-  int status = 0;
-  CmId* id = Named(c, cmd.id, &status);
+  const auto [cmd, id, status] = TakeNamed<rdma_ucm_disconnect>(c);
   if (id == nullptr) return status;
   switch (id->state) {
     case CmState::kEstablished:

@@ -74,6 +74,17 @@ static_assert(sizeof(RequestHeader<Op::kHello>) == sizeof(Header) &&
 template <typename M>
 inline constexpr Op OpOf = decltype(M::h)::kOp;
 
+// The first request of a session: a verbs session's Hello (verbs_session.h) or a socket
+// session's SockHello (tcp_mode.h), both naming the ABI the library was built for.
+template <Op kOpValue>
+struct HelloOf {
+  RequestHeader<kOpValue> h;
+  uint32_t abi;
+  uint32_t reserved;
+};
+static_assert(sizeof(HelloOf<Op::kHello>) == 16 && alignof(HelloOf<Op::kHello>) == 4 &&
+              offsetof(HelloOf<Op::kHello>, abi) == 8);
+
 inline constexpr uint32_t kNoId = 0xffffffffu;
 // A request with this seq is posted: the router answers none (IsPostable, pod_socket.h). The
 // library numbers its other requests from 1 and skips it.

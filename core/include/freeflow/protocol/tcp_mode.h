@@ -21,12 +21,7 @@ namespace ff::proto {
 // Opens a socket session: answered with HelloReply (verbs_session.h: ip, prefix_len, node)
 // and, when the router has one, one descriptor: the node's pod list (stream_pods.h),
 // read-only.
-struct SockHello {
-  RequestHeader<Op::kSockHello> h;
-  uint32_t abi;
-  uint32_t reserved;
-};
-static_assert(sizeof(SockHello) == 16 && alignof(SockHello) == 4 && offsetof(SockHello, abi) == 8);
+using SockHello = HelloOf<Op::kSockHello>;
 // The pod listens with libfsocket on TCP `port` of its overlay address (a socket bound to
 // it or to INADDR_ANY): connects from pods of this node to it get a stream segment. Kept
 // until kSockUnlisten from the same session (posted) or the session's end; a session may

@@ -20,12 +20,7 @@ namespace ff::proto {
 // never an eventfd: nothing a pod holds can make its waker block.
 inline constexpr uint32_t kWakeSlot = kNotifySlots - 1;
 static_assert(kWakeSlot == kNotifySlots - 1 && kWakeSlot > 0, "the wake word is the last slot");
-struct Hello {
-  RequestHeader<Op::kHello> h;
-  uint32_t abi;
-  uint32_t reserved;
-};
-static_assert(sizeof(Hello) == 16 && alignof(Hello) == 4 && offsetof(Hello, abi) == 8);
+using Hello = HelloOf<Op::kHello>;
 
 // The requests that name one object of the pod by its id, and carry nothing else.
 template <Op kOpValue>
