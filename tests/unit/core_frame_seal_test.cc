@@ -27,6 +27,13 @@ class FrameSealTest : public ::testing::Test {
     ASSERT_TRUE(rx->Init(secret_, DirectRole::kAcceptor, FrameCipher::Direction::kReceive, rx_mode));
   }
   void Pair(SealMode mode) { Pair(mode, &tx_, &rx_, mode); }
+  // Another receiving side of the acceptor, expecting frame number `first` next.
+  FrameCipher Receiver(uint64_t first = 0) {
+    FrameCipher rx;
+    EXPECT_TRUE(rx.Init(secret_, DirectRole::kAcceptor, FrameCipher::Direction::kReceive,
+                        SealMode::kEncrypt, first));
+    return rx;
+  }
 
   static Frame Seal(FrameCipher& c, const std::string& head, const std::string& body) {
     Frame f{head, std::vector<char>(body.size()), {}};
@@ -107,9 +114,7 @@ TEST_F(FrameSealTest, ReorderedOrDroppedFramesAreRefused) {
   const Frame first = Seal(tx_, "head", "first");
   const Frame second = Seal(tx_, "head", "second");
   EXPECT_FALSE(Open(rx_, second));  // the first never came
-  FrameCipher rx2;
-  ASSERT_TRUE(rx2.Init(secret_, DirectRole::kAcceptor, FrameCipher::Direction::kReceive,
-                       SealMode::kEncrypt));
+  FrameCipher rx2 = Receiver();
   ASSERT_TRUE(Open(rx2, first));
   EXPECT_TRUE(Open(rx2, second));
 }
@@ -119,9 +124,7 @@ TEST_F(FrameSealTest, AnEndThatTakesOverAfterTheFirstFrameOpensTheSecond) {
   const Frame hello = Seal(tx_, "hello", "conn 7");
   const Frame next = Seal(tx_, "record", "data");
   ASSERT_TRUE(Open(rx_, hello));  // the acceptor's router checks the hello
-  FrameCipher taker;
-  ASSERT_TRUE(taker.Init(secret_, DirectRole::kAcceptor, FrameCipher::Direction::kReceive,
-                         SealMode::kEncrypt, 1));
+  FrameCipher taker = Receiver(1);
   EXPECT_TRUE(Open(taker, next));
 }
 

@@ -101,6 +101,15 @@ class DirectListenerTest : public ::testing::Test {
       l.Tick(MonotonicNs());
     }
   }
+  // The right dialler comes to `port`: its connection is handed over.
+  void ExpectHandedOver(DirectListeners& l, uint16_t port) {
+    UniqueFd d = Dial(port);
+    Send(d.get(), HelloFrame(expect_.secret, 42));
+    Run(l);
+    ASSERT_TRUE(outcome_);
+    EXPECT_EQ(outcome_->error, 0);
+    EXPECT_TRUE(outcome_->conn);
+  }
   // Turns the loop a few times: what arrived is handled.
   void Settle() {
     for (int i = 0; i < 20; ++i) loop_.RunOnce(5);
@@ -138,11 +147,7 @@ TEST_F(DirectListenerTest, AStrangerWithTheWrongSecretIsClosedAndTheRightOneStil
   EXPECT_EQ(l.refused(), 1u);
   char c;
   EXPECT_EQ(::recv(stranger.get(), &c, 1, 0), 0);  // closed on it
-  UniqueFd d = Dial(port);
-  Send(d.get(), HelloFrame(expect_.secret, 42));
-  Run(l);
-  ASSERT_TRUE(outcome_);
-  EXPECT_EQ(outcome_->error, 0);
+  ExpectHandedOver(l, port);
 }
 
 TEST_F(DirectListenerTest, AHelloForAnotherConnectionIsRefused) {
@@ -172,11 +177,7 @@ TEST_F(DirectListenerTest, SilentConnectionsDoNotKeepTheRightOneOut) {
     Settle();
   }
   EXPECT_EQ(l.refused(), 2u);  // the oldest gave way to newer ones
-  UniqueFd d = Dial(port);
-  Send(d.get(), HelloFrame(expect_.secret, 42));
-  Run(l);
-  ASSERT_TRUE(outcome_);
-  EXPECT_EQ(outcome_->error, 0);
+  ExpectHandedOver(l, port);
 }
 
 TEST_F(DirectListenerTest, NobodyComingEndsTheListenerWithETIMEDOUT) {
