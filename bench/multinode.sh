@@ -43,6 +43,16 @@ for ((r = 1; r <= RUNS; r++)); do
   tcp+=("$(iperf3_gbps 0 1 3)")
   tlat+=("$(sockperf_half_rtt_us 0 1 2)")
 done
+# The CPU the routers spend while one cross-node stream runs: what the node pays for a pod's
+# traffic, outside every pod's CPU limit. Both routers, TLS node links, a 10 s ib_write_bw.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+routers_ticks() { echo $(($(cpu_ticks "${FF_NODE_ROUTER[0]}") + $(cpu_ticks "${FF_NODE_ROUTER[1]}"))); }
+routers tls
+ticks0=$(routers_ticks)
+start=$(date +%s.%N)
+stream_gbps=$(perftest_run 0 1 bw ib_write_bw -s 65536 -D 10)
+router_cores=$(awk -v t="$(($(routers_ticks) - ticks0))" -v hz="$(getconf CLK_TCK)" \
+  -v s="$start" -v e="$(date +%s.%N)" 'BEGIN{printf "%.2f", t / hz / (e - s)}')
 # This machine's floor for a message that passes through router processes (no freeflow
 # code): one-way latency over loopback TCP, bare and with one or two relay processes.
 floor_csv=$("$FF_BUILD/bench/hop_floor" --benchmark_format=csv 2>/dev/null)
@@ -79,5 +89,7 @@ printf '%-46s %-28s %s\n' "  floor: loopback TCP one-way, usec" "$f0_m ($f0_lo..
 printf '%-46s %-28s %s\n' "  floor: + a receiving router process" "$f1_m ($f1_lo..$f1_hi)" "$(xtcp "$f1_m")"
 printf '%-46s %-28s %s\n' "  floor: + routers on both sides" "$f2_m ($f2_lo..$f2_hi)" "$(xtcp "$f2_m")"
 printf '%-46s %-28s %s\n' "ib_write_bw -q 1, Gbit/s" "$q1_m ($q1_lo..$q1_hi)" ""
+printf '%-46s %-28s %s\n' "routers' CPU, 10 s ib_write_bw (TLS), cores" "$router_cores" \
+  "both routers together, while the stream moved $stream_gbps Gbit/s"
 printf '%-46s %-28s %s\n' "ib_write_bw -q 8 (aggregate), Gbit/s" "$q8_m ($q8_lo..$q8_hi)" \
   "$(awk -v a="$q8_m" -v b="$q1_m" 'BEGIN{print (a >= b) ? "no lower than -q 1: yes" : "no lower than -q 1: NO"}')"
