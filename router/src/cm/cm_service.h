@@ -147,7 +147,7 @@ class CmService {
   wire::CmMessage MessageFrom(const CmId& id) const;
   // Sends to the pod at m.dst_ip. EHOSTUNREACH when no router holds it.
   int Send(CmId* id, wire::CmKind kind, const wire::CmMessage& m);
-  void AwaitsRemote(const CmId& id);
+  void AwaitAnswer(CmId* id, CmState next);
   void Reply(wire::CmKind kind, const wire::CmMessage& to, uint8_t reason);
   // A message from the router of node `from` ("": this one), whose source is checked.
   void Receive(wire::CmKind kind, const wire::CmMessage& m, const std::string& from);

@@ -84,10 +84,13 @@ int CmService::Send(CmId* id, wire::CmKind kind, const wire::CmMessage& m) {
   return 0;
 }
 
-// The command just served sent `id`'s message to another node and its program waits for
-// the answer (REP, RTU, DREP): no polling window after it (EventLoop::NoteRemoteWait).
-void CmService::AwaitsRemote(const CmId& id) {
-  if (id.link != kNoLink) p_.loop.NoteRemoteWait();
+// The command just served sent `id`'s message and its program waits for the answer (REP,
+// RTU, DREP) in state `next`, until kCmResponseTimeoutNs from now. When the message went to
+// another node, no polling window follows it (EventLoop::NoteRemoteWait).
+void CmService::AwaitAnswer(CmId* id, CmState next) {
+  if (id->link != kNoLink) p_.loop.NoteRemoteWait();
+  id->state = next;
+  id->deadline_ns = MonotonicNs() + kCmResponseTimeoutNs;
 }
 
 // An answer to a message whose sender has no id here (no listener, unknown comm id).
@@ -122,9 +125,7 @@ int CmService::Connect(Ctx& c) {
     Fail(*id, RDMA_CM_EVENT_UNREACHABLE, -rc);
     return 0;
   }
-  AwaitsRemote(*id);
-  id->state = CmState::kConnecting;
-  id->deadline_ns = MonotonicNs() + kCmResponseTimeoutNs;
+  AwaitAnswer(id, CmState::kConnecting);
   return 0;
 }
 
@@ -150,9 +151,7 @@ int CmService::Accept(Ctx& c) {
     return 0;
   }
   Send(id, wire::CmKind::kRep, m);
-  AwaitsRemote(*id);
-  id->state = CmState::kRepSent;
-  id->deadline_ns = MonotonicNs() + kCmResponseTimeoutNs;
+  AwaitAnswer(id, CmState::kRepSent);
   return 0;
 }
 
@@ -190,9 +189,7 @@ int CmService::Disconnect(Ctx& c) {
         c.reply->flags = proto::kCmEventWritten;
         return 0;
       }
-      AwaitsRemote(*id);
-      id->state = CmState::kDisconnecting;
-      id->deadline_ns = MonotonicNs() + kCmResponseTimeoutNs;
+      AwaitAnswer(id, CmState::kDisconnecting);
       return 0;
     }
     case CmState::kDone:
