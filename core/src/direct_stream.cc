@@ -17,7 +17,39 @@ bool KnownType(direct::Type t) {
          t == direct::Type::kCredit;
 }
 
+constexpr size_t kHelloTagAt = sizeof(direct::Head) + sizeof(direct::Hello);
+
 }  // namespace
+
+bool SealHello(const uint8_t (&secret)[kDirectSecretBytes], SealMode mode,
+               const direct::Hello& hello, char (&frame)[direct::kHelloFrameBytes]) {
+  FrameCipher tx;
+  if (!tx.Init(secret, DirectRole::kDialler, FrameCipher::Direction::kSend, mode)) return false;
+  const direct::Head h{sizeof(direct::Hello), direct::Type::kHello, 0, 0, 0};
+  std::memcpy(frame, &h, sizeof(h));
+  iovec v{const_cast<direct::Hello*>(&hello), sizeof(hello)};
+  uint8_t tag[kSealTagBytes];
+  if (!tx.Seal(&h, sizeof(h), &v, 1, frame + sizeof(h), tag)) return false;
+  std::memcpy(frame + kHelloTagAt, tag, sizeof(tag));
+  return true;
+}
+
+bool OpenHello(const uint8_t (&secret)[kDirectSecretBytes], SealMode mode,
+               const char (&frame)[direct::kHelloFrameBytes], direct::Hello* hello) {
+  direct::Head h;
+  std::memcpy(&h, frame, sizeof(h));
+  if (h.type != direct::Type::kHello || h.len != sizeof(direct::Hello)) return false;
+  char body[sizeof(direct::Hello)];
+  std::memcpy(body, frame + sizeof(h), sizeof(body));
+  uint8_t tag[kSealTagBytes];
+  std::memcpy(tag, frame + kHelloTagAt, sizeof(tag));
+  FrameCipher rx;
+  if (!rx.Init(secret, DirectRole::kAcceptor, FrameCipher::Direction::kReceive, mode) ||
+      !rx.Open(frame, sizeof(h), body, sizeof(body), tag))
+    return false;
+  std::memcpy(hello, body, sizeof(*hello));
+  return true;
+}
 
 bool DirectStream::Init(const Setup& setup) {
   if (setup.secret == nullptr) return false;

@@ -17,6 +17,17 @@
 
 namespace ff {
 
+// The dialler's first frame (direct::Hello), whole, as it goes on the wire: sealed with the
+// connection's secret as frame 0 of the dialler's direction. The acceptor's router opens it
+// before it hands the connection over (DirectListeners); the dialler's stream then starts at
+// frame 1 (Setup::first_tx). false when the cipher fails.
+bool SealHello(const uint8_t (&secret)[kDirectSecretBytes], SealMode mode,
+               const direct::Hello& hello, char (&frame)[direct::kHelloFrameBytes]);
+// Opens such a frame: false unless its head is a hello's and its tag opens with `secret`;
+// *hello is then what the dialler sealed (its fields are the caller's to check).
+bool OpenHello(const uint8_t (&secret)[kDirectSecretBytes], SealMode mode,
+               const char (&frame)[direct::kHelloFrameBytes], direct::Hello* hello);
+
 class DirectStream {
  public:
   struct Setup {

@@ -10,6 +10,7 @@
 
 #include "freeflow/clock.h"
 #include "freeflow/ipv4.h"
+#include "freeflow/direct_stream.h"
 #include "freeflow/protocol/direct_wire.h"
 #include "freeflow/tunables.h"
 #include "identity/netns_probe.h"
@@ -163,24 +164,11 @@ void DirectListeners::OnReadable(uint64_t id, int cand_fd) {
   Finish(id, std::move(conn), 0);
 }
 
-bool DirectListeners::Authentic(const Listener& l, const char* frame) {
-  direct::Head h;
-  std::memcpy(&h, frame, sizeof(h));
-  if (h.type != direct::Type::kHello || h.len != sizeof(direct::Hello)) return false;
-  char body[sizeof(direct::Hello)];
-  std::memcpy(body, frame + sizeof(h), sizeof(body));
-  uint8_t tag[kSealTagBytes];
-  std::memcpy(tag, frame + sizeof(h) + sizeof(body), sizeof(tag));
-  FrameCipher rx;
-  if (!rx.Init(l.expect.secret, DirectRole::kAcceptor, FrameCipher::Direction::kReceive,
-               options_.mode) ||
-      !rx.Open(frame, sizeof(h), body, sizeof(body), tag))
-    return false;
+bool DirectListeners::Authentic(const Listener& l, const char (&frame)[direct::kHelloFrameBytes]) {
   direct::Hello hello;
-  std::memcpy(&hello, body, sizeof(hello));
-  return hello.magic == direct::kMagic && hello.version == direct::kVersion &&
-         hello.conn == l.expect.conn && hello.src_ip == l.expect.dialler_ip &&
-         hello.dest_ip == l.expect.acceptor_ip;
+  return OpenHello(l.expect.secret, options_.mode, frame, &hello) && hello.magic == direct::kMagic &&
+         hello.version == direct::kVersion && hello.conn == l.expect.conn &&
+         hello.src_ip == l.expect.dialler_ip && hello.dest_ip == l.expect.acceptor_ip;
 }
 
 void DirectListeners::Refuse(Listener& l, int cand_fd, const char* why) {

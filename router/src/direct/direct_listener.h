@@ -19,6 +19,7 @@
 #include "base/event_loop.h"
 #include "freeflow/fd.h"
 #include "freeflow/frame_seal.h"
+#include "freeflow/protocol/direct_wire.h"
 
 namespace ff::router {
 
@@ -63,7 +64,7 @@ class DirectListeners {
   void OnAcceptable(uint64_t id);
   void OnReadable(uint64_t id, int cand_fd);
   // The candidate's whole hello arrived: true when it is the expected one.
-  bool Authentic(const Listener& l, const char* frame);
+  bool Authentic(const Listener& l, const char (&frame)[direct::kHelloFrameBytes]);
   void Finish(uint64_t id, UniqueFd conn, int error);
   void Refuse(Listener& l, int cand_fd, const char* why);
 

@@ -18,6 +18,7 @@
 
 #include "direct/direct_listener.h"
 #include "freeflow/clock.h"
+#include "freeflow/direct_stream.h"
 #include "freeflow/protocol/direct_wire.h"
 #include "identity/netns_probe.h"
 
@@ -87,17 +88,10 @@ class DirectListenerNetnsTest : public ::testing::Test {
         &error);
     EXPECT_TRUE(ran) << error;
     if (!fd || !hello) return fd;
-    FrameCipher tx;
-    EXPECT_TRUE(tx.Init(secret, DirectRole::kDialler, FrameCipher::Direction::kSend,
-                        SealMode::kEncrypt));
-    direct::Head h{sizeof(direct::Hello), direct::Type::kHello, 0, 0, 0};
-    direct::Hello body{direct::kMagic, direct::kVersion, 7, Ip('a'), Ip('b')};
     char frame[direct::kHelloFrameBytes];
-    std::memcpy(frame, &h, sizeof(h));
-    iovec v{&body, sizeof(body)};
-    uint8_t tag[kSealTagBytes];
-    EXPECT_TRUE(tx.Seal(&h, sizeof(h), &v, 1, frame + sizeof(h), tag));
-    std::memcpy(frame + sizeof(h) + sizeof(body), tag, sizeof(tag));
+    EXPECT_TRUE(SealHello(secret, SealMode::kEncrypt,
+                          direct::Hello{direct::kMagic, direct::kVersion, 7, Ip('a'), Ip('b')},
+                          frame));
     EXPECT_EQ(::send(fd.get(), frame, sizeof(frame), MSG_NOSIGNAL),
               static_cast<ssize_t>(sizeof(frame)));
     return fd;

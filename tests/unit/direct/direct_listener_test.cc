@@ -14,6 +14,7 @@
 #include <string>
 
 #include "freeflow/clock.h"
+#include "freeflow/direct_stream.h"
 #include "freeflow/protocol/direct_wire.h"
 
 namespace ff::router {
@@ -74,18 +75,10 @@ class DirectListenerTest : public ::testing::Test {
 
   // The dialler's first frame, sealed with `secret`, naming `conn`.
   static std::string HelloFrame(const uint8_t (&secret)[kDirectSecretBytes], uint64_t conn) {
-    FrameCipher tx;
-    EXPECT_TRUE(tx.Init(secret, DirectRole::kDialler, FrameCipher::Direction::kSend,
-                        SealMode::kEncrypt));
-    direct::Head h{sizeof(direct::Hello), direct::Type::kHello, 0, 0, 0};
-    direct::Hello hello{direct::kMagic, direct::kVersion, conn, kLoopback, kLoopback};
-    std::string frame(direct::kHelloFrameBytes, '\0');
-    std::memcpy(frame.data(), &h, sizeof(h));
-    iovec v{&hello, sizeof(hello)};
-    uint8_t tag[kSealTagBytes];
-    EXPECT_TRUE(tx.Seal(&h, sizeof(h), &v, 1, frame.data() + sizeof(h), tag));
-    std::memcpy(frame.data() + sizeof(h) + sizeof(hello), tag, sizeof(tag));
-    return frame;
+    char frame[direct::kHelloFrameBytes];
+    const direct::Hello hello{direct::kMagic, direct::kVersion, conn, kLoopback, kLoopback};
+    EXPECT_TRUE(SealHello(secret, SealMode::kEncrypt, hello, frame));
+    return std::string(frame, sizeof(frame));
   }
 
   static void Send(int fd, const std::string& bytes) {
