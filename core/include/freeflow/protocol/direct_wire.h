@@ -17,7 +17,7 @@ inline constexpr uint32_t kMagic = 0x46464443;  // "FFDC"
 inline constexpr uint32_t kVersion = 1;
 
 enum class Type : uint16_t {
-  kHello = 1,   // first frame each way: Hello (the dialler's is checked by the acceptor's router)
+  kHello = 1,   // the dialler's first frame: Hello (opened by the acceptor's router, not the pod)
   kRecord = 2,  // a request record for channel `chan`
   kResp = 3,    // a response record for channel `chan`
   kCredit = 4,  // the target executed more of `chan`'s records: Credit

@@ -19,7 +19,7 @@ inline constexpr uint32_t kMaxFrame = 1u << 20;
 namespace wire {
 
 inline constexpr uint32_t kMagic = 0x46465257;  // "FFRW"
-inline constexpr uint32_t kVersion = 4;         // 4: rdma_cm messages (kCm)
+inline constexpr uint32_t kVersion = 5;  // 4: rdma_cm messages (kCm); 5: direct connections
 
 enum class Type : uint16_t {
   // Transport frames: a node link handles these itself.
@@ -60,23 +60,44 @@ static_assert(offsetof(Hello, magic) == 0 && offsetof(Hello, version) == 4 &&
                   static_cast<uint16_t>(Type::kHello) == 1,
               "a hello keeps its place in every version, so that a mismatch is told");
 
+// A connect may ask for a direct connection between the two pods' processes instead of the
+// relay through the routers (docs/direct-path.md): the bytes then go pod to pod, and the
+// routers keep the channel only for its lifetime (kClose, kPeerGone). `token` names the
+// initiator's process to the peer router (a number of the initiating router's, never a
+// pod's word), so that every later QP pair of the same two processes shares the connection.
+inline constexpr uint32_t kConnectAskDirect = 1;  // Connect::flags
 struct Connect {
   uint32_t src_ip;  // host byte order
   uint32_t src_qpn;
   uint32_t qp_type;
   uint32_t dest_ip;  // host byte order
   uint32_t dest_qpn;
-  uint32_t reserved;
+  uint32_t flags;   // kConnectAskDirect
+  uint64_t token;   // with kConnectAskDirect: the initiator's process, else 0
 };
-static_assert(sizeof(Connect) == 24 && alignof(Connect) == 4);
+static_assert(sizeof(Connect) == 32 && alignof(Connect) == 8);
 
+// The answer. With kReplyDirect the channel is direct on connection `conn` of the two
+// processes; with kReplyNewConn as well, that connection does not exist yet: the initiator's
+// process dials `port` at the target's address (peer_ip) and proves `secret` with its first
+// frame (direct_wire.h). `token` names the target's process to the initiating router (as
+// Connect::token does the other way), `seal` is the cluster's SealMode. Without
+// kReplyDirect the channel is relayed, as before.
+inline constexpr uint32_t kReplyDirect = 1, kReplyNewConn = 2;  // ConnectReply::flags
 struct ConnectReply {
   int32_t status;  // 0 or a positive errno value
   uint32_t peer_qpn;
   uint32_t peer_ip;
   uint32_t qp_type;
+  uint32_t flags;  // kReplyDirect, kReplyNewConn
+  uint16_t port;   // kReplyNewConn: the listener's port in the target pod
+  uint8_t seal;    // SealMode (frame_seal.h)
+  uint8_t reserved;
+  uint64_t conn;   // kReplyDirect: the connection's id
+  uint64_t token;  // kReplyDirect: the target's process
+  uint8_t secret[32];  // kReplyNewConn: the connection's secret (kDirectSecretBytes)
 };
-static_assert(sizeof(ConnectReply) == 16 && alignof(ConnectReply) == 4);
+static_assert(sizeof(ConnectReply) == 72 && alignof(ConnectReply) == 8);
 // Flow control per channel: the initiator keeps at most kChannelWindow bytes of kRecord
 // bodies that the target has not credited back, so a target that does not keep up holds
 // back only its own channel, never the link that other channels share.

@@ -189,7 +189,14 @@ static_assert(sizeof(CreateQpReply) == 40 && alignof(CreateQpReply) == 4);
 // (shm_layout.h) to produce into, instead of ring `ring_index` of the peer's segment. No
 // sender ever maps another sender's ring, and the receiver learns who produces into it from
 // the router (kUdRing), never from the records.
+// A peer on another node reached over a direct connection between the two processes
+// (docs/direct-path.md) has flags kConnectDirect and no descriptors: the QP's requests go as
+// records of channel `direct_chan` on connection `direct_conn` to the peer process. With
+// kConnectDirectNew as well the library has no such connection yet: it dials
+// (peer_ip, direct_port) from its own network namespace, and its first frame is the Hello
+// sealed with `direct_secret` (direct_wire.h); `direct_seal` is the SealMode both ends use.
 inline constexpr uint16_t kConnectRemote = 1, kConnectOwnRing = 2;  // ConnectReply::flags
+inline constexpr uint16_t kConnectDirect = 4, kConnectDirectNew = 8;
 struct ConnectReply {
   uint32_t peer_ctx_id;
   uint32_t peer_qpn;
@@ -202,8 +209,15 @@ struct ConnectReply {
   uint32_t notify_slot;
   uint32_t has_srq;
   uint32_t peer_qp_type;
+  // kConnectDirect only.
+  uint32_t direct_chan;
+  uint16_t direct_port;
+  uint8_t direct_seal;
+  uint8_t reserved;
+  uint64_t direct_conn;
+  uint8_t direct_secret[32];
 };
-static_assert(sizeof(ConnectReply) == 40 && alignof(ConnectReply) == 4);
+static_assert(sizeof(ConnectReply) == 88 && alignof(ConnectReply) == 8);
 struct RegMrReply {
   uint32_t key;
   uint32_t reserved;
@@ -244,6 +258,17 @@ enum class EventType : uint32_t {
   // writes into the old ring is lost, as datagrams are on a fabric; it drops the link, and
   // its next datagram to that QP asks for a new one.
   kUdPeerLost = 8,
+  // Direct connections (docs/direct-path.md). kDirectChannel: records of channel `chan` on
+  // connection `conn` from QP src_qpn at src_ip (host order) go to QP `qpn`, into its ring
+  // `ring` (the router gave that ring to this channel). Sent before the initiator can send
+  // a record on it. kDirectChannelGone: channel `chan` of `conn` is closed; records that
+  // still come for it end the connection. kDirectConn: the connection `conn` from the
+  // process at src_ip, accepted by the router inside this pod, comes with the event as a
+  // connected TCP socket whose first frame (the dialler's Hello) the router consumed;
+  // `secret` and `seal` (SealMode) are the connection's; this end is its acceptor.
+  kDirectChannel = 9,
+  kDirectChannelGone = 10,
+  kDirectConn = 11,
 };
 struct Event {
   EventType type;
@@ -251,13 +276,30 @@ struct Event {
   uint32_t ring = 0;
   uint32_t src_ip = 0;
   uint32_t src_qpn = 0;
+  uint32_t chan = 0;  // kDirect*
+  uint64_t conn = 0;  // kDirect*
+  uint32_t seal = 0;  // kDirectConn
   uint32_t reserved = 0;
+  uint8_t secret[32] = {};  // kDirectConn
 };
-static_assert(sizeof(Event) == 24 && alignof(Event) == 4);
+static_assert(sizeof(Event) == 72 && alignof(Event) == 8);
+
+// Posted by a library whose direct connection `conn` ended (the peer closed it, a frame did
+// not open, the dial failed: `error`, an errno value): the router forgets it, so that the
+// next connect between the two processes makes a new one, and logs the first failure of a
+// dial (a pod network that refuses the connection).
+struct DirectEnded {
+  RequestHeader<Op::kDirectEnded> h;
+  uint32_t error;
+  uint32_t reserved;
+  uint64_t conn;
+};
+static_assert(sizeof(DirectEnded) == 24 && alignof(DirectEnded) == 8);
 
 // How many descriptors come with a successful ConnectReply, or -1 when its fields do not
 // describe a segment a library may map.
 inline int ConnectReplyFds(const ConnectReply& c) {
+  if (c.flags & kConnectDirect) return (c.flags & (kConnectRemote | kConnectOwnRing)) ? -1 : 0;
   if (c.ring_bytes < kMinRingBytes || c.ring_bytes > kMaxRingBytes ||
       (c.ring_bytes & (c.ring_bytes - 1)) != 0)
     return -1;
