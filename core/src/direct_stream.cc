@@ -71,14 +71,15 @@ void DirectStream::set_send_limit(size_t bytes) {
   send_limit_ = out_cap_ == 0 ? bytes : std::min(bytes, out_cap_ - kFrameMax);
 }
 
-void DirectStream::Die(const char* why) {
-  if (dead_) return;
-  dead_ = true;
-  why_ = why;
+void DirectStream::Die(const char* why, bool violation) {
+  const char* none = nullptr;
+  if (why_.compare_exchange_strong(none, why) && violation)  // the first reason stays
+    violated_.store(true, std::memory_order_release);
+  dead_.store(true, std::memory_order_release);
 }
 
 DirectStream::Put DirectStream::PutFrame(direct::Type type, uint32_t chan, uint16_t flags,
-                                         const iovec* body, int n) {
+                                         const iovec* body, int n, Priority priority) {
   if (dead_) return Put::kDead;
   size_t len = 0;
   for (int i = 0; i < n; ++i) len += body[i].iov_len;
@@ -87,11 +88,19 @@ DirectStream::Put DirectStream::PutFrame(direct::Type type, uint32_t chan, uint1
     return Put::kDead;
   }
   const size_t bytes = sizeof(direct::Head) + len + kSealTagBytes;
-  if (unsent() > 0 && unsent() + bytes > send_limit_) return Put::kFull;
+  const size_t limit = send_limit_ + (priority == Priority::kAnswer ? kAnswerReserve : 0);
+  if (unsent() > 0 && unsent() + bytes > limit) return Put::kFull;
   if (out_len_ + bytes > out_cap_) {  // the unsent bytes move to the front
     std::memmove(out_.get(), out_.get() + out_sent_, unsent());
     out_len_ -= out_sent_;
     out_sent_ = 0;
+  }
+  if (out_len_ + bytes > out_cap_) {  // answers beyond the send limit: a larger buffer
+    const size_t cap = std::max(out_cap_ * 2, out_len_ + bytes);
+    auto grown = std::make_unique_for_overwrite<char[]>(cap);
+    std::memcpy(grown.get(), out_.get(), out_len_);
+    out_ = std::move(grown);
+    out_cap_ = cap;
   }
   char* p = out_.get() + out_len_;
   const direct::Head h{static_cast<uint32_t>(len), type, flags, chan, 0};
@@ -153,7 +162,7 @@ char* DirectStream::NextFrame(direct::Head* head) {
   char* p = in_.get() + in_off_;
   std::memcpy(head, p, sizeof(*head));
   if (head->len > direct::kMaxBody || !KnownType(head->type)) {
-    Die("the peer sent a frame the wire does not allow");
+    Die("the peer sent a frame the wire does not allow", true);
     return nullptr;
   }
   if (avail < sizeof(*head) + head->len + kSealTagBytes) {
@@ -169,7 +178,7 @@ char* DirectStream::NextFrame(direct::Head* head) {
     uint8_t tag[kSealTagBytes];
     std::memcpy(tag, body + head->len, sizeof(tag));
     if (!rx_.Open(p, sizeof(*head), body, head->len, tag)) {
-      Die("a frame did not open: forged, replayed, reordered or corrupt");
+      Die("a frame did not open: forged, replayed, reordered or corrupt", true);
       return nullptr;
     }
     opened_ = true;

@@ -2,11 +2,14 @@
 // are sealed into a send buffer and written without blocking; frames received are read in
 // bulk, opened in place and handed out whole. A frame that does not open, a head that
 // breaks the wire's rules, or the peer closing makes the stream dead for good: the
-// connection ends, and every channel on it with it. Not thread-safe: its owner locks.
+// connection ends, and every channel on it with it. Not thread-safe, except that one thread
+// may send (PutFrame, Flush) while another receives (Receive): the two halves share nothing
+// but the descriptor and whether the stream died. Its owner locks each half.
 #pragma once
 
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,13 +46,21 @@ class DirectStream {
   bool Init(const Setup& setup);
 
   enum class Put { kOk, kFull, kDead };
+  // Requests wait for room; answers (responses, credits) get kAnswerReserve bytes more, so
+  // that a receiver whose peer is slow to read never stops reading for want of room for the
+  // small answers it owes: both ends doing so would wait for each other.
+  enum class Priority { kRequest, kAnswer };
+  static constexpr size_t kAnswerReserve = 4u << 20;
   // Seals one frame of `type` for `chan` with the `n` pieces of `body` (at most
   // direct::kMaxBody bytes in all) into the send buffer. kFull: the buffer holds
-  // the send limit's bytes not yet written (try again after Flush made room).
-  Put PutFrame(direct::Type type, uint32_t chan, uint16_t flags, const iovec* body, int n);
+  // the limit's bytes not yet written (try again after Flush made room).
+  Put PutFrame(direct::Type type, uint32_t chan, uint16_t flags, const iovec* body, int n,
+               Priority priority = Priority::kRequest);
   // Writes what the socket takes. false once the stream is dead.
   bool Flush();
   size_t unsent() const { return out_len_ - out_sent_; }
+  // Whether a frame of `bytes` on the wire would be taken now (PutFrame would not say kFull).
+  bool HasRoom(size_t bytes) const { return unsent() == 0 || unsent() + bytes <= send_limit_; }
 
   // Reads what the socket holds (at most one buffer) and calls on_frame(const direct::Head&,
   // char* body) for each whole frame, opened; a false return stops there (the frame stays
@@ -57,8 +68,14 @@ class DirectStream {
   template <typename OnFrame>
   int Receive(OnFrame&& on_frame);
 
-  bool dead() const { return dead_; }
-  const char* why_dead() const { return why_; }
+  bool dead() const { return dead_.load(std::memory_order_acquire); }
+  // Dead because the peer broke the wire's rules (a frame that did not open, a head the wire
+  // does not allow), not because the connection closed or failed.
+  bool violated() const { return violated_.load(std::memory_order_acquire); }
+  const char* why_dead() const {
+    const char* why = why_.load(std::memory_order_acquire);
+    return why != nullptr ? why : "";
+  }
   int fd() const { return fd_.get(); }
   // How many unsent bytes PutFrame lets pile up (1 MiB unless set); after Init, at most the
   // limit Init sized the buffer for.
@@ -71,7 +88,7 @@ class DirectStream {
   // The first whole frame at in_off_, opened (once: a frame handed out and left for later
   // is not opened again): nullptr when none is whole yet or the stream died (why_ says).
   char* NextFrame(direct::Head* head);
-  void Die(const char* why);
+  void Die(const char* why, bool violation = false);
 
   UniqueFd fd_;
   FrameCipher tx_, rx_;
@@ -83,8 +100,9 @@ class DirectStream {
   size_t in_cap_ = 0;
   size_t in_off_ = 0, in_have_ = 0;  // unread bytes are in_[in_off_, in_have_)
   bool opened_ = false;              // the frame at in_off_ was opened already
-  bool dead_ = false;
-  const char* why_ = "";
+  std::atomic<bool> dead_{false};
+  std::atomic<bool> violated_{false};
+  std::atomic<const char*> why_{nullptr};
 };
 
 template <typename OnFrame>

@@ -202,6 +202,16 @@ inline constexpr int kDirectListenBacklog = 4;       // a direct listener's pend
 inline constexpr size_t kDirectCandidates = 4;       // accepted connections it waits on for a hello
 inline constexpr int kDirectAcceptBurst = 16;        // connections it accepts per loop turn
 inline constexpr uint64_t kDirectAcceptTimeoutNs = 5'000'000'000ull;  // until a listener gives up
+inline constexpr uint64_t kDirectDialTimeoutNs = 3'000'000'000ull;    // a library's dial, hello sent
+// While the program polled its connections within this, the event thread leaves them to it
+// (a polling receiver needs no thread wake-up); after it, or once the program sleeps, the
+// event thread serves them (one-sided operations progress without the program).
+inline constexpr uint64_t kDirectAttendNs = 1'000'000;
+inline constexpr uint64_t kDirectRetryNs = 50'000;  // queued records, unsent bytes: look again
+// A record for a channel the router has not installed yet waits this long, then the
+// connection ends (a peer may not send on channels nobody opened).
+inline constexpr uint64_t kDirectChannelWaitNs = 2'000'000'000ull;
+inline constexpr int kDirectReadsPerServe = 4;  // receives from one connection per turn
 
 // ---- router: pod identity ------------------------------------------------------------
 inline constexpr size_t kMaxNetnsEntries = 4096;  // interfaces or addresses read from a pod's netns

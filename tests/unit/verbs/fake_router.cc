@@ -169,6 +169,23 @@ ProxySegment* FakeRouter::AnswerThroughRouter(uint32_t qpn, uint32_t peer_qpn,
   return proxies_.back().get();
 }
 
+void FakeRouter::AnswerDirect(uint32_t qpn, const ff::proto::ConnectReply& reply) {
+  std::lock_guard<std::mutex> g(mu_);
+  answers_[qpn] = Answer{Answer::kDirect, nullptr, nullptr, reply.peer_qpn, reply.peer_qp_type};
+  direct_answers_[qpn] = reply;
+}
+
+std::vector<ff::proto::DirectEnded> FakeRouter::direct_ended() {
+  std::lock_guard<std::mutex> g(mu_);
+  return direct_ended_;
+}
+
+void FakeRouter::SendEvent(const ff::proto::Event& e, int fd) {
+  std::lock_guard<std::mutex> g(mu_);
+  const int fds[1] = {fd};
+  EXPECT_EQ(ff::SendWithFds(events_.get(), &e, sizeof(e), fds, fd >= 0 ? 1 : 0), 0);
+}
+
 void FakeRouter::AnswerLoopback(uint32_t qpn, uint32_t dest_qpn) {
   std::lock_guard<std::mutex> g(mu_);
   answers_[qpn] = Answer{Answer::kLoopback, nullptr, nullptr, dest_qpn, 0};
@@ -375,6 +392,9 @@ int FakeRouter::Handle(ff::proto::Op op, const char* buf, ff::UniqueFd* fds, int
     case Op::kNameQp:
       names_.push_back(As<NameQp>(buf));
       return 0;
+    case Op::kDirectEnded:
+      direct_ended_.push_back(As<DirectEnded>(buf));
+      return 0;
     case Op::kRequestRing:
       return EOPNOTSUPP;  // this fake reads its socket only: the library stays on it
     case Op::kRegMr:
@@ -449,6 +469,10 @@ int FakeRouter::OnConnect(const ff::proto::ConnectQp& m, ff::proto::Response* r,
   if (it == answers_.end()) return EHOSTUNREACH;
   const Answer& a = it->second;
   auto& c = r->u.connect;
+  if (a.kind == Answer::kDirect) {
+    c = direct_answers_.at(m.qpn);
+    return 0;
+  }
   c.peer_qpn = a.peer_qpn;
   c.peer_ip = htonl(0x0af40002);
   c.peer_qp_type = a.peer_qp_type;

@@ -118,6 +118,9 @@ class FakeRouter {
   ProxySegment* AnswerThroughRouter(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_qp_type);
   // ...or, for a loopback test, with the segment of the pod's own QP `dest_qpn`.
   void AnswerLoopback(uint32_t qpn, uint32_t dest_qpn);
+  // ...or over a direct connection to the peer process: `reply` as it is (kConnectDirect),
+  // with no descriptors.
+  void AnswerDirect(uint32_t qpn, const ff::proto::ConnectReply& reply);
   // While withheld, ConnectQp from `qpn` is answered EINPROGRESS (with no descriptors), as
   // the router does until the destination names `qpn`; then as set up above.
   void WithholdConsent(uint32_t qpn, bool withhold);
@@ -138,6 +141,10 @@ class FakeRouter {
   void WakePod();
 
   void SendEvent(ff::proto::EventType type, uint32_t qpn);
+  // Sends `e` whole, with descriptor `fd` when it is not -1.
+  void SendEvent(const ff::proto::Event& e, int fd = -1);
+  // The DirectEnded reports the pod posted, in order.
+  std::vector<ff::proto::DirectEnded> direct_ended();
   // Closes the connection and the event socket, as a router that died.
   void Close();
 
@@ -167,7 +174,7 @@ class FakeRouter {
 
  private:
   struct Answer {
-    enum Kind { kSameNode, kRouter, kLoopback } kind;
+    enum Kind { kSameNode, kRouter, kLoopback, kDirect } kind;
     SameNodePeer* peer = nullptr;
     ProxySegment* proxy = nullptr;
     uint32_t peer_qpn = 0;
@@ -219,6 +226,8 @@ class FakeRouter {
   std::map<uint32_t, bool> withheld_;  // QPN -> consent withheld
   std::map<uint32_t, int> connects_;   // QPN -> connect requests
   std::vector<ff::proto::NameQp> names_;
+  std::map<uint32_t, ff::proto::ConnectReply> direct_answers_;
+  std::vector<ff::proto::DirectEnded> direct_ended_;
   std::map<uint32_t, ff::UniqueFd> channels_;  // channel id -> its wake socket
   std::map<uint32_t, ff::UniqueFd> cm_channels_;
   uint32_t last_cm_channel_ = ff::proto::kNoId;

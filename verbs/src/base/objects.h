@@ -62,6 +62,11 @@ class AdaptiveLock {
     }
     while (state_.exchange(2, std::memory_order_acquire) != 0) Wait();
   }
+  bool try_lock() {
+    int free = 0;
+    return state_.compare_exchange_strong(free, 1, std::memory_order_acquire,
+                                          std::memory_order_relaxed);
+  }
   void unlock() {
     if (state_.exchange(0, std::memory_order_release) == 2) Wake();
   }
@@ -86,6 +91,7 @@ struct Qp;
 struct Cq;
 struct Session;
 struct LinkOps;
+struct DirectOut;
 
 // A peer process on this node as its QPs' links see it: its notify words and MR table
 // (shared by every link to it) and the regions of its memory mapped so far.
@@ -129,6 +135,8 @@ struct PeerLink {
   std::shared_ptr<PeerCtx> pctx;
   // Through the router only: the router's answers (kProxyResponseRing).
   ff::RingConsumer responses;
+  // Through a direct connection only: its channel (direct/direct.h).
+  std::shared_ptr<DirectOut> direct;
 };
 
 struct Pd {

@@ -7,6 +7,7 @@
 
 #include "datapath/link.h"
 #include "datapath/send_queue.h"
+#include "direct/direct.h"
 #include "session/session.h"
 
 namespace ff::verbs {
@@ -118,14 +119,23 @@ int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, 
   ff::proto::Response r{};
   UniqueFd fds[5];
   int got = 0;
+  // From the request to the link made: an answer naming a direct connection that another
+  // thread's connect just made finds it in place.
+  std::lock_guard<std::mutex> serial(ctx->session->connect_mu);
   int rc = ctx->session->Call(&m, sizeof(m), nullptr, 0, &r, fds, 5, &got);
   if (rc != 0) return rc;
   const ff::proto::ConnectReply& c = r.u.connect;
   if (got != ff::proto::ConnectReplyFds(c)) return EPROTO;
   auto link = std::make_unique<PeerLink>();
   SetPeerIdentity(link.get(), c);
-  rc = (c.flags & ff::proto::kConnectRemote) ? RouterLink(c, fds, link.get())
-                                             : SameNodeLink(ctx, c, fds, link.get());
+  if (c.flags & ff::proto::kConnectDirect) {
+    rc = LinkDirect(qp, c, link.get());
+    if (rc == 0) link->ops = &kDirectOps;
+  } else if (c.flags & ff::proto::kConnectRemote) {
+    rc = RouterLink(c, fds, link.get());
+  } else {
+    rc = SameNodeLink(ctx, c, fds, link.get());
+  }
   if (rc != 0) return rc;
   *out = std::move(link);
   return 0;

@@ -33,6 +33,7 @@
 #include <map>
 
 #include "base/exports.h"
+#include "direct/direct.h"
 #include "session/session.h"
 
 namespace ff::verbs {
@@ -114,7 +115,11 @@ void Unshadow(uintptr_t start, size_t size) {
   }
 }
 
+// Region `r` is no longer the process's: peers on other nodes reach it no more.
+void Forget(const Region* r) { ForgetDirectRegion(r->session, r->id); }
+
 void DropRegion(Region* region) {
+  Forget(region);
   Unshadow(region->start, region->size);
   g_region_mrs.erase(region);
   g_regions.erase(region->start);
@@ -159,6 +164,7 @@ void MergeInto(Region* to, const std::vector<Region*>& merged, bool* fresh) {
   for (Region* old : merged) {
     for (Mr* mr : g_region_mrs[old]) moved.push_back(mr);
     g_region_mrs.erase(old);
+    Forget(old);
     g_regions.erase(old->start);
   }
   for (Mr* mr : moved) {
@@ -192,6 +198,9 @@ int NewRegion(Session* s, uintptr_t lo, uintptr_t hi, bool read_only,
   if (read_only) {
     if (const int rc = ff::SealReadOnly(region->fd.get())) return rc;
   }
+  // Every region made here joins g_regions (its callers put it there), and leaves it
+  // through Forget().
+  NoteDirectRegion(s, region->id, region->fd.get(), region->size, !read_only);
   *out = std::move(region);
   return 0;
 }

@@ -406,6 +406,9 @@ int DestroyQp(Qp* qp) {
     drop(ctx->qps);
     drop(ctx->pending);
     drop(qp->rcq->recv_qps);
+    // Under the lock: a direct connection's answers find the QP through its link's channel
+    // only while they hold this lock (datapath/link_direct.cc).
+    qp->conn.link.reset();
   }
   // Posted: the router cannot refuse to destroy a QP of this process, and nothing in its
   // answer would change what the program is told (ibv_destroy_qp succeeds). A router that

@@ -21,6 +21,7 @@
 #include "datapath/link.h"
 #include "datapath/recv_path.h"
 #include "datapath/send_queue.h"
+#include "direct/direct.h"
 #include "freeflow/clock.h"
 #include "session/peer_events.h"
 #include "session/session.h"
@@ -30,6 +31,7 @@ namespace {
 
 // Advances queued sends and turns published ring records into completions of `cq`.
 void Collect(Context* ctx, Cq* cq) {
+  DrainDirect(ctx);
   if (!ctx->pending.empty()) ProgressPending(ctx);
   for (Qp* qp : cq->recv_qps) Drain(qp);
 }
@@ -41,6 +43,16 @@ int PopWcs(Cq* cq, int n, ibv_wc* wc, int k) {
     ++cq->head;
   }
   return k;
+}
+
+// This thread stops polling the direct connections (it is about to sleep): the event
+// thread serves them from now on, not once the attention window closed.
+void LeaveDirect(Session* s) {
+  if (s->direct_conns.load(std::memory_order_relaxed) == 0 ||
+      s->direct_polled_ns.load(std::memory_order_relaxed) == 0)
+    return;
+  s->direct_polled_ns.store(0, std::memory_order_relaxed);
+  ff::SendWake(s->tick_tx.get());
 }
 
 bool RouterFed(const Qp* qp) {
@@ -97,6 +109,7 @@ int SleepOnRouter(Context* ctx, Cq* cq, int n, ibv_wc* wc) {
   wake->armed.exchange(1, std::memory_order_seq_cst);
   Collect(ctx, cq);
   if (cq->head == cq->tail) {
+    LeaveDirect(ctx->session);
     ctx->lock.unlock();
     WaitForRouter(ctx->session);
     ctx->lock.lock();
@@ -176,6 +189,7 @@ int GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq_out, void** cq_context) {
       if (cq_context != nullptr) *cq_context = found->cq.cq_context;
       return 0;
     }
+    LeaveDirect(ch->ctx->session);
     if (const int rc = WaitForEvent(channel, pending, &retry_ns)) return rc;
   }
 }
@@ -214,6 +228,7 @@ __attribute__((always_inline)) inline int PollBody(Context* ctx, Cq* cq, int n, 
                                                    bool may_sleep, bool* yield = nullptr) {
   const int rc = Guarded([&] {
     if (ctx->attention.load(std::memory_order_relaxed)) HandleAttention(ctx);
+    DrainDirect(ctx);
     if (!ctx->pending.empty()) ProgressPending(ctx);
     if (cq->tail - cq->head < static_cast<uint64_t>(n)) {
       for (Qp* qp : cq->recv_qps) Drain(qp);

@@ -43,19 +43,35 @@ struct LinkOps {
   // The peer went away (or its router did): takes in outcomes already delivered, before
   // the link is marked dead and the QP failed or kept.
   void (*peer_gone)(Qp* qp, PeerLink* link);
-  // The router, not the peer process, produces into the QP's rings and answers its
-  // requests, and it rings the process wake word after each delivery (poll_cq may sleep).
+  // Another party than the peer process (the router, or for a direct connection our own
+  // event thread) produces into the QP's rings and answers its requests, and it rings the
+  // process wake word after each delivery (poll_cq may sleep).
   bool router_fed;
+  // The router nudges the event thread once it made room a blocked WQE waits for
+  // (kProxyDrained): such a WQE does not stall. Elsewhere it stalls and is ticked.
+  bool room_nudged;
   // What a pass over the send queue found on `link`. Through the router: kLacking asks it
   // to nudge the event thread once it has made room (QpSegmentHeader::sends_waiting), and
   // returns true when that was newly asked, so that the caller looks once more (the router
   // may have made room just before); kEnough withdraws the request; kNudgeTaken lets the
   // next kLacking ask again. Same node: false, nothing (the peer process makes room).
   bool (*await_room)(PeerLink* link, Room room);
+  // Makes what a pass produced visible to the peer (a ring's tail and the peer's wake-up,
+  // or a connection's send buffer written), once per pass.
+  void (*publish)(PeerLink* link);
 };
 
 extern const LinkOps kSameNodeOps;  // link_same_node.cc
 extern const LinkOps kRouterOps;    // link_router.cc
+extern const LinkOps kDirectOps;    // link_direct.cc
+
+// Publishes a ring link's records and wakes its consumer if it armed for them (send_queue.cc).
+void PublishRing(PeerLink* link);
+// Applies one checked response of the peer's router or process to `qp`'s send queue
+// (link_router.cc). Responses for WQEs no longer in flight are ignored. `announced`: its
+// writer fired the send CQ's event already (the router does; a direct connection's answers
+// are read by this process, which fires it when it completes the WQE). ctx->lock held.
+void ApplyProxyResponse(Qp* qp, const ff::ResponseView& v, bool announced);
 
 // ---- connecting (connect.cc) ---------------------------------------------------------------
 // Asks the router to connect `qp` to QP `dest_qpn` at `dest_ip` (host order; 0: address by

@@ -91,18 +91,21 @@ Exec ExecuteThroughRouter(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ib
   return Dispatch(kHandlers, qp, link, w, index, st);
 }
 
-void Finish(Qp* qp, SendWqe& w, uint32_t status) {
+// `announced`: whoever wrote the answer fired the send CQ's event (the router does).
+void Finish(Qp* qp, SendWqe& w, uint32_t status, bool announced = true) {
   w.in_flight = false;
   w.done = true;
-  w.answered = true;
+  w.answered = announced;
   w.status = status;
   --qp->sq.inflight;
   if (IsReadOrAtomic(w.opcode)) --qp->sq.reads_inflight;
 }
 
-// Applies one checked response. Responses for WQEs no longer in flight (stale after a flush,
-// or duplicates) are ignored, and so is data that does not fit the WQE's buffer.
-void ApplyResponse(Qp* qp, const ff::ResponseView& v) {
+}  // namespace
+
+// Responses for WQEs no longer in flight (stale after a flush, or duplicates) are ignored,
+// and so is data that does not fit the WQE's buffer.
+void ApplyProxyResponse(Qp* qp, const ff::ResponseView& v, bool announced) {
   const ff::ProxyResponse& r = v.resp;
   SendQueue& sq = qp->sq;
   const uint64_t index = sq.head + static_cast<uint32_t>(r.seq - static_cast<uint32_t>(sq.head));
@@ -113,10 +116,12 @@ void ApplyResponse(Qp* qp, const ff::ResponseView& v) {
       v.data_len <= w.length - r.data_offset)
     CopyToSges(qp->sq.sges_of(index), w.num_sge, r.data_offset, v.data, v.data_len);
   if (!r.last) return;
-  Finish(qp, w, r.status);
+  Finish(qp, w, r.status, announced);
   // The router answers so for a peer QP that is gone: a real requester would retry first.
   if (r.status == IBV_WC_RETRY_EXC_ERR) HoldPeerError(qp);
 }
+
+namespace {
 
 // The router broke its ring: no answer will come, so nothing may wait for one.
 void AbandonInFlight(Qp* qp, PeerLink* link) {
@@ -141,7 +146,7 @@ void CollectResponses(Qp* qp, PeerLink* link) {
     consumed = true;
     cons.Consume(h);
     ff::ResponseView v;
-    if (ff::DecodeResponse(h, payload, &v)) ApplyResponse(qp, v);
+    if (ff::DecodeResponse(h, payload, &v)) ApplyProxyResponse(qp, v, true);
   }
   if (consumed) cons.Release();
 }
@@ -174,6 +179,6 @@ bool AwaitRoom(PeerLink* link, Room room) {
 
 // When the peer goes, the outcomes the router already wrote back still count.
 const LinkOps kRouterOps = {ExecuteThroughRouter, CollectResponses, CollectResponses, true,
-                            AwaitRoom};
+                            true, AwaitRoom, PublishRing};
 
 }  // namespace ff::verbs

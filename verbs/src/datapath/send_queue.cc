@@ -222,10 +222,8 @@ Exec Execute(Qp* qp, SendWqe& w, uint64_t index, ibv_wc_status* st, PeerLink** t
 
 void PublishLink(PeerLink* link) {
   if (!link->dirty) return;
-  link->producer.Publish();
+  link->ops->publish(link);
   link->dirty = false;
-  ff::WakeIfArmed(link->notify, link->notify_fd.get(), link->solicited);
-  link->solicited = false;
 }
 
 // The links one pass produced into, published together at its end (one wake-up each).
@@ -308,6 +306,12 @@ uint64_t StallDue(const Qp* qp) {
 
 }  // namespace
 
+void PublishRing(PeerLink* link) {
+  link->producer.Publish();
+  ff::WakeIfArmed(link->notify, link->notify_fd.get(), link->solicited);
+  link->solicited = false;
+}
+
 void Progress(Qp* qp) {
   if (qp->qpx.qp_base.state == IBV_QPS_ERR) {
     qp->sq.stalled = false;
@@ -328,7 +332,7 @@ void Progress(Qp* qp) {
   // unexecuted stalls.
   if (__builtin_expect(qp->sq.peer_error_due_ns != 0, 0) ||
       (__builtin_expect(qp->sq.exec != qp->sq.tail, 0) &&
-       (blocked == nullptr || !blocked->ops->router_fed))) {
+       (blocked == nullptr || !blocked->ops->room_nudged))) {
     NoteStalled(qp);
   } else {
     qp->sq.stalled = false;

@@ -39,6 +39,19 @@ class Registry {
   // the program: it may be waiting on memory the peer writes once they arrive.
   void OnProxyDrained(uint32_t qpn);
 
+  // Runs f(qp) for QP `qpn`, if it is still registered, under its context's lock. true
+  // when it ran.
+  template <typename F>
+  bool WithQp(uint32_t qpn, F&& f) {
+    // Registry, then context lock: no thread takes them the other way round.
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = qps_.find(qpn);
+    if (it == qps_.end()) return false;
+    std::lock_guard<AdaptiveLock> l(it->second->ctx->lock);
+    f(it->second);
+    return true;
+  }
+
   // What one Tick() found.
   struct TickOutcome {
     bool stalled = false;       // some context still has stalled sends: tick again

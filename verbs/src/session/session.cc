@@ -3,7 +3,9 @@
 #include "session/session.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -57,6 +59,11 @@ bool TakeEvent(Session* s) {
         return true;
       case ff::proto::EventType::kProxyDrained:
         s->registry.OnProxyDrained(ev.qpn);
+        return true;
+      case ff::proto::EventType::kDirectChannel:
+      case ff::proto::EventType::kDirectChannelGone:
+      case ff::proto::EventType::kDirectConn:
+        OnDirectEvent(s, ev, std::move(fd));
         return true;
       case ff::proto::EventType::kUdRing:
         if (nfds == 1) s->registry.OnUdRing(ev, std::move(fd));
@@ -206,12 +213,51 @@ int Deliver(Session* s, const void* req, size_t len, uint32_t seq, const int* fd
   return RingIfAsleep(s);
 }
 
+// When the event thread serves the session's direct connections: while the program polls
+// them (within kDirectAttendNs) it leaves them to it and looks again when that window
+// closes; otherwise when one is readable, or at the time ServeDirectEvents asked for.
+struct DirectWatch {
+  uint64_t due = UINT64_MAX;
+
+  // Whether to wait for the connections' readability now; *wake: when to look at them
+  // again at the latest.
+  bool Watch(Session* s, uint64_t now, uint64_t* wake) const {
+    *wake = due;
+    if (s->direct_conns.load(std::memory_order_relaxed) == 0) return false;
+    const uint64_t polled = s->direct_polled_ns.load(std::memory_order_relaxed);
+    if (polled != 0 && now < polled + ff::kDirectAttendNs) {
+      *wake = polled + ff::kDirectAttendNs;
+      return false;
+    }
+    return true;
+  }
+};
+
 void EventLoop(Session* s) {
   StallTicker ticker;
+  DirectWatch direct;
   for (;;) {
-    pollfd p[2] = {{s->events.get(), POLLIN, 0}, {s->tick_rx.get(), POLLIN, 0}};
+    uint64_t now = ff::MonotonicNs();
+    uint64_t direct_wake = UINT64_MAX;
+    const bool watch = direct.Watch(s, now, &direct_wake);
+    pollfd p[3] = {{s->events.get(), POLLIN, 0},
+                   {s->tick_rx.get(), POLLIN, 0},
+                   {s->direct_ep.get(), static_cast<short>(watch ? POLLIN : 0), 0}};
     timespec ts{};
-    const int r = ::ppoll(p, 2, ticker.Timeout(&ts), nullptr);
+    const timespec* timeout = ticker.Timeout(&ts);
+    if (direct_wake != UINT64_MAX) {
+      const uint64_t wait = direct_wake > now ? direct_wake - now : 0;
+      const uint64_t ticker_wait = timeout != nullptr
+                                       ? static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u +
+                                             static_cast<uint64_t>(ts.tv_nsec)
+                                       : UINT64_MAX;
+      if (wait < ticker_wait) {
+        ts.tv_sec = static_cast<time_t>(wait / 1'000'000'000u);
+        ts.tv_nsec = static_cast<long>(wait % 1'000'000'000u);
+        timeout = &ts;
+      }
+    }
+    const int r = ::ppoll(p, 3, timeout, nullptr);
     if (s->closing.load()) return;
     if (r > 0 && p[1].revents != 0) {
       ff::DrainWakes(s->tick_rx.get());
@@ -219,6 +265,18 @@ void EventLoop(Session* s) {
     }
     if (r > 0 && p[0].revents != 0 && !TakeEvent(s)) return;
     if (ticker.on && ff::MonotonicNs() >= ticker.next) ticker.Run(s->registry);
+    // Connections that ended are finished at once (tick_rx rang for them); the others when
+    // the program leaves them to us.
+    now = ff::MonotonicNs();
+    if (s->has_direct.load(std::memory_order_acquire)) {
+      // A timeout may be the end of the program's attention or a connection's due time.
+      if (direct.Watch(s, now, &direct_wake) &&
+          (r == 0 || p[2].revents != 0 || p[1].revents != 0 || now >= direct.due)) {
+        direct.due = ServeDirectEvents(s);
+      } else if (r > 0 && p[1].revents != 0) {
+        FinishEndedDirect(s);
+      }
+    }
   }
 }
 
@@ -248,6 +306,11 @@ int PrepareHello(Session* s, UniqueFd* theirs) {
   theirs->reset(pair[1]);
   rc = ff::CreateWakePair(&s->wake_fd, &s->wake_tx, true);
   if (rc == 0) rc = ff::CreateWakePair(&s->tick_rx, &s->tick_tx, true);
+  if (rc == 0) {
+    s->self_wake_tx.reset(::fcntl(s->wake_tx.get(), F_DUPFD_CLOEXEC, 0));
+    s->direct_ep.reset(::epoll_create1(EPOLL_CLOEXEC));
+    if (!s->self_wake_tx || !s->direct_ep) rc = errno;
+  }
   if (rc != 0) LogError("cannot create a wake socket: %s", std::strerror(rc));
   return rc;
 }
@@ -408,8 +471,10 @@ void ForgetProcessSessionInChild() {
   // keep the router from seeing the parent go, and requests on them would be the parent's.
   // The Session itself is left as it is (its event thread did not survive the fork).
   for (UniqueFd* fd : {&s->sock, &s->events, &s->notify_fd, &s->wake_fd, &s->wake_tx, &s->tick_rx,
-                       &s->tick_tx, &s->ring.fd})
+                       &s->tick_tx, &s->ring.fd, &s->direct_ep, &s->self_wake_tx})
     if (*fd) ::close(fd->release());
+  // Nor its direct connections: the peers must see them end when the parent does.
+  CloseDirectInChild(s);
   // Nor are requests written to its ring: the router would take them for the parent's.
   g_ring_control.store(nullptr, std::memory_order_relaxed);
   s->ring.control = nullptr;

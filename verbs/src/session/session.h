@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -43,6 +44,8 @@ struct RequestRingEnd {
   ff::RingProducer producer;
   ff::RequestRingControl* control = nullptr;  // nullptr: requests go on the socket
 };
+
+struct DirectSet;
 
 struct Session {
   UniqueFd sock;       // requests (with descriptors, or all without a ring) and answers
@@ -117,6 +120,24 @@ struct Session {
   std::mutex qpn_mu;
   std::vector<uint32_t> qpn_grants;
 
+  // Direct connections to processes on other nodes (direct/direct.h): their set, made on
+  // first use (direct_mu); one epoll set of their sockets that the program's poll and the
+  // event thread both wait on; how many are being served; when the program last polled them
+  // (0: it sleeps, the event thread serves them); and our own wake word's sending end (a
+  // dup of the one the router holds), which wakes a poll asleep on the wake word.
+  std::mutex direct_mu;
+  std::shared_ptr<DirectSet> direct;
+  std::atomic<bool> has_direct{false};
+  UniqueFd direct_ep;
+  std::atomic<uint32_t> direct_conns{0};
+  std::atomic<uint64_t> direct_polled_ns{0};
+  std::atomic<uint64_t> direct_due_ns{UINT64_MAX};  // the earliest connection's due time
+  UniqueFd self_wake_tx;
+  // Serializes connects from their request to their link (connect.cc): a connect answered
+  // with an existing direct connection finds it made, even when a connect of another
+  // thread just made it.
+  std::mutex connect_mu;
+
   ff::NotifySlot* slot(uint32_t index) const { return notify.as<ff::NotifySlot>() + index; }
 };
 
@@ -167,6 +188,19 @@ int SpinForAnswer(const ff::RequestRingControl* control, Attempt&& attempt) {
   } while (rc == EAGAIN && !RouterOnThisCpu(control) && ff::MonotonicNs() < until);
   return rc;
 }
+
+// ---- direct connections: served by the layers above, for the event thread ----------------
+// The router's events about direct connections (kDirectChannel, kDirectChannelGone,
+// kDirectConn with its socket). direct/direct_conn.cc.
+void OnDirectEvent(Session* s, const ff::proto::Event& e, UniqueFd fd);
+// Serves the direct connections that are readable or due, and finishes those that ended;
+// returns when to serve them again though nothing arrives (UINT64_MAX: when something
+// does). datapath/link_direct.cc.
+uint64_t ServeDirectEvents(Session* s);
+// Fails the QPs of direct connections that ended and tells the router. direct_conn.cc.
+void FinishEndedDirect(Session* s);
+// fork's child: closes its copies of the parent's direct connections. direct_conn.cc.
+void CloseDirectInChild(Session* s);
 
 // ---- internal API for tests (not exported from libffverbs.so) -----------------------------
 // Connects to the router listening at `socket_path` (HELLO, event thread), independently of

@@ -1,0 +1,548 @@
+// Links to a peer on another node over a direct connection (kDirectOps), and the receiving
+// side of those connections (docs/direct-path.md, "Inside the library").
+//
+// Sending: a work request becomes the records the relay would carry (link_router.cc), each
+// sealed as one frame of the link's channel into the connection's send buffer; the buffer is
+// written at the end of the pass (publish). Per channel at most kChannelWindow record bytes
+// are not yet credited back by the target; beyond that, or with the send buffer full, the
+// WQE waits as on a full ring, and the event thread advances it (a stalled send queue).
+//
+// Receiving: whichever comes first serves a connection, the program's poll (DrainDirect:
+// a polling receiver sees a message without a thread wake-up) or the event thread. Records of
+// the peer's channels are executed against our QP by ff::TargetChannel, the same code as the
+// router's executor; answers come back to our send queues as the router's responses do.
+#include <sys/epoll.h>
+
+#include <algorithm>
+
+#include "datapath/link.h"
+#include "datapath/send_queue.h"
+#include "datapath/sge.h"
+#include "direct/direct.h"
+
+namespace ff::verbs {
+namespace {
+
+using ff::direct::Type;
+
+// ---- sending ---------------------------------------------------------------------------------
+
+ff::ProxyRequest RequestOf(const Qp* qp, const SendWqe& w, uint64_t index) {
+  ff::ProxyRequest op{};
+  op.seq = static_cast<uint32_t>(index);
+  op.opcode = static_cast<uint8_t>(w.opcode);
+  op.length = static_cast<uint32_t>(w.length);
+  op.rkey = w.rkey;
+  op.remote_addr = w.remote_addr;
+  op.compare_add = w.compare_add;
+  op.swap = w.swap;
+  op.rnr_retry = static_cast<uint8_t>(qp->attr.rnr_retry);
+  return op;
+}
+
+enum class PutResult { kOk, kWait, kDead };
+
+// One request record of `w` as a frame: its headers, then `data_len` bytes of the WQE's data
+// from `data_off`, gathered straight from the application's buffers into the seal.
+PutResult PutRecord(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t index, uint8_t kind,
+                    uint8_t flags, const ff::ProxyRequest& op, uint64_t data_off,
+                    uint32_t data_len) {
+  DirectOut& d = *link->direct;
+  DirectConn* c = d.conn.get();
+  if (!c->ready.load(std::memory_order_acquire)) {
+    // Our end of a connection the router accepted for us has not been handed over yet.
+    return ff::MonotonicNs() - c->created_ns > ff::kDirectAcceptTimeoutNs + ff::kDirectDialTimeoutNs
+               ? PutResult::kDead
+               : PutResult::kWait;
+  }
+  ff::RecordHeader h = MessageHeader(qp, w, kind, flags);
+  h.frag_len = static_cast<uint32_t>(sizeof(op)) + data_len;
+  h.total = ff::RecordBytes(h.frag_len);
+  const uint64_t bytes = sizeof(h) + h.frag_len;
+  if (d.out->uncredited.load(std::memory_order_relaxed) + bytes > ff::kChannelWindow)
+    return PutResult::kWait;
+  iovec v[2 + ff::kMaxSge];
+  v[0] = {&h, sizeof(h)};
+  v[1] = {const_cast<ff::ProxyRequest*>(&op), sizeof(op)};
+  int n = 2;
+  WalkSges(qp->sq.sges_of(index), w.num_sge, data_off, data_len, [&](char* p, uint64_t take) {
+    if (n < static_cast<int>(std::size(v))) v[n++] = {p, static_cast<size_t>(take)};
+  });
+  ff::DirectStream::Put put;
+  {
+    std::lock_guard<std::mutex> g(c->send_mu);
+    put = c->stream->PutFrame(Type::kRecord, d.out->chan, 0, v, n);
+  }
+  if (put == ff::DirectStream::Put::kFull) return PutResult::kWait;
+  if (put == ff::DirectStream::Put::kDead) return PutResult::kDead;
+  d.out->uncredited.fetch_add(bytes, std::memory_order_relaxed);
+  link->dirty = true;
+  return PutResult::kOk;
+}
+
+// What a PutResult means for the WQE: kBlocked to retry it, or done with a transport error.
+Exec NotPut(Qp* qp, PeerLink* link, PutResult r, ibv_wc_status* st) {
+  if (r == PutResult::kWait) return Exec::kBlocked;
+  link->dead = true;
+  *st = IBV_WC_RETRY_EXC_ERR;
+  HoldPeerError(qp);
+  return Exec::kDone;
+}
+
+Exec SendRecords(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {
+  ff::ProxyRequest op = RequestOf(qp, w, index);
+  const uint32_t max_frag = qp->kind->max_fragment;
+  while (w.sent < w.length || !w.started) {
+    const auto frag = static_cast<uint32_t>(std::min<uint64_t>(w.length - w.sent, max_frag));
+    const bool last = w.sent + frag == w.length;
+    op.last = last ? 1 : 0;
+    const PutResult r = PutRecord(qp, link, w, index, ff::kRecSend,
+                                  SendFlags(w, !w.started, last), op, w.sent, frag);
+    if (r != PutResult::kOk) return NotPut(qp, link, r, st);
+    w.sent += frag;
+    w.started = true;
+  }
+  return qp->kind->answered ? Exec::kInFlight : Exec::kDone;
+}
+
+Exec WriteRecords(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {
+  ff::ProxyRequest op = RequestOf(qp, w, index);
+  const bool with_imm = w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  while (w.sent < w.length || !w.started) {
+    const auto frag = static_cast<uint32_t>(std::min<uint64_t>(w.length - w.sent, ff::kMaxFragment));
+    op.remote_addr = w.remote_addr + w.sent;
+    op.last = !with_imm && w.sent + frag == w.length ? 1 : 0;
+    const PutResult r = PutRecord(qp, link, w, index, ff::kRecWrite, 0, op, w.sent, frag);
+    if (r != PutResult::kOk) return NotPut(qp, link, r, st);
+    w.sent += frag;
+    w.started = true;
+  }
+  if (!with_imm) return Exec::kInFlight;
+  op.remote_addr = w.remote_addr;
+  op.last = 1;
+  const PutResult r = PutRecord(qp, link, w, index, ff::kRecWriteImm, WriteImmFlags(w), op, 0, 0);
+  return r == PutResult::kOk ? Exec::kInFlight : NotPut(qp, link, r, st);
+}
+
+Exec ReadOrAtomicRecord(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {
+  // As an HCA does: at most max_rd_atomic READs/atomics outstanding per QP.
+  if (qp->sq.reads_inflight >= std::max<uint32_t>(1, qp->attr.max_rd_atomic)) return Exec::kBlocked;
+  ff::ProxyRequest op = RequestOf(qp, w, index);
+  op.last = 1;
+  const uint8_t kind = w.opcode == IBV_WR_RDMA_READ ? ff::kRecReadReq : ff::kRecAtomicReq;
+  const PutResult r = PutRecord(qp, link, w, index, kind, 0, op, 0, 0);
+  if (r != PutResult::kOk) return NotPut(qp, link, r, st);
+  ++qp->sq.reads_inflight;
+  return Exec::kInFlight;
+}
+
+constexpr OpHandlers kHandlers = {SendRecords, WriteRecords, ReadOrAtomicRecord,
+                                  ReadOrAtomicRecord};
+
+Exec ExecuteDirect(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {
+  if (link->direct->conn->ended.load(std::memory_order_acquire))
+    return NotPut(qp, link, PutResult::kDead, st);
+  return Dispatch(kHandlers, qp, link, w, index, st);
+}
+
+// Writes what the pass put into the connection's send buffer. What the socket does not take
+// now is written by the next pass, or by the event thread (the connection is due).
+void FlushConn(DirectConn* c) {
+  if (!c->ready.load(std::memory_order_acquire)) return;
+  bool left;
+  {
+    std::lock_guard<std::mutex> g(c->send_mu);
+    c->stream->Flush();
+    left = c->stream->unsent() > 0;
+  }
+  if (left && !c->flush_due.exchange(true)) ff::SendWake(c->session->tick_tx.get());
+}
+
+void PublishDirect(PeerLink* link) { FlushConn(link->direct->conn.get()); }
+
+void CollectDirect(Qp* qp, PeerLink* link) {
+  uint64_t due;
+  ServeConn(link->direct->conn.get(), qp->ctx, &due);
+}
+
+// Room is made by the peer's credits and the socket, which the poll and the event thread
+// take in; nobody nudges. A WQE that waits stalls, and the event thread advances it.
+bool AwaitRoom(PeerLink*, Room) { return false; }
+
+// ---- receiving -------------------------------------------------------------------------------
+
+// Where the TargetChannel of one InChannel sends its answers and finds our memory.
+struct Host {
+  DirectConn* c;
+  InChannel* ch;
+  std::vector<std::shared_ptr<Mapping>>* regions;  // held until the serve ends
+  bool overflow = false;
+
+  void Respond(uint32_t seq, uint32_t status, uint64_t offset, const char* data, uint32_t len,
+               bool last) {
+    const ff::ProxyResponse r{offset, seq, static_cast<uint16_t>(status),
+                              static_cast<uint8_t>(last ? 1 : 0), 0};
+    const ff::RecordHeader h = ff::ResponseHeader(len);
+    const iovec v[3] = {{const_cast<ff::RecordHeader*>(&h), sizeof(h)},
+                        {const_cast<ff::ProxyResponse*>(&r), sizeof(r)},
+                        {const_cast<char*>(data), len}};
+    std::lock_guard<std::mutex> g(c->send_mu);
+    if (c->stream->PutFrame(Type::kResp, ch->chan, 0, v, len > 0 ? 3 : 2,
+                            ff::DirectStream::Priority::kAnswer) != ff::DirectStream::Put::kOk)
+      overflow = true;
+  }
+  bool CanAnswer() {
+    std::lock_guard<std::mutex> g(c->send_mu);
+    return c->stream->HasRoom(ff::DirectStream::kFrameMax);
+  }
+  const ff::MrEntry* MrTable() { return c->session->mr_table.as<ff::MrEntry>(); }
+  const Mapping* MapRegion(uint32_t region, uint32_t need) {
+    std::shared_ptr<Mapping> m = DirectRegion(c->session, region, need);
+    if (!m) return nullptr;
+    regions->push_back(m);
+    return m.get();
+  }
+};
+
+// One serve of one connection: what it has locked, touched and found.
+struct Serve {
+  DirectConn* c;
+  Context* held;             // the caller's context (poll), or nullptr (event thread)
+  Context* locked = nullptr;  // the event thread's one other context lock, or the poll's try
+  std::vector<Qp*> touched;  // QPs of `locked` that answers came for (event thread)
+  std::vector<std::shared_ptr<Mapping>> regions;
+  uint64_t now = 0;
+  uint64_t due = UINT64_MAX;
+  bool kill = false;
+  const char* why = nullptr;
+
+  void Kill(const char* reason) {
+    kill = true;
+    if (why == nullptr) why = reason;
+  }
+  // The QPs answers came for go on (completions, sends waiting for credits), then the lock
+  // is given back.
+  void Release() {
+    if (locked == nullptr) return;
+    for (Qp* qp : touched)
+      if (qp->sq.in_pending_list) Progress(qp);
+    touched.clear();
+    locked->lock.unlock();
+    locked = nullptr;
+  }
+  // Holds the lock of `ctx`: the poll's own, or one more taken without waiting (poll) or
+  // waited for (event thread, one at a time).
+  bool Lock(Context* ctx) {
+    if (ctx == held || ctx == locked) return true;
+    if (held != nullptr) {
+      if (locked != nullptr || !ctx->lock.try_lock()) return false;
+      locked = ctx;
+      return true;
+    }
+    Release();
+    ctx->lock.lock();
+    locked = ctx;
+    return true;
+  }
+};
+
+void CreditBack(Serve& sv, InChannel* ch, uint64_t bytes) {
+  ch->uncredited += bytes;
+  if (ch->uncredited < ff::kCreditBatch) return;
+  const ff::direct::Credit credit{ch->uncredited};
+  ch->uncredited = 0;
+  const iovec v{const_cast<ff::direct::Credit*>(&credit), sizeof(credit)};
+  std::lock_guard<std::mutex> g(sv.c->send_mu);
+  if (sv.c->stream->PutFrame(Type::kCredit, ch->chan, 0, &v, 1,
+                             ff::DirectStream::Priority::kAnswer) != ff::DirectStream::Put::kOk)
+    sv.Kill("the peer does not read what it is owed");
+}
+
+// Publishes what `ch` put into our QP's ring and wakes whoever waits for it.
+void PublishIn(Serve& sv, InChannel* ch) {
+  bool solicited = false;
+  if (!ch->target.Publish(&solicited)) return;
+  if (ch->cq_slot != nullptr) ff::WakeIfArmed(ch->cq_slot, ch->cq_fd.get(), solicited);
+  WakeSelf(sv.c->session);
+}
+
+// Runs the queued records of `ch`, oldest first. true when none is left.
+bool RunQueue(Serve& sv, InChannel* ch) {
+  Host host{sv.c, ch, &sv.regions};
+  uint64_t done = 0;
+  while (!ch->queue.empty()) {
+    const std::vector<char>& rec = ch->queue.front();
+    ff::RecordHeader h;
+    const char* payload = nullptr;
+    ff::RequestView v;
+    // Checked when they arrived; they live in our memory since.
+    ff::SplitRecord(rec.data(), rec.size(), &h, &payload);
+    ff::DecodeRequest(h, payload, &v);
+    if (!ch->target.Apply(host, v)) break;
+    done += rec.size();
+    ch->queued_bytes -= rec.size();
+    ch->queue.pop_front();
+  }
+  if (host.overflow) sv.Kill("the peer does not read what it is owed");
+  PublishIn(sv, ch);
+  if (done != 0) CreditBack(sv, ch, done);
+  return ch->queue.empty();
+}
+
+bool OnRecord(Serve& sv, uint32_t chan, const char* body, uint32_t len) {
+  DirectConn* c = sv.c;
+  std::shared_ptr<InChannel> ch;
+  {
+    std::lock_guard<std::mutex> g(c->chan_mu);
+    auto it = c->in.find(chan);
+    if (it != c->in.end()) ch = it->second;
+  }
+  if (!ch) {
+    // The router tells us of a channel before its initiator may use it, but the event that
+    // says so may still be on its way: wait for it, a while.
+    if (c->unknown_since_ns == 0) c->unknown_since_ns = sv.now;
+    if (sv.now - c->unknown_since_ns > ff::kDirectChannelWaitNs) {
+      sv.Kill("the peer sent records on a channel nobody opened");
+    } else {
+      sv.due = std::min(sv.due, sv.now + ff::kDirectRetryNs);
+    }
+    return false;
+  }
+  c->unknown_since_ns = 0;
+  ff::RecordHeader h;
+  const char* payload = nullptr;
+  ff::RequestView v;
+  if (!ff::SplitRecord(body, len, &h, &payload) || !ff::DecodeRequest(h, payload, &v)) {
+    sv.Kill("the peer sent a malformed record");
+    return false;
+  }
+  if (ch->queue.empty()) {
+    Host host{c, ch.get(), &sv.regions};
+    const bool applied = ch->target.Apply(host, v);
+    if (host.overflow) sv.Kill("the peer does not read what it is owed");
+    if (applied) {
+      PublishIn(sv, ch.get());
+      CreditBack(sv, ch.get(), len);
+      return !sv.kill;
+    }
+  }
+  // It waits, and so does everything behind it on this channel. The initiator keeps within
+  // the window; one that does not loses the connection.
+  if (ch->queued_bytes + len > 2 * ff::kChannelWindow) {
+    sv.Kill("the peer overran a channel's window");
+    return false;
+  }
+  ch->queue.emplace_back(body, body + len);
+  ch->queued_bytes += len;
+  if (!ch->waiting) {
+    ch->waiting = true;
+    c->waiting.push_back(ch);
+  }
+  return true;
+}
+
+// The out-channel `chan` and its QP, with the QP's context locked; nullptr when the channel
+// is gone or its context cannot be locked now (*busy).
+std::shared_ptr<OutChannel> LockedOut(Serve& sv, uint32_t chan, bool* busy) {
+  *busy = false;
+  auto find = [&]() -> std::shared_ptr<OutChannel> {
+    std::lock_guard<std::mutex> g(sv.c->chan_mu);
+    auto it = sv.c->out.find(chan);
+    return it == sv.c->out.end() ? nullptr : it->second;
+  };
+  std::shared_ptr<OutChannel> o = find();
+  if (!o) return nullptr;
+  if (!sv.Lock(o->qp->ctx)) {
+    *busy = true;
+    return nullptr;
+  }
+  // The link may have gone while we waited for its context: then so has the channel.
+  return find() == o ? o : nullptr;
+}
+
+bool OnResponse(Serve& sv, uint32_t chan, const char* body, uint32_t len) {
+  ff::RecordHeader h;
+  const char* payload = nullptr;
+  ff::ResponseView v;
+  if (!ff::SplitRecord(body, len, &h, &payload) || !ff::DecodeResponse(h, payload, &v)) {
+    sv.Kill("the peer sent a malformed answer");
+    return false;
+  }
+  bool busy = false;
+  std::shared_ptr<OutChannel> o = LockedOut(sv, chan, &busy);
+  if (busy) return false;
+  if (!o) return true;  // for a QP that is gone: nobody waits for it
+  ApplyProxyResponse(o->qp, v, false);
+  if (sv.held == nullptr &&
+      std::find(sv.touched.begin(), sv.touched.end(), o->qp) == sv.touched.end())
+    sv.touched.push_back(o->qp);
+  return true;
+}
+
+bool OnCredit(Serve& sv, uint32_t chan, const char* body, uint32_t len) {
+  ff::direct::Credit credit;
+  if (len != sizeof(credit)) {
+    sv.Kill("the peer sent a malformed credit");
+    return false;
+  }
+  std::memcpy(&credit, body, sizeof(credit));
+  bool busy = false;
+  std::shared_ptr<OutChannel> o = LockedOut(sv, chan, &busy);
+  if (busy) return false;
+  if (!o) return true;
+  uint64_t cur = o->uncredited.load(std::memory_order_relaxed);
+  if (credit.bytes > cur) {
+    sv.Kill("the peer credited bytes it was never sent");
+    return false;
+  }
+  o->uncredited.store(cur - credit.bytes, std::memory_order_relaxed);
+  if (sv.held == nullptr &&
+      std::find(sv.touched.begin(), sv.touched.end(), o->qp) == sv.touched.end())
+    sv.touched.push_back(o->qp);
+  return true;
+}
+
+bool OnFrame(Serve& sv, const ff::direct::Head& h, char* body) {
+  switch (h.type) {
+    case Type::kRecord:
+      return OnRecord(sv, h.chan, body, h.len);
+    case Type::kResp:
+      return OnResponse(sv, h.chan, body, h.len);
+    case Type::kCredit:
+      return OnCredit(sv, h.chan, body, h.len);
+    default:
+      sv.Kill("the peer sent a second hello");
+      return false;
+  }
+}
+
+// When `c` must be served again though nothing arrives, for both the poll and the event
+// thread.
+void NoteDue(DirectConn* c, uint64_t due) {
+  c->due_ns.store(due, std::memory_order_relaxed);
+  std::atomic<uint64_t>& first = c->session->direct_due_ns;
+  uint64_t cur = first.load(std::memory_order_relaxed);
+  while (due < cur && !first.compare_exchange_weak(cur, due, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
+  *due = UINT64_MAX;
+  if (!c->ready.load(std::memory_order_acquire) || c->ended.load(std::memory_order_acquire))
+    return;
+  std::unique_lock<std::mutex> recv(c->recv_mu, std::defer_lock);
+  if (held != nullptr) {
+    if (!recv.try_lock()) return;
+  } else {
+    recv.lock();
+  }
+  Serve sv{c, held};
+  sv.now = ff::MonotonicNs();
+  // First what waited (RNR, a full ring, READ data for a full connection), in order.
+  std::erase_if(c->waiting, [&](const std::shared_ptr<InChannel>& ch) {
+    if (sv.kill || !RunQueue(sv, ch.get())) return false;
+    ch->waiting = false;
+    return true;
+  });
+  for (int reads = 0; reads < ff::kDirectReadsPerServe && !sv.kill; ++reads) {
+    bool stopped = false;
+    const int n = c->stream->Receive([&](const ff::direct::Head& h, char* body) {
+      if (sv.kill || !OnFrame(sv, h, body)) {
+        stopped = true;
+        return false;
+      }
+      return true;
+    });
+    if (n <= 0 || stopped) break;
+  }
+  sv.Release();
+  {
+    std::lock_guard<std::mutex> g(c->send_mu);
+    c->stream->Flush();
+    if (c->stream->unsent() > 0) sv.due = std::min(sv.due, sv.now + ff::kDirectRetryNs);
+  }
+  for (const auto& ch : c->waiting) {
+    const uint64_t rnr = ch->target.rnr_due_ns();
+    sv.due = std::min(sv.due, rnr != 0 ? rnr : sv.now + ff::kDirectRetryNs);
+  }
+  recv.unlock();
+  if (sv.kill || c->stream->dead()) {
+    if (sv.why != nullptr)
+      LogError("direct connection to %s: %s; it ends", ff::FormatIpv4(c->peer_ip).c_str(), sv.why);
+    EndConn(c, sv.kill || c->stream->violated() ? EPROTO : ECONNRESET);
+    return;
+  }
+  *due = sv.due;
+  NoteDue(c, sv.due);
+}
+
+void DrainDirect(Context* ctx) {
+  Session* s = ctx->session;
+  if (s->direct_conns.load(std::memory_order_relaxed) == 0) return;
+  const uint64_t now = ff::MonotonicNs();
+  s->direct_polled_ns.store(now, std::memory_order_relaxed);
+  epoll_event evs[8];
+  const int n = ::epoll_wait(s->direct_ep.get(), evs, 8, 0);
+  DirectSet* set = DirectOf(s);
+  std::vector<std::shared_ptr<DirectConn>> serve;
+  const bool due = s->direct_due_ns.load(std::memory_order_relaxed) <= now;
+  if (n <= 0 && !due) return;
+  {
+    std::lock_guard<std::mutex> g(set->mu);
+    for (int i = 0; i < n; ++i) {
+      auto it = set->conns.find(evs[i].data.u64);
+      if (it != set->conns.end()) serve.push_back(it->second);
+    }
+    if (due) {
+      // Queued records or unsent bytes of some connection: the earliest is due.
+      s->direct_due_ns.store(UINT64_MAX, std::memory_order_relaxed);
+      for (auto& [id, c] : set->conns)
+        if (c->due_ns.load(std::memory_order_relaxed) <= now || c->flush_due.load())
+          serve.push_back(c);
+    }
+  }
+  for (const auto& c : serve) {
+    c->flush_due.store(false, std::memory_order_relaxed);
+    uint64_t when;
+    ServeConn(c.get(), ctx, &when);
+  }
+}
+
+uint64_t ServeDirectEvents(Session* s) {
+  FinishEndedDirect(s);
+  std::vector<std::shared_ptr<DirectConn>> conns;
+  DirectSet* set = DirectOf(s);
+  epoll_event evs[16];
+  const int n = ::epoll_wait(s->direct_ep.get(), evs, 16, 0);
+  const uint64_t now = ff::MonotonicNs();
+  {
+    std::lock_guard<std::mutex> g(set->mu);
+    for (auto& [id, c] : set->conns) {
+      bool readable = false;
+      for (int i = 0; i < n && !readable; ++i) readable = evs[i].data.u64 == id;
+      const bool due = c->due_ns.load(std::memory_order_relaxed) <= now;
+      if (readable || due || c->flush_due.load(std::memory_order_relaxed)) conns.push_back(c);
+    }
+  }
+  for (const auto& c : conns) {
+    c->flush_due.store(false, std::memory_order_relaxed);
+    uint64_t due;
+    ServeConn(c.get(), nullptr, &due);
+  }
+  uint64_t next = UINT64_MAX;
+  {
+    std::lock_guard<std::mutex> g(set->mu);
+    for (auto& [id, c] : set->conns) next = std::min(next, c->due_ns.load(std::memory_order_relaxed));
+  }
+  FinishEndedDirect(s);
+  return next;
+}
+
+// Through a direct connection the event thread feeds the QP's rings and applies its answers,
+// and it rings the process wake word after each delivery, as the router does for the relay.
+const LinkOps kDirectOps = {ExecuteDirect, CollectDirect, CollectDirect, true, false, AwaitRoom,
+                            PublishDirect};
+
+}  // namespace ff::verbs
