@@ -12,7 +12,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
+#include <functional>
+#include <thread>
 
 #include "freeflow/direct_stream.h"
 #include "freeflow/frame_seal.h"
@@ -27,6 +30,58 @@ constexpr uint64_t kConn = 0x1234567890abcdefull;
 constexpr uint32_t kChanAB = 7;  // a's QP -> b's QP
 constexpr uint32_t kChanBA = 9;  // b's QP -> a's QP
 constexpr uint32_t kPodIp = 0x0af40001;  // what the fake routers tell both pods
+
+// Something on the path between two pods' processes: relays the bytes of one direct
+// connection both ways, and may change what goes from a to b (`tamper`, called with each
+// chunk it read from a, in order; the hello has been consumed before).
+class Middle {
+ public:
+  using Tamper = std::function<std::vector<char>(std::vector<char>)>;
+  explicit Middle(Tamper tamper) : tamper_(std::move(tamper)) {}
+  ~Middle() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  // Takes a's side; returns the end to hand to b (a second loopback connection through
+  // `listener`, which the test owns).
+  ff::UniqueFd Start(ff::UniqueFd a_side, int listener) {
+    a_ = std::move(a_side);
+    sockaddr_in sa{};
+    socklen_t len = sizeof(sa);
+    ::getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len);
+    ff::UniqueFd b_end(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::connect(b_end.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) return {};
+    b_.reset(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+    thread_ = std::thread([this] { Run(); });
+    return b_end;
+  }
+
+ private:
+  void Run() {
+    char buf[65536];
+    while (!stop_) {
+      pollfd p[2] = {{a_.get(), POLLIN, 0}, {b_.get(), POLLIN, 0}};
+      if (::poll(p, 2, 20) <= 0) continue;
+      if (p[0].revents != 0) {
+        const ssize_t n = ::recv(a_.get(), buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        const std::vector<char> out = tamper_(std::vector<char>(buf, buf + n));
+        if (::send(b_.get(), out.data(), out.size(), MSG_NOSIGNAL) < 0) break;
+      }
+      if (p[1].revents != 0) {
+        const ssize_t n = ::recv(b_.get(), buf, sizeof(buf), 0);
+        if (n <= 0 || ::send(a_.get(), buf, static_cast<size_t>(n), MSG_NOSIGNAL) < 0) break;
+      }
+    }
+    ::shutdown(a_.get(), SHUT_RDWR);
+    ::shutdown(b_.get(), SHUT_RDWR);
+  }
+
+  Tamper tamper_;
+  ff::UniqueFd a_, b_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+};
 
 class DirectLink : public ::testing::Test {
  protected:
@@ -72,7 +127,9 @@ class DirectLink : public ::testing::Test {
   }
 
   // What pod b's router does when pod a dials: accepts, opens the hello, hands it over.
-  void AcceptForB() {
+  // With `middle`, b is handed one end of a second loopback connection instead, and
+  // `middle` relays between the two, as something on the path between the pods would.
+  void AcceptForB(Middle* middle = nullptr) {
     pollfd p{listener.get(), POLLIN, 0};
     ASSERT_EQ(::poll(&p, 1, 5000), 1);
     ff::UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -92,11 +149,14 @@ class DirectLink : public ::testing::Test {
     e.conn = kConn;
     e.seal = static_cast<uint32_t>(ff::SealMode::kEncrypt);
     std::memcpy(e.secret, secret, sizeof(secret));
-    b.router.SendEvent(e, conn.get());
+    if (middle == nullptr) return b.router.SendEvent(e, conn.get());
+    ff::UniqueFd b_end = middle->Start(std::move(conn), listener.get());
+    ASSERT_TRUE(b_end);
+    b.router.SendEvent(e, b_end.get());
   }
 
   // Both QPs connected, each way its own channel on the one connection.
-  void Up(const QpOptions& o = {}) {
+  void Up(const QpOptions& o = {}, Middle* middle = nullptr) {
     qa = a.CreateQp(o);
     qb = b.CreateQp(o);
     ASSERT_NE(qa, nullptr);
@@ -104,7 +164,7 @@ class DirectLink : public ::testing::Test {
     b.router.SendEvent(Channel(qb->qp_num, qa->qp_num, kChanAB));
     a.router.AnswerDirect(qa->qp_num, Reply(qb->qp_num, kChanAB, true));
     ASSERT_EQ(a.Connect(qa, qb->qp_num, o), 0);
-    AcceptForB();
+    AcceptForB(middle);
     a.router.SendEvent(Channel(qa->qp_num, qb->qp_num, kChanBA));
     b.router.AnswerDirect(qb->qp_num, Reply(qa->qp_num, kChanBA, false));
     // b takes the connection on its event thread; its connect needs it there.
@@ -238,6 +298,66 @@ TEST_F(DirectLink, ADeadConnectionFailsItsQpsAndIsReported) {
   ASSERT_EQ(wcs.size(), 1u);
   EXPECT_NE(wcs[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(StateOf(qa), IBV_QPS_ERR);
+}
+
+TEST_F(DirectLink, AnAlteredFrameEndsTheConnectionAndLandsNothing) {
+  std::atomic<int> chunks{0};
+  Middle middle([&](std::vector<char> bytes) {
+    // The first frame after the hello: flip one bit of its body.
+    if (chunks++ == 0 && bytes.size() > 40) bytes[40] ^= 1;
+    return bytes;
+  });
+  Up({}, &middle);
+  Buffer src(a.pd, 4096), dst(b.pd, 4096, IBV_ACCESS_LOCAL_WRITE);
+  std::memset(src.data(), 'a', 4096);
+  std::memset(dst.data(), 'z', 4096);
+  ASSERT_EQ(PostRecv(qb, dst.Sge(0, 4096), 21), 0);
+  ASSERT_EQ(PostSend(qa, IBV_WR_SEND, src.Sge(0, 4096), 11), 0);
+  // b refuses the frame and ends the connection: its QP fails as one whose peer died.
+  auto rx = PollN(b.cq, 1);
+  ASSERT_EQ(rx.size(), 1u);
+  EXPECT_EQ(rx[0].wr_id, 21u);
+  EXPECT_NE(rx[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(dst.data()[0], 'z');
+  EXPECT_EQ(dst.data()[4095], 'z');
+  auto deadline = Clock::now() + kWaitLimit;
+  while (b.router.direct_ended().empty() && Clock::now() < deadline) ::usleep(1000);
+  ASSERT_EQ(b.router.direct_ended().size(), 1u);
+  EXPECT_EQ(b.router.direct_ended()[0].error, static_cast<uint32_t>(EPROTO));
+  // a's send does not succeed either.
+  auto tx = PollN(a.cq, 1);
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_NE(tx[0].status, IBV_WC_SUCCESS);
+}
+
+TEST_F(DirectLink, AReplayedFrameEndsTheConnection) {
+  std::vector<char> first;
+  std::atomic<int> chunks{0};
+  Middle middle([&](std::vector<char> bytes) {
+    // The first chunk again, right behind itself: its frames a second time.
+    if (chunks++ == 0) {
+      first = bytes;
+      bytes.insert(bytes.end(), first.begin(), first.end());
+    }
+    return bytes;
+  });
+  Up({}, &middle);
+  Buffer src(a.pd, 64), dst(b.pd, 4096, IBV_ACCESS_LOCAL_WRITE);
+  std::memset(src.data(), 'a', 64);
+  ASSERT_EQ(PostRecv(qb, dst.Sge(0, 64), 21), 0);
+  ASSERT_EQ(PostRecv(qb, dst.Sge(64, 64), 22), 0);
+  ASSERT_EQ(PostSend(qa, IBV_WR_SEND, src.Sge(0, 64), 11), 0);
+  // The message arrives once; its replay ends the connection.
+  auto rx = PollN(b.cq, 2);
+  ASSERT_EQ(rx.size(), 2u);
+  EXPECT_EQ(rx[0].wr_id, 21u);
+  EXPECT_EQ(rx[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(rx[1].wr_id, 22u);
+  EXPECT_NE(rx[1].status, IBV_WC_SUCCESS);  // flushed: the QP failed, no second copy
+  auto deadline = Clock::now() + kWaitLimit;
+  while (b.router.direct_ended().empty() && Clock::now() < deadline) ::usleep(1000);
+  ASSERT_EQ(b.router.direct_ended().size(), 1u);
+  EXPECT_EQ(b.router.direct_ended()[0].error, static_cast<uint32_t>(EPROTO));
 }
 
 }  // namespace

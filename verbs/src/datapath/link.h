@@ -72,6 +72,9 @@ void PublishRing(PeerLink* link);
 // writer fired the send CQ's event already (the router does; a direct connection's answers
 // are read by this process, which fires it when it completes the WQE). ctx->lock held.
 void ApplyProxyResponse(Qp* qp, const ff::ResponseView& v, bool announced);
+// No answer will come on `link` any more: its WQEs in flight complete with
+// IBV_WC_RETRY_EXC_ERR, and the link is dead (link_router.cc). ctx->lock held.
+void FailInFlight(Qp* qp, PeerLink* link);
 
 // ---- connecting (connect.cc) ---------------------------------------------------------------
 // Asks the router to connect `qp` to QP `dest_qpn` at `dest_ip` (host order; 0: address by

@@ -161,8 +161,15 @@ void FlushConn(DirectConn* c) {
 void PublishDirect(PeerLink* link) { FlushConn(link->direct->conn.get()); }
 
 void CollectDirect(Qp* qp, PeerLink* link) {
+  DirectConn* c = link->direct->conn.get();
   uint64_t due;
-  ServeConn(link->direct->conn.get(), qp->ctx, &due);
+  ServeConn(c, qp->ctx, &due);
+  // The connection ended: what is in flight is never answered. As a requester whose peer
+  // stopped answering, the WQEs fail once the QP's retries would have run out.
+  if (c->ended.load(std::memory_order_acquire) && qp->sq.inflight > 0) {
+    FailInFlight(qp, link);
+    HoldPeerError(qp);
+  }
 }
 
 // Room is made by the peer's credits and the socket, which the poll and the event thread

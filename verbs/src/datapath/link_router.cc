@@ -103,6 +103,14 @@ void Finish(Qp* qp, SendWqe& w, uint32_t status, bool announced = true) {
 
 }  // namespace
 
+void FailInFlight(Qp* qp, PeerLink* link) {
+  link->dead = true;
+  for (uint64_t i = qp->sq.head; i != qp->sq.exec; ++i) {
+    SendWqe& w = qp->sq.at(i);
+    if (w.in_flight) Finish(qp, w, IBV_WC_RETRY_EXC_ERR, false);
+  }
+}
+
 // Responses for WQEs no longer in flight (stale after a flush, or duplicates) are ignored,
 // and so is data that does not fit the WQE's buffer.
 void ApplyProxyResponse(Qp* qp, const ff::ResponseView& v, bool announced) {
@@ -127,11 +135,7 @@ namespace {
 void AbandonInFlight(Qp* qp, PeerLink* link) {
   LogError("QP 0x%x: the router corrupted its response ring; failing the connection",
            qp->qpx.qp_base.qp_num);
-  link->dead = true;
-  for (uint64_t i = qp->sq.head; i != qp->sq.exec; ++i) {
-    SendWqe& w = qp->sq.at(i);
-    if (w.in_flight) Finish(qp, w, IBV_WC_RETRY_EXC_ERR);
-  }
+  FailInFlight(qp, link);
 }
 
 void CollectResponses(Qp* qp, PeerLink* link) {

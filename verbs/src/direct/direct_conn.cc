@@ -330,6 +330,8 @@ void EndConn(DirectConn* c, int error) {
     if (self) set->ended.push_back({self, error});
   }
   if (c->ready.load(std::memory_order_acquire)) {
+    // The peer sees it end now, though our links may hold the object a while longer.
+    ::shutdown(c->stream->fd(), SHUT_RDWR);
     ::epoll_ctl(s->direct_ep.get(), EPOLL_CTL_DEL, c->stream->fd(), nullptr);
     s->direct_conns.fetch_sub(1, std::memory_order_acq_rel);
   }
