@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Issue 36's figures: a pod on node 0 and a pod on node 1 over the direct path (the bytes go
+# pod to pod on one TCP connection, sealed), beside the same pods' kernel TCP (iperf3,
+# sockperf) and the relay through the routers, all in the same run; each figure the median
+# (min..max) of RUNS runs. Node links in TLS (the default) throughout; the direct path with
+# its default seal (encrypt) unless a row says otherwise.
+set -euo pipefail
+BUILD=${1:-build}
+RUNS=${RUNS:-5}
+FF_BUILD=$(cd "$BUILD" && pwd)
+export FF_BUILD
+cd "$(dirname "$0")/.."
+source scripts/lib/cluster.sh
+source scripts/lib/measure.sh
+trap multinode_down EXIT
+multinode_up 2 1
+pods_on_nodes
+
+# routers PATH [SEAL]: (re)starts both routers with --cross-node-path PATH.
+routers() {
+  mn_router_down 0
+  mn_router_down 1
+  local args=(--cross-node-path "$1")
+  [[ -n ${2:-} ]] && args+=(--direct-seal "$2")
+  mn_router_up 0 "${args[@]}"
+  mn_router_up 1 "${args[@]}"
+}
+
+# sockperf_msg_rate POD_SERVER POD_CLIENT SECONDS: TCP throughput mode, 64-byte messages,
+# messages per second in millions (sockperf's "SentMessages" rate at the receiver).
+sockperf_msg_rate() {
+  ip netns exec "$(ff_pod_ns "$1")" sockperf sr --tcp -i "$(ff_pod_ip "$1")" -p 11112 >/dev/null 2>&1 &
+  local spid=$!
+  FF_PIDS+=("$spid")
+  sleep 0.3
+  ip netns exec "$(ff_pod_ns "$2")" sockperf tp --tcp -i "$(ff_pod_ip "$1")" -p 11112 -t "$3" -m 64 2>/dev/null |
+    awk '/Summary: Message Rate is/ {for (i = 1; i <= NF; i++) if ($i == "is") {printf "%.3f\n", $(i+1) / 1e6; exit}}'
+  kill "$spid" 2>/dev/null || true
+  wait "$spid" 2>/dev/null || true
+}
+
+# sockperf_rtt_us POD_SERVER POD_CLIENT SECONDS: the whole round trip's p50 (ib_read_lat's).
+sockperf_rtt_us() { awk '{printf "%.3f\n", 2 * $1}' <<<"$(sockperf_half_rtt_us "$@")"; }
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+routers_ticks() { echo $(($(cpu_ticks "${FF_NODE_ROUTER[0]}") + $(cpu_ticks "${FF_NODE_ROUTER[1]}"))); }
+# routers_cores: both routers' CPU (cores) while a 10 s ib_write_bw runs; prints "cores gbps".
+routers_cores() {
+  local t0 start gbps
+  t0=$(routers_ticks)
+  start=$(date +%s.%N)
+  gbps=$(perftest_run 0 1 bw ib_write_bw -s 65536 -D 10)
+  awk -v t="$(($(routers_ticks) - t0))" -v hz="$(getconf CLK_TCK)" -v s="$start" \
+    -v e="$(date +%s.%N)" -v g="$gbps" 'BEGIN{printf "%.2f %s\n", t / hz / (e - s), g}'
+}
+
+declare -a tcp=() tlat=() trtt=() trate=() wbw=() slat=() rlat=() sbw=() wbw_auth=() \
+  relay_wbw=() relay_slat=()
+for ((r = 1; r <= RUNS; r++)); do
+  echo "run $r/$RUNS" >&2
+  tcp+=("$(iperf3_gbps 0 1 3)")
+  tlat+=("$(sockperf_half_rtt_us 0 1 2)")
+  trtt+=("$(sockperf_rtt_us 0 1 2)")
+  trate+=("$(sockperf_msg_rate 0 1 2)")
+  routers direct
+  wbw+=("$(perftest_run 0 1 bw ib_write_bw -s 65536 -n 5000)")
+  slat+=("$(perftest_run 0 1 typical ib_send_lat -s 2 -n 5000)")
+  rlat+=("$(perftest_run 0 1 typical ib_read_lat -s 2 -n 5000)")
+  sbw+=("$(perftest_run 0 1 mpps ib_send_bw -s 64 -n 200000)")
+  routers direct authenticate
+  wbw_auth+=("$(perftest_run 0 1 bw ib_write_bw -s 65536 -n 5000)")
+  routers relay
+  relay_wbw+=("$(perftest_run 0 1 bw ib_write_bw -s 65536 -n 5000)")
+  relay_slat+=("$(perftest_run 0 1 typical ib_send_lat -s 2 -n 5000)")
+done
+routers relay
+read -r relay_cores relay_gbps <<<"$(routers_cores)"
+routers direct
+read -r direct_cores direct_gbps <<<"$(routers_cores)"
+
+med() { stats "$@" | awk '{print $1}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b == 0 || a == "n/a" || b == "n/a") print "n/a"; else printf "%.2f", a / b }'; }
+row() { printf '%-50s %-26s %s\n' "$1" "$(fmt_stats "$(stats "${@:3}")")" "$2"; }
+w=$(med "${wbw[@]}") t=$(med "${tcp[@]}") sl=$(med "${slat[@]}") tl=$(med "${tlat[@]}")
+rl=$(med "${rlat[@]}") tr=$(med "${trtt[@]}") sb=$(med "${sbw[@]}") tq=$(med "${trate[@]}")
+wa=$(med "${wbw_auth[@]}")
+echo
+echo "direct path across nodes: median (min..max) of $RUNS runs, the same two pods; TLS node links"
+row "ib_write_bw 64 KiB, Gbit/s" "$(ratio "$w" "$t")x iperf3 (>= 0.80)" "${wbw[@]}"
+row "ib_write_bw 64 KiB, seal=authenticate, Gbit/s" "$(ratio "$wa" "$t")x iperf3 (>= 0.95)" "${wbw_auth[@]}"
+row "  iperf3 single stream, Gbit/s" "" "${tcp[@]}"
+row "ib_send_lat 2 B t_typical, usec" "$(ratio "$sl" "$tl")x sockperf (<= 1.2)" "${slat[@]}"
+row "  sockperf ping-pong p50 (half RTT), usec" "" "${tlat[@]}"
+row "ib_read_lat 2 B t_typical, usec" "$(ratio "$rl" "$tr")x sockperf RTT (<= 1.2)" "${rlat[@]}"
+row "  sockperf ping-pong p50 (whole RTT), usec" "" "${trtt[@]}"
+row "ib_send_bw 64 B, Mmsg/s" "$(ratio "$sb" "$tq")x sockperf (>= 1)" "${sbw[@]}"
+row "  sockperf throughput 64 B, Mmsg/s" "" "${trate[@]}"
+row "relay (--cross-node-path relay) ib_write_bw, Gbit/s" "" "${relay_wbw[@]}"
+row "relay ib_send_lat 2 B, usec" "" "${relay_slat[@]}"
+printf '%-50s %-26s %s\n' "routers' CPU, 10 s ib_write_bw, relay, cores" "$relay_cores" "at $relay_gbps Gbit/s"
+printf '%-50s %-26s %s\n' "routers' CPU, 10 s ib_write_bw, direct, cores" "$direct_cores" "at $direct_gbps Gbit/s"
