@@ -202,6 +202,12 @@ inline constexpr int kDirectListenBacklog = 4;       // a direct listener's pend
 inline constexpr size_t kDirectCandidates = 4;       // accepted connections it waits on for a hello
 inline constexpr int kDirectAcceptBurst = 16;        // connections it accepts per loop turn
 inline constexpr uint64_t kDirectAcceptTimeoutNs = 5'000'000'000ull;  // until a listener gives up
+// --direct-ports: the range direct listeners bind in (a NetworkPolicy must admit it).
+inline constexpr uint16_t kDefaultDirectPortLo = 20000, kDefaultDirectPortHi = 20999;
+// Direct connections a router keeps per local process (DirectConnections): a process at it
+// gets no new one (its next QP pairs with new peer processes are relayed) until one ends.
+// A job of N ranks on M nodes needs N - N/M per process.
+inline constexpr size_t kMaxDirectConnsPerProcess = 1024;
 
 // ---- router: pod identity ------------------------------------------------------------
 inline constexpr size_t kMaxNetnsEntries = 4096;  // interfaces or addresses read from a pod's netns
