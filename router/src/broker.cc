@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -409,6 +410,27 @@ int GetRegion(Request& q) {
   return ENOENT;
 }
 
+// DirectEnded (posted): the library's connection `conn` ended (docs/direct-path.md). The
+// router forgets it, so that the next QP pair of the two processes makes a new one. A dial
+// that the pod network refused is logged once, naming the pod, the peer and the error: it
+// is what a NetworkPolicy that does not admit --direct-ports between the two pods looks like.
+int DirectEnded(Request& q) {
+  const auto m = proto::As<proto::DirectEnded>(q.msg);
+  const std::optional<DirectConnections::Conn> c = q.b.direct.Forget(q.pod.id, m.conn);
+  if (!c) return ENOENT;  // forgotten already (its listener failed), or never known
+  const int e = static_cast<int>(m.error);
+  if (e == ECONNREFUSED || e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH) {
+    spdlog::info(
+        "client {} ({}): the pod network refused its direct connection to {} port {}: {} (does "
+        "a NetworkPolicy admit --direct-ports between the two pods?)",
+        q.pod.id, FormatIpv4(q.pod.who.ip), FormatIpv4(c->peer_ip), c->port, std::strerror(e));
+  } else {
+    spdlog::debug("client {}: direct connection {:#x} with {} ended: {}", q.pod.id, m.conn,
+                  FormatIpv4(c->peer_ip), m.error != 0 ? std::strerror(e) : "closed");
+  }
+  return 0;
+}
+
 // Requests answered at once, indexed by proto::Op (HELLO, the connects and rdma_cm are
 // not; nor is TCP mode, which Broker::OnRequest hands to the socket service).
 constexpr Handler kHandlers[] = {
@@ -417,7 +439,7 @@ constexpr Handler kHandlers[] = {
     nullptr,    &RegMr,        &DeregMr,       &GetRegion,      &MoveMr,   &AllocMw,
     &BindMw,    &InvalidateMw, &DeallocMw,     nullptr,         nullptr,   nullptr,
     nullptr,    nullptr,       nullptr,        nullptr,         nullptr,   nullptr,
-    nullptr,    nullptr,       nullptr,        nullptr};
+    nullptr,    nullptr,       nullptr,        &DirectEnded};
 static_assert(sizeof(kHandlers) / sizeof(kHandlers[0]) == static_cast<size_t>(proto::Op::kMaxOp));
 
 // Its ABI was checked by the session layer.
@@ -619,6 +641,7 @@ void Broker::OnPodGone(PodId id) {
     parts_.tables.EraseQp(qpn);
   }
   for (uint32_t qpn : pod->qpn_grants) parts_.tables.ReleaseQpn(qpn);
+  parts_.direct.ForgetPod(id);
   parts_.directory.Withdraw(pod->who.ip);
   parts_.tables.ErasePod(id);
 }

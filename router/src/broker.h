@@ -12,6 +12,7 @@
 
 #include "base/quotas.h"
 #include "cm/cm_service.h"
+#include "direct/direct_connections.h"
 #include "freeflow/ipv4.h"
 #include "nodes/directory.h"
 #include "nodes/executor.h"
@@ -34,6 +35,7 @@ class Broker final : public PodSessions::Handler {
     Quotas& quotas;
     CmService& cm;
     TcpModeService& sockets;
+    DirectConnections& direct;  // forgotten when the library says one ended, or it goes
     std::string node_name;  // told to pods at HELLO
     Ipv4Prefix overlay;     // likewise (its length); LIDs are offsets in it
   };

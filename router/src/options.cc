@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -56,6 +57,10 @@ struct Raw {
   std::string host_prefix;
   int port = kDefaultRouterPort;
   std::string etcd_user;  // USER or USER:PASSWORD
+  std::string cross_node_path = "relay";
+  std::string direct_ports =
+      std::to_string(kDefaultDirectPortLo) + "-" + std::to_string(kDefaultDirectPortHi);
+  std::string direct_seal = "encrypt";
 };
 
 // A numeric knob: its flag, where it goes, the values it accepts and what it does.
@@ -107,6 +112,20 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
       {"--realtime-priority", &c.realtime_priority, 0, 99, "SCHED_RR priority (0: normal)"}};
   for (const NumericFlag& f : numeric)
     app.add_option(f.name, *f.value, f.help)->check(CLI::Range(f.lo, f.hi));
+  app.add_option("--cross-node-path", raw.cross_node_path,
+                 "across nodes: direct connections between pod processes, or the relay "
+                 "through the routers")
+      ->envname("FREEFLOW_CROSS_NODE_PATH")
+      ->check(CLI::IsMember({"direct", "relay"}));
+  app.add_option("--direct-ports", raw.direct_ports,
+                 "LO-HI: the ports direct listeners bind in inside pods (the pod network "
+                 "must admit them between pods)")
+      ->envname("FREEFLOW_DIRECT_PORTS");
+  app.add_option("--direct-seal", raw.direct_seal,
+                 "direct connections' frames: encrypt, or authenticate only (a pod network "
+                 "that encrypts); every router of a cluster the same")
+      ->envname("FREEFLOW_DIRECT_SEAL")
+      ->check(CLI::IsMember({"encrypt", "authenticate"}));
   app.add_flag("--allow-host-network-clients", c.allow_host_network_clients,
                "serve processes in the router's own network namespace (host network)")
       ->envname("FREEFLOW_ALLOW_HOST_NETWORK_CLIENTS");
@@ -153,6 +172,28 @@ void SplitEtcdUser(const Raw& raw, RouterConfig* c) {
     spdlog::warn("etcd TLS or user options are set but the control plane is not etcd:; ignored");
 }
 
+// --direct-ports LO-HI: 1 <= LO <= HI <= 65535. false + *error.
+bool ParsePortRange(const std::string& text, uint16_t* lo, uint16_t* hi, std::string* error) {
+  unsigned a = 0, b = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%u-%u%c", &a, &b, &tail) != 2 || a == 0 || a > b || b > 65535 ||
+      text.find_first_not_of("0123456789-") != std::string::npos) {
+    *error = "--direct-ports '" + text +
+             "' is not a port range LO-HI with 1 <= LO <= HI <= 65535 (e.g. 20000-20999)";
+    return false;
+  }
+  *lo = static_cast<uint16_t>(a);
+  *hi = static_cast<uint16_t>(b);
+  return true;
+}
+
+// The direct path's flags (docs/direct-path.md). false + *error.
+bool ValidateDirect(const Raw& raw, RouterConfig* c, std::string* error) {
+  c->direct_path = raw.cross_node_path == "direct";
+  c->direct_seal = raw.direct_seal == "authenticate" ? SealMode::kAuthenticate : SealMode::kEncrypt;
+  return ParsePortRange(raw.direct_ports, &c->direct_port_lo, &c->direct_port_hi, error);
+}
+
 // Turns the flags into a configuration. false + *error (a sentence a person can act on).
 bool Validate(const Raw& raw, RouterConfig* c, std::string* error) {
   if (raw.prefix.empty()) {
@@ -192,6 +233,7 @@ bool Validate(const Raw& raw, RouterConfig* c, std::string* error) {
     }
   }
   SplitEtcdUser(raw, c);
+  if (!ValidateDirect(raw, c, error)) return false;
   if (!c->control_plane.empty() && c->host_ip == 0) {
     *error =
         "--control-plane needs this node's address: pass --host-ip, or set HOST_IP or "

@@ -9,6 +9,7 @@
 
 #include "base/quotas.h"
 #include "freeflow/controlplane.h"
+#include "freeflow/frame_seal.h"
 #include "freeflow/ipv4.h"
 #include "freeflow/router_socket.h"
 #include "freeflow/tunables.h"
@@ -44,11 +45,19 @@ struct RouterConfig {
   // Serve processes in the router's own network namespace (host networking); see
   // docs/security.md, "Pod identity". Off: they are refused.
   bool allow_host_network_clients = false;
+  // Across nodes: direct connections between the pod processes (docs/direct-path.md), or
+  // the relay through the two routers. Direct is asked for and answered only when both
+  // routers run it; a router in relay mode answers every connect with the relay.
+  bool direct_path = false;                         // --cross-node-path=direct
+  uint16_t direct_port_lo = kDefaultDirectPortLo;   // --direct-ports: where listeners bind
+  uint16_t direct_port_hi = kDefaultDirectPortHi;
+  SealMode direct_seal = SealMode::kEncrypt;        // --direct-seal
   std::string log_level = "info";
   PodLimits pod_limits = DefaultPodLimits();         // --max-*-per-pod
   uint64_t hello_timeout_ns = kHelloTimeoutNs;       // not a flag: tests shorten it
   uint64_t stream_gc_period_ns = kStreamGcPeriodNs;  // likewise (TCP-mode record sweeps)
   uint64_t stream_unseen_grace_ns = kStreamUnseenGraceNs;
+  uint64_t direct_accept_timeout_ns = kDirectAcceptTimeoutNs;  // likewise (direct listeners)
 };
 
 // Parses and validates the command line and environment. On failure (or --help) returns

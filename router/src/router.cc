@@ -63,6 +63,9 @@ Router::Router(RouterConfig config, RouterDeps deps)
       directory_(std::move(deps.control_plane),
                  cp::Endpoint{config_.node_name, config_.host_ip, config_.port}),
       quotas_(config_.pod_limits),
+      listeners_({config_.direct_port_lo, config_.direct_port_hi, config_.direct_accept_timeout_ns,
+                  config_.direct_seal},
+                 loop_),
       executor_(CrossNode()),
       forwarder_({config_.poll_us, config_.resolve_timeout_ms, config_.overlay}, loop_,
                  CrossNode()),
@@ -72,7 +75,7 @@ Router::Router(RouterConfig config, RouterDeps deps)
                                      config_.overlay, config_.stream_gc_period_ns,
                                      config_.stream_unseen_grace_ns}),
       broker_(Broker::Parts{tables_, sessions_, directory_, forwarder_, executor_, quotas_, cm_,
-                            sockets_, config_.node_name, config_.overlay}),
+                            sockets_, direct_, config_.node_name, config_.overlay}),
       sessions_(loop_, *identity_, quotas_, broker_) {
   sessions_.set_hello_timeout(config_.hello_timeout_ns);
   sessions_.set_answer_spin(config_.spin_us * 1000ull);
@@ -116,6 +119,13 @@ bool Router::Start(std::string* error) {
   if (transport_ != nullptr) {
     spdlog::info("routers reach this node at {}:{} (control plane {})", FormatIpv4(config_.host_ip),
                  config_.port, config_.control_plane);
+    if (config_.direct_path) {
+      spdlog::info("across nodes: direct connections between pods (listeners on ports {}-{}, {})",
+                   config_.direct_port_lo, config_.direct_port_hi,
+                   config_.direct_seal == SealMode::kEncrypt ? "encrypted" : "authenticated only");
+    } else {
+      spdlog::info("across nodes: relayed through the routers (--cross-node-path=relay)");
+    }
   }
   return true;
 }
@@ -169,6 +179,7 @@ void Router::OnTimer() {
       spdlog::warn("cannot touch the heartbeat {}: {}", folder_.alive_path(), std::strerror(rc));
   }
   sessions_.Sweep();
+  listeners_.Tick(MonotonicNs());
   cm_.Tick();
   sockets_.Tick();
   const bool senders_wait = executor_.Retry();
@@ -213,14 +224,16 @@ std::string Router::StatsLine() const {
   return fmt::format(
       "sessions={} refused={} pods={} accounts={} qps={} objects={} regions={} "
       "mapped_regions={} mr_entries={} proxies={} resolving={} nudges={} senders={} "
-      "ud_rings_taken={} ud_links_recycled={} cm_ids={} streams={} listeners={} sock_asks={} "
-      "links={} accept_paused={} fds={} rss_kib={}",
+      "ud_rings_taken={} ud_links_recycled={} direct_conns={} direct_listeners={} "
+      "direct_refused={} cm_ids={} streams={} listeners={} sock_asks={} links={} "
+      "accept_paused={} fds={} rss_kib={}",
       sessions_.count(), sessions_.refused(), t.pods, quotas_.accounts(), t.qps, t.objects,
       t.regions, t.mapped_regions, t.mr_entries, forwarder_.proxies(), forwarder_.resolving(),
       forwarder_.nudges(), executor_.senders(), executor_.ud_rings_taken(),
-      forwarder_.ud_links_recycled(), cm_.ids(), sockets_.streams(), sockets_.listeners(),
-      sockets_.asks(), transport_ != nullptr ? transport_->LinkCount() : 0,
-      sessions_.acceptor().paused() ? 1 : 0, OpenDescriptors(), ResidentKib());
+      forwarder_.ud_links_recycled(), direct_.size(), listeners_.open(), listeners_.refused(),
+      cm_.ids(), sockets_.streams(), sockets_.listeners(), sockets_.asks(),
+      transport_ != nullptr ? transport_->LinkCount() : 0, sessions_.acceptor().paused() ? 1 : 0,
+      OpenDescriptors(), ResidentKib());
 }
 
 }  // namespace ff::router

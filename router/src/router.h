@@ -9,6 +9,8 @@
 //   MrTable        each pod's published MR table
 //   Directory      where pods live (control-plane glue)
 //   NodeTransport  links to other routers (TCP, or in memory for tests)
+//   DirectConnections, DirectListeners  connections between pod processes on two nodes
+//                  (docs/direct-path.md): which the router knows, listeners inside pods
 //   Forwarder      a local QP's link to a QP on another node (initiator side)
 //   Executor       QPs on other nodes producing into local QPs (target side)
 //   CmService      rdma_cm: the kernel behind each pod's /dev/infiniband/rdma_cm
@@ -29,6 +31,8 @@
 #include "base/quotas.h"
 #include "broker.h"
 #include "cm/cm_service.h"
+#include "direct/direct_connections.h"
+#include "direct/direct_listener.h"
 #include "identity/identity.h"
 #include "nodes/directory.h"
 #include "nodes/executor.h"
@@ -89,7 +93,13 @@ class Router final : private NodeTransport::Handler {
   // What the executor and the forwarder share (the members it names are constructed first,
   // but sessions_, which it only refers to).
   CrossNodeParts CrossNode() {
-    return {transport_.get(), tables_, sessions_, directory_, quotas_, [this] { RetrySoon(); }};
+    return {transport_.get(),
+            tables_,
+            sessions_,
+            directory_,
+            quotas_,
+            [this] { RetrySoon(); },
+            {config_.direct_path, config_.direct_seal, &direct_, &listeners_}};
   }
 
   RouterConfig config_;
@@ -101,6 +111,8 @@ class Router final : private NodeTransport::Handler {
   Directory directory_;
   Quotas quotas_;
   ResourceTables tables_;
+  DirectConnections direct_;
+  DirectListeners listeners_;
   // Constructed in this order: each takes references to those above it and to sessions_,
   // which is constructed last because it takes broker_ as its handler.
   Executor executor_;

@@ -127,7 +127,9 @@ std::optional<proto::Event> RawPod::NextEvent(int timeout_ms) {
     std::optional<SetupEvent> e = ReadEvent(static_cast<int>(std::max<int64_t>(left.count(), 0)));
     if (!e) return std::nullopt;
     const proto::EventType t = e->event.type;
-    if (t != proto::EventType::kPeerNamed && t != proto::EventType::kUdRing) return e->event;
+    if (t != proto::EventType::kPeerNamed && t != proto::EventType::kUdRing &&
+        t != proto::EventType::kDirectChannel && t != proto::EventType::kDirectConn)
+      return e->event;
     setup_.push_back(std::move(*e));
   }
 }

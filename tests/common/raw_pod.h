@@ -87,10 +87,11 @@ class RawPod {
   // True when the router closed this pod's socket within `timeout_ms`.
   bool Disconnected(int timeout_ms = 2000);
   // The next event about a peer or QP going away (kPeerGone, kPeerClosed, kUdPeerLost, kQpRefused,
-  // kShutdown) the router sent, within `timeout_ms`; set-up events met on the way are kept
-  // for NextSetupEvent.
+  // kDirectChannelGone, kShutdown) the router sent, within `timeout_ms`; set-up events met on
+  // the way are kept for NextSetupEvent.
   std::optional<proto::Event> NextEvent(int timeout_ms = 2000);
-  // The next set-up event (kPeerNamed, kUdRing with its ring memfd), within `timeout_ms`.
+  // The next set-up event (kPeerNamed, kUdRing with its ring memfd, kDirectChannel,
+  // kDirectConn with its socket), within `timeout_ms`.
   struct SetupEvent {
     proto::Event event{};
     UniqueFd fd;

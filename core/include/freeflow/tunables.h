@@ -212,6 +212,12 @@ inline constexpr uint64_t kDirectRetryNs = 50'000;  // queued records, unsent by
 // connection ends (a peer may not send on channels nobody opened).
 inline constexpr uint64_t kDirectChannelWaitNs = 2'000'000'000ull;
 inline constexpr int kDirectReadsPerServe = 4;  // receives from one connection per turn
+// --direct-ports: the range direct listeners bind in (a NetworkPolicy must admit it).
+inline constexpr uint16_t kDefaultDirectPortLo = 20000, kDefaultDirectPortHi = 20999;
+// Direct connections a router keeps per local process (DirectConnections): a process at it
+// gets no new one (its next QP pairs with new peer processes are relayed) until one ends.
+// A job of N ranks on M nodes needs N - N/M per process.
+inline constexpr size_t kMaxDirectConnsPerProcess = 1024;
 
 // ---- router: pod identity ------------------------------------------------------------
 inline constexpr size_t kMaxNetnsEntries = 4096;  // interfaces or addresses read from a pod's netns

@@ -1,6 +1,7 @@
 #include "identity/netns_probe.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <linux/if_link.h>
 #include <linux/net_namespace.h>
 #include <linux/netlink.h>
@@ -18,6 +19,7 @@
 
 #include "freeflow/fd.h"
 #include "freeflow/tunables.h"
+#include "identity/peer_process.h"
 
 namespace ff::router {
 namespace {
@@ -231,6 +233,29 @@ bool RunInNamespace(int nsfd, const NamespaceWork& work, std::string* error) {
   }
   if (!err.empty()) *error = err;
   return err.empty();
+}
+
+bool OpenPeerNamespace(int sock, uint64_t expect_ino, UniqueFd* out, std::string* error) {
+  PeerProcess peer;
+  if (!FindPeerProcess(sock, true, &peer, error)) return false;
+  return RunInNamespace(
+      peer.namespace_handle(),
+      [&](dev_t, ino_t ino, std::string* err) {
+        if (ino != expect_ino) {
+          *err = "its network namespace is not the one it was identified in";
+          return;
+        }
+        UniqueFd ns(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+        struct stat st {};
+        if (!ns || ::fstat(ns.get(), &st) != 0) {
+          *err = std::string("cannot open the client's network namespace: ") + std::strerror(errno);
+        } else if (st.st_ino != ino) {
+          *err = "its network namespace changed while the router opened it";
+        } else {
+          *out = std::move(ns);
+        }
+      },
+      error);
 }
 
 bool ReadNamespaceAddresses(int router_netns, std::vector<InterfaceAddress>* out,

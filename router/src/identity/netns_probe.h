@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -26,6 +27,13 @@ using NamespaceWork = std::function<void(dev_t dev, ino_t ino, std::string* erro
 // router's own threads never change namespace. false + *error when the thread cannot start
 // (an error, not a crash), cannot enter or name the namespace, or `work` failed.
 bool RunInNamespace(int nsfd, const NamespaceWork& work, std::string* error);
+
+// An open descriptor (O_RDONLY | O_CLOEXEC) of the network namespace of the process at the
+// other end of connected Unix socket `sock`: the namespace itself, pinned, so that it stays
+// the one checked here whatever the process does later (a pidfd would follow the process
+// into another namespace). It must be the namespace of inode `expect_ino`, the one the
+// process was identified in (PodIdentity::netns). false + *error.
+bool OpenPeerNamespace(int sock, uint64_t expect_ino, UniqueFd* out, std::string* error);
 
 // Reads the calling thread's network namespace. `router_netns` is an open descriptor of the
 // router's own namespace (/proc/self/ns/net). A namespace with more than kMaxNetnsEntries

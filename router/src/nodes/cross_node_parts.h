@@ -6,6 +6,9 @@
 #include <functional>
 
 #include "base/quotas.h"
+#include "direct/direct_connections.h"
+#include "direct/direct_listener.h"
+#include "freeflow/frame_seal.h"
 #include "nodes/directory.h"
 #include "nodes/node_transport.h"
 #include "objects/resources.h"
@@ -22,6 +25,16 @@ struct CrossNodeParts {
   // Asks the router for a fast timer tick: something waits (a sender for room or a receive,
   // a connect for an address).
   std::function<void()> retry_soon;
+  // Direct connections between pod processes (docs/direct-path.md): whether this router
+  // asks for and gives them (--cross-node-path=direct), their seal (--direct-seal), the
+  // connections it knows and the listeners it opens inside pods.
+  struct Direct {
+    bool on = false;
+    SealMode seal = SealMode::kEncrypt;
+    DirectConnections* conns = nullptr;
+    DirectListeners* listeners = nullptr;
+  };
+  Direct direct;
 };
 
 }  // namespace ff::router

@@ -38,12 +38,20 @@ Executor::Sender* Executor::Find(LinkId link, uint32_t chan) {
 }
 
 void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint64_t deadline_ns) {
-  wire::ConnectReply reply{0, 0, 0, 0};
+  wire::ConnectReply reply{};
   auto answer = [&](int status) {
     reply.status = status;
+    if (status != 0) reply = wire::ConnectReply{status, 0, 0, 0};  // nothing of a direct one
     parts_.transport->Send(link, wire::Type::kConnectReply, chan, 0, {{&reply, sizeof(reply)}});
   };
   const std::string peer = parts_.transport->PeerNode(link);
+  // A router asks for a direct channel with its process's token, or for nothing.
+  if ((m.flags & ~wire::kConnectAskDirect) != 0 ||
+      ((m.flags & wire::kConnectAskDirect) != 0) != (m.token != 0)) {
+    spdlog::warn("router {} sent a connect with flags {:#x} and token {:#x}: refused", peer,
+                 m.flags, m.token);
+    return answer(EPROTO);
+  }
   const std::optional<cp::Endpoint> from = parts_.directory.Locate(m.src_ip);
   if (!from) {
     // Perhaps a pod that just started, whose entry is still on its way: look again on the
@@ -83,38 +91,16 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   s->recv_cq_id = dest->recv_cq_id;
   s->owner = owner->id;
   s->kind = dest->kind;
-  s->queued = Held(parts_.quotas, owner->id, Quota::kQueuedBytes);
-  s->mapped = Held(parts_.quotas, owner->id, Quota::kMappedBytes);
-  const uint64_t seg_bytes = QpSegmentBytes(dest->num_rings, dest->ring_bytes);
-  if (const int rc =
-          s->mapped.Take(seg_bytes + (dest->srq_id != proto::kNoId ? sizeof(SrqSegment) : 0)))
+  s->direct = WantsDirect(m, *dest) && DirectConn(m, *owner, &reply);
+  s->conn = s->direct ? reply.conn : 0;
+  if (s->direct) {
+    // Nothing to map: the owner's process takes the records itself.
+  } else if (const int rc = MapTarget(*s, *dest, *owner, m, static_cast<uint32_t>(ring))) {
     return answer(rc);
-  if (const int rc = dest->FreezeSegment()) return answer(rc);
-  if (MapSegment(dest->seg.get(), seg_bytes, true, &s->seg) != 0) return answer(ENOMEM);
-  s->hdr = s->seg.as<QpSegmentHeader>();
-  s->credits = &s->hdr->credits;
-  if (dest->srq_id != proto::kNoId) {
-    auto srq = owner->srqs.find(dest->srq_id);
-    if (srq == owner->srqs.end() ||
-        MapSegment(srq->second.get(), sizeof(SrqSegment), true, &s->srq_seg) != 0)
-      return answer(EHOSTUNREACH);
-    s->credits = &s->srq_seg.as<SrqSegment>()->credits;
-  }
-  if (dest->kind->datagram) {
-    // A ring of its own, and the receiver told whose it is (never read from the records).
-    proto::Event e{};
-    const auto r = static_cast<uint32_t>(ring);
-    TakeUdRing(*dest, r);
-    if (dest->NewUdRing(r, m.src_ip, m.src_qpn, &e) != 0 ||
-        MapSegment(dest->ud_rings[r].get(), UdRingBytes(dest->ring_bytes), true, &s->ud_ring) != 0)
-      return answer(ENOMEM);
-    parts_.sessions.NotifyWithFd(owner->id, e, dest->ud_rings[r].get());
-    s->producer.Attach(s->ud_ring.as<RingHeader>(), dest->ring_bytes);
-  } else {
-    s->producer.Attach(QpRing(s->seg.get(), static_cast<uint32_t>(ring), dest->ring_bytes),
-                       dest->ring_bytes);
   }
   dest->GiveRing(static_cast<size_t>(ring), Producer::Remote(s->id));
+  // Before the reply: the initiator's process sends on the channel once it has it.
+  if (s->direct) TellChannel(*s, static_cast<uint32_t>(ring), owner->id, false);
   reply.peer_qpn = dest->qpn;
   reply.peer_ip = owner->who.ip;
   reply.qp_type = dest->kind->type;
@@ -124,6 +110,41 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   // The target may have asked for its initiator before the initiator named it; one that
   // never asked links when it first sends (Qp::asked).
   if (dest->TakeAsked()) parts_.sessions.Notify(owner->id, proto::EventType::kPeerNamed, dest->qpn);
+}
+
+// A relayed sender executes into the target: its segments mapped, a ring to produce into
+// (UD: one of its own, the owner told whose). 0 or the errno the connect is answered with.
+int Executor::MapTarget(Sender& s, Qp& dest, Pod& owner, const wire::Connect& m, uint32_t ring) {
+  s.queued = Held(parts_.quotas, owner.id, Quota::kQueuedBytes);
+  s.mapped = Held(parts_.quotas, owner.id, Quota::kMappedBytes);
+  const uint64_t seg_bytes = QpSegmentBytes(dest.num_rings, dest.ring_bytes);
+  if (const int rc =
+          s.mapped.Take(seg_bytes + (dest.srq_id != proto::kNoId ? sizeof(SrqSegment) : 0)))
+    return rc;
+  if (const int rc = dest.FreezeSegment()) return rc;
+  if (MapSegment(dest.seg.get(), seg_bytes, true, &s.seg) != 0) return ENOMEM;
+  s.hdr = s.seg.as<QpSegmentHeader>();
+  s.credits = &s.hdr->credits;
+  if (dest.srq_id != proto::kNoId) {
+    auto srq = owner.srqs.find(dest.srq_id);
+    if (srq == owner.srqs.end() ||
+        MapSegment(srq->second.get(), sizeof(SrqSegment), true, &s.srq_seg) != 0)
+      return EHOSTUNREACH;
+    s.credits = &s.srq_seg.as<SrqSegment>()->credits;
+  }
+  if (dest.kind->datagram) {
+    // A ring of its own, and the receiver told whose it is (never read from the records).
+    proto::Event e{};
+    TakeUdRing(dest, ring);
+    if (dest.NewUdRing(ring, m.src_ip, m.src_qpn, &e) != 0 ||
+        MapSegment(dest.ud_rings[ring].get(), UdRingBytes(dest.ring_bytes), true, &s.ud_ring) != 0)
+      return ENOMEM;
+    parts_.sessions.NotifyWithFd(owner.id, e, dest.ud_rings[ring].get());
+    s.producer.Attach(s.ud_ring.as<RingHeader>(), dest.ring_bytes);
+  } else {
+    s.producer.Attach(QpRing(s.seg.get(), ring, dest.ring_bytes), dest.ring_bytes);
+  }
+  return 0;
 }
 
 Executor::Verdict Executor::Record(LinkId link, uint32_t chan, const char* body, uint32_t len) {
@@ -139,9 +160,10 @@ Executor::Verdict Executor::Record(LinkId link, uint32_t chan, const char* body,
     return Verdict::kHold;
   }
   Sender* s = Find(link, chan);
-  if (s == nullptr) {
+  if (s == nullptr || s->direct) {
     // The target went away: every request still gets its one answer, an error, as an RC
-    // requester would see its retries run out.
+    // requester would see its retries run out. A direct channel's records go pod to pod:
+    // one sent here is answered the same.
     if (v.req.last || h.kind == kRecReadReq || h.kind == kRecAtomicReq)
       Respond(link, chan, v.req.seq, IBV_WC_RETRY_EXC_ERR, 0, nullptr, 0, true);
     return Verdict::kConsumed;
@@ -488,6 +510,7 @@ void Executor::Drop(const Key& key, TellPeer tell, DropCause cause) {
     parts_.transport->Send(s->link, wire::Type::kPeerGone, s->chan, died ? 1 : 0, {});
   if (Qp* q = parts_.tables.FindQp(s->target_qpn)) {
     q->ReleaseRingsOf(Producer::Remote(s->id));
+    if (s->direct) TellChannel(*s, 0, q->owner, true);
     // The remote peer is gone: a connected RC/UC target learns it as from a local peer.
     if (tell == TellPeer::kNo && !s->kind->datagram) {
       parts_.sessions.Notify(q->owner,

@@ -20,19 +20,33 @@
 // plane does not know yet is looked up again for kSourceResolveNs before the connect is
 // refused (a pod that just started).
 //
+// A connect may ask for a direct channel (wire::kConnectAskDirect; docs/direct-path.md).
+// With --cross-node-path=direct and an RC/UC target, after the same checks, the sender is
+// direct: it holds its ring of the target QP for the channel's lifetime and executes
+// nothing (the two processes exchange the records over their own connection; a kRecord for
+// it is answered as for an unknown channel). The connection of the two processes is the one
+// the router knows (DirectConnections), or a new one: a listener inside the owner's network
+// namespace (DirectListeners) whose accepted socket goes to the owner with kDirectConn.
+// The owner hears kDirectChannel before the reply leaves, and kDirectChannelGone when the
+// sender is dropped. A connection that cannot be made (the owner's process at its bound of
+// connections, no port free, its namespace not opened) relays the channel instead.
+//
 // Quotas (quotas.h), charged to the pod that owns the target QP: the router's mappings of
 // its QP and SRQ segments and regions count against kMappedBytes (a connect over it gets
-// ENOMEM, an access REM_ACCESS_ERR); records queued for it count against kQueuedBytes. A
+// ENOMEM, an access REM_ACCESS_ERR); records queued for it count against kQueuedBytes; its
+// namespace handle and each listener its direct connections wait on, one kFds each. A
 // target over that loses the connection: the request gets IBV_WC_RNR_RETRY_EXC_ERR and both
 // sides hear the peer gone (a UD datagram is dropped, as on a fabric).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "freeflow/codec.h"
@@ -84,6 +98,8 @@ class Executor {
     RecvCredits* credits = nullptr;
     uint64_t posted_cache = 0;
     RingProducer producer;
+    bool direct = false;  // records go pod to pod on connection `conn`; none come here
+    uint64_t conn = 0;
     std::deque<std::vector<char>> queue;  // records not executed yet, in order
     Held queued;                          // their bytes, of the target pod's kQueuedBytes
     Held mapped;                          // the target's segments mapped for this sender
@@ -114,6 +130,26 @@ class Executor {
   // `deadline_ns`: until when an unknown source is looked up again (0: a fresh connect).
   void Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint64_t deadline_ns = 0);
   void RetryUnresolved();
+  // Direct channels (executor_direct.cc). True when `m` asks for one to `dest` and this
+  // router gives them.
+  bool WantsDirect(const wire::Connect& m, const Qp& dest) const;
+  // The connection of the initiator's process with `owner`'s: one the router knows, or a new
+  // one whose listener is open; its fields go into *reply. false: none (relay the channel).
+  bool DirectConn(const wire::Connect& m, Pod& owner, wire::ConnectReply* reply);
+  // The owner's network namespace for its listeners (-1: the router's own), opened on first
+  // use. 0 or an errno value, with *error.
+  int OwnerNetns(Pod& owner, int* fd, std::string* error);
+  // A listener of connection `conn` of `pod` ended: its socket goes to the pod (kDirectConn),
+  // or the connection is forgotten.
+  void DirectAccepted(PodId pod, uint64_t conn, uint32_t dialler_ip,
+                      const std::array<uint8_t, kDirectSecretBytes>& secret, UniqueFd sock,
+                      int error);
+  // Tells the owner of direct sender `s`'s target which channel goes to it (kDirectChannel)
+  // or that it is closed (kDirectChannelGone).
+  void TellChannel(const Sender& s, uint32_t ring, PodId owner, bool gone);
+  // A relayed sender's mappings of target QP `dest` of `owner` and its ring `ring` (UD:
+  // one of its own). 0 or the errno the connect is answered with.
+  int MapTarget(Sender& s, Qp& dest, Pod& owner, const wire::Connect& m, uint32_t ring);
   Verdict Record(LinkId link, uint32_t chan, const char* body, uint32_t len);
   // Executes one request. false: it cannot proceed yet (retry later).
   bool Apply(Sender& s, const RequestView& v);

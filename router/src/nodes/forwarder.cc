@@ -92,7 +92,10 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   const LinkId link = parts_.transport->Dial(ep);
   if (link == kNoLink) return parts_.sessions.Answer(call, EHOSTUNREACH);
   if (ud) MakeRoomForUd(pod->who.ip);
-  if (const int rc = parts_.quotas.Take(call.pod, {{Quota::kProxies, 1}, {Quota::kFds, 2}}))
+  // UD stays relayed; a process at its bound of direct connections asks for none.
+  const bool ask_direct = parts_.direct.on && !ud && !parts_.direct.conns->Full(call.pod);
+  const uint64_t fds = ask_direct ? 0 : 2;  // a direct channel has no segment
+  if (const int rc = parts_.quotas.Take(call.pod, {{Quota::kProxies, 1}, {Quota::kFds, fds}}))
     return parts_.sessions.Answer(call, rc);
   auto p = std::make_unique<Proxy>();
   p->chan = next_chan_++;
@@ -102,8 +105,10 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   p->dest_qpn = dest_qpn;
   p->link = link;
   p->ud = ud;
-  if (const int rc = MakeSegment(*p)) {
-    parts_.quotas.Give(call.pod, {{Quota::kProxies, 1}, {Quota::kFds, 2}});
+  p->ask_direct = ask_direct;
+  p->fds = fds;
+  if (const int rc = ask_direct ? 0 : MakeSegment(*p)) {
+    parts_.quotas.Give(call.pod, {{Quota::kProxies, 1}, {Quota::kFds, fds}});
     return parts_.sessions.Answer(call, rc);
   }
   p->answer_pending = true;
@@ -112,7 +117,13 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   // (EINPROGRESS) comes back, and must then tell it (Executor::Connect, kPeerNamed).
   src.asked = !ud;
   p->connect_deadline_ns = MonotonicNs() + kDialTimeoutNs;
-  const wire::Connect w{pod->who.ip, src.qpn, src.kind->type, dest_ip, dest_qpn, 0};
+  const wire::Connect w{pod->who.ip,
+                        src.qpn,
+                        src.kind->type,
+                        dest_ip,
+                        dest_qpn,
+                        ask_direct ? wire::kConnectAskDirect : 0,
+                        ask_direct ? parts_.direct.conns->Token(call.pod) : 0};
   // What the pod published before it asked goes first: a UD connect may take the ring of
   // one of its own senders there (Executor::LoseUdRing), whose datagrams must not be lost
   // only because their doorbell had not been served yet.
@@ -123,8 +134,17 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   proxies_[p->chan] = std::move(p);
 }
 
-void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
+int Forwarder::MakeLateSegment(Proxy& p) {
+  if (const int rc = parts_.quotas.Take(p.pod, {{Quota::kFds, 2}})) return rc;
+  p.fds = 2;
+  return MakeSegment(p);
+}
+
+void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply, bool peer_accepted) {
   const uint32_t chan = p.chan;
+  peer_accepted = peer_accepted || status == 0;
+  const bool direct = status == 0 && (reply->flags & wire::kReplyDirect) != 0;
+  if (status == 0 && !direct && p.seg.get() == nullptr) status = MakeLateSegment(p);
   if (status != EINPROGRESS) {  // linked or failed: it waits for no name any more
     if (Qp* src = parts_.tables.FindQp(p.qpn)) src->asked = false;
   }
@@ -132,7 +152,9 @@ void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
   if (p.answer_pending) {
     p.answer_pending = false;
     proto::Response r{};
-    if (status == 0) {
+    if (status == 0 && direct) {
+      AnswerDirect(p, *reply);
+    } else if (status == 0) {
       proto::ConnectReply& c = r.u.connect;
       c.flags = proto::kConnectRemote;
       c.peer_qpn = reply->peer_qpn;
@@ -158,9 +180,25 @@ void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
                    std::strerror(status));
     }
     // A peer that accepted hears that we are gone.
-    return Drop(chan, status == 0 ? TellPeer::kYes : TellPeer::kNo, DropCause::kClosed);
+    return Drop(chan, peer_accepted ? TellPeer::kYes : TellPeer::kNo, DropCause::kClosed);
   }
   p.connected = true;
+  if (direct) {
+    p.direct = true;
+    p.conn = reply->conn;
+    if (reply->flags & wire::kReplyNewConn) {
+      DirectConnections::Conn c;
+      c.id = reply->conn;
+      c.pod = p.pod;
+      c.peer_ip = reply->peer_ip;
+      c.peer_token = reply->token;
+      c.port = reply->port;
+      c.dialler = true;
+      c.state = DirectConnections::State::kOpen;  // its router learns no more of it
+      parts_.direct.conns->Add(c);                // CheckReply: an id the pod does not hold
+    }
+    return;  // no segment, no doorbell: the library sends on its own connection
+  }
   p.doorbell_watch = loop_.Watch(p.doorbell.get(), EPOLLIN, [this, chan](uint32_t) {
     auto it = proxies_.find(chan);
     if (it == proxies_.end()) return;
@@ -168,6 +206,41 @@ void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply) {
     Drain(*it->second);
   });
   p.seg.as<QpSegmentHeader>()->doorbell.armed.store(1);
+}
+
+void Forwarder::AnswerDirect(Proxy& p, const wire::ConnectReply& reply) {
+  proto::Response r{};
+  proto::ConnectReply& c = r.u.connect;
+  const bool fresh = (reply.flags & wire::kReplyNewConn) != 0;
+  c.flags = proto::kConnectDirect | (fresh ? proto::kConnectDirectNew : 0);
+  c.peer_qpn = reply.peer_qpn;
+  c.peer_ip = htonl(reply.peer_ip);
+  c.peer_lid = LidForIp(reply.peer_ip, options_.overlay);
+  c.notify_slot = proto::kNoId;
+  c.peer_qp_type = reply.qp_type;
+  c.direct_chan = p.chan;  // what the frames of this channel carry, both ways
+  c.direct_conn = reply.conn;
+  c.direct_seal = reply.seal;
+  if (fresh) {
+    c.direct_port = reply.port;
+    std::memcpy(c.direct_secret, reply.secret, sizeof(c.direct_secret));
+  }
+  parts_.sessions.Answer(p.call, 0, r);
+}
+
+int Forwarder::CheckReply(const Proxy& p, const wire::ConnectReply& r) const {
+  if ((r.flags & ~(wire::kReplyDirect | wire::kReplyNewConn)) != 0) return EPROTO;
+  if ((r.flags & wire::kReplyDirect) == 0) return r.flags == 0 ? 0 : EPROTO;  // relayed
+  // Direct: asked for, from the pod the connect named (the library dials that address), in
+  // a seal this side knows, naming both the connection and the peer's process.
+  const auto seal = static_cast<SealMode>(r.seal);
+  if (!p.ask_direct || r.peer_ip != p.dest_ip || r.conn == 0 || r.token == 0 ||
+      (seal != SealMode::kEncrypt && seal != SealMode::kAuthenticate))
+    return EPROTO;
+  const DirectConnections::Conn* known = parts_.direct.conns->FindById(p.pod, r.conn);
+  if (r.flags & wire::kReplyNewConn) return r.port == 0 || known != nullptr ? EPROTO : 0;
+  if (known == nullptr) return ECONNRESET;  // it ended here and not yet there
+  return known->peer_ip == r.peer_ip && known->peer_token == r.token ? 0 : EPROTO;
 }
 
 void Forwarder::MarkDead(Proxy& p, proto::EventType event) {
@@ -217,7 +290,7 @@ void Forwarder::DropUdLinks(uint32_t qpn, uint32_t dest_ip, uint32_t dest_qpn) {
 // Forwards what the library published, a round at a time, then arms the doorbell and looks
 // once more (the library checks `armed` after publishing, so one of the two sees the other).
 void Forwarder::Drain(Proxy& p) {
-  if (!p.connected || p.dead) return;
+  if (!p.connected || p.dead || p.direct) return;
   auto* hdr = p.seg.as<QpSegmentHeader>();
   size_t sent = 0;
   bool consumed = false;
@@ -418,7 +491,18 @@ Forwarder::Verdict Forwarder::OnMessage(LinkId link, const NodeMessage& m) {
         if (p != nullptr && !p->connected) Finish(*p, EPROTO, nullptr);
         return Verdict::kMalformed;
       }
-      if (p != nullptr && !p->connected) Finish(*p, r.status, &r);
+      if (p == nullptr || p->connected) return Verdict::kConsumed;
+      if (const int rc = r.status == 0 ? CheckReply(*p, r) : 0) {
+        // That connect fails; the link and its other channels are fine.
+        spdlog::warn(
+            "router {} answered the connect of QP {:#x} to QP {:#x} at {} with flags "
+            "{:#x}, seal {}, port {}, connection {:#x}: {}",
+            parts_.transport->PeerNode(link), p->qpn, p->dest_qpn, FormatIpv4(p->dest_ip), r.flags,
+            r.seal, r.port, r.conn, rc == ECONNRESET ? "a connection that ended" : "refused");
+        Finish(*p, rc, nullptr, true);
+        return Verdict::kConsumed;
+      }
+      Finish(*p, r.status, &r);
       return Verdict::kConsumed;
     }
     case wire::Type::kResp: {
@@ -427,7 +511,9 @@ Forwarder::Verdict Forwarder::OnMessage(LinkId link, const NodeMessage& m) {
       ResponseView v;
       if (!SplitRecord(m.body, m.len, &h, &payload) || !DecodeResponse(h, payload, &v))
         return Verdict::kMalformed;
-      if (Proxy* p = Find(link, m.chan)) Deliver(*p, h, payload);
+      // A direct channel's answers go pod to pod: one that comes here is dropped, as for a
+      // channel closed meanwhile.
+      if (Proxy* p = Find(link, m.chan); p != nullptr && !p->direct) Deliver(*p, h, payload);
       return Verdict::kConsumed;
     }
     case wire::Type::kCredit:
@@ -489,7 +575,7 @@ void Forwarder::OnLinkDown(LinkId link) {
 // complete for the program once posted: a process that exits right after must not lose
 // it). READs and atomics do not: their answers would have nowhere to go.
 void Forwarder::FlushOnClose(Proxy& p) {
-  if (!p.connected || p.dead || p.link == kNoLink) return;
+  if (!p.connected || p.dead || p.direct || p.link == kNoLink) return;
   for (;;) {
     RecordHeader h;
     const char* payload = nullptr;
@@ -522,7 +608,8 @@ void Forwarder::Drop(uint32_t chan, TellPeer tell, DropCause cause) {
   }
   ReleaseReads(*p);
   parts_.quotas.Give(
-      p->pod, {{Quota::kQueuedBytes, p->backlog_bytes}, {Quota::kProxies, 1}, {Quota::kFds, 2}});
+      p->pod,
+      {{Quota::kQueuedBytes, p->backlog_bytes}, {Quota::kProxies, 1}, {Quota::kFds, p->fds}});
   if (p->answer_pending) parts_.sessions.Answer(p->call, ECONNABORTED);
   loop_.Unwatch(p->doorbell_watch);
 }
@@ -570,7 +657,7 @@ void Forwarder::NoteTraffic() {
 bool Forwarder::PollAll() {
   bool moved = false;
   for (auto& [chan, p] : proxies_) {
-    if (!p->connected || p->dead) continue;
+    if (!p->connected || p->dead || p->direct) continue;
     RecordHeader h;
     const char* payload;
     if (p->requests.Peek(&h, &payload) == RingStatus::kOk) {

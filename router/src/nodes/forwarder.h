@@ -11,9 +11,21 @@
 // that the peer has not credited back (wire::Credit) pauses until it does. A connect to an address
 // the control plane does not know yet waits up to --resolve-timeout-ms (a pod that just started).
 //
+// With --cross-node-path=direct, an RC/UC connect asks the peer router for a direct channel
+// (wire::kConnectAskDirect, with the local process's token; docs/direct-path.md). A peer
+// that gives one answers with the connection the two processes share (new: where to dial
+// and its secret), and the library is answered kConnectDirect with no descriptors: the
+// proxy then has no segment and forwards nothing, but stays for the channel's lifetime, so
+// that kPeerGone, kClose and a link going down work as for a relayed channel. A peer that
+// runs the relay answers without kReplyDirect: the proxy gets its segment then, as today.
+// The reply's direct fields are checked (flags, seal, port, the connection it names): a
+// reply that breaks them fails that connect with EPROTO, and one that names a connection
+// of the two processes this router has forgotten (it ended meanwhile) with ECONNRESET;
+// neither closes the link.
+//
 // Quotas (quotas.h), charged to the pod that owns the local QP: each proxy is one of its
-// kProxies and two of its kFds. READs and atomics wait in the request ring, as on a
-// requester HCA, while kMaxRdAtomic of the QP's or the pod's kReadBytes are in flight (a
+// kProxies and, once it has a segment, two of its kFds. READs and atomics wait in the request ring,
+// as on a requester HCA, while kMaxRdAtomic of the QP's or the pod's kReadBytes are in flight (a
 // READ counts until its last answer reached the response ring). Answers that the response
 // ring cannot take wait in a backlog charged to kQueuedBytes; a pod over it loses the QP
 // (kPeerGone) instead of the router holding more for it.
@@ -105,6 +117,10 @@ class Forwarder {
     bool dead = false;  // the peer or the link went away: the library fails the QP
     bool ud = false;    // UD: a dead proxy is dropped on the next tick (the library links anew)
     bool answer_pending = false;
+    bool ask_direct = false;  // the connect asked the peer for a direct channel
+    bool direct = false;      // ... and got one: no segment, nothing forwarded
+    uint64_t conn = 0;        // the direct connection the channel rides on
+    uint64_t fds = 0;         // of the pod's kFds quota: the segment and the doorbell
     Call call;  // the ConnectQp to answer
     uint64_t connect_deadline_ns = 0;
   };
@@ -120,7 +136,17 @@ class Forwarder {
   void Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t dest_ip, uint32_t dest_qpn,
             bool ud);
   int MakeSegment(Proxy& p);
-  void Finish(Proxy& p, int status, const wire::ConnectReply* reply);
+  // The segment of a proxy that asked for a direct channel and was relayed after all.
+  int MakeLateSegment(Proxy& p);
+  // `peer_accepted`: the peer has a sender for the channel though the connect fails here
+  // (a reply this router refuses): it hears kClose.
+  void Finish(Proxy& p, int status, const wire::ConnectReply* reply, bool peer_accepted = false);
+  // The answer to the library for a direct channel (no descriptors).
+  void AnswerDirect(Proxy& p, const wire::ConnectReply& reply);
+  // What a successful reply says beyond its status, checked against what was asked and the
+  // connections this router knows: 0, EPROTO (malformed) or ECONNRESET (a connection of
+  // the two processes that ended here).
+  int CheckReply(const Proxy& p, const wire::ConnectReply& r) const;
   Verdict OnCredit(LinkId link, const NodeMessage& m);
   void Drain(Proxy& p);
   static uint64_t RequestsPublished(const Proxy& p);

@@ -61,6 +61,11 @@ struct Pod {
   PodIdentity who;
   UniqueFd notify_seg;  // the process's notify words (CQ events, wake word)
   UniqueFd wake_fd;     // wake socket: rung after cross-node deliveries when armed
+  // Its network namespace, pinned (identity/netns_probe.h: OpenPeerNamespace), where the
+  // router opens the listeners of its direct connections. Opened on the first one, charged
+  // to its kFds quota; empty for a process identified without a namespace (netns 0: tests),
+  // whose listeners are opened in the router's own.
+  UniqueFd netns;
   MrTable mr;
   Windows windows;                        // the memory windows among mr's entries
   std::map<uint32_t, UniqueFd> channels;  // completion channel id -> its wake socket

@@ -168,7 +168,7 @@ TestRouter::TestRouter(Options options) : options_(std::move(options)) {
   dir_ = tmpl;
   RouterConfig config;
   config.dir = dir_;
-  config.overlay = *Ipv4Prefix::Parse("10.0.0.0/8");
+  config.overlay = *Ipv4Prefix::Parse(options_.overlay);
   config.node_name = options_.node;
   config.host_ip = options_.host_ip;
   config.resolve_timeout_ms = options_.resolve_timeout_ms;
@@ -178,6 +178,11 @@ TestRouter::TestRouter(Options options) : options_(std::move(options)) {
   config.stream_unseen_grace_ns = options_.stream_unseen_grace_ns;
   config.spin_us = options_.spin_us;
   config.cm_spin_us = options_.cm_spin_us;
+  config.direct_path = options_.direct;
+  config.direct_seal = options_.direct_seal;
+  config.direct_port_lo = options_.direct_port_lo;
+  config.direct_port_hi = options_.direct_port_hi;
+  config.direct_accept_timeout_ns = options_.direct_accept_timeout_ns;
   RouterDeps deps;
   auto identity = std::make_unique<FakeIdentity>();
   identity_ = identity.get();

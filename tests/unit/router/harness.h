@@ -108,6 +108,13 @@ class TestRouter {
     uint64_t stream_unseen_grace_ns = kStreamUnseenGraceNs;
     uint32_t spin_us = kDefaultRouterSpinUs;
     uint32_t cm_spin_us = kDefaultRouterCmSpinUs;
+    std::string overlay = "10.0.0.0/8";  // pod addresses
+    // --cross-node-path=direct; its listeners bind any port the kernel picks (0..0) unless
+    // told, and wait direct_accept_timeout_ns for their connection.
+    bool direct = false;
+    SealMode direct_seal = SealMode::kEncrypt;
+    uint16_t direct_port_lo = 0, direct_port_hi = 0;
+    uint64_t direct_accept_timeout_ns = kDirectAcceptTimeoutNs;
   };
   explicit TestRouter(Options options);
   ~TestRouter();

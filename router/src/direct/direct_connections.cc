@@ -1,0 +1,103 @@
+#include "direct/direct_connections.h"
+
+#include <openssl/rand.h>
+
+#include <limits>
+
+#include "freeflow/tunables.h"
+
+namespace ff::router {
+namespace {
+
+// splitmix64's finisher: a bijection of 64-bit numbers (distinct inputs, distinct outputs)
+// that maps 0, and only 0, to 0.
+uint64_t Mix(uint64_t z) {
+  z ^= z >> 30;
+  z *= 0xbf58476d1ce4e5b9ull;
+  z ^= z >> 27;
+  z *= 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return z;
+}
+
+bool Random64(uint64_t* out) {
+  return RAND_bytes(reinterpret_cast<unsigned char*>(out), sizeof(*out)) == 1;
+}
+
+}  // namespace
+
+DirectConnections::DirectConnections() {
+  if (!Random64(&salt_)) salt_ = 0x5eed5eed5eed5eedull;
+  // With the top bit set, salt ^ pod (a 32-bit PodId) is never 0, so its Mix is never 0.
+  salt_ |= 1ull << 63;
+}
+
+uint64_t DirectConnections::Token(PodId pod) const { return Mix(salt_ ^ pod); }
+
+uint64_t DirectConnections::NewId(PodId pod) const {
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    uint64_t id = 0;
+    if (!Random64(&id)) return 0;
+    if (id != 0 && by_id_.count({pod, id}) == 0) return id;
+  }
+  return 0;
+}
+
+const DirectConnections::Conn* DirectConnections::Find(uint32_t peer_ip, uint64_t peer_token,
+                                                       PodId pod) const {
+  const Pair last{pod, peer_ip, peer_token, std::numeric_limits<uint64_t>::max()};
+  auto it = by_pair_.upper_bound(last);
+  if (it == by_pair_.begin()) return nullptr;
+  --it;
+  const auto& [p, ip, token, order] = it->first;
+  if (p != pod || ip != peer_ip || token != peer_token) return nullptr;
+  return FindById(pod, it->second);
+}
+
+const DirectConnections::Conn* DirectConnections::FindById(PodId pod, uint64_t id) const {
+  auto it = by_id_.find({pod, id});
+  return it == by_id_.end() ? nullptr : &it->second.conn;
+}
+
+bool DirectConnections::Full(PodId pod) const { return count(pod) >= kMaxDirectConnsPerProcess; }
+
+bool DirectConnections::Add(const Conn& c) {
+  Entry e{c, next_order_++};
+  if (!by_id_.emplace(Id{c.pod, c.id}, e).second) return false;
+  by_pair_.emplace(PairOf(e), c.id);
+  ++counts_[c.pod];
+  return true;
+}
+
+bool DirectConnections::SetOpen(PodId pod, uint64_t id) {
+  auto it = by_id_.find({pod, id});
+  if (it == by_id_.end()) return false;
+  it->second.conn.state = State::kOpen;
+  return true;
+}
+
+std::optional<DirectConnections::Conn> DirectConnections::Forget(PodId pod, uint64_t id) {
+  auto it = by_id_.find({pod, id});
+  if (it == by_id_.end()) return std::nullopt;
+  const Entry e = it->second;
+  by_id_.erase(it);
+  by_pair_.erase(PairOf(e));
+  if (--counts_[pod] == 0) counts_.erase(pod);
+  return e.conn;
+}
+
+void DirectConnections::ForgetPod(PodId pod) {
+  auto it = by_id_.lower_bound({pod, 0});
+  while (it != by_id_.end() && it->first.first == pod) {
+    by_pair_.erase(PairOf(it->second));
+    it = by_id_.erase(it);
+  }
+  counts_.erase(pod);
+}
+
+size_t DirectConnections::count(PodId pod) const {
+  auto it = counts_.find(pod);
+  return it == counts_.end() ? 0 : it->second;
+}
+
+}  // namespace ff::router
