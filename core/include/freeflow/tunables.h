@@ -212,6 +212,10 @@ inline constexpr uint64_t kDirectRetryNs = 50'000;  // queued records, unsent by
 // connection ends (a peer may not send on channels nobody opened).
 inline constexpr uint64_t kDirectChannelWaitNs = 2'000'000'000ull;
 inline constexpr int kDirectReadsPerServe = 4;  // receives from one connection per turn
+// Answers the program's poll produced wait this long for the program's next post to carry
+// them (one write instead of two), and never more than this many bytes.
+inline constexpr uint64_t kDirectAnswerDelayNs = 20'000;
+inline constexpr size_t kDirectHeldAnswerBytes = 64 * 1024;
 // --direct-ports: the range direct listeners bind in (a NetworkPolicy must admit it).
 inline constexpr uint16_t kDefaultDirectPortLo = 20000, kDefaultDirectPortHi = 20999;
 // Direct connections a router keeps per local process (DirectConnections): a process at it

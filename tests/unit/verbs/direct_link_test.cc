@@ -178,6 +178,14 @@ class DirectLink : public ::testing::Test {
       if (rc != 0) ::usleep(10'000);
     }
     ASSERT_EQ(rc, 0);
+    // b's end is handed over on its event thread (its channel event may come first).
+    for (int i = 0; i < 500 && !Ready(b); ++i) ::usleep(2000);
+    ASSERT_TRUE(Ready(b));
+  }
+  static bool Ready(Pod& p) {
+    ff::verbs::DirectSet* set = ff::verbs::DirectOf(p.session);
+    std::lock_guard<std::mutex> g(set->mu);
+    return set->conns.size() == 1 && set->conns.begin()->second->ready.load();
   }
 
   uint8_t secret[ff::kDirectSecretBytes];

@@ -48,9 +48,9 @@ int PopWcs(Cq* cq, int n, ibv_wc* wc, int k) {
 // This thread stops polling the direct connections (it is about to sleep): the event
 // thread serves them from now on, not once the attention window closed.
 void LeaveDirect(Session* s) {
-  if (s->direct_conns.load(std::memory_order_relaxed) == 0 ||
-      s->direct_polled_ns.load(std::memory_order_relaxed) == 0)
-    return;
+  if (s->direct_conns.load(std::memory_order_relaxed) == 0) return;
+  FlushDirectAnswers(s);
+  if (s->direct_polled_ns.load(std::memory_order_relaxed) == 0) return;
   s->direct_polled_ns.store(0, std::memory_order_relaxed);
   ff::SendWake(s->tick_tx.get());
 }
@@ -96,9 +96,15 @@ void WaitForRouter(Session* s) {
     sched_yield();
     return;
   }
-  pollfd p{s->wake_fd.get(), POLLIN, 0};
+  // Direct connections wake this thread themselves, as a blocking recv would: it serves them
+  // when it wakes (one wake-up, not the event thread's and then ours). The event thread keeps
+  // away meanwhile: the sleep is shorter than its attention window.
+  const bool direct = s->direct_conns.load(std::memory_order_relaxed) > 0;
+  if (direct) s->direct_polled_ns.store(ff::MonotonicNs(), std::memory_order_relaxed);
+  pollfd p[2] = {{s->wake_fd.get(), POLLIN, 0}, {s->direct_ep.get(), POLLIN, 0}};
   const timespec ts{wait_us / 1000000, (wait_us % 1000000) * 1000};
-  if (::ppoll(&p, 1, &ts, nullptr) > 0) ff::DrainWakes(s->wake_fd.get());
+  if (::ppoll(p, direct ? 2 : 1, &ts, nullptr) > 0 && p[0].revents != 0)
+    ff::DrainWakes(s->wake_fd.get());
 }
 
 // The empty-poll path of a router-fed CQ: arm the wake word, look once more (no lost
@@ -109,7 +115,7 @@ int SleepOnRouter(Context* ctx, Cq* cq, int n, ibv_wc* wc) {
   wake->armed.exchange(1, std::memory_order_seq_cst);
   Collect(ctx, cq);
   if (cq->head == cq->tail) {
-    LeaveDirect(ctx->session);
+    FlushDirectAnswers(ctx->session);
     ctx->lock.unlock();
     WaitForRouter(ctx->session);
     ctx->lock.lock();

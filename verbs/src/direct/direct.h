@@ -83,6 +83,7 @@ struct DirectConn {
   // must be served again though nothing arrives (queued records, UINT64_MAX: never).
   std::atomic<bool> flush_due{false};
   std::atomic<uint64_t> due_ns{UINT64_MAX};
+  uint64_t answers_since_ns = 0;  // send_mu: answers held back by the poll since (0: none)
 
   std::mutex send_mu;
   std::mutex recv_mu;
@@ -157,5 +158,7 @@ void WakeSelf(Session* s);
 void ServeConn(DirectConn* c, Context* held, uint64_t* due);
 // Poll path: serves the readable connections of the session of `ctx`. ctx->lock held.
 void DrainDirect(Context* ctx);
+// Writes what the poll held back on every connection of `s`: its thread goes to sleep.
+void FlushDirectAnswers(Session* s);
 
 }  // namespace ff::verbs
