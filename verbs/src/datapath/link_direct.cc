@@ -483,10 +483,10 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
       if (c->stream->unsent() > 0) sv.due = std::min(sv.due, sv.now + ff::kDirectRetryNs);
     }
   }
-  for (const auto& ch : c->waiting) {
-    const uint64_t rnr = ch->target.rnr_due_ns();
-    sv.due = std::min(sv.due, rnr != 0 ? rnr : sv.now + ff::kDirectRetryNs);
-  }
+  // Records that wait (mostly for a receive the program has not posted yet) are looked at
+  // again by the program's next poll, which may just have posted it, or by the event thread
+  // a little later; their RNR budget is counted by TargetChannel either way.
+  if (!c->waiting.empty()) sv.due = std::min(sv.due, sv.now + (held != nullptr ? 0 : ff::kDirectRetryNs));
   recv.unlock();
   if (sv.kill || c->stream->dead()) {
     if (sv.why != nullptr)
