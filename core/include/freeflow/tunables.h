@@ -206,7 +206,7 @@ inline constexpr uint64_t kDirectDialTimeoutNs = 3'000'000'000ull;    // a libra
 // While the program polled its connections within this, the event thread leaves them to it
 // (a polling receiver needs no thread wake-up); after it, or once the program sleeps, the
 // event thread serves them (one-sided operations progress without the program).
-inline constexpr uint64_t kDirectAttendNs = 1'000'000;
+inline constexpr uint64_t kDirectAttendNs = 200'000;
 inline constexpr uint64_t kDirectRetryNs = 50'000;  // queued records, unsent bytes: look again
 // A record for a channel the router has not installed yet waits this long, then the
 // connection ends (a peer may not send on channels nobody opened).

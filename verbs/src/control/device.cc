@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "base/exports.h"
+#include "direct/direct.h"
 #include "datapath/completion.h"
 #include "datapath/recv_path.h"
 #include "datapath/send_queue.h"
@@ -294,6 +295,7 @@ FFV_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
 FFV_EXPORT int ibv_close_device(ibv_context* context) {
   if (!ValidContext(context)) return EINVAL;
   Context* ctx = ToCtx(context);
+  FlushDirectAnswers(ctx->session);
   ReleaseLeftovers(ctx);
   ctx->session->registry.RemoveContext(ctx);
   pthread_mutex_destroy(&context->mutex);

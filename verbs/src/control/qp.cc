@@ -9,6 +9,7 @@
 #include "datapath/link.h"
 #include "datapath/recv_path.h"
 #include "datapath/send_queue.h"
+#include "direct/direct.h"
 #include "freeflow/ipv4.h"
 #include "rdmacm/cm_channel.h"
 #include "session/session.h"
@@ -397,6 +398,9 @@ int ModifyQp(Qp* qp, ibv_qp_attr* attr, int mask) {
 int DestroyQp(Qp* qp) {
   Context* ctx = qp->ctx;
   const uint32_t qpn = qp->qpx.qp_base.qp_num;
+  // What the poll held back (answers to peers on other nodes) goes before the QP does: a
+  // program that destroys its QPs and exits right after its last receive still acknowledged it.
+  FlushDirectAnswers(ctx->session);
   ctx->session->registry.RemoveQp(qpn);
   {
     std::lock_guard<AdaptiveLock> l(ctx->lock);

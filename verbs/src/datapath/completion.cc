@@ -55,9 +55,12 @@ void LeaveDirect(Session* s) {
   ff::SendWake(s->tick_tx.get());
 }
 
-bool RouterFed(const Qp* qp) {
+// `idle`: the CQ has been empty for kYieldAfterEmptyNs; then a direct connection, whose
+// socket wakes the sleeper itself (WaitForRouter), counts as a source that may be slept on.
+bool RouterFed(const Qp* qp, bool idle) {
   const PeerLink* link = qp->conn.link.get();
-  return !qp->kind->datagram && link != nullptr && link->ops->router_fed;
+  return !qp->kind->datagram && link != nullptr &&
+         (link->ops->router_fed || (idle && link->ops->wakes_sleeper));
 }
 
 // True when at least one source of completions on `cq` is fed by the router (an RC/UC
@@ -65,7 +68,7 @@ bool RouterFed(const Qp* qp) {
 // exists: a UD receive QP (any sender may deliver), a receive QP linked to a process of
 // this node, or a queued send of the context that is not on a router link (it advances
 // only while someone polls). Derived from the links that exist, every time.
-bool MaySleepOnRouter(const Context* ctx, const Cq* cq) {
+bool MaySleepOnRouter(const Context* ctx, const Cq* cq, bool idle = false) {
   bool router_source = false;
   for (const Qp* qp : cq->recv_qps) {
     if (qp->kind->datagram) return false;
@@ -74,11 +77,11 @@ bool MaySleepOnRouter(const Context* ctx, const Cq* cq) {
       if (qp->conn.awaited.waiting) return false;
       continue;  // not connected: delivers nothing
     }
-    if (!RouterFed(qp)) return false;
+    if (!RouterFed(qp, idle)) return false;
     router_source = true;
   }
   for (const Qp* qp : ctx->pending) {
-    if (!RouterFed(qp)) return false;
+    if (!RouterFed(qp, idle)) return false;
     router_source = router_source || qp->scq == cq;
   }
   return router_source;
@@ -251,8 +254,15 @@ __attribute__((always_inline)) inline int PollBody(Context* ctx, Cq* cq, int n, 
       if (cq->empty_since_ns == 0) {
         cq->empty_since_ns = now;
       } else if (now - cq->empty_since_ns >= ff::kYieldAfterEmptyNs) {
-        ++cq->yields;
-        *yield = true;
+        // Long empty and fed only over sockets that wake a sleeper (direct connections) or
+        // by the router: sleep as a router-fed CQ does, instead of spinning on a peer that
+        // has gone quiet. A latency loop's answer comes long before this.
+        if (MaySleepOnRouter(ctx, cq, true)) {
+          Guarded([&] { return (k = SleepOnRouter(ctx, cq, n, wc)), 0; });
+        } else {
+          ++cq->yields;
+          *yield = true;
+        }
       }
     }
   } else if (k > 0) {

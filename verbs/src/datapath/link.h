@@ -47,6 +47,9 @@ struct LinkOps {
   // event thread) produces into the QP's rings and answers its requests, and it rings the
   // process wake word after each delivery (poll_cq may sleep).
   bool router_fed;
+  // What feeds the QP wakes a thread asleep in poll_cq by itself (a direct connection's
+  // socket, which that sleep waits on): a CQ empty for long may sleep (completion.cc).
+  bool wakes_sleeper;
   // The router nudges the event thread once it made room a blocked WQE waits for
   // (kProxyDrained): such a WQE does not stall. Elsewhere it stalls and is ticked.
   bool room_nudged;

@@ -183,6 +183,6 @@ bool AwaitRoom(PeerLink* link, Room room) {
 
 // When the peer goes, the outcomes the router already wrote back still count.
 const LinkOps kRouterOps = {ExecuteThroughRouter, CollectResponses, CollectResponses, true,
-                            true, AwaitRoom, PublishRing};
+                            true,                 true,             AwaitRoom,        PublishRing};
 
 }  // namespace ff::verbs

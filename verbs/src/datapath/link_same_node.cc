@@ -121,6 +121,6 @@ bool NoRoomToAwait(PeerLink*, Room) { return false; }
 
 // What the peer published before it went is in our own rings (drained by the caller).
 const LinkOps kSameNodeOps = {ExecuteSameNode, NothingInFlight, NothingInFlight, false,
-                              false,           NoRoomToAwait,   PublishRing};
+                              false,           false,           NoRoomToAwait,   PublishRing};
 
 }  // namespace ff::verbs

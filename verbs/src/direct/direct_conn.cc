@@ -224,7 +224,10 @@ int LinkDirect(Qp* qp, const ff::proto::ConnectReply& c, PeerLink* link) {
   DirectSet* set = DirectOf(s);
   std::shared_ptr<DirectConn> conn = Find(set, c.direct_conn);
   if (fresh) {
-    if (conn) return EPROTO;  // the router offered a connection we have
+    // The peer's channels on this connection may have been announced first (a QP of the
+    // peer process connecting to one of ours at the same time): the connection is then
+    // known here, not yet dialled. One that is up already the router cannot offer anew.
+    if (conn && (conn->ready.load() || conn->ended.load())) return EPROTO;
     conn = FindOrAdd(s, c.direct_conn, peer_ip);
     UniqueFd fd;
     int rc = Dial(peer_ip, c.direct_port, &fd);
