@@ -123,15 +123,16 @@ int Executor::MapTarget(Sender& s, Qp& dest, Pod& owner, const wire::Connect& m,
     return rc;
   if (const int rc = dest.FreezeSegment()) return rc;
   if (MapSegment(dest.seg.get(), seg_bytes, true, &s.seg) != 0) return ENOMEM;
-  s.hdr = s.seg.as<QpSegmentHeader>();
-  s.credits = &s.hdr->credits;
+  auto* hdr = s.seg.as<QpSegmentHeader>();
+  RecvCredits* credits = &hdr->credits;
   if (dest.srq_id != proto::kNoId) {
     auto srq = owner.srqs.find(dest.srq_id);
     if (srq == owner.srqs.end() ||
         MapSegment(srq->second.get(), sizeof(SrqSegment), true, &s.srq_seg) != 0)
       return EHOSTUNREACH;
-    s.credits = &s.srq_seg.as<SrqSegment>()->credits;
+    credits = &s.srq_seg.as<SrqSegment>()->credits;
   }
+  RingHeader* produce_into = nullptr;
   if (dest.kind->datagram) {
     // A ring of its own, and the receiver told whose it is (never read from the records).
     proto::Event e{};
@@ -140,10 +141,20 @@ int Executor::MapTarget(Sender& s, Qp& dest, Pod& owner, const wire::Connect& m,
         MapSegment(dest.ud_rings[ring].get(), UdRingBytes(dest.ring_bytes), true, &s.ud_ring) != 0)
       return ENOMEM;
     parts_.sessions.NotifyWithFd(owner.id, e, dest.ud_rings[ring].get());
-    s.producer.Attach(s.ud_ring.as<RingHeader>(), dest.ring_bytes);
+    produce_into = s.ud_ring.as<RingHeader>();
   } else {
-    s.producer.Attach(QpRing(s.seg.get(), ring, dest.ring_bytes), dest.ring_bytes);
+    produce_into = QpRing(s.seg.get(), ring, dest.ring_bytes);
   }
+  TargetChannel::Setup setup;
+  setup.kind = dest.kind;
+  setup.hdr = hdr;
+  setup.credits = credits;
+  setup.ring = produce_into;
+  setup.ring_bytes = dest.ring_bytes;
+  setup.target_qpn = dest.qpn;
+  setup.src_ip = m.src_ip;
+  setup.src_qpn = m.src_qpn;
+  s.target.Init(setup);
   return 0;
 }
 
@@ -181,124 +192,29 @@ Executor::Verdict Executor::Record(LinkId link, uint32_t chan, const char* body,
   return Verdict::kConsumed;
 }
 
+// What TargetChannel asks of the router for one relayed sender: answers go on its link,
+// READ data only while the link is not congested, and the target's memory is the owner
+// pod's MR table and regions, mapped here.
+struct Executor::TargetHost {
+  Executor* e;
+  Sender* s;
+  Pod* owner;
+  void Respond(uint32_t seq, uint32_t status, uint64_t offset, const char* data, uint32_t len,
+               bool last) {
+    e->Respond(s->link, s->chan, seq, status, offset, data, len, last);
+  }
+  bool CanAnswer() { return !e->parts_.transport->Congested(s->link); }
+  const MrEntry* MrTable() { return owner->mr.entries(); }
+  const Mapping* MapRegion(uint32_t region, uint32_t need) {
+    return e->MapRegion(*owner, region, need);
+  }
+};
+
 bool Executor::Apply(Sender& s, const RequestView& v) {
-  if (s.errored) return true;
   Pod* owner = parts_.tables.FindPod(s.owner);
   if (owner == nullptr) return true;
-  switch (v.h.kind) {
-    case kRecSend:
-      return ApplySend(s, *owner, v);
-    case kRecWriteImm:
-      return ApplyWriteImm(s, v);
-    case kRecWrite:
-      ApplyWrite(s, *owner, v);
-      return true;
-    case kRecReadReq:
-      return ApplyRead(s, *owner, v);
-    default:  // kRecAtomicReq: DecodeRequest admits no other kind
-      ApplyAtomic(s, *owner, v);
-      return true;
-  }
-}
-
-Executor::Claim Executor::ClaimCredit(Sender& s, const RequestView& v) {
-  if (s.have_credit) return Claim::kHave;
-  if (ff::ClaimCredit(s.credits, &s.posted_cache)) {
-    s.have_credit = true;
-    s.rnr = RnrState{};
-    return Claim::kHave;
-  }
-  if (!s.kind->rnr_retry) return Claim::kDrop;  // UC/UD: no receive, the message is dropped
-  const uint32_t timer = s.hdr->min_rnr_timer.load(std::memory_order_relaxed);
-  if (s.rnr.deadline_ns == 0) {
-    SPDLOG_DEBUG("QP {:#x}: no receive posted for remote QP {:#x}; RNR retry in {} us",
-                 s.target_qpn, s.src_qpn, RnrTimerNs(timer) / 1000);
-  }
-  if (RnrRetryExhausted(&s.rnr, timer, v.req.rnr_retry, MonotonicNs())) {
-    Fail(s, v.req.seq, IBV_WC_RNR_RETRY_EXC_ERR);
-    return Claim::kDrop;
-  }
-  return Claim::kWait;
-}
-
-bool Executor::ApplySend(Sender& s, Pod&, const RequestView& v) {
-  if (v.h.flags & kRecFirst) {
-    s.dropping = false;
-    const Claim c = ClaimCredit(s, v);
-    if (c == Claim::kWait) return false;
-    s.dropping = c == Claim::kDrop;
-    if (s.errored) return true;
-  }
-  if (!s.dropping) {
-    RecordHeader out = v.h;
-    out.src_qpn = s.src_qpn;
-    out.src_ip = htonl(s.src_ip);
-    const RingStatus st = AppendRecord(s.producer, out, v.data, v.data_len);
-    if (st == RingStatus::kFull) return false;
-    if (st != RingStatus::kOk) {  // the target corrupted its own ring
-      Fail(s, v.req.seq, IBV_WC_REM_OP_ERR);
-      return true;
-    }
-    s.appended = true;
-    if (v.data_len >= kMaxFragment) s.producer.Publish();  // let it start on long messages
-    if ((v.h.flags & (kRecLast | kRecSolicited)) == (kRecLast | kRecSolicited)) s.solicited = true;
-  }
-  if (v.h.flags & kRecLast) {
-    s.have_credit = false;
-    s.dropping = false;
-    if (s.kind->answered) Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
-  }
-  return true;
-}
-
-bool Executor::ApplyWriteImm(Sender& s, const RequestView& v) {
-  const Claim c = ClaimCredit(s, v);
-  if (c == Claim::kWait) return false;
-  if (s.errored) return true;
-  if (c == Claim::kHave) {
-    RecordHeader out{};
-    out.kind = kRecWriteImm;
-    out.flags = kRecFirst | kRecLast | kRecImm | (v.h.flags & kRecSolicited);
-    out.msg_len = v.req.length;
-    out.imm = v.h.imm;
-    out.src_qpn = s.src_qpn;
-    out.src_ip = htonl(s.src_ip);
-    const RingStatus st = AppendRecord(s.producer, out, nullptr, 0);
-    if (st == RingStatus::kFull) return false;
-    if (st != RingStatus::kOk) {
-      Fail(s, v.req.seq, IBV_WC_REM_OP_ERR);
-      return true;
-    }
-    s.appended = true;
-    if (out.flags & kRecSolicited) s.solicited = true;
-  }
-  s.have_credit = false;
-  Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
-  return true;
-}
-
-bool Executor::Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len, uint32_t need,
-                      char** out) {
-  char*& p = *out;
-  p = nullptr;
-  const ibv_wc_status st = ResolveTarget(
-      s.hdr, s.target_qpn, owner.mr.entries(), v.req.rkey, v.req.remote_addr, len, need,
-      [&](uint32_t region, uint32_t access) { return MapRegion(owner, region, access); }, &p);
-  if (st != IBV_WC_SUCCESS) {
-    Fail(s, v.req.seq, st);
-    return false;
-  }
-  return true;
-}
-
-void Executor::ApplyWrite(Sender& s, Pod& owner, const RequestView& v) {
-  // Every fragment is checked; a zero-length WRITE checks only the target QP's access.
-  if (v.data_len > 0 || v.req.length == 0) {
-    char* dst = nullptr;
-    if (!Target(s, owner, v, v.data_len, IBV_ACCESS_REMOTE_WRITE, &dst)) return;
-    if (v.data_len > 0) std::memcpy(dst, v.data, v.data_len);
-  }
-  if (v.req.last) Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
+  TargetHost host{this, &s, owner};
+  return s.target.Apply(host, v);
 }
 
 // Region `id` of `owner` mapped into the router; the first mapping is charged to the
@@ -317,41 +233,6 @@ const Mapping* Executor::MapRegion(Pod& owner, uint32_t id, uint32_t need) {
   return &it->second.map;
 }
 
-// Answers while the link takes them; false leaves the rest of the READ for when it drained.
-bool Executor::ApplyRead(Sender& s, Pod& owner, const RequestView& v) {
-  char* src = nullptr;  // a zero-length READ checks only the target QP's access
-  if (!Target(s, owner, v, v.req.length, IBV_ACCESS_REMOTE_READ, &src)) {
-    s.read_sent = 0;
-    return true;
-  }
-  do {
-    if (parts_.transport->Congested(s.link)) return false;
-    const uint64_t at = s.read_sent;
-    const auto frag = static_cast<uint32_t>(std::min<uint64_t>(v.req.length - at, kMaxFragment));
-    Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, at, src + at, frag,
-            at + frag == v.req.length);
-    s.read_sent += frag;
-  } while (s.read_sent < v.req.length);
-  s.read_sent = 0;
-  return true;
-}
-
-void Executor::ApplyAtomic(Sender& s, Pod& owner, const RequestView& v) {
-  if ((v.req.remote_addr & 7) != 0) return Fail(s, v.req.seq, IBV_WC_REM_INV_REQ_ERR);
-  char* word = nullptr;
-  if (!Target(s, owner, v, 8, IBV_ACCESS_REMOTE_ATOMIC, &word)) return;
-  const uint64_t old =
-      AtomicOp(reinterpret_cast<uint64_t*>(word), v.req.opcode, v.req.compare_add, v.req.swap);
-  Respond(s.link, s.chan, v.req.seq, IBV_WC_SUCCESS, 0, reinterpret_cast<const char*>(&old), 8,
-          true);
-}
-
-// An error completes the request that caused it; RC semantics: nothing after it executes.
-void Executor::Fail(Sender& s, uint32_t seq, ibv_wc_status status) {
-  Respond(s.link, s.chan, seq, status, 0, nullptr, 0, true);
-  s.errored = true;
-}
-
 void Executor::Respond(LinkId link, uint32_t chan, uint32_t seq, uint32_t status, uint64_t offset,
                        const char* data, uint32_t len, bool last) {
   const ProxyResponse r{offset, seq, static_cast<uint16_t>(status),
@@ -366,14 +247,12 @@ void Executor::Respond(LinkId link, uint32_t chan, uint32_t seq, uint32_t status
 // in poll_cq (on any CQ: the wake word is the process's) was woken for every batch of
 // WRITEs it received, and those wake-ups took the CPU the routers needed.
 void Executor::Publish(Sender& s) {
-  if (!s.appended) return;
-  s.appended = false;
-  s.producer.Publish();
+  bool solicited = false;
+  if (!s.target.Publish(&solicited)) return;
   Pod* owner = parts_.tables.FindPod(s.owner);
   if (owner == nullptr) return;
   const WakeTarget cq = owner->CqWake(s.recv_cq_id);
-  if (cq) WakeIfArmed(cq.slot, cq.fd, s.solicited);
-  s.solicited = false;
+  if (cq) WakeIfArmed(cq.slot, cq.fd, solicited);
   owner->WakeProcess();
 }
 

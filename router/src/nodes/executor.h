@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "freeflow/codec.h"
+#include "freeflow/target_channel.h"
 #include "freeflow/target_ops.h"
 #include "nodes/cross_node_parts.h"
 
@@ -94,30 +95,20 @@ class Executor {
     Mapping seg;
     Mapping srq_seg;
     Mapping ud_ring;  // UD: the ring of this sender's own the router made
-    QpSegmentHeader* hdr = nullptr;
-    RecvCredits* credits = nullptr;
-    uint64_t posted_cache = 0;
-    RingProducer producer;
+    TargetChannel target;  // executes its records (core/target_channel.h)
     bool direct = false;  // records go pod to pod on connection `conn`; none come here
     uint64_t conn = 0;
     std::deque<std::vector<char>> queue;  // records not executed yet, in order
     Held queued;                          // their bytes, of the target pod's kQueuedBytes
     Held mapped;                          // the target's segments mapped for this sender
-    uint64_t read_sent = 0;               // answered bytes of the READ at the queue's head
     uint64_t uncredited = 0;              // executed record bytes not credited yet
-    bool solicited = false;  // a solicited message was completed since the last publish
-    bool appended = false;   // records went into the target's ring since the last publish
-    bool have_credit = false;
-    bool dropping = false;  // UC/UD message without a receive: drop its fragments
-    bool errored = false;   // after an error nothing more is executed (RC semantics)
-    RnrState rnr;
     // UD: its initiator closed the channel while records waited here (CloseSender); it goes
     // once they are in the target's ring, or at close_deadline_ns.
     bool closing = false;
     bool close_died = false;
     uint64_t close_deadline_ns = 0;
   };
-  enum class Claim { kHave, kDrop, kWait };
+  struct TargetHost;  // what TargetChannel asks of the router (executor.cc)
   // A connect whose source address the control plane did not know yet.
   struct Unresolved {
     LinkId link;
@@ -151,21 +142,12 @@ class Executor {
   // one of its own). 0 or the errno the connect is answered with.
   int MapTarget(Sender& s, Qp& dest, Pod& owner, const wire::Connect& m, uint32_t ring);
   Verdict Record(LinkId link, uint32_t chan, const char* body, uint32_t len);
-  // Executes one request. false: it cannot proceed yet (retry later).
+  // Executes one request (TargetChannel, with the target's pod as its host). false: it
+  // cannot proceed yet (retry later).
   bool Apply(Sender& s, const RequestView& v);
-  bool ApplySend(Sender& s, Pod& owner, const RequestView& v);
-  bool ApplyWriteImm(Sender& s, const RequestView& v);
-  void ApplyWrite(Sender& s, Pod& owner, const RequestView& v);
-  bool ApplyRead(Sender& s, Pod& owner, const RequestView& v);
-  void ApplyAtomic(Sender& s, Pod& owner, const RequestView& v);
-  Claim ClaimCredit(Sender& s, const RequestView& v);
-  // The target's memory behind an access (*out; nullptr for zero bytes, after checking the
-  // target QP's access flags alone); false after answering the error.
-  bool Target(Sender& s, Pod& owner, const RequestView& v, uint64_t len, uint32_t need, char** out);
   const Mapping* MapRegion(Pod& owner, uint32_t region, uint32_t need);
   Verdict Overflow(Sender& s, const RequestView& v);
   void RunWaiting(LinkId link);  // kNoLink: on every link
-  void Fail(Sender& s, uint32_t seq, ibv_wc_status status);
   void Respond(LinkId link, uint32_t chan, uint32_t seq, uint32_t status, uint64_t offset,
                const char* data, uint32_t len, bool last);
   void Publish(Sender& s);  // makes executed records visible and wakes the target
