@@ -160,6 +160,22 @@ inline ff::RecordHeader MessageHeader(const Qp* qp, const SendWqe& w, uint8_t ki
                           w.remote_qkey};
 }
 
+// The ProxyRequest of work request `w` (send-queue index `index`) of `qp`, as the relay and
+// a direct connection carry it; each record sets `last` and, for WRITE fragments, its
+// remote_addr.
+inline ff::ProxyRequest RequestOf(const Qp* qp, const SendWqe& w, uint64_t index) {
+  ff::ProxyRequest op{};
+  op.seq = static_cast<uint32_t>(index);
+  op.opcode = static_cast<uint8_t>(w.opcode);
+  op.length = static_cast<uint32_t>(w.length);
+  op.rkey = w.rkey;
+  op.remote_addr = w.remote_addr;
+  op.compare_add = w.compare_add;
+  op.swap = w.swap;
+  op.rnr_retry = static_cast<uint8_t>(qp->attr.rnr_retry);
+  return op;
+}
+
 // Flags of a SEND fragment.
 inline uint8_t SendFlags(const SendWqe& w, bool first, bool last) {
   return static_cast<uint8_t>((first ? ff::kRecFirst : 0) | (last ? ff::kRecLast : 0) |

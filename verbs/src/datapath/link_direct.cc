@@ -27,18 +27,6 @@ using ff::direct::Type;
 
 // ---- sending ---------------------------------------------------------------------------------
 
-ff::ProxyRequest RequestOf(const Qp* qp, const SendWqe& w, uint64_t index) {
-  ff::ProxyRequest op{};
-  op.seq = static_cast<uint32_t>(index);
-  op.opcode = static_cast<uint8_t>(w.opcode);
-  op.length = static_cast<uint32_t>(w.length);
-  op.rkey = w.rkey;
-  op.remote_addr = w.remote_addr;
-  op.compare_add = w.compare_add;
-  op.swap = w.swap;
-  op.rnr_retry = static_cast<uint8_t>(qp->attr.rnr_retry);
-  return op;
-}
 
 enum class PutResult { kOk, kWait, kDead };
 
