@@ -40,6 +40,7 @@ bench: build
 	@bench/run.sh $(BUILD_DIR)
 	@bench/multinode.sh $(BUILD_DIR)
 	@bench/direct_floor.sh $(BUILD_DIR)
+	@bench/direct.sh $(BUILD_DIR)
 	@bench/qperf.sh $(BUILD_DIR)
 	@bench/rdmacm.sh $(BUILD_DIR)
 	@bench/tcp_mode.sh $(BUILD_DIR)
