@@ -44,7 +44,8 @@ def hello(node):
 
 
 def connect(src_ip, src_qpn, dest_ip, dest_qpn):
-    return frame(CONNECT, struct.pack("<6I", ip(src_ip), src_qpn, 2, ip(dest_ip), dest_qpn, 0))
+    # wire::Connect: src_ip, src_qpn, qp_type, dest_ip, dest_qpn, flags, token (relay: 0, 0)
+    return frame(CONNECT, struct.pack("<6IQ", ip(src_ip), src_qpn, 2, ip(dest_ip), dest_qpn, 0, 0))
 
 
 def record(kind, flags, opcode, rkey, addr, length, data=b""):
