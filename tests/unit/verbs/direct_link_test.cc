@@ -182,6 +182,11 @@ class DirectLink : public ::testing::Test {
     for (int i = 0; i < 500 && !Ready(b); ++i) ::usleep(2000);
     ASSERT_TRUE(Ready(b));
   }
+  // Waits (at most kWaitLimit) until pod `p` reported a connection ended (DirectEnded).
+  static void WaitForEnded(Pod& p) {
+    const auto deadline = Clock::now() + kWaitLimit;
+    while (p.router.direct_ended().empty() && Clock::now() < deadline) ::usleep(1000);
+  }
   static bool Ready(Pod& p) {
     ff::verbs::DirectSet* set = ff::verbs::DirectOf(p.session);
     std::lock_guard<std::mutex> g(set->mu);
@@ -295,8 +300,7 @@ TEST_F(DirectLink, ADeadConnectionFailsItsQpsAndIsReported) {
     ::shutdown(set->conns.begin()->second->stream->fd(), SHUT_RDWR);
   }
   // a's event thread sees it end: the QP fails as one whose peer died, and the router hears.
-  auto deadline = Clock::now() + kWaitLimit;
-  while (a.router.direct_ended().empty() && Clock::now() < deadline) ::usleep(1000);
+  WaitForEnded(a);
   const auto ended = a.router.direct_ended();
   ASSERT_EQ(ended.size(), 1u);
   EXPECT_EQ(ended[0].conn, kConn);
@@ -328,8 +332,7 @@ TEST_F(DirectLink, AnAlteredFrameEndsTheConnectionAndLandsNothing) {
   EXPECT_NE(rx[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(dst.data()[0], 'z');
   EXPECT_EQ(dst.data()[4095], 'z');
-  auto deadline = Clock::now() + kWaitLimit;
-  while (b.router.direct_ended().empty() && Clock::now() < deadline) ::usleep(1000);
+  WaitForEnded(b);
   ASSERT_EQ(b.router.direct_ended().size(), 1u);
   EXPECT_EQ(b.router.direct_ended()[0].error, static_cast<uint32_t>(EPROTO));
   // a's send does not succeed either.
@@ -362,8 +365,7 @@ TEST_F(DirectLink, AReplayedFrameEndsTheConnection) {
   EXPECT_EQ(rx[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(rx[1].wr_id, 22u);
   EXPECT_NE(rx[1].status, IBV_WC_SUCCESS);  // flushed: the QP failed, no second copy
-  auto deadline = Clock::now() + kWaitLimit;
-  while (b.router.direct_ended().empty() && Clock::now() < deadline) ::usleep(1000);
+  WaitForEnded(b);
   ASSERT_EQ(b.router.direct_ended().size(), 1u);
   EXPECT_EQ(b.router.direct_ended()[0].error, static_cast<uint32_t>(EPROTO));
 }

@@ -541,7 +541,7 @@ void DrainDirect(Context* ctx) {
       auto it = set->conns.find(evs[i].data.u64);
       if (it != set->conns.end()) serve.push_back(it->second);
     }
-    if (due && n >= 0 && nconns > kDirectProbeConns) {
+    if (due && nconns > kDirectProbeConns) {
       // Queued records or unsent bytes of some connection: the earliest is due.
       s->direct_due_ns.store(UINT64_MAX, std::memory_order_relaxed);
       for (auto& [id, c] : set->conns)

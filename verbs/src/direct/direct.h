@@ -95,14 +95,12 @@ struct DirectConn {
   std::vector<std::shared_ptr<InChannel>> waiting;  // channels with queued records
   uint64_t unknown_since_ns = 0;  // a record for a channel not installed yet waits since
 
-  bool dead() const { return !ready.load(std::memory_order_acquire) ? false : stream->dead(); }
 };
 
 // The direct connections of one session.
 struct DirectSet {
   std::mutex mu;  // the map; taken before a connection's locks, never after
   std::unordered_map<uint64_t, std::shared_ptr<DirectConn>> conns;
-  UniqueFd wake_tx;  // our own wake socket's sending end (a dup), to wake a sleeping poll
   // The regions of this session (memory.cc tells of each), mapped on first use for peers'
   // WRITEs, READs and atomics: a second mapping of the region's memfd, as the router and
   // same-node peers map it, so that what they reach is exactly what they could reach
