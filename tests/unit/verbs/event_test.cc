@@ -11,8 +11,10 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "freeflow/clock.h"
 #include "pod.h"
@@ -223,22 +225,27 @@ TEST(Events, ABlockingWaitTakesAnEventThatFiresSoonWithoutSleeping) {
   EXPECT_GE(without_sleep, 2) << "of 20 waits, " << without_sleep << " took the event awake";
 }
 
-// A non-blocking channel answers EAGAIN at once, as a real one does: no polling first.
+// A non-blocking channel answers EAGAIN at once, as a real one does: no polling first. A
+// poll would cost every call at least the spin (FFV_SPIN_US, 30 us); the median call of ten
+// must cost under half of that in CPU, so one call the scheduler or ASan slowed cannot decide.
 TEST(Events, ANonBlockingChannelSaysEagainWithoutPolling) {
   Pod pod;
   ibv_comp_channel* ch = pod.NewChannel();
   ibv_cq* cq = pod.NewCq(16, ch);
   ASSERT_NE(ArmAndFindSlot(pod, cq), nullptr);
   MakeNonBlocking(ch);
-  timespec before{}, after{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(EventNow(ch), nullptr);
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
-  const uint64_t cpu_ns = static_cast<uint64_t>(after.tv_sec - before.tv_sec) * 1'000'000'000u +
-                          static_cast<uint64_t>(after.tv_nsec) -
-                          static_cast<uint64_t>(before.tv_nsec);
-  EXPECT_LT(cpu_ns, 5 * ff::verbs::AnswerSpinNs())
-      << "10 non-blocking reads took " << cpu_ns << " ns of CPU";
+  std::vector<uint64_t> cpu_ns;
+  for (int i = 0; i < 10; ++i) {
+    timespec before{}, after{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
+    EXPECT_EQ(EventNow(ch), nullptr);
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
+    cpu_ns.push_back(static_cast<uint64_t>(after.tv_sec - before.tv_sec) * 1'000'000'000u +
+                     static_cast<uint64_t>(after.tv_nsec) - static_cast<uint64_t>(before.tv_nsec));
+  }
+  std::sort(cpu_ns.begin(), cpu_ns.end());
+  EXPECT_LT(cpu_ns[cpu_ns.size() / 2], ff::verbs::AnswerSpinNs() / 2)
+      << "the median non-blocking read took " << cpu_ns[cpu_ns.size() / 2] << " ns of CPU";
 }
 
 }  // namespace
