@@ -58,7 +58,14 @@ class TargetChannel {
   // with the same record, which resumes where it stopped.
   template <typename Host>
   bool Apply(Host& host, const RequestView& v) {
-    if (errored_) return true;
+    if (errored_) {
+      // RC semantics: nothing after an error executes. The initiator's QP failed when the
+      // error reached it, and ignores answers to what it flushed; a direct initiator still
+      // counts one answer per work request to tell a silent peer from a busy one.
+      if (v.req.last && s_.kind->answered && v.req.seq != failed_seq_)
+        host.Respond(v.req.seq, IBV_WC_WR_FLUSH_ERR, 0, nullptr, 0, true);
+      return true;
+    }
     switch (v.h.kind) {
       case kRecSend:
         return ApplySend(host, v);
@@ -230,6 +237,7 @@ class TargetChannel {
   void Fail(Host& host, uint32_t seq, ibv_wc_status status) {
     host.Respond(seq, status, 0, nullptr, 0, true);
     errored_ = true;
+    failed_seq_ = seq;
   }
 
   Setup s_;
@@ -239,6 +247,7 @@ class TargetChannel {
   bool have_credit_ = false;
   bool dropping_ = false;  // UC/UD message without a receive: drop its fragments
   bool errored_ = false;
+  uint32_t failed_seq_ = 0;  // the work request the error answered
   bool appended_ = false;
   bool solicited_ = false;
   RnrState rnr_;

@@ -212,6 +212,16 @@ inline constexpr uint64_t kDirectRetryNs = 50'000;  // queued records, unsent by
 // connection ends (a peer may not send on channels nobody opened).
 inline constexpr uint64_t kDirectChannelWaitNs = 2'000'000'000ull;
 inline constexpr int kDirectReadsPerServe = 4;  // receives from one connection per turn
+// A requester whose answered work requests wait on a peer that sent nothing at all for this
+// long (no answer, credit or keepalive: a peer that stopped reading or executing) ends the
+// connection; its QPs fail as an HCA's do when the peer stops acknowledging (retries
+// exceeded). A target that holds records it cannot execute yet (a SEND waiting for a
+// receive, RNR) says so every kDirectKeepaliveNs, as an HCA's RNR NAKs do.
+inline constexpr uint64_t kDirectPeerSilentNs = 2'000'000'000ull;
+inline constexpr uint64_t kDirectKeepaliveNs = 250'000'000;
+// Channels a connection remembers as gone (their late records refused, not taken for a
+// peer's lie).
+inline constexpr size_t kDirectGoneChannels = 4096;
 // Answers the program's poll produced wait this long for the program's next post to carry
 // them (one write instead of two), and never more than this many bytes.
 inline constexpr uint64_t kDirectAnswerDelayNs = 20'000;

@@ -90,7 +90,12 @@ TEST_F(CrossNodeTest, RnrRetriesRunOutThenNothingMoreIsExecuted) {
   EXPECT_EQ(r.seq, 1u);
   EXPECT_EQ(r.status, IBV_WC_RNR_RETRY_EXC_ERR);
   qb.hdr()->credits.posted.store(5);
+  // What the initiator sent behind the error is not executed; it is answered flushed (the
+  // initiator's QP failed and ignores it; a direct initiator counts answers owed).
   Send(2, "after the error");
+  const ProxyResponse after = Answer();
+  EXPECT_EQ(after.seq, 2u);
+  EXPECT_EQ(after.status, IBV_WC_WR_FLUSH_ERR);
   EXPECT_TRUE(NoAnswer(200));
   RecordHeader h;
   const char* p;

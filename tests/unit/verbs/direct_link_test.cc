@@ -15,6 +15,8 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <vector>
 #include <thread>
 
 #include "freeflow/direct_stream.h"
@@ -193,6 +195,73 @@ class DirectLink : public ::testing::Test {
     return set->conns.size() == 1 && set->conns.begin()->second->ready.load();
   }
 
+  // In a's place, a hostile process: it holds the connection's secret (its router handed it
+  // over, as to any dialler) and sends whatever frames it likes, sealed. b has QP qb, which
+  // takes channel kChanAB (as b's router announced it), and a channel kChanBA of its own to
+  // the hostile process's QP kHostileQpn on the same connection.
+  static constexpr uint32_t kHostileQpn = 0x777;
+  void UpHostile() {
+    qb = b.CreateQp();
+    ASSERT_NE(qb, nullptr);
+    b.router.SendEvent(Channel(qb->qp_num, kHostileQpn, kChanAB));
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(kLoopback);
+    ff::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ASSERT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    const ff::direct::Hello hello{ff::direct::kMagic, ff::direct::kVersion, kConn, kPodIp,
+                                  kLoopback};
+    char frame[ff::direct::kHelloFrameBytes];
+    ASSERT_TRUE(ff::SealHello(secret, ff::SealMode::kEncrypt, hello, frame));
+    ASSERT_EQ(::send(fd.get(), frame, sizeof(frame), MSG_NOSIGNAL),
+              static_cast<ssize_t>(sizeof(frame)));
+    AcceptForB();
+    hostile = std::make_unique<ff::DirectStream>(std::move(fd));
+    ff::DirectStream::Setup setup;
+    setup.secret = &secret;
+    setup.role = ff::DirectRole::kDialler;
+    setup.first_tx = 1;  // the hello was frame 0
+    ASSERT_TRUE(hostile->Init(setup));
+    hostile->set_send_limit(8u << 20);
+    for (int i = 0; i < 500 && !Ready(b); ++i) ::usleep(2000);
+    ASSERT_TRUE(Ready(b));
+    b.router.AnswerDirect(qb->qp_num, Reply(kHostileQpn, kChanBA, false));
+    ASSERT_EQ(b.Connect(qb, kHostileQpn, {}), 0);
+  }
+  // Seals one frame into the hostile stream and writes it whole (bounded by kWaitLimit).
+  bool HostileSends(ff::direct::Type type, uint32_t chan, const void* body, size_t len) {
+    const iovec v{const_cast<void*>(body), len};
+    if (hostile->PutFrame(type, chan, 0, &v, 1) != ff::DirectStream::Put::kOk) return false;
+    const auto deadline = Clock::now() + kWaitLimit;
+    while (hostile->unsent() > 0 && Clock::now() < deadline) {
+      if (!hostile->Flush()) return false;
+      if (hostile->unsent() > 0) ::usleep(1000);
+    }
+    return hostile->unsent() == 0;
+  }
+  // A whole SEND message of `len` bytes of `fill` from the hostile QP, as a record.
+  std::vector<char> SendRecord(size_t len, char fill) {
+    std::vector<char> rec(sizeof(ff::RecordHeader) + sizeof(ff::ProxyRequest) + len, fill);
+    ff::RecordHeader h{};
+    h.kind = ff::kRecSend;
+    h.flags = ff::kRecFirst | ff::kRecLast;
+    h.msg_len = static_cast<uint32_t>(len);
+    h.src_qpn = kHostileQpn;
+    h.src_ip = htonl(kPodIp);
+    h.frag_len = static_cast<uint32_t>(sizeof(ff::ProxyRequest) + len);
+    h.total = ff::RecordBytes(h.frag_len);
+    ff::ProxyRequest op{};
+    op.length = static_cast<uint32_t>(len);
+    op.opcode = IBV_WR_SEND;
+    op.last = 1;
+    op.rnr_retry = 7;  // retry forever: the target keeps the record until a receive comes
+    std::memcpy(rec.data(), &h, sizeof(h));
+    std::memcpy(rec.data() + sizeof(h), &op, sizeof(op));
+    return rec;
+  }
+
+  std::unique_ptr<ff::DirectStream> hostile;
   uint8_t secret[ff::kDirectSecretBytes];
   ff::UniqueFd listener;
   uint16_t port = 0;
@@ -368,6 +437,152 @@ TEST_F(DirectLink, AReplayedFrameEndsTheConnection) {
   WaitForEnded(b);
   ASSERT_EQ(b.router.direct_ended().size(), 1u);
   EXPECT_EQ(b.router.direct_ended()[0].error, static_cast<uint32_t>(EPROTO));
+}
+
+// A peer that holds the secret but breaks the channel rules: each time only that
+// connection ends (EPROTO, as for a frame that does not open), b's memory takes nothing, and
+// b's QP on it fails as one whose peer died.
+
+TEST_F(DirectLink, RecordsOnAChannelNobodyOpenedEndTheConnection) {
+  UpHostile();
+  Buffer dst(b.pd, 4096, IBV_ACCESS_LOCAL_WRITE);
+  std::memset(dst.data(), 'z', 4096);
+  ASSERT_EQ(PostRecv(qb, dst.Sge(0, 4096), 21), 0);
+  const std::vector<char> rec = SendRecord(64, 'h');
+  // Channel 99 was never announced to b: b waits kDirectChannelWaitNs for the event that
+  // would open it (it may be on its way), then ends the connection.
+  ASSERT_TRUE(HostileSends(ff::direct::Type::kRecord, 99, rec.data(), rec.size()));
+  const auto deadline = Clock::now() + kWaitLimit;
+  while (b.router.direct_ended().empty() && Clock::now() < deadline) ::usleep(1000);
+  ASSERT_EQ(b.router.direct_ended().size(), 1u);
+  EXPECT_EQ(b.router.direct_ended()[0].error, static_cast<uint32_t>(EPROTO));
+  auto rx = PollN(b.cq, 1);
+  ASSERT_EQ(rx.size(), 1u);
+  EXPECT_NE(rx[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(dst.data()[0], 'z');
+}
+
+TEST_F(DirectLink, ACreditForBytesNeverSentEndsTheConnection) {
+  UpHostile();
+  // b sent nothing on its channel kChanBA: a credit for 1 MiB of it is a lie that would let
+  // b's sends run past the window the hostile peer must buffer.
+  const ff::direct::Credit lie{1u << 20};
+  ASSERT_TRUE(HostileSends(ff::direct::Type::kCredit, kChanBA, &lie, sizeof(lie)));
+  WaitForEnded(b);
+  ASSERT_EQ(b.router.direct_ended().size(), 1u);
+  EXPECT_EQ(b.router.direct_ended()[0].error, static_cast<uint32_t>(EPROTO));
+  // b's QP on it fails as a requester whose peer died: its next send completes in error.
+  Buffer src(b.pd, 64, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(PostSend(qb, IBV_WR_SEND, src.Sge(0, 8), 5), 0);
+  auto wcs = PollN(b.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_NE(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(StateOf(qb), IBV_QPS_ERR);
+}
+
+TEST_F(DirectLink, RecordsBeyondTheChannelsWindowEndTheConnection) {
+  UpHostile();
+  // No receive posted: the first SEND waits for one (RNR, retried forever), and every record
+  // behind it queues at b. A peer keeps within kChannelWindow uncredited bytes; this one
+  // sends three windows' worth.
+  const std::vector<char> rec = SendRecord(ff::kMaxFragment, 'h');
+  const size_t records = 3 * ff::kChannelWindow / rec.size() + 1;
+  for (size_t i = 0; i < records && b.router.direct_ended().empty(); ++i) {
+    if (!HostileSends(ff::direct::Type::kRecord, kChanAB, rec.data(), rec.size())) break;
+  }
+  WaitForEnded(b);
+  ASSERT_EQ(b.router.direct_ended().size(), 1u);
+  EXPECT_EQ(b.router.direct_ended()[0].error, static_cast<uint32_t>(EPROTO));
+  // What it queued is gone with the connection: a receive posted now takes none of it.
+  Buffer dst(b.pd, ff::kMaxFragment, IBV_ACCESS_LOCAL_WRITE);
+  std::memset(dst.data(), 'z', dst.size());
+  PostRecv(qb, dst.Sge(0, ff::kMaxFragment), 31);
+  auto rx = PollN(b.cq, 1);
+  if (!rx.empty()) {
+    EXPECT_NE(rx[0].status, IBV_WC_SUCCESS);
+  }
+  EXPECT_EQ(dst.data()[0], 'z');
+  EXPECT_EQ(StateOf(qb), IBV_QPS_ERR);
+}
+
+TEST_F(DirectLink, APeerThatNeverReadsTimesTheSenderOutAndNothingElseWaits) {
+  UpHostile();
+  // The hostile process takes the connection and reads nothing. b sends 4 MiB: what the
+  // window and the socket take goes out, the rest waits, none is answered.
+  constexpr size_t kMsg = 128 * 1024;
+  constexpr int kMsgs = 32;
+  Buffer src(b.pd, kMsg, IBV_ACCESS_LOCAL_WRITE);
+  const auto start = Clock::now();
+  int posted = 0;
+  for (; posted < kMsgs; ++posted)
+    if (PostSend(qb, IBV_WR_SEND, src.Sge(0, kMsg), 100 + posted) != 0) break;
+  ASSERT_GT(posted, 1);
+  // As an HCA whose peer stops acknowledging: the first fails with retries exceeded once the
+  // peer has been silent for kDirectPeerSilentNs (plus the QP's retry budget), the rest are
+  // flushed; b's poll returned all along (PollN polls, it never blocked).
+  auto wcs = PollN(b.cq, static_cast<size_t>(posted));
+  ASSERT_EQ(wcs.size(), static_cast<size_t>(posted));
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  for (const ibv_wc& wc : wcs) EXPECT_NE(wc.status, IBV_WC_SUCCESS);
+  EXPECT_GE(Clock::now() - start, std::chrono::nanoseconds(ff::kDirectPeerSilentNs));
+  WaitForEnded(b);
+  ASSERT_EQ(b.router.direct_ended().size(), 1u);
+  EXPECT_EQ(b.router.direct_ended()[0].error, static_cast<uint32_t>(ETIMEDOUT));
+  EXPECT_EQ(StateOf(qb), IBV_QPS_ERR);
+}
+
+TEST_F(DirectLink, RecordsForAChannelThatWentFailThatRequestAndTheConnectionStays) {
+  Up();
+  // b's router says a's channel to qb went (qb's side dropped it; a has not heard yet).
+  ff::proto::Event gone{};
+  gone.type = ff::proto::EventType::kDirectChannelGone;
+  gone.qpn = qb->qp_num;
+  gone.chan = kChanAB;
+  gone.conn = kConn;
+  b.router.SendEvent(gone);
+  Buffer src(a.pd, 64), dst(b.pd, 64, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(PostRecv(qb, dst.Sge(0, 64), 21), 0);
+  std::vector<ibv_wc> tx;
+  // The event reaches b's event thread a little later: a send that still finds the channel
+  // succeeds; once it went, a's send fails as to a QP that no longer exists.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(PostSend(qa, IBV_WR_SEND, src.Sge(0, 8), 11), 0);
+    tx = PollN(a.cq, 1);
+    ASSERT_EQ(tx.size(), 1u);
+    if (tx[0].status != IBV_WC_SUCCESS) break;
+    PollN(b.cq, 1);
+    ASSERT_EQ(PostRecv(qb, dst.Sge(0, 64), 21), 0);
+    ::usleep(2000);
+  }
+  EXPECT_EQ(tx[0].status, IBV_WC_RETRY_EXC_ERR);
+  // Only that request (its QP is in error, as an RC requester is after one): the connection
+  // stays, and a second QP pair of the same two processes runs on it.
+  EXPECT_TRUE(b.router.direct_ended().empty());
+  EXPECT_TRUE(a.router.direct_ended().empty());
+  ibv_qp* qa2 = a.CreateQp();
+  ibv_qp* qb2 = b.CreateQp();
+  ASSERT_NE(qa2, nullptr);
+  ASSERT_NE(qb2, nullptr);
+  b.router.SendEvent(Channel(qb2->qp_num, qa2->qp_num, 11));
+  a.router.AnswerDirect(qa2->qp_num, Reply(qb2->qp_num, 11, false));
+  ASSERT_EQ(a.Connect(qa2, qb2->qp_num, {}), 0);
+  a.router.SendEvent(Channel(qa2->qp_num, qb2->qp_num, 13));
+  b.router.AnswerDirect(qb2->qp_num, Reply(qa2->qp_num, 13, false));
+  ASSERT_EQ(b.Connect(qb2, qa2->qp_num, {}), 0);
+  ASSERT_EQ(PostRecv(qb2, dst.Sge(0, 64), 23), 0);
+  std::memcpy(src.data(), "ping", 5);
+  ASSERT_EQ(PostSend(qa2, IBV_WR_SEND, src.Sge(0, 5), 13), 0);
+  auto rx = PollN(b.cq, 1);
+  // The channel event and the record race as they do between real routers; b waits for it.
+  while (!rx.empty() && rx[0].wr_id == 21) rx = PollN(b.cq, 1);
+  ASSERT_EQ(rx.size(), 1u);
+  EXPECT_EQ(rx[0].wr_id, 23u);
+  EXPECT_EQ(rx[0].status, IBV_WC_SUCCESS);
+  EXPECT_STREQ(dst.data(), "ping");
+  auto tx2 = PollN(a.cq, 1);
+  ASSERT_EQ(tx2.size(), 1u);
+  EXPECT_EQ(tx2[0].status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(b.router.direct_ended().empty());
 }
 
 }  // namespace

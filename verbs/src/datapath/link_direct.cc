@@ -64,6 +64,10 @@ PutResult PutRecord(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t index, ui
   if (put == ff::DirectStream::Put::kFull) return PutResult::kWait;
   if (put == ff::DirectStream::Put::kDead) return PutResult::kDead;
   d.out->uncredited.fetch_add(bytes, std::memory_order_relaxed);
+  // The work request's last record: the peer owes it one answer (RC).
+  if (op.last && qp->kind->answered &&
+      c->awaiting.fetch_add(1, std::memory_order_relaxed) == 0)
+    c->heard_ns.store(ff::MonotonicNs(), std::memory_order_relaxed);
   link->dirty = true;
   return PutResult::kOk;
 }
@@ -210,9 +214,11 @@ struct Serve {
   uint64_t now = 0;
   uint64_t due = UINT64_MAX;
   bool kill = false;
+  int error = EPROTO;  // what the connection ends with when killed
   const char* why = nullptr;
 
-  void Kill(const char* reason) {
+  void Kill(const char* reason, int err = EPROTO) {
+    if (!kill) error = err;
     kill = true;
     if (why == nullptr) why = reason;
   }
@@ -285,13 +291,62 @@ bool RunQueue(Serve& sv, InChannel* ch) {
   return ch->queue.empty();
 }
 
+// A record of a channel whose QP went (the peer sent it before it heard): refused as a QP
+// that no longer exists refuses, the work request failing with retries exceeded, and its
+// bytes credited back so that the peer's window does not shrink. The record was checked.
+void Refuse(Serve& sv, uint32_t chan, const ff::RequestView& v, uint32_t len) {
+  const ff::ProxyResponse r{0, v.req.seq, static_cast<uint16_t>(IBV_WC_RETRY_EXC_ERR), 1, 0};
+  const ff::RecordHeader h = ff::ResponseHeader(0);
+  const iovec resp[2] = {{const_cast<ff::RecordHeader*>(&h), sizeof(h)},
+                         {const_cast<ff::ProxyResponse*>(&r), sizeof(r)}};
+  const ff::direct::Credit credit{len};
+  const iovec cv{const_cast<ff::direct::Credit*>(&credit), sizeof(credit)};
+  constexpr auto kAnswer = ff::DirectStream::Priority::kAnswer;
+  std::lock_guard<std::mutex> g(sv.c->send_mu);
+  if ((v.req.last && sv.c->stream->PutFrame(Type::kResp, chan, 0, resp, 2, kAnswer) !=
+                         ff::DirectStream::Put::kOk) ||
+      sv.c->stream->PutFrame(Type::kCredit, chan, 0, &cv, 1, kAnswer) != ff::DirectStream::Put::kOk)
+    sv.Kill("the peer does not read what it is owed");
+}
+
+// Refuses what waited on a channel that went since.
+void RefuseQueue(Serve& sv, InChannel* ch) {
+  while (!ch->queue.empty() && !sv.kill) {
+    const std::vector<char>& rec = ch->queue.front();
+    ff::RecordHeader h;
+    const char* payload = nullptr;
+    ff::RequestView v;
+    ff::SplitRecord(rec.data(), rec.size(), &h, &payload);
+    ff::DecodeRequest(h, payload, &v);
+    Refuse(sv, ch->chan, v, static_cast<uint32_t>(rec.size()));
+    ch->queued_bytes -= rec.size();
+    ch->queue.pop_front();
+  }
+}
+
 bool OnRecord(Serve& sv, uint32_t chan, const char* body, uint32_t len) {
   DirectConn* c = sv.c;
   std::shared_ptr<InChannel> ch;
+  bool gone = false;
   {
     std::lock_guard<std::mutex> g(c->chan_mu);
     auto it = c->in.find(chan);
-    if (it != c->in.end()) ch = it->second;
+    if (it != c->in.end()) {
+      ch = it->second;
+    } else {
+      gone = c->gone.count(chan) != 0;
+    }
+  }
+  if (gone) {
+    ff::RecordHeader h;
+    const char* payload = nullptr;
+    ff::RequestView v;
+    if (!ff::SplitRecord(body, len, &h, &payload) || !ff::DecodeRequest(h, payload, &v)) {
+      sv.Kill("the peer sent a malformed record");
+      return false;
+    }
+    Refuse(sv, chan, v, len);
+    return !sv.kill;
   }
   if (!ch) {
     // The router tells us of a channel before its initiator may use it, but the event that
@@ -366,7 +421,14 @@ bool OnResponse(Serve& sv, uint32_t chan, const char* body, uint32_t len) {
   }
   bool busy = false;
   std::shared_ptr<OutChannel> o = LockedOut(sv, chan, &busy);
-  if (busy) return false;
+  if (busy) return false;  // handed out again later: counted then
+  if (v.resp.last) {
+    // One answer fewer owed (never below none, whatever a peer sends).
+    uint32_t owed = sv.c->awaiting.load(std::memory_order_relaxed);
+    while (owed > 0 && !sv.c->awaiting.compare_exchange_weak(owed, owed - 1,
+                                                            std::memory_order_relaxed)) {
+    }
+  }
   if (!o) return true;  // for a QP that is gone: nobody waits for it
   ApplyProxyResponse(o->qp, v, false);
   if (sv.held == nullptr &&
@@ -382,6 +444,7 @@ bool OnCredit(Serve& sv, uint32_t chan, const char* body, uint32_t len) {
     return false;
   }
   std::memcpy(&credit, body, sizeof(credit));
+  if (credit.bytes == 0) return true;  // a keepalive: the peer holds records it cannot run yet
   bool busy = false;
   std::shared_ptr<OutChannel> o = LockedOut(sv, chan, &busy);
   if (busy) return false;
@@ -441,10 +504,12 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
   sv.now = ff::MonotonicNs();
   // First what waited (RNR, a full ring, READ data for a full connection), in order.
   std::erase_if(c->waiting, [&](const std::shared_ptr<InChannel>& ch) {
+    if (ch->gone.load(std::memory_order_acquire)) RefuseQueue(sv, ch.get());
     if (sv.kill || !RunQueue(sv, ch.get())) return false;
     ch->waiting = false;
     return true;
   });
+  int frames = 0;
   for (int reads = 0; reads < ff::kDirectReadsPerServe && !sv.kill; ++reads) {
     bool stopped = false;
     const int n = c->stream->Receive([&](const ff::direct::Head& h, char* body) {
@@ -454,9 +519,31 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
       }
       return true;
     });
+    if (n > 0) frames += n;
     if (n <= 0 || stopped) break;
   }
   sv.Release();
+  if (frames > 0) c->heard_ns.store(sv.now, std::memory_order_relaxed);
+  if (!c->waiting.empty() && sv.now - c->keepalive_ns >= ff::kDirectKeepaliveNs && !sv.kill) {
+    // Records wait here (RNR): tell the peer, whose answers are late, that we are alive.
+    c->keepalive_ns = sv.now;
+    const ff::direct::Credit none{0};
+    const iovec v{const_cast<ff::direct::Credit*>(&none), sizeof(none)};
+    std::lock_guard<std::mutex> g(c->send_mu);
+    if (c->stream->PutFrame(Type::kCredit, c->waiting.front()->chan, 0, &v, 1,
+                            ff::DirectStream::Priority::kAnswer) != ff::DirectStream::Put::kOk)
+      sv.Kill("the peer does not read what it is owed");
+  }
+  if (c->awaiting.load(std::memory_order_relaxed) > 0 && !sv.kill) {
+    // Answers are owed: a peer silent for kDirectPeerSilentNs since stopped reading or
+    // executing, as a peer HCA that stops acknowledging.
+    const uint64_t heard = c->heard_ns.load(std::memory_order_relaxed);
+    if (heard < sv.now && sv.now - heard > ff::kDirectPeerSilentNs) {
+      sv.Kill("the peer has not answered for 2 s", ETIMEDOUT);
+    } else {
+      sv.due = std::min(sv.due, heard + ff::kDirectPeerSilentNs + 1);
+    }
+  }
   {
     // The program's poll holds its answers back a little: the program usually posts next
     // (a reply, the next request), and one write then carries both (a ping-pong's
@@ -480,9 +567,7 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
   if (!c->waiting.empty()) sv.due = std::min(sv.due, sv.now + (held != nullptr ? 0 : ff::kDirectRetryNs));
   recv.unlock();
   if (sv.kill || c->stream->dead()) {
-    if (sv.why != nullptr)
-      LogError("direct connection to %s: %s; it ends", ff::FormatIpv4(c->peer_ip).c_str(), sv.why);
-    EndConn(c, sv.kill || c->stream->violated() ? EPROTO : ECONNRESET);
+    EndConn(c, sv.kill ? sv.error : c->stream->violated() ? EPROTO : ECONNRESET, sv.why);
     return;
   }
   *due = sv.due;
@@ -568,8 +653,11 @@ uint64_t ServeDirectEvents(Session* s) {
     for (auto& [id, c] : set->conns) {
       bool readable = false;
       for (int i = 0; i < n && !readable; ++i) readable = evs[i].data.u64 == id;
-      const bool due = c->due_ns.load(std::memory_order_relaxed) <= now;
-      if (readable || due || c->flush_due.load(std::memory_order_relaxed)) conns.push_back(c);
+      const uint64_t when = c->due_ns.load(std::memory_order_relaxed);
+      // Owed answers not looked at since the program posted: their deadline is set there.
+      const bool owed = when == UINT64_MAX && c->awaiting.load(std::memory_order_relaxed) > 0;
+      if (readable || when <= now || owed || c->flush_due.load(std::memory_order_relaxed))
+        conns.push_back(c);
     }
   }
   for (const auto& c : conns) {
@@ -581,6 +669,9 @@ uint64_t ServeDirectEvents(Session* s) {
   {
     std::lock_guard<std::mutex> g(set->mu);
     for (auto& [id, c] : set->conns) next = std::min(next, c->due_ns.load(std::memory_order_relaxed));
+    // A post does not wake this thread (that would cost every message a system call): it
+    // looks every kDirectKeepaliveNs for answers owed since, to time a silent peer out.
+    if (!set->conns.empty()) next = std::min(next, now + ff::kDirectKeepaliveNs);
   }
   FinishEndedDirect(s);
   return next;

@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/objects.h"
@@ -49,6 +50,7 @@ struct InChannel {
   uint64_t queued_bytes = 0;
   uint64_t uncredited = 0;  // executed record bytes not credited back yet
   bool waiting = false;     // on the connection's waiting list
+  std::atomic<bool> gone{false};  // the router said the channel went: its queue is refused
 };
 
 // A channel we opened for our QP `qp` (its link's): answers and credits come back on it.
@@ -84,16 +86,26 @@ struct DirectConn {
   std::atomic<bool> flush_due{false};
   std::atomic<uint64_t> due_ns{UINT64_MAX};
   uint64_t answers_since_ns = 0;  // send_mu: answers held back by the poll since (0: none)
+  // The peer owes us `awaiting` answers (one per answered work request whose last record we
+  // sent); it last sent a frame, or began to owe from none, at `heard_ns`. Silent for
+  // kDirectPeerSilentNs while it owes: it is not reading, and the connection ends.
+  std::atomic<uint32_t> awaiting{0};
+  std::atomic<uint64_t> heard_ns{0};
 
   std::mutex send_mu;
   std::mutex recv_mu;
   std::mutex chan_mu;
   std::unordered_map<uint32_t, std::shared_ptr<InChannel>> in;    // chan_mu
   std::unordered_map<uint32_t, std::shared_ptr<OutChannel>> out;  // chan_mu
+  // In-channels that went, the newest kDirectGoneChannels: records the peer sent on one
+  // before it heard are refused as a QP that no longer exists refuses them (chan_mu).
+  std::unordered_set<uint32_t> gone;
+  std::deque<uint32_t> gone_order;
 
   // Receiving side (recv_mu).
   std::vector<std::shared_ptr<InChannel>> waiting;  // channels with queued records
   uint64_t unknown_since_ns = 0;  // a record for a channel not installed yet waits since
+  uint64_t keepalive_ns = 0;      // when we last told the peer its queued records wait
 
 };
 
@@ -117,6 +129,7 @@ struct DirectSet {
   struct Ended {
     std::shared_ptr<DirectConn> conn;
     int error;
+    const char* why;  // a static string: the rule the peer broke, or nullptr
   };
   std::vector<Ended> ended;  // mu
 };
@@ -140,8 +153,9 @@ void NoteDirectRegion(Session* s, uint32_t id, int fd, size_t size, bool writabl
 void ForgetDirectRegion(Session* s, uint32_t id);
 // A connection died: it leaves the session's set (the next connect between the two
 // processes makes a new one), its descriptor leaves the event sets, and the router hears
-// DirectEnded. Idempotent.
-void EndConn(DirectConn* c, int error);
+// DirectEnded. `why` (a static string, or nullptr): the rule the peer broke, for the log.
+// Idempotent.
+void EndConn(DirectConn* c, int error, const char* why = nullptr);
 // Wakes this process's poll if it sleeps on its wake word (kWakeSlot).
 void WakeSelf(Session* s);
 

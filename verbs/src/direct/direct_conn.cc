@@ -170,6 +170,7 @@ void InstallChannel(Session* s, const ff::proto::Event& e) {
   }
   auto c = FindOrAdd(s, e.conn, e.src_ip);
   std::lock_guard<std::mutex> g(c->chan_mu);
+  c->gone.erase(e.chan);
   c->in[e.chan] = std::move(ch);
 }
 
@@ -276,7 +277,15 @@ void OnDirectEvent(Session* s, const ff::proto::Event& e, UniqueFd fd) {
       auto c = Find(DirectOf(s), e.conn);
       if (!c) return;
       std::lock_guard<std::mutex> g(c->chan_mu);
-      c->in.erase(e.chan);
+      auto it = c->in.find(e.chan);
+      if (it == c->in.end()) return;
+      it->second->gone.store(true, std::memory_order_release);
+      c->in.erase(it);
+      if (c->gone.insert(e.chan).second) c->gone_order.push_back(e.chan);
+      if (c->gone_order.size() > ff::kDirectGoneChannels) {
+        c->gone.erase(c->gone_order.front());
+        c->gone_order.pop_front();
+      }
       return;
     }
     case ff::proto::EventType::kDirectConn:
@@ -318,7 +327,7 @@ void ForgetDirectRegion(Session* s, uint32_t id) {
   set->regions.erase(it);
 }
 
-void EndConn(DirectConn* c, int error) {
+void EndConn(DirectConn* c, int error, const char* why) {
   if (c->ended.exchange(true)) return;
   Session* s = c->session;
   DirectSet* set = DirectOf(s);
@@ -330,7 +339,7 @@ void EndConn(DirectConn* c, int error) {
       self = std::move(it->second);
       set->conns.erase(it);
     }
-    if (self) set->ended.push_back({self, error});
+    if (self) set->ended.push_back({self, error, why});
   }
   if (c->ready.load(std::memory_order_acquire)) {
     // The peer sees it end now, though our links may hold the object a while longer.
@@ -359,7 +368,7 @@ void FinishEndedDirect(Session* s) {
     std::lock_guard<std::mutex> g(set->mu);
     ended.swap(set->ended);
   }
-  for (auto& [c, error] : ended) {
+  for (auto& [c, error, broken] : ended) {
     std::vector<uint32_t> qpns;
     {
       std::lock_guard<std::mutex> g(c->chan_mu);
@@ -371,8 +380,11 @@ void FinishEndedDirect(Session* s) {
     // process died. Ended for a broken rule (a frame that did not open, a record beyond the
     // peer's rights): as a peer that died, at once.
     const bool closed = error == ECONNRESET;
-    const char* why = c->ready.load() ? c->stream->why_dead() : std::strerror(error);
-    if (!qpns.empty() && !closed) {
+    const char* why = broken != nullptr       ? broken
+                      : c->ready.load()       ? c->stream->why_dead()
+                                              : std::strerror(error);
+    if (*why == '\0') why = std::strerror(error);
+    if (!closed) {
       LogError("the direct connection to %s ended (%s): failing its %zu queue pairs",
                ff::FormatIpv4(c->peer_ip).c_str(), why, qpns.size());
     } else if (!qpns.empty()) {
