@@ -268,18 +268,21 @@ void PublishIn(Serve& sv, InChannel* ch) {
   WakeSelf(sv.c->session);
 }
 
+// A record frame's body as a request: false when it is not a well-formed one.
+bool DecodeRecord(const char* body, size_t len, ff::RequestView* v) {
+  ff::RecordHeader h;
+  const char* payload = nullptr;
+  return ff::SplitRecord(body, len, &h, &payload) && ff::DecodeRequest(h, payload, v);
+}
+
 // Runs the queued records of `ch`, oldest first. true when none is left.
 bool RunQueue(Serve& sv, InChannel* ch) {
   Host host{sv.c, ch, &sv.regions};
   uint64_t done = 0;
   while (!ch->queue.empty()) {
     const std::vector<char>& rec = ch->queue.front();
-    ff::RecordHeader h;
-    const char* payload = nullptr;
     ff::RequestView v;
-    // Checked when they arrived; they live in our memory since.
-    ff::SplitRecord(rec.data(), rec.size(), &h, &payload);
-    ff::DecodeRequest(h, payload, &v);
+    DecodeRecord(rec.data(), rec.size(), &v);  // checked when it arrived; in our memory since
     if (!ch->target.Apply(host, v)) break;
     done += rec.size();
     ch->queued_bytes -= rec.size();
@@ -313,11 +316,8 @@ void Refuse(Serve& sv, uint32_t chan, const ff::RequestView& v, uint32_t len) {
 void RefuseQueue(Serve& sv, InChannel* ch) {
   while (!ch->queue.empty() && !sv.kill) {
     const std::vector<char>& rec = ch->queue.front();
-    ff::RecordHeader h;
-    const char* payload = nullptr;
     ff::RequestView v;
-    ff::SplitRecord(rec.data(), rec.size(), &h, &payload);
-    ff::DecodeRequest(h, payload, &v);
+    DecodeRecord(rec.data(), rec.size(), &v);  // checked when it arrived
     Refuse(sv, ch->chan, v, static_cast<uint32_t>(rec.size()));
     ch->queued_bytes -= rec.size();
     ch->queue.pop_front();
@@ -326,6 +326,11 @@ void RefuseQueue(Serve& sv, InChannel* ch) {
 
 bool OnRecord(Serve& sv, uint32_t chan, const char* body, uint32_t len) {
   DirectConn* c = sv.c;
+  ff::RequestView v;
+  if (!DecodeRecord(body, len, &v)) {
+    sv.Kill("the peer sent a malformed record");
+    return false;
+  }
   std::shared_ptr<InChannel> ch;
   bool gone = false;
   {
@@ -338,13 +343,6 @@ bool OnRecord(Serve& sv, uint32_t chan, const char* body, uint32_t len) {
     }
   }
   if (gone) {
-    ff::RecordHeader h;
-    const char* payload = nullptr;
-    ff::RequestView v;
-    if (!ff::SplitRecord(body, len, &h, &payload) || !ff::DecodeRequest(h, payload, &v)) {
-      sv.Kill("the peer sent a malformed record");
-      return false;
-    }
     Refuse(sv, chan, v, len);
     return !sv.kill;
   }
@@ -360,13 +358,6 @@ bool OnRecord(Serve& sv, uint32_t chan, const char* body, uint32_t len) {
     return false;
   }
   c->unknown_since_ns = 0;
-  ff::RecordHeader h;
-  const char* payload = nullptr;
-  ff::RequestView v;
-  if (!ff::SplitRecord(body, len, &h, &payload) || !ff::DecodeRequest(h, payload, &v)) {
-    sv.Kill("the peer sent a malformed record");
-    return false;
-  }
   if (ch->queue.empty()) {
     Host host{c, ch.get(), &sv.regions};
     const bool applied = ch->target.Apply(host, v);
