@@ -320,6 +320,34 @@ TEST_F(DirectLink, ADiallerThatNeverPollsServesWhatItsPeerSends) {
   EXPECT_EQ(word, 9u);
 }
 
+TEST_F(DirectLink, AConnectAnsweredBeforeTheEventsOfItsConnectionWaitsForThem) {
+  // b's router told b of the connection a dialled (kDirectChannel, kDirectConn) before it
+  // answered b's connect with it, but b's event thread has not taken those events yet: the
+  // answer comes first. b's connect succeeds all the same and its QP works once they came.
+  qa = a.CreateQp();
+  qb = b.CreateQp();
+  ASSERT_NE(qa, nullptr);
+  ASSERT_NE(qb, nullptr);
+  a.router.AnswerDirect(qa->qp_num, Reply(qb->qp_num, kChanAB, true));
+  ASSERT_EQ(a.Connect(qa, qb->qp_num), 0);
+  b.router.AnswerDirect(qb->qp_num, Reply(qa->qp_num, kChanBA, false));
+  ASSERT_EQ(b.Connect(qb, qa->qp_num), 0);
+  b.router.SendEvent(Channel(qb->qp_num, qa->qp_num, kChanAB));
+  AcceptForB();
+  a.router.SendEvent(Channel(qa->qp_num, qb->qp_num, kChanBA));
+  Buffer back(b.pd, 64), land(a.pd, 64, IBV_ACCESS_LOCAL_WRITE);
+  std::memcpy(back.data(), "pong", 5);
+  ASSERT_EQ(PostRecv(qa, land.Sge(0, 64), 22), 0);
+  ASSERT_EQ(PostSend(qb, IBV_WR_SEND, back.Sge(0, 5), 12), 0);
+  auto rx = PollN(a.cq, 1);
+  ASSERT_EQ(rx.size(), 1u);
+  EXPECT_EQ(rx[0].status, IBV_WC_SUCCESS);
+  EXPECT_STREQ(land.data(), "pong");
+  auto tx = PollN(b.cq, 1);
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].status, IBV_WC_SUCCESS);
+}
+
 TEST_F(DirectLink, AnAccessBeyondItsRightsFailsThatQpOnly) {
   Up();
   Buffer target(b.pd, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
