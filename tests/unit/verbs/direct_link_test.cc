@@ -168,6 +168,10 @@ class DirectLink : public ::testing::Test {
     ASSERT_EQ(a.Connect(qa, qb->qp_num, o), 0);
     AcceptForB(middle);
     a.router.SendEvent(Channel(qa->qp_num, qb->qp_num, kChanBA));
+    ConnectB(o);
+  }
+  // b's QP connects to a's on the connection b was handed, as channel kChanBA.
+  void ConnectB(const QpOptions& o) {
     b.router.AnswerDirect(qb->qp_num, Reply(qa->qp_num, kChanBA, false));
     // b takes the connection on its event thread; its connect needs it there.
     int rc = ECONNRESET;
@@ -340,6 +344,77 @@ TEST_F(DirectLink, OneSidedOperationsProgressWithoutTheTargetCallingIn) {
   EXPECT_EQ(old, 5u);
   std::memcpy(&word, target.data(), 8);
   EXPECT_EQ(word, 15u);
+}
+
+TEST_F(DirectLink, ADiallerThatNeverPollsServesWhatItsPeerSends) {
+  // b's QP connected first, on a connection a's router offered a: a hears of b's channel
+  // before it has dialled. Its event thread takes that event and sleeps again, with no
+  // connection to watch yet; a then dials from the program's thread. a never polls, so only
+  // its event thread can execute what b sends (perftest's passive side of ib_atomic_bw).
+  qa = a.CreateQp();
+  qb = b.CreateQp();
+  ASSERT_NE(qa, nullptr);
+  ASSERT_NE(qb, nullptr);
+  a.router.SendEvent(Channel(qa->qp_num, qb->qp_num, kChanBA));
+  auto installed = [&] {
+    ff::verbs::DirectSet* set = ff::verbs::DirectOf(a.session);
+    std::lock_guard<std::mutex> g(set->mu);
+    auto it = set->conns.find(kConn);
+    if (it == set->conns.end()) return false;
+    std::lock_guard<std::mutex> c(it->second->chan_mu);
+    return it->second->in.count(kChanBA) == 1;
+  };
+  for (int i = 0; i < 500 && !installed(); ++i) ::usleep(2000);
+  ASSERT_TRUE(installed());
+  ::usleep(20'000);  // a's event thread is back in its wait
+  b.router.SendEvent(Channel(qb->qp_num, qa->qp_num, kChanAB));
+  a.router.AnswerDirect(qa->qp_num, Reply(qb->qp_num, kChanAB, true));
+  ASSERT_EQ(a.Connect(qa, qb->qp_num), 0);
+  AcceptForB();
+  ConnectB({});
+  Buffer target(a.pd, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+  Buffer local(b.pd, 64, IBV_ACCESS_LOCAL_WRITE);
+  uint64_t word = 5;
+  std::memcpy(target.data(), &word, 8);
+  ASSERT_EQ(PostAtomic(qb, IBV_WR_ATOMIC_CMP_AND_SWP, local.Sge(0, 8), 1,
+                       reinterpret_cast<uint64_t>(target.data()), target.mr()->rkey, 5, 9),
+            0);
+  auto wcs = PollN(b.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  uint64_t old = 0;
+  std::memcpy(&old, local.data(), 8);
+  EXPECT_EQ(old, 5u);
+  std::memcpy(&word, target.data(), 8);
+  EXPECT_EQ(word, 9u);
+}
+
+TEST_F(DirectLink, AConnectAnsweredBeforeTheEventsOfItsConnectionWaitsForThem) {
+  // b's router told b of the connection a dialled (kDirectChannel, kDirectConn) before it
+  // answered b's connect with it, but b's event thread has not taken those events yet: the
+  // answer comes first. b's connect succeeds all the same and its QP works once they came.
+  qa = a.CreateQp();
+  qb = b.CreateQp();
+  ASSERT_NE(qa, nullptr);
+  ASSERT_NE(qb, nullptr);
+  a.router.AnswerDirect(qa->qp_num, Reply(qb->qp_num, kChanAB, true));
+  ASSERT_EQ(a.Connect(qa, qb->qp_num), 0);
+  b.router.AnswerDirect(qb->qp_num, Reply(qa->qp_num, kChanBA, false));
+  ASSERT_EQ(b.Connect(qb, qa->qp_num), 0);
+  b.router.SendEvent(Channel(qb->qp_num, qa->qp_num, kChanAB));
+  AcceptForB();
+  a.router.SendEvent(Channel(qa->qp_num, qb->qp_num, kChanBA));
+  Buffer back(b.pd, 64), land(a.pd, 64, IBV_ACCESS_LOCAL_WRITE);
+  std::memcpy(back.data(), "pong", 5);
+  ASSERT_EQ(PostRecv(qa, land.Sge(0, 64), 22), 0);
+  ASSERT_EQ(PostSend(qb, IBV_WR_SEND, back.Sge(0, 5), 12), 0);
+  auto rx = PollN(a.cq, 1);
+  ASSERT_EQ(rx.size(), 1u);
+  EXPECT_EQ(rx[0].status, IBV_WC_SUCCESS);
+  EXPECT_STREQ(land.data(), "pong");
+  auto tx = PollN(b.cq, 1);
+  ASSERT_EQ(tx.size(), 1u);
+  EXPECT_EQ(tx[0].status, IBV_WC_SUCCESS);
 }
 
 TEST_F(DirectLink, AnAccessBeyondItsRightsFailsThatQpOnly) {

@@ -563,6 +563,16 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
   }
   *due = sv.due;
   NoteDue(c, sv.due);
+  // The event thread reads due times only when it wakes: at the end of the program's
+  // attention window, or on an event. A serve of the poll can outlast that window (a large
+  // message, a preempted thread), and the event thread may then have looked already, found
+  // nothing due and gone to sleep with no deadline; an answer held back now would never go.
+  // So a poll that leaves something due once the window has closed wakes it.
+  if (held != nullptr && sv.due != UINT64_MAX) {
+    const uint64_t polled = c->session->direct_polled_ns.load(std::memory_order_relaxed);
+    if (polled == 0 || ff::MonotonicNs() - polled >= ff::kDirectAttendNs)
+      ff::SendWake(c->session->tick_tx.get());
+  }
 }
 
 void FlushDirectAnswers(Session* s) {

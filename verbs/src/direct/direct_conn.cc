@@ -248,11 +248,18 @@ int LinkDirect(Qp* qp, const ff::proto::ConnectReply& c, PeerLink* link) {
       EndConn(conn.get(), rc);
       link->dead = true;
     }
-  } else if (!conn || conn->ended.load()) {
+  } else if (!conn) {
+    // A shared connection we have not heard of: ours to accept (a dialler knows its own).
+    // Our router told us of it (kDirectChannel, kDirectConn) before it answered, but on the
+    // event socket, which the event thread may not have read yet. It waits here as it would
+    // had those events come first, until the router hands the socket over; one that never
+    // comes (it ended here and left the set already) fails the QP's sends in PutRecord, as a
+    // peer's that does not answer.
+    conn = FindOrAdd(s, c.direct_conn, peer_ip);
+  } else if (conn->ended.load()) {
     // The router reuses a connection that has just ended here: the QP fails as one whose
     // peer does not answer, and the router forgets the connection (DirectEnded).
     link->dead = true;
-    if (!conn) return ECONNRESET;
   }
   auto out = std::make_shared<OutChannel>();
   out->chan = c.direct_chan;

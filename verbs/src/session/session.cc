@@ -216,6 +216,11 @@ int Deliver(Session* s, const void* req, size_t len, uint32_t seq, const int* fd
 // When the event thread serves the session's direct connections: while the program polls
 // them (within kDirectAttendNs) it leaves them to it and looks again when that window
 // closes; otherwise when one is readable, or at the time ServeDirectEvents asked for.
+//
+// It watches the epoll set even while the set is empty: a dial adds its connection from the
+// program's thread (LinkDirect) and tells nobody, and a program that never polls (the
+// passive side of one-sided operations) leaves what arrives there to this thread alone. An
+// empty set is never readable, so watching it costs nothing.
 struct DirectWatch {
   uint64_t due = UINT64_MAX;
 
@@ -223,7 +228,6 @@ struct DirectWatch {
   // again at the latest.
   bool Watch(Session* s, uint64_t now, uint64_t* wake) const {
     *wake = due;
-    if (s->direct_conns.load(std::memory_order_relaxed) == 0) return false;
     const uint64_t polled = s->direct_polled_ns.load(std::memory_order_relaxed);
     if (polled != 0 && now < polled + ff::kDirectAttendNs) {
       *wake = polled + ff::kDirectAttendNs;
