@@ -525,14 +525,17 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
                             ff::DirectStream::Priority::kAnswer) != ff::DirectStream::Put::kOk)
       sv.Kill("the peer does not read what it is owed");
   }
+  uint64_t silent_due = UINT64_MAX;
   if (c->awaiting.load(std::memory_order_relaxed) > 0 && !sv.kill) {
     // Answers are owed: a peer silent for kDirectPeerSilentNs since stopped reading or
     // executing, as a peer HCA that stops acknowledging.
+    // Its deadline is kept apart: the event thread looks at owed answers every
+    // kDirectKeepaliveNs anyway, so it never needs waking for one.
     const uint64_t heard = c->heard_ns.load(std::memory_order_relaxed);
     if (heard < sv.now && sv.now - heard > ff::kDirectPeerSilentNs) {
       sv.Kill("the peer has not answered for 2 s", ETIMEDOUT);
     } else {
-      sv.due = std::min(sv.due, heard + ff::kDirectPeerSilentNs + 1);
+      silent_due = heard + ff::kDirectPeerSilentNs + 1;
     }
   }
   {
@@ -561,8 +564,8 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
     EndConn(c, sv.kill ? sv.error : c->stream->violated() ? EPROTO : ECONNRESET, sv.why);
     return;
   }
-  *due = sv.due;
-  NoteDue(c, sv.due);
+  *due = std::min(sv.due, silent_due);
+  NoteDue(c, *due);
   // The event thread reads due times only when it wakes: at the end of the program's
   // attention window, or on an event. A serve of the poll can outlast that window (a large
   // message, a preempted thread), and the event thread may then have looked already, found
