@@ -206,6 +206,10 @@ struct Cq {
   uint32_t empty_polls = 0;
   uint64_t empty_since_ns = 0;
   uint64_t yields = 0;
+  // The streak is long and every source of the CQ wakes a sleeper (direct connections, the
+  // router): each empty poll sleeps until one finds a completion, instead of spinning
+  // kEmptyPollsPerCheck polls (a system call each, on direct connections) between sleeps.
+  bool idle_sleeps = false;
 };
 
 struct RecvWqe {

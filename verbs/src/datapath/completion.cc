@@ -100,8 +100,8 @@ void WaitForRouter(Session* s) {
     return;
   }
   // Direct connections wake this thread themselves, as a blocking recv would: it serves them
-  // when it wakes (one wake-up, not the event thread's and then ours). The event thread keeps
-  // away meanwhile: the sleep is shorter than its attention window.
+  // when it wakes. The event thread keeps away for its attention window (kDirectAttendNs)
+  // only; a sleep longer than that may see it wake for the same data.
   const bool direct = s->direct_conns.load(std::memory_order_relaxed) > 0;
   if (direct) s->direct_polled_ns.store(ff::MonotonicNs(), std::memory_order_relaxed);
   pollfd p[2] = {{s->wake_fd.get(), POLLIN, 0}, {s->direct_ep.get(), POLLIN, 0}};
@@ -248,6 +248,8 @@ __attribute__((always_inline)) inline int PollBody(Context* ctx, Cq* cq, int n, 
   if (__builtin_expect(k == 0, 0) && may_sleep && rc == 0) {
     if (MaySleepOnRouter(ctx, cq)) {
       Guarded([&] { return (k = SleepOnRouter(ctx, cq, n, wc)), 0; });
+    } else if (cq->idle_sleeps && MaySleepOnRouter(ctx, cq, true)) {
+      Guarded([&] { return (k = SleepOnRouter(ctx, cq, n, wc)), 0; });
     } else if (yield != nullptr && ++cq->empty_polls >= ff::kEmptyPollsPerCheck) {
       cq->empty_polls = 0;
       const uint64_t now = ff::MonotonicNs();
@@ -258,6 +260,7 @@ __attribute__((always_inline)) inline int PollBody(Context* ctx, Cq* cq, int n, 
         // by the router: sleep as a router-fed CQ does, instead of spinning on a peer that
         // has gone quiet. A latency loop's answer comes long before this.
         if (MaySleepOnRouter(ctx, cq, true)) {
+          cq->idle_sleeps = true;
           Guarded([&] { return (k = SleepOnRouter(ctx, cq, n, wc)), 0; });
         } else {
           ++cq->yields;
@@ -266,8 +269,11 @@ __attribute__((always_inline)) inline int PollBody(Context* ctx, Cq* cq, int n, 
       }
     }
   } else if (k > 0) {
+    // Found without sleeping: traffic flows, the next empty poll spins again. One found by
+    // a sleep leaves the streak as it was: a quiet peer that sent one message stays quiet.
     cq->empty_polls = 0;
     cq->empty_since_ns = 0;
+    cq->idle_sleeps = false;
   }
   return rc != 0 && k == 0 ? -rc : k;
 }
