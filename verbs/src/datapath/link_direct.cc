@@ -49,6 +49,7 @@ PutResult PutRecord(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t index, ui
   const uint64_t bytes = sizeof(h) + h.frag_len;
   if (d.out->uncredited.load(std::memory_order_relaxed) + bytes > ff::kChannelWindow)
     return PutResult::kWait;
+  if (!link->dirty) d.owed_at_start = c->awaiting.load(std::memory_order_relaxed) > 0;
   iovec v[2 + ff::kMaxSge];
   v[0] = {&h, sizeof(h)};
   v[1] = {const_cast<ff::ProxyRequest*>(&op), sizeof(op)};
@@ -151,7 +152,37 @@ void FlushConn(DirectConn* c) {
   if (left && !c->flush_due.exchange(true)) ff::SendWake(c->session->tick_tx.get());
 }
 
-void PublishDirect(PeerLink* link) { FlushConn(link->direct->conn.get()); }
+// Whether the frames a post pass put may wait instead of being written now. Posts into a
+// burst (answers owed from earlier ones, so more posts or a poll come soon) of a program that
+// attends its connections wait, as answers do, for the next pass or poll to write them with
+// its own: ib_send_bw's small messages cost a system call and a segment each otherwise. The
+// first post after a quiet spell (a ping-pong's, a latency loop's) always goes at once. At
+// most kDirectHeldAnswerBytes wait, for at most kDirectAnswerDelayNs; a program that stops
+// calling in has them written by the event thread, which looks when its attention window
+// ends (flush_due).
+bool HoldPosts(DirectConn* c) {
+  const uint64_t polled = c->session->direct_polled_ns.load(std::memory_order_relaxed);
+  if (polled == 0) return false;
+  const uint64_t now = ff::MonotonicNs();
+  if (now - polled >= ff::kDirectAttendNs) return false;
+  std::lock_guard<std::mutex> g(c->send_mu);
+  if (c->stream->unsent() >= ff::kDirectHeldAnswerBytes) return false;
+  if (c->answers_since_ns == 0) {
+    c->answers_since_ns = now;
+  } else if (now - c->answers_since_ns >= ff::kDirectAnswerDelayNs) {
+    return false;
+  }
+  c->flush_due.store(true, std::memory_order_relaxed);
+  return true;
+}
+
+void PublishDirect(PeerLink* link) {
+  DirectOut& d = *link->direct;
+  DirectConn* c = d.conn.get();
+  if (!c->ready.load(std::memory_order_acquire)) return;
+  if (d.owed_at_start && HoldPosts(c)) return;
+  FlushConn(c);
+}
 
 void CollectDirect(Qp* qp, PeerLink* link) {
   DirectConn* c = link->direct->conn.get();

@@ -68,6 +68,9 @@ struct OutChannel {
 struct DirectOut {
   std::shared_ptr<DirectConn> conn;
   std::shared_ptr<OutChannel> out;
+  // When the current post pass put its first record, the peer owed answers already (a
+  // burst is under way): the pass's frames may wait for the next (kDirectOps publish).
+  bool owed_at_start = false;
   ~DirectOut();
 };
 
@@ -85,7 +88,8 @@ struct DirectConn {
   // must be served again though nothing arrives (queued records, UINT64_MAX: never).
   std::atomic<bool> flush_due{false};
   std::atomic<uint64_t> due_ns{UINT64_MAX};
-  uint64_t answers_since_ns = 0;  // send_mu: answers held back by the poll since (0: none)
+  // send_mu: answers held back by the poll, or posts by a burst, since (0: none)
+  uint64_t answers_since_ns = 0;
   // The peer owes us `awaiting` answers (one per answered work request whose last record we
   // sent); it last sent a frame, or began to owe from none, at `heard_ns`. Silent for
   // kDirectPeerSilentNs while it owes: it is not reading, and the connection ends.
