@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Integration: virtual RDMA across nodes. Two nodes (namespaces on an underlay bridge, a
 # router each), two pods per node, host-gateway routes so ordinary TCP between pods works.
-#   multinode.sh tools [static|etcd]   perftest + ibverbs tools between nodes
+#   multinode.sh tools [static|etcd|direct]   perftest + ibverbs tools between nodes (direct:
+#                                      pod-to-pod connections across nodes)
 #   multinode.sh failures              killed router, cut link, restarts
 #   multinode.sh etcd-outage           etcd stopped and restarted under live traffic
 #   multinode.sh etcd-secure           etcd with TLS, client certificates and auth on
@@ -59,8 +60,11 @@ elif [[ $mode == etcd-outage || $cp == etcd ]]; then
   mn_etcd_up || exit 1
   FF_CONTROL_PLANE_ARGS=(--control-plane "etcd:$(mn_etcd_url)")
 fi
-mn_router_up 0 --peer-timeout-ms 1000 "${node0_args[@]}" || exit 1
-FF_ROUTER_WRAP=$node1_wrap mn_router_up 1 --peer-timeout-ms 1000 || exit 1
+# tools direct: the same set with pod-to-pod connections across nodes (docs/direct-path.md).
+path_args=()
+[[ $cp == direct ]] && path_args=(--cross-node-path direct)
+mn_router_up 0 --peer-timeout-ms 1000 "${path_args[@]}" "${node0_args[@]}" || exit 1
+FF_ROUTER_WRAP=$node1_wrap mn_router_up 1 --peer-timeout-ms 1000 "${path_args[@]}" || exit 1
 [[ $cp == etcd || $mode == etcd-secure ]] && sleep 0.5  # let both routers publish
 
 case $mode in
@@ -90,6 +94,15 @@ case $mode in
     # need that CPU. Stop the client mid-run and read the server's CPU time for 1 s.
     long_pingpong spin
     spid=$pp_server cpid=$pp_client
+    if [[ $cp == direct ]]; then
+      # The routers' own count, asked while the pair runs: the data goes pod to pod.
+      kill -USR1 "${FF_NODE_ROUTER[0]}"
+      for ((i = 0; i < 50; i++)); do grep -q 'direct_conns=' "$(mn_dir 0)/router.log" && break; sleep 0.05; done
+      conns=$(grep -o 'direct_conns=[0-9]*' "$(mn_dir 0)/router.log" | tail -n 1)
+      echo "router of node 0 during the pair: $conns"
+      [[ ${conns#direct_conns=} -ge 1 ]]
+      check "the cross-node pair runs on a direct connection (${conns:-no stats})" $?
+    fi
     kill -STOP "$cpid"
     sleep 0.2
     cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo -1; }
