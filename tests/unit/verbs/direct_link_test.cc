@@ -85,6 +85,25 @@ class Middle {
   std::atomic<bool> stop_{false};
 };
 
+// Atomic `op` from `qp` on the first word of `target`, which holds `before`: it completes on
+// `cq`, returns `before` into `local` and leaves `after` in the word.
+void ExpectAtomic(ibv_qp* qp, ibv_cq* cq, ibv_wr_opcode op, const Buffer& local,
+                  const Buffer& target, uint64_t before, uint64_t compare_add, uint64_t swap,
+                  uint64_t after) {
+  std::memcpy(target.data(), &before, 8);
+  ASSERT_EQ(PostAtomic(qp, op, local.Sge(0, 8), 3, reinterpret_cast<uint64_t>(target.data()),
+                       target.mr()->rkey, compare_add, swap),
+            0);
+  auto wcs = PollN(cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  uint64_t word = 0;
+  std::memcpy(&word, local.data(), 8);
+  EXPECT_EQ(word, before);
+  std::memcpy(&word, target.data(), 8);
+  EXPECT_EQ(word, after);
+}
+
 class DirectLink : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -158,11 +177,16 @@ class DirectLink : public ::testing::Test {
   }
 
   // Both QPs connected, each way its own channel on the one connection.
-  void Up(const QpOptions& o = {}, Middle* middle = nullptr) {
+  // qa in pod a and qb in pod b, not connected yet.
+  void CreateBoth(const QpOptions& o = {}) {
     qa = a.CreateQp(o);
     qb = b.CreateQp(o);
     ASSERT_NE(qa, nullptr);
     ASSERT_NE(qb, nullptr);
+  }
+
+  void Up(const QpOptions& o = {}, Middle* middle = nullptr) {
+    ASSERT_NO_FATAL_FAILURE(CreateBoth(o));
     b.router.SendEvent(Channel(qb->qp_num, qa->qp_num, kChanAB));
     a.router.AnswerDirect(qa->qp_num, Reply(qb->qp_num, kChanAB, true));
     ASSERT_EQ(a.Connect(qa, qb->qp_num, o), 0);
@@ -331,19 +355,7 @@ TEST_F(DirectLink, OneSidedOperationsProgressWithoutTheTargetCallingIn) {
   EXPECT_EQ(r[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(std::memcmp(readback.data(), target.data(), 1 << 20), 0);
   // An atomic on the first word.
-  uint64_t word = 5;
-  std::memcpy(target.data(), &word, 8);
-  ASSERT_EQ(PostAtomic(qa, IBV_WR_ATOMIC_FETCH_AND_ADD, readback.Sge(0, 8), 3, raddr,
-                       target.mr()->rkey, 10, 0),
-            0);
-  auto f = PollN(a.cq, 1);
-  ASSERT_EQ(f.size(), 1u);
-  EXPECT_EQ(f[0].status, IBV_WC_SUCCESS);
-  uint64_t old = 0;
-  std::memcpy(&old, readback.data(), 8);
-  EXPECT_EQ(old, 5u);
-  std::memcpy(&word, target.data(), 8);
-  EXPECT_EQ(word, 15u);
+  ExpectAtomic(qa, a.cq, IBV_WR_ATOMIC_FETCH_AND_ADD, readback, target, 5, 10, 0, 15);
 }
 
 TEST_F(DirectLink, ADiallerThatNeverPollsServesWhatItsPeerSends) {
@@ -351,10 +363,7 @@ TEST_F(DirectLink, ADiallerThatNeverPollsServesWhatItsPeerSends) {
   // before it has dialled. Its event thread takes that event and sleeps again, with no
   // connection to watch yet; a then dials from the program's thread. a never polls, so only
   // its event thread can execute what b sends (perftest's passive side of ib_atomic_bw).
-  qa = a.CreateQp();
-  qb = b.CreateQp();
-  ASSERT_NE(qa, nullptr);
-  ASSERT_NE(qb, nullptr);
+  ASSERT_NO_FATAL_FAILURE(CreateBoth());
   a.router.SendEvent(Channel(qa->qp_num, qb->qp_num, kChanBA));
   auto installed = [&] {
     ff::verbs::DirectSet* set = ff::verbs::DirectOf(a.session);
@@ -374,29 +383,14 @@ TEST_F(DirectLink, ADiallerThatNeverPollsServesWhatItsPeerSends) {
   ConnectB({});
   Buffer target(a.pd, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
   Buffer local(b.pd, 64, IBV_ACCESS_LOCAL_WRITE);
-  uint64_t word = 5;
-  std::memcpy(target.data(), &word, 8);
-  ASSERT_EQ(PostAtomic(qb, IBV_WR_ATOMIC_CMP_AND_SWP, local.Sge(0, 8), 1,
-                       reinterpret_cast<uint64_t>(target.data()), target.mr()->rkey, 5, 9),
-            0);
-  auto wcs = PollN(b.cq, 1);
-  ASSERT_EQ(wcs.size(), 1u);
-  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
-  uint64_t old = 0;
-  std::memcpy(&old, local.data(), 8);
-  EXPECT_EQ(old, 5u);
-  std::memcpy(&word, target.data(), 8);
-  EXPECT_EQ(word, 9u);
+  ExpectAtomic(qb, b.cq, IBV_WR_ATOMIC_CMP_AND_SWP, local, target, 5, 5, 9, 9);
 }
 
 TEST_F(DirectLink, AConnectAnsweredBeforeTheEventsOfItsConnectionWaitsForThem) {
   // b's router told b of the connection a dialled (kDirectChannel, kDirectConn) before it
   // answered b's connect with it, but b's event thread has not taken those events yet: the
   // answer comes first. b's connect succeeds all the same and its QP works once they came.
-  qa = a.CreateQp();
-  qb = b.CreateQp();
-  ASSERT_NE(qa, nullptr);
-  ASSERT_NE(qb, nullptr);
+  ASSERT_NO_FATAL_FAILURE(CreateBoth());
   a.router.AnswerDirect(qa->qp_num, Reply(qb->qp_num, kChanAB, true));
   ASSERT_EQ(a.Connect(qa, qb->qp_num), 0);
   b.router.AnswerDirect(qb->qp_num, Reply(qa->qp_num, kChanBA, false));

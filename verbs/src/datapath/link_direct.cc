@@ -202,6 +202,31 @@ bool AwaitRoom(PeerLink*, Room) { return false; }
 
 // ---- receiving -------------------------------------------------------------------------------
 
+// What a target owes its initiator, put with the answers' reserve (DirectStream::Priority):
+// one response record of work request `seq` of channel `chan`, with `len` bytes of `data`
+// (READ and atomic data) at `offset`; or a credit of `bytes` (0: a keepalive). false when
+// even the reserve is full: the peer does not read what it is owed.
+bool PutResponse(DirectConn* c, uint32_t chan, uint32_t seq, uint32_t status, uint64_t offset,
+                 const char* data, uint32_t len, bool last) {
+  const ff::ProxyResponse r{offset, seq, static_cast<uint16_t>(status),
+                            static_cast<uint8_t>(last ? 1 : 0), 0};
+  const ff::RecordHeader h = ff::ResponseHeader(len);
+  const iovec v[3] = {{const_cast<ff::RecordHeader*>(&h), sizeof(h)},
+                      {const_cast<ff::ProxyResponse*>(&r), sizeof(r)},
+                      {const_cast<char*>(data), len}};
+  std::lock_guard<std::mutex> g(c->send_mu);
+  return c->stream->PutFrame(Type::kResp, chan, 0, v, len > 0 ? 3 : 2,
+                             ff::DirectStream::Priority::kAnswer) == ff::DirectStream::Put::kOk;
+}
+
+bool PutCredit(DirectConn* c, uint32_t chan, uint64_t bytes) {
+  const ff::direct::Credit credit{bytes};
+  const iovec v{const_cast<ff::direct::Credit*>(&credit), sizeof(credit)};
+  std::lock_guard<std::mutex> g(c->send_mu);
+  return c->stream->PutFrame(Type::kCredit, chan, 0, &v, 1, ff::DirectStream::Priority::kAnswer) ==
+         ff::DirectStream::Put::kOk;
+}
+
 // Where the TargetChannel of one InChannel sends its answers and finds our memory.
 struct Host {
   DirectConn* c;
@@ -211,16 +236,7 @@ struct Host {
 
   void Respond(uint32_t seq, uint32_t status, uint64_t offset, const char* data, uint32_t len,
                bool last) {
-    const ff::ProxyResponse r{offset, seq, static_cast<uint16_t>(status),
-                              static_cast<uint8_t>(last ? 1 : 0), 0};
-    const ff::RecordHeader h = ff::ResponseHeader(len);
-    const iovec v[3] = {{const_cast<ff::RecordHeader*>(&h), sizeof(h)},
-                        {const_cast<ff::ProxyResponse*>(&r), sizeof(r)},
-                        {const_cast<char*>(data), len}};
-    std::lock_guard<std::mutex> g(c->send_mu);
-    if (c->stream->PutFrame(Type::kResp, ch->chan, 0, v, len > 0 ? 3 : 2,
-                            ff::DirectStream::Priority::kAnswer) != ff::DirectStream::Put::kOk)
-      overflow = true;
+    if (!PutResponse(c, ch->chan, seq, status, offset, data, len, last)) overflow = true;
   }
   bool CanAnswer() {
     std::lock_guard<std::mutex> g(c->send_mu);
@@ -282,13 +298,9 @@ struct Serve {
 void CreditBack(Serve& sv, InChannel* ch, uint64_t bytes) {
   ch->uncredited += bytes;
   if (ch->uncredited < ff::kCreditBatch) return;
-  const ff::direct::Credit credit{ch->uncredited};
+  const uint64_t owed = ch->uncredited;
   ch->uncredited = 0;
-  const iovec v{const_cast<ff::direct::Credit*>(&credit), sizeof(credit)};
-  std::lock_guard<std::mutex> g(sv.c->send_mu);
-  if (sv.c->stream->PutFrame(Type::kCredit, ch->chan, 0, &v, 1,
-                             ff::DirectStream::Priority::kAnswer) != ff::DirectStream::Put::kOk)
-    sv.Kill("the peer does not read what it is owed");
+  if (!PutCredit(sv.c, ch->chan, owed)) sv.Kill("the peer does not read what it is owed");
 }
 
 // Publishes what `ch` put into our QP's ring and wakes whoever waits for it.
@@ -329,17 +341,9 @@ bool RunQueue(Serve& sv, InChannel* ch) {
 // that no longer exists refuses, the work request failing with retries exceeded, and its
 // bytes credited back so that the peer's window does not shrink. The record was checked.
 void Refuse(Serve& sv, uint32_t chan, const ff::RequestView& v, uint32_t len) {
-  const ff::ProxyResponse r{0, v.req.seq, static_cast<uint16_t>(IBV_WC_RETRY_EXC_ERR), 1, 0};
-  const ff::RecordHeader h = ff::ResponseHeader(0);
-  const iovec resp[2] = {{const_cast<ff::RecordHeader*>(&h), sizeof(h)},
-                         {const_cast<ff::ProxyResponse*>(&r), sizeof(r)}};
-  const ff::direct::Credit credit{len};
-  const iovec cv{const_cast<ff::direct::Credit*>(&credit), sizeof(credit)};
-  constexpr auto kAnswer = ff::DirectStream::Priority::kAnswer;
-  std::lock_guard<std::mutex> g(sv.c->send_mu);
-  if ((v.req.last && sv.c->stream->PutFrame(Type::kResp, chan, 0, resp, 2, kAnswer) !=
-                         ff::DirectStream::Put::kOk) ||
-      sv.c->stream->PutFrame(Type::kCredit, chan, 0, &cv, 1, kAnswer) != ff::DirectStream::Put::kOk)
+  if ((v.req.last &&
+       !PutResponse(sv.c, chan, v.req.seq, IBV_WC_RETRY_EXC_ERR, 0, nullptr, 0, true)) ||
+      !PutCredit(sv.c, chan, len))
     sv.Kill("the peer does not read what it is owed");
 }
 
@@ -549,19 +553,14 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
   if (!c->waiting.empty() && sv.now - c->keepalive_ns >= ff::kDirectKeepaliveNs && !sv.kill) {
     // Records wait here (RNR): tell the peer, whose answers are late, that we are alive.
     c->keepalive_ns = sv.now;
-    const ff::direct::Credit none{0};
-    const iovec v{const_cast<ff::direct::Credit*>(&none), sizeof(none)};
-    std::lock_guard<std::mutex> g(c->send_mu);
-    if (c->stream->PutFrame(Type::kCredit, c->waiting.front()->chan, 0, &v, 1,
-                            ff::DirectStream::Priority::kAnswer) != ff::DirectStream::Put::kOk)
-      sv.Kill("the peer does not read what it is owed");
+    if (!PutCredit(c, c->waiting.front()->chan, 0)) sv.Kill("the peer does not read what it is owed");
   }
   uint64_t silent_due = UINT64_MAX;
   if (c->awaiting.load(std::memory_order_relaxed) > 0 && !sv.kill) {
     // Answers are owed: a peer silent for kDirectPeerSilentNs since stopped reading or
-    // executing, as a peer HCA that stops acknowledging.
-    // Its deadline is kept apart: the event thread looks at owed answers every
-    // kDirectKeepaliveNs anyway, so it never needs waking for one.
+    // executing, as a peer HCA that stops acknowledging. Its deadline is kept apart from
+    // sv.due: the event thread looks at owed answers every kDirectKeepaliveNs anyway, so
+    // it never needs waking for one.
     const uint64_t heard = c->heard_ns.load(std::memory_order_relaxed);
     if (heard < sv.now && sv.now - heard > ff::kDirectPeerSilentNs) {
       sv.Kill("the peer has not answered for 2 s", ETIMEDOUT);
