@@ -377,7 +377,8 @@ void Executor::TakeUdRing(Qp& dest, size_t ring) {
   LoseUdRing(dest, ring, false);
 }
 
-void Executor::Drop(const Key& key, TellPeer tell, DropCause cause) {
+void Executor::Drop(Key key, TellPeer tell, DropCause cause) {
+  // By value: callers pass keys that live in the maps this erases from (by_id_).
   const bool died = cause == DropCause::kDied;
   auto it = senders_.find(key);
   if (it == senders_.end()) return;

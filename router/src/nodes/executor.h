@@ -157,7 +157,7 @@ class Executor {
   void CloseSender(Sender& s, bool died);
   // `bytes` of the sender's records are done with: credits them back in batches.
   void Credit(Sender& s, uint64_t bytes);
-  void Drop(const Key& key, TellPeer tell, DropCause cause);
+  void Drop(Key key, TellPeer tell, DropCause cause);
   Sender* Find(LinkId link, uint32_t chan);
 
   CrossNodeParts parts_;
