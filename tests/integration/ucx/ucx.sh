@@ -123,7 +123,15 @@ mpi() {
     -x UCX_TLS -x UCX_NET_DEVICES -x UCX_LOG_LEVEL "$MPI_PROG" >"$FF_DIR/mpi.log" 2>&1
   local st=$? ranks
   grep -E '^ucx_mpi_check' "$FF_DIR/mpi.log" | head -n 4
-  [[ $st -eq 0 ]] || { echo "mpirun exited $st"; grep -v '^ucx_mpi_check ok' "$FF_DIR/mpi.log" | tail -n 30; return 1; }
+  if [[ $st -ne 0 ]]; then
+    # UCX's own reason (a fatal error names the endpoint and the transport) comes first: the
+    # tail is mostly Open MPI's backtrace.
+    echo "mpirun exited $st"
+    grep -iE 'ucx +(error|fatal)|fatal error|timeout' "$FF_DIR/mpi.log" | head -n 10
+    grep -v '^ucx_mpi_check ok' "$FF_DIR/mpi.log" | tail -n 30
+    [[ -n ${FF_KEEP_LOGS:-} ]] && cp "$FF_DIR/mpi.log" "$FF_KEEP_LOGS/" && cp "$(mn_dir 0)/router.log" "$FF_KEEP_LOGS/router0.log" && cp "$(mn_dir 1)/router.log" "$FF_KEEP_LOGS/router1.log"
+    return 1
+  fi
   [[ $(grep -c '^ucx_mpi_check ok rank' "$FF_DIR/mpi.log") -eq $((2 * per_pod)) ]] ||
     { echo "not every rank reported"; return 1; }
   ranks=$(grep "ep_cfg\[.*$tl/freeflow0:1" "$FF_DIR/mpi.log" | sed -n 's/^[^]]*\] \[[^:]*:\([0-9]*\).*/\1/p' | sort -u | wc -l)
