@@ -201,6 +201,9 @@ inline constexpr size_t kTlsSendBuffer = 1u << 20;    // encrypted bytes batched
 inline constexpr int kDirectListenBacklog = 4;       // a direct listener's pending connections
 inline constexpr size_t kDirectCandidates = 4;       // accepted connections it waits on for a hello
 inline constexpr int kDirectAcceptBurst = 16;        // connections it accepts per loop turn
+// A peer's direct ask that crossed one of ours waits at most this for ours to be answered
+// (router/src/direct/direct_connections.h), then makes a connection of its own.
+inline constexpr uint64_t kDirectCrossedWaitNs = 500'000'000;
 inline constexpr uint64_t kDirectAcceptTimeoutNs = 5'000'000'000ull;  // until a listener gives up
 inline constexpr uint64_t kDirectDialTimeoutNs = 3'000'000'000ull;    // a library's dial, hello sent
 // While the program polled its connections within this, the event thread leaves them to it

@@ -86,6 +86,13 @@ std::optional<DirectConnections::Conn> DirectConnections::Forget(PodId pod, uint
   return e.conn;
 }
 
+void DirectConnections::Asking(PodId pod, uint32_t peer_ip) { ++asking_[{pod, peer_ip}]; }
+
+void DirectConnections::Answered(PodId pod, uint32_t peer_ip) {
+  auto it = asking_.find({pod, peer_ip});
+  if (it != asking_.end() && --it->second == 0) asking_.erase(it);
+}
+
 void DirectConnections::ForgetPod(PodId pod) {
   auto it = by_id_.lower_bound({pod, 0});
   while (it != by_id_.end() && it->first.first == pod) {
@@ -93,6 +100,7 @@ void DirectConnections::ForgetPod(PodId pod) {
     it = by_id_.erase(it);
   }
   counts_.erase(pod);
+  std::erase_if(asking_, [pod](const auto& a) { return a.first.first == pod; });
 }
 
 size_t DirectConnections::count(PodId pod) const {

@@ -10,6 +10,13 @@
 // use it as part of their key, so that every QP pair of the same two processes finds the
 // same connection, and a later process of the same pod a new one.
 //
+// Both processes of a pair may ask at once (the programs move the two QPs of a pair to RTR
+// together): each router would make a connection, and the pair would then use one per
+// direction, so that no answer ever rides with data. The router of the pod with the lower
+// address therefore waits, before it makes a new connection for a peer's ask, until its own
+// process's ask to that pod is answered (IsAsking; Executor), and shares the connection
+// the other router made.
+//
 // Entries are forgotten when the local process's session ends, when its library reports
 // the connection ended (DirectEnded), and when the acceptor's listener fails. A process
 // holds at most kMaxDirectConnsPerProcess (Full): its QP pairs with processes it has no
@@ -71,6 +78,13 @@ class DirectConnections {
   // Forgets every connection of `pod` (its session ended).
   void ForgetPod(PodId pod);
 
+  // Asks in flight: local process `pod` asked a peer router for a direct channel to a QP at
+  // `peer_ip` and has no answer yet (Forwarder). Counted per (pod, peer_ip); Answered
+  // below none is ignored.
+  void Asking(PodId pod, uint32_t peer_ip);
+  void Answered(PodId pod, uint32_t peer_ip);
+  bool IsAsking(PodId pod, uint32_t peer_ip) const { return asking_.count({pod, peer_ip}) != 0; }
+
   size_t size() const { return by_id_.size(); }
   size_t count(PodId pod) const;
 
@@ -91,6 +105,7 @@ class DirectConnections {
   std::map<Id, Entry> by_id_;
   std::map<Pair, uint64_t> by_pair_;  // -> conn id
   std::map<PodId, size_t> counts_;
+  std::map<std::pair<PodId, uint32_t>, uint32_t> asking_;  // (pod, peer ip) -> asks
 };
 
 }  // namespace ff::router

@@ -37,7 +37,8 @@ Executor::Sender* Executor::Find(LinkId link, uint32_t chan) {
   return FindIn(senders_, Key{link, chan});
 }
 
-void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint64_t deadline_ns) {
+void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint64_t deadline_ns,
+                       uint64_t crossed_ns) {
   wire::ConnectReply reply{};
   auto answer = [&](int status) {
     reply.status = status;
@@ -59,7 +60,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
     const uint64_t now = MonotonicNs();
     if (deadline_ns == 0) deadline_ns = now + kSourceResolveNs;
     if (now < deadline_ns) {
-      unresolved_.push_back({link, chan, m, deadline_ns});
+      unresolved_.push_back({link, chan, m, deadline_ns, 0});
       parts_.retry_soon();
       return;
     }
@@ -78,6 +79,11 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   if (dest->kind != QpKindOf(m.qp_type)) return answer(EINVAL);
   // An RC/UC QP takes data only from the QP its owner named: until then, "ask again".
   if (!dest->Consents(m.src_ip, m.src_qpn)) return answer(EINPROGRESS);
+  if (WaitsForCrossedAsk(m, *dest, *owner, &crossed_ns)) {
+    unresolved_.push_back({link, chan, m, deadline_ns, crossed_ns});
+    parts_.retry_soon();
+    return;
+  }
   if (senders_.count({link, chan})) Drop({link, chan}, TellPeer::kNo, DropCause::kClosed);
   auto s = std::make_unique<Sender>();
   s->id = next_id_++;
@@ -321,7 +327,7 @@ bool Executor::Retry() {
 void Executor::RetryUnresolved() {
   std::vector<Unresolved> pending;
   pending.swap(unresolved_);
-  for (const Unresolved& u : pending) Connect(u.link, u.chan, u.m, u.deadline_ns);
+  for (const Unresolved& u : pending) Connect(u.link, u.chan, u.m, u.deadline_ns, u.crossed_ns);
 }
 
 void Executor::RunWaiting(LinkId link) {

@@ -109,17 +109,21 @@ class Executor {
     uint64_t close_deadline_ns = 0;
   };
   struct TargetHost;  // what TargetChannel asks of the router (executor.cc)
-  // A connect whose source address the control plane did not know yet.
+  // A connect looked at again on the router's timer: its source address the control plane
+  // did not know yet, or a crossed ask (WaitsForCrossedAsk).
   struct Unresolved {
     LinkId link;
     uint32_t chan;
     wire::Connect m;
     uint64_t deadline_ns;
+    uint64_t crossed_ns;
   };
   using Key = std::pair<LinkId, uint32_t>;  // (link, channel)
 
-  // `deadline_ns`: until when an unknown source is looked up again (0: a fresh connect).
-  void Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint64_t deadline_ns = 0);
+  // `deadline_ns`: until when an unknown source is looked up again; `crossed_ns`: until when
+  // a crossed ask waits (0: a fresh connect).
+  void Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint64_t deadline_ns = 0,
+               uint64_t crossed_ns = 0);
   void RetryUnresolved();
   // Direct channels (executor_direct.cc). True when `m` asks for one to `dest` and this
   // router gives them.
@@ -127,6 +131,12 @@ class Executor {
   // The connection of the initiator's process with `owner`'s: one the router knows, or a new
   // one whose listener is open; its fields go into *reply. false: none (relay the channel).
   bool DirectConn(const wire::Connect& m, Pod& owner, wire::ConnectReply* reply);
+  // True when `m`, a direct ask to `owner`'s QP `dest`, crossed an ask of `owner` to the
+  // initiator's pod that is not answered yet, and this router is the one that waits for
+  // that answer (its pod's address is the lower), at most until *until (set on the first
+  // look, kDirectCrossedWaitNs on). DirectConnections says why.
+  bool WaitsForCrossedAsk(const wire::Connect& m, const Qp& dest, const Pod& owner,
+                          uint64_t* until) const;
   // The owner's network namespace for its listeners (-1: the router's own), opened on first
   // use. 0 or an errno value, with *error.
   int OwnerNetns(Pod& owner, int* fd, std::string* error);

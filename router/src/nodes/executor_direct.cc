@@ -5,7 +5,9 @@
 
 #include <cstring>
 
+#include "freeflow/clock.h"
 #include "freeflow/ipv4.h"
+#include "freeflow/tunables.h"
 #include "identity/netns_probe.h"
 #include "nodes/executor.h"
 
@@ -13,6 +15,17 @@ namespace ff::router {
 
 bool Executor::WantsDirect(const wire::Connect& m, const Qp& dest) const {
   return parts_.direct.on && (m.flags & wire::kConnectAskDirect) != 0 && !dest.kind->datagram;
+}
+
+bool Executor::WaitsForCrossedAsk(const wire::Connect& m, const Qp& dest, const Pod& owner,
+                                  uint64_t* until) const {
+  if (!WantsDirect(m, dest) || owner.who.ip > m.src_ip) return false;
+  const DirectConnections& conns = *parts_.direct.conns;
+  if (!conns.IsAsking(owner.id, m.src_ip) || conns.Find(m.src_ip, m.token, owner.id) != nullptr)
+    return false;
+  const uint64_t now = MonotonicNs();
+  if (*until == 0) *until = now + kDirectCrossedWaitNs;
+  return now < *until;
 }
 
 bool Executor::DirectConn(const wire::Connect& m, Pod& owner, wire::ConnectReply* reply) {

@@ -113,6 +113,10 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   }
   p->answer_pending = true;
   p->call = call;
+  if (ask_direct) {
+    parts_.direct.conns->Asking(call.pod, dest_ip);
+    p->asking = true;
+  }
   // Asked from the moment the request leaves: the peer may name src before the answer
   // (EINPROGRESS) comes back, and must then tell it (Executor::Connect, kPeerNamed).
   src.asked = !ud;
@@ -140,8 +144,15 @@ int Forwarder::MakeLateSegment(Proxy& p) {
   return MakeSegment(p);
 }
 
+void Forwarder::EndAsk(Proxy& p) {
+  if (!p.asking) return;
+  p.asking = false;
+  parts_.direct.conns->Answered(p.pod, p.dest_ip);
+}
+
 void Forwarder::Finish(Proxy& p, int status, const wire::ConnectReply* reply, bool peer_accepted) {
   const uint32_t chan = p.chan;
+  EndAsk(p);
   peer_accepted = peer_accepted || status == 0;
   const bool direct = status == 0 && (reply->flags & wire::kReplyDirect) != 0;
   if (status == 0 && !direct && p.seg.get() == nullptr) status = MakeLateSegment(p);
@@ -607,6 +618,7 @@ void Forwarder::Drop(uint32_t chan, TellPeer tell, DropCause cause) {
                            {});
   }
   ReleaseReads(*p);
+  EndAsk(*p);
   parts_.quotas.Give(
       p->pod,
       {{Quota::kQueuedBytes, p->backlog_bytes}, {Quota::kProxies, 1}, {Quota::kFds, p->fds}});

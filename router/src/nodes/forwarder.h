@@ -118,6 +118,7 @@ class Forwarder {
     bool ud = false;    // UD: a dead proxy is dropped on the next tick (the library links anew)
     bool answer_pending = false;
     bool ask_direct = false;  // the connect asked the peer for a direct channel
+    bool asking = false;      // ... and has no answer yet (DirectConnections::Asking)
     bool direct = false;      // ... and got one: no segment, nothing forwarded
     uint64_t conn = 0;        // the direct connection the channel rides on
     uint64_t fds = 0;         // of the pod's kFds quota: the segment and the doorbell
@@ -141,6 +142,8 @@ class Forwarder {
   // `peer_accepted`: the peer has a sender for the channel though the connect fails here
   // (a reply this router refuses): it hears kClose.
   void Finish(Proxy& p, int status, const wire::ConnectReply* reply, bool peer_accepted = false);
+  // The ask for a direct channel of `p` is answered (or never will be).
+  void EndAsk(Proxy& p);
   // The answer to the library for a direct channel (no descriptors).
   void AnswerDirect(Proxy& p, const wire::ConnectReply& reply);
   // What a successful reply says beyond its status, checked against what was asked and the

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "freeflow/direct_stream.h"
@@ -240,6 +241,39 @@ TEST_F(DirectPathTest, AQpPairTheOtherWayRoundSharesTheConnectionToo) {
   EXPECT_EQ(back.link.reply.direct_conn, first.link.reply.direct_conn);
   EXPECT_EQ(ntohl(back.link.reply.peer_ip), kPodA);
   ExpectChannel(pa, back, kPodB);
+  EXPECT_EQ(a.Stat("direct_conns"), 1u);
+  EXPECT_EQ(b.Stat("direct_conns"), 1u);
+}
+
+// Both programs move their QPs of a pair to RTR at once (perftest, UCX and MPI do): the two
+// asks cross on the node link. One connection must come of it, or each direction's answers
+// would travel apart from the other direction's data. Delivery between the routers is held
+// until both asks are on their way, so that they cross every time.
+TEST_F(DirectPathTest, TwoAsksThatCrossMakeOneConnection) {
+  const RawQp x = pa.CreateQp(IBV_QPT_RC);
+  const RawQp y = pb.CreateQp(IBV_QPT_RC);
+  NameOnly(pa, x, kPodB, y.qpn);
+  NameOnly(pb, y, kPodA, x.qpn);
+  const uint64_t before = net.messages_sent();
+  net.Pause("node-a", true);
+  net.Pause("node-b", true);
+  RawLink from_a, from_b;
+  std::thread ta([&] { from_a = pa.Connect(x, kPodB, y.qpn); });
+  std::thread tb([&] { from_b = pb.Connect(y, kPodA, x.qpn); });
+  EXPECT_TRUE(WaitFor([&] { return net.messages_sent() >= before + 2; }))
+      << "both connects must be on the links";
+  net.Pause("node-a", false);
+  net.Pause("node-b", false);
+  ta.join();
+  tb.join();
+  ASSERT_EQ(from_a.status, 0);
+  ASSERT_EQ(from_b.status, 0);
+  EXPECT_EQ(from_a.reply.direct_conn, from_b.reply.direct_conn)
+      << "each direction on a connection of its own";
+  // One of the two made it (its library dials), the other shares it.
+  EXPECT_EQ(((from_a.reply.flags & proto::kConnectDirectNew) != 0) +
+                ((from_b.reply.flags & proto::kConnectDirectNew) != 0),
+            1);
   EXPECT_EQ(a.Stat("direct_conns"), 1u);
   EXPECT_EQ(b.Stat("direct_conns"), 1u);
 }
