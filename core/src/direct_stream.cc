@@ -140,7 +140,9 @@ bool DirectStream::ReadSome() {
   }
   if (in_have_ == in_cap_) return false;  // never: a partial frame always leaves room
   for (;;) {
-    const ssize_t r = ::recv(fd_.get(), in_.get() + in_have_, in_cap_ - in_have_, MSG_DONTWAIT);
+    const size_t room = in_cap_ - in_have_;
+    const ssize_t r = ::recv(fd_.get(), in_.get() + in_have_, room, MSG_DONTWAIT);
+    drained_ = r <= 0 || static_cast<size_t>(r) < room;
     if (r > 0) {
       in_have_ += static_cast<size_t>(r);
       return true;

@@ -68,6 +68,10 @@ class DirectStream {
   template <typename OnFrame>
   int Receive(OnFrame&& on_frame);
 
+  // Whether the last receive took less than it had room for: the socket held no more then,
+  // and another receive now would most likely find nothing (a system call saved per serve).
+  bool drained() const { return drained_; }
+
   bool dead() const { return dead_.load(std::memory_order_acquire); }
   // Dead because the peer broke the wire's rules (a frame that did not open, a head the wire
   // does not allow), not because the connection closed or failed.
@@ -100,6 +104,7 @@ class DirectStream {
   size_t in_cap_ = 0;
   size_t in_off_ = 0, in_have_ = 0;  // unread bytes are in_[in_off_, in_have_)
   bool opened_ = false;              // the frame at in_off_ was opened already
+  bool drained_ = false;             // the last receive was short (drained())
   std::atomic<bool> dead_{false};
   std::atomic<bool> violated_{false};
   std::atomic<const char*> why_{nullptr};

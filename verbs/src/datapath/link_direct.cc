@@ -546,7 +546,9 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
       return true;
     });
     if (n > 0) frames += n;
-    if (n <= 0 || stopped) break;
+    // A short receive emptied the socket: another would find nothing now; the next poll or
+    // the event thread's readiness looks again.
+    if (n <= 0 || stopped || c->stream->drained()) break;
   }
   sv.Release();
   if (frames > 0) c->heard_ns.store(sv.now, std::memory_order_relaxed);
