@@ -210,6 +210,9 @@ inline constexpr uint64_t kDirectDialTimeoutNs = 3'000'000'000ull;    // a libra
 // (a polling receiver needs no thread wake-up); after it, or once the program sleeps, the
 // event thread serves them (one-sided operations progress without the program).
 inline constexpr uint64_t kDirectAttendNs = 200'000;
+// While the program keeps polling, the event thread looks less and less often, down to once
+// per this (verbs/src/session/session.cc, DirectWatch).
+inline constexpr uint64_t kDirectAttendMaxNs = 1'000'000;
 inline constexpr uint64_t kDirectRetryNs = 50'000;  // queued records, unsent bytes: look again
 // A record for a channel the router has not installed yet waits this long, then the
 // connection ends (a peer may not send on channels nobody opened).
