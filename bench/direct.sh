@@ -42,6 +42,41 @@ sockperf_msg_rate() {
 # sockperf_rtt_us POD_SERVER POD_CLIENT SECONDS: the whole round trip's p50 (ib_read_lat's).
 sockperf_rtt_us() { awk '{printf "%.3f\n", 2 * $1}' <<<"$(sockperf_half_rtt_us "$@")"; }
 
+# ucx_final TLS ARGS...: ucx_perftest, server in pod 0, client in pod 1, UCX_TLS=TLS over
+# freeflow0:1 (tcp: UCX's own tcp transport over the pods' network); the client's "Final:"
+# line's fields (iterations, typical/average/overall latency in usec, average/overall
+# bandwidth in MB/s, message rates), "n/a" when it failed.
+ucx_final() {
+  local tls=$1
+  shift
+  local env=(env UCX_TLS="$tls,self" UCX_NET_DEVICES=freeflow0:1)
+  [[ $tls == tcp ]] && env=(env UCX_TLS=tcp,self)
+  pod_bg 0 "${env[@]}" timeout 60 ucx_perftest -p 13337 >"$FF_DIR/ucx-server.log" 2>&1
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" 13337 || true
+  pod_run 1 "${env[@]}" timeout 60 ucx_perftest "$(ff_pod_ip 0)" -p 13337 "$@" \
+    >"$FF_DIR/ucx-client.log" 2>&1 || true
+  wait_pid "$spid" 30 >/dev/null || true
+  awk '/^Final:/ {$1 = ""; print; found = 1; exit} END {if (!found) print "n/a"}' \
+    "$FF_DIR/ucx-client.log"
+}
+# ucx_bw TLS: tag_bw 1 MiB, overall MB/s. ucx_lat TLS: tag_lat 8 B, typical usec (one way).
+ucx_bw() { ucx_final "$1" -t tag_bw -s 1048576 -n "${2:-400}" | awk '{print ($1 == "n/a") ? "n/a" : $6}'; }
+ucx_lat() { ucx_final "$1" -t tag_lat -s 8 -n 20000 | awk '{print ($1 == "n/a") ? "n/a" : $2}'; }
+
+# rstream_gbps: rstream (rsockets over rdma_cm) 64 KiB x 20,000 from pod 1 to pod 0, Gbit/s.
+rstream_gbps() {
+  local tool=${1:-rstream}
+  pod_bg 0 "$tool" -S 65536 -C 20000 >"$FF_DIR/rs-server.log" 2>&1
+  local spid=$FF_LAST_PID
+  sleep 0.5
+  pod_run 1 timeout 60 "$tool" -s "$(ff_pod_ip 0)" -S 65536 -C 20000 \
+    >"$FF_DIR/rs-client.log" 2>&1 || true
+  wait_pid "$spid" 30 >/dev/null || true
+  awk '$1 == "custom" && NF >= 7 {print $(NF - 1); found = 1; exit} END {if (!found) print "n/a"}' \
+    "$FF_DIR/rs-client.log"
+}
+
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 routers_ticks() { echo $(($(cpu_ticks "${FF_NODE_ROUTER[0]}") + $(cpu_ticks "${FF_NODE_ROUTER[1]}"))); }
 # routers_cores: both routers' CPU (cores) while a 10 s ib_write_bw runs; prints "cores gbps".
@@ -55,7 +90,7 @@ routers_cores() {
 }
 
 declare -a tcp=() tlat=() trtt=() trate=() wbw=() slat=() rlat=() sbw=() wbw_auth=() \
-  relay_wbw=() relay_slat=()
+  relay_wbw=() relay_slat=() utcp_bw=() utcp_lat=() urc_bw=() urc_lat=() uud_bw=() rs=() ris=()
 for ((r = 1; r <= RUNS; r++)); do
   echo "run $r/$RUNS" >&2
   tcp+=("$(iperf3_gbps 0 1 3)")
@@ -67,6 +102,13 @@ for ((r = 1; r <= RUNS; r++)); do
   slat+=("$(perftest_run 0 1 typical ib_send_lat -s 2 -n 5000)")
   rlat+=("$(perftest_run 0 1 typical ib_read_lat -s 2 -n 5000)")
   sbw+=("$(perftest_run 0 1 mpps ib_send_bw -s 64 -n 200000)")
+  utcp_bw+=("$(ucx_bw tcp)")
+  urc_bw+=("$(ucx_bw rc_v)")
+  utcp_lat+=("$(ucx_lat tcp)")
+  urc_lat+=("$(ucx_lat rc_v)")
+  uud_bw+=("$(ucx_bw ud_v 40)")
+  rs+=("$(rstream_gbps rstream)")
+  ris+=("$(rstream_gbps riostream)")
   routers direct authenticate
   wbw_auth+=("$(perftest_run 0 1 bw ib_write_bw -s 65536 -n 5000)")
   routers relay
@@ -95,6 +137,15 @@ row "ib_read_lat 2 B t_typical, usec" "$(ratio "$rl" "$tr")x sockperf RTT (<= 1.
 row "  sockperf ping-pong p50 (whole RTT), usec" "" "${trtt[@]}"
 row "ib_send_bw 64 B, Mmsg/s" "$(ratio "$sb" "$tq")x sockperf (>= 1)" "${sbw[@]}"
 row "  sockperf throughput 64 B, Mmsg/s" "" "${trate[@]}"
+ub=$(med "${urc_bw[@]}") utb=$(med "${utcp_bw[@]}") ul=$(med "${urc_lat[@]}") utl=$(med "${utcp_lat[@]}")
+ud=$(med "${uud_bw[@]}") r1=$(med "${rs[@]}") r2=$(med "${ris[@]}")
+row "UCX tag_bw 1 MiB over rc_v (direct), MB/s" "$(ratio "$ub" "$utb")x UCX tcp (>= 1)" "${urc_bw[@]}"
+row "UCX tag_bw 1 MiB over ud_v (relayed), MB/s" "$(ratio "$ud" "$utb")x UCX tcp (>= 0.5)" "${uud_bw[@]}"
+row "  UCX tag_bw 1 MiB over UCX's tcp, MB/s" "" "${utcp_bw[@]}"
+row "UCX tag_lat 8 B over rc_v (direct), usec" "$(ratio "$ul" "$utl")x UCX tcp (<= 1.2)" "${urc_lat[@]}"
+row "  UCX tag_lat 8 B over UCX's tcp, usec" "" "${utcp_lat[@]}"
+row "rstream 64 KiB (rsockets), Gbit/s" "$(ratio "$r1" "$t")x iperf3 (>= 0.80)" "${rs[@]}"
+row "riostream 64 KiB (rsockets), Gbit/s" "$(ratio "$r2" "$t")x iperf3 (>= 0.80)" "${ris[@]}"
 row "relay (--cross-node-path relay) ib_write_bw, Gbit/s" "" "${relay_wbw[@]}"
 row "relay ib_send_lat 2 B, usec" "" "${relay_slat[@]}"
 printf '%-50s %-26s %s\n' "routers' CPU, 10 s ib_write_bw, relay, cores" "$relay_cores" "at $relay_gbps Gbit/s"

@@ -57,6 +57,9 @@ inline constexpr int kDefaultAnswerSpinUs = 30;
 // The clock is read once per kEmptyPollsPerCheck empty polls, never on a poll that finds work.
 inline constexpr uint32_t kEmptyPollsPerCheck = 256;
 inline constexpr uint64_t kYieldAfterEmptyNs = 1'000'000;
+// A CQ that went to sleeping on each empty poll (its peer was quiet for kYieldAfterEmptyNs)
+// spins again once a sleep finds a completion within this (completion.cc).
+inline constexpr uint64_t kBusyAgainNs = 250'000;
 inline constexpr int kRouterCallTimeoutS = 10;   // a router silent this long is an error
 inline constexpr int kSeqlockReadAttempts = 64;  // tries to read an MR entry being changed
 inline constexpr int kCreditClaimAttempts = 64;  // CAS tries to claim one receive credit
