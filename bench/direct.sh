@@ -49,8 +49,9 @@ sockperf_rtt_us() { awk '{printf "%.3f\n", 2 * $1}' <<<"$(sockperf_half_rtt_us "
 ucx_final() {
   local tls=$1
   shift
-  local env=(env UCX_TLS="$tls,self" UCX_NET_DEVICES=freeflow0:1)
-  [[ $tls == tcp ]] && env=(env UCX_TLS=tcp,self)
+  local list="$tls,self" env
+  env=(env UCX_TLS="$list" UCX_NET_DEVICES=freeflow0:1)
+  [[ $tls == tcp ]] && env=(env UCX_TLS="$list")
   pod_bg 0 "${env[@]}" timeout 60 ucx_perftest -p 13337 >"$FF_DIR/ucx-server.log" 2>&1
   local spid=$FF_LAST_PID
   wait_listen 0 "$spid" 13337 || true

@@ -57,7 +57,7 @@ struct Raw {
   std::string host_prefix;
   int port = kDefaultRouterPort;
   std::string etcd_user;  // USER or USER:PASSWORD
-  std::string cross_node_path = "relay";
+  std::string cross_node_path = "direct";
   std::string direct_ports =
       std::to_string(kDefaultDirectPortLo) + "-" + std::to_string(kDefaultDirectPortHi);
   std::string direct_seal = "encrypt";

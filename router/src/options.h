@@ -48,7 +48,7 @@ struct RouterConfig {
   // Across nodes: direct connections between the pod processes (docs/direct-path.md), or
   // the relay through the two routers. Direct is asked for and answered only when both
   // routers run it; a router in relay mode answers every connect with the relay.
-  bool direct_path = false;                         // --cross-node-path=direct
+  bool direct_path = true;                          // --cross-node-path=direct (default)
   uint16_t direct_port_lo = kDefaultDirectPortLo;   // --direct-ports: where listeners bind
   uint16_t direct_port_hi = kDefaultDirectPortHi;
   SealMode direct_seal = SealMode::kEncrypt;        // --direct-seal

@@ -60,9 +60,12 @@ elif [[ $mode == etcd-outage || $cp == etcd ]]; then
   mn_etcd_up || exit 1
   FF_CONTROL_PLANE_ARGS=(--control-plane "etcd:$(mn_etcd_url)")
 fi
-# tools direct: the same set with pod-to-pod connections across nodes (docs/direct-path.md).
+# tools direct: the set with pod-to-pod connections across nodes (docs/direct-path.md), the
+# default; tools static and tools etcd: the same set relayed through the routers, which
+# clusters choose with --cross-node-path=relay. The other modes run the default.
 path_args=()
-[[ $cp == direct ]] && path_args=(--cross-node-path direct)
+[[ $mode == tools && $cp == direct ]] && path_args=(--cross-node-path direct)
+[[ $mode == tools && $cp != direct ]] && path_args=(--cross-node-path relay)
 mn_router_up 0 --peer-timeout-ms 1000 "${path_args[@]}" "${node0_args[@]}" || exit 1
 FF_ROUTER_WRAP=$node1_wrap mn_router_up 1 --peer-timeout-ms 1000 "${path_args[@]}" || exit 1
 [[ $cp == etcd || $mode == etcd-secure ]] && sleep 0.5  # let both routers publish

@@ -161,9 +161,12 @@ run_attack() {
 
 multinode_up 2 4
 # A generous peer timeout: the suite does not test lost links, and a loaded machine must not
-# make the routers declare each other dead.
-mn_router_up 0 --peer-timeout-ms 5000 || exit 1
-mn_router_up 1 --peer-timeout-ms 5000 || exit 1
+# make the routers declare each other dead. The routers relay across nodes: the attacks that
+# cross nodes (wake, shrink, ring) aim at what a router does when it delivers a peer's
+# records into a hostile pod's QP, which only the relay does; the direct path's attacks are
+# unit.verbs.DirectLink* and integration.direct (docs/direct-path.md).
+mn_router_up 0 --peer-timeout-ms 5000 --cross-node-path relay || exit 1
+mn_router_up 1 --peer-timeout-ms 5000 --cross-node-path relay || exit 1
 RV="$FF_DIR/adversary"
 mkdir -p "$RV"
 mn_pod_bg 0 "$VICTIM_POD" "$VICTIM" "$RV" >"$RV/victim.log" 2>&1

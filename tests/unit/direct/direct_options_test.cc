@@ -23,10 +23,10 @@ std::optional<RouterConfig> Parse(std::vector<std::string> extra, int* code = nu
   return c;
 }
 
-TEST(DirectOptionsTest, TheRelayIsTheDefaultWithEncryptedFramesOnPorts20000To20999) {
+TEST(DirectOptionsTest, DirectIsTheDefaultWithEncryptedFramesOnPorts20000To20999) {
   const auto c = Parse({});
   ASSERT_TRUE(c.has_value());
-  EXPECT_FALSE(c->direct_path);
+  EXPECT_TRUE(c->direct_path);
   EXPECT_EQ(c->direct_port_lo, 20000);
   EXPECT_EQ(c->direct_port_hi, 20999);
   EXPECT_EQ(c->direct_seal, SealMode::kEncrypt);
