@@ -124,29 +124,30 @@ read -r direct_cores direct_gbps <<<"$(routers_cores)"
 med() { stats "$@" | awk '{print $1}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b == 0 || a == "n/a" || b == "n/a") print "n/a"; else printf "%.2f", a / b }'; }
 row() { printf '%-50s %-26s %s\n' "$1" "$(fmt_stats "$(stats "${@:3}")")" "$2"; }
-w=$(med "${wbw[@]}") t=$(med "${tcp[@]}") sl=$(med "${slat[@]}") tl=$(med "${tlat[@]}")
-rl=$(med "${rlat[@]}") tr=$(med "${trtt[@]}") sb=$(med "${sbw[@]}") tq=$(med "${trate[@]}")
-wa=$(med "${wbw_auth[@]}")
+# against LABEL TARGET BASE FIGURE: the row of array FIGURE, with the ratio of its median to
+# the median of array BASE (measured between the same pods in the same runs) and the target.
+against() {
+  local -n fig=$4 base=$3
+  row "$1" "$(ratio "$(med "${fig[@]}")" "$(med "${base[@]}")")x $2" "${fig[@]}"
+}
 echo
 echo "direct path across nodes: median (min..max) of $RUNS runs, the same two pods; TLS node links"
-row "ib_write_bw 64 KiB, Gbit/s" "$(ratio "$w" "$t")x iperf3 (>= 0.80)" "${wbw[@]}"
-row "ib_write_bw 64 KiB, seal=authenticate, Gbit/s" "$(ratio "$wa" "$t")x iperf3 (>= 0.95)" "${wbw_auth[@]}"
+against "ib_write_bw 64 KiB, Gbit/s" "iperf3 (>= 0.80)" tcp wbw
+against "ib_write_bw 64 KiB, seal=authenticate, Gbit/s" "iperf3 (>= 0.95)" tcp wbw_auth
 row "  iperf3 single stream, Gbit/s" "" "${tcp[@]}"
-row "ib_send_lat 2 B t_typical, usec" "$(ratio "$sl" "$tl")x sockperf (<= 1.2)" "${slat[@]}"
+against "ib_send_lat 2 B t_typical, usec" "sockperf (<= 1.2)" tlat slat
 row "  sockperf ping-pong p50 (half RTT), usec" "" "${tlat[@]}"
-row "ib_read_lat 2 B t_typical, usec" "$(ratio "$rl" "$tr")x sockperf RTT (<= 1.2)" "${rlat[@]}"
+against "ib_read_lat 2 B t_typical, usec" "sockperf RTT (<= 1.2)" trtt rlat
 row "  sockperf ping-pong p50 (whole RTT), usec" "" "${trtt[@]}"
-row "ib_send_bw 64 B, Mmsg/s" "$(ratio "$sb" "$tq")x sockperf (>= 1)" "${sbw[@]}"
+against "ib_send_bw 64 B, Mmsg/s" "sockperf (>= 1)" trate sbw
 row "  sockperf throughput 64 B, Mmsg/s" "" "${trate[@]}"
-ub=$(med "${urc_bw[@]}") utb=$(med "${utcp_bw[@]}") ul=$(med "${urc_lat[@]}") utl=$(med "${utcp_lat[@]}")
-ud=$(med "${uud_bw[@]}") r1=$(med "${rs[@]}") r2=$(med "${ris[@]}")
-row "UCX tag_bw 1 MiB over rc_v (direct), MB/s" "$(ratio "$ub" "$utb")x UCX tcp (>= 1)" "${urc_bw[@]}"
-row "UCX tag_bw 1 MiB over ud_v (relayed), MB/s" "$(ratio "$ud" "$utb")x UCX tcp (>= 0.5)" "${uud_bw[@]}"
+against "UCX tag_bw 1 MiB over rc_v (direct), MB/s" "UCX tcp (>= 1)" utcp_bw urc_bw
+against "UCX tag_bw 1 MiB over ud_v (relayed), MB/s" "UCX tcp (>= 0.5)" utcp_bw uud_bw
 row "  UCX tag_bw 1 MiB over UCX's tcp, MB/s" "" "${utcp_bw[@]}"
-row "UCX tag_lat 8 B over rc_v (direct), usec" "$(ratio "$ul" "$utl")x UCX tcp (<= 1.2)" "${urc_lat[@]}"
+against "UCX tag_lat 8 B over rc_v (direct), usec" "UCX tcp (<= 1.2)" utcp_lat urc_lat
 row "  UCX tag_lat 8 B over UCX's tcp, usec" "" "${utcp_lat[@]}"
-row "rstream 64 KiB (rsockets), Gbit/s" "$(ratio "$r1" "$t")x iperf3 (>= 0.80)" "${rs[@]}"
-row "riostream 64 KiB (rsockets), Gbit/s" "$(ratio "$r2" "$t")x iperf3 (>= 0.80)" "${ris[@]}"
+against "rstream 64 KiB (rsockets), Gbit/s" "iperf3 (>= 0.80)" tcp rs
+against "riostream 64 KiB (rsockets), Gbit/s" "iperf3 (>= 0.80)" tcp ris
 row "relay (--cross-node-path relay) ib_write_bw, Gbit/s" "" "${relay_wbw[@]}"
 row "relay ib_send_lat 2 B, usec" "" "${relay_slat[@]}"
 printf '%-50s %-26s %s\n' "routers' CPU, 10 s ib_write_bw, relay, cores" "$relay_cores" "at $relay_gbps Gbit/s"
