@@ -45,6 +45,10 @@ logs() {  # the tails of both sides' output (stderr, then stdout), after a failu
 # stdout's lines); stdout is line-buffered (stdbuf) so that a side killed at its deadline
 # leaves what it had done. With CM_SERVER_STAYS=1 (servers that serve until stopped:
 # cmtime, rcopy) the server must instead still be serving after the client; it is stopped.
+# listened_again: pod 0's router has seen its server listen on $S a second time (perftest's
+# server listens anew for its test; a client rejected before that lost perftest's race).
+listened_again() { [[ $(grep -c "rdma_cm listens on $S:" "$(pod_router_log 0)") -ge 2 ]]; }
+
 cm_pair() {
   local -a srv=() cli=()
   while [[ $1 != -- ]]; do srv+=("$1"); shift; done
@@ -69,7 +73,7 @@ cm_pair() {
     # tells the race from another rejection, is let happen first (at most 2 s).
     local i
     for ((i = 0; i < 40; i++)); do
-      [[ $(grep -c "rdma_cm listens on $S:" "$(pod_router_log 0)") -ge 2 ]] && break
+      listened_again && break
       kill -0 "$spid" 2>/dev/null || break
       sleep 0.05
     done
@@ -112,7 +116,7 @@ again_if_perftest_raced() {
   for ((attempt = 1; attempt <= 10; attempt++)); do
     "$@"
     st=$?
-    { [[ $st -ne 0 && $case == ib_* ]] && [[ $(grep -c "rdma_cm listens on $S:" "$(pod_router_log 0)") -ge 2 ]] &&
+    { [[ $st -ne 0 && $case == ib_* ]] && listened_again &&
       perftest_lost_race "$FF_DIR"/client.{log,err}; } || break
     echo "perftest's client connected for its test before its server listened again (run $attempt); running the pair again"
   done

@@ -229,6 +229,14 @@ void NudgeCq(Cq* cq) {
 
 namespace {
 
+// Traffic flows on `cq`: its next empty poll spins again, and its streak of empty polls
+// starts anew.
+void EndEmptyStreak(Cq* cq) {
+  cq->empty_polls = 0;
+  cq->empty_since_ns = 0;
+  cq->idle_sleeps = false;
+}
+
 // poll_cq's body (ctx->lock held), shared with the extended CQ's start_poll and next_poll.
 // `may_sleep`: an empty poll of a router-fed CQ may wait for the router (see SleepOnRouter).
 // `yield` (ibv_poll_cq only): set when another CQ has been empty for kYieldAfterEmptyNs, for
@@ -254,11 +262,7 @@ __attribute__((always_inline)) inline int PollBody(Context* ctx, Cq* cq, int n, 
       // A completion soon after the sleep began: the peer is busy again (a ping-pong, a
       // stream after a pause), and a sleep per message would cost it a thread wake-up each
       // (UCX's tag_lat across nodes: 38 us against 7 spinning). The next empty poll spins.
-      if (k > 0 && ff::MonotonicNs() - slept < ff::kBusyAgainNs) {
-        cq->idle_sleeps = false;
-        cq->empty_polls = 0;
-        cq->empty_since_ns = 0;
-      }
+      if (k > 0 && ff::MonotonicNs() - slept < ff::kBusyAgainNs) EndEmptyStreak(cq);
     } else if (yield != nullptr && ++cq->empty_polls >= ff::kEmptyPollsPerCheck) {
       cq->empty_polls = 0;
       const uint64_t now = ff::MonotonicNs();
@@ -280,9 +284,7 @@ __attribute__((always_inline)) inline int PollBody(Context* ctx, Cq* cq, int n, 
   } else if (k > 0) {
     // Found without sleeping: traffic flows, the next empty poll spins again. One found by
     // a sleep leaves the streak as it was: a quiet peer that sent one message stays quiet.
-    cq->empty_polls = 0;
-    cq->empty_since_ns = 0;
-    cq->idle_sleeps = false;
+    EndEmptyStreak(cq);
   }
   return rc != 0 && k == 0 ? -rc : k;
 }
