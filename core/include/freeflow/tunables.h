@@ -191,6 +191,7 @@ inline constexpr size_t kLinkReadChunk = 512 * 1024;  // receive buffer growth s
 inline constexpr int kLinkReadBurst = 64;             // reads from one link per loop turn
 inline constexpr int kNodeAcceptBurst = 16;           // router connections accepted per turn
 inline constexpr size_t kMaxPendingNodeLinks = 64;    // accepted links not authenticated yet
+inline constexpr size_t kMaxPendingNodeLinksPerSource = 4;  // of those, from one address
 inline constexpr const char* kDefaultTlsDir = "/etc/freeflow/tls";  // ca.crt, tls.crt, tls.key
 inline constexpr int kNodeListenBacklog = 64;                       // pending router connections
 inline constexpr size_t kLinkCompactBytes = 4u << 20;     // sent bytes kept before the buffer moves

@@ -4,12 +4,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "base/find.h"
 #include "freeflow/ipv4.h"
@@ -66,17 +68,69 @@ bool TcpTransport::Start(EventLoop& loop, Handler& handler, std::string* error) 
   return true;
 }
 
-// Connections that have not authenticated are bounded: a flood of them (anyone can reach the
-// port) must not exhaust the router's descriptors.
+// Connections that have not authenticated are bounded (anyone can reach the port: a flood
+// of them must not exhaust the router's descriptors), and a new one is always taken: the
+// oldest pending link of the busiest address makes room for it. Refusing the newcomer instead
+// let idle connections that reconnect as soon as they are closed keep a router out for as
+// long as they went on.
 void TcpTransport::OnAccepted(UniqueFd fd) {
-  const size_t pending = static_cast<size_t>(std::count_if(
-      links_.begin(), links_.end(), [](const auto& l) { return !l.second->ready(); }));
-  if (pending >= kMaxPendingNodeLinks) {
-    spdlog::warn("refusing a connection to the router port: {} are still authenticating", pending);
-    return;
-  }
+  sockaddr_in peer{};
+  socklen_t len = sizeof(peer);
+  if (::getpeername(fd.get(), reinterpret_cast<sockaddr*>(&peer), &len) != 0) return;  // gone
+  const uint32_t source = ntohl(peer.sin_addr.s_addr);
+  MakeRoomForPending(source);
   NoDelay(fd.get());
-  Add(std::move(fd), false, EPOLLIN | EPOLLRDHUP);
+  Link* l = Add(std::move(fd), false, EPOLLIN | EPOLLRDHUP);
+  if (l != nullptr) l->source_ip = source;
+}
+
+// Eviction order: the address holding the most first (only `source` when it is at its
+// bound), then the link whose peer got least far (sent nothing, sent bytes not read yet,
+// began the handshake), then the oldest. A link whose TLS handshake finished holds a cluster
+// certificate and is never closed for an anonymous one.
+void TcpTransport::MakeRoomForPending(uint32_t source) {
+  std::unordered_map<uint32_t, size_t> per_source;
+  size_t pending = 0;
+  for (const auto& [id, l] : links_) {
+    if (l->dialled || l->ready()) continue;
+    ++per_source[l->source_ip];
+    ++pending;
+  }
+  const bool source_full = per_source[source] >= kMaxPendingNodeLinksPerSource;
+  if (!source_full && pending < kMaxPendingNodeLinks) return;
+  struct Candidate {
+    const Link* link;
+    size_t from_source;
+    int progress;
+  };
+  const auto progress = [](const Link& l) {
+    if (l.tls != nullptr && l.tls->Started()) return 2;
+    int unread = 0;
+    return ::ioctl(l.fd.get(), FIONREAD, &unread) == 0 && unread > 0 ? 1 : 0;
+  };
+  const auto before = [](const Candidate& a, const Candidate& b) {  // a is closed first
+    if (a.from_source != b.from_source) return a.from_source > b.from_source;
+    if (a.progress != b.progress) return a.progress < b.progress;
+    if (a.link->created_ns != b.link->created_ns) return a.link->created_ns < b.link->created_ns;
+    return a.link->id < b.link->id;
+  };
+  std::optional<Candidate> victim;
+  for (const auto& [id, l] : links_) {
+    if (l->dialled || l->ready() || (l->tls != nullptr && l->secured)) continue;
+    if (source_full && l->source_ip != source) continue;
+    const Candidate c{l.get(), per_source[l->source_ip], progress(*l)};
+    if (!victim || before(c, *victim)) victim = c;
+  }
+  if (!victim) return;  // all of them authenticated by certificate: bounded by time
+  ++evicted_;
+  uint64_t held_back = 0;
+  if (evict_log_.Allow(&held_back)) {
+    spdlog::warn(
+        "router port: closed a connection from {} that had not authenticated, for a newer one "
+        "({} pending, {} from that address; {} closed so in all)",
+        FormatIpv4(victim->link->source_ip), pending, victim->from_source, evicted_);
+  }
+  Close(victim->link->id, "closed for a newer connection before it authenticated");
 }
 
 TcpTransport::Link* TcpTransport::Find(LinkId id) { return FindIn(links_, id); }
@@ -526,7 +580,17 @@ void TcpTransport::Close(LinkId id, const std::string& why) {
   auto it = links_.find(id);
   if (it == links_.end()) return;
   Link& l = *it->second;
-  spdlog::warn("link {} to router {} closed: {}", id, l.peer_node.empty() ? "?" : l.peer_node, why);
+  if (!l.dialled && !l.ready()) {
+    // Never authenticated: anyone on the node network can make this line.
+    uint64_t held_back = 0;
+    if (unauthenticated_log_.Allow(&held_back)) {
+      spdlog::warn("link {} from {} closed before it authenticated: {} ({} more since the last line)",
+                   id, FormatIpv4(l.source_ip), why, held_back);
+    }
+  } else {
+    spdlog::warn("link {} to router {} closed: {}", id, l.peer_node.empty() ? "?" : l.peer_node,
+                 why);
+  }
   loop_->Unwatch(l.watch);
   if (l.dialled) dialled_.erase({l.endpoint.address, l.endpoint.port});
   links_.erase(it);

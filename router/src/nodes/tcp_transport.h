@@ -7,7 +7,13 @@
 // is "ready": the handshake finished, the certificate of a dialled peer names the node the
 // control plane gave for its endpoint, and an accepting end heard a hello naming the node
 // the dialler's certificate names. Links that do not get there within kDialTimeoutNs are
-// closed, and at most kMaxPendingNodeLinks accepted links may be on their way at once.
+// closed. At most kMaxPendingNodeLinks accepted links may be on their way at once, and
+// kMaxPendingNodeLinksPerSource from one address: a connection beyond either bound is taken
+// and a pending link of the address that holds the most is closed for it (one whose peer
+// sent nothing yet before one in its handshake, then the oldest; never one that finished
+// its handshake). Idle connections, from any number of addresses, cannot keep a router out;
+// from the dialling router's own address they would have to begin that many TLS handshakes
+// with this router while the dialler's one runs.
 #pragma once
 
 #include <sys/uio.h>
@@ -20,6 +26,7 @@
 #include <vector>
 
 #include "base/acceptor.h"
+#include "base/quotas.h"
 #include "nodes/node_transport.h"
 #include "nodes/tls.h"
 
@@ -80,6 +87,7 @@ class TcpTransport final : public NodeTransport {
     uint64_t last_tx_ns = 0;
     uint64_t last_ping_ns = 0;  // dialled links: when we last asked the peer for a pong
     uint64_t created_ns = 0;
+    uint32_t source_ip = 0;  // accepted links: the address it connected from (host order)
     size_t owed() const { return out.size() - out_off; }  // not counting encrypted bytes
     bool ready() const { return secured && (dialled || hello_seen); }
   };
@@ -92,6 +100,9 @@ class TcpTransport final : public NodeTransport {
   bool FinishConnect(Link& l);  // false: the connect failed and the link was closed
   bool Secure(Link& l);         // advances the TLS handshake; false: the link was closed
   void OnAccepted(UniqueFd fd);
+  // Makes room for one more pending link from `source` within both bounds: closes the oldest
+  // pending link of the address holding the most (`source` first when it is at its bound).
+  void MakeRoomForPending(uint32_t source);
   ssize_t Receive(Link& l, char* p, size_t n);
   void FlushTls(Link& l);  // encrypts what the link owes and sends it in batches
   size_t Encrypt(Link& l, const char* p, size_t len);
@@ -122,6 +133,11 @@ class TcpTransport final : public NodeTransport {
   std::unordered_map<LinkId, std::unique_ptr<Link>> links_;
   std::map<std::pair<uint32_t, uint16_t>, LinkId> dialled_;  // endpoint -> link
   std::vector<LinkId> flush_pending_;  // links to flush at the end of this loop turn
+  // Pending links closed for newer ones, and links that never authenticated: whatever
+  // anyone on the node network can make happen is logged at most once a period.
+  LogLimiter evict_log_;
+  LogLimiter unauthenticated_log_;
+  uint64_t evicted_ = 0;
 };
 
 }  // namespace ff::router

@@ -247,4 +247,6 @@ bool TlsSession::HasUnsent() const { return net_ != nullptr && BIO_ctrl_pending(
 
 bool TlsSession::HasPending() const { return SSL_has_pending(ssl_) == 1; }
 
+bool TlsSession::Started() const { return SSL_in_before(ssl_) == 0; }
+
 }  // namespace ff::router

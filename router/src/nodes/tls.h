@@ -69,6 +69,8 @@ class TlsSession {
   bool HasUnsent() const;
   // True when OpenSSL holds received bytes that no read returned yet (epoll cannot see them).
   bool HasPending() const;
+  // True once the handshake began: the peer's first handshake message was taken.
+  bool Started() const;
   // True when the verified peer certificate names `node` (a DNS subjectAltName, or the
   // subject CN of a certificate without any).
   bool PeerIs(const std::string& node) const;

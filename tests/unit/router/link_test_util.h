@@ -3,9 +3,12 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -82,14 +85,34 @@ inline std::string RespBody(uint32_t data_len, char fill) {
   return body;
 }
 
-// A plain TCP client of a router's port.
-inline UniqueFd RawClient(uint16_t port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+// A plain TCP connection to a router's port from address `from` (any of 127/8), its
+// connect begun and not waited for: a test opening many before it pumps the router's loop
+// would otherwise block once the listen backlog is full.
+inline UniqueFd ConnectingClient(uint16_t port, uint32_t from = kLoopback) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  sockaddr_in src{};
+  src.sin_family = AF_INET;
+  src.sin_addr.s_addr = htonl(from);
+  EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&src), sizeof(src)), 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(kLoopback);
-  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const int rc = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  EXPECT_TRUE(rc == 0 || errno == EINPROGRESS) << std::strerror(errno);
+  return fd;
+}
+
+// The same, connected (within 2 s) and blocking.
+inline UniqueFd RawClient(uint16_t port, uint32_t from = kLoopback) {
+  UniqueFd fd = ConnectingClient(port, from);
+  pollfd p{fd.get(), POLLOUT, 0};
+  EXPECT_EQ(::poll(&p, 1, 2000), 1) << "connect did not complete";
+  int error = 0;
+  socklen_t len = sizeof(error);
+  EXPECT_EQ(::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &len), 0);
+  EXPECT_EQ(error, 0) << std::strerror(error);
+  EXPECT_EQ(::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK), 0);
   return fd;
 }
 

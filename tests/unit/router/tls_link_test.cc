@@ -145,26 +145,93 @@ TEST_F(TlsLink, ACertificateFromAnotherCaIsRefusedByBothEnds) {
       << stranger.recorder.last_why;
 }
 
-// Anyone can open connections to the port: those that never authenticate are bounded, and
-// closed once the bound is reached; an authenticated router gets in when they are gone.
-TEST_F(TlsLink, ConnectionsThatNeverAuthenticateAreBounded) {
-  End a("node-a", 2000, Context("node-a")), b("node-b", 2000, Context("node-b"));
-  std::vector<UniqueFd> idle;
-  for (size_t i = 0; i < kMaxPendingNodeLinks; ++i) idle.push_back(RawClient(b.transport.port()));
-  ASSERT_TRUE(Pump({&b}, [&] { return b.transport.LinkCount() == kMaxPendingNodeLinks; }));
-  UniqueFd extra = RawClient(b.transport.port());
+// Whether the router closed connection `fd` (it reads the end of the stream).
+bool ClosedByRouter(const UniqueFd& fd) {
   char byte;
-  bool refused = false;
+  return ::recv(fd.get(), &byte, 1, MSG_DONTWAIT) == 0;
+}
+
+// Anyone can open connections to the port: those that never authenticate are bounded per
+// address, and the oldest of an address at its bound is closed for its newest.
+TEST_F(TlsLink, ConnectionsThatNeverAuthenticateAreBoundedPerAddress) {
+  End b("node-b", 2000, Context("node-b"));
+  constexpr uint32_t kFlooder = kLoopback + 1;  // 127.0.0.2
+  std::vector<UniqueFd> flood;
+  for (size_t i = 0; i < kMaxPendingNodeLinksPerSource + 3; ++i) {
+    flood.push_back(ConnectingClient(b.transport.port(), kFlooder));
+    ASSERT_TRUE(Pump({&b}, [&] { return b.transport.LinkCount() >= std::min(i + 1, kMaxPendingNodeLinksPerSource); }));
+  }
   ASSERT_TRUE(Pump({&b}, [&] {
-    refused = ::recv(extra.get(), &byte, 1, MSG_DONTWAIT) == 0;
-    return refused;
+    return ClosedByRouter(flood[0]) && ClosedByRouter(flood[1]) && ClosedByRouter(flood[2]);
   }));
+  EXPECT_EQ(b.transport.LinkCount(), kMaxPendingNodeLinksPerSource);
+  for (size_t i = 3; i < flood.size(); ++i) EXPECT_FALSE(ClosedByRouter(flood[i])) << i;
+}
+
+// Across addresses the total is bounded too: at the bound, the oldest connection of the
+// address that holds the most makes room for a newcomer from another address.
+TEST_F(TlsLink, AtTheTotalBoundTheBusiestAddressGivesWay) {
+  End b("node-b", 2000, Context("node-b"));
+  constexpr size_t kAddresses = kMaxPendingNodeLinks / kMaxPendingNodeLinksPerSource;
+  const auto from = [](size_t a) { return kLoopback + 0x100 + static_cast<uint32_t>(a); };
+  std::vector<UniqueFd> flood;
+  const auto open = [&](uint32_t address) {
+    flood.push_back(RawClient(b.transport.port(), address));
+    return Pump({&b}, [&] { return b.transport.LinkCount() == flood.size(); });
+  };
+  // Address 0 holds one connection fewer than its bound, every other one its bound, and one
+  // more address one connection: the total bound is reached.
+  for (size_t a = 0; a < kAddresses; ++a) {
+    const size_t n = a == 0 ? kMaxPendingNodeLinksPerSource - 1 : kMaxPendingNodeLinksPerSource;
+    for (size_t i = 0; i < n; ++i) ASSERT_TRUE(open(from(a)));
+  }
+  ASSERT_TRUE(open(from(kAddresses)));
+  ASSERT_EQ(b.transport.LinkCount(), kMaxPendingNodeLinks);
+  // Address 0 again: address 1's first connection (the oldest of the busiest) gives way.
+  const size_t victim = kMaxPendingNodeLinksPerSource - 1;
+  UniqueFd last = RawClient(b.transport.port(), from(0));
+  ASSERT_TRUE(Pump({&b}, [&] { return ClosedByRouter(flood[victim]); }));
   EXPECT_EQ(b.transport.LinkCount(), kMaxPendingNodeLinks);
-  idle.clear();
-  ASSERT_TRUE(Pump({&b}, [&] { return b.transport.LinkCount() == 0; }));
+  for (size_t i = 0; i < flood.size(); ++i) {
+    if (i == victim) continue;
+    EXPECT_FALSE(ClosedByRouter(flood[i])) << i;
+  }
+  EXPECT_FALSE(ClosedByRouter(last));
+}
+
+// The attack of issue 37 (6): connections that reconnect as soon as they are closed, from
+// many addresses, beyond every bound, half of them from the dialling router's own address (a
+// process on its node). A router dialling in the middle of it links, and at once, not after
+// the flood's connections time out.
+TEST_F(TlsLink, ARouterLinksThroughAFloodOfConnectionsThatNeverAuthenticate) {
+  End a("node-a", 2000, Context("node-a")), b("node-b", 2000, Context("node-b"));
+  constexpr size_t kFlood = 2 * kMaxPendingNodeLinks;
+  std::vector<UniqueFd> flood;
+  const auto from = [](size_t i) {
+    return i % 2 == 0 ? kLoopback : kLoopback + 0x200 + static_cast<uint32_t>(i % 32);
+  };
+  for (size_t i = 0; i < kFlood; ++i) flood.push_back(ConnectingClient(b.transport.port(), from(i)));
+  ASSERT_TRUE(Pump({&b}, [&] { return b.transport.LinkCount() == kMaxPendingNodeLinks; }));
+  size_t reopened = 0;
+  const auto keep_flooding = [&] {
+    for (size_t i = 0; i < flood.size(); ++i) {
+      if (!ClosedByRouter(flood[i])) continue;
+      flood[i] = ConnectingClient(b.transport.port(), from(i));
+      ++reopened;
+    }
+  };
+  const auto started = std::chrono::steady_clock::now();
   const LinkId l = a.transport.Dial(b.endpoint());
+  ASSERT_NE(l, kNoLink);
   SendSome(a, l);
-  ASSERT_TRUE(Pump({&a, &b}, [&] { return b.recorder.got.size() == 3; }));
+  ASSERT_TRUE(Pump({&a, &b}, [&] {
+    keep_flooding();
+    return b.recorder.got.size() == 3;
+  }));
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_LT(took, std::chrono::seconds(1)) << "the pending links' timeout is 5 s";
+  EXPECT_GT(reopened, 0u);  // the flood went on while the router linked
+  EXPECT_LE(b.transport.LinkCount(), kMaxPendingNodeLinks + 1);
 }
 
 TEST_F(TlsLink, LoadingRefusesWhatCannotAuthenticateThisNode) {
