@@ -4,14 +4,12 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <optional>
 
 #include "base/find.h"
 #include "freeflow/ipv4.h"
@@ -36,6 +34,8 @@ sockaddr_in SockAddr(uint32_t ip, uint16_t port) {
 }  // namespace
 
 TcpTransport::~TcpTransport() {
+  gate_.reset();                                   // its thread admits no more links
+  if (inbox_ != nullptr) inbox_->owner = nullptr;  // what it posted finds nobody
   // No handler callbacks any more: the router that owns us is going away.
   for (auto& [id, l] : links_) loop_->Unwatch(l->watch);
 }
@@ -43,108 +43,66 @@ TcpTransport::~TcpTransport() {
 bool TcpTransport::Start(EventLoop& loop, Handler& handler, std::string* error) {
   loop_ = &loop;
   handler_ = &handler;
-  const std::string where = FormatIpv4(options_.host_ip) + ":" + std::to_string(options_.port);
-  listen_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  int one = 1;
-  ::setsockopt(listen_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  const sockaddr_in a = SockAddr(options_.host_ip, options_.port);
-  if (!listen_ || ::bind(listen_.get(), reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::listen(listen_.get(), kNodeListenBacklog) != 0) {
-    *error = "cannot listen for routers on " + where + ": " + std::strerror(errno);
-    return false;
-  }
-  sockaddr_in bound{};
-  socklen_t len = sizeof(bound);
-  if (::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&bound), &len) == 0)
-    options_.port = ntohs(bound.sin_port);
-  const auto accepted = [this](UniqueFd fd) { OnAccepted(std::move(fd)); };
-  if (acceptor_.Start(loop, listen_.get(), kNodeAcceptBurst, "router port " + where, accepted) !=
-          0 ||
-      tick_.Start(loop, [this] { OnTick(); }) != 0) {
-    *error = std::string("cannot watch the router port: ") + std::strerror(errno);
+  inbox_ = std::make_shared<Inbox>();
+  inbox_->owner = this;
+  gate_ =
+      std::make_unique<NodeGate>(NodeGate::Options{options_.host_ip, options_.port, options_.tls});
+  // On the gate's thread: queue the link for this loop.
+  const auto admitted = [inbox = inbox_, loop = loop_](NodeGate::Admitted a) {
+    std::lock_guard<std::mutex> lock(inbox->mu);
+    inbox->ready.push_back(std::move(a));
+    if (inbox->ready.size() > 1) return;  // already posted
+    loop->Post([inbox] {
+      std::vector<NodeGate::Admitted> ready;
+      {
+        std::lock_guard<std::mutex> lock(inbox->mu);
+        ready.swap(inbox->ready);
+      }
+      for (NodeGate::Admitted& r : ready) {
+        if (inbox->owner != nullptr) inbox->owner->Adopt(std::move(r));
+      }
+    });
+  };
+  if (!gate_->Start(admitted, error)) return false;
+  options_.port = gate_->port();
+  if (tick_.Start(loop, [this] { OnTick(); }) != 0) {
+    *error = std::string("cannot start the node links' timer: ") + std::strerror(errno);
     return false;
   }
   tick_.Arm(kIdleTickNs);
   return true;
 }
 
-// Connections that have not authenticated are bounded (anyone can reach the port: a flood
-// of them must not exhaust the router's descriptors), and a new one is always taken: the
-// oldest pending link of the busiest address makes room for it. Refusing the newcomer instead
-// let idle connections that reconnect as soon as they are closed keep a router out for as
-// long as they went on.
-void TcpTransport::OnAccepted(UniqueFd fd) {
-  sockaddr_in peer{};
-  socklen_t len = sizeof(peer);
-  if (::getpeername(fd.get(), reinterpret_cast<sockaddr*>(&peer), &len) != 0) return;  // gone
-  const uint32_t source = ntohl(peer.sin_addr.s_addr);
-  MakeRoomForPending(source);
-  NoDelay(fd.get());
-  Link* l = Add(std::move(fd), false, EPOLLIN | EPOLLRDHUP);
-  if (l != nullptr) l->source_ip = source;
-}
-
-// Eviction order: the address holding the most first (only `source` when it is at its
-// bound), then the link whose peer got least far (sent nothing, sent bytes not read yet,
-// began the handshake), then the oldest. A link whose TLS handshake finished holds a cluster
-// certificate and is never closed for an anonymous one.
-void TcpTransport::MakeRoomForPending(uint32_t source) {
-  std::unordered_map<uint32_t, size_t> per_source;
-  size_t pending = 0;
-  for (const auto& [id, l] : links_) {
-    if (l->dialled || l->ready()) continue;
-    ++per_source[l->source_ip];
-    ++pending;
-  }
-  const bool source_full = per_source[source] >= kMaxPendingNodeLinksPerSource;
-  if (!source_full && pending < kMaxPendingNodeLinks) return;
-  struct Candidate {
-    const Link* link;
-    size_t from_source;
-    int progress;
-  };
-  const auto progress = [](const Link& l) {
-    if (l.tls != nullptr && l.tls->Started()) return 2;
-    int unread = 0;
-    return ::ioctl(l.fd.get(), FIONREAD, &unread) == 0 && unread > 0 ? 1 : 0;
-  };
-  const auto before = [](const Candidate& a, const Candidate& b) {  // a is closed first
-    if (a.from_source != b.from_source) return a.from_source > b.from_source;
-    if (a.progress != b.progress) return a.progress < b.progress;
-    if (a.link->created_ns != b.link->created_ns) return a.link->created_ns < b.link->created_ns;
-    return a.link->id < b.link->id;
-  };
-  std::optional<Candidate> victim;
-  for (const auto& [id, l] : links_) {
-    if (l->dialled || l->ready() || (l->tls != nullptr && l->secured)) continue;
-    if (source_full && l->source_ip != source) continue;
-    const Candidate c{l.get(), per_source[l->source_ip], progress(*l)};
-    if (!victim || before(c, *victim)) victim = c;
-  }
-  if (!victim) return;  // all of them authenticated by certificate: bounded by time
-  ++evicted_;
-  uint64_t held_back = 0;
-  if (evict_log_.Allow(&held_back)) {
-    spdlog::warn(
-        "router port: closed a connection from {} that had not authenticated, for a newer one "
-        "({} pending, {} from that address; {} closed so in all)",
-        FormatIpv4(victim->link->source_ip), pending, victim->from_source, evicted_);
-  }
-  Close(victim->link->id, "closed for a newer connection before it authenticated");
+// A connection the gate admitted: a router that authenticated and said which node it is.
+void TcpTransport::Adopt(NodeGate::Admitted a) {
+  std::unique_ptr<TlsSession> tls = std::move(a.tls);
+  Link* l = Add(std::move(a.fd), false, EPOLLIN | EPOLLRDHUP, std::move(tls));
+  if (l == nullptr) return;
+  l->secured = true;
+  l->hello_seen = true;
+  l->peer_node = a.node;
+  l->source_ip = a.source_ip;
+  spdlog::info("link {}: router {} connected from {} ({})", l->id, l->peer_node,
+               FormatIpv4(a.source_ip),
+               l->tls != nullptr ? l->tls->Description() : "plaintext, unauthenticated");
+  if (l->tls != nullptr && l->tls->HasPending()) ReadLater(l->id);  // came with the hello
 }
 
 TcpTransport::Link* TcpTransport::Find(LinkId id) { return FindIn(links_, id); }
 
 const TcpTransport::Link* TcpTransport::Find(LinkId id) const { return FindIn(links_, id); }
 
-TcpTransport::Link* TcpTransport::Add(UniqueFd fd, bool dialled, uint32_t events) {
+TcpTransport::Link* TcpTransport::Add(UniqueFd fd, bool dialled, uint32_t events,
+                                      std::unique_ptr<TlsSession> tls) {
   auto l = std::make_unique<Link>();
   l->id = next_id_++;
   l->fd = std::move(fd);
   l->dialled = dialled;
   l->connected = !dialled;
   l->last_rx_ns = l->last_tx_ns = l->created_ns = MonotonicNs();
-  if (options_.tls != nullptr) {
+  if (tls != nullptr) {
+    l->tls = std::move(tls);
+  } else if (options_.tls != nullptr) {
     l->tls = TlsSession::Create(*options_.tls, l->fd.get(), dialled);
     if (l->tls == nullptr) return nullptr;
   } else {
@@ -580,21 +538,10 @@ void TcpTransport::Close(LinkId id, const std::string& why) {
   auto it = links_.find(id);
   if (it == links_.end()) return;
   Link& l = *it->second;
-  if (!l.dialled && !l.ready()) {
-    // Never authenticated: anyone on the node network can make this line.
-    uint64_t held_back = 0;
-    if (unauthenticated_log_.Allow(&held_back)) {
-      spdlog::warn("link {} from {} closed before it authenticated: {} ({} more since the last line)",
-                   id, FormatIpv4(l.source_ip), why, held_back);
-    }
-  } else {
-    spdlog::warn("link {} to router {} closed: {}", id, l.peer_node.empty() ? "?" : l.peer_node,
-                 why);
-  }
+  spdlog::warn("link {} to router {} closed: {}", id, l.peer_node.empty() ? "?" : l.peer_node, why);
   loop_->Unwatch(l.watch);
   if (l.dialled) dialled_.erase({l.endpoint.address, l.endpoint.port});
   links_.erase(it);
-  acceptor_.Resume();  // its descriptor is closed
   handler_->OnLinkDown(id, why);
 }
 
@@ -637,7 +584,6 @@ void TcpTransport::OnTick() {
     ScheduleFlush(*l);
   }
   for (auto& [id, why] : dead) Close(id, why);
-  acceptor_.Resume();
   tick_.Arm(kIdleTickNs);
 }
 

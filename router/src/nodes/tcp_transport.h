@@ -7,26 +7,22 @@
 // is "ready": the handshake finished, the certificate of a dialled peer names the node the
 // control plane gave for its endpoint, and an accepting end heard a hello naming the node
 // the dialler's certificate names. Links that do not get there within kDialTimeoutNs are
-// closed. At most kMaxPendingNodeLinks accepted links may be on their way at once, and
-// kMaxPendingNodeLinksPerSource from one address: a connection beyond either bound is taken
-// and a pending link of the address that holds the most is closed for it (one whose peer
-// sent nothing yet before one in its handshake, then the oldest; never one that finished
-// its handshake). Idle connections, from any number of addresses, cannot keep a router out;
-// from the dialling router's own address they would have to begin that many TLS handshakes
-// with this router while the dialler's one runs.
+// closed. Connections from the node network wait in a gate (node_gate.h: bounded per source
+// address, on a thread of its own) until they authenticated and said hello; only then do
+// they become links of this loop.
 #pragma once
 
 #include <sys/uio.h>
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "base/acceptor.h"
-#include "base/quotas.h"
+#include "nodes/node_gate.h"
 #include "nodes/node_transport.h"
 #include "nodes/tls.h"
 
@@ -57,6 +53,8 @@ class TcpTransport final : public NodeTransport {
   std::string PeerNode(LinkId link) const override;
   // The port it listens on (the kernel's choice when Options::port was 0).
   uint16_t port() const { return options_.port; }
+  // Where connections wait until they authenticated (after Start).
+  const NodeGate& gate() const { return *gate_; }
 
  private:
   struct Link {
@@ -94,15 +92,13 @@ class TcpTransport final : public NodeTransport {
 
   Link* Find(LinkId id);
   const Link* Find(LinkId id) const;
-  Link* Add(UniqueFd fd, bool dialled, uint32_t events);
+  // A link on `fd`; its TLS session `tls` when the gate made it, else a new one.
+  Link* Add(UniqueFd fd, bool dialled, uint32_t events, std::unique_ptr<TlsSession> tls = nullptr);
+  void Adopt(NodeGate::Admitted a);
   void OnEvents(LinkId id, uint32_t events);
   bool ReadAll(Link& l);        // false: the link was closed
   bool FinishConnect(Link& l);  // false: the connect failed and the link was closed
   bool Secure(Link& l);         // advances the TLS handshake; false: the link was closed
-  void OnAccepted(UniqueFd fd);
-  // Makes room for one more pending link from `source` within both bounds: closes the oldest
-  // pending link of the address holding the most (`source` first when it is at its bound).
-  void MakeRoomForPending(uint32_t source);
   ssize_t Receive(Link& l, char* p, size_t n);
   void FlushTls(Link& l);  // encrypts what the link owes and sends it in batches
   size_t Encrypt(Link& l, const char* p, size_t len);
@@ -126,18 +122,20 @@ class TcpTransport final : public NodeTransport {
   Options options_;
   EventLoop* loop_ = nullptr;
   Handler* handler_ = nullptr;
-  UniqueFd listen_;
-  Acceptor acceptor_;
+  // Links the gate admitted, on their way from its thread to this loop's; `owner` is
+  // cleared (on this loop's thread) when the transport goes.
+  struct Inbox {
+    std::mutex mu;
+    std::vector<NodeGate::Admitted> ready;
+    TcpTransport* owner = nullptr;
+  };
+  std::shared_ptr<Inbox> inbox_;
+  std::unique_ptr<NodeGate> gate_;
   Timer tick_;
   LinkId next_id_ = 1;
   std::unordered_map<LinkId, std::unique_ptr<Link>> links_;
   std::map<std::pair<uint32_t, uint16_t>, LinkId> dialled_;  // endpoint -> link
   std::vector<LinkId> flush_pending_;  // links to flush at the end of this loop turn
-  // Pending links closed for newer ones, and links that never authenticated: whatever
-  // anyone on the node network can make happen is logged at most once a period.
-  LogLimiter evict_log_;
-  LogLimiter unauthenticated_log_;
-  uint64_t evicted_ = 0;
 };
 
 }  // namespace ff::router

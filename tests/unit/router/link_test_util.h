@@ -2,8 +2,8 @@
 // driven by the test's thread, and a recorder of what each end's handler heard.
 #pragma once
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>

@@ -96,10 +96,11 @@ TEST_F(TlsLink, APlaintextPeerIsRefusedBeforeAnyFrameIsActedOn) {
   const wire::Connect connect{0x0a2a2a2a, 0xbadbad, 2, 0x0a020001, 0x101, 0};
   frame(wire::Type::kConnect, &connect, sizeof(connect));
   ASSERT_EQ(::send(c.get(), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
-  ASSERT_TRUE(Pump({&b}, [&] { return !b.recorder.down.empty(); }));
+  ASSERT_TRUE(Pump({&b}, [&] { return b.transport.gate().refused() > 0; }));
   EXPECT_TRUE(b.recorder.got.empty());
-  EXPECT_NE(b.recorder.last_why.find("TLS handshake failed"), std::string::npos)
-      << b.recorder.last_why;
+  EXPECT_EQ(b.transport.LinkCount(), 0u);
+  EXPECT_NE(b.transport.gate().last_refusal().find("TLS handshake failed"), std::string::npos)
+      << b.transport.gate().last_refusal();
   char byte;
   EXPECT_LE(::recv(c.get(), &byte, 1, 0), 0);  // closed
 }
@@ -125,10 +126,11 @@ TEST_F(TlsLink, ARouterWhoseHelloNamesAnotherNodeThanItsCertificateIsRefused) {
   const LinkId l = evil.transport.Dial(b.endpoint());
   ASSERT_NE(l, kNoLink);
   SendSome(evil, l);
-  ASSERT_TRUE(Pump({&evil, &b}, [&] { return !b.recorder.down.empty(); }));
-  EXPECT_NE(b.recorder.last_why.find("says it is node 'node-a' but its certificate is"),
-            std::string::npos)
-      << b.recorder.last_why;
+  ASSERT_TRUE(Pump({&evil, &b}, [&] { return b.transport.gate().refused() > 0; }));
+  EXPECT_NE(
+      b.transport.gate().last_refusal().find("says it is node 'node-a' but its certificate is"),
+      std::string::npos)
+      << b.transport.gate().last_refusal();
   EXPECT_TRUE(b.recorder.got.empty());
 }
 
@@ -138,8 +140,9 @@ TEST_F(TlsLink, ACertificateFromAnotherCaIsRefusedByBothEnds) {
   const LinkId l = stranger.transport.Dial(b.endpoint());
   ASSERT_NE(l, kNoLink);
   SendSome(stranger, l);
-  ASSERT_TRUE(Pump({&stranger, &b},
-                   [&] { return !b.recorder.down.empty() && !stranger.recorder.down.empty(); }));
+  ASSERT_TRUE(Pump({&stranger, &b}, [&] {
+    return b.transport.gate().refused() > 0 && !stranger.recorder.down.empty();
+  }));
   EXPECT_TRUE(b.recorder.got.empty());
   EXPECT_NE(stranger.recorder.last_why.find("certificate"), std::string::npos)
       << stranger.recorder.last_why;
@@ -159,12 +162,14 @@ TEST_F(TlsLink, ConnectionsThatNeverAuthenticateAreBoundedPerAddress) {
   std::vector<UniqueFd> flood;
   for (size_t i = 0; i < kMaxPendingNodeLinksPerSource + 3; ++i) {
     flood.push_back(ConnectingClient(b.transport.port(), kFlooder));
-    ASSERT_TRUE(Pump({&b}, [&] { return b.transport.LinkCount() >= std::min(i + 1, kMaxPendingNodeLinksPerSource); }));
+    ASSERT_TRUE(Pump({&b}, [&] {
+      return b.transport.gate().waiting() >= std::min(i + 1, kMaxPendingNodeLinksPerSource);
+    }));
   }
   ASSERT_TRUE(Pump({&b}, [&] {
     return ClosedByRouter(flood[0]) && ClosedByRouter(flood[1]) && ClosedByRouter(flood[2]);
   }));
-  EXPECT_EQ(b.transport.LinkCount(), kMaxPendingNodeLinksPerSource);
+  EXPECT_EQ(b.transport.gate().waiting(), kMaxPendingNodeLinksPerSource);
   for (size_t i = 3; i < flood.size(); ++i) EXPECT_FALSE(ClosedByRouter(flood[i])) << i;
 }
 
@@ -177,7 +182,7 @@ TEST_F(TlsLink, AtTheTotalBoundTheBusiestAddressGivesWay) {
   std::vector<UniqueFd> flood;
   const auto open = [&](uint32_t address) {
     flood.push_back(RawClient(b.transport.port(), address));
-    return Pump({&b}, [&] { return b.transport.LinkCount() == flood.size(); });
+    return Pump({&b}, [&] { return b.transport.gate().waiting() == flood.size(); });
   };
   // Address 0 holds one connection fewer than its bound, every other one its bound, and one
   // more address one connection: the total bound is reached.
@@ -186,12 +191,12 @@ TEST_F(TlsLink, AtTheTotalBoundTheBusiestAddressGivesWay) {
     for (size_t i = 0; i < n; ++i) ASSERT_TRUE(open(from(a)));
   }
   ASSERT_TRUE(open(from(kAddresses)));
-  ASSERT_EQ(b.transport.LinkCount(), kMaxPendingNodeLinks);
+  ASSERT_EQ(b.transport.gate().waiting(), kMaxPendingNodeLinks);
   // Address 0 again: address 1's first connection (the oldest of the busiest) gives way.
   const size_t victim = kMaxPendingNodeLinksPerSource - 1;
   UniqueFd last = RawClient(b.transport.port(), from(0));
   ASSERT_TRUE(Pump({&b}, [&] { return ClosedByRouter(flood[victim]); }));
-  EXPECT_EQ(b.transport.LinkCount(), kMaxPendingNodeLinks);
+  EXPECT_EQ(b.transport.gate().waiting(), kMaxPendingNodeLinks);
   for (size_t i = 0; i < flood.size(); ++i) {
     if (i == victim) continue;
     EXPECT_FALSE(ClosedByRouter(flood[i])) << i;
@@ -210,8 +215,9 @@ TEST_F(TlsLink, ARouterLinksThroughAFloodOfConnectionsThatNeverAuthenticate) {
   const auto from = [](size_t i) {
     return i % 2 == 0 ? kLoopback : kLoopback + 0x200 + static_cast<uint32_t>(i % 32);
   };
-  for (size_t i = 0; i < kFlood; ++i) flood.push_back(ConnectingClient(b.transport.port(), from(i)));
-  ASSERT_TRUE(Pump({&b}, [&] { return b.transport.LinkCount() == kMaxPendingNodeLinks; }));
+  for (size_t i = 0; i < kFlood; ++i)
+    flood.push_back(ConnectingClient(b.transport.port(), from(i)));
+  ASSERT_TRUE(Pump({&b}, [&] { return b.transport.gate().waiting() == kMaxPendingNodeLinks; }));
   size_t reopened = 0;
   const auto keep_flooding = [&] {
     for (size_t i = 0; i < flood.size(); ++i) {
@@ -231,7 +237,8 @@ TEST_F(TlsLink, ARouterLinksThroughAFloodOfConnectionsThatNeverAuthenticate) {
   const auto took = std::chrono::steady_clock::now() - started;
   EXPECT_LT(took, std::chrono::seconds(1)) << "the pending links' timeout is 5 s";
   EXPECT_GT(reopened, 0u);  // the flood went on while the router linked
-  EXPECT_LE(b.transport.LinkCount(), kMaxPendingNodeLinks + 1);
+  EXPECT_LE(b.transport.gate().waiting(), kMaxPendingNodeLinks);
+  EXPECT_EQ(b.transport.LinkCount(), 1u);  // the router's link, and no connection of the flood
 }
 
 TEST_F(TlsLink, LoadingRefusesWhatCannotAuthenticateThisNode) {
