@@ -1,6 +1,7 @@
 // The adversary suite (docs/security.md, "The adversary suite"): one attack per finding of
-// issue 9, each performed by a hostile pod that skips the library and speaks the router's
-// socket protocol and shared memory itself, against real ffrouter processes. An attack
+// issue 9 ("6") and of later reviews ("37.6": issue 37's sixth), each performed by a hostile
+// pod that skips the library and speaks the router's socket protocol and shared memory
+// itself (or, for the node port, plain TCP), against real ffrouter processes. An attack
 // exits 0 only when every defence it tried held, and says so in one line:
 //   DEFENDED <finding> <name>: <what was tried> -> <what it got>
 //   BREACHED <finding> <name>: <what was tried> -> <what it got>
@@ -50,7 +51,9 @@ class Rendezvous {
 // The checks of one attack, and its verdict.
 class Report {
  public:
-  Report(int finding, std::string name) : finding_(finding), name_(std::move(name)) {}
+  // `finding`: "6" for issue 9's sixth, "37.6" for issue 37's.
+  Report(std::string finding, std::string name)
+      : finding_(std::move(finding)), name_(std::move(name)) {}
   // One thing the attacker tried: `held` when the defence held; `got` what it got.
   void Check(bool held, const std::string& tried, const std::string& got);
   // Prints every check and the verdict line; returns the exit status (0: defended).
@@ -61,7 +64,7 @@ class Report {
     bool held;
     std::string tried, got;
   };
-  int finding_;
+  std::string finding_;
   std::string name_;
   std::vector<Line> lines_;
 };
@@ -134,8 +137,10 @@ int MrTable(const Args& a);   // finding 5
 int Identity(const Args& a);  // finding 6
 int Folder(const Args& a);    // finding 7
 int Quota(const Args& a);     // finding 8
-int PeerHelper(const Args& a);
-int HostHelper(const Args& a);
+int PortFlood(const Args& a);  // issue 37, attacks 6 and 7
+int PeerHelper(const Args& a);     // the helper of every cross-node attack
+int IdentityHost(const Args& a);   // identity's helper with host networking
+int PortFloodHost(const Args& a);  // port-flood's helper with host networking
 int Probe(const Args& a);
 
 }  // namespace ff::adversary

@@ -111,7 +111,7 @@ int ConnectByLid(RawPod& pod, const RawQp& qp, const Victim& v, Loot* loot) {
 }  // namespace
 
 int Attach(const Args& a) {
-  Report r(1, "attach");
+  Report r("1", "attach");
   auto start = OpenAgainstVictim(a, r);
   if (!start) return r.Finish();
   RawPod& pod = start->pod;

@@ -72,16 +72,17 @@ void Report::Check(bool held, const std::string& tried, const std::string& got) 
 int Report::Finish() const {
   for (const Line& l : lines_) {
     if (l.held) continue;
-    std::printf("BREACHED %d %s: %s -> %s\n", finding_, name_.c_str(), l.tried.c_str(),
+    std::printf("BREACHED %s %s: %s -> %s\n", finding_.c_str(), name_.c_str(), l.tried.c_str(),
                 l.got.c_str());
     return 1;
   }
   if (lines_.empty()) {
-    std::printf("BREACHED %d %s: nothing was checked -> no verdict\n", finding_, name_.c_str());
+    std::printf("BREACHED %s %s: nothing was checked -> no verdict\n", finding_.c_str(),
+                name_.c_str());
     return 1;
   }
-  std::printf("DEFENDED %d %s: %zu attempts (above) -> every one failed\n", finding_, name_.c_str(),
-              lines_.size());
+  std::printf("DEFENDED %s %s: %zu attempts (above) -> every one failed\n", finding_.c_str(),
+              name_.c_str(), lines_.size());
   return 0;
 }
 

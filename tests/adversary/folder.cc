@@ -59,7 +59,7 @@ int BindAt(const std::string& path) {
 }  // namespace
 
 int Folder(const Args& a) {
-  Report r(7, "folder");
+  Report r("7", "folder");
   const Rendezvous rv(a.meet);
   const char* env = std::getenv("FREEFLOW_DIR");
   const std::string dir = env != nullptr ? env : "/freeflow";

@@ -148,7 +148,7 @@ void OwnNamespace(Report& r, const std::string& victim_cidr) {
 }  // namespace
 
 int Identity(const Args& a) {
-  Report r(6, "identity");
+  Report r("6", "identity");
   const Rendezvous rv(a.meet);
   std::optional<Own> own;
   std::optional<Victim> victim;
@@ -204,7 +204,7 @@ int Identity(const Args& a) {
 
 // The helper of `identity`, run with host networking on the attacked node: one HELLO, its
 // status and reason for the attacker.
-int HostHelper(const Args& a) {
+int IdentityHost(const Args& a) {
   const Rendezvous rv(a.meet);
   if (!rv.Get("host-go")) return 2;
   std::string reason;

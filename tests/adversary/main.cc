@@ -1,5 +1,5 @@
-// ffadversary: the attacks of the adversary suite, one command per finding of issue 9, and
-// the two helpers they need. Run by tests/integration/security/adversary.sh; see adversary.h.
+// ffadversary: the attacks of the adversary suite, one command per finding, and the helpers
+// they need. Run by tests/integration/security/adversary.sh; see adversary.h.
 //   ffadversary COMMAND DIR          an attack, or the probe ("hello")
 //   ffadversary peer DIR ATTACK      the helper of ATTACK, on the other node
 //   ffadversary host DIR ATTACK      the helper of ATTACK, with host networking
@@ -12,50 +12,63 @@
 namespace {
 
 using ff::adversary::Args;
+using Run = int (*)(const Args&);
 
 struct Command {
   const char* name;
-  int finding;  // 0: not an attack
-  int (*run)(const Args&);
+  const char* finding;  // nullptr: not an attack
+  Run run;
   const char* what;
+  Run host = nullptr;  // its helper with host networking, if it has one
 };
 
 constexpr Command kCommands[] = {
-    {"attach", 1, &ff::adversary::Attach, "attach to the victim's QPs and take its regions"},
-    {"wake", 2, &ff::adversary::Wake, "make the router block on a wake descriptor"},
-    {"shrink", 3, &ff::adversary::Shrink, "shrink memfds the router maps"},
-    {"ring", 4, &ff::adversary::Ring, "steer the router's ring producers outside a ring"},
-    {"mr-table", 5, &ff::adversary::MrTable, "write the read-only MR tables"},
-    {"identity", 6, &ff::adversary::Identity, "be served with the victim's address"},
-    {"folder", 7, &ff::adversary::Folder, "change the shared folder pods load from"},
-    {"quota", 8, &ff::adversary::Quota, "make the router hold all it can"},
-    {"peer", 0, &ff::adversary::PeerHelper, "ATTACK: the helper of a cross-node attack"},
-    {"host", 0, &ff::adversary::HostHelper, "ATTACK: the helper run with host networking"},
-    {"hello", 0, &ff::adversary::Probe, "a fresh pod's HELLO, answered within 1 s"},
+    {"attach", "1", &ff::adversary::Attach, "attach to the victim's QPs and take its regions"},
+    {"wake", "2", &ff::adversary::Wake, "make the router block on a wake descriptor"},
+    {"shrink", "3", &ff::adversary::Shrink, "shrink memfds the router maps"},
+    {"ring", "4", &ff::adversary::Ring, "steer the router's ring producers outside a ring"},
+    {"mr-table", "5", &ff::adversary::MrTable, "write the read-only MR tables"},
+    {"identity", "6", &ff::adversary::Identity, "be served with the victim's address",
+     &ff::adversary::IdentityHost},
+    {"folder", "7", &ff::adversary::Folder, "change the shared folder pods load from"},
+    {"quota", "8", &ff::adversary::Quota, "make the router hold all it can"},
+    {"port-flood", "37.6", &ff::adversary::PortFlood,
+     "keep routers from linking with idle connections to a node port",
+     &ff::adversary::PortFloodHost},
+    {"hello", nullptr, &ff::adversary::Probe, "a fresh pod's HELLO, answered within 1 s"},
 };
 
 int Usage() {
-  std::fprintf(stderr, "usage: ffadversary COMMAND DIR [ATTACK]\n");
+  std::fprintf(stderr, "usage: ffadversary COMMAND DIR | {peer|host} DIR ATTACK\n");
   for (const Command& c : kCommands) {
-    if (c.finding != 0) {
-      std::fprintf(stderr, "  %-9s finding %d: %s\n", c.name, c.finding, c.what);
-    } else {
-      std::fprintf(stderr, "  %-9s %s\n", c.name, c.what);
-    }
+    std::fprintf(stderr, "  %-10s %s%s%s%s\n", c.name, c.finding ? "finding " : "",
+                 c.finding ? c.finding : "", c.finding ? ": " : "", c.what);
   }
+  std::fprintf(stderr, "  %-10s ATTACK's helper on the other node\n", "peer");
+  std::fprintf(stderr, "  %-10s ATTACK's helper with host networking\n", "host");
   return 2;
+}
+
+const Command* Find(const char* name) {
+  for (const Command& c : kCommands) {
+    if (std::strcmp(name, c.name) == 0) return &c;
+  }
+  return nullptr;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) return Usage();
-  for (const Command& c : kCommands) {
-    if (std::strcmp(argv[1], c.name) != 0) continue;
-    const bool helper = c.run == &ff::adversary::PeerHelper || c.run == &ff::adversary::HostHelper;
-    if (helper && argc < 4) return Usage();
-    const Args args{argv[2], std::string(argv[2]) + "/" + (helper ? argv[3] : c.name)};
-    return c.run(args);
+  const std::string dir = argv[2];
+  const bool peer = std::strcmp(argv[1], "peer") == 0;
+  if (peer || std::strcmp(argv[1], "host") == 0) {
+    const Command* attack = argc >= 4 ? Find(argv[3]) : nullptr;
+    if (attack == nullptr || (!peer && attack->host == nullptr)) return Usage();
+    const Args args{dir, dir + "/" + attack->name};
+    return peer ? ff::adversary::PeerHelper(args) : attack->host(args);
   }
-  return Usage();
+  const Command* c = Find(argv[1]);
+  if (c == nullptr) return Usage();
+  return c->run(Args{dir, dir + "/" + c->name});
 }

@@ -64,7 +64,7 @@ bool TablePublishes(RawPod& pod) {
 }  // namespace
 
 int MrTable(const Args& a) {
-  Report r(5, "mr-table");
+  Report r("5", "mr-table");
   auto start = OpenAgainstVictim(a, r);
   if (!start) return r.Finish();
   AttackTable(start->pod.mr_table_fd(), "its own MR table", r);

@@ -47,7 +47,7 @@ void Expect(Report& r, const std::string& what, const Flood& f, std::initializer
 }  // namespace
 
 int Quota(const Args& a) {
-  Report r(8, "quota");
+  Report r("8", "quota");
   const Rendezvous rv(a.meet);
   // The attacker's own descriptor limit must not be what stops it.
   rlimit nofile{};

@@ -82,7 +82,7 @@ void CorruptResponses(RawPod& pod, RawQp& flooded, RawQp& control, const Peer& p
 }  // namespace
 
 int Ring(const Args& a) {
-  Report r(4, "ring");
+  Report r("4", "ring");
   const Rendezvous rv(a.meet);
   RawPod pod = OpenPod();
   if (pod.Hello(Abi()) != 0) {

@@ -83,7 +83,7 @@ void Regions(RawPod& pod, Report& r, Shrinkable* later, std::vector<UniqueFd>* k
 }  // namespace
 
 int Shrink(const Args& a) {
-  Report r(3, "shrink");
+  Report r("3", "shrink");
   const Rendezvous rv(a.meet);
   Shrinkable later;
   UniqueFd notify;

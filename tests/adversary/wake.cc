@@ -85,7 +85,7 @@ void ChannelWithEventfd(RawPod& pod, Report& r, Jammed* j) {
 }  // namespace
 
 int Wake(const Args& a) {
-  Report r(2, "wake");
+  Report r("2", "wake");
   const Rendezvous rv(a.meet);
   Jammed j;
   RawPod pod = HelloWithEventfd(r, &j);

@@ -15,10 +15,11 @@ source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 ADV=${FF_ADVERSARY:-$FF_BUILD/tests/adversary/ffadversary}
 VICTIM=${FF_VICTIM:-$FF_BUILD/tests/adversary/ffadversary_victim}
 
-# The attacks, one per finding of issue 9: "finding command helper", where helper is the
-# helper command the attack needs ("-": none): "peer" runs in a pod of the other node, "host"
-# with host networking on node 0. A new attack is one line here and one command in
-# tests/adversary/main.cc.
+# The attacks, one per finding of issue 9 ("6") or a later review ("37.6": issue 37's sixth):
+# "finding command helper", where helper is the helper command the attack needs ("-": none):
+# "peer" runs in a pod of the other node, "host" with host networking on node 0. A new attack
+# is one line here and one command in tests/adversary/main.cc; the checks particular to an
+# attack are functions named after it (before_NAME, during_NAME, after_NAME, "-" as "_").
 ATTACKS=(
   "1 attach -"
   "2 wake peer"
@@ -28,11 +29,14 @@ ATTACKS=(
   "6 identity host"
   "7 folder -"
   "8 quota -"
+  "37.6 port-flood host"
 )
 
 # Pods of node 0: the victim, the attacker, the ping-pong server (also the probe's pod), the
-# ping-pong client. Pods of node 1: the attacker's helper, the cross-node ping-pong client.
-VICTIM_POD=0 ATTACKER_POD=1 PP_SERVER=2 PP_CLIENT=3 HELPER_POD=0 PP_REMOTE=1
+# ping-pong client. Pods of node 1: the attacker's helper, the cross-node ping-pong client,
+# the server of port-flood's latency pair, whose client is pod 0 of node 2 (a node whose
+# router the attacks restart).
+VICTIM_POD=0 ATTACKER_POD=1 PP_SERVER=2 PP_CLIENT=3 HELPER_POD=0 PP_REMOTE=1 LAT_SERVER=2
 failures=0
 check() {  # check NAME STATUS
   if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi
@@ -112,12 +116,19 @@ more_pairs() {
 }
 routers_alive() { kill -0 "${FF_NODE_ROUTER[0]}" 2>/dev/null && kill -0 "${FF_NODE_ROUTER[1]}" 2>/dev/null; }
 
+# hook WHEN NAME: the checks particular to attack NAME at WHEN (before, during, after).
+hook() {
+  local f="$1_${2//-/_}"
+  if declare -F "$f" >/dev/null; then "$f"; fi
+}
+
 # run_attack FINDING COMMAND HELPER
 run_attack() {
   local finding=$1 name=$2 helper=$3 meet="$RV/$2" hpid="" apid i a h=0 probe held after
   local failed_before
   failed_before=$(($(pairs_failed same) + $(pairs_failed cross)))
   mkdir -p "$meet"
+  hook before "$name"
   if [[ $helper == peer ]]; then
     raw_bg 1 "$HELPER_POD" "$ADV" peer "$RV" "$name" >"$meet.helper.log" 2>&1
     hpid=$FF_LAST_PID
@@ -137,6 +148,7 @@ run_attack() {
   probe=$?
   more_pairs 2
   held=$?
+  hook during "$name"
   touch "$meet/release"
   wait_pid "$apid" 30
   a=$?
@@ -157,9 +169,71 @@ run_attack() {
     $((held != 0 || after != 0 || failed_now != failed_before))
   routers_alive
   check "finding $finding ($name): both routers alive" $?
+  hook after "$name"
 }
 
-multinode_up 2 4
+# port-flood (issue 37, attacks 6 and 7) floods node 1's router port. While it holds, node
+# 2's router is restarted and must link to node 1's through the flood: its link comes up at
+# once (the bound for a handshake is 5 s; the flood used to keep links out for as long as it
+# went on), none of its links to node 1 is closed, and an ib_send_lat between the two nodes
+# keeps its median within 2x of the same test before the flood. Node 1's router logs a
+# bounded number of lines for it.
+FLOOD_LAT_SERVER_PORT=18515
+# lat_through_fresh_link: restarts node 2's router, then runs ib_send_lat from pod 2/0 to
+# pod 1/LAT_SERVER three times (the suite's ping-pongs run meanwhile); sets LAT (the median
+# of their medians, us; 0 when a pair failed) and LINK (ms from router 2's TCP connect to
+# node 1's router to the end of its TLS handshake, from router 2's log; -1 without). Not in
+# a subshell: it restarts a router whose PID the suite keeps.
+lat_through_fresh_link() {
+  local log k
+  local -a runs=()
+  LAT=0 LINK=-1
+  log=$(mn_dir 2)/router.log
+  mn_router_down 2
+  : >"$log"
+  mn_router_up 2 --peer-timeout-ms 5000 --cross-node-path relay || return 1
+  for k in 1 2 3; do
+    mn_pair 1 "$LAT_SERVER" 2 0 ib_send_lat -n 2000 -p "$FLOOD_LAT_SERVER_PORT" >/dev/null || return 1
+    runs+=("$(awk '/^ +2 +[0-9]+ / {print $5}' "$FF_DIR/client.log" | tail -n 1)")
+  done
+  LAT=$(printf '%s\n' "${runs[@]}" | sort -g | sed -n 2p)
+  LINK=$(awk '
+    function ms(t) { split(substr(t, 12), p, ":"); return (p[1] * 3600 + p[2] * 60 + p[3]) * 1000 }
+    /connected to router node1 / && !c { c = ms($1) }
+    /TLS with router node1 / && !d { d = ms($1) }
+    END { if (c && d) printf "%d\n", d - c; else print "-1" }' "$log")
+}
+before_port_flood() {
+  echo "$(mn_node_ip 1) 7471" >"$RV/port-flood/target"
+  lat_through_fresh_link
+  FLOOD_BASE_LAT=$LAT FLOOD_BASE_LINK=$LINK
+  echo "    without the flood: ib_send_lat median ${FLOOD_BASE_LAT:-?} us, link in ${FLOOD_BASE_LINK:-?} ms"
+  FLOOD_LOG_MARK=$(wc -l <"$(mn_dir 1)/router.log") FLOOD_START=$SECONDS
+}
+during_port_flood() {
+  lat_through_fresh_link
+  local lat=$LAT link=$LINK
+  echo "    through the flood: ib_send_lat median ${lat:-?} us, link in ${link:-?} ms"
+  awk -v l="${link:--1}" 'BEGIN { exit !(l >= 0 && l <= 1000) }'
+  check "finding 37.6 (port-flood): node 2's router linked to node 1's through the flood within 1 s (${link:-?} ms; ${FLOOD_BASE_LINK:-?} ms without)" $?
+  ! grep -q "to router node1 closed" "$(mn_dir 2)/router.log"
+  check "finding 37.6 (port-flood): no link of node 2 to node 1 was closed" $?
+  awk -v b="${lat:-0}" -v i="${FLOOD_BASE_LAT:-0}" 'BEGIN { exit !(b > 0 && i > 0 && b <= 2 * i) }'
+  check "finding 37.6 (port-flood): ib_send_lat median within 2x of the same test without it (${lat:-?} vs ${FLOOD_BASE_LAT:-?} us)" $?
+}
+# Lines about the node port's connections (the gate's: "router port..."; the suite's other
+# lines, its pods coming and going, are not the flood's): one per 10 s (kQuotaLogIntervalNs)
+# for each of its two kinds (closed for a newer one, closed before it authenticated), and
+# a spare one.
+after_port_flood() {
+  local lines bound=$((2 * ((SECONDS - FLOOD_START) / 10 + 1) + 1))
+  lines=$(tail -n "+$((FLOOD_LOG_MARK + 1))" "$(mn_dir 1)/router.log" | grep -c "router port")
+  echo "    node 1's router logged $lines lines about its node port in $((SECONDS - FLOOD_START)) s"
+  ((lines <= bound))
+  check "finding 37.7 (port-flood): node 1's router logged at most $bound lines for it ($lines)" $?
+}
+
+multinode_up 3 4
 # A generous peer timeout: the suite does not test lost links, and a loaded machine must not
 # make the routers declare each other dead. The routers relay across nodes: the attacks that
 # cross nodes (wake, shrink, ring) aim at what a router does when it delivers a peer's
@@ -167,6 +241,7 @@ multinode_up 2 4
 # unit.verbs.DirectLink* and integration.direct (docs/direct-path.md).
 mn_router_up 0 --peer-timeout-ms 5000 --cross-node-path relay || exit 1
 mn_router_up 1 --peer-timeout-ms 5000 --cross-node-path relay || exit 1
+mn_router_up 2 --peer-timeout-ms 5000 --cross-node-path relay || exit 1
 RV="$FF_DIR/adversary"
 mkdir -p "$RV"
 mn_pod_bg 0 "$VICTIM_POD" "$VICTIM" "$RV" >"$RV/victim.log" 2>&1
@@ -205,7 +280,7 @@ v=$?
 tail -n 1 "$RV/victim.log"
 check "the victim's secrets: no byte changed (exit $v)" $v
 if [[ $failures -ne 0 ]]; then
-  for n in 0 1; do echo "--- router of node $n"; tail -n 30 "$(mn_dir "$n")/router.log"; done
+  for n in 0 1 2; do echo "--- router of node $n"; tail -n 30 "$(mn_dir "$n")/router.log"; done
   for tag in same cross; do echo "--- ping-pongs ($tag)"; tail -n 12 "$RV/pp-$tag.log"; done
 fi
 [[ $failures -eq 0 ]]
