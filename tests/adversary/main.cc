@@ -32,6 +32,8 @@ constexpr Command kCommands[] = {
      &ff::adversary::IdentityHost},
     {"folder", "7", &ff::adversary::Folder, "change the shared folder pods load from"},
     {"quota", "8", &ff::adversary::Quota, "make the router hold all it can"},
+    {"ud-flood", "37.1", &ff::adversary::UdFlood,
+     "give a victim's UD QP new senders faster than it reads their events"},
     {"port-flood", "37.6", &ff::adversary::PortFlood,
      "keep routers from linking with idle connections to a node port",
      &ff::adversary::PortFloodHost},

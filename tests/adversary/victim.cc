@@ -4,9 +4,11 @@
 // IBV_ACCESS_REMOTE_READ only (only a peer it connects to, which it never does), creates an
 // RC QP left in INIT and a UD QP, and describes itself in DIR/victim (victim.h). It then
 // watches both pages until DIR/victim.release appears and exits 0 only when no byte of
-// either ever changed (a change is reported when seen; the victim stays until released).
+// either ever changed (a change is reported when seen; the victim stays until released) and
+// its device never reported a fatal error (the library's word for a lost router session).
 #include "victim.h"
 
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -98,6 +100,21 @@ std::string Watch(const std::vector<Secret*>& secrets, const std::string& releas
   return changed;
 }
 
+// The fatal asynchronous events the device reported (without waiting): what the library
+// reports when it lost its router and failed every QP of the process. "" when none.
+std::string FatalEvents(ibv_context* ctx) {
+  const int flags = ::fcntl(ctx->async_fd, F_GETFL);
+  if (flags < 0 || ::fcntl(ctx->async_fd, F_SETFL, flags | O_NONBLOCK) != 0)
+    return "cannot read its asynchronous events";
+  std::string fatal;
+  ibv_async_event e{};
+  for (int i = 0; i < 1000 && ibv_get_async_event(ctx, &e) == 0; ++i) {
+    if (e.event_type == IBV_EVENT_DEVICE_FATAL) fatal = "IBV_EVENT_DEVICE_FATAL";
+    ibv_ack_async_event(&e);
+  }
+  return fatal;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -136,11 +153,13 @@ int main(int argc, char** argv) {
               ud->qp_num);
   std::fflush(stdout);
   const std::string changed = Watch({&local, &readable}, dir + "/" + kVictimRelease);
+  const std::string fatal = FatalEvents(ctx);
   if (changed.empty()) {
     std::printf("VICTIM intact: no byte of its secrets changed\n");
   } else {
     std::printf("VICTIM CHANGED: %s\n", changed.c_str());
   }
+  if (!fatal.empty()) std::printf("VICTIM LOST ITS DEVICE: %s\n", fatal.c_str());
   ibv_destroy_qp(rc);
   ibv_destroy_qp(ud);
   ibv_dereg_mr(local.mr);
@@ -149,5 +168,5 @@ int main(int argc, char** argv) {
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
   ibv_free_device_list(list);
-  return changed.empty() ? 0 : 1;
+  return changed.empty() && fatal.empty() ? 0 : 1;
 }

@@ -161,6 +161,9 @@ inline constexpr uint32_t kDefaultPodQueuedMiB = 32;     // queued because the p
 inline constexpr uint64_t kQuotaLogIntervalNs = 10'000'000'000ull;  // one line per pod+quota
 inline constexpr int kMaxRefusedSessions = 64;  // refused clients kept until they read why
 inline constexpr uint64_t kHelloTimeoutNs = 5'000'000'000ull;  // a client says HELLO by then
+// Events queued for a pod whose event socket is full, beyond those that replace a queued one
+// (pods/event_backlog.h); each also counts against its queued-bytes and descriptor quotas.
+inline constexpr size_t kMaxQueuedEvents = 4096;
 inline constexpr uint64_t kFdReserve = 256;  // descriptors the router keeps beyond pods' quotas
 
 // ---- router: forwarding and target execution --------------------------------------------

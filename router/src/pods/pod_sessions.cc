@@ -401,11 +401,79 @@ void PodSessions::Notify(PodId pod, proto::EventType type, uint32_t qpn) {
 void PodSessions::NotifyWithFd(PodId pod, const proto::Event& e, int fd) {
   Session* s = Find(pod);
   if (s == nullptr || !s->events) return;
-  const int rc = SendWithFds(s->events.get(), &e, sizeof(e), &fd, fd >= 0 ? 1 : 0, MSG_DONTWAIT);
-  if (rc == EAGAIN) {
-    spdlog::warn("client {} does not read its events; dropping its event socket", pod);
+  if (s->backlog.empty()) {  // else those go first
+    const int rc =
+        SendWithFds(s->events.get(), &e, sizeof(e), &fd, fd >= 0 ? 1 : 0, MSG_DONTWAIT);
+    if (rc == 0) return;
+    if (rc != EAGAIN && rc != EWOULDBLOCK) return LoseEvents(*s, std::strerror(rc));
   }
-  if (rc != 0) s->events.reset();
+  if (!QueueEvent(*s, e, fd)) {
+    return LoseEvents(*s, "it does not read its events (" + std::to_string(s->backlog.size()) +
+                              " waiting, holding " + std::to_string(s->backlog.fds()) +
+                              " descriptors)");
+  }
+  if (s->events_watch == 0) {
+    const PodId id = s->id;
+    s->events_watch =
+        loop_.Watch(s->events.get(), EPOLLOUT, [this, id](uint32_t) { OnEventsWritable(id); });
+    if (s->events_watch == 0) LoseEvents(*s, "cannot watch its event socket");
+  }
+}
+
+bool PodSessions::QueueEvent(Session& s, const proto::Event& e, int fd) {
+  // The most it can hold more; what a replaced event held is given back after.
+  if (!quotas_.TryTake(s.id, {Quota::kQueuedBytes, sizeof(e)})) return false;
+  s.charged_event_bytes += sizeof(e);
+  if (fd >= 0) {
+    if (!quotas_.TryTake(s.id, {Quota::kFds, 1})) {
+      SettleEventCharges(s);
+      return false;
+    }
+    ++s.charged_event_fds;
+  }
+  const uint64_t replaced = s.backlog.replaced();
+  const bool queued = s.backlog.Push(e, fd);
+  events_replaced_ += s.backlog.replaced() - replaced;
+  SettleEventCharges(s);
+  return queued;
+}
+
+void PodSessions::SettleEventCharges(Session& s) {
+  const uint64_t bytes = s.backlog.size() * sizeof(proto::Event), fds = s.backlog.fds();
+  if (s.charged_event_bytes > bytes) {
+    quotas_.Give(s.id, {{Quota::kQueuedBytes, s.charged_event_bytes - bytes}});
+    s.charged_event_bytes = bytes;
+  }
+  if (s.charged_event_fds > fds) {
+    quotas_.Give(s.id, {{Quota::kFds, s.charged_event_fds - fds}});
+    s.charged_event_fds = fds;
+  }
+}
+
+void PodSessions::OnEventsWritable(PodId id) {
+  Session* s = Find(id);
+  if (s == nullptr || !s->events) return;
+  const int rc = s->backlog.Flush(s->events.get());
+  SettleEventCharges(*s);
+  if (rc == EAGAIN) return;
+  if (rc != 0) return LoseEvents(*s, std::strerror(rc));
+  loop_.Unwatch(s->events_watch);
+  s->events_watch = 0;
+}
+
+void PodSessions::LoseEvents(Session& s, const std::string& why) {
+  spdlog::warn("client {}: dropping its event socket: {}", s.id, why);
+  if (s.events_watch != 0) loop_.Unwatch(s.events_watch);
+  s.events_watch = 0;
+  s.backlog = EventBacklog();
+  SettleEventCharges(s);
+  s.events.reset();
+}
+
+size_t PodSessions::events_waiting() const {
+  size_t n = 0;
+  for (const auto& [id, s] : sessions_) n += s->backlog.size();
+  return n;
 }
 
 void PodSessions::NotifyAll(proto::EventType type) {
@@ -420,6 +488,7 @@ void PodSessions::Drop(PodId pod, const char* why) {
   if (s->ring_control != nullptr)
     ring_pods_.erase(std::remove(ring_pods_.begin(), ring_pods_.end(), pod), ring_pods_.end());
   loop_.Unwatch(s->watch);
+  if (s->events_watch != 0) loop_.Unwatch(s->events_watch);
   if (!s->refusal.empty()) --refused_;
   spdlog::info("client {} (pid {}, {}) gone: {}", pod, s->who.pid, FormatIpv4(s->who.ip), why);
   handler_.OnPodGone(pod);

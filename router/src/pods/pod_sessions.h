@@ -32,6 +32,7 @@
 #include "freeflow/ring.h"
 #include "identity/identity.h"
 #include "objects/resources.h"
+#include "pods/event_backlog.h"
 
 namespace ff::router {
 
@@ -81,10 +82,16 @@ class PodSessions : private EventLoop::Poller {
   void Answer(const Call& call, int status, const proto::Response& body, const int* fds = nullptr,
               int nfds = 0);
   void Answer(const Call& call, int status) { Answer(call, status, proto::Response{}); }
-  // Sends an event; a pod that does not read its events loses its event socket.
+  // Sends an event. While the pod's event socket is full, events wait (EventBacklog: an
+  // event replaces the queued one it makes stale), charged to the pod's queued-bytes and
+  // descriptor quotas; a pod that lets more wait than those allow (or kMaxQueuedEvents)
+  // does not read them, and loses its event socket.
   void Notify(PodId pod, proto::EventType type, uint32_t qpn);
-  // Sends `e` with descriptor `fd` (kUdRing). A pod that does not take it loses its events.
+  // Sends `e` with descriptor `fd` (kUdRing, kDirectConn).
   void NotifyWithFd(PodId pod, const proto::Event& e, int fd);
+  // Events waiting for pods' full event sockets, and how many were replaced by newer ones.
+  size_t events_waiting() const;
+  uint64_t events_replaced() const { return events_replaced_; }
   void NotifyAll(proto::EventType type);
   // Disconnects `pod` now (OnPodGone runs before this returns).
   void Drop(PodId pod, const char* why);
@@ -104,6 +111,10 @@ class PodSessions : private EventLoop::Poller {
     UniqueFd sock;
     EventLoop::WatchId watch = 0;
     UniqueFd events;
+    EventBacklog backlog;  // events waiting for room on `events`
+    EventLoop::WatchId events_watch = 0;  // while some wait: for room
+    uint64_t charged_event_bytes = 0;     // what the backlog holds against the pod's quotas
+    uint64_t charged_event_fds = 0;
     PodIdentity who;
     bool welcomed = false;
     Kind kind = Kind::kVerbs;
@@ -114,6 +125,14 @@ class PodSessions : private EventLoop::Poller {
     RingConsumer ring;
     RequestRingControl* ring_control = nullptr;
   };
+  // Queues `e` (and `fd`) for `s`, charged to its quotas; false when they or the backlog
+  // are full.
+  bool QueueEvent(Session& s, const proto::Event& e, int fd);
+  void OnEventsWritable(PodId id);
+  // Makes what `s` is charged for its waiting events what they hold now (gives back).
+  void SettleEventCharges(Session& s);
+  // The pod does not read its events (or its event socket broke): it loses the socket.
+  void LoseEvents(Session& s, const std::string& why);
   // EventLoop::Poller: the request rings.
   void Poll() override;
   void ShowCpu();
@@ -157,6 +176,7 @@ class PodSessions : private EventLoop::Poller {
   std::unordered_map<PodId, std::unique_ptr<Session>> sessions_;
   std::deque<std::pair<uint64_t, PodId>> hello_deadlines_;  // in adoption order
   size_t refused_ = 0;
+  uint64_t events_replaced_ = 0;  // waiting events replaced by newer ones, in all
   LogLimiter refusal_log_;
   uint64_t hello_timeout_ns_ = kHelloTimeoutNs;
   uint64_t answer_spin_ns_ = 0;

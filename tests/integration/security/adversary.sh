@@ -29,6 +29,7 @@ ATTACKS=(
   "6 identity host"
   "7 folder -"
   "8 quota -"
+  "37.1 ud-flood -"
   "37.6 port-flood host"
 )
 
@@ -172,6 +173,13 @@ run_attack() {
   hook after "$name"
 }
 
+# ud-flood (issue 37, attack 1) makes the victim's UD QP events faster than it reads them:
+# the victim's library must not have lost its router (it would fail every QP of the victim).
+after_ud_flood() {
+  ! grep -q "lost the connection to the router" "$RV/victim.log"
+  check "finding 37.1 (ud-flood): the victim kept its router session and its QPs" $?
+}
+
 # port-flood (issue 37, attacks 6 and 7) floods node 1's router port. While it holds, node
 # 2's router is restarted and must link to node 1's through the flood: its link comes up at
 # once (the bound for a handshake is 5 s; the flood used to keep links out for as long as it
@@ -280,7 +288,14 @@ v=$?
 tail -n 1 "$RV/victim.log"
 check "the victim's secrets: no byte changed (exit $v)" $v
 if [[ $failures -ne 0 ]]; then
-  for n in 0 1 2; do echo "--- router of node $n"; tail -n 30 "$(mn_dir "$n")/router.log"; done
+  for n in 0 1 2; do
+    echo "--- router of node $n (warnings and errors)"
+    grep -E " (warning|error) " "$(mn_dir "$n")/router.log" | tail -n 15
+    echo "--- router of node $n"
+    tail -n 30 "$(mn_dir "$n")/router.log"
+  done
+  echo "--- the victim"
+  tail -n 15 "$RV/victim.log"
   for tag in same cross; do echo "--- ping-pongs ($tag)"; tail -n 12 "$RV/pp-$tag.log"; done
 fi
 [[ $failures -eq 0 ]]

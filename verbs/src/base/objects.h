@@ -300,7 +300,8 @@ struct Inbound {
   std::vector<InboundState> messages;  // per ring
   // UD: each sender's ring is a memfd of its own that the router made and named the sender
   // of (kUdRing); `sources` says who that is, whatever the records claim. The event thread
-  // queues new rings in `arriving`; the data path installs them (peer_events.cc).
+  // queues new rings in `arriving`; the data path installs them (peer_events.cc), or the
+  // event thread when a ring changes hands again before they were.
   struct UdSource {
     uint32_t ip = 0;  // host order
     uint32_t qpn = 0;

@@ -55,6 +55,10 @@ void Registry::OnPeerGone(uint32_t qpn, PeerGone why) {
   WakeQpCqs(qp);
 }
 
+namespace {
+void InstallRings(Qp* qp);  // below
+}  // namespace
+
 template <typename F>
 void Registry::UnderContextLock(uint32_t qpn, F&& f) {
   // Registry, then context lock: no thread takes them the other way round.
@@ -90,10 +94,25 @@ void Registry::OnUdRing(const ff::proto::Event& e, UniqueFd fd) {
   auto it = qps_.find(e.qpn);
   if (it == qps_.end() || !it->second->kind->datagram) return;
   Qp* qp = it->second;
+  bool again = false;
   {
     std::lock_guard<std::mutex> a(qp->inbound.arriving_mu);
-    qp->inbound.arriving.push_back(
-        Inbound::ArrivingRing{e.ring, e.src_ip, e.src_qpn, std::move(fd)});
+    auto& arriving = qp->inbound.arriving;
+    again = std::any_of(arriving.begin(), arriving.end(),
+                        [&](const Inbound::ArrivingRing& r) { return r.ring == e.ring; });
+    arriving.push_back(Inbound::ArrivingRing{e.ring, e.src_ip, e.src_qpn, std::move(fd)});
+  }
+  if (again) {
+    // A second sender of a ring before the program polled (other processes take the QP's
+    // rings faster than it polls): the rings are installed now, what the earlier senders
+    // published delivered, so that what waits stays one ring (one descriptor) per ring of
+    // the QP, however often its rings change hands meanwhile.
+    std::lock_guard<AdaptiveLock> l(qp->ctx->lock);
+    Guarded([&] {
+      InstallRings(qp);
+      return 0;
+    });
+    return;
   }
   qp->ctx->attention.store(true, std::memory_order_release);
   WakeQpCqs(qp);  // a receiver asleep on its channel must poll to take the ring in
