@@ -344,6 +344,8 @@ int CmService::MigrateId(Ctx& c) {
     for (const proto::CmEvent& e : old->second.backlog)
       (e.owner == id->handle ? moved : keep).push_back(e);
     old->second.backlog = std::move(keep);
+    // Emit charges them again where they wait now.
+    p_.quotas.Give(from.first, {{Quota::kQueuedBytes, moved.size() * sizeof(proto::CmEvent)}});
     for (const proto::CmEvent& e : moved) Emit(*id, e);
   }
   return c.Out(rdma_ucm_migrate_resp{});

@@ -518,9 +518,15 @@ void CmService::Emit(const CmId& id, const proto::CmEvent& event) {
     }
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return;  // closed: its hang-up follows
   }
-  if (ch.backlog.size() >= kMaxCmBacklog) {
+  // What waits is the pod's memory in the router: charged to its queued-mib, so that many
+  // channels that are not read cannot add up to more than the pod may hold.
+  if (ch.backlog.size() >= kMaxCmBacklog ||
+      !p_.quotas.TryTake(id.pod, {Quota::kQueuedBytes, sizeof(e)})) {
     // Deferred: the caller may hold ids of this channel.
-    p_.loop.Defer([this, key] { CloseChannel(key, "does not read its rdma_cm events"); });
+    p_.loop.Defer([this, key] {
+      CloseChannel(key, "does not read its rdma_cm events (its backlog or the pod's queued-mib "
+                        "quota is full)");
+    });
     return;
   }
   ch.backlog.push_back(e);
@@ -536,6 +542,7 @@ void CmService::Flush(const ChannelKey& key) {
                              MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n != static_cast<ssize_t>(sizeof(proto::CmEvent))) break;
     ch.backlog.pop_front();
+    p_.quotas.Give(key.first, {{Quota::kQueuedBytes, sizeof(proto::CmEvent)}});
   }
   if (ch.backlog.empty()) p_.loop.Modify(ch.watch, EPOLLRDHUP);
 }
@@ -547,8 +554,9 @@ void CmService::CloseChannel(const ChannelKey& key, const char* why) {
   table_.ForgetGrants(key.first, key.second);
   spdlog::info("client {}: rdma_cm channel {} closed: {}", key.first, key.second, why);
   p_.loop.Unwatch(it->second.watch);
+  const uint64_t queued = it->second.backlog.size() * sizeof(proto::CmEvent);
   channels_.erase(it);
-  p_.quotas.Give(key.first, {{Quota::kFds, 1}});
+  p_.quotas.Give(key.first, {{Quota::kFds, 1}, {Quota::kQueuedBytes, queued}});
 }
 
 }  // namespace ff::router

@@ -453,6 +453,47 @@ TEST_F(CmTest, APostedCommandIsCarriedOutAndNotAnswered) {
 // A posted RESOLVE_ROUTE (the library answers it and writes ROUTE_RESOLVED itself) resolves
 // the route without an event; the CONNECT that follows goes out. An answered one still
 // brings ROUTE_RESOLVED.
+// Issue 37, attack 4: events a pod does not read wait in the router, and one pod with many
+// channels made it hold 2.4 GB (4096 events of 592 bytes per channel, 996 channels). What
+// waits is now charged to the pod's queued-mib: here 1 MiB, about 1770 events, across
+// three channels that are never read. Once it is full, the channel whose event does not fit
+// is closed (as one that reached kMaxCmBacklog), the pod's session and its other channels go
+// on, and what the closed channel held is given back.
+TEST(CmQuota, EventsNobodyReadsCountAgainstThePodsQueuedBytes) {
+  TestRouter router{TestRouter::Options{.limits = WithLimits({{Quota::kQueuedBytes, 1}})}};
+  CmPod server(router, Ip("10.0.0.2"));
+  CmPod client(router, Ip("10.0.0.3"));
+  ASSERT_EQ(server.Hello(), 0);
+  ASSERT_EQ(client.Hello(), 0);
+  for (uint32_t ch = 1; ch <= 3; ++ch) ASSERT_EQ(client.Open(ch), 0);
+  constexpr int kPerChannel = 1500;  // 4500 events: far more than 1 MiB and the sockets hold
+  int resolved = 0;
+  for (uint32_t ch = 1; ch <= 3; ++ch) {
+    for (int i = 0; i < kPerChannel; ++i) {
+      const uint32_t id = client.CreateId(RDMA_PS_TCP, 0x100000 * ch + i, ch);
+      if (id == 0) break;  // its channel was closed
+      rdma_ucm_resolve_ip r{};
+      r.id = id;
+      r.dst_addr = Addr(server.ip(), 7000);
+      if (client.Cmd(RDMA_USER_CM_CMD_RESOLVE_IP, r, 0, ch).status != 0) break;
+      ++resolved;
+    }
+  }
+  EXPECT_LT(resolved, 3 * kPerChannel) << "no channel was closed";
+  EXPECT_GT(resolved, 1500) << "closed before the quota was full";
+  // The session serves on: a new channel, an id, a resolve, its event.
+  ASSERT_EQ(client.Open(4), 0);
+  const uint32_t id = client.CreateId(RDMA_PS_TCP, 0x900000, 4);
+  ASSERT_NE(id, 0u);
+  rdma_ucm_resolve_ip r{};
+  r.id = id;
+  r.dst_addr = Addr(server.ip(), 7000);
+  EXPECT_EQ(client.Cmd(RDMA_USER_CM_CMD_RESOLVE_IP, r, 0, 4).status, 0);
+  const auto e = client.Next(3000, 4);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->r.event, RDMA_CM_EVENT_ADDR_RESOLVED);
+}
+
 TEST_F(CmTest, APostedResolveRouteResolvesWithoutAnEvent) {
   const uint32_t l = Listen();
   const uint32_t id = client.CreateId(RDMA_PS_TCP, 0xc1);
