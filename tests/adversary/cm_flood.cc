@@ -24,16 +24,7 @@ namespace {
 constexpr uint32_t kChannels = 256;  // kMaxCmChannelsPerSession
 constexpr int kPerChannel = 1024;    // 262 144 events of 592 bytes: 148 MiB
 
-template <typename T>
-proto::CmCommand Command(uint32_t cmd, const T& body, uint32_t out_len, uint32_t ch) {
-  proto::CmCommand m{};
-  m.channel = ch;
-  m.cmd = cmd;
-  m.in_len = sizeof(T);
-  m.out_len = out_len;
-  std::memcpy(m.body, &body, sizeof(T));
-  return m;
-}
+using test::CmCommandOf;
 
 // A new id on channel `ch`: its handle, 0 when refused.
 uint32_t CreateId(RawPod& pod, uint32_t ch, uint64_t uid) {
@@ -41,7 +32,7 @@ uint32_t CreateId(RawPod& pod, uint32_t ch, uint64_t uid) {
   c.uid = uid;
   c.ps = RDMA_PS_TCP;
   const proto::Response created =
-      pod.Call(Command(RDMA_USER_CM_CMD_CREATE_ID, c, sizeof(rdma_ucm_create_id_resp), ch));
+      pod.Call(CmCommandOf(RDMA_USER_CM_CMD_CREATE_ID, c, sizeof(rdma_ucm_create_id_resp), ch));
   if (created.status != 0) return 0;
   rdma_ucm_create_id_resp resp;
   std::memcpy(&resp, created.u.cm.out, sizeof(resp));
@@ -59,7 +50,7 @@ int Resolve(RawPod& pod, uint32_t ch, uint32_t id, uint32_t ip) {
   sin.sin_port = htons(7000);
   sin.sin_addr.s_addr = htonl(ip);
   std::memcpy(&r.dst_addr, &sin, sizeof(sin));
-  return pod.Call(Command(RDMA_USER_CM_CMD_RESOLVE_IP, r, 0, ch)).status;
+  return pod.Call(CmCommandOf(RDMA_USER_CM_CMD_RESOLVE_IP, r, 0, ch)).status;
 }
 
 constexpr uint32_t kOutside = 0xc0000201;  // 192.0.2.1: no pod's, outside every pod network

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <optional>
 #include <string>
@@ -205,5 +206,19 @@ RingStatus PostSend(RawLink& link, uint32_t seq, const std::string& text, uint8_
 std::optional<ProxyResponse> NextAnswer(
     RawLink& link, std::vector<char>* data = nullptr,
     std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
+
+// An rdma_cm command `cmd` (RDMA_USER_CM_CMD_*) with `body` on channel `ch`, as the library
+// sends it; `out_len`: the bytes of answer the program's buffer holds.
+template <typename T>
+proto::CmCommand CmCommandOf(uint32_t cmd, const T& body, uint32_t out_len, uint32_t ch) {
+  proto::CmCommand m{};
+  m.channel = ch;
+  m.cmd = cmd;
+  m.in_len = sizeof(T);
+  m.out_len = out_len;
+  static_assert(sizeof(T) <= sizeof(m.body));
+  std::memcpy(m.body, &body, sizeof(T));
+  return m;
+}
 
 }  // namespace ff::test

@@ -59,13 +59,7 @@ class CmPod {
   void Close(uint32_t ch) { channels_.erase(ch); }
   template <typename T>
   static proto::CmCommand Command(uint32_t cmd, const T& body, uint32_t out_len, uint32_t ch) {
-    proto::CmCommand m{};
-    m.channel = ch;
-    m.cmd = cmd;
-    m.in_len = sizeof(T);
-    m.out_len = out_len;
-    std::memcpy(m.body, &body, sizeof(T));
-    return m;
+    return ff::test::CmCommandOf(cmd, body, out_len, ch);
   }
   template <typename T>
   proto::Response Cmd(uint32_t cmd, const T& body, uint32_t out_len = 0, uint32_t ch = kCh) {
