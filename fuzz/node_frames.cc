@@ -2,7 +2,7 @@
 //
 // The input (after its first byte) is the byte stream a peer writes to a TCP node link. It
 // is written to a real TcpTransport (router/src/nodes/tcp_transport.cc) over 127.0.0.1, whose
-// framing (wire::ValidFrame, hello, ping) runs on it. Every message the framing delivers
+// gate (node_gate.cc: the hello) and framing (wire::ValidFrame, ping) run on it. Every message the framing delivers
 // is then sent, as the peer router "node-b", over the in-memory network to a real router
 // "node-a" (tests/unit/router/harness.h: TestRouter), where it reaches the executor
 // (requests: kConnect, kRecord, kClose on a link node-b dialled) or the forwarder (answers:
@@ -312,8 +312,11 @@ bool Connected(int fd, const sockaddr_in& to) {
          (p.revents & POLLOUT) != 0;
 }
 
-// Writes the stream to a fresh connection to the TCP end and runs it until the link is down.
+// Writes the stream to a fresh connection to the TCP end and runs it until the link is down
+// (or, for a stream that never said a well-formed hello, until the port's gate closed it).
 void Stream(Rig& rig, const uint8_t* data, size_t size) {
+  const uint64_t refused = rig.tcp->gate().refused();
+  const auto over = [&] { return rig.front.down || rig.tcp->gate().refused() != refused; };
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   ++rig.source;
   sockaddr_in self{};
@@ -328,14 +331,14 @@ void Stream(Rig& rig, const uint8_t* data, size_t size) {
     __builtin_trap();  // the harness itself failed
   rig.front.down = false;
   size_t off = 0;
-  while (off < size && !rig.front.down) {
+  while (off < size && !over()) {
     const ssize_t n = ::send(fd.get(), data + off, size - off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) off += static_cast<size_t>(n);
     if (n < 0 && errno != EAGAIN && errno != EINTR) break;
     rig.loop.RunOnce(0);
   }
   ::shutdown(fd.get(), SHUT_WR);
-  if (!rig.Pump([&] { return rig.front.down; }, 5000)) __builtin_trap();  // the link hangs
+  if (!rig.Pump(over, 5000)) __builtin_trap();  // the link hangs
 }
 
 }  // namespace
