@@ -20,7 +20,7 @@
 
 #include "cm/cm_abi.h"
 #include "harness.h"
-#include "link_test_util.h"
+#include "links/link_test_util.h"
 
 namespace ff::router::test {
 namespace {
