@@ -79,9 +79,7 @@ void TcpTransport::Adopt(NodeGate::Admitted a) {
   Link* l = Add(std::move(a.fd), false, EPOLLIN | EPOLLRDHUP, std::move(tls));
   if (l == nullptr) return;
   l->secured = true;
-  l->hello_seen = true;
   l->peer_node = a.node;
-  l->source_ip = a.source_ip;
   spdlog::info("link {}: router {} connected from {} ({})", l->id, l->peer_node,
                FormatIpv4(a.source_ip),
                l->tls != nullptr ? l->tls->Description() : "plaintext, unauthenticated");
@@ -205,16 +203,15 @@ bool TcpTransport::Secure(Link& l) {
       break;
   }
   l.tls_wants_write = false;
-  if (l.dialled && !l.tls->PeerIs(l.endpoint.node)) {
+  // Only a dialled link gets here: an accepted one arrives from the gate secured.
+  if (!l.tls->PeerIs(l.endpoint.node)) {
     Close(l.id, "the router at " + FormatIpv4(l.endpoint.address) + ":" +
                     std::to_string(l.endpoint.port) + " presented the certificate of " +
                     l.tls->PeerSubject() + ", not of node " + l.endpoint.node);
     return false;
   }
   l.secured = true;
-  spdlog::info("link {}: TLS with {} ({})", l.id,
-               l.dialled ? "router " + l.endpoint.node : l.tls->PeerSubject(),
-               l.tls->Description());
+  spdlog::info("link {}: TLS with router {} ({})", l.id, l.endpoint.node, l.tls->Description());
   SyncEvents(l);
   if (l.tls->HasPending()) ReadLater(l.id);  // came with the handshake's last flight
   return true;
@@ -273,14 +270,10 @@ bool TcpTransport::Parse(Link& l) {
     wire::FrameHeader h;
     std::memcpy(&h, l.in.get() + off, sizeof(h));
     if (!wire::ValidFrame(h)) return false;
-    if (!l.dialled && !l.hello_seen && h.type != wire::Type::kHello) {
-      l.close_reason = "peer router sent a message before saying which node it is";
-      return false;
-    }
     if (l.in_used - off < sizeof(h) + h.len) break;
     const char* body = l.in.get() + off + sizeof(h);
     if (wire::IsTransportFrame(h.type)) {
-      if (!OnTransportFrame(l, h, body)) return false;
+      if (!OnTransportFrame(l, h)) return false;
     } else {
       const NodeMessage m{h.type, h.chan, h.flags, body, h.len};
       const Handler::Verdict v = handler_->OnMessage(l.id, m);
@@ -300,27 +293,11 @@ bool TcpTransport::Parse(Link& l) {
   return true;
 }
 
-bool TcpTransport::OnTransportFrame(Link& l, const wire::FrameHeader& h, const char* body) {
+bool TcpTransport::OnTransportFrame(Link& l, const wire::FrameHeader& h) {
   switch (h.type) {
-    case wire::Type::kHello: {
-      wire::Hello m;
-      if (l.dialled || l.hello_seen) return false;
-      std::memcpy(&m, body, sizeof(m));
-      if (m.magic != wire::kMagic || m.version != wire::kVersion) {
-        l.close_reason = "peer router speaks wire version " + std::to_string(m.version) +
-                         ", this one " + std::to_string(wire::kVersion);
-        return false;
-      }
-      m.node[sizeof(m.node) - 1] = '\0';
-      if (l.tls != nullptr && !l.tls->PeerIs(m.node)) {
-        l.close_reason = "peer router says it is node '" + std::string(m.node) +
-                         "' but its certificate is " + l.tls->PeerSubject();
-        return false;
-      }
-      l.peer_node = m.node;
-      l.hello_seen = true;
-      return true;
-    }
+    case wire::Type::kHello:
+      // The gate took an accepted link's hello; a dialled link hears none: malformed.
+      return false;
     case wire::Type::kPing: {
       const wire::FrameHeader pong{0, wire::Type::kPong, 0, 0, 0};
       Append(l, &pong, sizeof(pong));
@@ -556,8 +533,7 @@ void TcpTransport::OnTick() {
       continue;
     }
     if (!l->ready() && now - l->created_ns > kDialTimeoutNs) {
-      dead.emplace_back(id, l->secured ? "no hello from the peer router in time"
-                                       : "TLS handshake not finished in time");
+      dead.emplace_back(id, "TLS handshake not finished in time");
       continue;
     }
     // A link we stopped reading (its answers pile up) is alive while its peer takes them.

@@ -63,8 +63,7 @@ class TcpTransport final : public NodeTransport {
     EventLoop::WatchId watch = 0;
     bool dialled = false;
     bool connected = false;
-    bool secured = false;     // the TLS handshake finished (plaintext: as soon as connected)
-    bool hello_seen = false;  // accepted links: the peer said who it is
+    bool secured = false;  // the TLS handshake finished (plaintext: as soon as connected)
     std::unique_ptr<TlsSession> tls;  // nullptr: plaintext
     bool tls_wants_write = false;     // OpenSSL waits for the socket to become writable
     cp::Endpoint endpoint;            // dialled links: whom we dialled
@@ -85,9 +84,9 @@ class TcpTransport final : public NodeTransport {
     uint64_t last_tx_ns = 0;
     uint64_t last_ping_ns = 0;  // dialled links: when we last asked the peer for a pong
     uint64_t created_ns = 0;
-    uint32_t source_ip = 0;  // accepted links: the address it connected from (host order)
     size_t owed() const { return out.size() - out_off; }  // not counting encrypted bytes
-    bool ready() const { return secured && (dialled || hello_seen); }
+    // Accepted links are made ready by the gate (authenticated, hello heard).
+    bool ready() const { return secured; }
   };
 
   Link* Find(LinkId id);
@@ -106,7 +105,7 @@ class TcpTransport final : public NodeTransport {
   void ReadLater(LinkId id);  // when OpenSSL holds bytes that epoll cannot report
   // Delivers complete frames. false: malformed, the link must be closed.
   bool Parse(Link& l);
-  bool OnTransportFrame(Link& l, const wire::FrameHeader& h, const char* body);
+  bool OnTransportFrame(Link& l, const wire::FrameHeader& h);  // ping, pong, hello
   void Append(Link& l, const void* p, size_t n);
   // Sends `parts` straight to the socket when nothing is queued ahead; buffers the rest.
   void SendDirect(Link& l, const iovec* iov, int n, size_t total);
