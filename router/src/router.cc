@@ -226,14 +226,14 @@ std::string Router::StatsLine() const {
       "mapped_regions={} mr_entries={} proxies={} resolving={} nudges={} senders={} "
       "ud_rings_taken={} ud_links_recycled={} direct_conns={} direct_listeners={} "
       "direct_refused={} cm_ids={} streams={} listeners={} sock_asks={} links={} "
-      "events_waiting={} events_replaced={} accept_paused={} fds={} rss_kib={}",
+      "events_waiting={} events_replaced={} unidentified={} accept_paused={} fds={} rss_kib={}",
       sessions_.count(), sessions_.refused(), t.pods, quotas_.accounts(), t.qps, t.objects,
       t.regions, t.mapped_regions, t.mr_entries, forwarder_.proxies(), forwarder_.resolving(),
       forwarder_.nudges(), executor_.senders(), executor_.ud_rings_taken(),
       forwarder_.ud_links_recycled(), direct_.size(), listeners_.open(), listeners_.refused(),
       cm_.ids(), sockets_.streams(), sockets_.listeners(), sockets_.asks(),
       transport_ != nullptr ? transport_->LinkCount() : 0, sessions_.events_waiting(),
-      sessions_.events_replaced(), sessions_.acceptor().paused() ? 1 : 0, OpenDescriptors(),
+      sessions_.events_replaced(), sessions_.unidentified(), sessions_.accept_paused() ? 1 : 0, OpenDescriptors(),
       ResidentKib());
 }
 

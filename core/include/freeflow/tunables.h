@@ -138,7 +138,11 @@ inline constexpr int kPodListenBacklog = 128;  // pending pod connections
 // What one connection may hold whatever the quotas say (the device reports these).
 inline constexpr size_t kMaxQpsPerPod = 65536;      // QPs one pod connection may hold
 inline constexpr size_t kMaxObjectsPerPod = 16384;  // channels, CQs, SRQs, regions: each, per pod
-inline constexpr int kAcceptBurst = 64;             // pod connections accepted per loop turn
+inline constexpr int kAcceptBurst = kPodListenBacklog;  // pod connections accepted per gate turn
+// The pod socket's gate (router/src/pods/pod_gate.h): connections not identified yet, and
+// identified ones the serving loop has not taken yet.
+inline constexpr size_t kMaxUnidentifiedClients = 256;
+inline constexpr size_t kMaxIdentifiedInFlight = 64;
 inline constexpr int kRingRequestsPerTurn = 32;     // requests of one pod's ring served a turn
 
 // ---- router: per-pod quotas (router/src/quotas.h; defaults of the --max-*-per-pod flags) --

@@ -18,15 +18,6 @@
 namespace ff::router {
 namespace {
 
-// True when the client hung up without sending anything: a health probe that only checks
-// that the socket accepts (the device plugin's, every 500 ms; a kubelet exec probe).
-bool HungUpSilently(int sock) {
-  pollfd p{sock, POLLIN | POLLRDHUP, 0};
-  if (::poll(&p, 1, 0) != 1 || (p.revents & (POLLHUP | POLLRDHUP)) == 0) return false;
-  char byte;
-  return ::recv(sock, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;  // nothing queued before the end
-}
-
 // The ABI a HELLO of either kind names.
 uint32_t AbiOf(proto::Op op, const char* buf) {
   return op == proto::Op::kHello ? proto::As<proto::Hello>(buf).abi
@@ -35,28 +26,47 @@ uint32_t AbiOf(proto::Op op, const char* buf) {
 
 }  // namespace
 
-PodSessions::~PodSessions() { loop_.RemovePoller(this); }
+PodSessions::~PodSessions() {
+  gate_.reset();  // delivers nothing more
+  loop_.RemovePoller(this);
+}
 
 bool PodSessions::Listen(UniqueFd bound, std::string* error) {
   listen_ = std::move(bound);
-  if (::listen(listen_.get(), kPodListenBacklog) != 0 ||
-      acceptor_.Start(loop_, listen_.get(), kAcceptBurst, "pod socket",
-                      [this](UniqueFd c) { Adopt(std::move(c)); }) != 0) {
+  if (::listen(listen_.get(), kPodListenBacklog) != 0) {
     *error = std::string("listen: ") + std::strerror(errno);
     return false;
   }
-  return true;
+  gate_ = std::make_unique<PodGate>(identity_);
+  return gate_->Start(listen_.get(), loop_,
+                      [this](PodGate::Identified c) { Take(std::move(c)); }, error);
 }
 
-bool PodSessions::Admit(Session& s) {
-  std::string error;
-  if (!identity_.Resolve(s.sock.get(), &s.who, &error) || !AddressFree(s.who, &error)) {
-    if (HungUpSilently(s.sock.get())) return false;  // a probe that hung up meanwhile
+void PodSessions::Adopt(UniqueFd sock) {
+  if (HungUpSilently(sock.get())) {
+    spdlog::debug("a client connected and hung up without a word (a probe)");
+    return;
+  }
+  PodGate::Identified c;
+  c.sock = std::move(sock);
+  if (!identity_.Resolve(c.sock.get(), &c.who, &c.error)) {
+    if (HungUpSilently(c.sock.get())) {
+      spdlog::debug("a client hung up without a word while it was being identified (a probe)");
+      return;
+    }
+    if (c.error.empty()) c.error = "it could not be identified";
+  }
+  Take(std::move(c));
+}
+
+void PodSessions::Admit(Session& s, const std::string& identity_error) {
+  std::string error = identity_error;
+  if (!error.empty() || !AddressFree(s.who, &error)) {
     uint64_t held_back = 0;
     if (refusal_log_.Allow(&held_back))
       spdlog::warn("refusing a client: {} ({} more refused since the last line)", error, held_back);
     s.refusal = error;
-    return true;
+    return;
   }
   s.refusal_error = quotas_.Open(s.id, s.who.ip);
   if (s.refusal_error != 0) {
@@ -64,24 +74,15 @@ bool PodSessions::Admit(Session& s) {
                 " has all the sessions or descriptors its quota allows "
                 "(--max-sessions-per-pod, --max-fds-per-pod)";
   }
-  return true;
 }
 
-void PodSessions::Adopt(UniqueFd sock) {
-  // Identifying a probe would cost a thread and a namespace switch, and refusing it (it is
-  // in the node's network) a warning every few seconds; it wants no answer.
-  if (HungUpSilently(sock.get())) {
-    spdlog::debug("a client connected and hung up without a word (a probe)");
-    return;
-  }
+void PodSessions::Take(PodGate::Identified c) {
   auto s = std::make_unique<Session>();
   s->id = next_id_++;
   if (next_id_ == 0) next_id_ = 1;
-  s->sock = std::move(sock);
-  if (!Admit(*s)) {
-    spdlog::debug("a client hung up without a word while it was being identified (a probe)");
-    return;
-  }
+  s->sock = std::move(c.sock);
+  s->who = c.who;
+  Admit(*s, c.error);
   if (!s->refusal.empty()) {
     // Keep the connection until the client's HELLO arrives, so that it reads the reason
     // as its answer instead of a reset connection; but not for too many clients at once.
@@ -494,7 +495,6 @@ void PodSessions::Drop(PodId pod, const char* why) {
   handler_.OnPodGone(pod);
   quotas_.Close(pod);
   s.reset();
-  acceptor_.Resume();  // its descriptors are closed
 }
 
 void PodSessions::Sweep() {
@@ -505,7 +505,6 @@ void PodSessions::Sweep() {
     const Session* s = Find(id);
     if (s != nullptr && !s->welcomed) Drop(id, "no HELLO in time");
   }
-  acceptor_.Resume();
 }
 
 }  // namespace ff::router

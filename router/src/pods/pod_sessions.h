@@ -13,6 +13,8 @@
 // requests charge; a pod over its session quota is refused at HELLO with EMFILE. Refused
 // clients are kept (at most kMaxRefusedSessions) only until they read why, and every client
 // that does not say HELLO within kHelloTimeoutNs is dropped.
+// New connections to the socket are identified by the gate (pods/pod_gate.h), on a thread
+// of its own, and handed to this loop identified or with the reason they are refused.
 // Threading: the loop's thread only.
 #pragma once
 
@@ -24,7 +26,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "base/acceptor.h"
 #include "base/event_loop.h"
 #include "base/quotas.h"
 #include "freeflow/fd.h"
@@ -32,6 +33,7 @@
 #include "freeflow/ring.h"
 #include "identity/identity.h"
 #include "objects/resources.h"
+#include "pods/pod_gate.h"
 #include "pods/event_backlog.h"
 
 namespace ff::router {
@@ -61,9 +63,11 @@ class PodSessions : private EventLoop::Poller {
   }
   ~PodSessions() override;
 
-  // Listens on `bound`, a Unix socket already bound where pods find it. false + *error.
+  // Listens on `bound`, a Unix socket already bound where pods find it; its gate takes and
+  // identifies new connections. false + *error.
   bool Listen(UniqueFd bound, std::string* error);
-  // Serves an already-connected client socket (as accepted, or a test's socketpair end).
+  // Serves an already-connected client socket (a test's socketpair end), identified on
+  // this thread.
   void Adopt(UniqueFd sock);
 
   // Who is on the other end of `pod` (nullptr when it is gone).
@@ -95,15 +99,17 @@ class PodSessions : private EventLoop::Poller {
   void NotifyAll(proto::EventType type);
   // Disconnects `pod` now (OnPodGone runs before this returns).
   void Drop(PodId pod, const char* why);
-  // On the router's timer: drops clients that did not say HELLO in time; accepts again
-  // if the listener paused for lack of descriptors.
+  // On the router's timer: drops clients that did not say HELLO in time.
   void Sweep();
   void set_hello_timeout(uint64_t ns) { hello_timeout_ns_ = ns; }
   // After a request, the loop polls this long (EventLoop::StayAwake; 0: it sleeps at once).
   void set_answer_spin(uint64_t ns) { answer_spin_ns_ = ns; }
   size_t count() const { return sessions_.size(); }
   size_t refused() const { return refused_; }
-  const Acceptor& acceptor() const { return acceptor_; }
+  // The gate: connections waiting to be identified, and whether it stopped accepting for
+  // lack of descriptors.
+  size_t unidentified() const { return gate_ != nullptr ? gate_->waiting() : 0; }
+  bool accept_paused() const { return gate_ != nullptr && gate_->accept_paused(); }
 
  private:
   struct Session {
@@ -155,9 +161,10 @@ class PodSessions : private EventLoop::Poller {
   void OnRingSocket(PodId id);
   // A request read (from the socket or the ring) goes to Dispatch. false: dropped.
   bool Serve(Session& s, const char* buf, size_t n, UniqueFd* fds, int nfds);
-  // Identifies a new client and opens its ledger; else sets why it is refused. false: a
-  // client it would refuse hung up without a word meanwhile (a probe), to drop quietly.
-  bool Admit(Session& s);
+  // Serves a client the gate (or Adopt) identified, or keeps it until it reads why not.
+  void Take(PodGate::Identified c);
+  // Opens the ledger of a new client the gate identified; else sets why it is refused.
+  void Admit(Session& s, const std::string& identity_error);
   void OnReadable(PodId id);
   void Send(const Call& call, int status, const proto::Response& body, const int* fds, int nfds);
   // Handles one datagram. false: protocol violation.
@@ -171,7 +178,7 @@ class PodSessions : private EventLoop::Poller {
   Quotas& quotas_;
   Handler& handler_;
   UniqueFd listen_;
-  Acceptor acceptor_;
+  std::unique_ptr<PodGate> gate_;  // after listen_: goes first
   PodId next_id_ = 1;
   std::unordered_map<PodId, std::unique_ptr<Session>> sessions_;
   std::deque<std::pair<uint64_t, PodId>> hello_deadlines_;  // in adoption order
