@@ -34,6 +34,8 @@ constexpr Command kCommands[] = {
     {"quota", "8", &ff::adversary::Quota, "make the router hold all it can"},
     {"ud-flood", "37.1", &ff::adversary::UdFlood,
      "give a victim's UD QP new senders faster than it reads their events"},
+    {"hello-flood", "37.2", &ff::adversary::HelloFlood,
+     "stall the router by connecting again and again from a namespace of many addresses"},
     {"cm-flood", "37.4", &ff::adversary::CmFlood,
      "make the router hold rdma_cm events nobody reads"},
     {"port-flood", "37.6", &ff::adversary::PortFlood,

@@ -30,6 +30,7 @@ ATTACKS=(
   "7 folder -"
   "8 quota -"
   "37.1 ud-flood -"
+  "37.2 hello-flood -"
   "37.4 cm-flood -"
   "37.6 port-flood host"
 )
@@ -75,13 +76,14 @@ raw_bg() {
 }
 
 # pingpong_loop TAG SERVER_NODE SERVER_POD CLIENT_NODE CLIENT_POD PORT "OPTIONS": ibv_rc_pingpong
-# pairs one after the other until $RV/stop exists; each pair's exit statuses ("client server")
-# go to a line of $RV/pp-TAG.
+# pairs one after the other until $RV/stop exists (bounded: 20 minutes, 5000 pairs); each
+# pair's exit statuses ("client server") go to a line of $RV/pp-TAG.
 pingpong_loop() {
   local tag=$1 sn=$2 sp=$3 cn=$4 cp=$5 port=$6 k i c s spid
   local -a opts
   read -r -a opts <<<"$7"
-  for ((k = 0; k < 400; k++)); do
+  local until=$((SECONDS + 1200))
+  for ((k = 0; k < 5000 && SECONDS < until; k++)); do
     [[ -e $RV/stop ]] && break
     mn_pod_run "$sn" "$sp" timeout 20 ibv_rc_pingpong -g 1 -p "$port" "${opts[@]}" \
       >>"$RV/pp-$tag.log" 2>&1 &
@@ -179,6 +181,50 @@ run_attack() {
 after_ud_flood() {
   ! grep -q "lost the connection to the router" "$RV/victim.log"
   check "finding 37.1 (ud-flood): the victim kept its router session and its QPs" $?
+}
+
+# hello-flood (issue 37, attacks 2 and 3) floods node 0's pod socket with connections from a
+# namespace whose identification is slow. Node 0's router must go on serving the pods it
+# knows: an ib_send_lat from a pod of node 1 to one of node 0 (through node 0's router)
+# keeps its median within 2x of the same test before the flood (run_attack checks a fresh
+# pod's HELLO and the ping-pongs), and node 1's router never finds node 0's silent.
+HELLO_LAT_PORT=18515
+# lat_across: three ib_send_lat runs from pod 1/LAT_SERVER to pod 0/PP_CLIENT; LAT is the
+# median of their medians (us; 0 when a pair failed).
+lat_across() {
+  local k
+  local -a runs=()
+  LAT=0
+  for k in 1 2 3; do
+    mn_pair 0 "$PP_CLIENT" 1 "$LAT_SERVER" ib_send_lat -n 2000 -p "$HELLO_LAT_PORT" >/dev/null || return 1
+    runs+=("$(awk '/^ +2 +[0-9]+ / {print $5}' "$FF_DIR/client.log" | tail -n 1)")
+  done
+  LAT=$(printf '%s\n' "${runs[@]}" | sort -g | sed -n 2p)
+}
+before_hello_flood() {
+  lat_across
+  HELLO_BASE_LAT=$LAT
+  echo "    without the flood: ib_send_lat median ${HELLO_BASE_LAT:-?} us across nodes"
+  HELLO_LOG_MARK=("$(wc -l <"$(mn_dir 0)/router.log")" "$(wc -l <"$(mn_dir 1)/router.log")")
+}
+during_hello_flood() {
+  lat_across
+  local lat=$LAT
+  echo "    through the flood: ib_send_lat median ${lat:-?} us across nodes"
+  kill -USR1 "${FF_NODE_ROUTER[0]}"
+  sleep 0.2
+  echo "    node 0's router: $(grep -o 'unidentified=[0-9]* accept_paused=[0-9]*' "$(mn_dir 0)/router.log" | tail -n 1)," \
+    "$(tail -n "+$((HELLO_LOG_MARK[0] + 1))" "$(mn_dir 0)/router.log" | grep -c "connected: pid .* address $(mn_pod_ip 0 "$ATTACKER_POD")$")" \
+    "of the attacker's connections identified so far"
+  awk -v b="${lat:-0}" -v i="${HELLO_BASE_LAT:-0}" 'BEGIN { exit !(b > 0 && i > 0 && b <= 2 * i) }'
+  check "finding 37.2 (hello-flood): ib_send_lat median across nodes within 2x of the same test without it (${lat:-?} vs ${HELLO_BASE_LAT:-?} us)" $?
+}
+after_hello_flood() {
+  local n silent=0
+  for n in 0 1; do
+    tail -n "+$((HELLO_LOG_MARK[n] + 1))" "$(mn_dir "$n")/router.log" | grep -q "silent" && silent=1
+  done
+  check "finding 37.3 (hello-flood): neither router found the other silent" $silent
 }
 
 # cm-flood (issue 37, attack 4) makes node 0's router hold rdma_cm events nobody reads: what
