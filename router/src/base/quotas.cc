@@ -144,15 +144,29 @@ void Quotas::GiveOne(Ledger& l, Account& a, Quota q, uint64_t n) {
   a.used[i] -= std::min(n, a.used[i]);
 }
 
-// An account lives while its pod holds anything: every open session holds itself, so a
-// pod's refusal log window lasts as long as the pod is there.
+// An account lives while its pod holds anything (every open session holds itself). Its
+// refusal lines' windows outlive it: a pod that opens and closes sessions again and again
+// would otherwise log a line per refusal. Windows that are over go with their account, or
+// when more pods have them than hold anything.
 void Quotas::ForgetIfEmpty(uint32_t ip) {
   auto it = accounts_.find(ip);
   if (it == accounts_.end()) return;
   for (uint64_t n : it->second.used)
     if (n != 0) return;
   accounts_.erase(it);
+  const auto over = [](const RefusalLogs& logs) {
+    return std::none_of(logs.begin(), logs.end(), [](const LogLimiter& l) { return l.Quiet(); });
+  };
+  if (auto logs = refusal_logs_.find(ip); logs != refusal_logs_.end() && over(logs->second))
+    refusal_logs_.erase(logs);
+  if (refusal_logs_.size() > accounts_.size() + 64) {
+    std::erase_if(refusal_logs_, [&](const auto& e) {
+      return !accounts_.contains(e.first) && over(e.second);
+    });
+  }
 }
+
+bool LogLimiter::Quiet() const { return MonotonicNs() < next_ns_; }
 
 bool LogLimiter::Allow(uint64_t* held_back) {
   const uint64_t now = MonotonicNs();
@@ -169,7 +183,7 @@ int Quotas::Refuse(uint32_t ip, Account& a, Quota q, uint64_t n) {
   const size_t i = Index(q);
   const QuotaSpec& s = SpecOf(q);
   uint64_t held_back = 0;
-  if (a.refusals[i].Allow(&held_back)) {
+  if (refusal_logs_[ip][i].Allow(&held_back)) {
     spdlog::warn(
         "pod {}: over its quota of {} ({} held, {} more asked, limit {}; --max-{}-per-pod): "
         "refused with {} ({} more refusals since the last line)",

@@ -59,6 +59,8 @@ class LogLimiter {
  public:
   // True when a line may be logged now; *held_back receives how many were not since the last.
   bool Allow(uint64_t* held_back);
+  // True while a line logged earlier keeps the next one back.
+  bool Quiet() const;
 
  private:
   uint64_t next_ns_ = 0;
@@ -108,8 +110,8 @@ class Quotas {
   using Counts = std::array<uint64_t, kQuotaKinds>;
   struct Account {
     Counts used{};
-    std::array<LogLimiter, kQuotaKinds> refusals;
   };
+  using RefusalLogs = std::array<LogLimiter, kQuotaKinds>;
   struct Ledger {
     uint32_t ip = 0;
     Counts held{};
@@ -123,6 +125,9 @@ class Quotas {
 
   Counts limits_{};
   std::unordered_map<uint32_t, Account> accounts_;  // by overlay address
+  // Each pod's refusal lines, by overlay address: kept while a window is open even when
+  // its account goes (a pod that drops to nothing and comes back gets no fresh window).
+  std::unordered_map<uint32_t, RefusalLogs> refusal_logs_;
   std::unordered_map<PodId, Ledger> ledgers_;       // by session
 };
 

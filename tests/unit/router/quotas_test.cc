@@ -18,6 +18,7 @@
 #include <fstream>
 
 #include "harness.h"
+#include "log_capture.h"
 
 namespace ff::router::test {
 namespace {
@@ -119,6 +120,24 @@ TEST(QuotasTest, ARefusalTakesNothingAndLogsOneLine) {
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("10.0.0.7"), std::string::npos);
   EXPECT_NE(lines[0].find("--max-qps-per-pod"), std::string::npos);
+}
+
+// A pod that holds nothing between its refusals (it opens sessions, is refused, closes them
+// all, again and again) still gets one line per window: the flood of issue 37 (attack 2)
+// made the router log a line per refused connection.
+TEST(QuotasTest, APodThatComesBackWithinTheWindowLogsNoMoreLines) {
+  ff::testing::LogCapture log;
+  Quotas q(WithLimits({{Quota::kSessions, 1}}));
+  const uint32_t pod = Ip("10.0.0.8");
+  PodId next = 1;
+  for (int round = 0; round < 100; ++round) {
+    const PodId held = next++;
+    ASSERT_EQ(q.Open(held, pod), 0);
+    EXPECT_EQ(q.Open(next++, pod), EMFILE);
+    q.Close(held);
+    ASSERT_EQ(q.accounts(), 0u);
+  }
+  EXPECT_EQ(log.Count({"10.0.0.8", "--max-sessions-per-pod"}), 1);
 }
 
 TEST(PodQuotaTest, OpeningMoreSessionsDoesNotBuyMore) {
