@@ -128,6 +128,30 @@ RawLink ConnectTo(RawPod& pod, const RawQp& qp, uint32_t ip, uint32_t qpn);
 // has checked the node, then lets the helper go; returns the attack's exit status.
 int Conclude(const Report& r, const Rendezvous& rv);
 
+// ---- what more than one attack does ------------------------------------------------
+// Raises this process's soft RLIMIT_NOFILE to its hard limit.
+void RaiseDescriptorLimit();
+// Takes, each until refused: sessions (kept in *sessions), then in `pod` QPs, CQs and
+// regions, and MR-table entries over `pod` and the first of *sessions; a check in `r` each,
+// held when a quota's errno ended it.
+void TakeAllObjects(RawPod& pod, Report& r, std::vector<RawPod>* sessions);
+
+// What cm-flood does: kChannels rdma_cm channels on `pod`, then on each one id resolved
+// again and again toward an address outside the pod network (an ADDR_ERROR event each),
+// never reading an event, until the router closes the channel.
+struct CmFloodResult {
+  std::vector<UniqueFd> channels;  // ours; the router's ends closed show as hung up
+  int resolved = 0;
+  size_t closed = 0;
+  std::vector<int> refusals;
+};
+CmFloodResult FloodCmEvents(RawPod& pod);
+// Whether the router bounded it (every channel opened, some closed before all was resolved),
+// what was tried and what it got, as Report lines.
+bool CmFloodHeld(const CmFloodResult& f);
+extern const std::string kCmFloodTried;
+std::string DescribeCmFlood(const CmFloodResult& f);
+
 // ---- the commands --------------------------------------------------------------------
 int Attach(const Args& a);    // finding 1
 int Wake(const Args& a);      // finding 2
@@ -141,6 +165,7 @@ int UdFlood(const Args& a);    // issue 37, attack 1
 int HelloFlood(const Args& a); // issue 37, attacks 2 and 3
 int CmFlood(const Args& a);    // issue 37, attack 4
 int PortFlood(const Args& a);  // issue 37, attacks 6 and 7
+int QuotaAll(const Args& a);   // issue 37: one pod at every quota at once
 int PeerHelper(const Args& a);     // the helper of every cross-node attack
 int IdentityHost(const Args& a);   // identity's helper with host networking
 int PortFloodHost(const Args& a);  // port-flood's helper with host networking

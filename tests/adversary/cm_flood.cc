@@ -57,54 +57,67 @@ constexpr uint32_t kOutside = 0xc0000201;  // 192.0.2.1: no pod's, outside every
 
 }  // namespace
 
+CmFloodResult FloodCmEvents(RawPod& pod) {
+  CmFloodResult f;
+  for (uint32_t ch = 1; ch <= kChannels; ++ch) {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) break;
+    f.channels.emplace_back(sv[0]);
+    UniqueFd theirs(sv[1]);
+    proto::CmOpenChannel m{};
+    m.channel = ch;
+    if (pod.Call(m, {theirs.get()}).status != 0) {
+      f.channels.pop_back();
+      break;
+    }
+  }
+  if (f.channels.size() != kChannels) return f;
+  for (uint32_t ch = 1; ch <= kChannels; ++ch) {
+    const uint32_t id = CreateId(pod, ch, ch);
+    for (int i = 0; id != 0 && i < kPerChannel; ++i) {
+      const int st = Resolve(pod, ch, id, kOutside);
+      if (st != 0) {
+        f.refusals.push_back(st);
+        break;  // its channel was closed
+      }
+      ++f.resolved;
+    }
+  }
+  for (const UniqueFd& fd : f.channels) {
+    pollfd p{fd.get(), POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP)) != 0) ++f.closed;
+  }
+  return f;
+}
+
+std::string DescribeCmFlood(const CmFloodResult& f) {
+  return std::to_string(f.resolved) + " resolved; the router closed " + std::to_string(f.closed) +
+         " channels once the pod's queued-mib was full" +
+         (f.refusals.empty() ? "" : " (then " + Tally(f.refusals) + ")");
+}
+
+bool CmFloodHeld(const CmFloodResult& f) {
+  return f.channels.size() == kChannels && f.closed > 0 &&
+         f.resolved < static_cast<int>(kChannels) * kPerChannel;
+}
+
+const std::string kCmFloodTried =
+    std::to_string(kChannels) + " rdma_cm channels, " + std::to_string(kPerChannel) +
+    " resolves of one id toward " + FormatIpv4(kOutside) +
+    " on each (an ADDR_ERROR event each), never reading an event";
+
 int CmFlood(const Args& a) {
   Report r("37.4", "cm-flood");
   const Rendezvous rv(a.meet);
   auto start = OpenAgainstVictim(a, r);
   if (!start) return Conclude(r, rv);
   RawPod& pod = start->pod;
-  std::vector<UniqueFd> ours;
-  for (uint32_t ch = 1; ch <= kChannels; ++ch) {
-    int sv[2];
-    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) break;
-    ours.emplace_back(sv[0]);
-    UniqueFd theirs(sv[1]);
-    proto::CmOpenChannel m{};
-    m.channel = ch;
-    if (pod.Call(m, {theirs.get()}).status != 0) {
-      ours.pop_back();
-      break;
-    }
-  }
-  if (ours.size() != kChannels) {
-    r.Check(false, "setting up", "opened " + std::to_string(ours.size()) + " channels only");
+  CmFloodResult f = FloodCmEvents(pod);
+  if (f.channels.size() != kChannels) {
+    r.Check(false, "setting up", "opened " + std::to_string(f.channels.size()) + " channels only");
     return Conclude(r, rv);
   }
-  int resolved = 0;
-  std::vector<int> refusals;
-  for (uint32_t ch = 1; ch <= kChannels; ++ch) {
-    const uint32_t id = CreateId(pod, ch, ch);
-    for (int i = 0; id != 0 && i < kPerChannel; ++i) {
-      const int st = Resolve(pod, ch, id, kOutside);
-      if (st != 0) {
-        refusals.push_back(st);
-        break;  // its channel was closed
-      }
-      ++resolved;
-    }
-  }
-  size_t closed = 0;
-  for (const UniqueFd& fd : ours) {
-    pollfd p{fd.get(), POLLRDHUP, 0};
-    if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP)) != 0) ++closed;
-  }
-  r.Check(closed > 0 && resolved < static_cast<int>(kChannels) * kPerChannel,
-          std::to_string(kChannels) + " rdma_cm channels, " + std::to_string(kPerChannel) +
-              " resolves of one id toward " + FormatIpv4(kOutside) +
-              " on each (an ADDR_ERROR event each), never reading an event",
-          std::to_string(resolved) + " resolved; the router closed " + std::to_string(closed) +
-              " channels once the pod's queued-mib was full" +
-              (refusals.empty() ? "" : " (then " + Tally(refusals) + ")"));
+  r.Check(CmFloodHeld(f), kCmFloodTried, DescribeCmFlood(f));
   // The pod goes on: a channel of its own, an id, a resolve.
   int sv[2];
   int after = -1;
@@ -116,7 +129,7 @@ int CmFlood(const Args& a) {
     after = pod.Call(m, {theirs.get()}).status;
     const uint32_t id = after == 0 ? CreateId(pod, kChannels + 1, 1) : 0;
     if (after == 0) after = id == 0 ? -1 : Resolve(pod, kChannels + 1, id, start->victim.ip);
-    ours.push_back(std::move(mine));
+    f.channels.push_back(std::move(mine));
   }
   r.Check(after == 0, "a new channel and resolve afterwards", "served: " + ErrName(after));
   return Conclude(r, rv);

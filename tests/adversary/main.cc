@@ -41,6 +41,8 @@ constexpr Command kCommands[] = {
     {"port-flood", "37.6", &ff::adversary::PortFlood,
      "keep routers from linking with idle connections to a node port",
      &ff::adversary::PortFloodHost},
+    {"quota-all", "37.m", &ff::adversary::QuotaAll,
+     "make the router hold all a pod's quotas allow at once, across nodes too"},
     {"hello", nullptr, &ff::adversary::Probe, "a fresh pod's HELLO, answered within 1 s"},
 };
 

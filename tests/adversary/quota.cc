@@ -46,20 +46,8 @@ void Expect(Report& r, const std::string& what, const Flood& f, std::initializer
 
 }  // namespace
 
-int Quota(const Args& a) {
-  Report r("8", "quota");
-  const Rendezvous rv(a.meet);
-  // The attacker's own descriptor limit must not be what stops it.
-  rlimit nofile{};
-  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
-    nofile.rlim_cur = nofile.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &nofile);
-  }
-  auto start = OpenAgainstVictim(a, r);
-  if (!start) return r.Finish();
-  RawPod& pod = start->pod;
-
-  std::vector<RawPod> sessions;
+void TakeAllObjects(RawPod& pod, Report& r, std::vector<RawPod>* sessions_out) {
+  std::vector<RawPod>& sessions = *sessions_out;
   Expect(r, "sessions", Take([&] {
            sessions.push_back(OpenPod());
            return sessions.back().Hello(Abi());
@@ -103,10 +91,29 @@ int Quota(const Args& a) {
            return takers[(next_addr >> 12) & 1]->Call(m).status;
          }),
          {ENOSPC});
+}
 
+void RaiseDescriptorLimit() {
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+}
+
+int Quota(const Args& a) {
+  Report r("8", "quota");
+  const Rendezvous rv(a.meet);
+  RaiseDescriptorLimit();  // the attacker's own limit must not be what stops it
+  auto start = OpenAgainstVictim(a, r);
+  if (!start) return r.Finish();
+  RawPod& pod = start->pod;
+
+  std::vector<RawPod> sessions;
+  TakeAllObjects(pod, r, &sessions);
   // The router still answers the pod, and still refuses it.
   proto::CreateCq more{};
-  more.cq_id = next_cq;
+  more.cq_id = 99;
   more.notify_slot = proto::kNoId;
   more.chan_id = proto::kNoId;
   const int st = pod.Call(more).status;
