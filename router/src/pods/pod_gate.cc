@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "freeflow/clock.h"
 #include "freeflow/tunables.h"
@@ -43,6 +44,25 @@ bool HungUpSilently(int sock) {
   if (::poll(&p, 1, 0) != 1 || (p.revents & (POLLHUP | POLLRDHUP)) == 0) return false;
   char byte;
   return ::recv(sock, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;  // nothing queued before the end
+}
+
+std::optional<PodGate::Identified> IdentifyClient(IdentityResolver& identity, UniqueFd sock) {
+  // Identifying a probe would cost a thread and a namespace switch, and refusing it (it is
+  // in the node's network) a warning every few seconds; it wants no answer.
+  if (HungUpSilently(sock.get())) {
+    spdlog::debug("a client connected and hung up without a word (a probe)");
+    return std::nullopt;
+  }
+  PodGate::Identified c;
+  c.sock = std::move(sock);
+  if (!identity.Resolve(c.sock.get(), &c.who, &c.error)) {
+    if (HungUpSilently(c.sock.get())) {
+      spdlog::debug("a client hung up without a word while it was being identified (a probe)");
+      return std::nullopt;
+    }
+    if (c.error.empty()) c.error = "it could not be identified";
+  }
+  return c;
 }
 
 PodGate::PodGate(IdentityResolver& identity, Options options)
@@ -164,22 +184,8 @@ void PodGate::IdentifyNext() {
     }
     return;
   }
-  // Identifying a probe would cost a thread and a namespace switch, and refusing it (it is
-  // in the node's network) a warning every few seconds; it wants no answer.
-  if (HungUpSilently(w.sock.get())) {
-    spdlog::debug("a client connected and hung up without a word (a probe)");
-    return;
-  }
-  Identified out;
-  out.sock = std::move(w.sock);
-  if (!identity_.Resolve(out.sock.get(), &out.who, &out.error)) {
-    if (HungUpSilently(out.sock.get())) {
-      spdlog::debug("a client hung up without a word while it was being identified (a probe)");
-      return;
-    }
-    if (out.error.empty()) out.error = "it could not be identified";
-  }
-  Deliver(std::move(out));
+  if (std::optional<Identified> c = IdentifyClient(identity_, std::move(w.sock)))
+    Deliver(std::move(*c));
 }
 
 void PodGate::Deliver(Identified id) {

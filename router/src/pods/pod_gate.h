@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -121,5 +122,10 @@ class PodGate {
   std::atomic<uint64_t> evicted_{0};
   std::atomic<bool> accept_paused_{false};
 };
+
+// Identifies the client of `sock` with `identity`: the connection with who is behind it or
+// why that could not be known; nothing for a probe that hung up without a word before or
+// while it was identified (logged at debug level only).
+std::optional<PodGate::Identified> IdentifyClient(IdentityResolver& identity, UniqueFd sock);
 
 }  // namespace ff::router

@@ -1,6 +1,5 @@
 #include "pods/pod_sessions.h"
 
-#include <poll.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -43,20 +42,8 @@ bool PodSessions::Listen(UniqueFd bound, std::string* error) {
 }
 
 void PodSessions::Adopt(UniqueFd sock) {
-  if (HungUpSilently(sock.get())) {
-    spdlog::debug("a client connected and hung up without a word (a probe)");
-    return;
-  }
-  PodGate::Identified c;
-  c.sock = std::move(sock);
-  if (!identity_.Resolve(c.sock.get(), &c.who, &c.error)) {
-    if (HungUpSilently(c.sock.get())) {
-      spdlog::debug("a client hung up without a word while it was being identified (a probe)");
-      return;
-    }
-    if (c.error.empty()) c.error = "it could not be identified";
-  }
-  Take(std::move(c));
+  if (std::optional<PodGate::Identified> c = IdentifyClient(identity_, std::move(sock)))
+    Take(std::move(*c));
 }
 
 void PodSessions::Admit(Session& s, const std::string& identity_error) {
