@@ -122,9 +122,13 @@ int EventLoop::RunOnce(int timeout_ms) {
   if (armed)
     for (Poller* p : pollers_) p->Disarm();
   for (int i = 0; i < n; ++i) {
-    auto it = watched_.find(events[i].data.u64);
+    // Copies: epoll_event is packed on x86-64, and a reference to its 8-byte `data` (what
+    // find() would take) is misaligned.
+    const uint64_t id = events[i].data.u64;
+    const uint32_t what = events[i].events;
+    auto it = watched_.find(id);
     if (it == watched_.end() || !it->second.live) continue;
-    it->second.cb(events[i].events);
+    it->second.cb(what);
   }
   RunDeferred();
   return n > 0 ? n : 0;
