@@ -519,7 +519,9 @@ int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, p
   *fds = {dest.seg.get(), owner->notify_seg.get(), owner->mr.read_only_fd()};
   int channel = -1;
   if (owner->CqChannel(dest.recv_cq_id, &c.notify_slot, &channel)) fds->push_back(channel);
-  if (dest.srq_id != proto::kNoId) {
+  // A UD sender never gets the SRQ: its datagrams are claimed by their receiver
+  // (shm_layout.h, SrqSegment), and the SRQ's one counter is its RC peers' guarantee.
+  if (dest.srq_id != proto::kNoId && !ud) {
     auto srq = owner->srqs.find(dest.srq_id);
     if (srq == owner->srqs.end()) return EHOSTUNREACH;
     if (const int rc = FreezeSeals(srq->second.get())) return rc;

@@ -182,6 +182,12 @@ inline char* RingData(RingHeader* ring) { return reinterpret_cast<char*>(ring + 
 inline constexpr size_t UdRingBytes(uint32_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
 
 // An SRQ segment is just its credits.
+// An SRQ's credits. Only its owner and its QPs' RC/UC peers (whom the owner named) claim on
+// them: a datagram for a UD QP on the SRQ is claimed by the receiving library when it takes
+// the datagram from its ring (none left: dropped, as a fabric drops it), and UD senders,
+// whom nobody names, claim on the UD QP's own header credits, whose `posted` the owner
+// keeps at the SRQ's unclaimed receives (plus what UD senders claimed there). A UD sender
+// thus neither sees nor changes what an RC peer was promised.
 struct SrqSegment {
   RecvCredits credits;
 };

@@ -124,14 +124,15 @@ int Executor::MapTarget(Sender& s, Qp& dest, Pod& owner, const wire::Connect& m,
   s.queued = Held(parts_.quotas, owner.id, Quota::kQueuedBytes);
   s.mapped = Held(parts_.quotas, owner.id, Quota::kMappedBytes);
   const uint64_t seg_bytes = QpSegmentBytes(dest.num_rings, dest.ring_bytes);
-  if (const int rc =
-          s.mapped.Take(seg_bytes + (dest.srq_id != proto::kNoId ? sizeof(SrqSegment) : 0)))
-    return rc;
+  // Datagrams are claimed by their receiver, never on an SRQ by a sender (shm_layout.h,
+  // SrqSegment): a UD target's senders claim on its header's credits, which its owner keeps.
+  const bool srq_credits = dest.srq_id != proto::kNoId && !dest.kind->datagram;
+  if (const int rc = s.mapped.Take(seg_bytes + (srq_credits ? sizeof(SrqSegment) : 0))) return rc;
   if (const int rc = dest.FreezeSegment()) return rc;
   if (MapSegment(dest.seg.get(), seg_bytes, true, &s.seg) != 0) return ENOMEM;
   auto* hdr = s.seg.as<QpSegmentHeader>();
   RecvCredits* credits = &hdr->credits;
-  if (dest.srq_id != proto::kNoId) {
+  if (srq_credits) {
     auto srq = owner.srqs.find(dest.srq_id);
     if (srq == owner.srqs.end() ||
         MapSegment(srq->second.get(), sizeof(SrqSegment), true, &s.srq_seg) != 0)

@@ -237,6 +237,9 @@ struct Srq {
   Mapping seg;
   RecvQueue rq;
   uint32_t limit = 0;
+  // Its UD QPs: their header credits show its unclaimed receives to UD senders
+  // (MirrorSrqCredits, shm_layout.h SrqSegment). Under the context's lock.
+  std::vector<Qp*> ud_qps;
 };
 
 struct Ah {

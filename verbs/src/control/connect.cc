@@ -81,7 +81,9 @@ int SameNodeLink(Context* ctx, const ff::proto::ConnectReply& c, UniqueFd* fds, 
   if (const int rc = MapRingSegment(link, c, c.num_rings, fds[0])) return rc;
   int next = 3;
   if (c.notify_slot != ff::proto::kNoId) link->notify_fd = std::move(fds[next++]);
-  if (c.has_srq) {
+  // A UD destination's datagrams are claimed by the receiver, never on its SRQ by us
+  // (shm_layout.h, SrqSegment): an SRQ handed over with one would not be used.
+  if (c.has_srq && c.peer_qp_type != IBV_QPT_UD) {
     if (ff::MapPeerSegment(fds[next].get(), sizeof(ff::SrqSegment), true, &link->srq_seg) != 0)
       return EPROTO;
     link->credits = &link->srq_seg.as<ff::SrqSegment>()->credits;

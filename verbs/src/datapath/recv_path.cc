@@ -11,6 +11,7 @@
 #include "datapath/send_queue.h"
 #include "datapath/sge.h"
 #include "freeflow/ipv4.h"
+#include "freeflow/target_ops.h"
 
 namespace ff::verbs {
 namespace {
@@ -86,12 +87,21 @@ inline void ResetInbound(InboundState* in) {
   in->status = IBV_WC_SUCCESS;
 }
 
+// A datagram for a UD QP on an SRQ: claimed here, by its receiver, on the SRQ's credits
+// (its sender claimed on the QP's header only, shm_layout.h SrqSegment). false: every
+// receive is promised to an RC peer or another datagram, and this one is dropped.
+bool ClaimForDatagram(Qp* qp) {
+  if (qp->srq == nullptr) return true;  // the sender claimed on our own credits
+  uint64_t posted = qp->srq->rq.posted;
+  return ff::ClaimCredit(qp->srq->rq.credits, &posted);
+}
+
 // The first fragment of a message: takes a receive WQE for it, or drops it (no receive
 // posted on UC/UD, or a wrong Q_Key).
 void StartMessage(Qp* qp, InboundState* in, const ff::RecordHeader& h) {
   ResetInbound(in);
   const bool ud = qp->kind->datagram;
-  if ((ud && h.qkey != qp->attr.qkey) || !PopRecv(qp, in)) {
+  if ((ud && (h.qkey != qp->attr.qkey || !ClaimForDatagram(qp))) || !PopRecv(qp, in)) {
     in->drop = true;
     return;
   }
@@ -308,7 +318,26 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   Srq* srq = ToSrq(ibsrq);
   std::lock_guard<AdaptiveLock> l(srq->ctx->lock);
-  return Guarded([&] { return PostRecvCommon(srq->ctx, nullptr, &srq->rq, wr, bad); });
+  return Guarded([&] {
+    const int rc = PostRecvCommon(srq->ctx, nullptr, &srq->rq, wr, bad);
+    MirrorSrqCredits(srq);
+    return rc;
+  });
+}
+
+void MirrorSrqCredits(Qp* ud_qp) {
+  const ff::RecvCredits* srq = ud_qp->srq->rq.credits;
+  const uint64_t claimed = srq->claimed.load(std::memory_order_acquire);
+  const uint64_t posted = ud_qp->srq->rq.posted;
+  const uint64_t unclaimed = posted > claimed ? posted - claimed : 0;
+  // Our header, mapped by every UD sender: what they wrote there changes only what they see.
+  auto* hdr = ud_qp->inbound.seg.as<ff::QpSegmentHeader>();
+  hdr->credits.posted.store(hdr->credits.claimed.load(std::memory_order_relaxed) + unclaimed,
+                            std::memory_order_release);
+}
+
+void MirrorSrqCredits(Srq* srq) {
+  for (Qp* qp : srq->ud_qps) MirrorSrqCredits(qp);
 }
 
 }  // namespace ff::verbs

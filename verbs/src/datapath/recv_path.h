@@ -27,5 +27,11 @@ void DeliverArrived(Qp* qp);
 void FlushRecvs(Qp* qp);
 // Forgets posted receives and inbound records without completions (modify_qp to RESET).
 void ResetRecv(Qp* qp);
+// Shows `srq`'s unclaimed receives to the UD senders of each of its UD QPs: their header's
+// `posted` becomes what they claimed there plus what the SRQ has unclaimed (shm_layout.h,
+// SrqSegment). A hint that lets a sender drop a datagram nobody could receive; the receiver
+// claims each datagram on the SRQ itself.
+void MirrorSrqCredits(Srq* srq);
+void MirrorSrqCredits(Qp* ud_qp);
 
 }  // namespace ff::verbs

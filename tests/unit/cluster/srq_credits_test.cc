@@ -1,0 +1,199 @@
+// An SRQ shared by a victim's RC QP and its UD QP (issue 37, attack 5). Resolving a UD
+// destination needs no consent, and the router used to hand every UD sender the SRQ's
+// segment writable: raising its claimed counter left the victim's RC peers without credits
+// for good (RNR retries exceeded), and a datagram written without claiming took a receive an
+// RC peer had been promised, so that peer's SEND was dropped while it completed. Now a UD
+// sender never gets the SRQ and the receiver claims each datagram on it (shm_layout.h,
+// SrqSegment). Both ways: the victim's RC peer on the same node or across nodes; the
+// attacker, a raw pod, always on the victim's node.
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "freeflow/tunables.h"
+#include "pods.h"
+
+namespace ff::cluster_test {
+namespace {
+
+using ff::test::RawLink;
+using ff::test::RawQp;
+
+constexpr uint32_t kQkey = 0x5151;
+constexpr uint32_t kSlot = 256;        // bytes of each receive buffer of b
+constexpr size_t kRecvBase = 1 << 16;  // b's receive buffers, above a's send payloads
+
+class SrqCreditsTest : public ClusterTest {
+ protected:
+  void SetUp() override {
+    ibv_srq_init_attr sa{};
+    sa.attr.max_wr = 64;
+    sa.attr.max_sge = 1;
+    srq = ibv_create_srq(b->pd, &sa);
+    ASSERT_NE(srq, nullptr);
+    ibv_qp_init_attr init{};
+    init.send_cq = b->cq;
+    init.recv_cq = b->cq;
+    init.srq = srq;
+    init.sq_sig_all = 1;
+    init.cap = {16, 0, 1, 1, 0};
+    // The UD QP first: the library drains its CQ's QPs in that order, so a datagram that
+    // took a receive would take it before the RC peer's SEND.
+    init.qp_type = IBV_QPT_UD;
+    ud = ibv_create_qp(b->pd, &init);
+    init.qp_type = IBV_QPT_RC;
+    rc = ibv_create_qp(b->pd, &init);
+    ASSERT_NE(rc, nullptr);
+    ASSERT_NE(ud, nullptr);
+    ASSERT_EQ(b->ConnectQp(rc, *a, a->qp->qp_num), 0);
+    ASSERT_EQ(a->ConnectQp(a->qp, *b, rc->qp_num), 0);
+    ASSERT_EQ(ToRts(ud), 0);
+  }
+  void TearDown() override {
+    if (ud != nullptr) ibv_destroy_qp(ud);
+    if (rc != nullptr) ibv_destroy_qp(rc);
+    if (srq != nullptr) ibv_destroy_srq(srq);
+  }
+
+  static int ToRts(ibv_qp* qp) {
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_INIT;
+    at.port_num = 1;
+    at.qkey = kQkey;
+    if (const int rc = ibv_modify_qp(qp, &at,
+                                     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+      return rc;
+    at = {};
+    at.qp_state = IBV_QPS_RTR;
+    if (const int rc = ibv_modify_qp(qp, &at, IBV_QP_STATE)) return rc;
+    at.qp_state = IBV_QPS_RTS;
+    return ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN);
+  }
+
+  // Posts receives `first`..`first + n - 1` on the SRQ (wr_id: the slot).
+  int PostSrqRecvs(uint32_t first, uint32_t n) {
+    for (uint32_t slot = first; slot < first + n; ++slot) {
+      ibv_sge sge{reinterpret_cast<uintptr_t>(b->buf + kRecvBase + slot * kSlot), kSlot,
+                  b->mr->lkey};
+      ibv_recv_wr wr{};
+      wr.wr_id = slot;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      ibv_recv_wr* bad = nullptr;
+      if (const int rc = ibv_post_srq_recv(srq, &wr, &bad)) return rc;
+    }
+    return 0;
+  }
+
+  // a sends `n` SENDs to b's RC QP, "rc-<first + i>"; every one must reach a receive of
+  // the SRQ, in order.
+  void ExpectRcSendsArrive(uint32_t first, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) {
+      const std::string text = "rc-" + std::to_string(first + i);
+      std::memcpy(a->buf + i * 16, text.c_str(), text.size() + 1);
+      ASSERT_EQ(a->Post(IBV_WR_SEND, first + i, i * 16, static_cast<uint32_t>(text.size() + 1)),
+                0);
+    }
+    const auto sent = a->Poll(n);
+    ASSERT_EQ(sent.size(), n);
+    for (const ibv_wc& wc : sent) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    const auto got = b->Poll(n);
+    ASSERT_EQ(got.size(), n) << "SENDs of the RC peer were dropped";
+    for (uint32_t i = 0; i < n; ++i) {
+      EXPECT_EQ(got[i].status, IBV_WC_SUCCESS);
+      EXPECT_EQ(got[i].qp_num, rc->qp_num) << "a receive went to a datagram";
+      EXPECT_EQ(std::string(b->buf + kRecvBase + got[i].wr_id * kSlot),
+                "rc-" + std::to_string(first + i));
+    }
+  }
+
+  ibv_srq* srq = nullptr;
+  ibv_qp* rc = nullptr;
+  ibv_qp* ud = nullptr;
+};
+
+TEST_P(SrqCreditsTest, AUdSenderGetsNoSrqAndTakesNoReceiveAnRcPeerWasPromised) {
+  router::test::RawPod x(cross() ? *b_router : *a_router, Ip("10.3.0.1"));
+  ASSERT_EQ(x.Hello(), 0);
+  const RawQp mine = x.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  ASSERT_NE(mine.qpn, 0u);
+  RawLink link = x.Connect(mine, Ip("10.2.0.1"), ud->qp_num, true);
+  ASSERT_EQ(link.status, 0);
+  EXPECT_EQ(link.reply.has_srq, 0u) << "a UD sender was handed the SRQ";
+  // What it can reach, the UD QP's own credits, it spoils: that costs datagrams only.
+  link.seg.as<QpSegmentHeader>()->credits.claimed.store(uint64_t{1} << 62);
+  ASSERT_EQ(PostSrqRecvs(0, 4), 0);
+  // Datagrams written without a claim, before the RC peer's SENDs.
+  for (int i = 0; i < 8; ++i) {
+    RecordHeader h{};
+    h.kind = kRecSend;
+    h.flags = kRecFirst | kRecLast;
+    h.qkey = kQkey;
+    h.msg_len = 4;
+    ASSERT_EQ(AppendRecord(link.producer, h, "evil", 4), RingStatus::kOk);
+  }
+  link.producer.Publish();
+  // The victim hears of the attacker's ring (an event) before it next polls.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ExpectRcSendsArrive(0, 4);
+  EXPECT_TRUE(b->Poll(1, std::chrono::milliseconds(100)).empty()) << "a datagram took a receive";
+  // And for good: new receives, new SENDs.
+  ASSERT_EQ(PostSrqRecvs(4, 4), 0);
+  ExpectRcSendsArrive(4, 4);
+}
+
+// What the receiver claims for datagrams is what UD senders see of the SRQ: an honest UD
+// sender's datagrams arrive while receives are free, and are dropped at once (no receive)
+// when the RC peer was promised them all.
+TEST_P(SrqCreditsTest, AnHonestUdSenderReachesAUdQpOnAnSrq) {
+  ibv_qp_init_attr init{};
+  init.send_cq = a->cq;
+  init.recv_cq = a->cq;
+  init.qp_type = IBV_QPT_UD;
+  init.sq_sig_all = 1;
+  init.cap = {16, 16, 1, 1, 0};
+  ibv_qp* sender = ibv_create_qp(a->pd, &init);
+  ASSERT_NE(sender, nullptr);
+  ASSERT_EQ(ToRts(sender), 0);
+  ibv_ah_attr ah_attr{};
+  ah_attr.is_global = 1;
+  ah_attr.port_num = 1;
+  ah_attr.grh.sgid_index = 1;
+  Ipv4MappedGid(Ip("10.2.0.1"), ah_attr.grh.dgid.raw);
+  ibv_ah* ah = ibv_create_ah(a->pd, &ah_attr);
+  ASSERT_NE(ah, nullptr);
+  ASSERT_EQ(PostSrqRecvs(0, 2), 0);
+  const auto send = [&](uint64_t wr_id) {
+    std::memcpy(a->buf, "datagram", 9);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(a->buf), 9, a->mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.wr.ud = {ah, ud->qp_num, kQkey};
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(sender, &wr, &bad), 0);
+    const auto sent = a->Poll(1);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+  };
+  send(1);
+  auto got = b->Poll(1);
+  ASSERT_EQ(got.size(), 1u) << "the datagram did not arrive";
+  EXPECT_EQ(got[0].qp_num, ud->qp_num);
+  EXPECT_EQ(std::string(b->buf + kRecvBase + got[0].wr_id * kSlot + 40), "datagram");
+  ExpectRcSendsArrive(0, 1);  // the other receive
+  send(2);                    // none left: dropped, the send completes
+  EXPECT_TRUE(b->Poll(1, std::chrono::milliseconds(100)).empty());
+  ibv_destroy_ah(ah);
+  ibv_destroy_qp(sender);
+}
+
+INSTANTIATE_TEST_SUITE_P(SameNodeAndAcrossNodes, SrqCreditsTest, ::testing::Bool());
+
+}  // namespace
+}  // namespace ff::cluster_test
