@@ -110,7 +110,8 @@ has() {
 # 9 of 48 on one node, 4 of 12 across nodes; none of 36 with FFV_SPIN_US=0 --spin-us 0).
 # Across nodes on the direct path, whose exchange is faster, ib_read_lat's client lost it in
 # about half the runs (5 in a row once in 6 sets), so the pair runs up to 10 times, as newer
-# perftest retries itself; a lost run costs well under a second (cm_pair stops its server).
+# perftest retries itself; a lost run costs well under a second (cm_pair stops its server)
+# and a pause before the next (0.3 s more each time, 13.5 s at most in all).
 again_if_perftest_raced() {
   local st attempt
   for ((attempt = 1; attempt <= 10; attempt++)); do
@@ -119,6 +120,9 @@ again_if_perftest_raced() {
     { [[ $st -ne 0 && $case == ib_* ]] && listened_again &&
       perftest_lost_race "$FF_DIR"/client.{log,err}; } || break
     echo "perftest's client connected for its test before its server listened again (run $attempt); running the pair again"
+    # After a pause that grows: one make test lost all ten runs in a row, back to back,
+    # while the kernel was still tearing down earlier tests' namespaces; alone it wins.
+    sleep "$(awk -v a="$attempt" 'BEGIN { printf "%.1f", 0.3 * a }')"
   done
   return $st
 }
