@@ -233,8 +233,8 @@ std::string Router::StatsLine() const {
       forwarder_.ud_links_recycled(), direct_.size(), listeners_.open(), listeners_.refused(),
       cm_.ids(), sockets_.streams(), sockets_.listeners(), sockets_.asks(),
       transport_ != nullptr ? transport_->LinkCount() : 0, sessions_.events_waiting(),
-      sessions_.events_replaced(), sessions_.unidentified(), sessions_.accept_paused() ? 1 : 0, OpenDescriptors(),
-      ResidentKib());
+      sessions_.events_replaced(), sessions_.unidentified(), sessions_.accept_paused() ? 1 : 0,
+      OpenDescriptors(), ResidentKib());
 }
 
 }  // namespace ff::router

@@ -162,7 +162,7 @@ int Identity(const Args& a);  // finding 6
 int Folder(const Args& a);    // finding 7
 int Quota(const Args& a);     // finding 8
 int UdFlood(const Args& a);    // issue 37, attack 1
-int HelloFlood(const Args& a); // issue 37, attacks 2 and 3
+int HelloFlood(const Args& a);  // issue 37, attacks 2 and 3
 int CmFlood(const Args& a);    // issue 37, attack 4
 int PortFlood(const Args& a);  // issue 37, attacks 6 and 7
 int QuotaAll(const Args& a);   // issue 37: one pod at every quota at once

@@ -101,10 +101,10 @@ bool CmFloodHeld(const CmFloodResult& f) {
          f.resolved < static_cast<int>(kChannels) * kPerChannel;
 }
 
-const std::string kCmFloodTried =
-    std::to_string(kChannels) + " rdma_cm channels, " + std::to_string(kPerChannel) +
-    " resolves of one id toward " + FormatIpv4(kOutside) +
-    " on each (an ADDR_ERROR event each), never reading an event";
+const std::string kCmFloodTried = std::to_string(kChannels) + " rdma_cm channels, " +
+                                  std::to_string(kPerChannel) + " resolves of one id toward " +
+                                  FormatIpv4(kOutside) +
+                                  " on each (an ADDR_ERROR event each), never reading an event";
 
 int CmFlood(const Args& a) {
   Report r("37.4", "cm-flood");

@@ -116,14 +116,15 @@ int HelloFlood(const Args& a) {
   rv.Get("release", std::chrono::seconds(80));
   stop.store(true);
   for (std::thread& t : threads) t.join();
-  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(
-                        std::chrono::steady_clock::now() - start)
-                        .count();
+  const auto secs =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start)
+          .count();
   IpBatch(AddressLines("del"));
   r.Check(made.load() >= kEnough,
-          std::to_string(kThreads) + " thread(s) connecting to " + path + " as fast as it takes them (" +
-              std::to_string(kHeld) + " open each) from a namespace with " +
-              std::to_string(kExtraAddresses) + " more addresses",
+          std::to_string(kThreads) + " thread(s) connecting to " + path +
+              " as fast as it takes them (" + std::to_string(kHeld) +
+              " open each) from a namespace with " + std::to_string(kExtraAddresses) +
+              " more addresses",
           std::to_string(made.load()) + " connections in " + std::to_string(secs) + " s" +
               (made.load() >= kEnough ? "" : " (too few to flood it)"));
   const int status = r.Finish();

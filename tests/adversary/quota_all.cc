@@ -85,7 +85,8 @@ int QuotaAll(const Args& a) {
   }
   const uint64_t asked_mib = posted * kPeerRegionBytes >> 20;
   r.Check(asked_mib > 2 * (kDefaultPodQueuedMiB + kDefaultPodReadMiB),
-          "READs of " + std::to_string(kPeerRegionBytes >> 10) + " KiB on every channel, no answer taken",
+          "READs of " + std::to_string(kPeerRegionBytes >> 10) +
+              " KiB on every channel, no answer taken",
           std::to_string(posted) + " posted (" + std::to_string(asked_mib) + " MiB asked for)");
   std::this_thread::sleep_for(std::chrono::seconds(2));  // the answers come and wait
   // Events never read, until the pod's queued bytes are full.

@@ -181,7 +181,6 @@ inline char* RingData(RingHeader* ring) { return reinterpret_cast<char*>(ring + 
 // A ring of its own (one UD sender's): its header, then its data.
 inline constexpr size_t UdRingBytes(uint32_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
 
-// An SRQ segment is just its credits.
 // An SRQ's credits. Only its owner and its QPs' RC/UC peers (whom the owner named) claim on
 // them: a datagram for a UD QP on the SRQ is claimed by the receiving library when it takes
 // the datagram from its ring (none left: dropped, as a fabric drops it), and UD senders,

@@ -160,9 +160,8 @@ void Quotas::ForgetIfEmpty(uint32_t ip) {
   if (auto logs = refusal_logs_.find(ip); logs != refusal_logs_.end() && over(logs->second))
     refusal_logs_.erase(logs);
   if (refusal_logs_.size() > accounts_.size() + 64) {
-    std::erase_if(refusal_logs_, [&](const auto& e) {
-      return !accounts_.contains(e.first) && over(e.second);
-    });
+    std::erase_if(refusal_logs_,
+                  [&](const auto& e) { return !accounts_.contains(e.first) && over(e.second); });
   }
 }
 

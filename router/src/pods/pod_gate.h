@@ -75,8 +75,7 @@ class PodGate {
 
   // Takes connections from `listening` (a listening Unix socket) and delivers each on
   // `deliver_to`'s thread. false + *error when the gate's loop cannot start.
-  bool Start(int listening, EventLoop& deliver_to, OnIdentified on_identified,
-             std::string* error);
+  bool Start(int listening, EventLoop& deliver_to, OnIdentified on_identified, std::string* error);
 
   // Thread-safe: connections waiting to be identified now, those closed for newer ones,
   // and whether accepting is paused (the process is out of descriptors).

@@ -37,8 +37,8 @@ bool PodSessions::Listen(UniqueFd bound, std::string* error) {
     return false;
   }
   gate_ = std::make_unique<PodGate>(identity_);
-  return gate_->Start(listen_.get(), loop_,
-                      [this](PodGate::Identified c) { Take(std::move(c)); }, error);
+  return gate_->Start(
+      listen_.get(), loop_, [this](PodGate::Identified c) { Take(std::move(c)); }, error);
 }
 
 void PodSessions::Adopt(UniqueFd sock) {

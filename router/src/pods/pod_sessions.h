@@ -33,8 +33,8 @@
 #include "freeflow/ring.h"
 #include "identity/identity.h"
 #include "objects/resources.h"
-#include "pods/pod_gate.h"
 #include "pods/event_backlog.h"
+#include "pods/pod_gate.h"
 
 namespace ff::router {
 

@@ -63,8 +63,8 @@ class SrqCreditsTest : public ClusterTest {
     at.qp_state = IBV_QPS_INIT;
     at.port_num = 1;
     at.qkey = kQkey;
-    if (const int rc = ibv_modify_qp(qp, &at,
-                                     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+    if (const int rc =
+            ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
       return rc;
     at = {};
     at.qp_state = IBV_QPS_RTR;
@@ -94,12 +94,12 @@ class SrqCreditsTest : public ClusterTest {
     for (uint32_t i = 0; i < n; ++i) {
       const std::string text = "rc-" + std::to_string(first + i);
       std::memcpy(a->buf + i * 16, text.c_str(), text.size() + 1);
-      ASSERT_EQ(a->Post(IBV_WR_SEND, first + i, i * 16, static_cast<uint32_t>(text.size() + 1)),
-                0);
+      ASSERT_EQ(a->Post(IBV_WR_SEND, first + i, i * 16, static_cast<uint32_t>(text.size() + 1)), 0);
     }
     const auto sent = a->Poll(n);
     ASSERT_EQ(sent.size(), n);
-    for (const ibv_wc& wc : sent) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    for (const ibv_wc& wc : sent)
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
     const auto got = b->Poll(n);
     ASSERT_EQ(got.size(), n) << "SENDs of the RC peer were dropped";
     for (uint32_t i = 0; i < n; ++i) {

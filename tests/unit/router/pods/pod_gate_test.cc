@@ -108,9 +108,7 @@ class Resolver final : public IdentityResolver {
 // The serving side: a loop on a thread of its own that records what the gate delivers.
 class Server {
  public:
-  Server() {
-    EXPECT_EQ(loop_.Init(), 0);
-  }
+  Server() { EXPECT_EQ(loop_.Init(), 0); }
   ~Server() { Stop(); }
   void Run() {
     thread_ = std::thread([this] {
