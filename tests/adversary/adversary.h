@@ -95,7 +95,8 @@ struct Victim {
   uint32_t rc_qpn = 0;
   uint32_t ud_qpn = 0;
 };
-std::optional<Victim> FindVictim(const std::string& dir);
+// `file`: where in `dir` it described itself (the SRQ victim's is "srq-victim").
+std::optional<Victim> FindVictim(const std::string& dir, const std::string& file = kVictimFile);
 // The attacker's pod (its HELLO answered) and the victim it goes for; nothing when either
 // could not be had, which `r` records as a failure.
 struct Opening {
@@ -166,6 +167,7 @@ int HelloFlood(const Args& a);  // issue 37, attacks 2 and 3
 int CmFlood(const Args& a);    // issue 37, attack 4
 int PortFlood(const Args& a);  // issue 37, attacks 6 and 7
 int QuotaAll(const Args& a);   // issue 37: one pod at every quota at once
+int SrqShare(const Args& a);   // issue 37, attack 5
 int PeerHelper(const Args& a);     // the helper of every cross-node attack
 int IdentityHost(const Args& a);   // identity's helper with host networking
 int PortFloodHost(const Args& a);  // port-flood's helper with host networking

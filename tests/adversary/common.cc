@@ -144,8 +144,8 @@ bool OverwriteSecret(int fd) {
   return ::pwrite(fd, "PWNED", 5, offset) == 5;
 }
 
-std::optional<Victim> FindVictim(const std::string& dir) {
-  const auto text = Rendezvous(dir).Get(kVictimFile);
+std::optional<Victim> FindVictim(const std::string& dir, const std::string& file) {
+  const auto text = Rendezvous(dir).Get(file);
   if (!text) return std::nullopt;
   std::istringstream in(*text);
   std::string ip;

@@ -36,6 +36,8 @@ constexpr Command kCommands[] = {
      "give a victim's UD QP new senders faster than it reads their events"},
     {"hello-flood", "37.2", &ff::adversary::HelloFlood,
      "stall the router by connecting again and again from a namespace of many addresses"},
+    {"srq-share", "37.5", &ff::adversary::SrqShare,
+     "reach the SRQ a victim's UD QP shares with its RC QPs, and spend its receives"},
     {"cm-flood", "37.4", &ff::adversary::CmFlood,
      "make the router hold rdma_cm events nobody reads"},
     {"port-flood", "37.6", &ff::adversary::PortFlood,

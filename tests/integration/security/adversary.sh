@@ -8,12 +8,14 @@
 # kind must complete; another must complete after it; both routers must stay alive; and at
 # the end no byte of the victim's secrets may have changed.
 #   adversary.sh [ATTACK...]   the attacks named (default: all of ATTACKS)
-# FF_ADVERSARY and FF_VICTIM name the programs (default: in $FF_BUILD/tests/adversary);
+# FF_ADVERSARY, FF_VICTIM and FF_SRQ_VICTIM name the programs (default: in
+# $FF_BUILD/tests/adversary);
 # ADV_ABI, when set, is the ABI the attacks announce (to aim them at an older router).
 set -uo pipefail
 source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 ADV=${FF_ADVERSARY:-$FF_BUILD/tests/adversary/ffadversary}
 VICTIM=${FF_VICTIM:-$FF_BUILD/tests/adversary/ffadversary_victim}
+SRQ_VICTIM=${FF_SRQ_VICTIM:-$FF_BUILD/tests/adversary/ffadversary_srq}
 
 # The attacks, one per finding of issue 9 ("6") or a later review ("37.6": issue 37's sixth):
 # "finding command helper", where helper is the helper command the attack needs ("-": none):
@@ -31,6 +33,7 @@ ATTACKS=(
   "8 quota -"
   "37.1 ud-flood -"
   "37.2 hello-flood -"
+  "37.5 srq-share -"
   "37.4 cm-flood -"
   "37.6 port-flood host"
   "37.m quota-all peer"
@@ -226,6 +229,45 @@ after_hello_flood() {
     tail -n "+$((HELLO_LOG_MARK[n] + 1))" "$(mn_dir "$n")/router.log" | grep -q "silent" && silent=1
   done
   check "finding 37.3 (hello-flood): neither router found the other silent" $silent
+}
+
+# srq-share (issue 37, attack 5) goes for a second victim of node 0 whose UD QP shares an
+# SRQ with RC QPs (ffadversary_srq serve, one RC QP per client). Its RC clients must complete
+# every SEND: one on node 0 while the attack holds, one across nodes and one on node 0 after
+# the attacker has gone; the SRQ victim must see no failed completion and keep its device.
+srq_client() {  # srq_client NODE POD K: client K's 200 SENDs, its last line in the log
+  mn_pod_run "$1" "$2" timeout 60 "$SRQ_VICTIM" send "$RV" "$3" 200 >"$RV/srq-client-$3.log" 2>&1
+  local st=$?
+  echo "    $(tail -n 1 "$RV/srq-client-$3.log")"
+  return $st
+}
+before_srq_share() {
+  rm -f "$RV"/srq-victim* "$RV"/srq-client-* "$RV"/srq-ready-*
+  mn_pod_bg 0 "$VICTIM_POD" "$SRQ_VICTIM" serve "$RV" >"$RV/srq-victim.log" 2>&1
+  SRQ_VICTIM_PID=$FF_LAST_PID
+  local i
+  for ((i = 0; i < 200; i++)); do
+    [[ -e $RV/srq-victim ]] || ! kill -0 "$SRQ_VICTIM_PID" 2>/dev/null && break
+    sleep 0.05
+  done
+  sed 's/^/    /' "$RV/srq-victim.log"
+}
+during_srq_share() {
+  srq_client 0 "$PP_CLIENT" 1
+  check "finding 37.5 (srq-share): an RC client on node 0 completed every SEND to the SRQ while the attack held" $?
+}
+after_srq_share() {
+  srq_client 1 "$PP_REMOTE" 2
+  check "finding 37.5 (srq-share): an RC client across nodes completed every SEND after it" $?
+  srq_client 0 "$PP_CLIENT" 3
+  check "finding 37.5 (srq-share): a new RC client on node 0 completed every SEND after it" $?
+  touch "$RV/srq-victim.release"
+  wait_pid "$SRQ_VICTIM_PID" 10
+  local v=$?
+  echo "    $(tail -n 1 "$RV/srq-victim.log")"
+  grep -q "^SRQ VICTIM: 600 SENDs of 3 RC clients" "$RV/srq-victim.log"
+  local all=$?
+  check "finding 37.5 (srq-share): the SRQ victim received all 600 SENDs, none failed, kept its device (exit $v)" $((v != 0 || all != 0))
 }
 
 # quota-all (issue 37: one pod at every quota at once, its cross-node channels' answers
