@@ -2,7 +2,8 @@
 // - the helper of a cross-node attack, on the other node: it gives the attacker one RC QP per
 //   QP of the attacker's and a region its QPs may read and write, connects each QP once the
 //   attacker named them, sends one SEND on each and reports the completion statuses; it keeps
-//   its connections until the attack is over;
+//   its connections until the attack is over, and writes a byte into each region the
+//   attacker lists (quota-all);
 // - the probe the script runs in another pod of the attacked node while an attack holds: a
 //   fresh HELLO, answered within 1 s.
 #include <chrono>
@@ -22,6 +23,35 @@ int SendOne(RawLink& link) {
   if (test::PostSend(link, 1, "from the other node") != RingStatus::kOk) return -1;
   const auto answer = test::NextAnswer(link);
   return answer ? answer->status : -1;
+}
+
+// One byte written into each region `list` names ("<rkey> <addr>" each), over the links of
+// `links` that connected, in turn: the completion statuses, in order (-1: no answer).
+std::string WriteEach(const std::string& list, std::vector<RawLink>& links) {
+  std::vector<RawLink*> up;  // the connects that were refused have no rings
+  for (RawLink& l : links)
+    if (l.status == 0) up.push_back(&l);
+  std::istringstream in(list);
+  std::string statuses;
+  uint32_t rkey = 0, seq = 100;
+  uint64_t addr = 0;
+  for (size_t i = 0; in >> rkey >> addr && !up.empty(); ++i) {
+    RawLink& link = *up[i % up.size()];
+    ProxyRequest w{};
+    w.remote_addr = addr;
+    w.rkey = rkey;
+    w.seq = ++seq;
+    w.length = 1;
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.last = 1;
+    w.rnr_retry = 7;
+    const auto answer =
+        test::PostRequest(link, kRecWrite, kRecFirst | kRecLast, w, "w", 1) == RingStatus::kOk
+            ? test::NextAnswer(link)
+            : std::nullopt;
+    statuses += " " + std::to_string(answer ? answer->status : -1);
+  }
+  return statuses;
 }
 
 }  // namespace
@@ -63,7 +93,16 @@ int PeerHelper(const Args& a) {
   }
   rv.Put("peer-result", results);
   std::printf("peer: SEND completions:%s\n", results.c_str());
-  rv.Get("done", std::chrono::seconds(90));
+  // Until the attack is over: an attacker that lists regions of its own ("<rkey> <addr>"
+  // each) has one byte written into each, over its links in turn.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (!rv.Get("done", std::chrono::milliseconds(20)) && std::chrono::steady_clock::now() < end) {
+    if (const auto regions = rv.Get("regions", std::chrono::milliseconds(0))) {
+      rv.Put("writes", WriteEach(*regions, links));
+      rv.Get("done", std::chrono::seconds(90));
+      break;
+    }
+  }
   return 0;
 }
 
