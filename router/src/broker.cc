@@ -519,15 +519,8 @@ int ConnectLocal(Broker::Parts& b, const Pod& pod, Qp& src, Qp& dest, bool ud, p
   *fds = {dest.seg.get(), owner->notify_seg.get(), owner->mr.read_only_fd()};
   int channel = -1;
   if (owner->CqChannel(dest.recv_cq_id, &c.notify_slot, &channel)) fds->push_back(channel);
-  // A UD sender never gets the SRQ: its datagrams are claimed by their receiver
-  // (shm_layout.h, SrqSegment), and the SRQ's one counter is its RC peers' guarantee.
-  if (dest.srq_id != proto::kNoId && !ud) {
-    auto srq = owner->srqs.find(dest.srq_id);
-    if (srq == owner->srqs.end()) return EHOSTUNREACH;
-    if (const int rc = FreezeSeals(srq->second.get())) return rc;
-    c.has_srq = 1;
-    fds->push_back(srq->second.get());
-  }
+  // No sender ever gets an SRQ: a QP's senders claim on its header's credits, and its
+  // owner claims each message on the SRQ when it takes it (shm_layout.h, SrqSegment).
   if (ud) {
     c.flags |= proto::kConnectOwnRing;
     fds->push_back(dest.ud_rings[r_index].get());

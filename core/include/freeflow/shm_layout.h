@@ -181,12 +181,15 @@ inline char* RingData(RingHeader* ring) { return reinterpret_cast<char*>(ring + 
 // A ring of its own (one UD sender's): its header, then its data.
 inline constexpr size_t UdRingBytes(uint32_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
 
-// An SRQ's credits. Only its owner and its QPs' RC/UC peers (whom the owner named) claim on
-// them: a datagram for a UD QP on the SRQ is claimed by the receiving library when it takes
-// the datagram from its ring (none left: dropped, as a fabric drops it), and UD senders,
-// whom nobody names, claim on the UD QP's own header credits, whose `posted` the owner
-// keeps at the SRQ's unclaimed receives (plus what UD senders claimed there). A UD sender
-// thus neither sees nor changes what an RC peer was promised.
+// An SRQ's credits, claimed by its owner only (ABI 17): the receiving library claims each
+// message for a QP on the SRQ when it takes it from the QP's ring. Senders (peer processes,
+// the router's executor, the owner's own direct connections) claim on the QP's header
+// credits, whose `posted` the owner keeps at the SRQ's unclaimed receives plus what that
+// QP's senders claimed there (MirrorSrqCredits, at every ibv_post_srq_recv). A message that
+// finds no receive left on the SRQ is dropped on UD and UC, as a fabric drops it, and waits
+// in its ring on RC until one is posted. No peer maps the SRQ: what one writes in its QP's
+// header changes only what that QP's senders see, and neither spends nor steals a receive
+// another QP's message was promised.
 struct SrqSegment {
   RecvCredits credits;
 };

@@ -124,21 +124,13 @@ int Executor::MapTarget(Sender& s, Qp& dest, Pod& owner, const wire::Connect& m,
   s.queued = Held(parts_.quotas, owner.id, Quota::kQueuedBytes);
   s.mapped = Held(parts_.quotas, owner.id, Quota::kMappedBytes);
   const uint64_t seg_bytes = QpSegmentBytes(dest.num_rings, dest.ring_bytes);
-  // Datagrams are claimed by their receiver, never on an SRQ by a sender (shm_layout.h,
-  // SrqSegment): a UD target's senders claim on its header's credits, which its owner keeps.
-  const bool srq_credits = dest.srq_id != proto::kNoId && !dest.kind->datagram;
-  if (const int rc = s.mapped.Take(seg_bytes + (srq_credits ? sizeof(SrqSegment) : 0))) return rc;
+  // Claims on the target's header credits, on an SRQ or not: its owner claims each message
+  // on the SRQ when it takes it (shm_layout.h, SrqSegment).
+  if (const int rc = s.mapped.Take(seg_bytes)) return rc;
   if (const int rc = dest.FreezeSegment()) return rc;
   if (MapSegment(dest.seg.get(), seg_bytes, true, &s.seg) != 0) return ENOMEM;
   auto* hdr = s.seg.as<QpSegmentHeader>();
   RecvCredits* credits = &hdr->credits;
-  if (srq_credits) {
-    auto srq = owner.srqs.find(dest.srq_id);
-    if (srq == owner.srqs.end() ||
-        MapSegment(srq->second.get(), sizeof(SrqSegment), true, &s.srq_seg) != 0)
-      return EHOSTUNREACH;
-    credits = &s.srq_seg.as<SrqSegment>()->credits;
-  }
   RingHeader* produce_into = nullptr;
   if (dest.kind->datagram) {
     // A ring of its own, and the receiver told whose it is (never read from the records).

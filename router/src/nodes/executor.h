@@ -93,7 +93,6 @@ class Executor {
     PodId owner = 0;               // the target QP's pod
     const QpKind* kind = nullptr;  // the target QP's
     Mapping seg;
-    Mapping srq_seg;
     Mapping ud_ring;  // UD: the ring of this sender's own the router made
     TargetChannel target;  // executes its records (core/target_channel.h)
     bool direct = false;  // records go pod to pod on connection `conn`; none come here

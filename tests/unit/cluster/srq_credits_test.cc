@@ -2,10 +2,12 @@
 // destination needs no consent, and the router used to hand every UD sender the SRQ's
 // segment writable: raising its claimed counter left the victim's RC peers without credits
 // for good (RNR retries exceeded), and a datagram written without claiming took a receive an
-// RC peer had been promised, so that peer's SEND was dropped while it completed. Now a UD
-// sender never gets the SRQ and the receiver claims each datagram on it (shm_layout.h,
-// SrqSegment). Both ways: the victim's RC peer on the same node or across nodes; the
-// attacker, a raw pod, always on the victim's node.
+// RC peer had been promised, so that peer's SEND was dropped while it completed. Same-node
+// RC peers of the SRQ's other QPs were handed it too, and could do the same. Now no sender
+// gets the SRQ: each claims on its QP's header and the receiver claims each message on the
+// SRQ when it takes it; an RC message with no receive left waits (shm_layout.h, SrqSegment).
+// Both ways: the victim's RC peer on the same node or across nodes; the attacker, a raw
+// pod, always on the victim's node.
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
@@ -110,12 +112,47 @@ class SrqCreditsTest : public ClusterTest {
     }
   }
 
+  void ExpectRcSendsArriveBeside(uint32_t first, uint32_t n, uint32_t slot, uint32_t other);
+
   ibv_srq* srq = nullptr;
   ibv_qp* rc = nullptr;
   ibv_qp* ud = nullptr;
 };
 
-TEST_P(SrqCreditsTest, AUdSenderGetsNoSrqAndTakesNoReceiveAnRcPeerWasPromised) {
+// The RC peer's SENDs `first`..`first + n - 1` arrive, each once and in order, with as
+// many receives posted at `slot` on as they need; what else arrives meanwhile comes from
+// `other` only (a raw pod's messages, which take receives as any message does).
+void SrqCreditsTest::ExpectRcSendsArriveBeside(uint32_t first, uint32_t n, uint32_t slot,
+                                               uint32_t other) {
+  for (uint32_t i = 0; i < n; ++i) {
+    const std::string text = "rc-" + std::to_string(first + i);
+    std::memcpy(a->buf + i * 16, text.c_str(), text.size() + 1);
+    ASSERT_EQ(a->Post(IBV_WR_SEND, first + i, i * 16, static_cast<uint32_t>(text.size() + 1)), 0);
+  }
+  uint32_t next = first;
+  for (int round = 0; round < 40 && next < first + n; ++round) {
+    ASSERT_EQ(PostSrqRecvs(slot, 4), 0);  // RC messages that waited for a receive take them
+    slot += 4;
+    for (const ibv_wc& wc : b->Poll(64, std::chrono::milliseconds(100))) {
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+      if (wc.qp_num != rc->qp_num) {
+        EXPECT_EQ(wc.qp_num, other) << "a receive went to a QP nobody sent to";
+        continue;
+      }
+      EXPECT_EQ(std::string(b->buf + kRecvBase + wc.wr_id * kSlot), "rc-" + std::to_string(next))
+          << "the RC peer's SENDs arrived out of order or one was lost";
+      ++next;
+    }
+  }
+  EXPECT_EQ(next, first + n) << "SENDs of the RC peer were lost";
+  // A SEND that waited for a receive completes once it was received.
+  const auto sent = a->Poll(n);
+  ASSERT_EQ(sent.size(), n);
+  for (const ibv_wc& wc : sent)
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+}
+
+TEST_P(SrqCreditsTest, AUdSenderGetsNoSrqAndLosesNoRcPeerItsSends) {
   router::test::RawPod x(cross() ? *b_router : *a_router, Ip("10.3.0.1"));
   ASSERT_EQ(x.Hello(), 0);
   const RawQp mine = x.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
@@ -126,7 +163,8 @@ TEST_P(SrqCreditsTest, AUdSenderGetsNoSrqAndTakesNoReceiveAnRcPeerWasPromised) {
   // What it can reach, the UD QP's own credits, it spoils: that costs datagrams only.
   link.seg.as<QpSegmentHeader>()->credits.claimed.store(uint64_t{1} << 62);
   ASSERT_EQ(PostSrqRecvs(0, 4), 0);
-  // Datagrams written without a claim, before the RC peer's SENDs.
+  // Datagrams written without a claim, before the RC peer's SENDs: they take receives as
+  // any datagram with the right Q_Key does (up to the 4 posted; the rest are dropped).
   for (int i = 0; i < 8; ++i) {
     RecordHeader h{};
     h.kind = kRecSend;
@@ -138,11 +176,49 @@ TEST_P(SrqCreditsTest, AUdSenderGetsNoSrqAndTakesNoReceiveAnRcPeerWasPromised) {
   link.producer.Publish();
   // The victim hears of the attacker's ring (an event) before it next polls.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  ExpectRcSendsArrive(0, 4);
-  EXPECT_TRUE(b->Poll(1, std::chrono::milliseconds(100)).empty()) << "a datagram took a receive";
-  // And for good: new receives, new SENDs.
-  ASSERT_EQ(PostSrqRecvs(4, 4), 0);
+  ExpectRcSendsArriveBeside(0, 4, 4, ud->qp_num);
+  // And for good, with nothing else arriving.
+  ASSERT_EQ(PostSrqRecvs(40, 4), 0);
   ExpectRcSendsArrive(4, 4);
+}
+
+// A consented RC peer of another QP on the SRQ (on b's node: it maps that QP's segment;
+// a's SENDs come from the same node or across nodes) is handed no SRQ either: it claims on
+// its QP's header. Spoiling those credits and writing SENDs without a claim costs the
+// owner's other peers nothing: its messages take receives as messages do, the RC peer's
+// SENDs all arrive, in order, none lost.
+TEST_P(SrqCreditsTest, AConsentedRcPeerCannotSpendOrStealAnotherPeersReceives) {
+  router::test::RawPod x(cross() ? *b_router : *a_router, Ip("10.3.0.9"));  // b's node
+  ASSERT_EQ(x.Hello(), 0);
+  const RawQp mine = x.CreateQp(IBV_QPT_RC);
+  ASSERT_NE(mine.qpn, 0u);
+  ibv_qp_init_attr init{};
+  init.send_cq = b->cq;
+  init.recv_cq = b->cq;
+  init.srq = srq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap = {16, 0, 1, 1, 0};
+  ibv_qp* second = ibv_create_qp(b->pd, &init);
+  ASSERT_NE(second, nullptr);
+  ASSERT_EQ(b->ConnectQp(second, Ip("10.3.0.9"), mine.qpn), 0);
+  RawLink link = x.Connect(mine, Ip("10.2.0.1"), second->qp_num);
+  ASSERT_EQ(link.status, 0);
+  EXPECT_EQ(link.reply.has_srq, 0u) << "an RC peer was handed the SRQ";
+  link.seg.as<QpSegmentHeader>()->credits.claimed.store(uint64_t{1} << 62);
+  ASSERT_EQ(PostSrqRecvs(0, 4), 0);
+  for (int i = 0; i < 8; ++i) {
+    RecordHeader h{};
+    h.kind = kRecSend;
+    h.flags = kRecFirst | kRecLast;
+    h.msg_len = 4;
+    ASSERT_EQ(AppendRecord(link.producer, h, "evil", 4), RingStatus::kOk);
+  }
+  link.producer.Publish();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ExpectRcSendsArriveBeside(0, 4, 4, second->qp_num);
+  // Its SENDs that found no receive yet still wait, and take receives as they come.
+  ExpectRcSendsArriveBeside(4, 4, 40, second->qp_num);
+  ibv_destroy_qp(second);
 }
 
 // What the receiver claims for datagrams is what UD senders see of the SRQ: an honest UD

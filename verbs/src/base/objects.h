@@ -128,8 +128,7 @@ struct PeerLink {
   bool dead = false;
   bool dirty = false;      // records committed but not yet published
   bool solicited = false;  // ... among them, the end of a message marked IBV_SEND_SOLICITED
-  // Same node only: the receive credits we claim, and the peer process.
-  Mapping srq_seg;
+  // Same node only: the receive credits we claim (the peer QP's header), and the peer process.
   ff::RecvCredits* credits = nullptr;
   uint64_t posted_cache = 0;
   std::shared_ptr<PeerCtx> pctx;
@@ -237,9 +236,9 @@ struct Srq {
   Mapping seg;
   RecvQueue rq;
   uint32_t limit = 0;
-  // Its UD QPs: their header credits show its unclaimed receives to UD senders
+  // Its QPs: their header credits show its unclaimed receives to their senders
   // (MirrorSrqCredits, shm_layout.h SrqSegment). Under the context's lock.
-  std::vector<Qp*> ud_qps;
+  std::vector<Qp*> qps;
 };
 
 struct Ah {

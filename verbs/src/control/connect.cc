@@ -81,21 +81,16 @@ int SameNodeLink(Context* ctx, const ff::proto::ConnectReply& c, UniqueFd* fds, 
   if (const int rc = MapRingSegment(link, c, c.num_rings, fds[0])) return rc;
   int next = 3;
   if (c.notify_slot != ff::proto::kNoId) link->notify_fd = std::move(fds[next++]);
-  // A UD destination's datagrams are claimed by the receiver, never on its SRQ by us
-  // (shm_layout.h, SrqSegment): an SRQ handed over with one would not be used.
-  if (c.has_srq && c.peer_qp_type != IBV_QPT_UD) {
-    if (ff::MapPeerSegment(fds[next].get(), sizeof(ff::SrqSegment), true, &link->srq_seg) != 0)
-      return EPROTO;
-    link->credits = &link->srq_seg.as<ff::SrqSegment>()->credits;
-  } else {
-    link->credits = &link->hdr->credits;
-  }
+  // On an SRQ too we claim on the QP's header; its owner claims each message on the SRQ
+  // when it takes it (shm_layout.h, SrqSegment). A router hands no SRQ (has_srq is 0).
+  if (c.has_srq) return EPROTO;
+  link->credits = &link->hdr->credits;
   link->pctx = GetPeerCtx(ctx, c.peer_ctx_id, fds[1], fds[2]);
   if (link->pctx == nullptr) return EPROTO;
   if (c.notify_slot != ff::proto::kNoId)
     link->notify = link->pctx->notify.as<ff::NotifySlot>() + c.notify_slot;
   if (c.flags & ff::proto::kConnectOwnRing) {  // a UD destination: a ring of our own
-    const UniqueFd& ring = fds[next + (c.has_srq ? 1 : 0)];
+    const UniqueFd& ring = fds[next];
     if (ff::MapPeerSegment(ring.get(), ff::UdRingBytes(c.ring_bytes), true, &link->own_ring) != 0)
       return EPROTO;
     link->producer.Attach(link->own_ring.as<ff::RingHeader>(), c.ring_bytes);

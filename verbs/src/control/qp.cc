@@ -261,8 +261,8 @@ int CreateQp(Context* ctx, ibv_pd* pd, ibv_qp_init_attr_ex* attr, Qp** out) {
     std::lock_guard<AdaptiveLock> l(ctx->lock);
     ctx->qps.push_back(qp.get());
     qp->rcq->recv_qps.push_back(qp.get());
-    if (qp->srq != nullptr && qp->kind->datagram) {
-      qp->srq->ud_qps.push_back(qp.get());
+    if (qp->srq != nullptr) {
+      qp->srq->qps.push_back(qp.get());
       MirrorSrqCredits(qp.get());
     }
   }
@@ -414,7 +414,7 @@ int DestroyQp(Qp* qp) {
     drop(ctx->qps);
     drop(ctx->pending);
     drop(qp->rcq->recv_qps);
-    if (qp->srq != nullptr) drop(qp->srq->ud_qps);
+    if (qp->srq != nullptr) drop(qp->srq->qps);
     // Under the lock: a direct connection's answers find the QP through its link's channel
     // only while they hold this lock (datapath/link_direct.cc).
     qp->conn.link.reset();

@@ -87,13 +87,24 @@ inline void ResetInbound(InboundState* in) {
   in->status = IBV_WC_SUCCESS;
 }
 
-// A datagram for a UD QP on an SRQ: claimed here, by its receiver, on the SRQ's credits
-// (its sender claimed on the QP's header only, shm_layout.h SrqSegment). false: every
-// receive is promised to an RC peer or another datagram, and this one is dropped.
-bool ClaimForDatagram(Qp* qp) {
+// A message for a QP on an SRQ is claimed on the SRQ here, by its receiver, when it takes
+// it: its sender claimed on the QP's header only (shm_layout.h, SrqSegment), so no sender
+// can spend or promise away a receive another QP's message needs. false: none left.
+bool ClaimOnSrq(Qp* qp) {
   if (qp->srq == nullptr) return true;  // the sender claimed on our own credits
   uint64_t posted = qp->srq->rq.posted;
   return ff::ClaimCredit(qp->srq->rq.credits, &posted);
+}
+
+// An RC message that needs a receive of an SRQ: claimed before its record is taken (one
+// that finds none waits in its ring, DrainRing). UC and UD messages are claimed when they
+// start, and dropped when none is left, as a fabric drops them.
+bool RcNeedsSrqReceive(const Qp* qp, const ff::RecordHeader& h) {
+  return qp->srq != nullptr && qp->qpx.qp_base.qp_type == IBV_QPT_RC &&
+         ((h.kind == ff::kRecSend && (h.flags & ff::kRecFirst)) || h.kind == ff::kRecWriteImm);
+}
+bool ClaimsWhenStarted(const Qp* qp) {
+  return qp->srq != nullptr && qp->qpx.qp_base.qp_type != IBV_QPT_RC;
 }
 
 // The first fragment of a message: takes a receive WQE for it, or drops it (no receive
@@ -101,7 +112,8 @@ bool ClaimForDatagram(Qp* qp) {
 void StartMessage(Qp* qp, InboundState* in, const ff::RecordHeader& h) {
   ResetInbound(in);
   const bool ud = qp->kind->datagram;
-  if ((ud && (h.qkey != qp->attr.qkey || !ClaimForDatagram(qp))) || !PopRecv(qp, in)) {
+  if ((ud && h.qkey != qp->attr.qkey) || (ClaimsWhenStarted(qp) && !ClaimOnSrq(qp)) ||
+      !PopRecv(qp, in)) {
     in->drop = true;
     return;
   }
@@ -140,7 +152,8 @@ bool TakeSendRecord(Qp* qp, InboundState* in, const ff::RecordHeader& h, const c
 void TakeWriteImm(Qp* qp, const ff::RecordHeader& h) {
   InboundState& imm = qp->inbound.imm_scratch;
   ResetInbound(&imm);
-  if (PopRecv(qp, &imm)) CompleteRecv(qp, imm, h, IBV_WC_RECV_RDMA_WITH_IMM, h.msg_len);
+  if ((!ClaimsWhenStarted(qp) || ClaimOnSrq(qp)) && PopRecv(qp, &imm))
+    CompleteRecv(qp, imm, h, IBV_WC_RECV_RDMA_WITH_IMM, h.msg_len);
 }
 
 // Drains ring `r` (at most kDrainBudget records). false when the QP was failed.
@@ -163,6 +176,10 @@ bool DrainRing(Qp* qp, uint32_t r, bool discard) {
       ok = false;
       break;
     }
+    // An RC message with no receive left on its SRQ waits here, as at a sender that got an
+    // RNR NAK: later records of this ring wait behind it, other QPs go on (PostSrqRecv
+    // takes it once there is a receive).
+    if (!discard && RcNeedsSrqReceive(qp, h) && !ClaimOnSrq(qp)) break;
     consumed = true;
     cons.Consume(h);
     if (discard) continue;
@@ -320,24 +337,27 @@ int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   std::lock_guard<AdaptiveLock> l(srq->ctx->lock);
   return Guarded([&] {
     const int rc = PostRecvCommon(srq->ctx, nullptr, &srq->rq, wr, bad);
+    // What waited for a receive takes it first; then the senders see what is left.
+    for (Qp* qp : srq->qps) Drain(qp);
     MirrorSrqCredits(srq);
     return rc;
   });
 }
 
-void MirrorSrqCredits(Qp* ud_qp) {
-  const ff::RecvCredits* srq = ud_qp->srq->rq.credits;
+void MirrorSrqCredits(Qp* qp) {
+  const ff::RecvCredits* srq = qp->srq->rq.credits;
   const uint64_t claimed = srq->claimed.load(std::memory_order_acquire);
-  const uint64_t posted = ud_qp->srq->rq.posted;
+  const uint64_t posted = qp->srq->rq.posted;
   const uint64_t unclaimed = posted > claimed ? posted - claimed : 0;
-  // Our header, mapped by every UD sender: what they wrote there changes only what they see.
-  auto* hdr = ud_qp->inbound.seg.as<ff::QpSegmentHeader>();
+  // Our header, mapped by this QP's senders only: what they write there changes only what
+  // they see.
+  auto* hdr = qp->inbound.seg.as<ff::QpSegmentHeader>();
   hdr->credits.posted.store(hdr->credits.claimed.load(std::memory_order_relaxed) + unclaimed,
                             std::memory_order_release);
 }
 
 void MirrorSrqCredits(Srq* srq) {
-  for (Qp* qp : srq->ud_qps) MirrorSrqCredits(qp);
+  for (Qp* qp : srq->qps) MirrorSrqCredits(qp);
 }
 
 }  // namespace ff::verbs

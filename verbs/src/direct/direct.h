@@ -42,7 +42,6 @@ struct InChannel {
   uint32_t chan = 0;
   uint32_t qpn = 0;
   Mapping seg;
-  Mapping srq_seg;
   ff::TargetChannel target;
   ff::NotifySlot* cq_slot = nullptr;  // the QP's receive CQ event word, when it has a channel
   UniqueFd cq_fd;                     // ... and that channel's wake socket (a dup)

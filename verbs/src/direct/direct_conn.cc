@@ -141,12 +141,8 @@ void InstallChannel(Session* s, const ff::proto::Event& e) {
     const size_t bytes = ff::QpSegmentBytes(in.num_rings, in.ring_bytes);
     if (ff::MapSegment(in.seg_fd.get(), bytes, true, &ch->seg) != 0) return;
     auto* hdr = ch->seg.as<ff::QpSegmentHeader>();
+    // On an SRQ too: the receive path claims each message on the SRQ when it takes it.
     ff::RecvCredits* credits = &hdr->credits;
-    if (qp->srq != nullptr) {
-      if (ff::MapSegment(qp->srq->seg_fd.get(), sizeof(ff::SrqSegment), true, &ch->srq_seg) != 0)
-        return;
-      credits = &ch->srq_seg.as<ff::SrqSegment>()->credits;
-    }
     Cq* rcq = qp->rcq;
     if (rcq != nullptr && rcq->channel != nullptr && rcq->notify_slot != ff::proto::kNoId) {
       ch->cq_slot = s->slot(rcq->notify_slot);
