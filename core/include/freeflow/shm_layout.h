@@ -184,12 +184,12 @@ inline constexpr size_t UdRingBytes(uint32_t ring_bytes) { return sizeof(RingHea
 // An SRQ's credits, claimed by its owner only (ABI 17): the receiving library claims each
 // message for a QP on the SRQ when it takes it from the QP's ring. Senders (peer processes,
 // the router's executor, the owner's own direct connections) claim on the QP's header
-// credits, whose `posted` the owner keeps at the SRQ's unclaimed receives plus what that
-// QP's senders claimed there (MirrorSrqCredits, at every ibv_post_srq_recv). A message that
-// finds no receive left on the SRQ is dropped on UD and UC, as a fabric drops it, and waits
-// in its ring on RC until one is posted. No peer maps the SRQ: what one writes in its QP's
-// header changes only what that QP's senders see, and neither spends nor steals a receive
-// another QP's message was promised.
+// credits, whose `posted` the owner keeps at the SRQ's unclaimed receives plus the messages
+// of that QP it took (MirrorSrqCredits, at every ibv_post_srq_recv, from its own counts).
+// A message that finds no receive left on the SRQ is dropped on UD and UC, as a fabric
+// drops it, and waits in its ring on RC until one is posted. No peer maps the SRQ: what one
+// writes in its QP's header changes only what that QP's senders see, and neither spends
+// nor steals a receive another QP's message was promised.
 struct SrqSegment {
   RecvCredits credits;
 };

@@ -318,8 +318,10 @@ struct Inbound {
   std::vector<UdSource> sources;
   std::mutex arriving_mu;
   std::vector<ArrivingRing> arriving;
-  InboundState imm_scratch;  // receive WQE of a WRITE_WITH_IMM being completed
-  RecvQueue rq;              // unused with an SRQ
+  InboundState imm_scratch;   // receive WQE of a WRITE_WITH_IMM being completed
+  RecvQueue rq;               // unused with an SRQ
+  bool srq_waits = false;     // an RC message waits in a ring for a receive of the SRQ
+  uint64_t srq_messages = 0;  // messages taken from its rings (received or dropped), on an SRQ
 };
 
 // Who a QP sends to: its link to its peer (RC/UC) or to each destination (UD), chosen by

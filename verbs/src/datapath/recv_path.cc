@@ -111,6 +111,7 @@ bool ClaimsWhenStarted(const Qp* qp) {
 // posted on UC/UD, or a wrong Q_Key).
 void StartMessage(Qp* qp, InboundState* in, const ff::RecordHeader& h) {
   ResetInbound(in);
+  if (qp->srq != nullptr) ++qp->inbound.srq_messages;
   const bool ud = qp->kind->datagram;
   if ((ud && h.qkey != qp->attr.qkey) || (ClaimsWhenStarted(qp) && !ClaimOnSrq(qp)) ||
       !PopRecv(qp, in)) {
@@ -152,6 +153,7 @@ bool TakeSendRecord(Qp* qp, InboundState* in, const ff::RecordHeader& h, const c
 void TakeWriteImm(Qp* qp, const ff::RecordHeader& h) {
   InboundState& imm = qp->inbound.imm_scratch;
   ResetInbound(&imm);
+  if (qp->srq != nullptr) ++qp->inbound.srq_messages;
   if ((!ClaimsWhenStarted(qp) || ClaimOnSrq(qp)) && PopRecv(qp, &imm))
     CompleteRecv(qp, imm, h, IBV_WC_RECV_RDMA_WITH_IMM, h.msg_len);
 }
@@ -179,7 +181,10 @@ bool DrainRing(Qp* qp, uint32_t r, bool discard) {
     // An RC message with no receive left on its SRQ waits here, as at a sender that got an
     // RNR NAK: later records of this ring wait behind it, other QPs go on (PostSrqRecv
     // takes it once there is a receive).
-    if (!discard && RcNeedsSrqReceive(qp, h) && !ClaimOnSrq(qp)) break;
+    if (!discard && RcNeedsSrqReceive(qp, h) && !ClaimOnSrq(qp)) {
+      qp->inbound.srq_waits = true;
+      break;
+    }
     consumed = true;
     cons.Consume(h);
     if (discard) continue;
@@ -338,7 +343,11 @@ int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   return Guarded([&] {
     const int rc = PostRecvCommon(srq->ctx, nullptr, &srq->rq, wr, bad);
     // What waited for a receive takes it first; then the senders see what is left.
-    for (Qp* qp : srq->qps) Drain(qp);
+    for (Qp* qp : srq->qps) {
+      if (!qp->inbound.srq_waits) continue;
+      qp->inbound.srq_waits = false;
+      Drain(qp);
+    }
     MirrorSrqCredits(srq);
     return rc;
   });
@@ -349,11 +358,13 @@ void MirrorSrqCredits(Qp* qp) {
   const uint64_t claimed = srq->claimed.load(std::memory_order_acquire);
   const uint64_t posted = qp->srq->rq.posted;
   const uint64_t unclaimed = posted > claimed ? posted - claimed : 0;
-  // Our header, mapped by this QP's senders only: what they write there changes only what
-  // they see.
+  // Our header, mapped by this QP's senders only: they may claim what the SRQ has unclaimed
+  // beyond the messages of theirs we took (received, or dropped on UD and UC), less those
+  // still on their way to us. Written from our own counts only: what they write there
+  // changes only what they see, and reading their claimed count at every post would move
+  // its cache line between cores for every message.
   auto* hdr = qp->inbound.seg.as<ff::QpSegmentHeader>();
-  hdr->credits.posted.store(hdr->credits.claimed.load(std::memory_order_relaxed) + unclaimed,
-                            std::memory_order_release);
+  hdr->credits.posted.store(qp->inbound.srq_messages + unclaimed, std::memory_order_release);
 }
 
 void MirrorSrqCredits(Srq* srq) {

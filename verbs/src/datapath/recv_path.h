@@ -28,7 +28,7 @@ void FlushRecvs(Qp* qp);
 // Forgets posted receives and inbound records without completions (modify_qp to RESET).
 void ResetRecv(Qp* qp);
 // Shows `srq`'s unclaimed receives to the senders of each of its QPs: their header's
-// `posted` becomes what they claimed there plus what the SRQ has unclaimed (shm_layout.h,
+// `posted` becomes the messages we took from them plus what the SRQ has unclaimed (shm_layout.h,
 // SrqSegment). A hint for their flow control (an RC sender waits for credit, a UD sender
 // drops a datagram nobody could receive); the receiver claims each message on the SRQ.
 void MirrorSrqCredits(Srq* srq);
