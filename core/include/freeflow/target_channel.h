@@ -105,6 +105,9 @@ class TargetChannel {
   template <typename Host>
   Claim ClaimCredit(Host& host, const RequestView& v) {
     if (have_credit_) return Claim::kHave;
+    // A datagram claims nothing: its receiver takes a receive for it or drops it (the UD
+    // QP's header is shared by all its senders; a counter there any of them could exhaust).
+    if (s_.kind->datagram) return Claim::kHave;
     if (ff::ClaimCredit(s_.credits, &posted_cache_)) {
       have_credit_ = true;
       rnr_ = RnrState{};
@@ -137,10 +140,12 @@ class TargetChannel {
       if (st != RingStatus::kOk) {  // the target corrupted its own ring
         Fail(host, v.req.seq, IBV_WC_REM_OP_ERR);
         return true;
+      } else {
+        appended_ = true;
+        if (v.data_len >= kMaxFragment) producer_.Publish();  // let it start on long messages
+        if ((v.h.flags & (kRecLast | kRecSolicited)) == (kRecLast | kRecSolicited))
+          solicited_ = true;
       }
-      appended_ = true;
-      if (v.data_len >= kMaxFragment) producer_.Publish();  // let it start on long messages
-      if ((v.h.flags & (kRecLast | kRecSolicited)) == (kRecLast | kRecSolicited)) solicited_ = true;
     }
     if (v.h.flags & kRecLast) {
       have_credit_ = false;

@@ -276,6 +276,92 @@ TEST_P(SrqCreditsTest, AnHonestUdSenderReachesAUdQpOnAnSrq) {
   ibv_destroy_qp(sender);
 }
 
+// A UD QP's header is mapped by every UD sender of its node. Its credits used to be what
+// those senders claimed on, so one that raised the claimed count made every other sender's
+// datagrams to that QP drop at their senders, for good. Datagrams now claim nothing (the
+// receiver takes a receive or drops them): a raw UD sender that spoils the header and an
+// honest sender (same node or across nodes) whose datagrams all still arrive.
+TEST_P(SrqCreditsTest, OneUdSenderCannotStopAnotherByItsQpsCredits) {
+  ibv_qp_init_attr init{};
+  init.send_cq = b->cq;
+  init.recv_cq = b->cq;
+  init.qp_type = IBV_QPT_UD;
+  init.cap = {16, 16, 1, 1, 0};
+  ibv_qp* plain = ibv_create_qp(b->pd, &init);  // a UD QP with a receive queue of its own
+  ASSERT_NE(plain, nullptr);
+  ASSERT_EQ(ToRts(plain), 0);
+  router::test::RawPod x(cross() ? *b_router : *a_router, Ip("10.3.0.1"));
+  ASSERT_EQ(x.Hello(), 0);
+  const RawQp mine = x.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);
+  RawLink link = x.Connect(mine, Ip("10.2.0.1"), plain->qp_num, true);
+  ASSERT_EQ(link.status, 0);
+  link.seg.as<QpSegmentHeader>()->credits.claimed.store(uint64_t{1} << 62);
+  init.send_cq = a->cq;
+  init.recv_cq = a->cq;
+  init.sq_sig_all = 1;
+  ibv_qp* sender = ibv_create_qp(a->pd, &init);
+  ASSERT_NE(sender, nullptr);
+  ASSERT_EQ(ToRts(sender), 0);
+  ibv_ah_attr ah_attr{};
+  ah_attr.is_global = 1;
+  ah_attr.port_num = 1;
+  ah_attr.grh.sgid_index = 1;
+  Ipv4MappedGid(Ip("10.2.0.1"), ah_attr.grh.dgid.raw);
+  ibv_ah* ah = ibv_create_ah(a->pd, &ah_attr);
+  ASSERT_NE(ah, nullptr);
+  for (uint32_t i = 0; i < 4; ++i) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(b->buf + kRecvBase + i * kSlot), kSlot, b->mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_recv(plain, &wr, &bad), 0);
+  }
+  const auto send = [&](uint64_t i) {
+    const std::string text = "datagram-" + std::to_string(i);
+    std::memcpy(a->buf + i * 16, text.c_str(), text.size() + 1);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(a->buf + i * 16),
+                static_cast<uint32_t>(text.size() + 1), a->mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.wr.ud = {ah, plain->qp_num, kQkey};
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(sender, &wr, &bad), 0);
+    const auto sent = a->Poll(1);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+  };
+  const auto arrives = [&](uint64_t i) {
+    const auto got = b->Poll(1);
+    ASSERT_EQ(got.size(), 1u) << "the honest sender's datagram " << i << " did not arrive";
+    EXPECT_EQ(got[0].qp_num, plain->qp_num);
+    EXPECT_EQ(std::string(b->buf + kRecvBase + got[0].wr_id * kSlot + 40),
+              "datagram-" + std::to_string(i));
+  };
+  for (uint64_t i = 0; i < 4; ++i) {
+    send(i);
+    arrives(i);
+  }
+  // No receive left: the receiver drops the next one; a receive posted takes the one after.
+  send(4);
+  EXPECT_TRUE(b->Poll(1, std::chrono::milliseconds(100)).empty());
+  ibv_sge sge{reinterpret_cast<uintptr_t>(b->buf + kRecvBase), kSlot, b->mr->lkey};
+  ibv_recv_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_recv(plain, &wr, &bad), 0);
+  send(5);
+  arrives(5);
+  ibv_destroy_ah(ah);
+  ibv_destroy_qp(sender);
+  ibv_destroy_qp(plain);
+}
+
 INSTANTIATE_TEST_SUITE_P(SameNodeAndAcrossNodes, SrqCreditsTest, ::testing::Bool());
 
 }  // namespace

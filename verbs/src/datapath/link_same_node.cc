@@ -104,7 +104,10 @@ Exec Atomic(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* s
 constexpr OpHandlers kHandlers = {Send, Write, Read, Atomic};
 
 Exec ExecuteSameNode(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {
-  if (NeedsCredit(w.opcode) && !w.credit) {
+  // A datagram claims nothing: its receiver takes a receive for it or drops it. The UD QP's
+  // header is shared by all its senders, and a credit counter there would be one any of
+  // them could exhaust for the others.
+  if (NeedsCredit(w.opcode) && !w.credit && !qp->kind->datagram) {
     if (!ff::ClaimCredit(link->credits, &link->posted_cache)) return NoCredit(qp, link, w, st);
     w.credit = true;
   }

@@ -29,8 +29,8 @@ void FlushRecvs(Qp* qp);
 void ResetRecv(Qp* qp);
 // Shows `srq`'s unclaimed receives to the senders of each of its QPs: their header's
 // `posted` becomes the messages we took from them plus what the SRQ has unclaimed (shm_layout.h,
-// SrqSegment). A hint for their flow control (an RC sender waits for credit, a UD sender
-// drops a datagram nobody could receive); the receiver claims each message on the SRQ.
+// SrqSegment). A hint for their flow control (an RC sender waits for credit; datagrams
+// claim nothing); the receiver claims each message on the SRQ.
 void MirrorSrqCredits(Srq* srq);
 void MirrorSrqCredits(Qp* qp);
 
