@@ -73,6 +73,9 @@ TEST(BadCalls, DeviceAndPortQueries) {
   ibv_device_attr_ex attr{};
   ibv_query_device_ex_input input{};
   EXPECT_EQ(ibv_query_device_ex(pod.ctx, &input, &attr), 0);
+  // Equal below 256 ports, as libibverbs and every provider fill them.
+  EXPECT_EQ(attr.phys_port_cnt_ex, attr.orig_attr.phys_port_cnt);
+  EXPECT_EQ(attr.phys_port_cnt_ex, 1u);
   input.comp_mask = 1;
   EXPECT_EQ(ibv_query_device_ex(pod.ctx, &input, &attr), EINVAL);
   __be16 pkey;

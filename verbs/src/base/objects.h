@@ -199,6 +199,7 @@ struct Cq {
   ibv_wc current{};
   AdaptiveLock poll_lock;
   bool single_threaded = false;
+  bool ignore_overrun = false;  // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: no CQ_ERR when it overflows
   // ibv_poll_cq's empty polls in a row that did not sleep on the router (counted up to
   // kEmptyPollsPerCheck), when such a streak was first seen long, and how often a streak
   // gave the CPU away (completion.cc; ctx->lock).

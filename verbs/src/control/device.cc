@@ -13,10 +13,10 @@
 #include <cstring>
 
 #include "base/exports.h"
-#include "direct/direct.h"
 #include "datapath/completion.h"
 #include "datapath/recv_path.h"
 #include "datapath/send_queue.h"
+#include "direct/direct.h"
 #include "freeflow/ipv4.h"
 #include "rdmacm/device_files.h"
 #include "session/session.h"
@@ -121,6 +121,7 @@ int QueryDeviceEx(ibv_context* c, const ibv_query_device_ex_input* input, ibv_de
   if (input != nullptr && input->comp_mask != 0) return EINVAL;
   ibv_device_attr_ex full{};
   FillDeviceAttr(ToCtx(c)->session, &full.orig_attr);
+  full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;  // equal below 256 ports
   std::memcpy(attr, &full, size < sizeof(full) ? size : sizeof(full));
   return 0;
 }

@@ -166,7 +166,8 @@ int CheckCqExArgs(ibv_context* context, const ibv_cq_init_attr_ex* a) {
     return EINVAL;
   }
   if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
-      (a->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+      (a->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED |
+                                         IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN))) {
     LogError("ibv_create_cq_ex: creation flags 0x%x not supported", a->flags);
     return EINVAL;
   }
@@ -332,8 +333,9 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     });
   }
   if (rc != 0) return ObjectOrNull<ibv_cq_ex>(rc, nullptr);
-  cq->single_threaded = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
-                        (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED);
+  const uint32_t flags = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? attr->flags : 0;
+  cq->single_threaded = flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+  cq->ignore_overrun = flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
   InstallCqExOps(cq, attr->wc_flags);
   return &cq->cqx;
 }

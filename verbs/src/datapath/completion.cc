@@ -208,6 +208,10 @@ int GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq_out, void** cq_context) {
 void OnCqOverflow(Cq* cq) {
   if (cq->overflowed) return;
   cq->overflowed = true;
+  if (cq->ignore_overrun) {  // the program asked not to hear of it
+    LogDebug("completion queue overflow (%u entries), ignored as asked", cq->capacity);
+    return;
+  }
   LogError("completion queue overflow (%u entries); completions are being lost", cq->capacity);
   PushAsyncEvent(cq->ctx, IBV_EVENT_CQ_ERR, &cq->cq);
 }
