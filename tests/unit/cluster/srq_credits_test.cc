@@ -55,6 +55,8 @@ class SrqCreditsTest : public ClusterTest {
     ASSERT_EQ(ToRts(ud), 0);
   }
   void TearDown() override {
+    if (ah != nullptr) ibv_destroy_ah(ah);
+    if (sender != nullptr) ibv_destroy_qp(sender);
     if (ud != nullptr) ibv_destroy_qp(ud);
     if (rc != nullptr) ibv_destroy_qp(rc);
     if (srq != nullptr) ibv_destroy_srq(srq);
@@ -113,6 +115,47 @@ class SrqCreditsTest : public ClusterTest {
   }
 
   void ExpectRcSendsArriveBeside(uint32_t first, uint32_t n, uint32_t slot, uint32_t other);
+
+  // A UD QP of a's in RTS (every send signaled) and an address handle for b's address.
+  void UdSenderToB() {
+    ibv_qp_init_attr init{};
+    init.send_cq = a->cq;
+    init.recv_cq = a->cq;
+    init.qp_type = IBV_QPT_UD;
+    init.sq_sig_all = 1;
+    init.cap = {16, 16, 1, 1, 0};
+    sender = ibv_create_qp(a->pd, &init);
+    ASSERT_NE(sender, nullptr);
+    ASSERT_EQ(ToRts(sender), 0);
+    ibv_ah_attr ah_attr{};
+    ah_attr.is_global = 1;
+    ah_attr.port_num = 1;
+    ah_attr.grh.sgid_index = 1;
+    Ipv4MappedGid(Ip("10.2.0.1"), ah_attr.grh.dgid.raw);
+    ah = ibv_create_ah(a->pd, &ah_attr);
+    ASSERT_NE(ah, nullptr);
+  }
+  // The sender sends `text` (from a's buffer at `offset`) to b's QP `qpn`; its send completes
+  // successfully, whatever the receiver makes of it.
+  void SendDatagram(uint32_t qpn, uint64_t wr_id, const std::string& text, size_t offset = 0) {
+    std::memcpy(a->buf + offset, text.c_str(), text.size() + 1);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(a->buf + offset),
+                static_cast<uint32_t>(text.size() + 1), a->mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.wr.ud = {ah, qpn, kQkey};
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(sender, &wr, &bad), 0);
+    const auto sent = a->Poll(1);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+  }
+
+  ibv_qp* sender = nullptr;  // UdSenderToB's
+  ibv_ah* ah = nullptr;
 
   ibv_srq* srq = nullptr;
   ibv_qp* rc = nullptr;
@@ -225,38 +268,9 @@ TEST_P(SrqCreditsTest, AConsentedRcPeerCannotSpendOrStealAnotherPeersReceives) {
 // sender's datagrams arrive while receives are free, and are dropped at once (no receive)
 // when the RC peer was promised them all.
 TEST_P(SrqCreditsTest, AnHonestUdSenderReachesAUdQpOnAnSrq) {
-  ibv_qp_init_attr init{};
-  init.send_cq = a->cq;
-  init.recv_cq = a->cq;
-  init.qp_type = IBV_QPT_UD;
-  init.sq_sig_all = 1;
-  init.cap = {16, 16, 1, 1, 0};
-  ibv_qp* sender = ibv_create_qp(a->pd, &init);
-  ASSERT_NE(sender, nullptr);
-  ASSERT_EQ(ToRts(sender), 0);
-  ibv_ah_attr ah_attr{};
-  ah_attr.is_global = 1;
-  ah_attr.port_num = 1;
-  ah_attr.grh.sgid_index = 1;
-  Ipv4MappedGid(Ip("10.2.0.1"), ah_attr.grh.dgid.raw);
-  ibv_ah* ah = ibv_create_ah(a->pd, &ah_attr);
-  ASSERT_NE(ah, nullptr);
+  ASSERT_NO_FATAL_FAILURE(UdSenderToB());
   ASSERT_EQ(PostSrqRecvs(0, 2), 0);
-  const auto send = [&](uint64_t wr_id) {
-    std::memcpy(a->buf, "datagram", 9);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(a->buf), 9, a->mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.wr.ud = {ah, ud->qp_num, kQkey};
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_send(sender, &wr, &bad), 0);
-    const auto sent = a->Poll(1);
-    ASSERT_EQ(sent.size(), 1u);
-    EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
-  };
+  const auto send = [&](uint64_t wr_id) { SendDatagram(ud->qp_num, wr_id, "datagram"); };
   send(1);
   auto got = b->Poll(1);
   ASSERT_EQ(got.size(), 1u) << "the datagram did not arrive";
@@ -272,8 +286,6 @@ TEST_P(SrqCreditsTest, AnHonestUdSenderReachesAUdQpOnAnSrq) {
   got = b->Poll(1);
   ASSERT_EQ(got.size(), 1u) << "a datagram after a drop did not arrive";
   EXPECT_EQ(got[0].qp_num, ud->qp_num);
-  ibv_destroy_ah(ah);
-  ibv_destroy_qp(sender);
 }
 
 // A UD QP's header is mapped by every UD sender of its node. Its credits used to be what
@@ -296,19 +308,7 @@ TEST_P(SrqCreditsTest, OneUdSenderCannotStopAnotherByItsQpsCredits) {
   RawLink link = x.Connect(mine, Ip("10.2.0.1"), plain->qp_num, true);
   ASSERT_EQ(link.status, 0);
   link.seg.as<QpSegmentHeader>()->credits.claimed.store(uint64_t{1} << 62);
-  init.send_cq = a->cq;
-  init.recv_cq = a->cq;
-  init.sq_sig_all = 1;
-  ibv_qp* sender = ibv_create_qp(a->pd, &init);
-  ASSERT_NE(sender, nullptr);
-  ASSERT_EQ(ToRts(sender), 0);
-  ibv_ah_attr ah_attr{};
-  ah_attr.is_global = 1;
-  ah_attr.port_num = 1;
-  ah_attr.grh.sgid_index = 1;
-  Ipv4MappedGid(Ip("10.2.0.1"), ah_attr.grh.dgid.raw);
-  ibv_ah* ah = ibv_create_ah(a->pd, &ah_attr);
-  ASSERT_NE(ah, nullptr);
+  ASSERT_NO_FATAL_FAILURE(UdSenderToB());
   for (uint32_t i = 0; i < 4; ++i) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(b->buf + kRecvBase + i * kSlot), kSlot, b->mr->lkey};
     ibv_recv_wr wr{};
@@ -319,21 +319,7 @@ TEST_P(SrqCreditsTest, OneUdSenderCannotStopAnotherByItsQpsCredits) {
     ASSERT_EQ(ibv_post_recv(plain, &wr, &bad), 0);
   }
   const auto send = [&](uint64_t i) {
-    const std::string text = "datagram-" + std::to_string(i);
-    std::memcpy(a->buf + i * 16, text.c_str(), text.size() + 1);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(a->buf + i * 16),
-                static_cast<uint32_t>(text.size() + 1), a->mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = i;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.wr.ud = {ah, plain->qp_num, kQkey};
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_send(sender, &wr, &bad), 0);
-    const auto sent = a->Poll(1);
-    ASSERT_EQ(sent.size(), 1u);
-    EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+    SendDatagram(plain->qp_num, i, "datagram-" + std::to_string(i), i * 16);
   };
   const auto arrives = [&](uint64_t i) {
     const auto got = b->Poll(1);
@@ -357,8 +343,6 @@ TEST_P(SrqCreditsTest, OneUdSenderCannotStopAnotherByItsQpsCredits) {
   ASSERT_EQ(ibv_post_recv(plain, &wr, &bad), 0);
   send(5);
   arrives(5);
-  ibv_destroy_ah(ah);
-  ibv_destroy_qp(sender);
   ibv_destroy_qp(plain);
 }
 
