@@ -154,6 +154,21 @@ class SrqCreditsTest : public ClusterTest {
     EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
   }
 
+  // A raw pod's link to one of b's QPs: the claimed count of the header credits it was
+  // handed raised to 2^62, then 8 SENDs (with `qkey`) written without a claim, published.
+  static void SpoilAndWriteUnclaimed(RawLink& link, uint32_t qkey) {
+    link.seg.as<QpSegmentHeader>()->credits.claimed.store(uint64_t{1} << 62);
+    for (int i = 0; i < 8; ++i) {
+      RecordHeader h{};
+      h.kind = kRecSend;
+      h.flags = kRecFirst | kRecLast;
+      h.qkey = qkey;
+      h.msg_len = 4;
+      ASSERT_EQ(AppendRecord(link.producer, h, "evil", 4), RingStatus::kOk);
+    }
+    link.producer.Publish();
+  }
+
   ibv_qp* sender = nullptr;  // UdSenderToB's
   ibv_ah* ah = nullptr;
 
@@ -203,20 +218,11 @@ TEST_P(SrqCreditsTest, AUdSenderGetsNoSrqAndLosesNoRcPeerItsSends) {
   RawLink link = x.Connect(mine, Ip("10.2.0.1"), ud->qp_num, true);
   ASSERT_EQ(link.status, 0);
   EXPECT_EQ(link.reply.has_srq, 0u) << "a UD sender was handed the SRQ";
-  // What it can reach, the UD QP's own credits, it spoils: that costs datagrams only.
-  link.seg.as<QpSegmentHeader>()->credits.claimed.store(uint64_t{1} << 62);
   ASSERT_EQ(PostSrqRecvs(0, 4), 0);
-  // Datagrams written without a claim, before the RC peer's SENDs: they take receives as
-  // any datagram with the right Q_Key does (up to the 4 posted; the rest are dropped).
-  for (int i = 0; i < 8; ++i) {
-    RecordHeader h{};
-    h.kind = kRecSend;
-    h.flags = kRecFirst | kRecLast;
-    h.qkey = kQkey;
-    h.msg_len = 4;
-    ASSERT_EQ(AppendRecord(link.producer, h, "evil", 4), RingStatus::kOk);
-  }
-  link.producer.Publish();
+  // What it can reach, the UD QP's own credits, it spoils: that costs datagrams only. Its
+  // datagrams, written without a claim before the RC peer's SENDs, take receives as any
+  // datagram with the right Q_Key does (up to the 4 posted; the rest are dropped).
+  ASSERT_NO_FATAL_FAILURE(SpoilAndWriteUnclaimed(link, kQkey));
   // The victim hears of the attacker's ring (an event) before it next polls.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ExpectRcSendsArriveBeside(0, 4, 4, ud->qp_num);
@@ -247,16 +253,8 @@ TEST_P(SrqCreditsTest, AConsentedRcPeerCannotSpendOrStealAnotherPeersReceives) {
   RawLink link = x.Connect(mine, Ip("10.2.0.1"), second->qp_num);
   ASSERT_EQ(link.status, 0);
   EXPECT_EQ(link.reply.has_srq, 0u) << "an RC peer was handed the SRQ";
-  link.seg.as<QpSegmentHeader>()->credits.claimed.store(uint64_t{1} << 62);
   ASSERT_EQ(PostSrqRecvs(0, 4), 0);
-  for (int i = 0; i < 8; ++i) {
-    RecordHeader h{};
-    h.kind = kRecSend;
-    h.flags = kRecFirst | kRecLast;
-    h.msg_len = 4;
-    ASSERT_EQ(AppendRecord(link.producer, h, "evil", 4), RingStatus::kOk);
-  }
-  link.producer.Publish();
+  ASSERT_NO_FATAL_FAILURE(SpoilAndWriteUnclaimed(link, 0));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ExpectRcSendsArriveBeside(0, 4, 4, second->qp_num);
   // Its SENDs that found no receive yet still wait, and take receives as they come.
