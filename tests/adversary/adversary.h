@@ -154,20 +154,20 @@ extern const std::string kCmFloodTried;
 std::string DescribeCmFlood(const CmFloodResult& f);
 
 // ---- the commands --------------------------------------------------------------------
-int Attach(const Args& a);    // finding 1
-int Wake(const Args& a);      // finding 2
-int Shrink(const Args& a);    // finding 3
-int Ring(const Args& a);      // finding 4
-int MrTable(const Args& a);   // finding 5
-int Identity(const Args& a);  // finding 6
-int Folder(const Args& a);    // finding 7
-int Quota(const Args& a);     // finding 8
-int UdFlood(const Args& a);    // issue 37, attack 1
-int HelloFlood(const Args& a);  // issue 37, attacks 2 and 3
-int CmFlood(const Args& a);    // issue 37, attack 4
-int PortFlood(const Args& a);  // issue 37, attacks 6 and 7
-int QuotaAll(const Args& a);   // issue 37: one pod at every quota at once
-int SrqShare(const Args& a);   // issue 37, attack 5
+int Attach(const Args& a);         // finding 1
+int Wake(const Args& a);           // finding 2
+int Shrink(const Args& a);         // finding 3
+int Ring(const Args& a);           // finding 4
+int MrTable(const Args& a);        // finding 5
+int Identity(const Args& a);       // finding 6
+int Folder(const Args& a);         // finding 7
+int Quota(const Args& a);          // finding 8
+int UdFlood(const Args& a);        // issue 37, attack 1
+int HelloFlood(const Args& a);     // issue 37, attacks 2 and 3
+int CmFlood(const Args& a);        // issue 37, attack 4
+int PortFlood(const Args& a);      // issue 37, attacks 6 and 7
+int QuotaAll(const Args& a);       // issue 37: one pod at every quota at once
+int SrqShare(const Args& a);       // issue 37, attack 5
 int PeerHelper(const Args& a);     // the helper of every cross-node attack
 int IdentityHost(const Args& a);   // identity's helper with host networking
 int PortFloodHost(const Args& a);  // port-flood's helper with host networking

@@ -13,7 +13,6 @@
 //       bound, not as an error status). Exits 0 when all did.
 // A third pod that resolves the UD QP cannot reach the SRQ's credits (the attack,
 // tests/adversary/srq_share.cc), so the RC clients' SENDs keep finding receives.
-#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <unistd.h>
 
@@ -27,11 +26,16 @@
 #include <thread>
 #include <vector>
 
+#include "victim_verbs.h"
+
 namespace {
+
+using ff::adversary::FatalEvents;
+using ff::adversary::NewQp;
+using ff::adversary::UdToRts;
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kQkey = 0x11111111;
 constexpr uint32_t kSrqDepth = 64;
 constexpr uint32_t kSlot = 256;
 constexpr auto kServeFor = std::chrono::minutes(10);
@@ -103,33 +107,6 @@ bool WaitFor(const std::string& path, std::string* value) {
   return false;
 }
 
-ibv_qp* NewQp(const Device& d, ibv_qp_type type, ibv_srq* srq) {
-  ibv_qp_init_attr init{};
-  init.send_cq = d.cq;
-  init.recv_cq = d.cq;
-  init.srq = srq;
-  init.qp_type = type;
-  init.sq_sig_all = 1;
-  init.cap.max_send_wr = 16;
-  init.cap.max_recv_wr = srq != nullptr ? 0 : 16;
-  init.cap.max_send_sge = init.cap.max_recv_sge = 1;
-  return ibv_create_qp(d.pd, &init);
-}
-
-bool UdToRts(ibv_qp* qp) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qkey = kQkey;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) != 0)
-    return false;
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE) != 0) return false;
-  a.qp_state = IBV_QPS_RTS;
-  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0;
-}
-
 // An RC QP from RESET to RTS, connected to QP `qpn` at `ip`.
 bool RcToRts(ibv_qp* qp, uint32_t ip, uint32_t qpn) {
   ibv_qp_attr a{};
@@ -180,25 +157,13 @@ bool PostSrqRecv(const Device& d, ibv_srq* srq, uint32_t slot) {
   return ibv_post_srq_recv(srq, &wr, &bad) == 0;
 }
 
-bool FatalEvent(ibv_context* ctx) {
-  const int flags = ::fcntl(ctx->async_fd, F_GETFL);
-  if (flags < 0 || ::fcntl(ctx->async_fd, F_SETFL, flags | O_NONBLOCK) != 0) return true;
-  bool fatal = false;
-  ibv_async_event e{};
-  for (int i = 0; i < 1000 && ibv_get_async_event(ctx, &e) == 0; ++i) {
-    fatal = fatal || e.event_type == IBV_EVENT_DEVICE_FATAL;
-    ibv_ack_async_event(&e);
-  }
-  return fatal;
-}
-
 int Serve(const std::string& dir) {
   Device d;
   ibv_srq_init_attr sa{};
   sa.attr.max_wr = kSrqDepth;
   sa.attr.max_sge = 1;
   ibv_srq* srq = Open(&d, kSrqDepth * kSlot) ? ibv_create_srq(d.pd, &sa) : nullptr;
-  ibv_qp* ud = srq != nullptr ? NewQp(d, IBV_QPT_UD, srq) : nullptr;
+  ibv_qp* ud = srq != nullptr ? NewQp(d.pd, d.cq, IBV_QPT_UD, srq) : nullptr;
   bool ok = ud != nullptr && UdToRts(ud);
   for (uint32_t slot = 0; ok && slot < kSrqDepth; ++slot) ok = PostSrqRecv(d, srq, slot);
   if (!ok) {
@@ -243,7 +208,7 @@ int Serve(const std::string& dir) {
     uint32_t ip = 0, qpn = 0;
     ibv_qp* rc = nullptr;
     if (!(in >> ip_text >> qpn) || !ParseIp(ip_text, &ip) ||
-        (rc = NewQp(d, IBV_QPT_RC, srq)) == nullptr || !RcToRts(rc, ip, qpn)) {
+        (rc = NewQp(d.pd, d.cq, IBV_QPT_RC, srq)) == nullptr || !RcToRts(rc, ip, qpn)) {
       std::printf("srq victim: could not connect client %s (%s)\n", k.c_str(), client.c_str());
       ++failed;
       if (rc != nullptr) ibv_destroy_qp(rc);
@@ -253,20 +218,21 @@ int Serve(const std::string& dir) {
     rcs.push_back(rc);
     Put(dir + "/srq-ready-" + k, std::to_string(rc->qp_num));
   }
-  const bool fatal = FatalEvent(d.ctx);
+  const std::string fatal = FatalEvents(d.ctx);
+  const std::string lost = fatal.empty() ? "" : "; " + fatal;
   std::printf("SRQ VICTIM: %lu SENDs of %zu RC clients and %lu datagrams received, %lu failed%s\n",
               static_cast<unsigned long>(on_rc), rcs.size(), static_cast<unsigned long>(on_ud),
-              static_cast<unsigned long>(failed), fatal ? "; IBV_EVENT_DEVICE_FATAL" : "");
+              static_cast<unsigned long>(failed), lost.c_str());
   for (ibv_qp* rc : rcs)
     if (rc != nullptr) ibv_destroy_qp(rc);
   ibv_destroy_qp(ud);
   ibv_destroy_srq(srq);
-  return failed == 0 && !fatal ? 0 : 1;
+  return failed == 0 && fatal.empty() ? 0 : 1;
 }
 
 int Send(const std::string& dir, const std::string& k, int count) {
   Device d;
-  ibv_qp* qp = Open(&d, 4096) ? NewQp(d, IBV_QPT_RC, nullptr) : nullptr;
+  ibv_qp* qp = Open(&d, 4096) ? NewQp(d.pd, d.cq, IBV_QPT_RC) : nullptr;
   std::string victim, ready;
   uint32_t ip = 0, qpn = 0;
   std::string ip_text;

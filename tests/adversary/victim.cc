@@ -8,7 +8,6 @@
 // its device never reported a fatal error (the library's word for a lost router session).
 #include "victim.h"
 
-#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -21,11 +20,16 @@
 #include <thread>
 #include <vector>
 
+#include "victim_verbs.h"
+
 namespace {
 
+using ff::adversary::FatalEvents;
 using ff::adversary::kSecretMarker;
 using ff::adversary::kVictimFile;
 using ff::adversary::kVictimRelease;
+using ff::adversary::NewQp;
+using ff::adversary::UdToRts;
 
 constexpr size_t kPage = 4096;
 
@@ -48,29 +52,6 @@ bool Register(ibv_pd* pd, Secret* s, const char* name, int access) {
   s->expected.assign(s->page, s->page + kPage);
   s->mr = ibv_reg_mr(pd, s->page, kPage, access);
   return s->mr != nullptr;
-}
-
-bool ModifyUd(ibv_qp* qp) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qkey = 0x11111111;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) != 0)
-    return false;
-  a.qp_state = IBV_QPS_RTR;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE) != 0) return false;
-  a.qp_state = IBV_QPS_RTS;
-  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0;
-}
-
-ibv_qp* NewQp(ibv_pd* pd, ibv_cq* cq, ibv_qp_type type) {
-  ibv_qp_init_attr init{};
-  init.send_cq = cq;
-  init.recv_cq = cq;
-  init.qp_type = type;
-  init.cap.max_send_wr = init.cap.max_recv_wr = 16;
-  init.cap.max_send_sge = init.cap.max_recv_sge = 1;
-  return ibv_create_qp(pd, &init);
 }
 
 // RC: INIT with every remote right, as a pod that would connect later leaves it.
@@ -100,21 +81,6 @@ std::string Watch(const std::vector<Secret*>& secrets, const std::string& releas
   return changed;
 }
 
-// The fatal asynchronous events the device reported (without waiting): what the library
-// reports when it lost its router and failed every QP of the process. "" when none.
-std::string FatalEvents(ibv_context* ctx) {
-  const int flags = ::fcntl(ctx->async_fd, F_GETFL);
-  if (flags < 0 || ::fcntl(ctx->async_fd, F_SETFL, flags | O_NONBLOCK) != 0)
-    return "cannot read its asynchronous events";
-  std::string fatal;
-  ibv_async_event e{};
-  for (int i = 0; i < 1000 && ibv_get_async_event(ctx, &e) == 0; ++i) {
-    if (e.event_type == IBV_EVENT_DEVICE_FATAL) fatal = "IBV_EVENT_DEVICE_FATAL";
-    ibv_ack_async_event(&e);
-  }
-  return fatal;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -138,7 +104,7 @@ int main(int argc, char** argv) {
   }
   ibv_qp* rc = NewQp(pd, cq, IBV_QPT_RC);
   ibv_qp* ud = NewQp(pd, cq, IBV_QPT_UD);
-  if (rc == nullptr || ud == nullptr || !InitRc(rc) || !ModifyUd(ud)) {
+  if (rc == nullptr || ud == nullptr || !InitRc(rc) || !UdToRts(ud)) {
     std::fprintf(stderr, "victim: could not set up its QPs\n");
     return 2;
   }
