@@ -36,18 +36,10 @@ class SrqCreditsTest : public ClusterTest {
     sa.attr.max_sge = 1;
     srq = ibv_create_srq(b->pd, &sa);
     ASSERT_NE(srq, nullptr);
-    ibv_qp_init_attr init{};
-    init.send_cq = b->cq;
-    init.recv_cq = b->cq;
-    init.srq = srq;
-    init.sq_sig_all = 1;
-    init.cap = {16, 0, 1, 1, 0};
     // The UD QP first: the library drains its CQ's QPs in that order, so a datagram that
     // took a receive would take it before the RC peer's SEND.
-    init.qp_type = IBV_QPT_UD;
-    ud = ibv_create_qp(b->pd, &init);
-    init.qp_type = IBV_QPT_RC;
-    rc = ibv_create_qp(b->pd, &init);
+    ud = NewQp(*b, IBV_QPT_UD, srq);
+    rc = NewQp(*b, IBV_QPT_RC, srq);
     ASSERT_NE(rc, nullptr);
     ASSERT_NE(ud, nullptr);
     ASSERT_EQ(b->ConnectQp(rc, *a, a->qp->qp_num), 0);
@@ -60,6 +52,19 @@ class SrqCreditsTest : public ClusterTest {
     if (ud != nullptr) ibv_destroy_qp(ud);
     if (rc != nullptr) ibv_destroy_qp(rc);
     if (srq != nullptr) ibv_destroy_srq(srq);
+  }
+
+  // A QP of `pod` on its CQ (every send signaled), on `srq` when given; the caller destroys
+  // it (before the SRQ).
+  static ibv_qp* NewQp(Pod& pod, ibv_qp_type type, ibv_srq* srq = nullptr) {
+    ibv_qp_init_attr init{};
+    init.send_cq = pod.cq;
+    init.recv_cq = pod.cq;
+    init.srq = srq;
+    init.qp_type = type;
+    init.sq_sig_all = 1;
+    init.cap = {16, srq != nullptr ? 0u : 16u, 1, 1, 0};
+    return ibv_create_qp(pod.pd, &init);
   }
 
   static int ToRts(ibv_qp* qp) {
@@ -118,13 +123,7 @@ class SrqCreditsTest : public ClusterTest {
 
   // A UD QP of a's in RTS (every send signaled) and an address handle for b's address.
   void UdSenderToB() {
-    ibv_qp_init_attr init{};
-    init.send_cq = a->cq;
-    init.recv_cq = a->cq;
-    init.qp_type = IBV_QPT_UD;
-    init.sq_sig_all = 1;
-    init.cap = {16, 16, 1, 1, 0};
-    sender = ibv_create_qp(a->pd, &init);
+    sender = NewQp(*a, IBV_QPT_UD);
     ASSERT_NE(sender, nullptr);
     ASSERT_EQ(ToRts(sender), 0);
     ibv_ah_attr ah_attr{};
@@ -241,13 +240,7 @@ TEST_P(SrqCreditsTest, AConsentedRcPeerCannotSpendOrStealAnotherPeersReceives) {
   ASSERT_EQ(x.Hello(), 0);
   const RawQp mine = x.CreateQp(IBV_QPT_RC);
   ASSERT_NE(mine.qpn, 0u);
-  ibv_qp_init_attr init{};
-  init.send_cq = b->cq;
-  init.recv_cq = b->cq;
-  init.srq = srq;
-  init.qp_type = IBV_QPT_RC;
-  init.cap = {16, 0, 1, 1, 0};
-  ibv_qp* second = ibv_create_qp(b->pd, &init);
+  ibv_qp* second = NewQp(*b, IBV_QPT_RC, srq);
   ASSERT_NE(second, nullptr);
   ASSERT_EQ(b->ConnectQp(second, Ip("10.3.0.9"), mine.qpn), 0);
   RawLink link = x.Connect(mine, Ip("10.2.0.1"), second->qp_num);
@@ -292,12 +285,7 @@ TEST_P(SrqCreditsTest, AnHonestUdSenderReachesAUdQpOnAnSrq) {
 // receiver takes a receive or drops them): a raw UD sender that spoils the header and an
 // honest sender (same node or across nodes) whose datagrams all still arrive.
 TEST_P(SrqCreditsTest, OneUdSenderCannotStopAnotherByItsQpsCredits) {
-  ibv_qp_init_attr init{};
-  init.send_cq = b->cq;
-  init.recv_cq = b->cq;
-  init.qp_type = IBV_QPT_UD;
-  init.cap = {16, 16, 1, 1, 0};
-  ibv_qp* plain = ibv_create_qp(b->pd, &init);  // a UD QP with a receive queue of its own
+  ibv_qp* plain = NewQp(*b, IBV_QPT_UD);  // a UD QP with a receive queue of its own
   ASSERT_NE(plain, nullptr);
   ASSERT_EQ(ToRts(plain), 0);
   router::test::RawPod x(cross() ? *b_router : *a_router, Ip("10.3.0.1"));
