@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "freeflow/ipv4.h"
+#include "freeflow/target_ops.h"
 
 namespace ff::router {
 namespace {
@@ -274,16 +275,13 @@ void ReleaseRegion(Request& q, uint32_t id) {
                   {{Quota::kRegions, 1}, {Quota::kFds, 1}, {Quota::kMappedBytes, mapped}});
 }
 
-constexpr uint32_t kRemoteAccess =
-    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
-constexpr uint32_t kRemoteWriteAccess = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
-
 // Counts a registration with `access` in (delta 1) or out of (-1) region `id`, if it exists.
+// A registration with IBV_ACCESS_MW_BIND counts as the windows bound over it may grant.
 void CountMr(Pod& pod, uint32_t id, uint32_t access, int delta) {
   auto region = pod.regions.find(id);
-  if (region == pod.regions.end() || !(access & kRemoteAccess)) return;
+  if (region == pod.regions.end() || !RegistrationReachable(access)) return;
   region->second.remote_mrs += static_cast<uint32_t>(delta);
-  if (access & kRemoteWriteAccess) region->second.writable_mrs += static_cast<uint32_t>(delta);
+  if (RegistrationWritable(access)) region->second.writable_mrs += static_cast<uint32_t>(delta);
 }
 
 // Publishes `entry` within the pod's MR-entry quota.
@@ -294,9 +292,10 @@ int AddMrEntry(Request& q, const MrView& entry) {
   return rc;
 }
 
-// A registration without remote access has no region: nobody but its owner reaches it.
+// A registration without remote access (or windows) has no region: nobody but its owner
+// reaches it.
 int RegLocalMr(Request& q, const proto::RegMr& m) {
-  if ((m.access & kRemoteAccess) || m.new_region || m.region_offset || m.region_size) return EINVAL;
+  if (RegistrationReachable(m.access) || m.new_region || m.region_offset || m.region_size) return EINVAL;
   return AddMrEntry(q, MrView{0, m.access, proto::kNoRegion, m.addr, m.length, 0});
 }
 
@@ -304,7 +303,7 @@ int RegMr(Request& q) {
   const auto m = proto::As<proto::RegMr>(q.msg);
   if (m.length == 0 || m.length > kMaxMrSize) return EINVAL;
   if (m.region_id == proto::kNoRegion) return q.nfds == 0 ? RegLocalMr(q, m) : EINVAL;
-  if (!(m.access & kRemoteAccess)) return EINVAL;  // memory of its own is never shared
+  if (!RegistrationReachable(m.access)) return EINVAL;  // memory of its own is never shared
   if (const int rc = AcceptRegion(q, m.new_region != 0, m.region_id, m.region_size)) return rc;
   auto region = q.pod.regions.find(m.region_id);
   if (region == q.pod.regions.end()) return ENOENT;

@@ -18,6 +18,21 @@
 
 namespace ff {
 
+// Which registrations peers may reach, for the library that shares their pages and the
+// router that checks what it is handed. Remote rights, or IBV_ACCESS_MW_BIND: memory windows
+// bound over it later grant remote access of their own (the MR needs no remote flag, as on
+// an HCA).
+inline bool RegistrationReachable(unsigned access) {
+  return (access & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
+                    IBV_ACCESS_MW_BIND)) != 0;
+}
+// Whether peers may write it: remote write or atomics, or a window may grant them (the
+// verbs allow that over a registration with IBV_ACCESS_MW_BIND and local write).
+inline bool RegistrationWritable(unsigned access) {
+  return (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0 ||
+         ((access & IBV_ACCESS_MW_BIND) && (access & IBV_ACCESS_LOCAL_WRITE));
+}
+
 // Receiver-not-ready retries of one message, as an RC requester counts them: the first
 // refusal starts the target's min_rnr_timer; each expiry with still no receive posted is
 // one retry; rnr_retry 7 means retry forever.

@@ -47,7 +47,13 @@ int Windows::Bind(MrTable& table, const proto::BindMw& m, bool qp_ok) {
   MrView mr;
   if (IsWindow(m.mr_key) || !table.Find(m.mr_key, &mr) || mr.region == proto::kNoRegion)
     return EACCES;
-  if (!(mr.access & IBV_ACCESS_MW_BIND) || (m.access & ~mr.access) != 0) return EACCES;
+  // As the verbs define a bind: the registration allows windows; the window's rights are its
+  // own (the registration needs no remote flag), but writes and atomics through it need the
+  // registration's local write.
+  if (!(mr.access & IBV_ACCESS_MW_BIND)) return EACCES;
+  if ((m.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(mr.access & IBV_ACCESS_LOCAL_WRITE))
+    return EACCES;
   if (!Within(mr, m.addr, m.length)) return EINVAL;
   const MrView v{m.new_key,
                  m.access,

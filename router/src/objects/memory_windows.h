@@ -1,9 +1,10 @@
 // The memory windows of one pod connection. A window is an entry of the pod's MR table
 // (mr_table.h): unbound it grants nothing (no range, no rights); bound, it names part of a
-// live registration of the pod (its region, at the window's offset), with at most that
-// registration's remote rights and, for type 2, the QP it was bound through. Peers check
-// it exactly as a registration (target_ops.h), so no new path reaches a pod's memory: a
-// window only ever narrows what a registration with remote access already exposes.
+// live registration of the pod made for windows (IBV_ACCESS_MW_BIND, and so a region: see
+// RegistrationReachable), with remote rights of its own (writes and atomics only over local
+// write) and, for type 2, the QP it was bound through. Peers check it exactly as a
+// registration (target_ops.h): a window reaches only memory its owner registered for
+// windows and bound.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +21,8 @@ class Windows {
   // EINVAL for an unknown type, ENOMEM when the table is full.
   int Alloc(MrTable& table, uint32_t type, uint32_t* key);
   // Binds (or, length 0, unbinds) window m.key under m.new_key. `qp_ok`: m.qpn names an RC
-  // QP of the pod (type 2). EINVAL for anything the rules refuse, EACCES for rights the
-  // registration does not have or a registration without IBV_ACCESS_MW_BIND.
+  // QP of the pod (type 2). EINVAL for anything the rules refuse, EACCES for a registration
+  // without IBV_ACCESS_MW_BIND, or writes or atomics over one without local write.
   int Bind(MrTable& table, const proto::BindMw& m, bool qp_ok);
   // Unbinds type 2 window `key` (LOCAL_INV, or with qpn != 0 a SEND_WITH_INV received on
   // QP `qpn`, which must be the one it is bound through). EINVAL otherwise.

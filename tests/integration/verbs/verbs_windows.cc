@@ -4,6 +4,8 @@
 // writes, reads and adds through them; then the server unbinds the type 1 window, invalidates
 // one type 2 window itself (LOCAL_INV) and the client invalidates the other
 // (SEND_WITH_INV); every access through them must then fail with IBV_WC_REM_ACCESS_ERR.
+// The registration the windows are bound over has local write and IBV_ACCESS_MW_BIND only:
+// binding a window is how its owner grants remote access.
 //
 //   verbs_windows PORT              the server
 //   verbs_windows PORT SERVER_IP    the client (as ibv_rc_pingpong, so that scripts run
@@ -63,7 +65,8 @@ struct Side {
     cq = ibv_create_cq(ctx, 256, nullptr, nullptr, 0);
     buf = static_cast<char*>(aligned_alloc(4096, kBuf));
     std::memset(buf, 0, kBuf);
-    mr = ibv_reg_mr(pd, buf, kBuf, IBV_ACCESS_LOCAL_WRITE | kAccess | IBV_ACCESS_MW_BIND);
+    // No remote flag: as on an HCA, the windows bound over it grant remote access.
+    mr = ibv_reg_mr(pd, buf, kBuf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
     if (pd == nullptr || cq == nullptr || mr == nullptr) Die("resources");
     for (auto& q : qp) {
       ibv_qp_init_attr init{};

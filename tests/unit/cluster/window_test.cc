@@ -168,9 +168,27 @@ TEST_P(WindowTest, ABindOverARegistrationWithoutMwBindFailsTheQp) {
   EXPECT_EQ(State(b->qp), IBV_QPS_ERR);
 }
 
-TEST_P(WindowTest, AWindowMayNotGrantMoreThanItsRegistration) {
+// As the verbs define a bind: writes and atomics through a window need the registration's
+// local write; remote flags it need not have (the next test).
+TEST_P(WindowTest, AWindowGrantsWritesOnlyOverARegistrationWithLocalWrite) {
   ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND));
   EXPECT_EQ(BindType1(IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE), IBV_WC_MW_BIND_ERR);
+}
+
+// Binding a window is how the owner grants remote access, as on an HCA: a registration with
+// local write and IBV_ACCESS_MW_BIND only takes a window with every remote right.
+TEST_P(WindowTest, AWindowGrantsRemoteRightsOverARegistrationWithoutAny) {
+  ASSERT_NO_FATAL_FAILURE(
+      SetUpWindow(IBV_MW_TYPE_1, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND));
+  ASSERT_EQ(BindType1(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC),
+            IBV_WC_SUCCESS);
+  std::memset(a->buf + 500000, 0x3c, 64);
+  EXPECT_EQ(Access(IBV_WR_RDMA_WRITE, mw->rkey, kWindowAt, 64), IBV_WC_SUCCESS);
+  EXPECT_EQ(b->buf[kWindowAt + 63], 0x3c);
+  EXPECT_EQ(Access(IBV_WR_RDMA_READ, mw->rkey, kWindowAt + 128, 64), IBV_WC_SUCCESS);
+  EXPECT_EQ(Access(IBV_WR_ATOMIC_FETCH_AND_ADD, mw->rkey, kWindowAt + 8, 8), IBV_WC_SUCCESS);
+  // The registration's own key grants nothing remote.
+  EXPECT_EQ(Access(IBV_WR_RDMA_READ, bmr->rkey, kWindowAt, 8), IBV_WC_REM_ACCESS_ERR);
 }
 
 TEST_P(WindowTest, AWindowMustLieInsideItsRegistration) {

@@ -1,5 +1,6 @@
 // Memory windows as a pod that skips the library asks for them: every request that would
-// make a window reach more than a registration with remote access exposes, or confuse a
+// make a window reach beyond a registration made for windows (IBV_ACCESS_MW_BIND), or grant
+// writes over one without local write, or confuse a
 // window with a registration, is refused, and the MR table shows nothing it should not.
 #include <gtest/gtest.h>
 
@@ -72,26 +73,51 @@ TEST_F(WindowsTest, ABoundWindowIsATableEntryInsideItsRegistration) {
   EXPECT_EQ(Seen(key).length, 0u);  // the old key names nothing
 }
 
-TEST_F(WindowsTest, AWindowNeverReachesMoreThanARemoteRegistration) {
+TEST_F(WindowsTest, AWindowNeverReachesMoreThanARegistrationForWindows) {
   const uint32_t key = Alloc(IBV_MW_TYPE_1);
   ASSERT_NE(key, 0u);
-  // Local-only memory (no region), even with MW_BIND.
-  const uint32_t local =
-      pod.RegisterLocal(0x40000, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  // A registration for windows is shared memory: one that claims to be local-only is
+  // refused, and local-only memory (no region) takes no window.
+  EXPECT_EQ(pod.RegisterLocal(0x40000, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND), 0u);
+  const uint32_t local = pod.RegisterLocal(0x40000, 4096, IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(local, 0u);
   EXPECT_EQ(Bind(key, key + 1, local, 0x40000, 64, kRead), EACCES);
   // More than the registration: past its end, before its start, an overflowing length.
   EXPECT_EQ(Bind(key, key + 1, mr, 0x11f00, 512, kRead), EINVAL);
   EXPECT_EQ(Bind(key, key + 1, mr, 0xff00, 512, kRead), EINVAL);
   EXPECT_EQ(Bind(key, key + 1, mr, 0x11000, ~0ull, kRead), EINVAL);
-  // Rights it does not have, or that are not remote rights.
-  EXPECT_EQ(Bind(key, key + 1, mr, 0x10000, 64, IBV_ACCESS_REMOTE_ATOMIC), EACCES);
+  // Rights that are not remote rights.
   EXPECT_EQ(Bind(key, key + 1, mr, 0x10000, 64, kRead | IBV_ACCESS_MW_BIND), EINVAL);
   // Another window, or a key of no registration, as the registration.
   const uint32_t other = Alloc(IBV_MW_TYPE_1);
   EXPECT_EQ(Bind(key, key + 1, other, 0, 64, kRead), EACCES);
   EXPECT_EQ(Bind(key, key + 1, mr ^ 0x100, 0x10000, 64, kRead), EACCES);
   EXPECT_EQ(Seen(key).length, 0u);
+}
+
+// As on an HCA, binding a window is how the owner grants remote access: the registration
+// needs IBV_ACCESS_MW_BIND only, and local write for a window that grants writes or atomics.
+TEST_F(WindowsTest, AWindowGrantsRightsOfItsOwnOverARegistrationForWindows) {
+  Mapping bind_only, bind_write;
+  const uint32_t ro = pod.Register(2, 4096, IBV_ACCESS_MW_BIND, 0x50000, &bind_only);
+  ASSERT_NE(ro, 0u);
+  const uint32_t rw =
+      pod.Register(3, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND, 0x60000, &bind_write);
+  ASSERT_NE(rw, 0u);
+  const uint32_t key = Alloc(IBV_MW_TYPE_1);
+  ASSERT_NE(key, 0u);
+  EXPECT_EQ(Bind(key, key + 1, ro, 0x50000, 64, IBV_ACCESS_REMOTE_WRITE), EACCES);
+  EXPECT_EQ(Bind(key, key + 1, ro, 0x50000, 64, IBV_ACCESS_REMOTE_ATOMIC), EACCES);
+  EXPECT_EQ(Seen(key + 1).length, 0u);
+  ASSERT_EQ(Bind(key, key + 1, ro, 0x50000, 64, kRead), 0);
+  EXPECT_EQ(Seen(key + 1).access, kRead);
+  EXPECT_EQ(Seen(key + 1).region, 2u);
+  const uint32_t key2 = Alloc(IBV_MW_TYPE_1);
+  ASSERT_NE(key2, 0u);
+  const uint32_t all = kRead | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+  ASSERT_EQ(Bind(key2, key2 + 1, rw, 0x60000, 128, all), 0);
+  EXPECT_EQ(Seen(key2 + 1).access, all);
+  EXPECT_EQ(Seen(key2 + 1).region, 3u);
 }
 
 TEST_F(WindowsTest, ARegistrationWithoutMwBindTakesNoWindow) {

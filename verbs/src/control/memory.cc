@@ -5,6 +5,8 @@
 // memory, so from the moment ibv_dereg_mr returns no peer can reach them any more.
 //
 // A registration without remote access has no region: its memory never leaves the process.
+// One with IBV_ACCESS_MW_BIND has one even without remote flags (windows bound over it
+// later grant remote access), writable when it has local write (ff::RegistrationWritable).
 // A region whose registrations grant remote reads only is sealed read-only (SealReadOnly)
 // once the application's own mapping is in place, so what a peer is given can only be
 // read, even reopened. When a registration that grants writes joins such a region, the
@@ -35,6 +37,7 @@
 #include "base/exports.h"
 #include "direct/direct.h"
 #include "session/session.h"
+#include "freeflow/target_ops.h"
 
 namespace ff::verbs {
 namespace {
@@ -44,12 +47,7 @@ std::map<uintptr_t, std::unique_ptr<Region>> g_regions;  // by start address
 std::unordered_map<Region*, std::vector<Mr*>> g_region_mrs;
 uint32_t g_next_region = 1;
 
-constexpr unsigned kRemoteAccess =
-    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
-
-bool GrantsWrites(unsigned access) {
-  return (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
-}
+bool GrantsWrites(unsigned access) { return ff::RegistrationWritable(access); }
 
 uintptr_t PageSize() {
   static const uintptr_t p = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
@@ -285,7 +283,7 @@ int RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access,
   std::lock_guard<std::mutex> g(g_region_mu);
   Region* region = nullptr;
   bool fresh = false;
-  if (access & kRemoteAccess) {
+  if (ff::RegistrationReachable(access)) {
     const int rc =
         AcquireRegion(ctx->session, start, length, GrantsWrites(access), &region, &fresh);
     if (rc != 0) return rc;
