@@ -295,7 +295,8 @@ int AddMrEntry(Request& q, const MrView& entry) {
 // A registration without remote access (or windows) has no region: nobody but its owner
 // reaches it.
 int RegLocalMr(Request& q, const proto::RegMr& m) {
-  if (RegistrationReachable(m.access) || m.new_region || m.region_offset || m.region_size) return EINVAL;
+  if (RegistrationReachable(m.access) || m.new_region || m.region_offset || m.region_size)
+    return EINVAL;
   return AddMrEntry(q, MrView{0, m.access, proto::kNoRegion, m.addr, m.length, 0});
 }
 

@@ -178,8 +178,7 @@ TEST_P(WindowTest, AWindowGrantsWritesOnlyOverARegistrationWithLocalWrite) {
 // Binding a window is how the owner grants remote access, as on an HCA: a registration with
 // local write and IBV_ACCESS_MW_BIND only takes a window with every remote right.
 TEST_P(WindowTest, AWindowGrantsRemoteRightsOverARegistrationWithoutAny) {
-  ASSERT_NO_FATAL_FAILURE(
-      SetUpWindow(IBV_MW_TYPE_1, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND));
+  ASSERT_NO_FATAL_FAILURE(SetUpWindow(IBV_MW_TYPE_1, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND));
   ASSERT_EQ(BindType1(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC),
             IBV_WC_SUCCESS);
   std::memset(a->buf + 500000, 0x3c, 64);

@@ -36,8 +36,8 @@
 
 #include "base/exports.h"
 #include "direct/direct.h"
-#include "session/session.h"
 #include "freeflow/target_ops.h"
+#include "session/session.h"
 
 namespace ff::verbs {
 namespace {
