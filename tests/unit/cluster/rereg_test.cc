@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "pods.h"
@@ -67,6 +68,79 @@ TEST_P(ReregTest, NewPdOfTheSameContextOnly) {
   ASSERT_EQ(ibv_rereg_mr(b->mr, IBV_REREG_MR_CHANGE_PD, other, nullptr, 0, 0), 0);
   EXPECT_EQ(b->mr->pd, other);
   ASSERT_EQ(ibv_rereg_mr(b->mr, IBV_REREG_MR_CHANGE_PD, b->pd, nullptr, 0, 0), 0);
+  EXPECT_EQ(ibv_dealloc_pd(other), 0);
+}
+
+// Memory of b outside its pod buffer, page-aligned, freed at the end.
+struct Pages {
+  explicit Pages(size_t n) : bytes(n), p(static_cast<char*>(std::aligned_alloc(4096, n))) {
+    std::memset(p, 0, n);
+  }
+  ~Pages() { std::free(p); }
+  size_t bytes;
+  char* p;
+};
+
+// What the third-party test did: remote access added to a local registration
+// reaches the memory under the new key.
+TEST_P(ReregTest, AddedRemoteAccessLetsAPeerIn) {
+  ConnectBoth();
+  Pages mem(16384);
+  ibv_mr* mr = ibv_reg_mr(b->pd, mem.p, mem.bytes, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ),
+            0);
+  std::memset(a->buf + 600000, 0x6b, 64);
+  EXPECT_EQ(
+      a->Access(IBV_WR_RDMA_WRITE, mr->rkey, reinterpret_cast<uintptr_t>(mem.p) + 4096, 600000, 64),
+      IBV_WC_SUCCESS);
+  EXPECT_EQ(mem.p[4096 + 63], 0x6b);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+// A new translation onto other memory: the peer's bytes land there, not in the old buffer.
+TEST_P(ReregTest, ANewTranslationOntoOtherMemoryTakesThePeersBytes) {
+  ConnectBoth();
+  Pages first(8192), second(8192);
+  ibv_mr* mr = ibv_reg_mr(b->pd, first.p, first.bytes, kAllAccess);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, second.p, second.bytes, 0),
+            0);
+  std::memset(a->buf + 600000, 0x2d, 64);
+  EXPECT_EQ(a->Access(IBV_WR_RDMA_WRITE, mr->rkey, reinterpret_cast<uintptr_t>(second.p) + 128,
+                      600000, 64),
+            IBV_WC_SUCCESS);
+  EXPECT_EQ(second.p[128 + 63], 0x2d);
+  EXPECT_EQ(first.p[128 + 63], 0);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+// A registration moved to another PD is not the old PD's QPs' to use.
+TEST_P(ReregTest, ARegistrationMovedToAnotherPdServesNoQpOfTheOldOne) {
+  ConnectBoth();
+  ibv_pd* other = ibv_alloc_pd(b->ctx);
+  ASSERT_NE(other, nullptr);
+  Pages mem(8192);
+  ibv_mr* mr = ibv_reg_mr(b->pd, mem.p, mem.bytes, kAllAccess);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, other, nullptr, 0, 0), 0);
+  // b's QP (of b->pd) sends from it: a local protection error.
+  ibv_sge sge{reinterpret_cast<uintptr_t>(mem.p), 8, mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 9;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(b->qp, &wr, &bad), 0);
+  const auto wc = b->Poll(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 9u);
+  EXPECT_EQ(wc[0].status, IBV_WC_LOC_PROT_ERR);
+  // A peer's access through a QP of the old PD is not refused yet (docs/verbs-library.md,
+  // "Protection domains").
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(ibv_dealloc_pd(other), 0);
 }
 

@@ -208,7 +208,8 @@ bool DrainRing(Qp* qp, uint32_t r, bool discard) {
   return ok;
 }
 
-int PostRecvCommon(Context* ctx, Qp* qp, RecvQueue* rq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+int PostRecvCommon(Context* ctx, Qp* qp, const ibv_pd* pd, RecvQueue* rq, ibv_recv_wr* wr,
+                   ibv_recv_wr** bad) {
   int rc = 0;
   uint64_t added = 0;
   for (; wr != nullptr; wr = wr->next) {
@@ -217,7 +218,8 @@ int PostRecvCommon(Context* ctx, Qp* qp, RecvQueue* rq, ibv_recv_wr* wr, ibv_rec
       break;
     }
     if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > rq->max_sge ||
-        !ValidSges(ctx, wr->sg_list, static_cast<uint32_t>(wr->num_sge), IBV_ACCESS_LOCAL_WRITE)) {
+        !ValidSges(ctx, pd, wr->sg_list, static_cast<uint32_t>(wr->num_sge),
+                   IBV_ACCESS_LOCAL_WRITE)) {
       rc = EINVAL;
       break;
     }
@@ -334,14 +336,15 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     *bad = wr;
     return EINVAL;
   }
-  return Guarded([&] { return PostRecvCommon(ctx, qp, &qp->inbound.rq, wr, bad); });
+  return Guarded(
+      [&] { return PostRecvCommon(ctx, qp, qp->qpx.qp_base.pd, &qp->inbound.rq, wr, bad); });
 }
 
 int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   Srq* srq = ToSrq(ibsrq);
   std::lock_guard<AdaptiveLock> l(srq->ctx->lock);
   return Guarded([&] {
-    const int rc = PostRecvCommon(srq->ctx, nullptr, &srq->rq, wr, bad);
+    const int rc = PostRecvCommon(srq->ctx, nullptr, srq->srq.pd, &srq->rq, wr, bad);
     // What waited for a receive takes it first; then the senders see what is left.
     for (Qp* qp : srq->qps) {
       if (!qp->inbound.srq_waits) continue;

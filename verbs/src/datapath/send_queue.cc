@@ -68,7 +68,8 @@ void TakeData(Qp* qp, SendWqe& w, uint64_t index, const ibv_send_wr* wr) {
   // A WQE without SGEs may come with sg_list null, which memcpy must not be given.
   if (wr->num_sge > 0) std::memcpy(sges, wr->sg_list, sizeof(ibv_sge) * wr->num_sge);
   w.num_sge = static_cast<uint32_t>(wr->num_sge);
-  if (!ValidSges(qp->ctx, sges, w.num_sge, IsReadOrAtomic(w.opcode) ? IBV_ACCESS_LOCAL_WRITE : 0))
+  if (!ValidSges(qp->ctx, qp->qpx.qp_base.pd, sges, w.num_sge,
+                 IsReadOrAtomic(w.opcode) ? IBV_ACCESS_LOCAL_WRITE : 0))
     w.pre_status = IBV_WC_LOC_PROT_ERR;
 }
 

@@ -44,9 +44,10 @@ inline void CopyToSges(const ibv_sge* sges, uint32_t n, uint64_t offset, const c
   });
 }
 
-// True when every SGE lies inside a local registration with its lkey and `need` access.
-// ctx->lock held (uses the context's one-entry cache).
-inline bool ValidSges(Context* ctx, const ibv_sge* sges, uint32_t n, int need) {
+// True when every SGE lies inside a local registration of protection domain `pd` with its
+// lkey and `need` access (an HCA refuses a registration of another PD as it refuses a wrong
+// key). ctx->lock held (uses the context's one-entry cache).
+inline bool ValidSges(Context* ctx, const ibv_pd* pd, const ibv_sge* sges, uint32_t n, int need) {
   for (uint32_t i = 0; i < n; ++i) {
     if (sges[i].length == 0) continue;
     const Mr* mr = ctx->last_mr;
@@ -61,7 +62,7 @@ inline bool ValidSges(Context* ctx, const ibv_sge* sges, uint32_t n, int need) {
     if (sges[i].addr < base || sges[i].length > mr->mr.length ||
         sges[i].addr - base > mr->mr.length - sges[i].length)
       return false;
-    if ((mr->access & need) != need) return false;
+    if ((mr->access & need) != need || mr->mr.pd != pd) return false;
   }
   return true;
 }
