@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include "ud_qp.h"
 #include "victim.h"
 
 namespace ff::adversary {
@@ -19,19 +20,7 @@ ibv_qp* NewQp(ibv_pd* pd, ibv_cq* cq, ibv_qp_type type, ibv_srq* srq) {
   return ibv_create_qp(pd, &init);
 }
 
-bool UdToRts(ibv_qp* qp) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qkey = kVictimQkey;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) != 0)
-    return false;
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE) != 0) return false;
-  a.qp_state = IBV_QPS_RTS;
-  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0;
-}
+bool UdToRts(ibv_qp* qp) { return fftest::UdQpToRts(qp, kVictimQkey) == 0; }
 
 std::string FatalEvents(ibv_context* ctx) {
   const int flags = ::fcntl(ctx->async_fd, F_GETFL);

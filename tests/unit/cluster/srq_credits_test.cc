@@ -17,6 +17,7 @@
 
 #include "freeflow/tunables.h"
 #include "pods.h"
+#include "ud_qp.h"
 
 namespace ff::cluster_test {
 namespace {
@@ -44,7 +45,7 @@ class SrqCreditsTest : public ClusterTest {
     ASSERT_NE(ud, nullptr);
     ASSERT_EQ(b->ConnectQp(rc, *a, a->qp->qp_num), 0);
     ASSERT_EQ(a->ConnectQp(a->qp, *b, rc->qp_num), 0);
-    ASSERT_EQ(ToRts(ud), 0);
+    ASSERT_EQ(fftest::UdQpToRts(ud, kQkey), 0);
   }
   void TearDown() override {
     if (ah != nullptr) ibv_destroy_ah(ah);
@@ -65,21 +66,6 @@ class SrqCreditsTest : public ClusterTest {
     init.sq_sig_all = 1;
     init.cap = {16, srq != nullptr ? 0u : 16u, 1, 1, 0};
     return ibv_create_qp(pod.pd, &init);
-  }
-
-  static int ToRts(ibv_qp* qp) {
-    ibv_qp_attr at{};
-    at.qp_state = IBV_QPS_INIT;
-    at.port_num = 1;
-    at.qkey = kQkey;
-    if (const int rc =
-            ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
-      return rc;
-    at = {};
-    at.qp_state = IBV_QPS_RTR;
-    if (const int rc = ibv_modify_qp(qp, &at, IBV_QP_STATE)) return rc;
-    at.qp_state = IBV_QPS_RTS;
-    return ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN);
   }
 
   // Posts receives `first`..`first + n - 1` on the SRQ (wr_id: the slot).
@@ -125,7 +111,7 @@ class SrqCreditsTest : public ClusterTest {
   void UdSenderToB() {
     sender = NewQp(*a, IBV_QPT_UD);
     ASSERT_NE(sender, nullptr);
-    ASSERT_EQ(ToRts(sender), 0);
+    ASSERT_EQ(fftest::UdQpToRts(sender, kQkey), 0);
     ibv_ah_attr ah_attr{};
     ah_attr.is_global = 1;
     ah_attr.port_num = 1;
@@ -287,7 +273,7 @@ TEST_P(SrqCreditsTest, AnHonestUdSenderReachesAUdQpOnAnSrq) {
 TEST_P(SrqCreditsTest, OneUdSenderCannotStopAnotherByItsQpsCredits) {
   ibv_qp* plain = NewQp(*b, IBV_QPT_UD);  // a UD QP with a receive queue of its own
   ASSERT_NE(plain, nullptr);
-  ASSERT_EQ(ToRts(plain), 0);
+  ASSERT_EQ(fftest::UdQpToRts(plain, kQkey), 0);
   router::test::RawPod x(cross() ? *b_router : *a_router, Ip("10.3.0.1"));
   ASSERT_EQ(x.Hello(), 0);
   const RawQp mine = x.CreateQp(IBV_QPT_UD, kUdRingsPerQp, kUdRingBytes);

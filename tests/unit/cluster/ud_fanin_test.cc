@@ -17,6 +17,7 @@
 #include "freeflow/tunables.h"
 #include "log_capture.h"
 #include "pods.h"
+#include "ud_qp.h"
 
 namespace ff::cluster_test {
 namespace {
@@ -43,18 +44,7 @@ class UdFanInTest : public ClusterTest {
     init.cap = {64, max_recv, 1, 1, 0};
     ibv_qp* qp = ibv_create_qp(pod.pd, &init);
     if (qp == nullptr) return nullptr;
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qkey = kQkey;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) != 0)
-      return nullptr;
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE) != 0) return nullptr;
-    a.qp_state = IBV_QPS_RTS;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) != 0) return nullptr;
-    return qp;
+    return fftest::UdQpToRts(qp, kQkey) == 0 ? qp : nullptr;
   }
 
   // An address handle for the pod at `ip`.
