@@ -47,8 +47,6 @@ std::map<uintptr_t, std::unique_ptr<Region>> g_regions;  // by start address
 std::unordered_map<Region*, std::vector<Mr*>> g_region_mrs;
 uint32_t g_next_region = 1;
 
-bool GrantsWrites(unsigned access) { return ff::RegistrationWritable(access); }
-
 uintptr_t PageSize() {
   static const uintptr_t p = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   return p;
@@ -178,7 +176,8 @@ void MergeInto(Region* to, const std::vector<Region*>& merged, bool* fresh) {
 }
 
 bool AnyGrantsWrites(const std::vector<Mr*>& mrs) {
-  return std::any_of(mrs.begin(), mrs.end(), [](const Mr* mr) { return GrantsWrites(mr->access); });
+  return std::any_of(mrs.begin(), mrs.end(),
+                     [](const Mr* mr) { return ff::RegistrationWritable(mr->access); });
 }
 
 // A new region of session `s` over [lo, hi), the pages moved into it; sealed when
@@ -284,8 +283,8 @@ int RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access,
   Region* region = nullptr;
   bool fresh = false;
   if (ff::RegistrationReachable(access)) {
-    const int rc =
-        AcquireRegion(ctx->session, start, length, GrantsWrites(access), &region, &fresh);
+    const int rc = AcquireRegion(ctx->session, start, length, ff::RegistrationWritable(access),
+                                 &region, &fresh);
     if (rc != 0) return rc;
   }
   uint32_t key = 0;
