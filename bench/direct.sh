@@ -91,7 +91,7 @@ routers_cores() {
 }
 
 declare -a tcp=() tlat=() trtt=() trate=() wbw=() slat=() rlat=() sbw=() wbw_auth=() \
-  relay_wbw=() relay_slat=() utcp_bw=() utcp_lat=() urc_bw=() urc_lat=() uud_bw=() rs=() ris=()
+  relay_wbw=() relay_slat=() relay_uud_bw=() utcp_bw=() utcp_lat=() urc_bw=() urc_lat=() uud_bw=() rs=() ris=()
 for ((r = 1; r <= RUNS; r++)); do
   echo "run $r/$RUNS" >&2
   tcp+=("$(iperf3_gbps 0 1 3)")
@@ -115,6 +115,7 @@ for ((r = 1; r <= RUNS; r++)); do
   routers relay
   relay_wbw+=("$(perftest_run 0 1 bw ib_write_bw -s 65536 -n 5000)")
   relay_slat+=("$(perftest_run 0 1 typical ib_send_lat -s 2 -n 5000)")
+  relay_uud_bw+=("$(ucx_bw ud_v 40)")
 done
 routers relay
 read -r relay_cores relay_gbps <<<"$(routers_cores)"
@@ -142,7 +143,7 @@ row "  sockperf ping-pong p50 (whole RTT), usec" "" "${trtt[@]}"
 against "ib_send_bw 64 B, Mmsg/s" "sockperf (>= 1)" trate sbw
 row "  sockperf throughput 64 B, Mmsg/s" "" "${trate[@]}"
 against "UCX tag_bw 1 MiB over rc_v (direct), MB/s" "UCX tcp (>= 1)" utcp_bw urc_bw
-against "UCX tag_bw 1 MiB over ud_v (relayed), MB/s" "UCX tcp (>= 0.5)" utcp_bw uud_bw
+against "UCX tag_bw 1 MiB over ud_v (direct), MB/s" "UCX tcp (>= 0.5)" utcp_bw uud_bw
 row "  UCX tag_bw 1 MiB over UCX's tcp, MB/s" "" "${utcp_bw[@]}"
 against "UCX tag_lat 8 B over rc_v (direct), usec" "UCX tcp (<= 1.2)" utcp_lat urc_lat
 row "  UCX tag_lat 8 B over UCX's tcp, usec" "" "${utcp_lat[@]}"
@@ -150,5 +151,6 @@ against "rstream 64 KiB (rsockets), Gbit/s" "iperf3 (>= 0.80)" tcp rs
 against "riostream 64 KiB (rsockets), Gbit/s" "iperf3 (>= 0.80)" tcp ris
 row "relay (--cross-node-path relay) ib_write_bw, Gbit/s" "" "${relay_wbw[@]}"
 row "relay ib_send_lat 2 B, usec" "" "${relay_slat[@]}"
+row "relay UCX tag_bw 1 MiB over ud_v, MB/s" "" "${relay_uud_bw[@]}"
 printf '%-50s %-26s %s\n' "routers' CPU, 10 s ib_write_bw, relay, cores" "$relay_cores" "at $relay_gbps Gbit/s"
 printf '%-50s %-26s %s\n' "routers' CPU, 10 s ib_write_bw, direct, cores" "$direct_cores" "at $direct_gbps Gbit/s"

@@ -243,6 +243,11 @@ inline constexpr size_t kDirectGoneChannels = 4096;
 // them (one write instead of two), and never more than this many bytes.
 inline constexpr uint64_t kDirectAnswerDelayNs = 20'000;
 inline constexpr size_t kDirectHeldAnswerBytes = 64 * 1024;
+// A datagram is never answered, so a UD sender cannot tell a burst by answers owed: a post
+// that follows the previous one to the same destination within this time is into a burst
+// (a stream posts again as soon as it can; a ping-pong waits a network round trip, which
+// across nodes is longer).
+inline constexpr uint64_t kDirectDatagramBurstNs = 5'000;
 // --direct-ports: the range direct listeners bind in (a NetworkPolicy must admit it).
 inline constexpr uint16_t kDefaultDirectPortLo = 20000, kDefaultDirectPortHi = 20999;
 // Direct connections a router keeps per local process (DirectConnections): a process at it

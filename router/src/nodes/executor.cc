@@ -79,7 +79,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   if (dest->kind != QpKindOf(m.qp_type)) return answer(EINVAL);
   // An RC/UC QP takes data only from the QP its owner named: until then, "ask again".
   if (!dest->Consents(m.src_ip, m.src_qpn)) return answer(EINPROGRESS);
-  if (WaitsForCrossedAsk(m, *dest, *owner, &crossed_ns)) {
+  if (WaitsForCrossedAsk(m, *owner, &crossed_ns)) {
     unresolved_.push_back({link, chan, m, deadline_ns, crossed_ns});
     parts_.retry_soon();
     return;
@@ -97,16 +97,23 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
   s->recv_cq_id = dest->recv_cq_id;
   s->owner = owner->id;
   s->kind = dest->kind;
-  s->direct = WantsDirect(m, *dest) && DirectConn(m, *owner, &reply);
+  s->direct = WantsDirect(m) && DirectConn(m, *owner, &reply);
   s->conn = s->direct ? reply.conn : 0;
   if (s->direct) {
-    // Nothing to map: the owner's process takes the records itself.
+    // Nothing to map: the owner's process takes the records itself (UD: into a ring of the
+    // channel's own, which TellChannel hands over).
+    if (const int rc =
+            dest->kind->datagram ? NewUdRingFor(*dest, *owner, m, static_cast<uint32_t>(ring)) : 0)
+      return answer(rc);
   } else if (const int rc = MapTarget(*s, *dest, *owner, m, static_cast<uint32_t>(ring))) {
     return answer(rc);
   }
   dest->GiveRing(static_cast<size_t>(ring), Producer::Remote(s->id));
   // Before the reply: the initiator's process sends on the channel once it has it.
-  if (s->direct) TellChannel(*s, static_cast<uint32_t>(ring), owner->id, false);
+  if (s->direct) {
+    const int ud_ring = dest->kind->datagram ? dest->ud_rings[ring].get() : -1;
+    TellChannel(*s, static_cast<uint32_t>(ring), owner->id, false, ud_ring);
+  }
   reply.peer_qpn = dest->qpn;
   reply.peer_ip = owner->who.ip;
   reply.qp_type = dest->kind->type;
@@ -133,13 +140,9 @@ int Executor::MapTarget(Sender& s, Qp& dest, Pod& owner, const wire::Connect& m,
   RecvCredits* credits = &hdr->credits;
   RingHeader* produce_into = nullptr;
   if (dest.kind->datagram) {
-    // A ring of its own, and the receiver told whose it is (never read from the records).
-    proto::Event e{};
-    TakeUdRing(dest, ring);
-    if (dest.NewUdRing(ring, m.src_ip, m.src_qpn, &e) != 0 ||
-        MapSegment(dest.ud_rings[ring].get(), UdRingBytes(dest.ring_bytes), true, &s.ud_ring) != 0)
+    if (const int rc = NewUdRingFor(dest, owner, m, ring)) return rc;
+    if (MapSegment(dest.ud_rings[ring].get(), UdRingBytes(dest.ring_bytes), true, &s.ud_ring) != 0)
       return ENOMEM;
-    parts_.sessions.NotifyWithFd(owner.id, e, dest.ud_rings[ring].get());
     produce_into = s.ud_ring.as<RingHeader>();
   } else {
     produce_into = QpRing(s.seg.get(), ring, dest.ring_bytes);
@@ -154,6 +157,15 @@ int Executor::MapTarget(Sender& s, Qp& dest, Pod& owner, const wire::Connect& m,
   setup.src_ip = m.src_ip;
   setup.src_qpn = m.src_qpn;
   s.target.Init(setup);
+  return 0;
+}
+
+int Executor::NewUdRingFor(Qp& dest, Pod& owner, const wire::Connect& m, uint32_t ring) {
+  // A ring of its own, and the receiver told whose it is (never read from the records).
+  proto::Event e{};
+  TakeUdRing(dest, ring);
+  if (dest.NewUdRing(ring, m.src_ip, m.src_qpn, &e) != 0) return ENOMEM;
+  parts_.sessions.NotifyWithFd(owner.id, e, dest.ud_rings[ring].get());
   return 0;
 }
 
@@ -389,7 +401,7 @@ void Executor::Drop(Key key, TellPeer tell, DropCause cause) {
     parts_.transport->Send(s->link, wire::Type::kPeerGone, s->chan, died ? 1 : 0, {});
   if (Qp* q = parts_.tables.FindQp(s->target_qpn)) {
     q->ReleaseRingsOf(Producer::Remote(s->id));
-    if (s->direct) TellChannel(*s, 0, q->owner, true);
+    if (s->direct) TellChannel(*s, 0, q->owner, true, -1);
     // The remote peer is gone: a connected RC/UC target learns it as from a local peer.
     if (tell == TellPeer::kNo && !s->kind->datagram) {
       parts_.sessions.Notify(q->owner,

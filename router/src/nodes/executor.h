@@ -124,18 +124,17 @@ class Executor {
   void Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint64_t deadline_ns = 0,
                uint64_t crossed_ns = 0);
   void RetryUnresolved();
-  // Direct channels (executor_direct.cc). True when `m` asks for one to `dest` and this
-  // router gives them.
-  bool WantsDirect(const wire::Connect& m, const Qp& dest) const;
+  // Direct channels (executor_direct.cc). True when `m` asks for one (for a QP of any type)
+  // and this router gives them.
+  bool WantsDirect(const wire::Connect& m) const;
   // The connection of the initiator's process with `owner`'s: one the router knows, or a new
   // one whose listener is open; its fields go into *reply. false: none (relay the channel).
   bool DirectConn(const wire::Connect& m, Pod& owner, wire::ConnectReply* reply);
-  // True when `m`, a direct ask to `owner`'s QP `dest`, crossed an ask of `owner` to the
+  // True when `m`, a direct ask to a QP of `owner`, crossed an ask of `owner` to the
   // initiator's pod that is not answered yet, and this router is the one that waits for
   // that answer (its pod's address is the lower), at most until *until (set on the first
   // look, kDirectCrossedWaitNs on). DirectConnections says why.
-  bool WaitsForCrossedAsk(const wire::Connect& m, const Qp& dest, const Pod& owner,
-                          uint64_t* until) const;
+  bool WaitsForCrossedAsk(const wire::Connect& m, const Pod& owner, uint64_t* until) const;
   // The owner's network namespace for its listeners (-1: the router's own), opened on first
   // use. 0 or an errno value, with *error.
   int OwnerNetns(Pod& owner, int* fd, std::string* error);
@@ -144,12 +143,16 @@ class Executor {
   void DirectAccepted(PodId pod, uint64_t conn, uint32_t dialler_ip,
                       const std::array<uint8_t, kDirectSecretBytes>& secret, UniqueFd sock,
                       int error);
-  // Tells the owner of direct sender `s`'s target which channel goes to it (kDirectChannel)
-  // or that it is closed (kDirectChannelGone).
-  void TellChannel(const Sender& s, uint32_t ring, PodId owner, bool gone);
+  // Tells the owner of direct sender `s`'s target which channel goes to it (kDirectChannel,
+  // with `ud_ring`, the memfd of the ring of its own a UD channel produces into, or -1) or
+  // that it is closed (kDirectChannelGone).
+  void TellChannel(const Sender& s, uint32_t ring, PodId owner, bool gone, int ud_ring);
   // A relayed sender's mappings of target QP `dest` of `owner` and its ring `ring` (UD:
   // one of its own). 0 or the errno the connect is answered with.
   int MapTarget(Sender& s, Qp& dest, Pod& owner, const wire::Connect& m, uint32_t ring);
+  // A UD sender's ring of its own, `ring` of `dest` (the sender that held it loses it), and
+  // the owner told whose it is (kUdRing). 0 or the errno the connect is answered with.
+  int NewUdRingFor(Qp& dest, Pod& owner, const wire::Connect& m, uint32_t ring);
   Verdict Record(LinkId link, uint32_t chan, const char* body, uint32_t len);
   // Executes one request (TargetChannel, with the target's pod as its host). false: it
   // cannot proceed yet (retry later).

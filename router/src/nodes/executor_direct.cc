@@ -13,13 +13,12 @@
 
 namespace ff::router {
 
-bool Executor::WantsDirect(const wire::Connect& m, const Qp& dest) const {
-  return parts_.direct.on && (m.flags & wire::kConnectAskDirect) != 0 && !dest.kind->datagram;
+bool Executor::WantsDirect(const wire::Connect& m) const {
+  return parts_.direct.on && (m.flags & wire::kConnectAskDirect) != 0;
 }
 
-bool Executor::WaitsForCrossedAsk(const wire::Connect& m, const Qp& dest, const Pod& owner,
-                                  uint64_t* until) const {
-  if (!WantsDirect(m, dest) || owner.who.ip > m.src_ip) return false;
+bool Executor::WaitsForCrossedAsk(const wire::Connect& m, const Pod& owner, uint64_t* until) const {
+  if (!WantsDirect(m) || owner.who.ip > m.src_ip) return false;
   const DirectConnections& conns = *parts_.direct.conns;
   if (!conns.IsAsking(owner.id, m.src_ip) || conns.Find(m.src_ip, m.token, owner.id) != nullptr)
     return false;
@@ -122,7 +121,7 @@ void Executor::DirectAccepted(PodId pod, uint64_t conn, uint32_t dialler_ip,
   parts_.sessions.NotifyWithFd(pod, e, sock.get());
 }
 
-void Executor::TellChannel(const Sender& s, uint32_t ring, PodId owner, bool gone) {
+void Executor::TellChannel(const Sender& s, uint32_t ring, PodId owner, bool gone, int ud_ring) {
   proto::Event e{};
   e.type = gone ? proto::EventType::kDirectChannelGone : proto::EventType::kDirectChannel;
   e.qpn = s.target_qpn;
@@ -133,7 +132,7 @@ void Executor::TellChannel(const Sender& s, uint32_t ring, PodId owner, bool gon
     e.src_ip = s.src_ip;
     e.src_qpn = s.src_qpn;
   }
-  parts_.sessions.NotifyWithFd(owner, e, -1);
+  parts_.sessions.NotifyWithFd(owner, e, ud_ring);
 }
 
 }  // namespace ff::router

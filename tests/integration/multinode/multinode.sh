@@ -32,10 +32,11 @@ pair() {
 # long_pingpong TAG: a long ibv_rc_pingpong from pod 1/0 to pod 0/0, running after 1.5 s;
 # its PIDs in pp_server and pp_client, its logs $FF_DIR/TAG-{s,c}.log.
 long_pingpong() {
-  mn_pod_bg 0 0 ibv_rc_pingpong -g 1 -n 100000000 >"$FF_DIR/$1-s.log" 2>&1
+  local tool=${2:-ibv_rc_pingpong}
+  mn_pod_bg 0 0 "$tool" -g 1 -n 100000000 >"$FF_DIR/$1-s.log" 2>&1
   pp_server=$FF_LAST_PID
   sleep 0.5
-  mn_pod_bg 1 0 ibv_rc_pingpong -g 1 -n 100000000 "$(mn_pod_ip 0 0)" >"$FF_DIR/$1-c.log" 2>&1
+  mn_pod_bg 1 0 "$tool" -g 1 -n 100000000 "$(mn_pod_ip 0 0)" >"$FF_DIR/$1-c.log" 2>&1
   pp_client=$FF_LAST_PID
   sleep 1
 }
@@ -97,11 +98,21 @@ case $mode in
     # need that CPU. Stop the client mid-run and read the server's CPU time for 1 s.
     long_pingpong spin
     spid=$pp_server cpid=$pp_client
+    # direct_conns_now: the router of node 0's count of direct connections, asked now.
+    direct_conns_now() {
+      local log seen i
+      log="$(mn_dir 0)/router.log"
+      seen=$(grep -c 'direct_conns=' "$log")
+      kill -USR1 "${FF_NODE_ROUTER[0]}"
+      for ((i = 0; i < 50; i++)); do
+        [[ $(grep -c 'direct_conns=' "$log") -gt $seen ]] && break
+        sleep 0.05
+      done
+      grep -o 'direct_conns=[0-9]*' "$log" | tail -n 1
+    }
     if [[ $cp == direct ]]; then
       # The routers' own count, asked while the pair runs: the data goes pod to pod.
-      kill -USR1 "${FF_NODE_ROUTER[0]}"
-      for ((i = 0; i < 50; i++)); do grep -q 'direct_conns=' "$(mn_dir 0)/router.log" && break; sleep 0.05; done
-      conns=$(grep -o 'direct_conns=[0-9]*' "$(mn_dir 0)/router.log" | tail -n 1)
+      conns=$(direct_conns_now)
       echo "router of node 0 during the pair: $conns"
       [[ ${conns#direct_conns=} -ge 1 ]]
       check "the cross-node pair runs on a direct connection (${conns:-no stats})" $?
@@ -116,6 +127,22 @@ case $mode in
     echo "server waiting on a stopped cross-node peer: ${busy}% of a CPU (t0=$t0 t1=$t1)"
     [[ $t0 -ge 0 && $t1 -ge 0 && $busy -lt 30 ]]
     check "a pod waiting on a cross-node peer sleeps (${busy}% CPU)" $?
+    if [[ $cp == direct ]]; then
+      # UD too: the datagrams of a UD pair across nodes go pod to pod. The RC pair's
+      # connection went with its processes first.
+      for ((i = 0; i < 20; i++)); do
+        before=$(direct_conns_now)
+        [[ ${before#direct_conns=} == 0 ]] && break
+        sleep 0.1
+      done
+      long_pingpong ud ibv_ud_pingpong
+      conns=$(direct_conns_now)
+      echo "router of node 0 before the UD pair: $before, during it: $conns"
+      kill -KILL "$pp_client" "$pp_server" 2>/dev/null
+      wait_pid "$pp_server" 10 >/dev/null; wait_pid "$pp_client" 10 >/dev/null
+      [[ ${before#direct_conns=} == 0 && ${conns#direct_conns=} -ge 1 ]]
+      check "a cross-node UD pair runs on a direct connection (${conns:-no stats})" $?
+    fi
     # Same-node pairs keep the shared-memory path: far above what TCP can carry here.
     out=$(pair "ib_write_bw between pods of one node" 0 0 0 1 ib_write_bw -n 5000)
     echo "$out"

@@ -444,14 +444,59 @@ TEST(DirectPathRelayTest, APeerRouterThatRelaysGetsTheRelayAnswer) {
   }
 }
 
-// UD stays relayed whatever the routers run.
-TEST_F(DirectPathTest, UdIsRelayed) {
+// UD goes direct too: the datagram's destination process gets the channel with a ring of the
+// sender's own, the memfd both with kUdRing (whose it is) and with kDirectChannel (to produce
+// into), before the sender's answer leaves; the sender is answered as for RC.
+TEST_F(DirectPathTest, UdGoesDirectIntoARingOfTheSendersOwn) {
   RawQp ua = pa.CreateQp(IBV_QPT_UD);
-  RawQp ub = pb.CreateQp(IBV_QPT_UD);
+  RawQp ub = pb.CreateQp(IBV_QPT_UD, 1, kUdRingBytes);
   RawLink l = pa.Connect(ua, kPodB, ub.qpn, true);
   ASSERT_EQ(l.status, 0);
-  EXPECT_EQ(l.reply.flags, proto::kConnectRemote);
-  EXPECT_EQ(l.fds.size(), 2u);
+  EXPECT_EQ(l.reply.flags, proto::kConnectDirect | proto::kConnectDirectNew);
+  EXPECT_TRUE(l.fds.empty()) << "a direct channel has no segment";
+  EXPECT_EQ(l.reply.peer_qp_type, static_cast<uint32_t>(IBV_QPT_UD));
+  const std::optional<RawPod::SetupEvent> ring = NextDirect(pb, 0);
+  ASSERT_TRUE(ring.has_value());
+  EXPECT_EQ(ring->event.type, proto::EventType::kUdRing);
+  EXPECT_EQ(ring->event.qpn, ub.qpn);
+  EXPECT_EQ(ring->event.src_ip, kPodA);
+  EXPECT_EQ(ring->event.src_qpn, ua.qpn);
+  ASSERT_TRUE(ring->fd);
+  const std::optional<RawPod::SetupEvent> chan = NextDirect(pb, 0);
+  ASSERT_TRUE(chan.has_value());
+  EXPECT_EQ(chan->event.type, proto::EventType::kDirectChannel);
+  EXPECT_EQ(chan->event.qpn, ub.qpn);
+  EXPECT_EQ(chan->event.ring, ring->event.ring);
+  EXPECT_EQ(chan->event.src_ip, kPodA);
+  EXPECT_EQ(chan->event.src_qpn, ua.qpn);
+  EXPECT_EQ(chan->event.chan, l.reply.direct_chan);
+  EXPECT_EQ(chan->event.conn, l.reply.direct_conn);
+  ASSERT_TRUE(chan->fd) << "the ring to produce into";
+  struct stat x = {};
+  struct stat y = {};
+  ASSERT_EQ(::fstat(ring->fd.get(), &x), 0);
+  ASSERT_EQ(::fstat(chan->fd.get(), &y), 0);
+  EXPECT_EQ(x.st_ino, y.st_ino) << "one ring";
+  EXPECT_EQ(static_cast<size_t>(y.st_size), UdRingBytes(kUdRingBytes));
+  EXPECT_EQ(a.Stat("proxies"), 1u);
+  EXPECT_EQ(a.Stat("direct_conns"), 1u);
+
+  // A second sender of the pod takes the ring over (one ring here): the first one's channel
+  // is gone for the target, and the first sender's library hears its link is lost.
+  RawQp ua2 = pa.CreateQp(IBV_QPT_UD);
+  RawLink l2 = pa.Connect(ua2, kPodB, ub.qpn, true);
+  ASSERT_EQ(l2.status, 0);
+  EXPECT_EQ(l2.reply.flags, proto::kConnectDirect) << "the same connection";
+  EXPECT_EQ(l2.reply.direct_conn, l.reply.direct_conn);
+  const std::optional<proto::Event> went = pb.NextEvent();
+  ASSERT_TRUE(went.has_value());
+  EXPECT_EQ(went->type, proto::EventType::kDirectChannelGone);
+  EXPECT_EQ(went->chan, l.reply.direct_chan);
+  const std::optional<proto::Event> lost = pa.NextEvent();
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_EQ(lost->type, proto::EventType::kUdPeerLost);
+  EXPECT_EQ(lost->qpn, ua.qpn);
+  EXPECT_EQ(lost->src_qpn, ub.qpn);
 }
 
 // A target pod whose address cannot be listened on (not this machine's here): its router

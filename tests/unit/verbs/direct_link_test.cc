@@ -654,5 +654,88 @@ TEST_F(DirectLink, RecordsForAChannelThatWentFailThatRequestAndTheConnectionStay
   EXPECT_TRUE(b.router.direct_ended().empty());
 }
 
+// UD over the connection: the router gives the channel a ring of the sender's own (kUdRing,
+// then kDirectChannel with the same memfd), the receiving library puts each datagram there
+// as the router would, and the QP's Q_Key and the sender's identity are checked and stamped
+// as for a relayed datagram. A datagram for a channel that went is lost, unanswered: the UD
+// sender's completions stay successful and the connection stays.
+TEST_F(DirectLink, DatagramsGoOverTheConnectionIntoARingOfTheSendersOwn) {
+  QpOptions ud;
+  ud.type = IBV_QPT_UD;
+  ASSERT_NO_FATAL_FAILURE(CreateBoth(ud));
+  ASSERT_EQ(a.Connect(qa, 0, ud), 0);
+  ASSERT_EQ(b.Connect(qb, 0, ud), 0);
+  ff::UniqueFd ring;
+  ASSERT_EQ(ff::CreateSegment("test-udring", ff::UdRingBytes(ff::kUdRingBytes), &ring), 0);
+  ff::proto::Event e{};
+  e.type = ff::proto::EventType::kUdRing;
+  e.qpn = qb->qp_num;
+  e.src_ip = kPodIp;
+  e.src_qpn = qa->qp_num;
+  b.router.SendEvent(e, ring.get());
+  b.router.SendEvent(Channel(qb->qp_num, qa->qp_num, kChanAB), ring.get());
+  ff::proto::ConnectReply reply = Reply(qb->qp_num, kChanAB, true);
+  reply.peer_qp_type = IBV_QPT_UD;
+  a.router.AnswerDirect(qa->qp_num, reply);
+
+  Buffer src(a.pd, 64), dst(b.pd, 4096, IBV_ACCESS_LOCAL_WRITE);
+  constexpr uint32_t kGrh = 40;
+  ASSERT_EQ(PostRecv(qb, dst.Sge(0, 4096), 21), 0);
+  std::memcpy(src.data(), "ping", 5);
+  ibv_ah* ah = a.NewAh();
+  // A datagram with another Q_Key first: it crosses like any, and b's QP drops it.
+  ASSERT_EQ(PostUdSend(qa, ah, src.Sge(0, 5), 10, qb->qp_num, 0x2222), 0);
+  ASSERT_NO_FATAL_FAILURE(AcceptForB());
+  ASSERT_EQ(PostUdSend(qa, ah, src.Sge(0, 5), 11, qb->qp_num, 0x1111), 0);
+  auto tx = PollN(a.cq, 2);
+  ASSERT_EQ(tx.size(), 2u);
+  EXPECT_EQ(tx[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(tx[1].status, IBV_WC_SUCCESS);
+  auto rx = PollN(b.cq, 1);
+  ASSERT_EQ(rx.size(), 1u);
+  EXPECT_EQ(rx[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(rx[0].wr_id, 21u);
+  EXPECT_EQ(rx[0].byte_len, kGrh + 5);
+  EXPECT_EQ(rx[0].src_qp, qa->qp_num);
+  EXPECT_NE(rx[0].wc_flags & IBV_WC_GRH, 0);
+  EXPECT_STREQ(dst.data() + kGrh, "ping");
+  EXPECT_EQ(a.router.connect_count(qa->qp_num), 1) << "one ask for the destination";
+  EXPECT_TRUE(PollFew(b.cq, 20).empty()) << "the datagram of the other Q_Key was dropped";
+  {
+    // No router between: the one connection, ready at both ends.
+    ff::verbs::DirectSet* set = ff::verbs::DirectOf(a.session);
+    std::lock_guard<std::mutex> g(set->mu);
+    ASSERT_EQ(set->conns.size(), 1u);
+    EXPECT_TRUE(set->conns.begin()->second->ready.load());
+  }
+
+  // b's router closes the channel (another sender took the ring, say): what a still sends
+  // there is lost on the way, as on a fabric.
+  ff::proto::Event gone{};
+  gone.type = ff::proto::EventType::kDirectChannelGone;
+  gone.qpn = qb->qp_num;
+  gone.chan = kChanAB;
+  gone.conn = kConn;
+  b.router.SendEvent(gone);
+  ASSERT_EQ(PostRecv(qb, dst.Sge(0, 4096), 22), 0);
+  bool lost = false;
+  for (int i = 0; i < 100 && !lost; ++i) {
+    ASSERT_EQ(PostUdSend(qa, ah, src.Sge(0, 5), 100 + i, qb->qp_num, 0x1111), 0);
+    tx = PollN(a.cq, 1);
+    ASSERT_EQ(tx.size(), 1u);
+    EXPECT_EQ(tx[0].status, IBV_WC_SUCCESS) << "a datagram never fails its sender";
+    rx = PollFew(b.cq, 50);
+    lost = rx.empty();
+    if (!lost) {
+      ASSERT_EQ(PostRecv(qb, dst.Sge(0, 4096), 22), 0);
+    }
+  }
+  EXPECT_TRUE(lost);
+  EXPECT_EQ(StateOf(qa), IBV_QPS_RTS);
+  EXPECT_EQ(StateOf(qb), IBV_QPS_RTS);
+  EXPECT_TRUE(a.router.direct_ended().empty());
+  EXPECT_TRUE(b.router.direct_ended().empty());
+}
+
 }  // namespace
 }  // namespace fftest

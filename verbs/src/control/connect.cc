@@ -204,7 +204,11 @@ PeerLink* UdLink(Qp* qp, const SendWqe& w) {
   const uint64_t key =
       (static_cast<uint64_t>(w.dest_ip != 0 ? w.dest_ip : w.dest_lid) << 32) | w.remote_qpn;
   auto it = c.ud_links.find(key);
-  if (it != c.ud_links.end()) return it->second.get();
+  if (it != c.ud_links.end()) {
+    // A direct connection that ended took the link with it: ask for a new one.
+    if (!it->second->dead) return it->second.get();
+    c.ud_links.erase(it);
+  }
   // A destination that could not be linked just now is not asked for again at once: a
   // router round trip per datagram (across nodes, one to the peer router too) would stall
   // every QP of the context, where a NIC drops the datagram and goes on.
@@ -212,7 +216,8 @@ PeerLink* UdLink(Qp* qp, const SendWqe& w) {
   if (bad != c.ud_unreachable.end() && ff::MonotonicNs() < bad->second.next_ns) return nullptr;
   std::unique_ptr<PeerLink> link;
   const bool again = bad != c.ud_unreachable.end();
-  if (ConnectLink(qp, w.dest_ip, w.dest_lid, w.remote_qpn, true, &link, again) != 0) {
+  // A link that is dead at once is a direct connection whose dial failed: unreachable too.
+  if (ConnectLink(qp, w.dest_ip, w.dest_lid, w.remote_qpn, true, &link, again) != 0 || link->dead) {
     const uint64_t now = ff::MonotonicNs();
     if (bad == c.ud_unreachable.end()) {
       if (c.ud_unreachable.size() >= ff::kUdUnreachableKept)

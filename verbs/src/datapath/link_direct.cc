@@ -49,7 +49,15 @@ PutResult PutRecord(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t index, ui
   const uint64_t bytes = sizeof(h) + h.frag_len;
   if (d.out->uncredited.load(std::memory_order_relaxed) + bytes > ff::kChannelWindow)
     return PutResult::kWait;
-  if (!link->dirty) d.owed_at_start = c->awaiting.load(std::memory_order_relaxed) > 0;
+  if (!link->dirty) {
+    if (qp->kind->answered) {
+      d.owed_at_start = c->awaiting.load(std::memory_order_relaxed) > 0;
+    } else {
+      const uint64_t now = ff::MonotonicNs();
+      d.owed_at_start = now - d.last_put_ns < ff::kDirectDatagramBurstNs;
+      d.last_put_ns = now;
+    }
+  }
   iovec v[2 + ff::kMaxSge];
   v[0] = {&h, sizeof(h)};
   v[1] = {const_cast<ff::ProxyRequest*>(&op), sizeof(op)};
@@ -73,10 +81,16 @@ PutResult PutRecord(Qp* qp, PeerLink* link, const SendWqe& w, uint64_t index, ui
   return PutResult::kOk;
 }
 
-// What a PutResult means for the WQE: kBlocked to retry it, or done with a transport error.
+// What a PutResult means for the WQE: kBlocked to retry it, or done with a transport error
+// (a datagram is lost, as on a fabric, and the QP's next one to that destination asks for a
+// new link: UdLink).
 Exec NotPut(Qp* qp, PeerLink* link, PutResult r, ibv_wc_status* st) {
   if (r == PutResult::kWait) return Exec::kBlocked;
   link->dead = true;
+  if (qp->kind->datagram) {
+    *st = IBV_WC_SUCCESS;
+    return Exec::kDone;
+  }
   *st = IBV_WC_RETRY_EXC_ERR;
   HoldPeerError(qp);
   return Exec::kDone;
@@ -338,10 +352,11 @@ bool RunQueue(Serve& sv, InChannel* ch) {
 }
 
 // A record of a channel whose QP went (the peer sent it before it heard): refused as a QP
-// that no longer exists refuses, the work request failing with retries exceeded, and its
-// bytes credited back so that the peer's window does not shrink. The record was checked.
-void Refuse(Serve& sv, uint32_t chan, const ff::RequestView& v, uint32_t len) {
-  if ((v.req.last &&
+// that no longer exists refuses, the work request failing with retries exceeded (a datagram
+// is lost, unanswered), and its bytes credited back so that the peer's window does not
+// shrink. The record was checked.
+void Refuse(Serve& sv, uint32_t chan, bool datagram, const ff::RequestView& v, uint32_t len) {
+  if ((v.req.last && !datagram &&
        !PutResponse(sv.c, chan, v.req.seq, IBV_WC_RETRY_EXC_ERR, 0, nullptr, 0, true)) ||
       !PutCredit(sv.c, chan, len))
     sv.Kill("the peer does not read what it is owed");
@@ -353,7 +368,7 @@ void RefuseQueue(Serve& sv, InChannel* ch) {
     const std::vector<char>& rec = ch->queue.front();
     ff::RequestView v;
     DecodeRecord(rec.data(), rec.size(), &v);  // checked when it arrived
-    Refuse(sv, ch->chan, v, static_cast<uint32_t>(rec.size()));
+    Refuse(sv, ch->chan, ch->datagram, v, static_cast<uint32_t>(rec.size()));
     ch->queued_bytes -= rec.size();
     ch->queue.pop_front();
   }
@@ -367,18 +382,19 @@ bool OnRecord(Serve& sv, uint32_t chan, const char* body, uint32_t len) {
     return false;
   }
   std::shared_ptr<InChannel> ch;
-  bool gone = false;
+  bool gone = false, datagram = false;
   {
     std::lock_guard<std::mutex> g(c->chan_mu);
     auto it = c->in.find(chan);
     if (it != c->in.end()) {
       ch = it->second;
-    } else {
-      gone = c->gone.count(chan) != 0;
+    } else if (auto went = c->gone.find(chan); went != c->gone.end()) {
+      gone = true;
+      datagram = went->second;
     }
   }
   if (gone) {
-    Refuse(sv, chan, v, len);
+    Refuse(sv, chan, datagram, v, len);
     return !sv.kill;
   }
   if (!ch) {

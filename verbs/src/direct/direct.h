@@ -23,7 +23,6 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "base/objects.h"
@@ -36,12 +35,15 @@ namespace ff::verbs {
 struct DirectConn;
 
 // A channel the peer opened: its records go to our QP `qpn`, into ring `ring` that the
-// router gave the channel. The QP's segment (and its SRQ's) are mapped here again, so that
-// records still executing when the QP goes away touch memory that stays mapped.
+// router gave the channel (UD: a ring of the channel's own, `ud_ring`). The QP's segment
+// (and its SRQ's) are mapped here again, so that records still executing when the QP goes
+// away touch memory that stays mapped.
 struct InChannel {
   uint32_t chan = 0;
   uint32_t qpn = 0;
+  bool datagram = false;  // to a UD QP: its datagrams are never answered
   Mapping seg;
+  Mapping ud_ring;
   ff::TargetChannel target;
   ff::NotifySlot* cq_slot = nullptr;  // the QP's receive CQ event word, when it has a channel
   UniqueFd cq_fd;                     // ... and that channel's wake socket (a dup)
@@ -70,6 +72,8 @@ struct DirectOut {
   // When the current post pass put its first record, the peer owed answers already (a
   // burst is under way): the pass's frames may wait for the next (kDirectOps publish).
   bool owed_at_start = false;
+  // UD: when this link last put a record (its burst test, kDirectDatagramBurstNs).
+  uint64_t last_put_ns = 0;
   ~DirectOut();
 };
 
@@ -100,9 +104,10 @@ struct DirectConn {
   std::mutex chan_mu;
   std::unordered_map<uint32_t, std::shared_ptr<InChannel>> in;    // chan_mu
   std::unordered_map<uint32_t, std::shared_ptr<OutChannel>> out;  // chan_mu
-  // In-channels that went, the newest kDirectGoneChannels: records the peer sent on one
-  // before it heard are refused as a QP that no longer exists refuses them (chan_mu).
-  std::unordered_set<uint32_t> gone;
+  // In-channels that went, the newest kDirectGoneChannels, each with whether it went to a
+  // UD QP: records the peer sent on one before it heard are refused as a QP that no longer
+  // exists refuses them (chan_mu).
+  std::unordered_map<uint32_t, bool> gone;
   std::deque<uint32_t> gone_order;
 
   // Receiving side (recv_mu).

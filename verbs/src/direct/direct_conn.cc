@@ -129,17 +129,22 @@ std::shared_ptr<DirectConn> FindOrAdd(Session* s, uint64_t id, uint32_t peer_ip)
   return slot;
 }
 
-// kDirectChannel: our QP e.qpn takes the records of channel e.chan, into its ring e.ring.
-void InstallChannel(Session* s, const ff::proto::Event& e) {
+// kDirectChannel: our QP e.qpn takes the records of channel e.chan, into its ring e.ring
+// (UD: into the ring of its own `ud_ring` that came with the event).
+void InstallChannel(Session* s, const ff::proto::Event& e, UniqueFd ud_ring) {
   auto ch = std::make_shared<InChannel>();
   ch->chan = e.chan;
   ch->qpn = e.qpn;
   bool ok = false;
   s->registry.WithQp(e.qpn, [&](Qp* qp) {
     const Inbound& in = qp->inbound;
-    if (qp->kind->datagram || e.ring >= in.num_rings) return;
+    if (e.ring >= in.num_rings || qp->kind->datagram != static_cast<bool>(ud_ring)) return;
     const size_t bytes = ff::QpSegmentBytes(in.num_rings, in.ring_bytes);
     if (ff::MapSegment(in.seg_fd.get(), bytes, true, &ch->seg) != 0) return;
+    if (ud_ring &&
+        ff::MapPeerSegment(ud_ring.get(), ff::UdRingBytes(in.ring_bytes), true, &ch->ud_ring) != 0)
+      return;
+    ch->datagram = qp->kind->datagram;
     auto* hdr = ch->seg.as<ff::QpSegmentHeader>();
     // On an SRQ too: the receive path claims each message on the SRQ when it takes it.
     ff::RecvCredits* credits = &hdr->credits;
@@ -152,7 +157,8 @@ void InstallChannel(Session* s, const ff::proto::Event& e) {
     setup.kind = qp->kind;
     setup.hdr = hdr;
     setup.credits = credits;
-    setup.ring = ff::QpRing(ch->seg.get(), e.ring, in.ring_bytes);
+    setup.ring = ud_ring ? ch->ud_ring.as<ff::RingHeader>()
+                         : ff::QpRing(ch->seg.get(), e.ring, in.ring_bytes);
     setup.ring_bytes = in.ring_bytes;
     setup.target_qpn = e.qpn;
     setup.src_ip = e.src_ip;
@@ -168,6 +174,23 @@ void InstallChannel(Session* s, const ff::proto::Event& e) {
   std::lock_guard<std::mutex> g(c->chan_mu);
   c->gone.erase(e.chan);
   c->in[e.chan] = std::move(ch);
+}
+
+// The router says channel e.chan of e.conn is closed (kDirectChannelGone).
+void RemoveChannel(Session* s, const ff::proto::Event& e) {
+  auto c = Find(DirectOf(s), e.conn);
+  if (!c) return;
+  std::lock_guard<std::mutex> g(c->chan_mu);
+  auto it = c->in.find(e.chan);
+  if (it == c->in.end()) return;
+  it->second->gone.store(true, std::memory_order_release);
+  const bool datagram = it->second->datagram;
+  c->in.erase(it);
+  if (c->gone.emplace(e.chan, datagram).second) c->gone_order.push_back(e.chan);
+  if (c->gone_order.size() > ff::kDirectGoneChannels) {
+    c->gone.erase(c->gone_order.front());
+    c->gone_order.pop_front();
+  }
 }
 
 // kDirectConn: the connection the router accepted for us.
@@ -275,22 +298,9 @@ int LinkDirect(Qp* qp, const ff::proto::ConnectReply& c, PeerLink* link) {
 void OnDirectEvent(Session* s, const ff::proto::Event& e, UniqueFd fd) {
   switch (e.type) {
     case ff::proto::EventType::kDirectChannel:
-      return InstallChannel(s, e);
-    case ff::proto::EventType::kDirectChannelGone: {
-      auto c = Find(DirectOf(s), e.conn);
-      if (!c) return;
-      std::lock_guard<std::mutex> g(c->chan_mu);
-      auto it = c->in.find(e.chan);
-      if (it == c->in.end()) return;
-      it->second->gone.store(true, std::memory_order_release);
-      c->in.erase(it);
-      if (c->gone.insert(e.chan).second) c->gone_order.push_back(e.chan);
-      if (c->gone_order.size() > ff::kDirectGoneChannels) {
-        c->gone.erase(c->gone_order.front());
-        c->gone_order.pop_front();
-      }
-      return;
-    }
+      return InstallChannel(s, e, std::move(fd));
+    case ff::proto::EventType::kDirectChannelGone:
+      return RemoveChannel(s, e);
     case ff::proto::EventType::kDirectConn:
       return TakeConnection(s, e, std::move(fd));
     default:

@@ -260,9 +260,11 @@ enum class EventType : uint32_t {
   kUdPeerLost = 8,
   // Direct connections (docs/direct-path.md). kDirectChannel: records of channel `chan` on
   // connection `conn` from QP src_qpn at src_ip (host order) go to QP `qpn`, into its ring
-  // `ring` (the router gave that ring to this channel). Sent before the initiator can send
-  // a record on it. kDirectChannelGone: channel `chan` of `conn` is closed; records that
-  // still come for it end the connection. kDirectConn: the connection `conn` from the
+  // `ring` (the router gave that ring to this channel). For a UD QP the ring is a sender's
+  // own (kUdRing for it came first) and its memfd comes with this event: the library
+  // produces the channel's datagrams into it. Sent before the initiator can send a record on
+  // it. kDirectChannelGone: channel `chan` of `conn` is closed; records that still come for
+  // it are refused as for a QP that is gone. kDirectConn: the connection `conn` from the
   // process at src_ip, accepted by the router inside this pod, comes with the event as a
   // connected TCP socket whose first frame (the dialler's Hello) the router consumed;
   // `secret` and `seal` (SealMode) are the connection's; this end is its acceptor.
