@@ -100,15 +100,7 @@ case $mode in
     spid=$pp_server cpid=$pp_client
     # direct_conns_now: the router of node 0's count of direct connections, asked now.
     direct_conns_now() {
-      local log seen i
-      log="$(mn_dir 0)/router.log"
-      seen=$(grep -c 'direct_conns=' "$log")
-      kill -USR1 "${FF_NODE_ROUTER[0]}"
-      for ((i = 0; i < 50; i++)); do
-        [[ $(grep -c 'direct_conns=' "$log") -gt $seen ]] && break
-        sleep 0.05
-      done
-      grep -o 'direct_conns=[0-9]*' "$log" | tail -n 1
+      router_stats_line "${FF_NODE_ROUTER[0]}" "$(mn_dir 0)/router.log" | grep -o 'direct_conns=[0-9]*'
     }
     if [[ $cp == direct ]]; then
       # The routers' own count, asked while the pair runs: the data goes pod to pod.

@@ -135,6 +135,16 @@ class DirectLink : public ::testing::Test {
     return c;
   }
 
+  // What b's router says when channel `chan` to its QP `qpn` closes.
+  static ff::proto::Event ChannelGone(uint32_t qpn, uint32_t chan) {
+    ff::proto::Event e{};
+    e.type = ff::proto::EventType::kDirectChannelGone;
+    e.qpn = qpn;
+    e.chan = chan;
+    e.conn = kConn;
+    return e;
+  }
+
   ff::proto::Event Channel(uint32_t qpn, uint32_t src_qpn, uint32_t chan) {
     ff::proto::Event e{};
     e.type = ff::proto::EventType::kDirectChannel;
@@ -603,12 +613,7 @@ TEST_F(DirectLink, APeerThatNeverReadsTimesTheSenderOutAndNothingElseWaits) {
 TEST_F(DirectLink, RecordsForAChannelThatWentFailThatRequestAndTheConnectionStays) {
   Up();
   // b's router says a's channel to qb went (qb's side dropped it; a has not heard yet).
-  ff::proto::Event gone{};
-  gone.type = ff::proto::EventType::kDirectChannelGone;
-  gone.qpn = qb->qp_num;
-  gone.chan = kChanAB;
-  gone.conn = kConn;
-  b.router.SendEvent(gone);
+  b.router.SendEvent(ChannelGone(qb->qp_num, kChanAB));
   Buffer src(a.pd, 64), dst(b.pd, 64, IBV_ACCESS_LOCAL_WRITE);
   ASSERT_EQ(PostRecv(qb, dst.Sge(0, 64), 21), 0);
   std::vector<ibv_wc> tx;
@@ -711,12 +716,7 @@ TEST_F(DirectLink, DatagramsGoOverTheConnectionIntoARingOfTheSendersOwn) {
 
   // b's router closes the channel (another sender took the ring, say): what a still sends
   // there is lost on the way, as on a fabric.
-  ff::proto::Event gone{};
-  gone.type = ff::proto::EventType::kDirectChannelGone;
-  gone.qpn = qb->qp_num;
-  gone.chan = kChanAB;
-  gone.conn = kConn;
-  b.router.SendEvent(gone);
+  b.router.SendEvent(ChannelGone(qb->qp_num, kChanAB));
   ASSERT_EQ(PostRecv(qb, dst.Sge(0, 4096), 22), 0);
   bool lost = false;
   for (int i = 0; i < 100 && !lost; ++i) {
