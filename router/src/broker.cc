@@ -297,7 +297,9 @@ int AddMrEntry(Request& q, const MrView& entry) {
 int RegLocalMr(Request& q, const proto::RegMr& m) {
   if (RegistrationReachable(m.access) || m.new_region || m.region_offset || m.region_size)
     return EINVAL;
-  return AddMrEntry(q, MrView{0, m.access, proto::kNoRegion, m.addr, m.length, 0});
+  MrView entry{0, m.access, proto::kNoRegion, m.addr, m.length, 0};
+  entry.pd = m.pd;
+  return AddMrEntry(q, entry);
 }
 
 int RegMr(Request& q) {
@@ -309,7 +311,8 @@ int RegMr(Request& q) {
   auto region = q.pod.regions.find(m.region_id);
   if (region == q.pod.regions.end()) return ENOENT;
   if (!ValidRange(m.region_offset, m.length, region->second.size)) return EINVAL;
-  const MrView entry{0, m.access, m.region_id, m.addr, m.length, m.region_offset};
+  MrView entry{0, m.access, m.region_id, m.addr, m.length, m.region_offset};
+  entry.pd = m.pd;
   if (const int rc = AddMrEntry(q, entry)) return rc;
   CountMr(q.pod, m.region_id, m.access, 1);
   return 0;
@@ -351,7 +354,7 @@ int MoveMr(Request& q) {
 int AllocMw(Request& q) {
   const auto m = proto::As<proto::AllocMw>(q.msg);
   if (const int rc = q.b.quotas.Take(q.pod.id, {{Quota::kMrEntries, 1}})) return rc;
-  const int rc = q.pod.windows.Alloc(q.pod.mr, m.type, &q.reply.u.reg_mr.key);
+  const int rc = q.pod.windows.Alloc(q.pod.mr, m.type, m.pd, &q.reply.u.reg_mr.key);
   if (rc != 0) q.b.quotas.Give(q.pod.id, {{Quota::kMrEntries, 1}});
   return rc;
 }

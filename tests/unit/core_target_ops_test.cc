@@ -57,6 +57,23 @@ TEST(Access, ATypeTwoWindowServesOnlyItsQp) {
             IBV_WC_REM_ACCESS_ERR);
 }
 
+// A key serves only QPs of the protection domain it was registered in, as a responder HCA
+// checks the PD of the MR against the QP's.
+TEST(Access, AKeyOfAnotherProtectionDomainThanTheQpsIsRefused) {
+  Fixture f;
+  f.qp.pd.store(5);
+  f.table[3].pd.store(6);
+  MrView v;
+  EXPECT_EQ(CheckRemoteAccess(&f.qp, kTargetQpn, f.table.get(), f.key, 0x10000, 8,
+                              IBV_ACCESS_REMOTE_WRITE, &v),
+            IBV_WC_REM_ACCESS_ERR);
+  f.table[3].pd.store(5);
+  EXPECT_EQ(CheckRemoteAccess(&f.qp, kTargetQpn, f.table.get(), f.key, 0x10000, 8,
+                              IBV_ACCESS_REMOTE_WRITE, &v),
+            IBV_WC_SUCCESS);
+  EXPECT_EQ(v.pd, 5u);
+}
+
 TEST(Access, AcceptsInBoundsWithTheRightFlags) {
   Fixture f;
   MrView v{};

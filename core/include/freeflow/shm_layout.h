@@ -151,7 +151,11 @@ struct QpSegmentHeader {
   // send queue. Without it, a program that posts and then waits on memory (a flag the peer
   // writes) would never see its last requests leave, as an HCA's would on its own.
   std::atomic<uint32_t> sends_waiting{0};
-  uint32_t reserved[9];
+  // Owner, at creation: the QP's protection domain (the library's number for it, unique in
+  // the process). A peer's R_Key serves the QP only when its registration or window is of
+  // the same one (CheckRemoteAccess), as a responder HCA checks.
+  std::atomic<uint32_t> pd{0};
+  uint32_t reserved[8];
   RecvCredits credits;  // used when the QP has no SRQ
   // Proxy segments only: armed by the router before it sleeps on the doorbell eventfd;
   // the library rings the doorbell after publishing a request into an armed segment.
@@ -165,6 +169,7 @@ static_assert(offsetof(QpSegmentHeader, magic) == 0 && offsetof(QpSegmentHeader,
               offsetof(QpSegmentHeader, min_rnr_timer) == 16 &&
               offsetof(QpSegmentHeader, qp_access) == 20 &&
               offsetof(QpSegmentHeader, sends_waiting) == 24 &&
+              offsetof(QpSegmentHeader, pd) == 28 &&
               offsetof(QpSegmentHeader, credits) == kCacheLine &&
               offsetof(QpSegmentHeader, doorbell) == 3 * kCacheLine);
 inline constexpr uint32_t kSendsWaiting = 1, kSendsNudged = 2;
@@ -210,14 +215,17 @@ struct MrEntry {
   // A memory window of type 2 is reached only through the QP it was bound through (its
   // number); 0 for registrations and type 1 windows, which any QP of the owner serves.
   std::atomic<uint32_t> qpn{0};
-  uint32_t reserved0;
+  // The registration's or the window's protection domain, as its owner's library numbers
+  // them (QpSegmentHeader::pd): only QPs of that domain serve its key.
+  std::atomic<uint32_t> pd{0};
   uint64_t reserved[2];
 };
 static_assert(sizeof(MrEntry) == kCacheLine && alignof(MrEntry) == 8);
 static_assert(offsetof(MrEntry, seq) == 0 && offsetof(MrEntry, key) == 4 &&
               offsetof(MrEntry, access) == 8 && offsetof(MrEntry, region) == 12 &&
               offsetof(MrEntry, addr) == 16 && offsetof(MrEntry, length) == 24 &&
-              offsetof(MrEntry, region_offset) == 32 && offsetof(MrEntry, qpn) == 40);
+              offsetof(MrEntry, region_offset) == 32 && offsetof(MrEntry, qpn) == 40 &&
+              offsetof(MrEntry, pd) == 44);
 inline constexpr size_t kMrTableBytes = sizeof(MrEntry) * kMrTableSlots;
 
 inline constexpr uint32_t MrSlotOfKey(uint32_t key) { return key >> 8; }
@@ -242,6 +250,7 @@ struct MrView {
   uint64_t length;
   uint64_t region_offset;
   uint32_t qpn = 0;
+  uint32_t pd = 0;
 };
 
 // Reads slot `key`'s entry; false when the key does not name a live registration.
@@ -259,6 +268,7 @@ inline bool ReadMrEntry(const MrEntry* table, uint32_t key, MrView* out) {
     out->length = e.length.load(std::memory_order_relaxed);
     out->region_offset = e.region_offset.load(std::memory_order_relaxed);
     out->qpn = e.qpn.load(std::memory_order_relaxed);
+    out->pd = e.pd.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (e.seq.load(std::memory_order_relaxed) != s1) continue;
     return out->key == key;

@@ -80,8 +80,10 @@ inline bool ClaimCredit(RecvCredits* c, uint64_t* posted_cache) {
 }
 
 // Checks an RDMA access of `len` bytes at `addr` with `rkey` against the target QP's
-// access flags and the target context's MR table. On success *out describes the MR (or the
-// memory window: a window bound through one QP, type 2, serves only `target_qpn`).
+// access flags and protection domain and the target context's MR table. On success *out
+// describes the MR (or the memory window: a window bound through one QP, type 2, serves
+// only `target_qpn`). A key of another protection domain than the QP's is refused, as a
+// responder HCA refuses it.
 inline ibv_wc_status CheckRemoteAccess(const QpSegmentHeader* target_qp, uint32_t target_qpn,
                                        const MrEntry* table, uint32_t rkey, uint64_t addr,
                                        uint64_t len, uint32_t need, MrView* out) {
@@ -89,6 +91,7 @@ inline ibv_wc_status CheckRemoteAccess(const QpSegmentHeader* target_qp, uint32_
     return IBV_WC_REM_ACCESS_ERR;
   if (!ReadMrEntry(table, rkey, out)) return IBV_WC_REM_ACCESS_ERR;
   if (out->qpn != 0 && out->qpn != target_qpn) return IBV_WC_REM_ACCESS_ERR;
+  if (out->pd != target_qp->pd.load(std::memory_order_relaxed)) return IBV_WC_REM_ACCESS_ERR;
   if ((out->access & need) != need) return IBV_WC_REM_ACCESS_ERR;
   if (addr < out->addr || len > out->length || addr - out->addr > out->length - len)
     return IBV_WC_REM_ACCESS_ERR;

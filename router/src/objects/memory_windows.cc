@@ -20,15 +20,16 @@ bool Within(const MrView& mr, uint64_t addr, uint64_t length) {
 
 }  // namespace
 
-int Windows::Alloc(MrTable& table, uint32_t type, uint32_t* key) {
+int Windows::Alloc(MrTable& table, uint32_t type, uint32_t pd, uint32_t* key) {
   if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) return EINVAL;
-  if (const int rc = table.Add(MrView{0, 0, proto::kNoRegion, 0, 0, 0}, key)) return rc;
-  windows_[MrSlotOfKey(*key)] = Window{type, 0};
+  if (const int rc = table.Add(MrView{0, 0, proto::kNoRegion, 0, 0, 0, 0, pd}, key)) return rc;
+  windows_[MrSlotOfKey(*key)] = Window{type, 0, pd};
   return 0;
 }
 
 int Windows::Unbind(MrTable& table, uint32_t key, uint32_t new_key, Window& w) {
-  if (const int rc = table.Rewrite(key, MrView{new_key, 0, proto::kNoRegion, 0, 0, 0})) return rc;
+  if (const int rc = table.Rewrite(key, MrView{new_key, 0, proto::kNoRegion, 0, 0, 0, 0, w.pd}))
+    return rc;
   w.mr_key = 0;
   return 0;
 }
@@ -47,10 +48,10 @@ int Windows::Bind(MrTable& table, const proto::BindMw& m, bool qp_ok) {
   MrView mr;
   if (IsWindow(m.mr_key) || !table.Find(m.mr_key, &mr) || mr.region == proto::kNoRegion)
     return EACCES;
-  // As the verbs define a bind: the registration allows windows; the window's rights are its
-  // own (the registration needs no remote flag), but writes and atomics through it need the
-  // registration's local write.
-  if (!(mr.access & IBV_ACCESS_MW_BIND)) return EACCES;
+  // As the verbs define a bind: the registration allows windows and is of the window's
+  // protection domain; the window's rights are its own (the registration needs no remote
+  // flag), but writes and atomics through it need the registration's local write.
+  if (!(mr.access & IBV_ACCESS_MW_BIND) || mr.pd != w.pd) return EACCES;
   if ((m.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
       !(mr.access & IBV_ACCESS_LOCAL_WRITE))
     return EACCES;
@@ -61,7 +62,8 @@ int Windows::Bind(MrTable& table, const proto::BindMw& m, bool qp_ok) {
                  m.addr,
                  m.length,
                  mr.region_offset + (m.addr - mr.addr),
-                 w.type == IBV_MW_TYPE_2 ? m.qpn : 0};
+                 w.type == IBV_MW_TYPE_2 ? m.qpn : 0,
+                 w.pd};
   if (const int rc = table.Rewrite(m.key, v)) return rc;
   w.mr_key = m.mr_key;
   return 0;

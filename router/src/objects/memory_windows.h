@@ -17,12 +17,14 @@ namespace ff::router {
 
 class Windows {
  public:
-  // Publishes an unbound window of `type` (ibv_mw_type) in `table`; *key receives its key.
+  // Publishes an unbound window of `type` (ibv_mw_type) in protection domain `pd` (MrEntry::pd)
+  // in `table`; *key receives its key.
   // EINVAL for an unknown type, ENOMEM when the table is full.
-  int Alloc(MrTable& table, uint32_t type, uint32_t* key);
+  int Alloc(MrTable& table, uint32_t type, uint32_t pd, uint32_t* key);
   // Binds (or, length 0, unbinds) window m.key under m.new_key. `qp_ok`: m.qpn names an RC
   // QP of the pod (type 2). EINVAL for anything the rules refuse, EACCES for a registration
-  // without IBV_ACCESS_MW_BIND, or writes or atomics over one without local write.
+  // without IBV_ACCESS_MW_BIND or of another protection domain than the window's, or writes
+  // or atomics over one without local write.
   int Bind(MrTable& table, const proto::BindMw& m, bool qp_ok);
   // Unbinds type 2 window `key` (LOCAL_INV, or with qpn != 0 a SEND_WITH_INV received on
   // QP `qpn`, which must be the one it is bound through). EINVAL otherwise.
@@ -44,6 +46,7 @@ class Windows {
   struct Window {
     uint32_t type = 0;
     uint32_t mr_key = 0;  // the registration it is bound to; 0 when unbound
+    uint32_t pd = 0;      // its protection domain, for its entry whether bound or not
   };
   int Unbind(MrTable& table, uint32_t key, uint32_t new_key, Window& w);
 

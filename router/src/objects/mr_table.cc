@@ -57,6 +57,7 @@ void MrTable::Write(MrEntry& e, uint32_t key, const MrView& v) {
     e.length.store(v.length, std::memory_order_relaxed);
     e.region_offset.store(v.region_offset, std::memory_order_relaxed);
     e.qpn.store(v.qpn, std::memory_order_relaxed);
+    e.pd.store(v.pd, std::memory_order_relaxed);
     e.key.store(key, std::memory_order_relaxed);
   });
 }

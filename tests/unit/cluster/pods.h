@@ -257,6 +257,16 @@ class ClusterTest : public ::testing::TestWithParam<bool> {
     ASSERT_EQ(b->ConnectTo(*a), 0);
     ASSERT_EQ(a->ConnectTo(*b, rnr_retry, min_rnr_timer), 0);
   }
+  // A new QP of a connected to a new QP of b (both on their pod's PD and CQ): for an access
+  // that fails and moves its pair to ERR. nullptr when it could not be made.
+  ibv_qp* NewPair() {
+    ibv_qp* from = a->NewQp();
+    ibv_qp* to = b->NewQp();
+    if (from == nullptr || to == nullptr || b->ConnectQp(to, *a, from->qp_num) != 0 ||
+        a->ConnectQp(from, *b, to->qp_num) != 0)
+      return nullptr;
+    return from;
+  }
 
   LoopbackNetwork net;
   FakeCluster cluster;

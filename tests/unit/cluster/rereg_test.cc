@@ -124,7 +124,12 @@ TEST_P(ReregTest, ARegistrationMovedToAnotherPdServesNoQpOfTheOldOne) {
   Pages mem(8192);
   ibv_mr* mr = ibv_reg_mr(b->pd, mem.p, mem.bytes, kAllAccess);
   ASSERT_NE(mr, nullptr);
+  const auto at = reinterpret_cast<uintptr_t>(mem.p);
+  ASSERT_EQ(a->Access(IBV_WR_RDMA_READ, mr->rkey, at, 600000, 8), IBV_WC_SUCCESS);
   ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, other, nullptr, 0, 0), 0);
+  // A peer's access through b's QP (of b->pd) with the registration's new key: refused, as
+  // a responder HCA refuses a key of another PD than its QP's.
+  EXPECT_EQ(a->Access(IBV_WR_RDMA_READ, mr->rkey, at, 600000, 8), IBV_WC_REM_ACCESS_ERR);
   // b's QP (of b->pd) sends from it: a local protection error.
   ibv_sge sge{reinterpret_cast<uintptr_t>(mem.p), 8, mr->lkey};
   ibv_send_wr wr{};
@@ -138,9 +143,35 @@ TEST_P(ReregTest, ARegistrationMovedToAnotherPdServesNoQpOfTheOldOne) {
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].wr_id, 9u);
   EXPECT_EQ(wc[0].status, IBV_WC_LOC_PROT_ERR);
-  // A peer's access through a QP of the old PD is not refused yet (docs/verbs-library.md,
-  // "Protection domains").
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_dealloc_pd(other), 0);
+}
+
+// A key registered in another PD than the target QP's serves no peer's READ, WRITE or
+// atomic through that QP; the same memory registered in the QP's PD does.
+TEST_P(ReregTest, APeersKeyOfAnotherPdThanTheQpsIsRefused) {
+  ConnectBoth();
+  ibv_pd* other = ibv_alloc_pd(b->ctx);
+  ASSERT_NE(other, nullptr);
+  Pages mem(8192);
+  ibv_mr* foreign = ibv_reg_mr(other, mem.p, mem.bytes, kAllAccess);
+  ASSERT_NE(foreign, nullptr);
+  const auto at = reinterpret_cast<uintptr_t>(mem.p);
+  // Each refusal moves the pair to ERR: every access on a fresh pair of QPs (b's in b->pd).
+  for (const ibv_wr_opcode op :
+       {IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_ATOMIC_FETCH_AND_ADD}) {
+    ibv_qp* from = NewPair();
+    ASSERT_NE(from, nullptr);
+    EXPECT_EQ(a->Access(op, foreign->rkey, at, 600000, 8, from), IBV_WC_REM_ACCESS_ERR) << op;
+  }
+  ibv_mr* own = ibv_reg_mr(b->pd, mem.p, mem.bytes, kAllAccess);
+  ASSERT_NE(own, nullptr);
+  ibv_qp* from = NewPair();
+  ASSERT_NE(from, nullptr);
+  EXPECT_EQ(a->Access(IBV_WR_RDMA_WRITE, own->rkey, at, 600000, 8, from), IBV_WC_SUCCESS);
+  EXPECT_EQ(a->Access(IBV_WR_ATOMIC_FETCH_AND_ADD, own->rkey, at, 600000, 8, from), IBV_WC_SUCCESS);
+  EXPECT_EQ(ibv_dereg_mr(own), 0);
+  EXPECT_EQ(ibv_dereg_mr(foreign), 0);
   EXPECT_EQ(ibv_dealloc_pd(other), 0);
 }
 

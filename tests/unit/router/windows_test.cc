@@ -1,6 +1,6 @@
 // Memory windows as a pod that skips the library asks for them: every request that would
-// make a window reach beyond a registration made for windows (IBV_ACCESS_MW_BIND), or grant
-// writes over one without local write, or confuse a
+// make a window reach beyond a registration made for windows (IBV_ACCESS_MW_BIND) of its
+// protection domain, or grant writes over one without local write, or confuse a
 // window with a registration, is refused, and the MR table shows nothing it should not.
 #include <gtest/gtest.h>
 
@@ -25,9 +25,10 @@ class WindowsTest : public ::testing::Test {
     qp = pod.CreateQp(IBV_QPT_RC);
     ASSERT_NE(qp.qpn, 0u);
   }
-  uint32_t Alloc(uint32_t type) {
+  uint32_t Alloc(uint32_t type, uint32_t pd = 0) {
     proto::AllocMw m{};
     m.type = type;
+    m.pd = pd;
     const proto::Response r = pod.Call(m);
     return r.status == 0 ? r.u.reg_mr.key : 0;
   }
@@ -118,6 +119,21 @@ TEST_F(WindowsTest, AWindowGrantsRightsOfItsOwnOverARegistrationForWindows) {
   ASSERT_EQ(Bind(key2, key2 + 1, rw, 0x60000, 128, all), 0);
   EXPECT_EQ(Seen(key2 + 1).access, all);
   EXPECT_EQ(Seen(key2 + 1).region, 3u);
+}
+
+// A window and the registration it is bound over are of one protection domain; the window's
+// entry names its domain, bound or not, so that only QPs of that domain serve its key.
+TEST_F(WindowsTest, AWindowBindsOnlyOverARegistrationOfItsProtectionDomain) {
+  const uint32_t key = Alloc(IBV_MW_TYPE_1, 7);  // the registration's domain is 0
+  ASSERT_NE(key, 0u);
+  EXPECT_EQ(Seen(key).pd, 7u);
+  EXPECT_EQ(Bind(key, key + 1, mr, 0x10000, 64, kRead), EACCES);
+  EXPECT_EQ(Seen(key).length, 0u) << "nothing bound";
+  const uint32_t same = Alloc(IBV_MW_TYPE_1, 0);
+  ASSERT_NE(same, 0u);
+  ASSERT_EQ(Bind(same, same + 1, mr, 0x10000, 64, kRead), 0);
+  EXPECT_EQ(Seen(same + 1).length, 64u);
+  EXPECT_EQ(Seen(same + 1).pd, 0u);
 }
 
 TEST_F(WindowsTest, ARegistrationWithoutMwBindTakesNoWindow) {

@@ -532,6 +532,7 @@ int FakeRouter::OnRegMr(const ff::proto::RegMr& m, ff::UniqueFd* fds, int nfds,
     e.addr.store(m.addr);
     e.length.store(m.length);
     e.region_offset.store(m.region_offset);
+    e.pd.store(m.pd);
     e.key.store(key);
   });
   r->u.reg_mr.key = key;

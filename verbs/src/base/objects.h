@@ -140,7 +140,14 @@ struct PeerLink {
 
 struct Pd {
   ibv_pd pd;
+  // Unique in the process, never 0: what the MR table and QP segments name the domain by
+  // (ff::MrEntry::pd, QpSegmentHeader::pd), so that a peer's key serves only QPs of the
+  // domain it was registered in. pd.handle is per context and would repeat across them.
+  uint32_t id = 0;
 };
+inline uint32_t PdId(const ibv_pd* pd) {
+  return pd == nullptr ? 0 : reinterpret_cast<const Pd*>(pd)->id;
+}
 
 // A memfd that backs registered memory (memory.cc). Process-wide by address.
 // Pages of registrations with remote access, moved into a memfd that the router may hand

@@ -251,13 +251,15 @@ void Reseal(Region* region) {
   g_regions[lo] = std::move(sealed);
 }
 
-// Registers with the router; `region` is nullptr for a registration without remote access.
-int Register(Session* s, uintptr_t addr, size_t length, uint64_t iova, unsigned access,
-             Region* region, bool fresh, uint32_t* key) {
+// Registers with the router, in protection domain `pd`; `region` is nullptr for a
+// registration without remote access.
+int Register(Session* s, const ibv_pd* pd, uintptr_t addr, size_t length, uint64_t iova,
+             unsigned access, Region* region, bool fresh, uint32_t* key) {
   ff::proto::RegMr m{};
   m.addr = iova;
   m.length = length;
   m.access = access;
+  m.pd = PdId(pd);
   if (region != nullptr) {
     m.region_offset = addr - region->start;
     m.region_size = region->size;
@@ -288,7 +290,7 @@ int RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access,
     if (rc != 0) return rc;
   }
   uint32_t key = 0;
-  if (const int rc = Register(ctx->session, start, length, iova, access, region, fresh, &key)) {
+  if (const int rc = Register(ctx->session, pd, start, length, iova, access, region, fresh, &key)) {
     if (region != nullptr && g_region_mrs[region].empty()) DropRegion(region);
     return rc;
   }

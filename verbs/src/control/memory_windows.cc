@@ -94,6 +94,7 @@ ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type type) {
       auto mw = std::make_unique<Mw>();
       ff::proto::AllocMw m{};
       m.type = type;
+      m.pd = PdId(pd);
       ff::proto::Response r{};
       if (const int err = ctx->session->Call(&m, sizeof(m), nullptr, 0, &r)) return err;
       mw->key = r.u.reg_mr.key;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "base/exports.h"
@@ -353,6 +354,8 @@ FFV_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
     pd = new Pd{};
     pd->pd.context = context;
     pd->pd.handle = NextId(ToCtx(context));
+    static std::atomic<uint32_t> next_id{1};
+    pd->id = next_id.fetch_add(1, std::memory_order_relaxed);
     return 0;
   });
   return ObjectOrNull(rc, rc == 0 ? &pd->pd : nullptr);

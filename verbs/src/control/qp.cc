@@ -153,7 +153,7 @@ bool TakeSpare(Session* s, size_t bytes, UniqueFd* fd, ff::Mapping* map) {
 }
 
 // The QP's own segment: its inbound rings and receive credits, which peers map.
-int InitSegment(Qp* qp) {
+int InitSegment(Qp* qp, const ibv_pd* pd) {
   Inbound& in = qp->inbound;
   in.num_rings = qp->kind->rings;
   in.ring_bytes = qp->kind->ring_bytes != 0 ? qp->kind->ring_bytes : RcRingBytes(qp);
@@ -172,6 +172,7 @@ int InitSegment(Qp* qp) {
   hdr->abi = ff::kAbiVersion;
   hdr->num_rings = in.num_rings;
   hdr->ring_bytes = in.ring_bytes;
+  hdr->pd.store(PdId(pd), std::memory_order_relaxed);
   in.consumers.resize(in.num_rings);
   in.messages.resize(in.num_rings);
   // A UD QP's senders each get a ring of their own from the router (InstallRings); the
@@ -252,7 +253,7 @@ int CreateQp(Context* ctx, ibv_pd* pd, ibv_qp_init_attr_ex* attr, Qp** out) {
   qp->sq_sig_all = attr->sq_sig_all != 0;
   if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) qp->send_ops_flags = attr->send_ops_flags;
   InitQueues(qp.get(), attr);
-  if (const int rc = InitSegment(qp.get())) return rc;
+  if (const int rc = InitSegment(qp.get(), pd)) return rc;
   uint32_t qpn = 0;
   if (const int rc = AnnounceQp(qp.get(), &qpn)) return rc;
   FillIbvQp(qp.get(), pd, attr, qpn);

@@ -113,7 +113,7 @@ struct MrRequest {
   uint32_t region_id;      // Reg, Move
   uint32_t new_region;     // Reg, Move: the region's memfd comes with this request
   uint32_t release;        // Dereg, Move: the region the entry named before is no longer used
-  uint32_t reserved;
+  uint32_t pd;             // Reg: its protection domain (MrEntry::pd)
 };
 using RegMr = MrRequest<Op::kRegMr>;
 using DeregMr = MrRequest<Op::kDeregMr>;
@@ -122,9 +122,10 @@ static_assert(sizeof(RegMr) == 64 && sizeof(DeregMr) == 64 && sizeof(MoveMr) == 
               alignof(RegMr) == 8);
 // Memory windows share one layout; each op uses the fields marked with it. A window is an
 // entry of the MR table (its key names it) that AllocMw publishes unbound (no range, no
-// rights). BindMw points it at part of a live registration of the pod that allows
-// IBV_ACCESS_MW_BIND and has a region, with at most that registration's remote rights, and
-// gives it `new_key` (same slot); length 0 unbinds. InvalidateMw unbinds a bound type 2
+// rights) in the protection domain AllocMw names. BindMw points it at part of a live
+// registration of the pod of the same domain that allows IBV_ACCESS_MW_BIND and has a
+// region, with rights of its own (writes and atomics need the registration's local write),
+// and gives it `new_key` (same slot); length 0 unbinds. InvalidateMw unbinds a bound type 2
 // window (LOCAL_INV; with qpn != 0, a SEND_WITH_INV received on that QP, which must be the
 // window's). The reply to AllocMw carries the key in reg_mr.key.
 template <Op kOpValue>
@@ -138,13 +139,15 @@ struct MwRequest {
   uint32_t access;   // Bind: remote rights (ibv_access_flags)
   uint32_t qpn;      // Bind: type 2, the QP it is bound through (0: type 1); Invalidate
   uint32_t type;     // Alloc: ibv_mw_type
+  uint32_t pd;       // Alloc: its protection domain (MrEntry::pd)
+  uint32_t reserved;
 };
 using AllocMw = MwRequest<Op::kAllocMw>;
 using BindMw = MwRequest<Op::kBindMw>;
 using InvalidateMw = MwRequest<Op::kInvalidateMw>;
 using DeallocMw = MwRequest<Op::kDeallocMw>;
-static_assert(sizeof(AllocMw) == 48 && sizeof(BindMw) == 48 && sizeof(InvalidateMw) == 48 &&
-              sizeof(DeallocMw) == 48 && alignof(AllocMw) == 8);
+static_assert(sizeof(AllocMw) == 56 && sizeof(BindMw) == 56 && sizeof(InvalidateMw) == 56 &&
+              sizeof(DeallocMw) == 56 && alignof(AllocMw) == 8);
 // Asks for the memfd of a region of the RC/UC peer connected to `qpn` (the peer named
 // `qpn`, and `qpn` named it); never of a UD destination.
 struct GetRegion {
