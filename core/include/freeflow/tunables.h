@@ -248,6 +248,9 @@ inline constexpr size_t kDirectHeldAnswerBytes = 64 * 1024;
 // (a stream posts again as soon as it can; a ping-pong waits a network round trip, which
 // across nodes is longer).
 inline constexpr uint64_t kDirectDatagramBurstNs = 5'000;
+// At exit, how long the library waits at most for its direct connections' sockets to take
+// what they still hold (datagrams that completed, answers held back).
+inline constexpr uint64_t kDirectExitFlushNs = 2'000'000'000ull;
 // --direct-ports: the range direct listeners bind in (a NetworkPolicy must admit it).
 inline constexpr uint16_t kDefaultDirectPortLo = 20000, kDefaultDirectPortHi = 20999;
 // Direct connections a router keeps per local process (DirectConnections): a process at it

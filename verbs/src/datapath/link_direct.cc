@@ -11,6 +11,7 @@
 // a polling receiver sees a message without a thread wake-up) or the event thread. Records of
 // the peer's channels are executed against our QP by ff::TargetChannel, the same code as the
 // router's executor; answers come back to our send queues as the router's responses do.
+#include <poll.h>
 #include <sys/epoll.h>
 
 #include <algorithm>
@@ -517,6 +518,26 @@ bool OnFrame(Serve& sv, const ff::direct::Head& h, char* body) {
   }
 }
 
+// The peer closed `c` in order while datagrams it sent wait here for room in their UD ring
+// (the receiver's program has not taken the earlier ones yet): they arrived, as on a fabric
+// they would have reached the receiving HCA, so they are still delivered, as the relay does
+// (Executor::CloseSender), for at most kUdCloseDrainNs; the connection ends after that, or
+// once none waits. What waits for an RC receive goes with the connection. recv_mu held.
+bool DrainsDatagrams(DirectConn* c, uint64_t now) {
+  if (!c->stream->dead() || c->stream->violated()) return false;
+  const bool waits =
+      std::any_of(c->waiting.begin(), c->waiting.end(), [](const std::shared_ptr<InChannel>& ch) {
+        return ch->datagram && !ch->queue.empty() && !ch->gone.load();
+      });
+  if (!waits) return false;
+  if (c->closed_since_ns == 0) {
+    c->closed_since_ns = now;
+    // A closed socket is always readable: from now on only the due times bring us back.
+    ::epoll_ctl(c->session->direct_ep.get(), EPOLL_CTL_DEL, c->stream->fd(), nullptr);
+  }
+  return now - c->closed_since_ns < ff::kUdCloseDrainNs;
+}
+
 // Up to this many connections, the poll receives on each rather than asking epoll first.
 constexpr uint32_t kDirectProbeConns = 2;
 
@@ -544,6 +565,7 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
   }
   Serve sv{c, held};
   sv.now = ff::MonotonicNs();
+  ForgetClosedChannels(c, sv.now);
   // First what waited (RNR, a full ring, READ data for a full connection), in order.
   std::erase_if(c->waiting, [&](const std::shared_ptr<InChannel>& ch) {
     if (ch->gone.load(std::memory_order_acquire)) RefuseQueue(sv, ch.get());
@@ -607,8 +629,9 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
   // again by the program's next poll, which may just have posted it, or by the event thread
   // a little later; their RNR budget is counted by TargetChannel either way.
   if (!c->waiting.empty()) sv.due = std::min(sv.due, sv.now + (held != nullptr ? 0 : ff::kDirectRetryNs));
+  const bool draining = !sv.kill && DrainsDatagrams(c, sv.now);
   recv.unlock();
-  if (sv.kill || c->stream->dead()) {
+  if (!draining && (sv.kill || c->stream->dead())) {
     EndConn(c, sv.kill ? sv.error : c->stream->violated() ? EPROTO : ECONNRESET, sv.why);
     return;
   }
@@ -639,10 +662,41 @@ void FlushDirectAnswers(Session* s) {
 
 namespace {
 
-// A program that exits right after its last receive has acknowledged it: what its poll held
-// back is written before the process goes (exit() and the end of main run this).
+// Writes what every connection of `s` holds, waiting (at most kDirectExitFlushNs in all) for
+// sockets that cannot take it all now.
+void FlushDirectBeforeExit(Session* s) {
+  if (s->direct_conns.load(std::memory_order_relaxed) == 0) return;
+  std::vector<std::shared_ptr<DirectConn>> conns;
+  {
+    DirectSet* set = DirectOf(s);
+    std::lock_guard<std::mutex> g(set->mu);
+    for (auto& [id, c] : set->conns) conns.push_back(c);
+  }
+  const uint64_t until = ff::MonotonicNs() + ff::kDirectExitFlushNs;
+  for (const auto& c : conns) {
+    if (!c->ready.load(std::memory_order_acquire)) continue;
+    for (;;) {
+      size_t left;
+      {
+        std::lock_guard<std::mutex> g(c->send_mu);
+        c->stream->Flush();
+        c->answers_since_ns = 0;
+        left = c->stream->dead() ? 0 : c->stream->unsent();
+      }
+      const uint64_t now = ff::MonotonicNs();
+      if (left == 0 || now >= until) break;
+      pollfd p{c->stream->fd(), POLLOUT, 0};
+      ::poll(&p, 1, static_cast<int>((until - now) / 1'000'000) + 1);
+    }
+  }
+}
+
+// A program that exits right after its last receive has acknowledged it, or right after its
+// last datagrams completed (a UD send completes once its frame is in the connection's buffer,
+// as one on an HCA once it left): what the connections hold is written before the process
+// goes (exit() and the end of main run this).
 [[gnu::destructor]] void FlushAtExit() {
-  if (Session* s = ProcessSession()) FlushDirectAnswers(s);
+  if (Session* s = ProcessSession()) FlushDirectBeforeExit(s);
 }
 
 }  // namespace

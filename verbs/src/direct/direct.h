@@ -52,6 +52,9 @@ struct InChannel {
   uint64_t uncredited = 0;  // executed record bytes not credited back yet
   bool waiting = false;     // on the connection's waiting list
   std::atomic<bool> gone{false};  // the router said the channel went: its queue is refused
+  // A UD channel the router closed (its sender went, or another took the ring) since then
+  // (0: open): what its sender sent before is still delivered, for kUdCloseDrainNs (chan_mu).
+  uint64_t closing_since_ns = 0;
 };
 
 // A channel we opened for our QP `qp` (its link's): answers and credits come back on it.
@@ -109,12 +112,15 @@ struct DirectConn {
   // exists refuses them (chan_mu).
   std::unordered_map<uint32_t, bool> gone;
   std::deque<uint32_t> gone_order;
+  std::atomic<uint32_t> closing{0};  // in-channels with closing_since_ns set
 
   // Receiving side (recv_mu).
   std::vector<std::shared_ptr<InChannel>> waiting;  // channels with queued records
   uint64_t unknown_since_ns = 0;  // a record for a channel not installed yet waits since
   uint64_t keepalive_ns = 0;      // when we last told the peer its queued records wait
-
+  // The peer closed the connection while datagrams it sent still waited for room in a UD
+  // ring here: they are still delivered, for at most kUdCloseDrainNs from then (0: not so).
+  uint64_t closed_since_ns = 0;
 };
 
 // The direct connections of one session.
@@ -159,6 +165,12 @@ void NoteDirectRegion(Session* s, uint32_t id, int fd, size_t size, bool writabl
 // The region `id` left the process (memory.cc, before its memfd closes): its mapping goes
 // once no access uses it.
 void ForgetDirectRegion(Session* s, uint32_t id);
+// In-channel `it` of `c` went: it leaves the table, and what still comes for it, or waits on
+// its queue, is refused. chan_mu held.
+void ForgetChannel(DirectConn* c,
+                   std::unordered_map<uint32_t, std::shared_ptr<InChannel>>::iterator it);
+// The UD in-channels of `c` that closed kUdCloseDrainNs ago or more go (ForgetChannel).
+void ForgetClosedChannels(DirectConn* c, uint64_t now);
 // A connection died: it leaves the session's set (the next connect between the two
 // processes makes a new one), its descriptor leaves the event sets, and the router hears
 // DirectEnded. `why` (a static string, or nullptr): the rule the peer broke, for the log.

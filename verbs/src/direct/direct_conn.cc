@@ -129,6 +129,39 @@ std::shared_ptr<DirectConn> FindOrAdd(Session* s, uint64_t id, uint32_t peer_ip)
   return slot;
 }
 
+}  // namespace
+
+void ForgetChannel(DirectConn* c,
+                   std::unordered_map<uint32_t, std::shared_ptr<InChannel>>::iterator it) {
+  const uint32_t chan = it->first;
+  it->second->gone.store(true, std::memory_order_release);
+  const bool datagram = it->second->datagram;
+  c->in.erase(it);
+  if (c->gone.emplace(chan, datagram).second) c->gone_order.push_back(chan);
+  if (c->gone_order.size() > ff::kDirectGoneChannels) {
+    c->gone.erase(c->gone_order.front());
+    c->gone_order.pop_front();
+  }
+}
+
+void ForgetClosedChannels(DirectConn* c, uint64_t now) {
+  if (c->closing.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard<std::mutex> g(c->chan_mu);
+  for (auto it = c->in.begin(); it != c->in.end();) {
+    const uint64_t since = it->second->closing_since_ns;
+    if (since == 0 || now - since < ff::kUdCloseDrainNs) {
+      ++it;
+      continue;
+    }
+    c->closing.fetch_sub(1, std::memory_order_release);
+    auto next = std::next(it);
+    ForgetChannel(c, it);
+    it = next;
+  }
+}
+
+namespace {
+
 // kDirectChannel: our QP e.qpn takes the records of channel e.chan, into its ring e.ring
 // (UD: into the ring of its own `ud_ring` that came with the event).
 void InstallChannel(Session* s, const ff::proto::Event& e, UniqueFd ud_ring) {
@@ -176,21 +209,24 @@ void InstallChannel(Session* s, const ff::proto::Event& e, UniqueFd ud_ring) {
   c->in[e.chan] = std::move(ch);
 }
 
-// The router says channel e.chan of e.conn is closed (kDirectChannelGone).
+// The router says channel e.chan of e.conn is closed (kDirectChannelGone). A UD channel
+// closes after kUdCloseDrainNs (ForgetClosedChannels): its sender's datagrams sent before it
+// went may still be on the way, or wait here for room in the ring, and are delivered, as the
+// relay delivers them (Executor::CloseSender).
 void RemoveChannel(Session* s, const ff::proto::Event& e) {
   auto c = Find(DirectOf(s), e.conn);
   if (!c) return;
   std::lock_guard<std::mutex> g(c->chan_mu);
   auto it = c->in.find(e.chan);
   if (it == c->in.end()) return;
-  it->second->gone.store(true, std::memory_order_release);
-  const bool datagram = it->second->datagram;
-  c->in.erase(it);
-  if (c->gone.emplace(e.chan, datagram).second) c->gone_order.push_back(e.chan);
-  if (c->gone_order.size() > ff::kDirectGoneChannels) {
-    c->gone.erase(c->gone_order.front());
-    c->gone_order.pop_front();
+  if (it->second->datagram) {
+    if (it->second->closing_since_ns == 0) {
+      it->second->closing_since_ns = ff::MonotonicNs();
+      c->closing.fetch_add(1, std::memory_order_release);
+    }
+    return;
   }
+  ForgetChannel(c.get(), it);
 }
 
 // kDirectConn: the connection the router accepted for us.
