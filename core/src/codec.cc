@@ -15,7 +15,8 @@ bool KindAllowsOpcode(uint8_t kind, uint8_t opcode) {
     case kRecReadReq:
       return opcode == IBV_WR_RDMA_READ;
     case kRecAtomicReq:
-      return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+             opcode == IBV_WR_ATOMIC_WRITE;
     default:
       return false;
   }

@@ -35,7 +35,7 @@ inline constexpr uint32_t kProxyRings = 2;
 // kRecReadReq, kRecAtomicReq) in a proxy ring and on a node link.
 struct ProxyRequest {
   uint64_t remote_addr;  // WRITE: target address of this fragment; READ/ATOMIC: of the request
-  uint64_t compare_add;  // ATOMIC operands
+  uint64_t compare_add;  // ATOMIC operands (ATOMIC_WRITE: the 8 bytes to store)
   uint64_t swap;
   uint32_t rkey;
   uint32_t seq;       // names the work request: the low 32 bits of its send-queue index

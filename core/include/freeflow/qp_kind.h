@@ -58,9 +58,9 @@ namespace qp_kind_detail {
 inline constexpr uint32_t kSends = OpcodeBit(IBV_WR_SEND) | OpcodeBit(IBV_WR_SEND_WITH_IMM);
 inline constexpr uint32_t kWrites =
     OpcodeBit(IBV_WR_RDMA_WRITE) | OpcodeBit(IBV_WR_RDMA_WRITE_WITH_IMM);
-inline constexpr uint32_t kReadsAndAtomics = OpcodeBit(IBV_WR_RDMA_READ) |
-                                             OpcodeBit(IBV_WR_ATOMIC_CMP_AND_SWP) |
-                                             OpcodeBit(IBV_WR_ATOMIC_FETCH_AND_ADD);
+inline constexpr uint32_t kReadsAndAtomics =
+    OpcodeBit(IBV_WR_RDMA_READ) | OpcodeBit(IBV_WR_ATOMIC_CMP_AND_SWP) |
+    OpcodeBit(IBV_WR_ATOMIC_FETCH_AND_ADD) | OpcodeBit(IBV_WR_ATOMIC_WRITE);
 inline constexpr int kInitAttrs = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
 inline constexpr int kUcRtrAttrs =
     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;

@@ -71,7 +71,7 @@ enum RecordKind : uint8_t {
   // with a ProxyRequest, responses with a ProxyResponse.
   kRecWrite = 4,      // RDMA_WRITE payload fragment
   kRecReadReq = 5,    // RDMA_READ request
-  kRecAtomicReq = 6,  // ATOMIC_FETCH_AND_ADD / ATOMIC_CMP_AND_SWP request
+  kRecAtomicReq = 6,  // ATOMIC_FETCH_AND_ADD / ATOMIC_CMP_AND_SWP / ATOMIC_WRITE request
   kRecResp = 7,       // router -> library: outcome of one work request (+ READ/atomic data)
   // Only in a session's request ring (proto::RequestRing): library -> router.
   kRecRequest = 8,   // its publish time (8 bytes), then one request's bytes

@@ -231,10 +231,12 @@ class TargetChannel {
   void ApplyAtomic(Host& host, const RequestView& v) {
     if ((v.req.remote_addr & 7) != 0) return Fail(host, v.req.seq, IBV_WC_REM_INV_REQ_ERR);
     char* word = nullptr;
-    if (!Target(host, v, 8, IBV_ACCESS_REMOTE_ATOMIC, &word)) return;
+    if (!Target(host, v, 8, AtomicAccess(v.req.opcode), &word)) return;
     const uint64_t old =
         AtomicOp(reinterpret_cast<uint64_t*>(word), v.req.opcode, v.req.compare_add, v.req.swap);
-    host.Respond(v.req.seq, IBV_WC_SUCCESS, 0, reinterpret_cast<const char*>(&old), 8, true);
+    const bool returns = AtomicReturnsOriginal(v.req.opcode);
+    host.Respond(v.req.seq, IBV_WC_SUCCESS, 0,
+                 returns ? reinterpret_cast<const char*>(&old) : nullptr, returns ? 8 : 0, true);
   }
 
   // An error completes the request that caused it; RC semantics: nothing after it executes.

@@ -135,9 +135,22 @@ ibv_wc_status ResolveTarget(const QpSegmentHeader* target_qp, uint32_t target_qp
   return IBV_WC_SUCCESS;
 }
 
+// What an atomic request needs of the target's registration: an ATOMIC_WRITE only stores,
+// and needs remote write as rxe checks it; FETCH_AND_ADD and CMP_AND_SWP need remote atomic.
+inline uint32_t AtomicAccess(uint32_t opcode) {
+  return opcode == IBV_WR_ATOMIC_WRITE ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_ATOMIC;
+}
+// Whether the requester gets the word's original value back (an ATOMIC_WRITE returns none).
+inline bool AtomicReturnsOriginal(uint32_t opcode) { return opcode != IBV_WR_ATOMIC_WRITE; }
+
 // Performs FETCH_AND_ADD or CMP_AND_SWP on a 64-bit word of the target and returns the
-// original value (host byte order, as rxe does).
+// original value (host byte order, as rxe does); ATOMIC_WRITE stores the 8 bytes of
+// `compare_add` whole (the requester's bytes as they were in its memory) and returns 0.
 inline uint64_t AtomicOp(uint64_t* word, uint32_t opcode, uint64_t compare_add, uint64_t swap) {
+  if (opcode == IBV_WR_ATOMIC_WRITE) {
+    __atomic_store_n(word, compare_add, __ATOMIC_SEQ_CST);
+    return 0;
+  }
   if (opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
     return __atomic_fetch_add(word, compare_add, __ATOMIC_SEQ_CST);
   uint64_t old = compare_add;

@@ -193,6 +193,70 @@ TEST_P(ClusterTest, WriteReadAndAtomicsNeedNothingFromTheTarget) {
   EXPECT_TRUE(b->Poll(1, std::chrono::milliseconds(100)).empty());  // the target saw none of it
 }
 
+// IBV_WR_ATOMIC_WRITE (ibv_wr_atomic_write, and ibv_post_send with its 8 bytes as the data):
+// the 8 bytes land whole, nothing comes back into the requester's memory, it needs the
+// registration's remote write, an 8-byte aligned address and exactly 8 bytes.
+TEST_P(ClusterTest, AnAtomicWriteStoresEightBytesWhole) {
+  ConnectBoth();
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(a->qp);
+  ASSERT_NE(qpx, nullptr);
+  uint64_t value = 0x1122334455667788ull;
+  ibv_wr_start(qpx);
+  qpx->wr_id = 11;
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_write(qpx, b->mr->rkey, reinterpret_cast<uintptr_t>(b->buf + 64), &value);
+  value = 0;  // taken at the call, as a provider takes it
+  ASSERT_EQ(ibv_wr_complete(qpx), 0);
+  auto wc = a->Poll(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 11u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_ATOMIC_WRITE);
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(b->buf + 64), 0x1122334455667788ull);
+
+  const uint64_t from_memory = 0x0102030405060708ull;
+  std::memcpy(a->buf + 4096, &from_memory, 8);
+  std::memset(a->buf + 4104, 0x5a, 8);
+  ASSERT_EQ(a->Post(IBV_WR_ATOMIC_WRITE, 12, 4096, 8, b.get(), 128), 0);
+  wc = a->Poll(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(b->buf + 128, &from_memory, 8), 0);
+  EXPECT_EQ(std::memcmp(a->buf + 4096, &from_memory, 8), 0) << "nothing came back";
+  EXPECT_EQ(a->buf[4104], 0x5a);
+  EXPECT_EQ(a->Post(IBV_WR_ATOMIC_WRITE, 13, 4096, 4, b.get(), 128), EINVAL) << "4 bytes";
+  EXPECT_TRUE(b->Poll(1, std::chrono::milliseconds(100)).empty());  // the target saw none of it
+
+  // A misaligned address, then a registration without remote write: each fails its request
+  // (and its pair of QPs).
+  ibv_qp* from = NewPair();
+  ASSERT_NE(from, nullptr);
+  qpx = ibv_qp_to_qp_ex(from);
+  ibv_wr_start(qpx);
+  qpx->wr_id = 14;
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_write(qpx, b->mr->rkey, reinterpret_cast<uintptr_t>(b->buf + 132), &value);
+  ASSERT_EQ(ibv_wr_complete(qpx), 0);
+  wc = a->Poll(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_REM_INV_REQ_ERR);
+  ibv_mr* atomics_only =
+      ibv_reg_mr(b->pd, b->buf + 8192, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+  ASSERT_NE(atomics_only, nullptr);
+  from = NewPair();
+  ASSERT_NE(from, nullptr);
+  qpx = ibv_qp_to_qp_ex(from);
+  ibv_wr_start(qpx);
+  qpx->wr_id = 15;
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_write(qpx, atomics_only->rkey, reinterpret_cast<uintptr_t>(b->buf + 8192), &value);
+  ASSERT_EQ(ibv_wr_complete(qpx), 0);
+  wc = a->Poll(1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(ibv_dereg_mr(atomics_only), 0);
+}
+
 TEST_P(ClusterTest, WriteWithImmediateConsumesAReceive) {
   ConnectBoth();
   ASSERT_EQ(b->PostRecv(7, 0, 16), 0);

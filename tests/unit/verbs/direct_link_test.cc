@@ -366,6 +366,19 @@ TEST_F(DirectLink, OneSidedOperationsProgressWithoutTheTargetCallingIn) {
   EXPECT_EQ(std::memcmp(readback.data(), target.data(), 1 << 20), 0);
   // An atomic on the first word.
   ExpectAtomic(qa, a.cq, IBV_WR_ATOMIC_FETCH_AND_ADD, readback, target, 5, 10, 0, 15);
+  // An ATOMIC_WRITE of the second: the word stored, nothing returned.
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qa);
+  const uint64_t value = 0xfeedfacecafebeefull;
+  ibv_wr_start(qpx);
+  qpx->wr_id = 4;
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_write(qpx, target.mr()->rkey, raddr + 8, &value);
+  ASSERT_EQ(ibv_wr_complete(qpx), 0);
+  auto aw = PollN(a.cq, 1);
+  ASSERT_EQ(aw.size(), 1u);
+  EXPECT_EQ(aw[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(aw[0].opcode, IBV_WC_ATOMIC_WRITE);
+  EXPECT_EQ(std::memcmp(target.data() + 8, &value, 8), 0);
 }
 
 TEST_F(DirectLink, ADiallerThatNeverPollsServesWhatItsPeerSends) {

@@ -113,7 +113,7 @@ struct OpHandlers {
   OpHandler send;    // SEND, SEND_WITH_IMM
   OpHandler write;   // RDMA_WRITE, RDMA_WRITE_WITH_IMM
   OpHandler read;    // RDMA_READ
-  OpHandler atomic;  // ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD
+  OpHandler atomic;  // ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, ATOMIC_WRITE
 };
 
 // Runs the handler for `w`'s opcode (post_send admitted only these opcodes).
@@ -131,6 +131,7 @@ inline Exec Dispatch(const OpHandlers& h, Qp* qp, PeerLink* link, SendWqe& w, ui
       return h.read(qp, link, w, index, st);
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_ATOMIC_WRITE:
       return h.atomic(qp, link, w, index, st);
     default:
       *st = IBV_WC_LOC_QP_OP_ERR;

@@ -133,14 +133,17 @@ Exec WriteRecords(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_sta
 }
 
 Exec ReadOrAtomicRecord(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* st) {
-  // As an HCA does: at most max_rd_atomic READs/atomics outstanding per QP.
-  if (qp->sq.reads_inflight >= std::max<uint32_t>(1, qp->attr.max_rd_atomic)) return Exec::kBlocked;
+  // As an HCA does: at most max_rd_atomic READs/atomics outstanding per QP (an ATOMIC_WRITE
+  // is not one of them: it goes as a WRITE does).
+  const bool counted = IsReadOrAtomic(w.opcode);
+  if (counted && qp->sq.reads_inflight >= std::max<uint32_t>(1, qp->attr.max_rd_atomic))
+    return Exec::kBlocked;
   ff::ProxyRequest op = RequestOf(qp, w, index);
   op.last = 1;
   const uint8_t kind = w.opcode == IBV_WR_RDMA_READ ? ff::kRecReadReq : ff::kRecAtomicReq;
   const PutResult r = PutRecord(qp, link, w, index, kind, 0, op, 0, 0);
   if (r != PutResult::kOk) return NotPut(qp, link, r, st);
-  ++qp->sq.reads_inflight;
+  if (counted) ++qp->sq.reads_inflight;
   return Exec::kInFlight;
 }
 

@@ -93,11 +93,12 @@ Exec Atomic(Qp* qp, PeerLink* link, SendWqe& w, uint64_t index, ibv_wc_status* s
     return Exec::kDone;
   }
   char* target = nullptr;
-  *st = ResolveTarget(qp, link, w, 8, IBV_ACCESS_REMOTE_ATOMIC, &target);
+  *st = ResolveTarget(qp, link, w, 8, ff::AtomicAccess(w.opcode), &target);
   if (*st != IBV_WC_SUCCESS) return Exec::kDone;
   const uint64_t old =
       ff::AtomicOp(reinterpret_cast<uint64_t*>(target), w.opcode, w.compare_add, w.swap);
-  CopyToSges(qp->sq.sges_of(index), w.num_sge, 0, reinterpret_cast<const char*>(&old), 8);
+  if (ff::AtomicReturnsOriginal(w.opcode))
+    CopyToSges(qp->sq.sges_of(index), w.num_sge, 0, reinterpret_cast<const char*>(&old), 8);
   return Exec::kDone;
 }
 

@@ -34,7 +34,7 @@ bool WantsInline(const ibv_send_wr* wr) {
   const uint32_t op = wr->opcode;
   return (wr->send_flags & IBV_SEND_INLINE) &&
          (op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
-          op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM);
+          op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_ATOMIC_WRITE);
 }
 
 // 0 when `wr` may be queued on `qp`, else the errno post_send returns. *length: its bytes.
@@ -52,6 +52,8 @@ int CheckWr(const Qp* qp, const ibv_send_wr* wr, bool type1, uint64_t* length) {
     return EINVAL;
   *length = TotalLength(wr);
   if ((WantsInline(wr) && *length > ff::kMaxInline) || *length > kind.max_message) return EINVAL;
+  // An ATOMIC_WRITE stores exactly the 8 bytes its data (SGEs or inline) holds.
+  if (wr->opcode == IBV_WR_ATOMIC_WRITE && *length != 8) return EINVAL;
   return 0;
 }
 
@@ -89,6 +91,7 @@ void TakeAddressing(const Qp* qp, SendWqe& w, const ibv_send_wr* wr) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
     case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_WRITE:
       w.remote_addr = wr->wr.rdma.remote_addr;
       w.rkey = wr->wr.rdma.rkey;
       break;
@@ -143,6 +146,9 @@ void Enqueue(Qp* qp, const ibv_send_wr* wr, uint64_t length) {
   w.status = IBV_WC_SUCCESS;
   if (!IsWindowOp(wr->opcode)) TakeData(qp, w, index, wr);
   TakeAddressing(qp, w, wr);
+  // The bytes an ATOMIC_WRITE stores are taken now, as the operand of any atomic is.
+  if (wr->opcode == IBV_WR_ATOMIC_WRITE && w.pre_status == IBV_WC_SUCCESS)
+    CopyFromSges(qp->sq.sges_of(index), w.num_sge, 0, reinterpret_cast<char*>(&w.compare_add), 8);
   ++qp->sq.tail;
 }
 
@@ -157,6 +163,8 @@ ibv_wc_opcode SendWcOpcode(uint32_t op) {
       return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return IBV_WC_FETCH_ADD;
+    case IBV_WR_ATOMIC_WRITE:
+      return IBV_WC_ATOMIC_WRITE;
     case IBV_WR_BIND_MW:
       return IBV_WC_BIND_MW;
     case IBV_WR_LOCAL_INV:

@@ -134,7 +134,6 @@ void SendInv(ibv_qp_ex* q, uint32_t rkey) {
 }
 void SendTso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { Unsupported(q); }
 void SetXrc(ibv_qp_ex* q, uint32_t) { Unsupported(q); }
-void AtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { Unsupported(q); }
 
 void SetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t qpn, uint32_t qkey) {
   if (ibv_send_wr* wr = Last(q)) wr->wr.ud = {ah, qpn, qkey};
@@ -161,6 +160,13 @@ void SetInlineList(ibv_qp_ex* q, size_t n, const ibv_data_buf* bufs) {
 }
 void SetInline(ibv_qp_ex* q, void* addr, size_t length) {
   const ibv_data_buf buf{addr, length};
+  SetInlineList(q, 1, &buf);
+}
+
+// The 8 bytes are copied now (inline data of the work request), as a provider copies them.
+void AtomicWrite(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* atomic_wr) {
+  NewWr(q, IBV_WR_ATOMIC_WRITE, [&](ibv_send_wr* wr) { wr->wr.rdma = {addr, rkey}; });
+  const ibv_data_buf buf{const_cast<void*>(atomic_wr), 8};
   SetInlineList(q, 1, &buf);
 }
 
