@@ -68,13 +68,12 @@ TEST(QpKind, WorkRequestsEachKindTakes) {
     EXPECT_TRUE(kRcQp.Allows(op) && kUcQp.Allows(op)) << op;
     EXPECT_FALSE(kUdQp.Allows(op)) << op;
   }
-  for (ibv_wr_opcode op :
-       {IBV_WR_RDMA_READ, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_BIND_MW}) {
+  for (ibv_wr_opcode op : {IBV_WR_RDMA_READ, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
+                           IBV_WR_ATOMIC_WRITE, IBV_WR_BIND_MW}) {
     EXPECT_TRUE(kRcQp.Allows(op)) << op;
     EXPECT_FALSE(kUcQp.Allows(op) || kUdQp.Allows(op)) << op;
   }
-  for (uint32_t op : {static_cast<uint32_t>(IBV_WR_TSO), static_cast<uint32_t>(IBV_WR_ATOMIC_WRITE),
-                      31u, 32u, 1000u})
+  for (uint32_t op : {static_cast<uint32_t>(IBV_WR_TSO), 31u, 32u, 1000u})
     EXPECT_FALSE(kRcQp.Allows(op)) << op;
 }
 
