@@ -652,15 +652,22 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
   }
 }
 
-void FlushDirectAnswers(Session* s) {
-  if (s->direct_conns.load(std::memory_order_relaxed) == 0) return;
+namespace {
+
+// The connections of `s` now (none when it has never had one).
+std::vector<std::shared_ptr<DirectConn>> ConnsOf(Session* s) {
   std::vector<std::shared_ptr<DirectConn>> conns;
-  {
-    DirectSet* set = DirectOf(s);
-    std::lock_guard<std::mutex> g(set->mu);
-    for (auto& [id, c] : set->conns) conns.push_back(c);
-  }
-  for (const auto& c : conns) FlushConn(c.get());
+  if (s->direct_conns.load(std::memory_order_relaxed) == 0) return conns;
+  DirectSet* set = DirectOf(s);
+  std::lock_guard<std::mutex> g(set->mu);
+  for (auto& [id, c] : set->conns) conns.push_back(c);
+  return conns;
+}
+
+}  // namespace
+
+void FlushDirectAnswers(Session* s) {
+  for (const auto& c : ConnsOf(s)) FlushConn(c.get());
 }
 
 namespace {
@@ -668,13 +675,7 @@ namespace {
 // Writes what every connection of `s` holds, waiting (at most kDirectExitFlushNs in all) for
 // sockets that cannot take it all now.
 void FlushDirectBeforeExit(Session* s) {
-  if (s->direct_conns.load(std::memory_order_relaxed) == 0) return;
-  std::vector<std::shared_ptr<DirectConn>> conns;
-  {
-    DirectSet* set = DirectOf(s);
-    std::lock_guard<std::mutex> g(set->mu);
-    for (auto& [id, c] : set->conns) conns.push_back(c);
-  }
+  const std::vector<std::shared_ptr<DirectConn>> conns = ConnsOf(s);
   const uint64_t until = ff::MonotonicNs() + ff::kDirectExitFlushNs;
   for (const auto& c : conns) {
     if (!c->ready.load(std::memory_order_acquire)) continue;
