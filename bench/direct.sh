@@ -21,6 +21,7 @@ routers() {
   mn_router_down 0
   mn_router_down 1
   local args=(--cross-node-path "$1")
+  [[ $1 == direct ]] && args+=(--direct-datagrams)
   [[ -n ${2:-} ]] && args+=(--direct-seal "$2")
   mn_router_up 0 "${args[@]}"
   mn_router_up 1 "${args[@]}"

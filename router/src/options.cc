@@ -126,6 +126,9 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
                  "that encrypts); every router of a cluster the same")
       ->envname("FREEFLOW_DIRECT_SEAL")
       ->check(CLI::IsMember({"encrypt", "authenticate"}));
+  app.add_flag("--direct-datagrams", c.direct_datagrams,
+               "UD datagrams over direct connections too (off: relayed; docs/direct-path.md)")
+      ->envname("FREEFLOW_DIRECT_DATAGRAMS");
   app.add_flag("--allow-host-network-clients", c.allow_host_network_clients,
                "serve processes in the router's own network namespace (host network)")
       ->envname("FREEFLOW_ALLOW_HOST_NETWORK_CLIENTS");

@@ -52,6 +52,9 @@ struct RouterConfig {
   uint16_t direct_port_lo = kDefaultDirectPortLo;   // --direct-ports: where listeners bind
   uint16_t direct_port_hi = kDefaultDirectPortHi;
   SealMode direct_seal = SealMode::kEncrypt;        // --direct-seal
+  // UD QPs' datagrams over direct connections too (--direct-datagrams); off: they stay
+  // relayed (docs/direct-path.md says why it is not the default yet).
+  bool direct_datagrams = false;
   std::string log_level = "info";
   PodLimits pod_limits = DefaultPodLimits();         // --max-*-per-pod
   uint64_t hello_timeout_ns = kHelloTimeoutNs;       // not a flag: tests shorten it

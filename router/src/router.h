@@ -99,7 +99,8 @@ class Router final : private NodeTransport::Handler {
             directory_,
             quotas_,
             [this] { RetrySoon(); },
-            {config_.direct_path, config_.direct_seal, &direct_, &listeners_}};
+            {config_.direct_path, config_.direct_datagrams, config_.direct_seal, &direct_,
+             &listeners_}};
   }
 
   RouterConfig config_;

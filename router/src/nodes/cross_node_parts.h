@@ -30,6 +30,7 @@ struct CrossNodeParts {
   // connections it knows and the listeners it opens inside pods.
   struct Direct {
     bool on = false;
+    bool datagrams = false;  // UD too (--direct-datagrams); else UD stays relayed
     SealMode seal = SealMode::kEncrypt;
     DirectConnections* conns = nullptr;
     DirectListeners* listeners = nullptr;

@@ -92,8 +92,10 @@ void Forwarder::Open(const Call& call, Qp& src, const cp::Endpoint& ep, uint32_t
   const LinkId link = parts_.transport->Dial(ep);
   if (link == kNoLink) return parts_.sessions.Answer(call, EHOSTUNREACH);
   if (ud) MakeRoomForUd(pod->who.ip);
-  // A process at its bound of direct connections asks for none.
-  const bool ask_direct = parts_.direct.on && !parts_.direct.conns->Full(call.pod);
+  // UD only with --direct-datagrams; a process at its bound of direct connections asks for
+  // none.
+  const bool ask_direct =
+      parts_.direct.on && (!ud || parts_.direct.datagrams) && !parts_.direct.conns->Full(call.pod);
   const uint64_t fds = ask_direct ? 0 : 2;  // a direct channel has no segment
   if (const int rc = parts_.quotas.Take(call.pod, {{Quota::kProxies, 1}, {Quota::kFds, fds}}))
     return parts_.sessions.Answer(call, rc);

@@ -62,10 +62,10 @@ elif [[ $mode == etcd-outage || $cp == etcd ]]; then
   FF_CONTROL_PLANE_ARGS=(--control-plane "etcd:$(mn_etcd_url)")
 fi
 # tools direct: the set with pod-to-pod connections across nodes (docs/direct-path.md), the
-# default; tools static and tools etcd: the same set relayed through the routers, which
+# default, with UD datagrams on them too (--direct-datagrams); tools static and tools etcd: the same set relayed through the routers, which
 # clusters choose with --cross-node-path=relay. The other modes run the default.
 path_args=()
-[[ $mode == tools && $cp == direct ]] && path_args=(--cross-node-path direct)
+[[ $mode == tools && $cp == direct ]] && path_args=(--cross-node-path direct --direct-datagrams)
 [[ $mode == tools && $cp != direct ]] && path_args=(--cross-node-path relay)
 mn_router_up 0 --peer-timeout-ms 1000 "${path_args[@]}" "${node0_args[@]}" || exit 1
 FF_ROUTER_WRAP=$node1_wrap mn_router_up 1 --peer-timeout-ms 1000 "${path_args[@]}" || exit 1

@@ -1,5 +1,5 @@
-// ffrouter's direct-path flags: --cross-node-path, --direct-ports, --direct-seal (defaults,
-// values, refusals at start).
+// ffrouter's direct-path flags: --cross-node-path, --direct-ports, --direct-seal,
+// --direct-datagrams (defaults, values, refusals at start).
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -30,6 +30,7 @@ TEST(DirectOptionsTest, DirectIsTheDefaultWithEncryptedFramesOnPorts20000To20999
   EXPECT_EQ(c->direct_port_lo, 20000);
   EXPECT_EQ(c->direct_port_hi, 20999);
   EXPECT_EQ(c->direct_seal, SealMode::kEncrypt);
+  EXPECT_FALSE(c->direct_datagrams) << "UD stays relayed unless asked";
 }
 
 TEST(DirectOptionsTest, TheFlagsAreTaken) {
@@ -41,6 +42,7 @@ TEST(DirectOptionsTest, TheFlagsAreTaken) {
   EXPECT_EQ(c->direct_port_hi, 31000);
   EXPECT_EQ(c->direct_seal, SealMode::kAuthenticate);
   EXPECT_FALSE(Parse({"--cross-node-path=relay"})->direct_path);
+  EXPECT_TRUE(Parse({"--direct-datagrams"})->direct_datagrams);
 }
 
 TEST(DirectOptionsTest, BadValuesStopTheRouterBeforeItStarts) {

@@ -444,9 +444,10 @@ TEST(DirectPathRelayTest, APeerRouterThatRelaysGetsTheRelayAnswer) {
   }
 }
 
-// UD goes direct too: the datagram's destination process gets the channel with a ring of the
-// sender's own, the memfd both with kUdRing (whose it is) and with kDirectChannel (to produce
-// into), before the sender's answer leaves; the sender is answered as for RC.
+// With --direct-datagrams UD goes direct too: the datagram's destination process gets the channel
+// with a ring of the sender's own, the memfd both with kUdRing (whose it is) and with
+// kDirectChannel (to produce into), before the sender's answer leaves; the sender is answered as
+// for RC.
 TEST_F(DirectPathTest, UdGoesDirectIntoARingOfTheSendersOwn) {
   RawQp ua = pa.CreateQp(IBV_QPT_UD);
   RawQp ub = pb.CreateQp(IBV_QPT_UD, 1, kUdRingBytes);
@@ -497,6 +498,27 @@ TEST_F(DirectPathTest, UdGoesDirectIntoARingOfTheSendersOwn) {
   EXPECT_EQ(lost->type, proto::EventType::kUdPeerLost);
   EXPECT_EQ(lost->qpn, ua.qpn);
   EXPECT_EQ(lost->src_qpn, ub.qpn);
+}
+
+// Without --direct-datagrams (the routers' default) UD stays relayed.
+TEST(DirectPathDatagramsTest, WithoutDirectDatagramsUdIsRelayed) {
+  LoopbackNetwork net;
+  FakeCluster cluster;
+  TestRouter::Options oa = Node("node-a", "192.168.0.1", &net, &cluster);
+  TestRouter::Options ob = Node("node-b", "192.168.0.2", &net, &cluster);
+  oa.direct_datagrams = ob.direct_datagrams = false;
+  TestRouter a{oa};
+  TestRouter b{ob};
+  RawPod pa{a, kPodA};
+  RawPod pb{b, kPodB};
+  ASSERT_EQ(pa.Hello(), 0);
+  ASSERT_EQ(pb.Hello(), 0);
+  RawQp ua = pa.CreateQp(IBV_QPT_UD);
+  RawQp ub = pb.CreateQp(IBV_QPT_UD);
+  RawLink l = pa.Connect(ua, kPodB, ub.qpn, true);
+  ASSERT_EQ(l.status, 0);
+  EXPECT_EQ(l.reply.flags, proto::kConnectRemote);
+  EXPECT_EQ(l.fds.size(), 2u);
 }
 
 // A target pod whose address cannot be listened on (not this machine's here): its router

@@ -180,6 +180,7 @@ TestRouter::TestRouter(Options options) : options_(std::move(options)) {
   config.cm_spin_us = options_.cm_spin_us;
   config.direct_path = options_.direct;
   config.direct_seal = options_.direct_seal;
+  config.direct_datagrams = options_.direct_datagrams;
   config.direct_port_lo = options_.direct_port_lo;
   config.direct_port_hi = options_.direct_port_hi;
   config.direct_accept_timeout_ns = options_.direct_accept_timeout_ns;

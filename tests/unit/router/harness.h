@@ -113,6 +113,7 @@ class TestRouter {
     // told, and wait direct_accept_timeout_ns for their connection.
     bool direct = false;
     SealMode direct_seal = SealMode::kEncrypt;
+    bool direct_datagrams = true;  // --direct-datagrams
     uint16_t direct_port_lo = 0, direct_port_hi = 0;
     uint64_t direct_accept_timeout_ns = kDirectAcceptTimeoutNs;
   };
