@@ -500,17 +500,23 @@ TEST_F(DirectPathTest, UdGoesDirectIntoARingOfTheSendersOwn) {
   EXPECT_EQ(lost->src_qpn, ub.qpn);
 }
 
-// Without --direct-datagrams (the routers' default) UD stays relayed.
-TEST(DirectPathDatagramsTest, WithoutDirectDatagramsUdIsRelayed) {
+// Two routers running direct without --direct-datagrams, the routers' default.
+class DirectPathDatagramsOffTest : public ::testing::Test {
+ protected:
+  static TestRouter::Options Off(TestRouter::Options o) {
+    o.direct_datagrams = false;
+    return o;
+  }
   LoopbackNetwork net;
   FakeCluster cluster;
-  TestRouter::Options oa = Node("node-a", "192.168.0.1", &net, &cluster);
-  TestRouter::Options ob = Node("node-b", "192.168.0.2", &net, &cluster);
-  oa.direct_datagrams = ob.direct_datagrams = false;
-  TestRouter a{oa};
-  TestRouter b{ob};
+  TestRouter a{Off(Node("node-a", "192.168.0.1", &net, &cluster))};
+  TestRouter b{Off(Node("node-b", "192.168.0.2", &net, &cluster))};
   RawPod pa{a, kPodA};
   RawPod pb{b, kPodB};
+};
+
+// Without --direct-datagrams UD stays relayed.
+TEST_F(DirectPathDatagramsOffTest, UdIsRelayed) {
   ASSERT_EQ(pa.Hello(), 0);
   ASSERT_EQ(pb.Hello(), 0);
   RawQp ua = pa.CreateQp(IBV_QPT_UD);
