@@ -92,6 +92,9 @@ inline constexpr uint64_t kUdCloseDrainNs = 1'000'000'000ull;
 // A context's (and a CQ's poll) lock spins this many times before it sleeps on its futex
 // (AdaptiveLock, verbs/src/internal.h).
 inline constexpr int kLockSpins = 100;
+// How long a program's thread yields the lock to the event thread that waits for it before
+// it takes its turn all the same (AdaptiveLock::lock_urgent).
+inline constexpr uint64_t kLockYieldNs = 10'000'000ull;
 // How many peers a context keeps mapped with no link to them (Context::recent_peers).
 inline constexpr size_t kRecentPeers = 4;
 // Notes of an rdma_cm peer's address and QP number kept for the RTR that names it

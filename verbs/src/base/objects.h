@@ -16,6 +16,7 @@
 
 #include <infiniband/verbs.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "freeflow/clock.h"
 #include "freeflow/codec.h"
 #include "freeflow/fd.h"
 #include "freeflow/protocol.h"
@@ -50,19 +52,26 @@ using ff::UniqueFd;
 // waits for, needed: on two vCPUs, rdma_cm connections stalled for a scheduler tick (1-5 ms)
 // in one of every few (bench/cm_rate). The futex protocol: 0 free, 1 held, 2 held with
 // sleepers possible.
+//
+// The event thread takes it with lock_urgent() and goes before the program's threads. A
+// program that polls in a loop takes the lock again the moment it lets go, and a sleeper the
+// futex woke finds it taken: with more polling processes than cores (20 MPI ranks on two
+// vCPUs) the event thread waited 30 s for the lock of one event, and every event behind it
+// waited too (a new direct channel not installed, the datagrams on it lost until UCX gave
+// up). While it waits, lock() and try_lock() yield to it, for at most kLockYieldNs.
 class AdaptiveLock {
  public:
   void lock() {
-    for (int i = 0; i < ff::kLockSpins; ++i) {
-      int free = 0;
-      if (state_.compare_exchange_weak(free, 1, std::memory_order_acquire,
-                                       std::memory_order_relaxed))
-        return;
-      __builtin_ia32_pause();
-    }
-    while (state_.exchange(2, std::memory_order_acquire) != 0) Wait();
+    if (urgent_.load(std::memory_order_relaxed) != 0) YieldToUrgent();
+    LockNow();
+  }
+  void lock_urgent() {
+    urgent_.fetch_add(1, std::memory_order_relaxed);
+    LockNow();
+    urgent_.fetch_sub(1, std::memory_order_relaxed);
   }
   bool try_lock() {
+    if (urgent_.load(std::memory_order_relaxed) != 0) return false;
     int free = 0;
     return state_.compare_exchange_strong(free, 1, std::memory_order_acquire,
                                           std::memory_order_relaxed);
@@ -73,6 +82,24 @@ class AdaptiveLock {
 
  private:
   static_assert(sizeof(std::atomic<int>) == sizeof(int));
+  void LockNow() {
+    for (int i = 0; i < ff::kLockSpins; ++i) {
+      int free = 0;
+      if (state_.compare_exchange_weak(free, 1, std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+        return;
+      __builtin_ia32_pause();
+    }
+    while (state_.exchange(2, std::memory_order_acquire) != 0) Wait();
+  }
+  void YieldToUrgent() {
+    const uint64_t until = ff::MonotonicNs() + ff::kLockYieldNs;
+    while (urgent_.load(std::memory_order_relaxed) != 0 && ff::MonotonicNs() < until) {
+      const int saved = errno;
+      ::sched_yield();
+      errno = saved;
+    }
+  }
   int* word() { return reinterpret_cast<int*>(&state_); }
   // Sleeps while the state is still 2 (a spurious or early return only loops again); the
   // program's errno is left as it was.
@@ -84,6 +111,19 @@ class AdaptiveLock {
     errno = saved;
   }
   std::atomic<int> state_{0};
+  std::atomic<int> urgent_{0};  // event threads waiting in lock_urgent()
+};
+
+// lock_guard for the event thread: lock_urgent() instead of lock().
+class UrgentGuard {
+ public:
+  explicit UrgentGuard(AdaptiveLock& l) : l_(l) { l_.lock_urgent(); }
+  ~UrgentGuard() { l_.unlock(); }
+  UrgentGuard(const UrgentGuard&) = delete;
+  UrgentGuard& operator=(const UrgentGuard&) = delete;
+
+ private:
+  AdaptiveLock& l_;
 };
 
 struct Context;

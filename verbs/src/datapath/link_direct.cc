@@ -307,7 +307,7 @@ struct Serve {
       return true;
     }
     Release();
-    ctx->lock.lock();
+    ctx->lock.lock_urgent();
     locked = ctx;
     return true;
   }

@@ -67,7 +67,7 @@ void Registry::UnderContextLock(uint32_t qpn, F&& f) {
   if (it == qps_.end()) return;
   Qp* qp = it->second;
   {
-    std::lock_guard<AdaptiveLock> l(qp->ctx->lock);
+    UrgentGuard l(qp->ctx->lock);
     Guarded([&] {
       f(qp);
       return 0;
@@ -107,7 +107,7 @@ void Registry::OnUdRing(const ff::proto::Event& e, UniqueFd fd) {
     // rings faster than it polls): the rings are installed now, what the earlier senders
     // published delivered, so that what waits stays one ring (one descriptor) per ring of
     // the QP, however often its rings change hands meanwhile.
-    std::lock_guard<AdaptiveLock> l(qp->ctx->lock);
+    UrgentGuard l(qp->ctx->lock);
     Guarded([&] {
       InstallRings(qp);
       return 0;
@@ -163,7 +163,7 @@ Registry::TickOutcome Registry::Tick() {
   std::lock_guard<std::mutex> g(mu_);
   for (Context* ctx : contexts_) {
     if (!ctx->stalled.load(std::memory_order_acquire)) continue;
-    std::lock_guard<AdaptiveLock> l(ctx->lock);
+    UrgentGuard l(ctx->lock);
     const int rc = Guarded([&] {
       TickContext(ctx, &out);
       return 0;

@@ -47,7 +47,7 @@ class Registry {
     std::lock_guard<std::mutex> g(mu_);
     auto it = qps_.find(qpn);
     if (it == qps_.end()) return false;
-    std::lock_guard<AdaptiveLock> l(it->second->ctx->lock);
+    UrgentGuard l(it->second->ctx->lock);
     f(it->second);
     return true;
   }
