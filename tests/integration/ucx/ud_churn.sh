@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# A diagnostic, not a test (ctest does not run it): the UD churn case of ucx.sh (20 MPI ranks
+# over ud_verbs, alltoall pairwise, two pods on two nodes: more senders than a UD QP has
+# rings, more links than a pod's quota) ROUNDS times on one cluster, with the routers' extra
+# arguments ROUTER_ARGS (for example --direct-datagrams). It prints each round's outcome and
+# time. A round still running after STALL_S seconds is sampled once, into KEEP/ROUND/:
+# both routers' stats lines, every rank's Unix sockets that hold queued data (read in its
+# pod's network namespace), and the stacks of the ranks whose event socket (the library's
+# SEQPACKET socket to its router) holds events it has not taken. A failed round's mpi.log
+# goes there too.
+#
+#   FF_BUILD=build FF_UCX_MPI=build/tests/integration/ucx/ucx_mpi_check \
+#     ROUNDS=12 ROUTER_ARGS=--direct-datagrams bash tests/integration/ucx/ud_churn.sh
+#
+# Needs eu-stack (elfutils) for the stacks; without it the rest is still sampled.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/../../../scripts/lib/cluster.sh"
+MPI_PROG=${FF_UCX_MPI:?FF_UCX_MPI: the ucx_mpi_check program of the build}
+ROUNDS=${ROUNDS:-10}
+STALL_S=${STALL_S:-16}
+KEEP=${KEEP:-/tmp/ud-churn}
+read -ra router_args <<<"${ROUTER_ARGS:-}"
+trap multinode_down EXIT
+
+# ranks: the PIDs of the MPI ranks now.
+ranks() { ps -eo pid=,comm= | awk '$2 == "ucx_mpi_check" {print $1}'; }
+
+# sample DIR: what a stalled round looks like (see the header).
+sample() {
+  local dir=$1 n p queued
+  for n in 0 1; do
+    echo "router $n: $(router_stats_line "${FF_NODE_ROUTER[$n]}" "$(mn_dir "$n")/router.log")"
+  done >"$dir/routers.txt"
+  for p in $(ranks); do
+    queued=$(nsenter -t "$p" -n ss -xpn 2>/dev/null | grep "pid=$p," | awk '$3 > 0 || $4 > 0')
+    echo "=== rank $p"
+    [[ -n $queued ]] && echo "$queued"
+    if grep -q '^u_seq ESTAB [1-9]' <<<"$queued" && command -v eu-stack >/dev/null; then
+      echo "--- events not taken: stacks"
+      timeout 10 eu-stack -p "$p" 2>&1
+    fi
+  done >"$dir/sockets.txt"
+}
+
+# round N: one MPI run; 0 when every rank reported.
+round() {
+  local dir="$KEEP/$1" a b pid w st
+  mkdir -p "$dir"
+  a=$(mn_pod_ip 0 0) b=$(mn_pod_ip 1 0)
+  printf '%s %s %s\n' "$a" "$(mn_pod_ns 0 0)" "$(mn_dir 0)" "$b" "$(mn_pod_ns 1 0)" "$(mn_dir 1)" \
+    >"$FF_DIR/mpi-pods"
+  mn_pod_run 0 0 env FF_MPI_PODS="$FF_DIR/mpi-pods" UCX_TLS=ud_v,self UCX_NET_DEVICES=freeflow0:1 \
+    timeout 120 mpirun --allow-run-as-root -np 20 --host "$a:10,$b:10" --oversubscribe \
+    --mca mpi_yield_when_idle 1 --mca plm_rsh_agent "$HERE/ucx_rsh_agent.sh" --mca pml ucx \
+    --mca btl self --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_alltoall_algorithm 2 \
+    -x UCX_TLS -x UCX_NET_DEVICES "$MPI_PROG" >"$FF_DIR/mpi.log" 2>&1 &
+  pid=$!
+  for ((w = 0; w < STALL_S; w++)); do
+    sleep 1
+    kill -0 "$pid" 2>/dev/null || break
+  done
+  kill -0 "$pid" 2>/dev/null && sample "$dir"
+  wait "$pid"
+  st=$?
+  [[ $st -eq 0 && $(grep -c '^ucx_mpi_check ok rank' "$FF_DIR/mpi.log") -eq 20 ]] && return 0
+  cp "$FF_DIR/mpi.log" "$dir/"
+  return 1
+}
+
+multinode_up 2 2
+mn_router_up 0 "${router_args[@]}" || exit 1
+mn_router_up 1 "${router_args[@]}" || exit 1
+failed=0
+for ((r = 0; r < ROUNDS; r++)); do
+  t0=$SECONDS
+  if round "$r"; then
+    echo "round $r: ok ($((SECONDS - t0)) s)"
+  else
+    echo "round $r: FAILED ($((SECONDS - t0)) s; $KEEP/$r)"
+    failed=$((failed + 1))
+  fi
+done
+cp "$(mn_dir 0)/router.log" "$KEEP/router0.log"
+cp "$(mn_dir 1)/router.log" "$KEEP/router1.log"
+echo "$failed of $ROUNDS rounds failed"
+[[ $failed -eq 0 ]]
