@@ -92,7 +92,11 @@ TEST(AdaptiveLockTest, TheEventThreadGetsItsTurnAmongThreadsThatRetakeTheLockAtO
       }
     });
   }
-  while (polls.load() < 1000) std::this_thread::yield();
+  const auto started = std::chrono::steady_clock::now();
+  while (polls.load() < 1000 &&
+         std::chrono::steady_clock::now() - started < std::chrono::seconds(10))
+    std::this_thread::yield();
+  const long polled_first = polls.load();  // checked after the threads are joined
   double worst_ms = 0;
   for (int i = 0; i < 40; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -105,6 +109,7 @@ TEST(AdaptiveLockTest, TheEventThreadGetsItsTurnAmongThreadsThatRetakeTheLockAtO
   }
   stop.store(true);
   for (auto& t : threads) t.join();
+  EXPECT_GE(polled_first, 1000) << "the polling threads did not start";
   EXPECT_LT(worst_ms, 30.0) << "the event thread waited " << worst_ms << " ms for its turn among "
                             << pollers << " polling threads";
 }
