@@ -41,6 +41,14 @@ sample() {
       timeout 10 eu-stack -p "$p" 2>&1
     fi
   done >"$dir/sockets.txt"
+  # Direct connections (TCP between ranks of the two pods) with bytes queued either way: a
+  # reader that stopped reading shows here.
+  for p in $(ranks); do
+    echo "=== rank $p"
+    nsenter -t "$p" -n ss -tnpi 2>/dev/null |
+      awk -v me="pid=$p," '/^[A-Z]/ {keep = ($2 > 0 || $3 > 0) && index($0, me); if (keep) print; next}
+        keep {print}'
+  done >"$dir/tcp.txt"
 }
 
 # round N: one MPI run; 0 when every rank reported.
@@ -50,11 +58,11 @@ round() {
   a=$(mn_pod_ip 0 0) b=$(mn_pod_ip 1 0)
   printf '%s %s %s\n' "$a" "$(mn_pod_ns 0 0)" "$(mn_dir 0)" "$b" "$(mn_pod_ns 1 0)" "$(mn_dir 1)" \
     >"$FF_DIR/mpi-pods"
-  mn_pod_run 0 0 env FF_MPI_PODS="$FF_DIR/mpi-pods" UCX_TLS=ud_v,self UCX_NET_DEVICES=freeflow0:1 \
+  mn_pod_run 0 0 env FF_MPI_PODS="$FF_DIR/mpi-pods" ${FFV_LOG:+FFV_LOG=$FFV_LOG} UCX_TLS=ud_v,self UCX_NET_DEVICES=freeflow0:1 \
     timeout 120 mpirun --allow-run-as-root -np 20 --host "$a:10,$b:10" --oversubscribe \
     --mca mpi_yield_when_idle 1 --mca plm_rsh_agent "$HERE/ucx_rsh_agent.sh" --mca pml ucx \
     --mca btl self --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_alltoall_algorithm 2 \
-    -x UCX_TLS -x UCX_NET_DEVICES "$MPI_PROG" >"$FF_DIR/mpi.log" 2>&1 &
+    -x UCX_TLS -x UCX_NET_DEVICES ${FFV_LOG:+-x FFV_LOG} "$MPI_PROG" >"$FF_DIR/mpi.log" 2>&1 &
   pid=$!
   for ((w = 0; w < STALL_S; w++)); do
     sleep 1
