@@ -16,12 +16,13 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <vector>
 #include <thread>
+#include <vector>
 
+#include "direct/direct.h"
 #include "freeflow/direct_stream.h"
 #include "freeflow/frame_seal.h"
-#include "direct/direct.h"
+#include "freeflow/tunables.h"
 #include "pod.h"
 
 namespace fftest {
@@ -552,6 +553,72 @@ TEST_F(DirectLink, RecordsOnAChannelNobodyOpenedEndTheConnection) {
   ASSERT_EQ(rx.size(), 1u);
   EXPECT_NE(rx[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(dst.data()[0], 'z');
+}
+
+// The router announced a channel for a QP of b that went before b took the event in (its
+// process destroyed the QP meanwhile): the channel is one of a QP that no longer exists. Its
+// records are refused as such, and the connection, with every other channel on it, stays.
+TEST_F(DirectLink, RecordsForAChannelOfAQpThatWentAreRefusedAndTheConnectionStays) {
+  UpHostile();
+  constexpr uint32_t kChanOfGoneQp = 77;
+  b.router.SendEvent(Channel(0x4242, kHostileQpn, kChanOfGoneQp));  // b has no QP 0x4242
+  Buffer dst(b.pd, 4096, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(PostRecv(qb, dst.Sge(0, 4096), 21), 0);
+  const std::vector<char> lost = SendRecord(64, 'x');
+  ASSERT_TRUE(HostileSends(ff::direct::Type::kRecord, kChanOfGoneQp, lost.data(), lost.size()));
+  const std::vector<char> rec = SendRecord(64, 'h');
+  ASSERT_TRUE(HostileSends(ff::direct::Type::kRecord, kChanAB, rec.data(), rec.size()));
+  // Within far less than kDirectChannelWaitNs: nothing waits for channel 77.
+  const auto rx = PollN(b.cq, 1);
+  ASSERT_EQ(rx.size(), 1u);
+  EXPECT_EQ(rx[0].wr_id, 21u);
+  EXPECT_EQ(rx[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(rx[0].byte_len, 64u);
+  EXPECT_EQ(dst.data()[0], 'h');
+  EXPECT_TRUE(b.router.direct_ended().empty());
+}
+
+// b's event thread is held up (here: it waits for b's context lock, which this test holds)
+// longer than kDirectChannelWaitNs while records of a channel it has not taken in yet arrive
+// and are served: they wait for the announcement, which is still being taken in, and the
+// connection stays. Only a channel still unknown kDirectChannelWaitNs after b took in every
+// event ends it (RecordsOnAChannelNobodyOpenedEndTheConnection).
+TEST_F(DirectLink, RecordsWaitForAnAnnouncementTheEventThreadIsStillTakingIn) {
+  UpHostile();
+  constexpr uint32_t kLateChan = 78;
+  Buffer dst(b.pd, 4096, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(PostRecv(qb, dst.Sge(0, 4096), 31), 0);
+  std::shared_ptr<ff::verbs::DirectConn> conn;
+  {
+    ff::verbs::DirectSet* set = ff::verbs::DirectOf(b.session);
+    std::lock_guard<std::mutex> g(set->mu);
+    ASSERT_EQ(set->conns.size(), 1u);
+    conn = set->conns.begin()->second;
+  }
+  ff::verbs::Context* ctx = ff::verbs::ToCtx(b.ctx);
+  ctx->lock.lock();
+  b.router.SendEvent(Channel(qb->qp_num, kHostileQpn, kLateChan));
+  const std::vector<char> rec = SendRecord(64, 'L');
+  bool sent = HostileSends(ff::direct::Type::kRecord, kLateChan, rec.data(), rec.size());
+  // Served as the program's poll or the event thread would serve it, for longer than the
+  // wait, while the announcement is held up.
+  const auto until = Clock::now() + std::chrono::nanoseconds(ff::kDirectChannelWaitNs) +
+                     std::chrono::milliseconds(500);
+  while (sent && Clock::now() < until && !conn->ended.load()) {
+    uint64_t due = 0;
+    ff::verbs::ServeConn(conn.get(), nullptr, &due);
+    ::usleep(10'000);
+  }
+  const bool ended_while_held = conn->ended.load();
+  ctx->lock.unlock();
+  ASSERT_TRUE(sent);
+  EXPECT_FALSE(ended_while_held);
+  const auto rx = PollN(b.cq, 1);
+  ASSERT_EQ(rx.size(), 1u);
+  EXPECT_EQ(rx[0].wr_id, 31u);
+  EXPECT_EQ(rx[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(dst.data()[0], 'L');
+  EXPECT_TRUE(b.router.direct_ended().empty());
 }
 
 TEST_F(DirectLink, ACreditForBytesNeverSentEndsTheConnection) {

@@ -131,17 +131,27 @@ std::shared_ptr<DirectConn> FindOrAdd(Session* s, uint64_t id, uint32_t peer_ip)
 
 }  // namespace
 
+namespace {
+
+// Channel `chan` (to a UD QP when `datagram`) of `c` is gone: what comes for it is refused.
+// chan_mu held.
+void RememberGone(DirectConn* c, uint32_t chan, bool datagram) {
+  if (c->gone.emplace(chan, datagram).second) c->gone_order.push_back(chan);
+  if (c->gone_order.size() > ff::kDirectGoneChannels) {
+    c->gone.erase(c->gone_order.front());
+    c->gone_order.pop_front();
+  }
+}
+
+}  // namespace
+
 void ForgetChannel(DirectConn* c,
                    std::unordered_map<uint32_t, std::shared_ptr<InChannel>>::iterator it) {
   const uint32_t chan = it->first;
   it->second->gone.store(true, std::memory_order_release);
   const bool datagram = it->second->datagram;
   c->in.erase(it);
-  if (c->gone.emplace(chan, datagram).second) c->gone_order.push_back(chan);
-  if (c->gone_order.size() > ff::kDirectGoneChannels) {
-    c->gone.erase(c->gone_order.front());
-    c->gone_order.pop_front();
-  }
+  RememberGone(c, chan, datagram);
 }
 
 void ForgetClosedChannels(DirectConn* c, uint64_t now) {
@@ -199,14 +209,27 @@ void InstallChannel(Session* s, const ff::proto::Event& e, UniqueFd ud_ring) {
     ch->target.Init(setup);
     ok = true;
   });
-  if (!ok) {
-    LogDebug("direct channel %u for QP 0x%x: no such QP here any more", e.chan, e.qpn);
-    return;
-  }
   auto c = FindOrAdd(s, e.conn, e.src_ip);
   std::lock_guard<std::mutex> g(c->chan_mu);
+  if (!ok) {
+    // The QP went (or the router's event does not fit it): the channel is one of a QP that
+    // no longer exists, whose records are refused as such, never waited for as a channel
+    // still to come (that would end the connection, and every channel on it).
+    LogDebug("direct channel %u for QP 0x%x: no such QP here any more", e.chan, e.qpn);
+    auto old = c->in.find(e.chan);
+    if (old != c->in.end()) {
+      if (old->second->closing_since_ns != 0) c->closing.fetch_sub(1, std::memory_order_release);
+      ForgetChannel(c.get(), old);
+    } else {
+      RememberGone(c.get(), e.chan, static_cast<bool>(ud_ring));
+    }
+    return;
+  }
   c->gone.erase(e.chan);
-  c->in[e.chan] = std::move(ch);
+  std::shared_ptr<InChannel>& slot = c->in[e.chan];
+  // A UD channel of that number still closing (the number came round again) is replaced.
+  if (slot && slot->closing_since_ns != 0) c->closing.fetch_sub(1, std::memory_order_release);
+  slot = std::move(ch);
 }
 
 // The router says channel e.chan of e.conn is closed (kDirectChannelGone). A UD channel

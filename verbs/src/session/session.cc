@@ -32,6 +32,13 @@ std::atomic<const ff::RequestRingControl*> g_ring_control{nullptr};
 // Takes one router notification off the event socket, if there is one. false when the
 // session ends (closing, or the router is gone: then every QP was failed).
 bool TakeEvent(Session* s) {
+  // Raised before the receive and lowered once the event is in force, so that EventsPending
+  // never sees the socket empty while an event taken off it is still being handled.
+  s->taking_event.store(true, std::memory_order_seq_cst);
+  struct Taken {
+    Session* s;
+    ~Taken() { s->taking_event.store(false, std::memory_order_release); }
+  } taken{s};
   ff::proto::Event ev{};
   UniqueFd fd;
   int nfds = 0;
@@ -523,6 +530,14 @@ void CloseSession(Session* s) {
   ::shutdown(s->sock.get(), SHUT_RDWR);
   if (s->event_thread.joinable()) s->event_thread.join();
   delete s;
+}
+
+bool EventsPending(Session* s) {
+  // The socket first: an event received before this finds it empty was marked as being
+  // taken before it was received.
+  pollfd p{s->events.get(), POLLIN, 0};
+  if (::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0) return true;
+  return s->taking_event.load(std::memory_order_seq_cst);
 }
 
 int Session::Call(const void* req, size_t len, const int* fds, int nfds, ff::proto::Response* resp,

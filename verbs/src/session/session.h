@@ -74,6 +74,9 @@ struct Session {
   // session's first channel opens): the event thread runs it after failing every QP.
   std::atomic<void (*)(Session*)> on_router_lost{nullptr};
   std::atomic<bool> closing{false};  // CloseSession is shutting the sockets down
+  // The event thread is taking an event off `events` (receiving or handling it): what the
+  // router told is not in force yet (EventsPending).
+  std::atomic<bool> taking_event{false};
   std::thread event_thread;
   Registry registry;
   Device device{};
@@ -188,6 +191,11 @@ int SpinForAnswer(const ff::RequestRingControl* control, Attempt&& attempt) {
   } while (rc == EAGAIN && !RouterOnThisCpu(control) && ff::MonotonicNs() < until);
   return rc;
 }
+
+// Whether the router told this process something it has not taken in yet: an event waits on
+// the event socket, or the event thread is handling one. A record on a direct channel that
+// is not installed waits while this holds (link_direct.cc).
+bool EventsPending(Session* s);
 
 // ---- direct connections: served by the layers above, for the event thread ----------------
 // The router's events about direct connections (kDirectChannel, kDirectChannelGone,
