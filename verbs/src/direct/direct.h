@@ -166,7 +166,8 @@ void NoteDirectRegion(Session* s, uint32_t id, int fd, size_t size, bool writabl
 // once no access uses it.
 void ForgetDirectRegion(Session* s, uint32_t id);
 // In-channel `it` of `c` went: it leaves the table, and what still comes for it, or waits on
-// its queue, is refused. chan_mu held.
+// its queue, is refused (a UD channel that was closing no longer counts in `closing`).
+// chan_mu held.
 void ForgetChannel(DirectConn* c,
                    std::unordered_map<uint32_t, std::shared_ptr<InChannel>>::iterator it);
 // The UD in-channels of `c` that closed kUdCloseDrainNs ago or more go (ForgetChannel).

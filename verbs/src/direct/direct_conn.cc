@@ -129,10 +129,6 @@ std::shared_ptr<DirectConn> FindOrAdd(Session* s, uint64_t id, uint32_t peer_ip)
   return slot;
 }
 
-}  // namespace
-
-namespace {
-
 // Channel `chan` (to a UD QP when `datagram`) of `c` is gone: what comes for it is refused.
 // chan_mu held.
 void RememberGone(DirectConn* c, uint32_t chan, bool datagram) {
@@ -149,6 +145,7 @@ void ForgetChannel(DirectConn* c,
                    std::unordered_map<uint32_t, std::shared_ptr<InChannel>>::iterator it) {
   const uint32_t chan = it->first;
   it->second->gone.store(true, std::memory_order_release);
+  if (it->second->closing_since_ns != 0) c->closing.fetch_sub(1, std::memory_order_release);
   const bool datagram = it->second->datagram;
   c->in.erase(it);
   RememberGone(c, chan, datagram);
@@ -163,7 +160,6 @@ void ForgetClosedChannels(DirectConn* c, uint64_t now) {
       ++it;
       continue;
     }
-    c->closing.fetch_sub(1, std::memory_order_release);
     auto next = std::next(it);
     ForgetChannel(c, it);
     it = next;
@@ -218,7 +214,6 @@ void InstallChannel(Session* s, const ff::proto::Event& e, UniqueFd ud_ring) {
     LogDebug("direct channel %u for QP 0x%x: no such QP here any more", e.chan, e.qpn);
     auto old = c->in.find(e.chan);
     if (old != c->in.end()) {
-      if (old->second->closing_since_ns != 0) c->closing.fetch_sub(1, std::memory_order_release);
       ForgetChannel(c.get(), old);
     } else {
       RememberGone(c.get(), e.chan, static_cast<bool>(ud_ring));
