@@ -61,6 +61,11 @@ inline constexpr uint64_t kYieldAfterEmptyNs = 1'000'000;
 // spins again once a sleep finds a completion within this (completion.cc).
 inline constexpr uint64_t kBusyAgainNs = 250'000;
 inline constexpr int kRouterCallTimeoutS = 10;   // a router silent this long is an error
+// A session sizes its process's descriptor table for this many descriptors (at most the
+// soft RLIMIT_NOFILE) when it opens: the data path receives descriptors later (rings,
+// sockets, segments), and a multi-threaded process whose table grows waits for an RCU grace
+// period, which took a loaded node seconds (verbs-library.md, "The descriptor table").
+inline constexpr int kReservedDescriptors = 1024;
 inline constexpr int kSeqlockReadAttempts = 64;  // tries to read an MR entry being changed
 inline constexpr int kCreditClaimAttempts = 64;  // CAS tries to claim one receive credit
 inline constexpr uint64_t kPendingSendFirstRetryNs = 5'000;  // get_cq_event retries queued sends

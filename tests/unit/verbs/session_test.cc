@@ -1,16 +1,23 @@
 // Several sessions in one process (as in-process tests of two pods need): their own QP
-// numbers, their own routers, and the one limit they share (registered pages).
+// numbers, their own routers, and the one limit they share (registered pages); and what
+// opening a session does to the process (its descriptor table).
 #include "session/session.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "freeflow/clock.h"
+#include "freeflow/tunables.h"
 #include "pod.h"
 
 namespace fftest {
@@ -139,6 +146,37 @@ TEST(Sessions, ClosingSessionsEndsTheirEventThreadsPromptly) {
     ASSERT_NE(pod.ctx, nullptr);
   }
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+// How many descriptors this process's table holds now (FDSize in /proc/self/status).
+size_t DescriptorTableSize() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("FDSize:", 0) == 0) return std::stoul(line.substr(7));
+  }
+  return 0;
+}
+
+// A session grows its process's descriptor table when it opens, not when the data path
+// receives descriptors later with the program's threads running (docs/verbs-library.md,
+// "The descriptor table"). In a fresh process (the death test runs the body in a new
+// execution of this binary), whose table is the kernel's smallest.
+TEST(Sessions, OpeningASessionSizesTheDescriptorTableForWhatComesLater) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  const size_t want = std::min<rlim_t>(limit.rlim_cur, ff::kReservedDescriptors);
+  ASSERT_GT(want, 64u) << "a soft RLIMIT_NOFILE this low leaves nothing to reserve";
+  EXPECT_EXIT(
+      {
+        const size_t before = DescriptorTableSize();
+        Pod pod;
+        const size_t after = DescriptorTableSize();
+        std::fprintf(stderr, "descriptor table: %zu before the session, %zu after\n", before,
+                     after);
+        std::_Exit(pod.ctx != nullptr && before < want && after >= want ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // A thread awaiting the router polls a while before it sleeps (ff::verbs::SpinForAnswer).

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -422,6 +423,22 @@ void OfferRequestRing(Session* s) {
   s->ring = std::move(r);
 }
 
+// Grows this process's descriptor table now, once, to what the session may need later
+// (kReservedDescriptors, within the soft limit): by duplicating `fd` to the highest number
+// and closing the copy. The kernel never shrinks a table, and one that must grow while the
+// program's threads run waits for an RCU grace period first (expand_fdtable); in a 20-rank
+// UD alltoall on two vCPUs a rank that grew its table mid-run sat in recvmsg for seconds,
+// and its peers' UD endpoints timed out. Best effort: a lower limit just means a smaller
+// table.
+void ReserveDescriptorTable(int fd) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t want = std::min<rlim_t>(limit.rlim_cur, ff::kReservedDescriptors);
+  if (want < 2) return;
+  const int top = ::fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(want - 1));
+  if (top >= 0) ::close(top);
+}
+
 int Open(UniqueFd sock, const std::string& name, Session** out) {
   // A router that stops answering must turn into an error, not a hang.
   timeval tv{ff::kRouterCallTimeoutS, 0};
@@ -432,6 +449,7 @@ int Open(UniqueFd sock, const std::string& name, Session** out) {
   if (const int rc = Hello(s.get())) return rc;
   InitDevice(s.get());
   OfferRequestRing(s.get());
+  ReserveDescriptorTable(s->sock.get());
   Session* raw = s.get();
   raw->event_thread = std::thread(EventLoop, raw);
   LogDebug("connected to %s as context %u", name.c_str(), raw->ctx_id);
