@@ -743,8 +743,8 @@ TEST_F(DirectLink, RecordsForAChannelThatWentFailThatRequestAndTheConnectionStay
 // then kDirectChannel with the same memfd), the receiving library puts each datagram there
 // as the router would, and the QP's Q_Key and the sender's identity are checked and stamped
 // as for a relayed datagram. A channel the router closes still delivers for kUdCloseDrainNs,
-// then a datagram for it is lost, unanswered: the UD sender's completions stay successful
-// and the connection stays.
+// then goes whether or not more comes, and a datagram for it is lost, unanswered: the UD
+// sender's completions stay successful and the connection stays.
 TEST_F(DirectLink, DatagramsGoOverTheConnectionIntoARingOfTheSendersOwn) {
   QpOptions ud;
   ud.type = IBV_QPT_UD;
@@ -807,6 +807,17 @@ TEST_F(DirectLink, DatagramsGoOverTheConnectionIntoARingOfTheSendersOwn) {
   ASSERT_EQ(rx.size(), 1u) << "sent while the channel closes: delivered";
   EXPECT_EQ(rx[0].wr_id, 22u);
   ::usleep(ff::kUdCloseDrainNs / 1000 + 100'000);
+  {
+    // Gone by then, though nothing more came on the connection: the channel no longer holds
+    // the sender's ring and b's segment mapped.
+    ff::verbs::DirectSet* set = ff::verbs::DirectOf(b.session);
+    std::lock_guard<std::mutex> g(set->mu);
+    ASSERT_EQ(set->conns.size(), 1u);
+    ff::verbs::DirectConn& conn = *set->conns.begin()->second;
+    std::lock_guard<std::mutex> c(conn.chan_mu);
+    EXPECT_EQ(conn.in.count(kChanAB), 0u);
+    EXPECT_EQ(conn.closing.load(), 0u);
+  }
   ASSERT_EQ(PostRecv(qb, dst.Sge(0, 4096), 23), 0);
   ASSERT_EQ(PostUdSend(qa, ah, src.Sge(0, 5), 101, qb->qp_num, 0x1111), 0);
   tx = PollN(a.cq, 1);

@@ -28,7 +28,6 @@ using ff::direct::Type;
 
 // ---- sending ---------------------------------------------------------------------------------
 
-
 enum class PutResult { kOk, kWait, kDead };
 
 // One request record of `w` as a frame: its headers, then `data_len` bytes of the WQE's data
@@ -665,14 +664,6 @@ std::vector<std::shared_ptr<DirectConn>> ConnsOf(Session* s) {
   return conns;
 }
 
-}  // namespace
-
-void FlushDirectAnswers(Session* s) {
-  for (const auto& c : ConnsOf(s)) FlushConn(c.get());
-}
-
-namespace {
-
 // Writes what every connection of `s` holds, waiting (at most kDirectExitFlushNs in all) for
 // sockets that cannot take it all now.
 void FlushDirectBeforeExit(Session* s) {
@@ -705,6 +696,10 @@ void FlushDirectBeforeExit(Session* s) {
 }
 
 }  // namespace
+
+void FlushDirectAnswers(Session* s) {
+  for (const auto& c : ConnsOf(s)) FlushConn(c.get());
+}
 
 void DrainDirect(Context* ctx) {
   Session* s = ctx->session;
@@ -741,7 +736,8 @@ void DrainDirect(Context* ctx) {
       // Queued records or unsent bytes of some connection: the earliest is due.
       s->direct_due_ns.store(UINT64_MAX, std::memory_order_relaxed);
       for (auto& [id, c] : set->conns)
-        if (c->due_ns.load(std::memory_order_relaxed) <= now || c->flush_due.load())
+        if (c->due_ns.load(std::memory_order_relaxed) <= now || c->flush_due.load() ||
+            ClosingDue(c.get(), now))
           serve.push_back(c);
     }
   }
@@ -767,7 +763,8 @@ uint64_t ServeDirectEvents(Session* s) {
       const uint64_t when = c->due_ns.load(std::memory_order_relaxed);
       // Owed answers not looked at since the program posted: their deadline is set there.
       const bool owed = when == UINT64_MAX && c->awaiting.load(std::memory_order_relaxed) > 0;
-      if (readable || when <= now || owed || c->flush_due.load(std::memory_order_relaxed))
+      if (readable || when <= now || owed || c->flush_due.load(std::memory_order_relaxed) ||
+          ClosingDue(c.get(), now))
         conns.push_back(c);
     }
   }
@@ -779,7 +776,9 @@ uint64_t ServeDirectEvents(Session* s) {
   uint64_t next = UINT64_MAX;
   {
     std::lock_guard<std::mutex> g(set->mu);
-    for (auto& [id, c] : set->conns) next = std::min(next, c->due_ns.load(std::memory_order_relaxed));
+    for (auto& [id, c] : set->conns)
+      next = std::min({next, c->due_ns.load(std::memory_order_relaxed),
+                       c->closing_due_ns.load(std::memory_order_relaxed)});
     // A post does not wake this thread (that would cost every message a system call): it
     // looks every kDirectKeepaliveNs for answers owed since, to time a silent peer out.
     if (!set->conns.empty()) next = std::min(next, now + ff::kDirectKeepaliveNs);

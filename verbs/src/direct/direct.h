@@ -113,6 +113,9 @@ struct DirectConn {
   std::unordered_map<uint32_t, bool> gone;
   std::deque<uint32_t> gone_order;
   std::atomic<uint32_t> closing{0};  // in-channels with closing_since_ns set
+  // When the first of them is due to go (UINT64_MAX: none; written under chan_mu, read by
+  // the poll and the event thread to serve an idle connection then: ClosingDue).
+  std::atomic<uint64_t> closing_due_ns{UINT64_MAX};
 
   // Receiving side (recv_mu).
   std::vector<std::shared_ptr<InChannel>> waiting;  // channels with queued records
@@ -170,8 +173,13 @@ void ForgetDirectRegion(Session* s, uint32_t id);
 // chan_mu held.
 void ForgetChannel(DirectConn* c,
                    std::unordered_map<uint32_t, std::shared_ptr<InChannel>>::iterator it);
-// The UD in-channels of `c` that closed kUdCloseDrainNs ago or more go (ForgetChannel).
+// The UD in-channels of `c` that closed kUdCloseDrainNs ago or more go (ForgetChannel), with
+// the rings and segments they mapped; closing_due_ns then says when the next one is due.
 void ForgetClosedChannels(DirectConn* c, uint64_t now);
+// Whether `c` must be served at `now` for a closing channel to go, though nothing arrives.
+inline bool ClosingDue(const DirectConn* c, uint64_t now) {
+  return c->closing_due_ns.load(std::memory_order_relaxed) <= now;
+}
 // A connection died: it leaves the session's set (the next connect between the two
 // processes makes a new one), its descriptor leaves the event sets, and the router hears
 // DirectEnded. `why` (a static string, or nullptr): the rule the peer broke, for the log.

@@ -2,6 +2,7 @@
 // connection, taken over when the router accepted one for us, the channels on each, and
 // their end (docs/direct-path.md, "Inside the library").
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -10,9 +11,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <fcntl.h>
-
 #include <cstring>
 
 #include "direct/direct.h"
@@ -152,18 +152,21 @@ void ForgetChannel(DirectConn* c,
 }
 
 void ForgetClosedChannels(DirectConn* c, uint64_t now) {
-  if (c->closing.load(std::memory_order_acquire) == 0) return;
+  if (c->closing.load(std::memory_order_acquire) == 0 && !ClosingDue(c, now)) return;
   std::lock_guard<std::mutex> g(c->chan_mu);
+  uint64_t next = UINT64_MAX;
   for (auto it = c->in.begin(); it != c->in.end();) {
     const uint64_t since = it->second->closing_since_ns;
     if (since == 0 || now - since < ff::kUdCloseDrainNs) {
+      if (since != 0) next = std::min(next, since + ff::kUdCloseDrainNs);
       ++it;
       continue;
     }
-    auto next = std::next(it);
+    auto after = std::next(it);
     ForgetChannel(c, it);
-    it = next;
+    it = after;
   }
+  c->closing_due_ns.store(next, std::memory_order_relaxed);
 }
 
 namespace {
@@ -230,7 +233,8 @@ void InstallChannel(Session* s, const ff::proto::Event& e, UniqueFd ud_ring) {
 // The router says channel e.chan of e.conn is closed (kDirectChannelGone). A UD channel
 // closes after kUdCloseDrainNs (ForgetClosedChannels): its sender's datagrams sent before it
 // went may still be on the way, or wait here for room in the ring, and are delivered, as the
-// relay delivers them (Executor::CloseSender).
+// relay delivers them (Executor::CloseSender). Then it goes, with what it mapped, even when
+// nothing more comes on the connection: the connection is due then (ClosingDue).
 void RemoveChannel(Session* s, const ff::proto::Event& e) {
   auto c = Find(DirectOf(s), e.conn);
   if (!c) return;
@@ -241,6 +245,13 @@ void RemoveChannel(Session* s, const ff::proto::Event& e) {
     if (it->second->closing_since_ns == 0) {
       it->second->closing_since_ns = ff::MonotonicNs();
       c->closing.fetch_add(1, std::memory_order_release);
+      const uint64_t due = it->second->closing_since_ns + ff::kUdCloseDrainNs;
+      if (due < c->closing_due_ns.load(std::memory_order_relaxed))
+        c->closing_due_ns.store(due, std::memory_order_relaxed);
+      std::atomic<uint64_t>& first = s->direct_due_ns;
+      uint64_t cur = first.load(std::memory_order_relaxed);
+      while (due < cur && !first.compare_exchange_weak(cur, due, std::memory_order_relaxed)) {
+      }
     }
     return;
   }
