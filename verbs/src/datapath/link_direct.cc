@@ -558,6 +558,8 @@ void NoteDue(DirectConn* c, uint64_t due) {
 
 void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
   *due = UINT64_MAX;
+  // A closed UD channel goes once drained, whether the connection works (yet) or not.
+  ForgetClosedChannels(c, ff::MonotonicNs());
   if (!c->ready.load(std::memory_order_acquire) || c->ended.load(std::memory_order_acquire))
     return;
   std::unique_lock<std::mutex> recv(c->recv_mu, std::defer_lock);
@@ -568,7 +570,6 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
   }
   Serve sv{c, held};
   sv.now = ff::MonotonicNs();
-  ForgetClosedChannels(c, sv.now);
   // First what waited (RNR, a full ring, READ data for a full connection), in order.
   std::erase_if(c->waiting, [&](const std::shared_ptr<InChannel>& ch) {
     if (ch->gone.load(std::memory_order_acquire)) RefuseQueue(sv, ch.get());
@@ -638,7 +639,7 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
     EndConn(c, sv.kill ? sv.error : c->stream->violated() ? EPROTO : ECONNRESET, sv.why);
     return;
   }
-  *due = std::min(sv.due, silent_due);
+  *due = std::min({sv.due, silent_due, c->closing_due_ns.load(std::memory_order_relaxed)});
   NoteDue(c, *due);
   // The event thread reads due times only when it wakes: at the end of the program's
   // attention window, or on an event. A serve of the poll can outlast that window (a large
