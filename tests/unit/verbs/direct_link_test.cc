@@ -816,7 +816,7 @@ TEST_F(DirectLink, DatagramsGoOverTheConnectionIntoARingOfTheSendersOwn) {
     ff::verbs::DirectConn& conn = *set->conns.begin()->second;
     std::lock_guard<std::mutex> c(conn.chan_mu);
     EXPECT_EQ(conn.in.count(kChanAB), 0u);
-    EXPECT_EQ(conn.closing.load(), 0u);
+    EXPECT_EQ(conn.closing_due_ns.load(), UINT64_MAX) << "no closing channel left to wait for";
   }
   ASSERT_EQ(PostRecv(qb, dst.Sge(0, 4096), 23), 0);
   ASSERT_EQ(PostUdSend(qa, ah, src.Sge(0, 5), 101, qb->qp_num, 0x1111), 0);

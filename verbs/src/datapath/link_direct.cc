@@ -548,18 +548,16 @@ constexpr uint32_t kDirectProbeConns = 2;
 // thread.
 void NoteDue(DirectConn* c, uint64_t due) {
   c->due_ns.store(due, std::memory_order_relaxed);
-  std::atomic<uint64_t>& first = c->session->direct_due_ns;
-  uint64_t cur = first.load(std::memory_order_relaxed);
-  while (due < cur && !first.compare_exchange_weak(cur, due, std::memory_order_relaxed)) {
-  }
+  LowerDue(c->session->direct_due_ns, due);
 }
 
 }  // namespace
 
 void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
   *due = UINT64_MAX;
+  const uint64_t now = ff::MonotonicNs();
   // A closed UD channel goes once drained, whether the connection works (yet) or not.
-  ForgetClosedChannels(c, ff::MonotonicNs());
+  ForgetClosedChannels(c, now);
   if (!c->ready.load(std::memory_order_acquire) || c->ended.load(std::memory_order_acquire))
     return;
   std::unique_lock<std::mutex> recv(c->recv_mu, std::defer_lock);
@@ -569,7 +567,7 @@ void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
     recv.lock();
   }
   Serve sv{c, held};
-  sv.now = ff::MonotonicNs();
+  sv.now = held != nullptr ? now : ff::MonotonicNs();  // the event thread may have waited
   // First what waited (RNR, a full ring, READ data for a full connection), in order.
   std::erase_if(c->waiting, [&](const std::shared_ptr<InChannel>& ch) {
     if (ch->gone.load(std::memory_order_acquire)) RefuseQueue(sv, ch.get());

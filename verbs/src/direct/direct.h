@@ -112,9 +112,10 @@ struct DirectConn {
   // exists refuses them (chan_mu).
   std::unordered_map<uint32_t, bool> gone;
   std::deque<uint32_t> gone_order;
-  std::atomic<uint32_t> closing{0};  // in-channels with closing_since_ns set
-  // When the first of them is due to go (UINT64_MAX: none; written under chan_mu, read by
-  // the poll and the event thread to serve an idle connection then: ClosingDue).
+  // When the first UD in-channel that is closing (closing_since_ns set) is due to go
+  // (UINT64_MAX: none). Never later than that: a closing channel replaced or forgotten
+  // otherwise may leave it early, which costs one look. Written under chan_mu, read by the
+  // poll and the event thread to serve an idle connection then (ClosingDue).
   std::atomic<uint64_t> closing_due_ns{UINT64_MAX};
 
   // Receiving side (recv_mu).
@@ -169,8 +170,7 @@ void NoteDirectRegion(Session* s, uint32_t id, int fd, size_t size, bool writabl
 // once no access uses it.
 void ForgetDirectRegion(Session* s, uint32_t id);
 // In-channel `it` of `c` went: it leaves the table, and what still comes for it, or waits on
-// its queue, is refused (a UD channel that was closing no longer counts in `closing`).
-// chan_mu held.
+// its queue, is refused. chan_mu held.
 void ForgetChannel(DirectConn* c,
                    std::unordered_map<uint32_t, std::shared_ptr<InChannel>>::iterator it);
 // The UD in-channels of `c` that closed kUdCloseDrainNs ago or more go (ForgetChannel), with
@@ -179,6 +179,12 @@ void ForgetClosedChannels(DirectConn* c, uint64_t now);
 // Whether `c` must be served at `now` for a closing channel to go, though nothing arrives.
 inline bool ClosingDue(const DirectConn* c, uint64_t now) {
   return c->closing_due_ns.load(std::memory_order_relaxed) <= now;
+}
+// Lowers the due time `at` to `due` (a later one leaves it), whoever else lowers it too.
+inline void LowerDue(std::atomic<uint64_t>& at, uint64_t due) {
+  uint64_t cur = at.load(std::memory_order_relaxed);
+  while (due < cur && !at.compare_exchange_weak(cur, due, std::memory_order_relaxed)) {
+  }
 }
 // A connection died: it leaves the session's set (the next connect between the two
 // processes makes a new one), its descriptor leaves the event sets, and the router hears

@@ -145,14 +145,13 @@ void ForgetChannel(DirectConn* c,
                    std::unordered_map<uint32_t, std::shared_ptr<InChannel>>::iterator it) {
   const uint32_t chan = it->first;
   it->second->gone.store(true, std::memory_order_release);
-  if (it->second->closing_since_ns != 0) c->closing.fetch_sub(1, std::memory_order_release);
   const bool datagram = it->second->datagram;
   c->in.erase(it);
   RememberGone(c, chan, datagram);
 }
 
 void ForgetClosedChannels(DirectConn* c, uint64_t now) {
-  if (c->closing.load(std::memory_order_acquire) == 0 && !ClosingDue(c, now)) return;
+  if (!ClosingDue(c, now)) return;  // none closing, or none drained yet
   std::lock_guard<std::mutex> g(c->chan_mu);
   uint64_t next = UINT64_MAX;
   for (auto it = c->in.begin(); it != c->in.end();) {
@@ -224,10 +223,8 @@ void InstallChannel(Session* s, const ff::proto::Event& e, UniqueFd ud_ring) {
     return;
   }
   c->gone.erase(e.chan);
-  std::shared_ptr<InChannel>& slot = c->in[e.chan];
   // A UD channel of that number still closing (the number came round again) is replaced.
-  if (slot && slot->closing_since_ns != 0) c->closing.fetch_sub(1, std::memory_order_release);
-  slot = std::move(ch);
+  c->in[e.chan] = std::move(ch);
 }
 
 // The router says channel e.chan of e.conn is closed (kDirectChannelGone). A UD channel
@@ -244,14 +241,9 @@ void RemoveChannel(Session* s, const ff::proto::Event& e) {
   if (it->second->datagram) {
     if (it->second->closing_since_ns == 0) {
       it->second->closing_since_ns = ff::MonotonicNs();
-      c->closing.fetch_add(1, std::memory_order_release);
       const uint64_t due = it->second->closing_since_ns + ff::kUdCloseDrainNs;
-      if (due < c->closing_due_ns.load(std::memory_order_relaxed))
-        c->closing_due_ns.store(due, std::memory_order_relaxed);
-      std::atomic<uint64_t>& first = s->direct_due_ns;
-      uint64_t cur = first.load(std::memory_order_relaxed);
-      while (due < cur && !first.compare_exchange_weak(cur, due, std::memory_order_relaxed)) {
-      }
+      LowerDue(c->closing_due_ns, due);
+      LowerDue(s->direct_due_ns, due);
     }
     return;
   }
