@@ -15,6 +15,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # real clients and baselines used by tests, demo and benchmarks
   perftest ibverbs-utils rdmacm-utils iperf3 sockperf qperf
+  # the device as diagnostics read it: ibstat and ibstatus read sysfs (tests/integration/verbs)
+  infiniband-diags
   # unmodified socket programs of TCP mode (tests/integration/tcp_mode/tcp_mode.sh); the
   # tests start their own instances in pod namespaces, none may run on the host (see
   # policy-rc.d below)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Integration: unmodified ibverbs utilities and perftest between two pods of one node,
-# over the real router and the preloaded library. Usage: verbs_tools.sh [devices|pingpong|perftest|perftest-mlx5]
+# over the real router and the preloaded library. Usage: verbs_tools.sh [devices|sysfs|preload|pingpong|perftest|perftest-mlx5]
 set -uo pipefail
 source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 trap cluster_down EXIT
@@ -51,6 +51,30 @@ case ${1:-all} in
     grep -q "PORT_ACTIVE" <<<"$out" && grep -q "link_layer:.*Ethernet" <<<"$out" &&
       grep -q "GID\[  1\]:.*::ffff:$(ff_pod_ip 1)" <<<"$out"
     check "ibv_devinfo -v shows an active Ethernet port with the pod's IPv4-mapped GID" $?
+    ;;
+  sysfs)
+    # The device's sysfs view, read in a pod by a process without privileges (nobody, no
+    # capabilities) and no host mount of /sys: infiniband-diags, ibv_devinfo and a program
+    # of ours that checks every entry against the verbs (sysfs_check.cc).
+    chmod 755 "$FF_DIR"  # the test's own folder: nobody reaches the socket and the library
+    nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all --)
+    devinfo=$(pod_run 0 "${nobody[@]}" ibv_devinfo -v 2>&1)
+    guid=$(awk '/node_guid:/ {gsub(":", "", $2); print $2}' <<<"$devinfo")
+    gid0=$(awk '/GID\[  0\]:/ {sub(",", "", $3); print $3}' <<<"$devinfo")
+    out=$(pod_run 0 "${nobody[@]}" ibstat 2>&1); echo "$out"
+    [[ ${#guid} -eq 16 && ${#gid0} -eq 39 ]] && grep -q "CA 'freeflow0'" <<<"$out" && grep -q "State: Active" <<<"$out" &&
+      grep -q "Physical state: LinkUp" <<<"$out" && grep -q "Link layer: Ethernet" <<<"$out" &&
+      grep -q "Node GUID: 0x$guid" <<<"$out" && grep -q "Port GUID: 0x${gid0:20:4}${gid0:25:4}${gid0:30:4}${gid0:35:4}" <<<"$out"
+    check "ibstat shows freeflow0 with ibv_devinfo's GUIDs, an active port, link layer Ethernet" $?
+    out=$(pod_run 0 "${nobody[@]}" ibstatus 2>&1); echo "$out"
+    [[ -n $gid0 ]] && grep -q "default gid:.*$gid0" <<<"$out" && grep -q "state:.*4: ACTIVE" <<<"$out" &&
+      grep -q "link_layer:.*Ethernet" <<<"$out"
+    check "ibstatus shows freeflow0's default GID, state and link layer" $?
+    grep -q "board_id:.*FREEFLOW_VIRTUAL" <<<"$devinfo"
+    check "ibv_devinfo -v reads the board id from sysfs" $?
+    pod_run 0 "${nobody[@]}" "$FF_SYSFS_CHECK" >"$FF_DIR/sysfs_check.log" 2>&1
+    st=$?; grep -v "^PASS" "$FF_DIR/sysfs_check.log"; tail -n 1 "$FF_DIR/sysfs_check.log"
+    check "every sysfs entry matches the verbs' answer" $st
     ;;
   preload)
     # A program that never calls verbs is untouched by the preload: no router contact.

@@ -3,11 +3,15 @@
 // refusals (EOPNOTSUPP) for what a virtual device cannot offer. Everything libibverbs
 // exports is defined here or elsewhere in this library, so no call ever reaches the
 // system's libibverbs with one of our objects.
+#include <fcntl.h>
 #include <infiniband/sa.h>
+#include <limits.h>
 #include <rdma/ib_user_sa.h>
 #include <rdma/ib_user_verbs.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "base/exports.h"
@@ -215,12 +219,42 @@ FFV_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t[6
   return EOPNOTSUPP;
 }
 
-// Sysfs: a virtual device has no sysfs node.
+// Sysfs: the device's own files are served by the library (views/sysfs_view.h), so these
+// read them as rdma-core does: one read, a trailing newline dropped and the text terminated;
+// a text that fills the buffer without a newline cannot be terminated and fails.
 FFV_EXPORT const char* ibv_get_sysfs_path(void) { return "/sys"; }
-FFV_EXPORT int ibv_read_sysfs_file(const char*, const char*, char*, size_t) {
-  errno = ENOENT;
-  return -1;
+FFV_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
+  if (dir == nullptr || file == nullptr || buf == nullptr || size == 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  char path[PATH_MAX];
+  if (std::snprintf(path, sizeof(path), "%s/%s", dir, file) >= static_cast<int>(sizeof(path))) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const ssize_t n = ::read(fd, buf, size);
+  const int e = errno;
+  ::close(fd);
+  if (n < 0) {
+    errno = e;
+    return -1;
+  }
+  size_t len = static_cast<size_t>(n);
+  if (len > 0 && buf[len - 1] == '\n') {
+    buf[--len] = '\0';
+  } else if (len < size) {
+    buf[len] = '\0';
+  } else {
+    errno = EOVERFLOW;
+    return -1;
+  }
+  return static_cast<int>(len);
 }
+// Its verbs_sysfs_dev argument is rdma-core's private provider structure, which this
+// library has none of: no provider can call it with one.
 FFV_EXPORT int ibv_read_ibdev_sysfs_file(char*, size_t, void*, const char*, ...) {
   errno = ENOENT;
   return -1;

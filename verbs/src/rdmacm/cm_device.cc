@@ -20,6 +20,7 @@
 #include <memory>
 
 #include "base/exports.h"
+#include "files/virtual_files.h"
 #include "freeflow/preload/interpose.h"
 #include "rdmacm/cm_channel.h"
 #include "session/session.h"
@@ -130,42 +131,58 @@ void ForgetCmChannelsInChild() { cmtable::ForgetInChild(); }
 using ff::verbs::MaybeCmFd;
 
 // The open family: one interposer per name, each with its own slot for libc's function.
-// `params` is the parameter list (naming `path` and `flags`), the rest the arguments to pass
-// on; the variadic ones pass the mode on too.
+// `params` is the parameter list (naming `path_arg`, `dirfd_arg` and `flags`), `dirfd` the
+// directory argument, the rest the arguments to pass on; the variadic ones pass the mode on
+// too. Where libc finds nothing, the virtual tree answers (files/virtual_files.h).
 using OpenFn = int (*)(const char*, int, ...);
 using OpenAtFn = int (*)(int, const char*, int, ...);
 using Open2Fn = int (*)(const char*, int);
 using OpenAt2Fn = int (*)(int, const char*, int);
-#define FFV_OPEN(name, fn_t, params, ...)                         \
-  FFV_EXPORT int name params {                                    \
-    va_list ap;                                                   \
-    va_start(ap, flags);                                          \
-    const mode_t mode = ff::verbs::ModeArg(flags, ap);            \
-    va_end(ap);                                                   \
-    int fd;                                                       \
-    if (ff::verbs::ServeOpen(path, flags, &fd)) return fd;        \
-    static std::atomic<fn_t> real{nullptr};                       \
-    return ff::preload::CallNext(real, #name, __VA_ARGS__, mode); \
+#define FFV_OPEN_BODY(dirfd_arg, call)                                          \
+  const ff::verbs::vfs::PathArg p(dirfd_arg, path_arg);                         \
+  const char* const path = p.path();                                            \
+  [[maybe_unused]] const int dirfd = p.dirfd();                                 \
+  int fd;                                                                       \
+  if (ff::verbs::ServeOpen(path, flags, &fd)) return fd;                        \
+  const int saved = errno;                                                      \
+  fd = call;                                                                    \
+  if (fd >= 0) return fd;                                                       \
+  const int err = errno;                                                        \
+  errno = saved;                                                                \
+  int served;                                                                   \
+  if (ff::verbs::vfs::TryOpen(err, dirfd, path, flags, &served)) return served; \
+  errno = err;                                                                  \
+  return fd;
+#define FFV_OPEN(name, fn_t, dirfd_arg, params, ...)                                \
+  FFV_EXPORT int name params {                                                      \
+    va_list ap;                                                                     \
+    va_start(ap, flags);                                                            \
+    const mode_t mode = ff::verbs::ModeArg(flags, ap);                              \
+    va_end(ap);                                                                     \
+    static std::atomic<fn_t> real{nullptr};                                         \
+    FFV_OPEN_BODY(dirfd_arg, ff::preload::CallNext(real, #name, __VA_ARGS__, mode)) \
   }
 // The fortified entry points (_FORTIFY_SOURCE with flags the compiler cannot see).
-#define FFV_OPEN_2(name, fn_t, params, ...)                 \
-  FFV_EXPORT int name params {                              \
-    int fd;                                                 \
-    if (ff::verbs::ServeOpen(path, flags, &fd)) return fd;  \
-    static std::atomic<fn_t> real{nullptr};                 \
-    return ff::preload::CallNext(real, #name, __VA_ARGS__); \
+#define FFV_OPEN_2(name, fn_t, dirfd_arg, params, ...)                        \
+  FFV_EXPORT int name params {                                                \
+    static std::atomic<fn_t> real{nullptr};                                   \
+    FFV_OPEN_BODY(dirfd_arg, ff::preload::CallNext(real, #name, __VA_ARGS__)) \
   }
 
 extern "C" {
 
-FFV_OPEN(open, OpenFn, (const char* path, int flags, ...), path, flags)
-FFV_OPEN(open64, OpenFn, (const char* path, int flags, ...), path, flags)
-FFV_OPEN(openat, OpenAtFn, (int dirfd, const char* path, int flags, ...), dirfd, path, flags)
-FFV_OPEN(openat64, OpenAtFn, (int dirfd, const char* path, int flags, ...), dirfd, path, flags)
-FFV_OPEN_2(__open_2, Open2Fn, (const char* path, int flags), path, flags)
-FFV_OPEN_2(__open64_2, Open2Fn, (const char* path, int flags), path, flags)
-FFV_OPEN_2(__openat_2, OpenAt2Fn, (int dirfd, const char* path, int flags), dirfd, path, flags)
-FFV_OPEN_2(__openat64_2, OpenAt2Fn, (int dirfd, const char* path, int flags), dirfd, path, flags)
+FFV_OPEN(open, OpenFn, AT_FDCWD, (const char* path_arg, int flags, ...), path, flags)
+FFV_OPEN(open64, OpenFn, AT_FDCWD, (const char* path_arg, int flags, ...), path, flags)
+FFV_OPEN(openat, OpenAtFn, dirfd_arg, (int dirfd_arg, const char* path_arg, int flags, ...), dirfd,
+         path, flags)
+FFV_OPEN(openat64, OpenAtFn, dirfd_arg, (int dirfd_arg, const char* path_arg, int flags, ...),
+         dirfd, path, flags)
+FFV_OPEN_2(__open_2, Open2Fn, AT_FDCWD, (const char* path_arg, int flags), path, flags)
+FFV_OPEN_2(__open64_2, Open2Fn, AT_FDCWD, (const char* path_arg, int flags), path, flags)
+FFV_OPEN_2(__openat_2, OpenAt2Fn, dirfd_arg, (int dirfd_arg, const char* path_arg, int flags),
+           dirfd, path, flags)
+FFV_OPEN_2(__openat64_2, OpenAt2Fn, dirfd_arg, (int dirfd_arg, const char* path_arg, int flags),
+           dirfd, path, flags)
 
 FFV_EXPORT ssize_t write(int fd, const void* buf, size_t count) {
   ssize_t result;

@@ -11,6 +11,10 @@
 // through. Calls inside libc (realpath, ...) and raw system calls are not seen; nothing
 // known to check the node makes them.
 //
+// The same interposers answer for the virtual tree (files/virtual_files.h, the device's
+// sysfs view) where libc finds nothing there, the path made absolute first while the
+// working directory is inside the tree.
+//
 // The fstat family (fstat, fstat64, __fxstat, __fxstat64, and fstatat/statx with
 // AT_EMPTY_PATH and "") answers for an open rdma_cm descriptor (cm_device.h) as for that
 // character device: librdmacm checks S_ISCHR after it opens the device.
@@ -27,6 +31,7 @@
 #include <cstring>
 
 #include "base/exports.h"
+#include "files/virtual_files.h"
 #include "freeflow/preload/interpose.h"
 #include "rdmacm/cm_device.h"
 
@@ -57,22 +62,33 @@ const Node* NodeAt(const char* path) {
   return nullptr;
 }
 
-// fstatat/statx of an rdma_cm descriptor itself (AT_EMPTY_PATH with "").
+// fstatat/statx of the descriptor itself (AT_EMPTY_PATH with "").
+bool IsEmptyPath(const char* path, int flags) {
+  return (flags & AT_EMPTY_PATH) != 0 && path != nullptr && path[0] == '\0';
+}
+
+// ... of an rdma_cm descriptor.
 bool IsCmEmptyPath(int dirfd, const char* path, int flags) {
-  return (flags & AT_EMPTY_PATH) != 0 && path != nullptr && path[0] == '\0' && IsCmFd(dirfd);
+  return IsEmptyPath(path, flags) && IsCmFd(dirfd);
 }
 
 // The real call; when it failed with ENOENT for a served path, `answer(node)` instead, with
-// errno restored first (answer sets it only when it fails too).
-template <typename Fn, typename Answer, typename... Args>
-int Serve(std::atomic<Fn>& slot, const char* name, const char* path, Answer answer, Args... args) {
+// errno restored first (answer sets it only when it fails too). Then the virtual tree's
+// answer, `tree(err, &result)` (files/virtual_files.h), where it has the path.
+template <typename Fn, typename Answer, typename Tree, typename... Args>
+int Serve(std::atomic<Fn>& slot, const char* name, const char* path, Answer answer, Tree tree,
+          Args... args) {
   const int saved = errno;
   const int rc = ff::preload::CallNext(slot, name, args...);
-  if (rc == 0 || errno != ENOENT) return rc;
-  const Node* node = NodeAt(path);
-  if (node == nullptr) return rc;
+  if (rc == 0) return rc;
+  const int err = errno;
+  const Node* node = err == ENOENT ? NodeAt(path) : nullptr;
   errno = saved;
-  return answer(*node);
+  if (node != nullptr) return answer(*node);
+  int result = -1;
+  if (tree(err, &result)) return result;
+  errno = err;
+  return rc;
 }
 
 template <typename StatT>
@@ -146,60 +162,98 @@ using ff::verbs::Serve;
 // One interposer per libc name; those of one signature are made by one macro. Each keeps its
 // own slot for libc's function. (Template arguments cannot carry libc's nonnull attributes,
 // hence the spelled-out pointer types.) The fd-based ones answer for an rdma_cm descriptor
-// without asking libc (which would see the socket behind it).
+// without asking libc (which would see the socket behind it), and for a directory of the
+// virtual tree after asking it. A path goes through vfs::PathArg first (a relative one
+// inside the tree's working directory is made absolute).
+namespace vfs = ff::verbs::vfs;
 #define FFV_STAT_ANSWER [&](const ff::verbs::Node& n) { return FillStat(buf, n); }
+#define FFV_STAT_TREE(dirfd, follow) \
+  [&](int err, int* r) { return vfs::TryStat(err, dirfd, path, follow, buf, r); }
 #define FFV_ACCESS_ANSWER [&](const ff::verbs::Node&) { return ff::verbs::Access(mode); }
-#define FFV_PATH_STAT(name, stat_t)                                         \
-  FFV_EXPORT int name(const char* path, struct stat_t* buf) noexcept {      \
-    static std::atomic<int (*)(const char*, struct stat_t*)> real{nullptr}; \
-    return Serve(real, #name, path, FFV_STAT_ANSWER, path, buf);            \
+#define FFV_ACCESS_TREE(dirfd) \
+  [&](int err, int* r) { return vfs::TryAccess(err, dirfd, path, mode, r); }
+#define FFV_PATH(dirfd_arg)                  \
+  const vfs::PathArg p(dirfd_arg, path_arg); \
+  const char* const path = p.path();
+#define FFV_PATH_STAT(name, stat_t, follow)                                                       \
+  FFV_EXPORT int name(const char* path_arg, struct stat_t* buf) noexcept {                        \
+    FFV_PATH(AT_FDCWD)                                                                            \
+    static std::atomic<int (*)(const char*, struct stat_t*)> real{nullptr};                       \
+    return Serve(real, #name, path, FFV_STAT_ANSWER, FFV_STAT_TREE(AT_FDCWD, follow), path, buf); \
   }
-#define FFV_VERSIONED_STAT(name, stat_t)                                         \
-  FFV_EXPORT int name(int ver, const char* path, struct stat_t* buf) noexcept {  \
-    static std::atomic<int (*)(int, const char*, struct stat_t*)> real{nullptr}; \
-    return Serve(real, #name, path, FFV_STAT_ANSWER, ver, path, buf);            \
+#define FFV_VERSIONED_STAT(name, stat_t, follow)                                                 \
+  FFV_EXPORT int name(int ver, const char* path_arg, struct stat_t* buf) noexcept {              \
+    FFV_PATH(AT_FDCWD)                                                                           \
+    static std::atomic<int (*)(int, const char*, struct stat_t*)> real{nullptr};                 \
+    return Serve(real, #name, path, FFV_STAT_ANSWER, FFV_STAT_TREE(AT_FDCWD, follow), ver, path, \
+                 buf);                                                                           \
   }
-#define FFV_AT_STAT(name, stat_t)                                                            \
-  FFV_EXPORT int name(int dirfd, const char* path, struct stat_t* buf, int flags) noexcept { \
-    if (IsCmEmptyPath(dirfd, path, flags)) return FillStat(buf, ff::verbs::kCmNode);         \
-    static std::atomic<int (*)(int, const char*, struct stat_t*, int)> real{nullptr};        \
-    return Serve(real, #name, path, FFV_STAT_ANSWER, dirfd, path, buf, flags);               \
+// fstatat(fd, "", AT_EMPTY_PATH) is fstat(fd).
+#define FFV_AT_STAT_BODY(call_real)                                                        \
+  if (IsCmEmptyPath(dirfd_arg, path_arg, flags)) return FillStat(buf, ff::verbs::kCmNode); \
+  if (ff::verbs::IsEmptyPath(path_arg, flags)) {                                           \
+    const int rc = call_real(dirfd_arg, path_arg);                                         \
+    if (rc == 0) vfs::FstatDir(dirfd_arg, buf);                                            \
+    return rc;                                                                             \
+  }                                                                                        \
+  FFV_PATH(dirfd_arg)                                                                      \
+  const int dirfd = p.dirfd();                                                             \
+  const bool follow = (flags & AT_SYMLINK_NOFOLLOW) == 0;
+#define FFV_AT_STAT(name, stat_t)                                                               \
+  FFV_EXPORT int name(int dirfd_arg, const char* path_arg, struct stat_t* buf,                  \
+                      int flags) noexcept {                                                     \
+    static std::atomic<int (*)(int, const char*, struct stat_t*, int)> real{nullptr};           \
+    auto call_real = [&](int d, const char* q) {                                                \
+      return ff::preload::CallNext(real, #name, d, q, buf, flags);                              \
+    };                                                                                          \
+    FFV_AT_STAT_BODY(call_real)                                                                 \
+    return Serve(real, #name, path, FFV_STAT_ANSWER, FFV_STAT_TREE(dirfd, follow), dirfd, path, \
+                 buf, flags);                                                                   \
   }
-#define FFV_VERSIONED_AT_STAT(name, stat_t)                                                \
-  FFV_EXPORT int name(int ver, int dirfd, const char* path, struct stat_t* buf,            \
-                      int flags) noexcept {                                                \
-    if (IsCmEmptyPath(dirfd, path, flags)) return FillStat(buf, ff::verbs::kCmNode);       \
-    static std::atomic<int (*)(int, int, const char*, struct stat_t*, int)> real{nullptr}; \
-    return Serve(real, #name, path, FFV_STAT_ANSWER, ver, dirfd, path, buf, flags);        \
+#define FFV_VERSIONED_AT_STAT(name, stat_t)                                                    \
+  FFV_EXPORT int name(int ver, int dirfd_arg, const char* path_arg, struct stat_t* buf,        \
+                      int flags) noexcept {                                                    \
+    static std::atomic<int (*)(int, int, const char*, struct stat_t*, int)> real{nullptr};     \
+    auto call_real = [&](int d, const char* q) {                                               \
+      return ff::preload::CallNext(real, #name, ver, d, q, buf, flags);                        \
+    };                                                                                         \
+    FFV_AT_STAT_BODY(call_real)                                                                \
+    return Serve(real, #name, path, FFV_STAT_ANSWER, FFV_STAT_TREE(dirfd, follow), ver, dirfd, \
+                 path, buf, flags);                                                            \
   }
 #define FFV_FD_STAT(name, stat_t)                                        \
   FFV_EXPORT int name(int fd, struct stat_t* buf) noexcept {             \
     if (ff::verbs::IsCmFd(fd)) return FillStat(buf, ff::verbs::kCmNode); \
     static std::atomic<int (*)(int, struct stat_t*)> real{nullptr};      \
-    return ff::preload::CallNext(real, #name, fd, buf);                  \
+    const int rc = ff::preload::CallNext(real, #name, fd, buf);          \
+    if (rc == 0) vfs::FstatDir(fd, buf);                                 \
+    return rc;                                                           \
   }
 #define FFV_VERSIONED_FD_STAT(name, stat_t)                              \
   FFV_EXPORT int name(int ver, int fd, struct stat_t* buf) noexcept {    \
     if (ff::verbs::IsCmFd(fd)) return FillStat(buf, ff::verbs::kCmNode); \
     static std::atomic<int (*)(int, int, struct stat_t*)> real{nullptr}; \
-    return ff::preload::CallNext(real, #name, ver, fd, buf);             \
+    const int rc = ff::preload::CallNext(real, #name, ver, fd, buf);     \
+    if (rc == 0) vfs::FstatDir(fd, buf);                                 \
+    return rc;                                                           \
   }
-#define FFV_PATH_ACCESS(name)                                       \
-  FFV_EXPORT int name(const char* path, int mode) noexcept {        \
-    static std::atomic<int (*)(const char*, int)> real{nullptr};    \
-    return Serve(real, #name, path, FFV_ACCESS_ANSWER, path, mode); \
+#define FFV_PATH_ACCESS(name)                                                                  \
+  FFV_EXPORT int name(const char* path_arg, int mode) noexcept {                               \
+    FFV_PATH(AT_FDCWD)                                                                         \
+    static std::atomic<int (*)(const char*, int)> real{nullptr};                               \
+    return Serve(real, #name, path, FFV_ACCESS_ANSWER, FFV_ACCESS_TREE(AT_FDCWD), path, mode); \
   }
 
 extern "C" {
 
-FFV_PATH_STAT(stat, stat)
-FFV_PATH_STAT(stat64, stat64)
-FFV_PATH_STAT(lstat, stat)
-FFV_PATH_STAT(lstat64, stat64)
-FFV_VERSIONED_STAT(__xstat, stat)
-FFV_VERSIONED_STAT(__xstat64, stat64)
-FFV_VERSIONED_STAT(__lxstat, stat)
-FFV_VERSIONED_STAT(__lxstat64, stat64)
+FFV_PATH_STAT(stat, stat, true)
+FFV_PATH_STAT(stat64, stat64, true)
+FFV_PATH_STAT(lstat, stat, false)
+FFV_PATH_STAT(lstat64, stat64, false)
+FFV_VERSIONED_STAT(__xstat, stat, true)
+FFV_VERSIONED_STAT(__xstat64, stat64, true)
+FFV_VERSIONED_STAT(__lxstat, stat, false)
+FFV_VERSIONED_STAT(__lxstat64, stat64, false)
 FFV_AT_STAT(fstatat, stat)
 FFV_AT_STAT(fstatat64, stat64)
 FFV_VERSIONED_AT_STAT(__fxstatat, stat)
@@ -212,18 +266,24 @@ FFV_PATH_ACCESS(access)
 FFV_PATH_ACCESS(euidaccess)
 FFV_PATH_ACCESS(eaccess)
 
-FFV_EXPORT int statx(int dirfd, const char* path, int flags, unsigned int mask,
+FFV_EXPORT int statx(int dirfd_arg, const char* path_arg, int flags, unsigned int mask,
                      struct statx* buf) noexcept {
-  if (IsCmEmptyPath(dirfd, path, flags)) return FillStatx(buf, ff::verbs::kCmNode);
+  if (IsCmEmptyPath(dirfd_arg, path_arg, flags)) return FillStatx(buf, ff::verbs::kCmNode);
+  FFV_PATH(dirfd_arg)
+  const int dirfd = p.dirfd();
   static std::atomic<int (*)(int, const char*, int, unsigned int, struct statx*)> real{nullptr};
   return Serve(
-      real, "statx", path, [&](const ff::verbs::Node& n) { return FillStatx(buf, n); }, dirfd, path,
+      real, "statx", path, [&](const ff::verbs::Node& n) { return FillStatx(buf, n); },
+      [&](int err, int* r) { return vfs::TryStatx(err, dirfd, path, flags, buf, r); }, dirfd, path,
       flags, mask, buf);
 }
 
-FFV_EXPORT int faccessat(int dirfd, const char* path, int mode, int flags) noexcept {
+FFV_EXPORT int faccessat(int dirfd_arg, const char* path_arg, int mode, int flags) noexcept {
+  FFV_PATH(dirfd_arg)
+  const int dirfd = p.dirfd();
   static std::atomic<int (*)(int, const char*, int, int)> real{nullptr};
-  return Serve(real, "faccessat", path, FFV_ACCESS_ANSWER, dirfd, path, mode, flags);
+  return Serve(real, "faccessat", path, FFV_ACCESS_ANSWER, FFV_ACCESS_TREE(dirfd), dirfd, path,
+               mode, flags);
 }
 
 }  // extern "C"

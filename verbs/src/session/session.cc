@@ -316,8 +316,9 @@ void InitDevice(Session* s) {
   d.transport_type = IBV_TRANSPORT_IB;
   std::snprintf(d.name, sizeof(d.name), "%s", kDeviceName);
   std::snprintf(d.dev_name, sizeof(d.dev_name), "uverbs0");
-  std::snprintf(d.dev_path, sizeof(d.dev_path), "%s", s->name.c_str());
-  std::snprintf(d.ibdev_path, sizeof(d.ibdev_path), "%s", s->name.c_str());
+  // Where sysfs shows them: the library serves both (views/sysfs_view.h).
+  std::snprintf(d.dev_path, sizeof(d.dev_path), "/sys/class/infiniband_verbs/%s", d.dev_name);
+  std::snprintf(d.ibdev_path, sizeof(d.ibdev_path), "/sys/class/infiniband/%s", d.name);
 }
 
 // Shared memory and descriptors this process hands the router at HELLO. `theirs` receives

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <type_traits>
 #include <utility>
 
 namespace ff::preload {
@@ -27,14 +28,20 @@ Fn ResolveNext(std::atomic<Fn>& slot, const char* name) {
   return fn;
 }
 
-// Calls it; -1 with ENOSYS when there is none (never on glibc).
+// Calls it; -1 (a null pointer for a function returning one) with ENOSYS when there is none
+// (never on glibc).
 template <typename Fn, typename... Args>
 auto CallNext(std::atomic<Fn>& slot, const char* name, Args... args)
     -> decltype(std::declval<Fn>()(args...)) {
+  using R = decltype(std::declval<Fn>()(args...));
   Fn fn = ResolveNext(slot, name);
   if (fn == nullptr) {
     errno = ENOSYS;
-    return static_cast<decltype(std::declval<Fn>()(args...))>(-1);
+    if constexpr (std::is_pointer_v<R>) {
+      return nullptr;
+    } else {
+      return static_cast<R>(-1);
+    }
   }
   return fn(args...);
 }
