@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Unit: libffverbs.so defines every function the system's libibverbs exports (so no call
 # can fall through to libibverbs with one of our objects), exports nothing else but the
-# libc functions it interposes (device nodes, rdma_cm, sysfs), and needs nothing but libc.
+# libc functions it interposes (device nodes, rdma_cm, sysfs, RDMA netlink), and needs nothing
+# but libc.
 set -euo pipefail
 lib=$1
 sys=$(ldconfig -p | awk '/libibverbs.so.1 / {p = $NF} END {print p}')  # no early exit: SIGPIPE + pipefail
@@ -18,7 +19,8 @@ libc_names=$(printf '%s\n' __fxstatat __fxstatat64 __lxstat __lxstat64 __xstat _
   dup2 dup3 fstat fstat64 open open64 openat openat64 write \
   canonicalize_file_name chdir closedir dirfd fchdir fdopendir fopen fopen64 getcwd getxattr \
   lgetxattr listxattr llistxattr opendir readdir readdir64 readdir64_r readdir_r readlink \
-  readlinkat realpath rewinddir scandir scandir64 seekdir telldir | sort)
+  readlinkat realpath rewinddir scandir scandir64 seekdir telldir \
+  bind getsockname recvfrom recvmsg send sendmsg sendto setsockopt socket | sort)
 libc_missing=$(comm -23 <(echo "$libc_names") <(echo "$ours"))
 extra=$(comm -13 <(echo "$theirs") <(echo "$ours") | grep -v -E '^(ibv_|_ibv_|verbs_|_verbs_)' |
   grep -vxF -f <(echo "$libc_names") || true)

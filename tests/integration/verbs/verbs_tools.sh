@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Integration: unmodified ibverbs utilities and perftest between two pods of one node,
-# over the real router and the preloaded library. Usage: verbs_tools.sh [devices|sysfs|preload|pingpong|perftest|perftest-mlx5]
+# over the real router and the preloaded library. Usage: verbs_tools.sh [devices|views|preload|pingpong|perftest|perftest-mlx5]
 set -uo pipefail
 source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 trap cluster_down EXIT
@@ -52,10 +52,11 @@ case ${1:-all} in
       grep -q "GID\[  1\]:.*::ffff:$(ff_pod_ip 1)" <<<"$out"
     check "ibv_devinfo -v shows an active Ethernet port with the pod's IPv4-mapped GID" $?
     ;;
-  sysfs)
-    # The device's sysfs view, read in a pod by a process without privileges (nobody, no
-    # capabilities) and no host mount of /sys: infiniband-diags, ibv_devinfo and a program
-    # of ours that checks every entry against the verbs (sysfs_check.cc).
+  views)
+    # The device as tools see it beside the verbs, in a pod, by a process without privileges
+    # (nobody, no capabilities) and no host mount of /sys: its sysfs files (infiniband-diags,
+    # ibv_devinfo, and a program of ours that checks every entry against the verbs,
+    # sysfs_check.cc) and RDMA netlink (iproute2's rdma).
     chmod 755 "$FF_DIR"  # the test's own folder: nobody reaches the socket and the library
     nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all --)
     devinfo=$(pod_run 0 "${nobody[@]}" ibv_devinfo -v 2>&1)
@@ -75,6 +76,18 @@ case ${1:-all} in
     pod_run 0 "${nobody[@]}" "$FF_SYSFS_CHECK" >"$FF_DIR/sysfs_check.log" 2>&1
     st=$?; grep -v "^PASS" "$FF_DIR/sysfs_check.log"; tail -n 1 "$FF_DIR/sysfs_check.log"
     check "every sysfs entry matches the verbs' answer" $st
+    out=$(pod_run 0 "${nobody[@]}" rdma dev show 2>&1); echo "$out"
+    grep -qE "^0: freeflow0: node_type ca fw freeflow-0.1 node_guid ${guid:0:4}:${guid:4:4}:${guid:8:4}:${guid:12:4} " <<<"$out"
+    check "rdma dev show lists freeflow0 with its node GUID" $?
+    out=$(pod_run 0 "${nobody[@]}" rdma link show 2>&1); echo "$out"
+    grep -qE "^link freeflow0/1 state ACTIVE physical_state LINK_UP netdev eth0 *$" <<<"$out"
+    check "rdma link show shows port 1 active on the pod's eth0" $?
+    out=$(pod_run 0 "${nobody[@]}" rdma system show 2>&1); echo "$out"
+    grep -q "netns exclusive copy-on-fork on" <<<"$out"
+    check "rdma system show: namespaces exclusive, copy-on-fork" $?
+    out=$(pod_run 0 "${nobody[@]}" rdma resource show 2>&1); st=$?; echo "$out"
+    [[ $st -ne 0 ]] && grep -q "Operation not supported" <<<"$out"
+    check "rdma resource show is refused as documented (the router counts a pod's objects)" $?
     ;;
   preload)
     # A program that never calls verbs is untouched by the preload: no router contact.

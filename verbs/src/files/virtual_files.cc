@@ -33,6 +33,8 @@ constexpr mode_t kFileMode = S_IFREG | 0444;
 constexpr mode_t kLinkMode = S_IFLNK | 0777;
 
 std::atomic<Builder> g_builder{nullptr};
+// The builder's roots; a replaced list is never freed (a concurrent call may still read it).
+std::atomic<const std::vector<std::string>*> g_roots{nullptr};
 std::mutex g_build_mu;  // one build at a time; guards the three below
 std::shared_ptr<const Tree> g_tree;
 dev_t g_dev = 0;
@@ -103,9 +105,27 @@ bool Same(int fd, dev_t dev, ino_t ino) {
   return fd >= 0 && ino != 0 && Identity(fd, &d, &i) && d == dev && i == ino;
 }
 
+// Whether `path` is one of the roots or below one, after its dots (a cheap check first:
+// every root is under /sys).
+bool UnderRoot(const char* path) {
+  const std::vector<std::string>* roots = g_roots.load(std::memory_order_acquire);
+  if (roots == nullptr || std::strncmp(path, "/sys/", 5) != 0) return false;
+  std::string p;
+  try {
+    p = Lexical(path);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  for (const std::string& root : *roots) {
+    if (p.compare(0, root.size(), root) == 0 && (p.size() == root.size() || p[root.size()] == '/'))
+      return true;
+  }
+  return false;
+}
+
 bool Candidate(int err, int dirfd, const char* path) {
   if (path == nullptr || (err != ENOENT && err != ENOTDIR)) return false;
-  if (path[0] == '/') return std::strncmp(path, "/sys/", 5) == 0;
+  if (path[0] == '/') return UnderRoot(path);
   return dirfd >= 0 && g_template_count.load(std::memory_order_acquire) > 0;
 }
 
@@ -226,7 +246,10 @@ bool VirtualCwd(std::string* cwd) {
   return true;
 }
 
-void SetBuilder(Builder builder) { g_builder.store(builder, std::memory_order_release); }
+void SetBuilder(Builder builder, std::vector<std::string> roots) {
+  g_roots.store(new std::vector<std::string>(std::move(roots)), std::memory_order_release);
+  g_builder.store(builder, std::memory_order_release);
+}
 
 void ResetServed() {
   {

@@ -11,22 +11,26 @@
 // system calls (static binaries, Go programs) and calls made inside libc (nftw, glob) see
 // nothing; docs/verbs-library.md lists them.
 //
-// The tree is built on the first call that needs it, by the builder the sysfs view installs
-// (views/sysfs_view.h); a failed build is tried again on the next such call.
+// The tree is built on the first call that needs it (a path under one of its roots that the
+// file system lacks), by the builder the sysfs view installs (views/sysfs_view.h); a failed
+// build is tried again on the next such call.
 #pragma once
 
 #include <sys/stat.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "files/virtual_tree.h"
 
 namespace ff::verbs::vfs {
 
-// Builds the tree (nullptr: nothing to serve now, e.g. no router).
+// Builds the tree (nullptr: nothing to serve now, e.g. no router). `roots` are the absolute
+// folders it may hold something under; a path outside them is never looked up, so a
+// program that probes other missing paths never makes the tree be built.
 using Builder = std::shared_ptr<const Tree> (*)();
-void SetBuilder(Builder builder);
+void SetBuilder(Builder builder, std::vector<std::string> roots);
 
 // Forgets the built tree (tests; the next call builds it again).
 void ResetServed();

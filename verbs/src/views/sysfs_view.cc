@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "files/virtual_files.h"
+#include "views/device_facts.h"
 
 namespace ff::verbs {
 namespace {
@@ -101,44 +102,7 @@ unsigned CpuCount(const std::string& list) {
   return top;
 }
 
-struct Attrs {
-  std::string name;
-  std::string uverbs;
-  ibv_device_attr device{};
-  ibv_port_attr port{};
-  std::vector<ibv_gid_entry> gids;
-  std::vector<uint16_t> pkeys;
-};
-
-// Everything the view shows, from the verbs.
-bool Query(Attrs* a) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  if (list == nullptr) return false;
-  bool ok = false;
-  if (n > 0) {
-    a->name = ibv_get_device_name(list[0]);
-    a->uverbs = list[0]->dev_name;
-    if (ibv_context* ctx = ibv_open_device(list[0])) {
-      ok = ibv_query_device(ctx, &a->device) == 0 && ibv_query_port(ctx, 1, &a->port) == 0;
-      for (int i = 0; ok && i < a->port.gid_tbl_len; ++i) {
-        ibv_gid_entry e{};
-        ok = ibv_query_gid_ex(ctx, 1, static_cast<uint32_t>(i), &e, 0) == 0;
-        a->gids.push_back(e);
-      }
-      for (int i = 0; ok && i < a->port.pkey_tbl_len; ++i) {
-        __be16 pkey = 0;
-        ok = ibv_query_pkey(ctx, 1, i, &pkey) == 0;
-        a->pkeys.push_back(ntohs(pkey));
-      }
-      ibv_close_device(ctx);
-    }
-  }
-  ibv_free_device_list(list);
-  return ok;
-}
-
-void AddPort(vfs::Tree* t, const std::string& dir, const Attrs& a) {
+void AddPort(vfs::Tree* t, const std::string& dir, const DeviceFacts& a) {
   const ibv_port_attr& p = a.port;
   t->AddFile(dir + "/state", StateText(p.state) + "\n");
   t->AddFile(dir + "/phys_state", PhysStateText(p.phys_state) + "\n");
@@ -165,8 +129,8 @@ void AddPort(vfs::Tree* t, const std::string& dir, const Attrs& a) {
 }
 
 std::shared_ptr<const vfs::Tree> Build() {
-  Attrs a;
-  if (!Query(&a)) return nullptr;
+  DeviceFacts a;
+  if (!QueryDeviceFacts(&a)) return nullptr;
   auto t = std::make_shared<vfs::Tree>();
   const std::string parent = "/sys/devices/virtual/freeflow/" + a.name;
   const std::string ib = parent + "/infiniband/" + a.name;
@@ -205,11 +169,17 @@ std::shared_ptr<const vfs::Tree> Build() {
   return t;
 }
 
-__attribute__((constructor)) void InstallSysfsView() { vfs::SetBuilder(&BuildSysfsView); }
+__attribute__((constructor)) void InstallSysfsView() {
+  vfs::SetBuilder(&BuildSysfsView, SysfsRoots());
+}
 
 }  // namespace
 
 std::shared_ptr<const vfs::Tree> BuildSysfsView() { return Build(); }
+
+std::vector<std::string> SysfsRoots() {
+  return {"/sys/class/infiniband", "/sys/class/infiniband_verbs", "/sys/devices/virtual/freeflow"};
+}
 
 std::string RateText(uint8_t active_speed, uint8_t active_width) {
   const char* speed = " SDR";

@@ -19,6 +19,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "files/virtual_tree.h"
 
@@ -26,6 +28,10 @@ namespace ff::verbs {
 
 // The tree for this process's device; nullptr when there is none (no router).
 std::shared_ptr<const vfs::Tree> BuildSysfsView();
+
+// The folders the tree holds things under (vfs::SetBuilder's roots): a program that reads
+// other missing paths under /sys never opens a router session for them.
+std::vector<std::string> SysfsRoots();
 
 // The kernel's text for a port's rate ("100 Gb/sec (4X EDR)") from the verbs' speed and
 // width codes.

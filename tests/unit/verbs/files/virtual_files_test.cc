@@ -52,13 +52,14 @@ std::shared_ptr<const Tree> BuildTestTree() { return TestTree(); }
 class VirtualFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    ff::verbs::vfs::SetBuilder(&BuildTestTree);
+    ff::verbs::vfs::SetBuilder(&BuildTestTree,
+                               {"/sys/class/fftest", "/sys/devices/fftest", "/sys/class/net"});
     ff::verbs::vfs::ResetServed();
   }
   void TearDown() override {
     ::chdir("/");
     ff::verbs::vfs::ResetServed();
-    ff::verbs::vfs::SetBuilder(&ff::verbs::BuildSysfsView);
+    ff::verbs::vfs::SetBuilder(&ff::verbs::BuildSysfsView, ff::verbs::SysfsRoots());
   }
 };
 
@@ -171,6 +172,27 @@ TEST_F(VirtualFiles, FilesOpenReadOnlyWithTheirContentThroughEveryName) {
   EXPECT_EQ(errno, ENOENT) << "what the tree lacks fails as the file system did";
   EXPECT_EQ(::open((std::string(kRoot) + "/dev0/node_type/x").c_str(), O_RDONLY), -1);
   EXPECT_EQ(errno, ENOTDIR);
+}
+
+int g_builds = 0;
+std::shared_ptr<const Tree> CountingBuild() {
+  ++g_builds;
+  return TestTree();
+}
+
+TEST_F(VirtualFiles, OnlyAPathUnderTheRootsBuildsTheTree) {
+  ff::verbs::vfs::SetBuilder(&CountingBuild, {"/sys/class/fftest"});
+  g_builds = 0;
+  struct stat st {};
+  EXPECT_EQ(::stat("/sys/class/fftest-not/x", &st), -1);
+  EXPECT_EQ(::stat("/sys/devices/fftest/dev0/node_type", &st), -1) << "in the tree, not a root";
+  EXPECT_EQ(::stat("/sys/kernel/none", &st), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(g_builds, 0) << "a program probing other missing paths pays nothing";
+  EXPECT_EQ(::stat("/sys/class/./fftest/dev0/node_type", &st), 0);
+  EXPECT_EQ(g_builds, 1);
+  EXPECT_EQ(::stat("/sys/class/fftest/dev0/ports", &st), 0);
+  EXPECT_EQ(g_builds, 1) << "built once";
 }
 
 TEST_F(VirtualFiles, ARealFileAlwaysWins) {
