@@ -159,6 +159,42 @@ TEST(BadCalls, QpCapsTypesAndForeignCqs) {
   EXPECT_EQ(errno, EINVAL);
 }
 
+TEST(BadCalls, SendOpsAQpTypeCannotPostAreRefusedAtCreate) {
+  Pod pod;
+  ibv_qp_init_attr_ex qa{};
+  qa.send_cq = qa.recv_cq = pod.cq;
+  qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+  qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+  qa.pd = pod.pd;
+  qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  const struct {
+    ibv_qp_type type;
+    uint64_t ops;
+    bool ok;
+  } cases[] = {
+      {IBV_QPT_RC, IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_BIND_MW,
+       true},
+      {IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND_WITH_INV, true},
+      {IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM, true},
+      {IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ, false},
+      {IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE, false},
+      {IBV_QPT_RC, IBV_QP_EX_WITH_TSO, false},
+      {IBV_QPT_RC, 1ull << 40, false},
+  };
+  for (const auto& c : cases) {
+    ibv_qp_init_attr_ex a = qa;
+    a.qp_type = c.type;
+    a.send_ops_flags = c.ops;
+    ibv_qp* qp = ibv_create_qp_ex(pod.ctx, &a);
+    EXPECT_EQ(qp != nullptr, c.ok) << "type " << c.type << " ops 0x" << std::hex << c.ops;
+    if (qp != nullptr) {
+      EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    } else {
+      EXPECT_EQ(errno, EOPNOTSUPP);
+    }
+  }
+}
+
 TEST(BadCalls, ModifyQpAndAhOutsideThePortAndTables) {
   Pod pod;
   ibv_qp* qp = pod.CreateQp();

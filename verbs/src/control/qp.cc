@@ -439,6 +439,28 @@ int DestroyQp(Qp* qp) {
 
 }  // namespace
 
+// The ibv_wr_* operations a QP of each type can post, as rxe and mlx5 check them at create:
+// asking for another is EOPNOTSUPP there, not an error completion later. TSO is a raw
+// packet QP's, which freeflow0 has none of.
+uint64_t SendOpsOf(ibv_qp_type type) {
+  constexpr uint64_t kUd = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  constexpr uint64_t kUc = kUd | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                           IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW |
+                           IBV_QP_EX_WITH_SEND_WITH_INV;
+  constexpr uint64_t kRc = kUc | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                           IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_WRITE;
+  switch (type) {
+    case IBV_QPT_RC:
+      return kRc;
+    case IBV_QPT_UC:
+      return kUc;
+    case IBV_QPT_UD:
+      return kUd;
+    default:
+      return 0;
+  }
+}
+
 ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   int rc = 0;
@@ -449,6 +471,14 @@ ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     rc = EINVAL;
   }
   if (rc == 0 && (attr->comp_mask & ~kKnown) != 0) rc = EOPNOTSUPP;
+  if (rc == 0 && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 &&
+      (attr->send_ops_flags & ~SendOpsOf(attr->qp_type)) != 0) {
+    LogDebug(
+        "ibv_create_qp_ex: send_ops_flags 0x%llx asks for operations a QP of type %d cannot "
+        "post",
+        static_cast<unsigned long long>(attr->send_ops_flags), attr->qp_type);
+    rc = EOPNOTSUPP;
+  }
   Qp* qp = nullptr;
   if (rc == 0) rc = Guarded([&] { return CreateQp(ToCtx(context), attr->pd, attr, &qp); });
   return ObjectOrNull(rc, rc == 0 ? &qp->qpx.qp_base : nullptr);
