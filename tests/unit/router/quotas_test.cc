@@ -347,6 +347,16 @@ Activity ActivityOf(pid_t pid) {
   return a;
 }
 
+// Kills and reaps a child process when the scope ends.
+struct KillOnExit {
+  pid_t pid;
+  ~KillOnExit() {
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+  }
+};
+
 UniqueFd ConnectTo(const std::string& path) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   sockaddr_un a{};
@@ -361,10 +371,19 @@ TEST(PodQuotaTest, ARouterOutOfDescriptorsWaitsInsteadOfSpinningAndRecovers) {
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   const pid_t child = ForkRouter(dir, 48);
+  // The router goes with the test however it ends: a failed assertion must not leave it
+  // running (it would hold the test's output open, and ctest would wait for it).
+  const KillOnExit reap{child};
   const std::string path = dir + "/ffrouter.sock";
-  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(path); }));
+  // The socket file appears at bind, before the listen: the first connect that succeeds
+  // says the router listens.
   std::vector<UniqueFd> clients;  // more than 48 descriptors: the last wait in the backlog
-  for (int i = 0; i < 80; ++i) clients.push_back(ConnectTo(path));
+  ASSERT_TRUE(WaitFor([&] {
+    UniqueFd first = ConnectTo(path);
+    if (first) clients.push_back(std::move(first));
+    return !clients.empty();
+  }));
+  while (clients.size() < 80) clients.push_back(ConnectTo(path));
   for (const UniqueFd& c : clients) ASSERT_TRUE(c);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const Activity before = ActivityOf(child);
@@ -377,9 +396,6 @@ TEST(PodQuotaTest, ARouterOutOfDescriptorsWaitsInsteadOfSpinningAndRecovers) {
   RawPod waited(std::move(clients.back()));
   clients.resize(10);
   EXPECT_EQ(waited.Hello(), 0);
-  ::kill(child, SIGKILL);
-  int status = 0;
-  ::waitpid(child, &status, 0);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
