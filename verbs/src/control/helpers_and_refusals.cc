@@ -24,23 +24,26 @@ const char* Lookup(const char* const* table, size_t n, size_t i) {
   return i < n && table[i] != nullptr ? table[i] : "unknown";
 }
 
+// libibverbs' tables: the rates of the FDR/EDR family (14, 56, 112, 168, 25, 100, 200 and 300
+// Gb/s) have no multiple of 2.5 Gb/s there (-1), the others do.
 struct RateRow {
   ibv_rate rate;
   int mult;
   int mbps;
 };
 constexpr RateRow kRates[] = {
-    {IBV_RATE_2_5_GBPS, 1, 2500},     {IBV_RATE_5_GBPS, 2, 5000},
-    {IBV_RATE_10_GBPS, 4, 10000},     {IBV_RATE_20_GBPS, 8, 20000},
-    {IBV_RATE_30_GBPS, 12, 30000},    {IBV_RATE_40_GBPS, 16, 40000},
-    {IBV_RATE_60_GBPS, 24, 60000},    {IBV_RATE_80_GBPS, 32, 80000},
-    {IBV_RATE_120_GBPS, 48, 120000},  {IBV_RATE_14_GBPS, 5, 14062},
-    {IBV_RATE_56_GBPS, 22, 56250},    {IBV_RATE_112_GBPS, 45, 112500},
-    {IBV_RATE_168_GBPS, 67, 168750},  {IBV_RATE_25_GBPS, 10, 25781},
-    {IBV_RATE_100_GBPS, 40, 103125},  {IBV_RATE_200_GBPS, 80, 206250},
-    {IBV_RATE_300_GBPS, 120, 309375}, {IBV_RATE_28_GBPS, 11, 28125},
-    {IBV_RATE_50_GBPS, 20, 53125},    {IBV_RATE_400_GBPS, 160, 425000},
-    {IBV_RATE_600_GBPS, 240, 637500},
+    {IBV_RATE_2_5_GBPS, 1, 2500},       {IBV_RATE_5_GBPS, 2, 5000},
+    {IBV_RATE_10_GBPS, 4, 10000},       {IBV_RATE_20_GBPS, 8, 20000},
+    {IBV_RATE_30_GBPS, 12, 30000},      {IBV_RATE_40_GBPS, 16, 40000},
+    {IBV_RATE_60_GBPS, 24, 60000},      {IBV_RATE_80_GBPS, 32, 80000},
+    {IBV_RATE_120_GBPS, 48, 120000},    {IBV_RATE_14_GBPS, -1, 14062},
+    {IBV_RATE_56_GBPS, -1, 56250},      {IBV_RATE_112_GBPS, -1, 112500},
+    {IBV_RATE_168_GBPS, -1, 168750},    {IBV_RATE_25_GBPS, -1, 25781},
+    {IBV_RATE_100_GBPS, -1, 103125},    {IBV_RATE_200_GBPS, -1, 206250},
+    {IBV_RATE_300_GBPS, -1, 309375},    {IBV_RATE_28_GBPS, 11, 28125},
+    {IBV_RATE_50_GBPS, 20, 53125},      {IBV_RATE_400_GBPS, 160, 425000},
+    {IBV_RATE_600_GBPS, 240, 637500},   {IBV_RATE_800_GBPS, 320, 850000},
+    {IBV_RATE_1200_GBPS, 480, 1275000},
 };
 
 // The `to` field of the row whose `from` field is `v`; `none` when no row has it.
@@ -142,7 +145,7 @@ FFV_EXPORT const char* ibv_wc_status_str(ibv_wc_status status) {
       "RNR retry counter exceeded", "local RDD violation error",
       "remote invalid RD request", "aborted error", "invalid EE context number",
       "invalid EE context state", "fatal error", "response timeout error", "general error",
-      "TM error", "TM rendezvous incomplete"};
+      "TM error", "TM software rendezvous"};
   return Lookup(kNames, sizeof(kNames) / sizeof(kNames[0]), static_cast<size_t>(status));
 }
 
@@ -156,8 +159,8 @@ FFV_EXPORT const char* ibv_node_type_str(ibv_node_type type) {
 }
 
 FFV_EXPORT const char* ibv_port_state_str(ibv_port_state state) {
-  static const char* const kNames[] = {"PORT_NOP", "PORT_DOWN", "PORT_INIT", "PORT_ARMED",
-                                       "PORT_ACTIVE", "PORT_ACTIVE_DEFER"};
+  static const char* const kNames[] = {"no state change (NOP)", "down", "init", "armed",
+                                       "active", "active defer"};
   return Lookup(kNames, sizeof(kNames) / sizeof(kNames[0]), static_cast<size_t>(state));
 }
 
@@ -173,14 +176,16 @@ FFV_EXPORT const char* ibv_event_type_str(ibv_event_type event) {
 }
 // clang-format on
 
+// Unknown rates are -1 one way and IBV_RATE_MAX (0) the other, as in libibverbs.
 FFV_EXPORT int ibv_rate_to_mult(ibv_rate rate) {
-  return ConvertRate(&RateRow::rate, rate, &RateRow::mult, 0);
+  return ConvertRate(&RateRow::rate, rate, &RateRow::mult, -1);
 }
 FFV_EXPORT ibv_rate mult_to_ibv_rate(int mult) {
+  if (mult <= 0) return IBV_RATE_MAX;  // never a row's "no multiple" (-1)
   return ConvertRate(&RateRow::mult, mult, &RateRow::rate, IBV_RATE_MAX);
 }
 FFV_EXPORT int ibv_rate_to_mbps(ibv_rate rate) {
-  return ConvertRate(&RateRow::rate, rate, &RateRow::mbps, 0);
+  return ConvertRate(&RateRow::rate, rate, &RateRow::mbps, -1);
 }
 FFV_EXPORT ibv_rate mbps_to_ibv_rate(int mbps) {
   return ConvertRate(&RateRow::mbps, mbps, &RateRow::rate, IBV_RATE_MAX);
