@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <net/if.h>
+#include <poll.h>
 
 #include <cerrno>
 #include <cstring>
@@ -128,8 +129,64 @@ TEST(BadCalls, DestroyingWhatIsInUseIsEbusy) {
   ASSERT_NE(srq, nullptr);
   EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY);
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
+  ibv_ah_attr aa{};
+  aa.port_num = 1;
+  aa.is_global = 1;
+  aa.grh.sgid_index = 1;
+  ff::Ipv4MappedGid(0x0af40002, aa.grh.dgid.raw);
+  ibv_ah* ah = ibv_create_ah(pd, &aa);
+  ASSERT_NE(ah, nullptr);
+  EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY) << "an address handle uses it";
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
   EXPECT_EQ(ibv_destroy_cq(cq), 0);
+}
+
+// As a real device: an SRQ's QP that enters the error state, however it gets there, says
+// so once with IBV_EVENT_QP_LAST_WQE_REACHED (programs wait for it before destroying the
+// QP); a QP with its own receive queue never does.
+TEST(Srq, AQpOfAnSrqReportsItsLastWqeOnceWhenItEntersTheErrorState) {
+  Pod pod;
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 4;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pod.pd, &sa);
+  ASSERT_NE(srq, nullptr);
+  ibv_qp_init_attr qa{};
+  qa.send_cq = qa.recv_cq = pod.cq;
+  qa.srq = srq;
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap.max_send_wr = 4;
+  qa.cap.max_send_sge = 1;
+  ibv_qp* qp = ibv_create_qp(pod.pd, &qa);
+  ASSERT_NE(qp, nullptr);
+  qa.srq = nullptr;
+  qa.cap.max_recv_wr = qa.cap.max_recv_sge = 1;
+  ibv_qp* own = ibv_create_qp(pod.pd, &qa);
+  ASSERT_NE(own, nullptr);
+  auto pending = [&] {
+    pollfd p{pod.ctx->async_fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  };
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(own, &a, IBV_QP_STATE), 0);
+  EXPECT_FALSE(pending()) << "a QP with its own receive queue";
+  for (int round = 0; round < 2; ++round) {
+    a.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+    ibv_async_event e{};
+    ASSERT_EQ(NextAsyncEvent(pod.ctx, &e), 0) << "round " << round;
+    EXPECT_EQ(e.event_type, IBV_EVENT_QP_LAST_WQE_REACHED);
+    EXPECT_EQ(e.element.qp, qp);
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);  // ERR again: nothing new
+    EXPECT_FALSE(pending()) << "once per error state";
+    a.qp_state = IBV_QPS_RESET;  // and from RESET the next error reports again
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+  }
+  EXPECT_EQ(ibv_destroy_qp(own), 0);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
 TEST(BadCalls, QpCapsTypesAndForeignCqs) {
@@ -254,6 +311,22 @@ TEST(BadCalls, ModifyQpAndAhOutsideThePortAndTables) {
   ah.grh.dgid.raw[9] ^= 1;
   EXPECT_EQ(ibv_create_ah(pod.pd, &ah), nullptr);
   EXPECT_EQ(errno, EINVAL);
+}
+
+// Sharing a context between processes goes through the kernel's command descriptor, which
+// freeflow0 has none of: each import is EOPNOTSUPP (as on a device without the ioctl), not
+// EBADF, so a program can tell "not supported" from its own mistake.
+TEST(Import, ContextsPdsAndMrsAreNotSharedBetweenProcesses) {
+  Pod pod;
+  errno = 0;
+  EXPECT_EQ(ibv_import_device(pod.ctx->cmd_fd), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  errno = 0;
+  EXPECT_EQ(ibv_import_pd(pod.ctx, pod.pd->handle), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  errno = 0;
+  EXPECT_EQ(ibv_import_mr(pod.pd, 1), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
 }
 
 TEST(Xrc, EveryEntryPointRefusesWithEopnotsupp) {

@@ -184,6 +184,8 @@ struct Pd {
   // (ff::MrEntry::pd, QpSegmentHeader::pd), so that a peer's key serves only QPs of the
   // domain it was registered in. pd.handle is per context and would repeat across them.
   uint32_t id = 0;
+  // Address handles created on it (they are the application's alone: no list holds them).
+  std::atomic<uint32_t> ahs{0};
 };
 inline uint32_t PdId(const ibv_pd* pd) {
   return pd == nullptr ? 0 : reinterpret_cast<const Pd*>(pd)->id;
@@ -487,6 +489,9 @@ struct Qp {
   ibv_qp_cap cap{};
   bool sq_sig_all = false;
   uint64_t send_ops_flags = 0;
+  // IBV_EVENT_QP_LAST_WQE_REACHED was raised since the QP last left RESET (an SRQ's QP, once
+  // in the error state: nothing more of the SRQ will complete on it).
+  bool last_wqe_reached = false;
 
   Inbound inbound;
   Connection conn;

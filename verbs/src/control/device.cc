@@ -122,6 +122,8 @@ int QueryDeviceEx(ibv_context* c, const ibv_query_device_ex_input* input, ibv_de
   ibv_device_attr_ex full{};
   FillDeviceAttr(ToCtx(c)->session, &full.orig_attr);
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;  // equal below 256 ports
+  // The kernel's full capability word: the legacy 32 bits are its low half.
+  full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
   std::memcpy(attr, &full, size < sizeof(full) ? size : sizeof(full));
   return 0;
 }

@@ -72,10 +72,13 @@ bool UsedByQp(Context* ctx, const void* obj) {
   return false;
 }
 
-// True while a QP, SRQ or MR of its context still uses `pd`.
+// True while a QP, SRQ, MR, memory window or address handle still uses `pd`.
 bool PdInUse(ibv_pd* pd) {
+  if (reinterpret_cast<const Pd*>(pd)->ahs.load(std::memory_order_acquire) != 0) return true;
   Context* ctx = ToCtx(pd->context);
   std::lock_guard<AdaptiveLock> l(ctx->lock);
+  for (const auto& [slot, mw] : ctx->mws)
+    if (mw->mw.pd == pd) return true;
   for (const Qp* qp : ctx->qps)
     if (qp->qpx.qp_base.pd == pd) return true;
   for (const Srq* srq : ctx->srqs)
@@ -436,11 +439,13 @@ FFV_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   Ah* ah = nullptr;
   const int rc =
       pd == nullptr || attr == nullptr ? EINVAL : Guarded([&] { return CreateAh(pd, attr, &ah); });
+  if (rc == 0) reinterpret_cast<Pd*>(pd)->ahs.fetch_add(1, std::memory_order_acq_rel);
   return ObjectOrNull(rc, rc == 0 ? &ah->ah : nullptr);
 }
 
 FFV_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
   if (ah == nullptr) return EINVAL;
+  if (ah->pd != nullptr) reinterpret_cast<Pd*>(ah->pd)->ahs.fetch_sub(1, std::memory_order_acq_rel);
   delete ToAh(ah);
   return 0;
 }

@@ -462,7 +462,8 @@ uint64_t SendOpsOf(ibv_qp_type type) {
 }
 
 ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
-  constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  constexpr uint32_t kKnown =
+      IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
   int rc = 0;
   if (attr != nullptr && (attr->qp_type == IBV_QPT_XRC_SEND || attr->qp_type == IBV_QPT_XRC_RECV)) {
     LogError("ibv_create_qp_ex: XRC QPs are not supported by this device");
@@ -471,6 +472,10 @@ ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     rc = EINVAL;
   }
   if (rc == 0 && (attr->comp_mask & ~kKnown) != 0) rc = EOPNOTSUPP;
+  // Create flags (scatter FCS, CVLAN stripping, source-QPN, ...) are raw Ethernet and offload
+  // features freeflow0 has none of; none asked is what every program not using them passes.
+  if (rc == 0 && (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 && attr->create_flags != 0)
+    rc = EOPNOTSUPP;
   if (rc == 0 && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 &&
       (attr->send_ops_flags & ~SendOpsOf(attr->qp_type)) != 0) {
     LogDebug(

@@ -411,9 +411,16 @@ void MoveToError(Qp* qp, ibv_wc_status first_status) {
   // In ERR first: a ring found corrupt meanwhile fails the QP without coming back here.
   if (was >= IBV_QPS_RTR && was <= IBV_QPS_SQE) DeliverArrived(qp);
   FailQp(qp, first_status);
+  // As a real device tells the owner of an SRQ's QP that the QP has flushed: the program may
+  // now destroy it knowing no receive of the SRQ will complete on it any more.
+  if (qp->srq != nullptr && !qp->last_wqe_reached) {
+    qp->last_wqe_reached = true;
+    PushAsyncEvent(qp->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, &qp->qpx.qp_base);
+  }
 }
 
 void ResetQueues(Qp* qp) {
+  qp->last_wqe_reached = false;
   qp->sq.Forget();
   ResetRecv(qp);
   UpdatePending(qp);
