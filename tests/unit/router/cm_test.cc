@@ -715,6 +715,12 @@ TEST_F(CmCrossNodeTest, ARouterCannotSpeakForAnotherNodesPods) {
   client.Expect(RDMA_CM_EVENT_DISCONNECTED);
 }
 
+// A polling window the CmSpinTest cases set is 10 ms of runnable time; with none, the
+// router is runnable only for the few wake-ups of the exchange, a few hundred microseconds
+// alone, and a few milliseconds when make test's load keeps it waiting for a CPU (4.8 ms
+// was seen). Under this bound, no window was opened.
+constexpr uint64_t kNoWindowNs = 7'000'000;
+
 // An rdma_cm event between pods of this node keeps the router polling for --cm-spin-us
 // (here its longest, 10 ms, with --spin-us 0): the program that reads it acts next, here.
 // Awake: runnable, as its schedstat counts it (see below).
@@ -738,7 +744,7 @@ TEST(CmSpinTest, AnEventBetweenPodsOfThisNodeKeepsTheRouterPolling) {
     if (cm_spin_us != 0)
       EXPECT_GE(router.AwakeNs() - before, 5'000'000u) << "no window after a local event";
     else
-      EXPECT_LT(router.AwakeNs() - before, 3'000'000u) << "a window with --cm-spin-us 0";
+      EXPECT_LT(router.AwakeNs() - before, kNoWindowNs) << "a window with --cm-spin-us 0";
   }
 }
 
@@ -791,8 +797,8 @@ TEST(CmSpinTest, AnEventAboutAConnectionToAnotherNodeOpensNoWindow) {
   ASSERT_EQ(client.ResolveRoute(id), 0);
   client.Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_LT(b.AwakeNs() - before, 3'000'000u) << "a window after resolving another node's pod";
-  EXPECT_LT(n.AwakeOverRejectedConnect(id), 3'000'000u) << "a window after another node's REJ";
+  EXPECT_LT(b.AwakeNs() - before, kNoWindowNs) << "a window after resolving another node's pod";
+  EXPECT_LT(n.AwakeOverRejectedConnect(id), kNoWindowNs) << "a window after another node's REJ";
 }
 
 // A request that leaves its pod waiting for another node opens no polling window
@@ -816,7 +822,7 @@ TEST(CmSpinTest, ACrossNodeConnectOpensNoPollingWindow) {
   client.Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   EXPECT_GE(b.AwakeNs() - before, 5'000'000u) << "no window after a local request";
-  EXPECT_LT(n.AwakeOverRejectedConnect(id), 3'000'000u)
+  EXPECT_LT(n.AwakeOverRejectedConnect(id), kNoWindowNs)
       << "the router polled while the REQ travelled";
 }
 }  // namespace
