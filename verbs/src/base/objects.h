@@ -572,5 +572,9 @@ int DeallocMw(ibv_mw* mw);
 
 // Queues an asynchronous event for ibv_get_async_event (device.cc). Any thread.
 void PushAsyncEvent(Context* ctx, ibv_event_type type, void* element);
+// Forgets the events not read yet about `element`, which is being destroyed: as the kernel
+// drops a destroyed object's events, so that no ibv_get_async_event hands out a freed QP,
+// CQ or SRQ (device.cc).
+void DropAsyncEvents(Context* ctx, const void* element);
 
 }  // namespace ff::verbs

@@ -4,9 +4,11 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -243,6 +245,27 @@ void PushAsyncEvent(Context* ctx, ibv_event_type type, void* element) {
   }
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(ctx->async_fd.get(), &one, sizeof(one));
+}
+
+void DropAsyncEvents(Context* ctx, const void* element) {
+  size_t dropped = 0;
+  {
+    std::lock_guard<std::mutex> g(ctx->async_mu);
+    auto& q = ctx->async_events;
+    const auto before = q.size();
+    q.erase(std::remove_if(q.begin(), q.end(),
+                           [element](const AsyncEvent& e) { return e.element == element; }),
+            q.end());
+    dropped = before - q.size();
+  }
+  // Their counts come off the descriptor too (one per event: a semaphore), so that a reader
+  // blocked in ibv_get_async_event keeps waiting for a real one. Never blocks: a count a
+  // concurrent reader already took is simply not there.
+  for (; dropped > 0; --dropped) {
+    pollfd p{ctx->async_fd.get(), POLLIN, 0};
+    uint64_t v;
+    if (::poll(&p, 1, 0) != 1 || ::read(ctx->async_fd.get(), &v, sizeof(v)) != sizeof(v)) break;
+  }
 }
 
 ibv_context* OpenContext(Session* s) {

@@ -209,6 +209,7 @@ int DestroyCq(Cq* cq) {
     return 0;
   });
   if (rc != 0) return rc;
+  DropAsyncEvents(cq->ctx, &cq->cq);
   FreeNotifySlot(cq->ctx->session, cq->notify_slot);
   pthread_mutex_destroy(&cq->cq.mutex);
   pthread_cond_destroy(&cq->cq.cond);
@@ -264,6 +265,7 @@ int DestroySrq(Srq* srq) {
     return 0;
   });
   if (rc != 0) return rc;
+  DropAsyncEvents(srq->ctx, &srq->srq);
   pthread_mutex_destroy(&srq->srq.mutex);
   pthread_cond_destroy(&srq->srq.cond);
   delete srq;

@@ -407,6 +407,7 @@ int DestroyQp(Qp* qp) {
   // program that destroys its QPs and exits right after its last receive still acknowledged it.
   FlushDirectAnswers(ctx->session);
   ctx->session->registry.RemoveQp(qpn);
+  DropAsyncEvents(ctx, &qp->qpx.qp_base);
   {
     std::lock_guard<AdaptiveLock> l(ctx->lock);
     auto drop = [qp](std::vector<Qp*>& v) {
