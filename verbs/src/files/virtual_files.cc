@@ -33,8 +33,11 @@ constexpr mode_t kFileMode = S_IFREG | 0444;
 constexpr mode_t kLinkMode = S_IFLNK | 0777;
 
 std::atomic<Builder> g_builder{nullptr};
-// The builder's roots; a replaced list is never freed (a concurrent call may still read it).
+// The builder's roots. A replaced list is kept (a concurrent call may still read it), in a
+// list of every one set, which only tests set more than once.
 std::atomic<const std::vector<std::string>*> g_roots{nullptr};
+std::mutex g_roots_mu;
+std::vector<std::unique_ptr<const std::vector<std::string>>> g_all_roots;
 std::mutex g_build_mu;  // one build at a time; guards the three below
 std::shared_ptr<const Tree> g_tree;
 dev_t g_dev = 0;
@@ -247,7 +250,11 @@ bool VirtualCwd(std::string* cwd) {
 }
 
 void SetBuilder(Builder builder, std::vector<std::string> roots) {
-  g_roots.store(new std::vector<std::string>(std::move(roots)), std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> l(g_roots_mu);
+    g_all_roots.push_back(std::make_unique<const std::vector<std::string>>(std::move(roots)));
+    g_roots.store(g_all_roots.back().get(), std::memory_order_release);
+  }
   g_builder.store(builder, std::memory_order_release);
 }
 
