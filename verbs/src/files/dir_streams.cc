@@ -38,7 +38,8 @@ struct Stream {
 };
 
 std::mutex g_mu;
-std::unordered_set<const void*> g_streams;
+// Never destroyed: the interposers may run during exit, after static destructors.
+std::unordered_set<const void*>& g_streams = *new std::unordered_set<const void*>;
 std::atomic<int> g_stream_count{0};
 
 Stream* Ours(DIR* d) {

@@ -32,21 +32,24 @@ constexpr mode_t kDirMode = S_IFDIR | 0755;
 constexpr mode_t kFileMode = S_IFREG | 0444;
 constexpr mode_t kLinkMode = S_IFLNK | 0777;
 
+// The state below is never destroyed: the interposers may run during exit, after static
+// destructors (another thread's open, an atexit handler's stat).
 std::atomic<Builder> g_builder{nullptr};
 // The builder's roots. A replaced list is kept (a concurrent call may still read it), in a
 // list of every one set, which only tests set more than once.
 std::atomic<const std::vector<std::string>*> g_roots{nullptr};
 std::mutex g_roots_mu;
-std::vector<std::unique_ptr<const std::vector<std::string>>> g_all_roots;
+std::vector<std::unique_ptr<const std::vector<std::string>>>& g_all_roots =
+    *new std::vector<std::unique_ptr<const std::vector<std::string>>>;
 std::mutex g_build_mu;  // one build at a time; guards the three below
-std::shared_ptr<const Tree> g_tree;
+std::shared_ptr<const Tree>& g_tree = *new std::shared_ptr<const Tree>;
 dev_t g_dev = 0;
 time_t g_built_at = 0;
 thread_local bool t_building = false;  // a build that itself asks for a path of the tree
 
 // The virtual working directory (PathArg).
 std::mutex g_cwd_mu;
-std::string g_cwd;
+std::string& g_cwd = *new std::string;
 std::atomic<bool> g_has_cwd{false};
 
 // "/a/./b/../c" as "/a/c": the working directory is canonical, and what follows it is
@@ -88,7 +91,8 @@ struct Template {
   ino_t ino = 0;
 };
 std::mutex g_fd_mu;                           // guards the map
-std::map<std::string, Template> g_templates;  // by the directory's path
+std::map<std::string, Template>& g_templates =  // by the directory's path
+    *new std::map<std::string, Template>;
 std::atomic<int> g_template_count{0};
 
 // The identity of an open descriptor, from the system call itself (the library's fstat

@@ -46,14 +46,16 @@ struct NetlinkSocket {
   uint64_t order;
 };
 
+// Never destroyed: the interposers may run during exit, after static destructors.
 std::mutex g_mu;                           // guards the two below
-std::map<ino_t, NetlinkSocket> g_sockets;  // by the socket file's inode
+std::map<ino_t, NetlinkSocket>& g_sockets =  // by the socket file's inode
+    *new std::map<ino_t, NetlinkSocket>;
 uint64_t g_made = 0;
 std::atomic<bool> g_any{false};
 // Read once, when the first request came, under a lock of its own: reading opens the
 // router session, whose sockets pass through the interposers below.
 std::mutex g_facts_mu;
-std::unique_ptr<DeviceFacts> g_facts;
+std::unique_ptr<DeviceFacts>& g_facts = *new std::unique_ptr<DeviceFacts>;
 
 std::atomic<int (*)(int, int, int)> g_socket{nullptr};
 std::atomic<int (*)(int, const sockaddr*, socklen_t)> g_bind{nullptr};
