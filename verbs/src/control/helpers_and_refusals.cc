@@ -24,6 +24,18 @@ const char* Lookup(const char* const* table, size_t n, size_t i) {
   return i < n && table[i] != nullptr ? table[i] : "unknown";
 }
 
+// An enum argument's value as the caller passed it, whatever it is: C programs pass values
+// no enumerator has, and reading one through the enum type would be undefined in C++.
+template <typename Enum>
+int RawValue(const Enum& e) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int v;
+  std::memcpy(&v, &e, sizeof(v));
+  return v;
+}
+
+size_t Index(int v) { return v < 0 ? SIZE_MAX : static_cast<size_t>(v); }
+
 // libibverbs' tables: the rates of the FDR/EDR family (14, 56, 112, 168, 25, 100, 200 and 300
 // Gb/s) have no multiple of 2.5 Gb/s there (-1), the others do.
 struct RateRow {
@@ -146,14 +158,14 @@ FFV_EXPORT const char* ibv_wc_status_str(ibv_wc_status status) {
       "remote invalid RD request", "aborted error", "invalid EE context number",
       "invalid EE context state", "fatal error", "response timeout error", "general error",
       "TM error", "TM software rendezvous"};
-  return Lookup(kNames, sizeof(kNames) / sizeof(kNames[0]), static_cast<size_t>(status));
+  return Lookup(kNames, sizeof(kNames) / sizeof(kNames[0]), Index(RawValue(status)));
 }
 
 FFV_EXPORT const char* ibv_node_type_str(ibv_node_type type) {
   static const char* const kNames[] = {"InfiniBand channel adapter", "InfiniBand switch",
                                        "InfiniBand router", "iWARP NIC", "usNIC", "usNIC UDP",
                                        "unspecified"};
-  const int i = static_cast<int>(type) - 1;
+  const int i = RawValue(type) - 1;
   return i >= 0 ? Lookup(kNames, sizeof(kNames) / sizeof(kNames[0]), static_cast<size_t>(i))
                 : "unknown";
 }
@@ -161,7 +173,7 @@ FFV_EXPORT const char* ibv_node_type_str(ibv_node_type type) {
 FFV_EXPORT const char* ibv_port_state_str(ibv_port_state state) {
   static const char* const kNames[] = {"no state change (NOP)", "down", "init", "armed",
                                        "active", "active defer"};
-  return Lookup(kNames, sizeof(kNames) / sizeof(kNames[0]), static_cast<size_t>(state));
+  return Lookup(kNames, sizeof(kNames) / sizeof(kNames[0]), Index(RawValue(state)));
 }
 
 FFV_EXPORT const char* ibv_event_type_str(ibv_event_type event) {
@@ -172,20 +184,26 @@ FFV_EXPORT const char* ibv_event_type_str(ibv_event_type event) {
       "local catastrophic error", "port active", "port error", "LID change", "P_Key change",
       "SM change", "SRQ catastrophic error", "SRQ limit reached", "last WQE reached",
       "client reregistration", "GID table change", "WQ fatal"};
-  return Lookup(kNames, sizeof(kNames) / sizeof(kNames[0]), static_cast<size_t>(event));
+  return Lookup(kNames, sizeof(kNames) / sizeof(kNames[0]), Index(RawValue(event)));
 }
 // clang-format on
 
 // Unknown rates are -1 one way and IBV_RATE_MAX (0) the other, as in libibverbs.
 FFV_EXPORT int ibv_rate_to_mult(ibv_rate rate) {
-  return ConvertRate(&RateRow::rate, rate, &RateRow::mult, -1);
+  const int v = RawValue(rate);
+  for (const RateRow& r : kRates)
+    if (static_cast<int>(r.rate) == v) return r.mult;
+  return -1;
 }
 FFV_EXPORT ibv_rate mult_to_ibv_rate(int mult) {
   if (mult <= 0) return IBV_RATE_MAX;  // never a row's "no multiple" (-1)
   return ConvertRate(&RateRow::mult, mult, &RateRow::rate, IBV_RATE_MAX);
 }
 FFV_EXPORT int ibv_rate_to_mbps(ibv_rate rate) {
-  return ConvertRate(&RateRow::rate, rate, &RateRow::mbps, -1);
+  const int v = RawValue(rate);
+  for (const RateRow& r : kRates)
+    if (static_cast<int>(r.rate) == v) return r.mbps;
+  return -1;
 }
 FFV_EXPORT ibv_rate mbps_to_ibv_rate(int mbps) {
   return ConvertRate(&RateRow::mbps, mbps, &RateRow::rate, IBV_RATE_MAX);
