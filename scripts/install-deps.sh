@@ -21,6 +21,8 @@ PACKAGES=(
   # tests start their own instances in pod namespaces, none may run on the host (see
   # policy-rc.d below)
   nginx redis-server redis-tools openssh-server openssh-client
+  # a process-per-connection server (socat's fork) and nginx's load generator (ab)
+  socat apache2-utils
   # UCX and Open MPI over freeflow0 (tests/integration/ucx/ucx.sh); libopenmpi-dev lets
   # CMake's find_package(MPI) build the test's MPI program, libucx-dev the UCX client/server
   # program of tests/integration/rdmacm/rdmacm.sh

@@ -4,7 +4,7 @@
 # with libfsocket.so preloaded on both sides, or on one side only (mixed_*). One case a run,
 # so that a failure names it:
 #   tcp_mode.sh [--library PATH|none] same|cross iperf3|iperf3_p4|iperf3_R|sockperf_pp|
-#               sockperf_tp|nginx_curl|redis|scp|short|mixed_client|mixed_server|
+#               sockperf_tp|nginx_curl|redis|scp|short|socat_fork|mixed_client|mixed_server|
 #               router_restart (same only)
 # --library none runs every program plain: kernel TCP throughout, which checks the harness
 # itself. Every case checks what its programs report (exit statuses, results, hashes) and
@@ -398,7 +398,30 @@ case_short() {
   iperf "iperf3 after the short connections" lib lib -t 1
 }
 
+# A process-per-connection server (issue 39): socat forks a process for each connection and
+# echoes (PIPE); bench/rr_load drives 4 connections of small requests, a thread each, and
+# checks every byte that comes back and a clean close (the server's end of file after ours).
+case_socat_fork() {
+  local port=7400 c w0 wire n line
+  tm_bg 0 lib socat "TCP-LISTEN:$port,fork,reuseaddr" PIPE >"$D/socat.log" 2>&1
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" $port || true
+  preloaded "socat" "$spid" lib
+  w0=$(tm_wire 1)
+  tm_run 1 lib timeout 60 "$FF_BUILD/bench/rr_load" "$S" $port 4 512 2 >"$D/rr.log" 2>&1
+  c=$?
+  wire=$(($(tm_wire_settled 1) - w0))
+  line=$(grep '^rr_load:' "$D/rr.log")
+  [[ $c -eq 0 && -n $line ]]
+  check "4 clients of socat's forked echo, every byte checked (exit $c): ${line:-none}" $? ||
+    tail_logs "$D"/{socat,rr}.log
+  n=$(sed -n 's/.* \([0-9]*\) requests, .*/\1/p' <<<"$line")
+  carried "socat echo" lib lib "$wire" "$((2 * 512 * ${n:-0}))" 5
+  stopped "socat" "$spid"
+}
+
 case $case in
+  socat_fork) case_socat_fork ;;
   iperf3) iperf "iperf3, 1 stream" lib lib -t 2 ;;
   iperf3_p4) iperf "iperf3, 4 streams" lib lib -t 2 -P 4 ;;
   iperf3_R) iperf "iperf3 -R (the server sends)" lib lib -t 2 -R ;;
