@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "bells.h"
 #include "exports.h"
 #include "freeflow/clock.h"
 #include "freeflow/tunables.h"
 #include "real.h"
 #include "router_link.h"
+#include "spin.h"
 #include "stream.h"
 
 namespace ff::fsocket {
@@ -43,9 +45,32 @@ epoll_event KernelEvent(Watch* w) {
   return k;
 }
 
-Watch* FindCookie(EpollShadow& sh, uint64_t cookie) {
+// A stream's bell (bells.h) is registered beside its socket, level triggered, with the
+// watch's cookie and this bit (a Watch is aligned, so a cookie never has it).
+constexpr uint64_t kBellCookie = 1;
+static_assert(alignof(Watch) > 1);
+
+Watch* FindCookie(EpollShadow& sh, uint64_t cookie, bool* bell) {
+  *bell = (cookie & kBellCookie) != 0;
+  cookie &= ~kBellCookie;
   if (sh.cookies.count(static_cast<uintptr_t>(cookie)) == 0) return nullptr;
   return reinterpret_cast<Watch*>(static_cast<uintptr_t>(cookie));
+}
+
+// Adds / removes the bell of watch `w`'s stream, when it has one, to / from the set.
+void AddBell(EpollShadow& sh, Watch& w) {
+  const int bell = w.stream->bell_read.load(std::memory_order_relaxed);
+  if (bell < 0 || Restricted()) return;
+  epoll_event k{};
+  k.events = EPOLLIN;
+  k.data.u64 = reinterpret_cast<uintptr_t>(&w) | kBellCookie;
+  // EEXIST: the same stream is watched under another descriptor of the set, whose
+  // registration of the bell serves both (a wait looks at every stream).
+  (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_ADD, bell, &k);
+}
+void RemoveBell(EpollShadow& sh, Watch& w) {
+  const int bell = w.stream ? w.stream->bell_read.load(std::memory_order_relaxed) : -1;
+  if (bell >= 0) (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_DEL, bell, nullptr);
 }
 
 // What to report for a stream watch now (0: nothing), and remember it for edge triggering.
@@ -82,6 +107,7 @@ uint32_t Report(Watch& w) {
 void Convert(EpollShadow& sh, Watch& w) {
   epoll_event k = KernelEvent(&w);
   (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_MOD, w.fd, &k);
+  if (w.stream->state.load() == StreamState::kOpen) AddBell(sh, w);
 }
 
 }  // namespace
@@ -108,6 +134,7 @@ void EpollForget(int fd, Sock* s) {
     auto it = sh.watches.find(fd);
     if (it == sh.watches.end() || it->second->stream.get() != s) continue;
     (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_DEL, fd, nullptr);
+    RemoveBell(sh, *it->second);
     sh.Uncounted(it->second.get());
     sh.watches.erase(it);
   }
@@ -140,6 +167,7 @@ int Ctl(EpollShadow& sh, int op, int fd, epoll_event* ev) {
   if (op == EPOLL_CTL_DEL) {
     const int rc = real::epoll_ctl(sh.epfd(), op, fd, ev);
     if (rc == 0 && w != nullptr) {
+      RemoveBell(sh, *w);
       sh.Uncounted(w);
       sh.watches.erase(it);
     }
@@ -176,6 +204,7 @@ int Ctl(EpollShadow& sh, int op, int fd, epoll_event* ev) {
   }
   if (op == EPOLL_CTL_ADD) sh.watches[fd] = std::move(fresh);
   sh.Counted(target);
+  if (!was_stream && target->stream->state.load() == StreamState::kOpen) AddBell(sh, *target);
   return 0;
 }
 
@@ -198,12 +227,17 @@ void Scan(EpollShadow& sh, epoll_event* evs, int max, int* n) {
 int TakeKernelEvents(EpollShadow& sh, epoll_event* evs, int from, int got) {
   int kept = 0;
   for (int i = from; i < from + got; ++i) {
-    Watch* w = FindCookie(sh, evs[i].data.u64);
+    bool bell = false;
+    Watch* w = FindCookie(sh, evs[i].data.u64, &bell);
     if (w == nullptr) {
       evs[from + kept++] = evs[i];
       continue;
     }
     Sock& s = *w->stream;
+    if (bell) {
+      DrainBell(s);
+      continue;
+    }
     if (s.state.load() != StreamState::kOpen) {
       if (StreamConnected(s, w->fd)) {
         Convert(sh, *w);
@@ -242,11 +276,16 @@ int Look(EpollShadow& sh, epoll_event* evs, int max, int timeout_ms, const sigse
 
 int Wait(EpollShadow& sh, epoll_event* evs, int max, int timeout_ms, const sigset_t* mask) {
   const uint64_t start = ff::MonotonicNs();
-  int n = Look(sh, evs, max, 0, mask);
-  if (n != 0 || timeout_ms == 0) return n;
-  const uint64_t spin_ns = timeout_ms < 0
-                               ? ff::kStreamSpinNs
-                               : std::min<uint64_t>(ff::kStreamSpinNs, timeout_ms * 1'000'000ull);
+  const uint64_t spin_max = timeout_ms == 0 || SpinWorthIt() ? ff::kStreamSpinNs : 0;
+  int n = 0;
+  // A wait that will not spin goes straight to its sleep (the look there returns at once
+  // when anything is ready): one system call fewer.
+  if (spin_max != 0) {
+    n = Look(sh, evs, max, 0, mask);
+    if (n != 0 || timeout_ms == 0) return n;
+  }
+  const uint64_t spin_ns =
+      timeout_ms < 0 ? spin_max : std::min<uint64_t>(spin_max, timeout_ms * 1'000'000ull);
   uint64_t next_look = start + ff::kKernelLookNs;
   for (uint64_t now = ff::MonotonicNs(); now - start < spin_ns; now = ff::MonotonicNs()) {
     if (now >= next_look) {

@@ -2,6 +2,7 @@
 // across exec.
 #include <pthread.h>
 
+#include "bells.h"
 #include "router_link.h"
 #include "sock.h"
 
@@ -14,12 +15,15 @@ namespace {
 void Prepare() {
   RouterLinkPrepareFork();
   SockPrepareFork();
+  BellsPrepareFork();
 }
 void Parent() {
+  BellsAfterFork();
   SockParentAfterFork();
   RouterLinkParentAfterFork();
 }
 void Child() {
+  BellsAfterFork();
   SockChildAfterFork();
   RouterLinkChildAfterFork();
 }

@@ -262,7 +262,13 @@ FFS_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_
       return 0;
     }
   }
-  return real::setsockopt(fd, level, name, val, len);
+  const int rc = real::setsockopt(fd, level, name, val, len);
+  if (rc == 0 && level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO)) {
+    if (Ref s = StreamOf(fd)) {  // a wait asks the kernel again
+      (name == SO_RCVTIMEO ? s->rcv_timeout_ms : s->snd_timeout_ms).store(kTimeoutUnknown);
+    }
+  }
+  return rc;
 }
 
 FFS_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "bells.h"
 #include "epoll.h"
 #include "exports.h"
 #include "log.h"
@@ -100,9 +101,10 @@ bool BindToOwn(int fd, uint32_t own) {
 
 // Maps what a SockConnect or SockClaim answered into a new stream Sock.
 Ref StreamFromReply(const ff::proto::Response& r, ff::UniqueFd* fds, int nfds) {
-  if (nfds != 2) return Ref();
+  if (nfds != 4) return Ref();
   Ref s = NewSock(Kind::kStream);
-  if (AttachStream(*s, fds[0].get(), fds[1].get(), r.u.sock.role, r.u.sock.ring_bytes) != 0) {
+  if (AttachStream(*s, fds[0].get(), fds[1].get(), std::move(fds[2]), std::move(fds[3]),
+                   r.u.sock.role, r.u.sock.ring_bytes) != 0) {
     LogError("the router's stream segment is not what it said: kernel TCP for this connection");
     return Ref();
   }
@@ -116,9 +118,9 @@ Ref AskForStream(uint32_t peer_ip_net, uint16_t local_port, uint16_t peer_port) 
   req.local_port = local_port;
   req.peer_port = peer_port;
   ff::proto::Response r{};
-  ff::UniqueFd fds[2];
+  ff::UniqueFd fds[4];
   int status = 0, nfds = 0;
-  if (RouterCall(&req, sizeof(req), &status, &r, fds, 2, &nfds) != 0 || status != 0) return Ref();
+  if (RouterCall(&req, sizeof(req), &status, &r, fds, 4, &nfds) != 0 || status != 0) return Ref();
   Ref s = StreamFromReply(r, fds, nfds);
   if (s) {
     s->peer_ip_net = peer_ip_net;
@@ -317,6 +319,7 @@ FFS_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
 FFS_EXPORT int accept(int fd, sockaddr* addr, socklen_t* len) { return accept4(fd, addr, len, 0); }
 
 FFS_EXPORT int close(int fd) {
+  DisownBell(fd);
   Ref slot = Detach(fd);
   if (!slot) return real::close(fd);
   Forget(fd, std::move(slot));
@@ -332,12 +335,15 @@ FFS_EXPORT int dup(int fd) {
 }
 
 FFS_EXPORT int dup3(int fd, int fd2, int flags) {
+  if (fd != fd2 && real::fcntl_int(fd, F_GETFD, 0) >= 0) DisownBell(fd2);
   const int n = real::dup3(fd, fd2, flags);
   if (n >= 0) FollowDup(fd, fd2);
   return n;
 }
 
 FFS_EXPORT int dup2(int fd, int fd2) {
+  // A bell at fd2 is forgotten only when the call will replace it (fd is open).
+  if (fd != fd2 && real::fcntl_int(fd, F_GETFD, 0) >= 0) DisownBell(fd2);
   const int n = real::dup2(fd, fd2);
   if (n >= 0 && fd != fd2) FollowDup(fd, fd2);
   return n;
@@ -378,6 +384,8 @@ FFS_EXPORT int shutdown(int fd, int how) {
 
 FFS_EXPORT int close_range(unsigned lo, unsigned hi, int flags) {
   if (!(flags & CLOSE_RANGE_CLOEXEC)) {
+    DisownBellsIn(static_cast<int>(std::min(lo, 0x7fffffffu)),
+                  hi > 0x7fffffffu ? -1 : static_cast<int>(hi));
     const int top = hi > 0x7fffffffu ? -1 : static_cast<int>(hi);
     for (int fd : SlotsIn(static_cast<int>(std::min(lo, 0x7fffffffu)), top)) Forget(fd, Detach(fd));
   }
@@ -385,6 +393,7 @@ FFS_EXPORT int close_range(unsigned lo, unsigned hi, int flags) {
 }
 
 FFS_EXPORT void closefrom(int lo) {
+  DisownBellsIn(lo, -1);
   for (int fd : SlotsIn(lo, -1)) Forget(fd, Detach(fd));
   static auto next = reinterpret_cast<void (*)(int)>(real::Next("closefrom"));
   if (next != nullptr) next(lo);

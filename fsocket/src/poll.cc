@@ -11,11 +11,13 @@
 #include <climits>
 #include <vector>
 
+#include "bells.h"
 #include "exports.h"
 #include "freeflow/clock.h"
 #include "freeflow/tunables.h"
 #include "real.h"
 #include "sock.h"
+#include "spin.h"
 #include "stream.h"
 
 namespace ff::fsocket {
@@ -25,7 +27,8 @@ struct PollSet {
   pollfd* fds;
   nfds_t n;
   std::vector<Ref> streams;    // per entry: the stream, or empty
-  std::vector<pollfd> kernel;  // what the kernel is asked
+  std::vector<pollfd> kernel;  // what the kernel is asked: the n entries, then bells
+  std::vector<nfds_t> bell_at;  // per entry: where its stream's bell is in `kernel`, or 0
 };
 
 // Which entries are streams and what the kernel is asked for each; false when none is.
@@ -34,12 +37,19 @@ bool Classify(PollSet& p) {
   bool any = false;
   p.streams.resize(p.n);
   p.kernel.assign(p.fds, p.fds + p.n);
+  p.bell_at.assign(p.n, 0);
+  const bool restricted = Restricted();
   for (nfds_t i = 0; i < p.n; ++i) {
     Ref s = Lookup(p.fds[i].fd);
     if (!s || s->kind != Kind::kStream) continue;
     any = true;
     // An open stream: the kernel tells bells, FIN and reset (POLLIN); readiness is ours.
     if (s->state.load() == StreamState::kOpen) p.kernel[i].events = POLLIN;
+    // Its bell, which a sleeper arms for (bells.h), is looked at too.
+    if (const int bell = s->bell_read.load(std::memory_order_relaxed); bell >= 0 && !restricted) {
+      p.bell_at[i] = p.kernel.size();
+      p.kernel.push_back(pollfd{bell, POLLIN, 0});
+    }
     p.streams[i] = std::move(s);
   }
   return any;
@@ -56,6 +66,11 @@ int Collect(PollSet& p, bool looked) {
   for (nfds_t i = 0; i < p.n; ++i) {
     Sock* s = p.streams[i].get();
     short r = 0;
+    if (s != nullptr && looked && p.bell_at[i] != 0 && p.kernel[p.bell_at[i]].revents != 0) {
+      pollfd& b = p.kernel[p.bell_at[i]];
+      if (b.revents & POLLNVAL) b.fd = -1;  // the program closed it under this wait
+      DrainBell(*s);
+    }
     if (s != nullptr && looked && p.kernel[i].revents != 0) {
       if (s->state.load() != StreamState::kOpen && StreamConnected(*s, p.fds[i].fd)) {
         p.kernel[i].events = POLLIN;
@@ -80,13 +95,13 @@ int Collect(PollSet& p, bool looked) {
 // program is sure to be allowed.
 int KernelLook(PollSet& p, const timespec* t, const sigset_t* mask) {
   for (auto& k : p.kernel) k.revents = 0;
-  if (mask != nullptr) return real::ppoll(p.kernel.data(), p.n, t, mask);
+  if (mask != nullptr) return real::ppoll(p.kernel.data(), p.kernel.size(), t, mask);
   int ms = -1;
   if (t != nullptr) {
     const long long total = t->tv_sec * 1000ll + (t->tv_nsec + 999'999) / 1'000'000;
     ms = static_cast<int>(std::min<long long>(total, INT_MAX));
   }
-  return real::poll(p.kernel.data(), p.n, ms);
+  return real::poll(p.kernel.data(), p.kernel.size(), ms);
 }
 
 // The wait: timeout_ns < 0 waits for ever. As ppoll returns.
@@ -94,10 +109,15 @@ int Wait(PollSet& p, int64_t timeout_ns, const sigset_t* mask) {
   for (nfds_t i = 0; i < p.n; ++i) p.fds[i].revents = 0;
   const uint64_t start = ff::MonotonicNs();
   const timespec zero{0, 0};
-  if (KernelLook(p, &zero, mask) < 0) return -1;
-  if (int r = Collect(p, true); r > 0 || timeout_ns == 0) return r;
+  const uint64_t spin_ns = timeout_ns == 0 || SpinWorthIt() ? ff::kStreamSpinNs : 0;
+  // A wait that will not spin goes straight to its sleep, which returns at once when
+  // anything is ready: one system call fewer.
+  if (spin_ns != 0) {
+    if (KernelLook(p, &zero, mask) < 0) return -1;
+    if (int r = Collect(p, true); r > 0 || timeout_ns == 0) return r;
+  }
   const uint64_t spin_end =
-      start + std::min<uint64_t>(ff::kStreamSpinNs, timeout_ns < 0 ? UINT64_MAX : timeout_ns);
+      start + std::min<uint64_t>(spin_ns, timeout_ns < 0 ? UINT64_MAX : timeout_ns);
   uint64_t next_look = start + ff::kKernelLookNs;
   for (uint64_t now = ff::MonotonicNs(); now < spin_end; now = ff::MonotonicNs()) {
     const bool look = now >= next_look;
@@ -152,7 +172,7 @@ int64_t TsToNs(const timespec* t) {
 int PollWithStreams(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* mask,
                     bool* handled) {
   // One set per thread, kept between calls: no allocation per poll once it has grown.
-  thread_local PollSet p{nullptr, 0, {}, {}};
+  thread_local PollSet p{nullptr, 0, {}, {}, {}};
   p.fds = fds;
   p.n = n;
   *handled = Classify(p);

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "bells.h"
 #include "epoll.h"
 #include "log.h"
 
@@ -55,6 +56,7 @@ void Recycle(Sock* s) {
     EpollShadowGone(s);
     s->shadow.reset();
   }
+  if (k == Kind::kStream) CloseBells(*s);
   s->seg.reset();
   s->side.reset();
   s->tx = s->rx = nullptr;
@@ -111,6 +113,8 @@ Ref NewSock(Kind kind) {
   s->dead.store(false);
   s->waiters.store(0);
   s->nonblock.store(false);
+  s->rcv_timeout_ms.store(kTimeoutUnknown);
+  s->snd_timeout_ms.store(kTimeoutUnknown);
   s->app_nodelay.store(false);
   s->peer_ip_net = 0;
   s->local_port = 0;

@@ -24,6 +24,8 @@ namespace ff::fsocket {
 
 class EpollShadow;
 
+inline constexpr int kTimeoutUnknown = -2;
+
 enum class Kind : uint8_t { kFree, kStream, kListener, kEpoll };
 enum class StreamState : uint8_t { kConnecting, kOpen };
 
@@ -53,6 +55,8 @@ struct Sock {
   uint8_t* tx_data = nullptr;
   uint8_t* rx_data = nullptr;
   SideLocks* locks = nullptr;
+  // The bells (bells.h): this end's read end and the other end's write end, or -1.
+  std::atomic<int> bell_read{-1}, bell_write{-1};
   std::atomic<StreamState> state{StreamState::kOpen};
   std::atomic<bool> eof{false};       // the peer's FIN was read from the kernel
   std::atomic<bool> rd_shut{false};   // shutdown(SHUT_RD) here
@@ -60,7 +64,9 @@ struct Sock {
   std::atomic<int> error{0};          // an error to report once (ECONNRESET, a protocol error)
   std::atomic<bool> dead{false};      // reset: the connection is over in both directions
   std::atomic<int> waiters{0};        // threads of this process sleeping on the socket
-  std::atomic<bool> nonblock{false};  // O_NONBLOCK as last seen (for restricted processes)
+  std::atomic<bool> nonblock{false};  // O_NONBLOCK as this process last set or saw it
+  // SO_RCVTIMEO / SO_SNDTIMEO in ms (-1: none), or kTimeoutUnknown until a wait asks.
+  std::atomic<int> rcv_timeout_ms{kTimeoutUnknown}, snd_timeout_ms{kTimeoutUnknown};
   // TCP_NODELAY as the program set it; the kernel connection keeps it on (TagStream).
   std::atomic<bool> app_nodelay{false};
   // The connection as the router's record names it from this end (SockClosed at the last

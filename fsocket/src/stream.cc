@@ -13,11 +13,13 @@
 #include <cerrno>
 #include <climits>
 
+#include "bells.h"
 #include "freeflow/clock.h"
 #include "freeflow/protocol.h"
 #include "freeflow/tunables.h"
 #include "log.h"
 #include "real.h"
+#include "spin.h"
 
 namespace ff::fsocket {
 namespace {
@@ -66,20 +68,27 @@ int Bell(int fd, char b) {
   return real::send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 ? 0 : errno;
 }
 
+// Wakes a sleeper that armed its word with `armed`: on its bell when it asked for that and
+// this end can, else on the kernel connection.
+void Ring(Sock& s, int fd, uint32_t armed, char b) {
+  if (armed == ff::kArmBell && RingBell(s, b)) return;
+  Bell(fd, b);
+}
+
 // After producing: a consumer that said it sleeps gets one bell.
 void DataBell(Sock& s, int fd) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (s.tx->rd_armed.load(std::memory_order_relaxed) != 0 &&
-      s.tx->rd_armed.exchange(0, std::memory_order_acq_rel) != 0)
-    Bell(fd, ff::kBellData);
+  if (s.tx->rd_armed.load(std::memory_order_relaxed) == 0) return;
+  if (const uint32_t armed = s.tx->rd_armed.exchange(0, std::memory_order_acq_rel))
+    Ring(s, fd, armed, ff::kBellData);
 }
 
 // After consuming: a producer that waits for room gets one bell.
 void SpaceBell(Sock& s, int fd) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (s.rx->wr_armed.load(std::memory_order_relaxed) != 0 &&
-      s.rx->wr_armed.exchange(0, std::memory_order_acq_rel) != 0)
-    Bell(fd, ff::kBellSpace);
+  if (s.rx->wr_armed.load(std::memory_order_relaxed) == 0) return;
+  if (const uint32_t armed = s.rx->wr_armed.exchange(0, std::memory_order_acq_rel))
+    Ring(s, fd, armed, ff::kBellSpace);
 }
 
 // Bytes readable, or UINT64_MAX when the peer broke the ring's indices.
@@ -142,17 +151,17 @@ ssize_t Give(Sock& s, int fd, const iovec* iov, int iovcnt, size_t off, size_t w
   return static_cast<ssize_t>(n);
 }
 
-bool NonBlocking(Sock& s, int fd, int flags) {
+// O_NONBLOCK as this process set it: read when the stream was made (NoteFlags), followed
+// through fcntl(F_SETFL) and ioctl(FIONBIO). A system call a wait would otherwise pay each
+// time; another process sharing the socket (fork) that changes the flag is not seen.
+bool NonBlocking(Sock& s, int /*fd*/, int flags) {
   if (flags & MSG_DONTWAIT) return true;
-  if (Restricted()) return s.nonblock.load();  // as the interposers last saw it set
-  const int fl = real::fcntl_int(fd, F_GETFL, 0);
-  if (fl >= 0) s.nonblock.store((fl & O_NONBLOCK) != 0);
-  return fl >= 0 && (fl & O_NONBLOCK) != 0;
+  return s.nonblock.load(std::memory_order_relaxed);
 }
 
 // SO_RCVTIMEO / SO_SNDTIMEO in milliseconds (rounded up), -1 for none (and in restricted
 // processes, which cannot ask).
-int SocketTimeoutMs(int fd, int opt) {
+int AskTimeoutMs(int fd, int opt) {
   if (Restricted()) return -1;
   timeval tv{};
   socklen_t len = sizeof(tv);
@@ -160,6 +169,17 @@ int SocketTimeoutMs(int fd, int opt) {
   if (tv.tv_sec == 0 && tv.tv_usec == 0) return -1;
   const long long ms = tv.tv_sec * 1000ll + (tv.tv_usec + 999) / 1000;
   return static_cast<int>(std::min<long long>(ms, INT_MAX));
+}
+
+// The same, asked once and kept until the program sets the option again (setsockopt).
+int SocketTimeoutMs(Sock& s, int fd, int opt) {
+  std::atomic<int>& known = opt == SO_RCVTIMEO ? s.rcv_timeout_ms : s.snd_timeout_ms;
+  int ms = known.load(std::memory_order_relaxed);
+  if (ms == kTimeoutUnknown) {
+    ms = AskTimeoutMs(fd, opt);
+    known.store(ms, std::memory_order_relaxed);
+  }
+  return ms;
 }
 
 struct WaiterCount {
@@ -177,17 +197,25 @@ int Wait(Sock& s, int fd, bool for_read, int timeout_ms) {
     return Room(s) != 0;
   };
   const uint64_t start = ff::MonotonicNs();
-  for (uint64_t spun = 0; spun < ff::kStreamSpinNs; spun = ff::MonotonicNs() - start) {
+  const uint64_t spin_ns = SpinWorthIt() ? ff::kStreamSpinNs : 0;
+  for (uint64_t spun = 0; spun < spin_ns; spun = ff::MonotonicNs() - start) {
     if (ready()) return 0;
     SpinStep(spun);
   }
   const uint64_t deadline = timeout_ms >= 0 ? start + timeout_ms * 1'000'000ull : 0;
   WaiterCount count(s);
+  // Whether the kernel socket may hold news (FIN, reset, bells rung there): drained only
+  // then, before the first sleep for a writer (which waits for no POLLIN of it) and after a
+  // sleep that saw it readable.
+  bool kernel_news = !for_read;
   for (;;) {
     StreamArm(s, for_read ? POLLIN : POLLOUT);
     if (ready()) return 0;
-    StreamDrain(s, fd);
-    if (ready()) return 0;
+    if (kernel_news) {
+      StreamDrain(s, fd);
+      kernel_news = false;
+      if (ready()) return 0;
+    }
     // After the peer's FIN the kernel socket is always readable: a writer waiting for room
     // then looks every millisecond instead. A peer that closed answers a byte with a reset
     // (the bell is then refused), which ends the wait as data would on TCP.
@@ -203,9 +231,14 @@ int Wait(Sock& s, int fd, bool for_read, int timeout_ms) {
     // Another thread of this process may take the bell meant for this one.
     if ((after_fin || s.waiters.load() > 1) && (t < 0 || t > 1)) t = 1;
     if (t < 0 || t > ff::kStreamMaxSleepMs) t = ff::kStreamMaxSleepMs;
-    pollfd p{fd, static_cast<short>(after_fin ? 0 : POLLIN), 0};
-    if (real::poll(&p, 1, t) < 0 && errno == EINTR && (timeout_ms >= 0 || !RestartAfterSignal()))
-      return EINTR;
+    // The kernel socket (FIN, reset, bells rung there) and, when it has one, this end's bell.
+    const int bell = Restricted() ? -1 : s.bell_read.load(std::memory_order_relaxed);
+    pollfd p[2] = {{fd, static_cast<short>(after_fin ? 0 : POLLIN), 0}, {bell, POLLIN, 0}};
+    const int rc = real::poll(p, bell >= 0 ? 2 : 1, t);
+    if (rc < 0 && errno == EINTR && (timeout_ms >= 0 || !RestartAfterSignal())) return EINTR;
+    if (rc > 0 && bell >= 0 && p[1].revents != 0) DrainBell(s);
+    // The kernel socket's news; after the peer's FIN (events 0) only a reset shows there.
+    kernel_news = after_fin || (rc > 0 && p[0].revents != 0);
   }
 }
 
@@ -238,7 +271,8 @@ ssize_t KernelFailure(int fd) {
 
 }  // namespace
 
-int AttachStream(Sock& s, int segment_fd, int side_fd, uint32_t role, uint32_t ring_bytes) {
+int AttachStream(Sock& s, int segment_fd, int side_fd, ff::UniqueFd bell_read,
+                 ff::UniqueFd bell_write, uint32_t role, uint32_t ring_bytes) {
   if (!ff::ValidStreamRingBytes(ring_bytes) ||
       (role != ff::proto::kStreamClient && role != ff::proto::kStreamServer))
     return EPROTO;
@@ -253,6 +287,7 @@ int AttachStream(Sock& s, int segment_fd, int side_fd, uint32_t role, uint32_t r
   s.tx_data = base + ff::StreamRingData(ring_bytes, out);
   s.rx_data = base + ff::StreamRingData(ring_bytes, 1 - out);
   s.locks = s.side.as<SideLocks>();
+  AdoptBells(s, std::move(bell_read), std::move(bell_write));
   return 0;
 }
 
@@ -280,14 +315,19 @@ ssize_t StreamRecv(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
     if (n < 0) Fail(s, fd, "the peer broke the ring's indices");
     if (n > 0) got += n;
     if (got == total || (got > 0 && !waitall)) return static_cast<ssize_t>(got);
+    const bool nonblocking = NonBlocking(s, fd, flags);
     if (n <= 0) {
       if (const int e = s.error.exchange(0)) return got > 0 ? static_cast<ssize_t>(got) : Failed(e);
       if (s.eof.load() || s.dead.load()) return static_cast<ssize_t>(got);
-      StreamDrain(s, fd);
-      if (s.eof.load() || s.error.load() != 0 || Unread(s) != 0) continue;
+      // A call that returns now must know of a FIN or a reset the kernel holds; one that
+      // waits learns of them there (the kernel socket is part of every sleep).
+      if (nonblocking) {
+        StreamDrain(s, fd);
+        if (s.eof.load() || s.error.load() != 0 || Unread(s) != 0) continue;
+      }
     }
-    if (NonBlocking(s, fd, flags)) return got > 0 ? static_cast<ssize_t>(got) : Failed(EAGAIN);
-    if (timeout == -2) timeout = SocketTimeoutMs(fd, SO_RCVTIMEO);
+    if (nonblocking) return got > 0 ? static_cast<ssize_t>(got) : Failed(EAGAIN);
+    if (timeout == -2) timeout = SocketTimeoutMs(s, fd, SO_RCVTIMEO);
     if (const int rc = Wait(s, fd, true, timeout))
       return got > 0 ? static_cast<ssize_t>(got) : Failed(rc);
   }
@@ -341,7 +381,7 @@ ssize_t StreamSend(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
     }
     if (Room(s) != 0) continue;
     if (NonBlocking(s, fd, flags)) return sent > 0 ? static_cast<ssize_t>(sent) : Failed(EAGAIN);
-    if (timeout == -2) timeout = SocketTimeoutMs(fd, SO_SNDTIMEO);
+    if (timeout == -2) timeout = SocketTimeoutMs(s, fd, SO_SNDTIMEO);
     if (const int rc = Wait(s, fd, false, timeout))
       return sent > 0 ? static_cast<ssize_t>(sent) : Failed(rc);
   }
@@ -365,8 +405,9 @@ short StreamReadiness(Sock& s) {
 
 void StreamArm(Sock& s, short events) {
   if (s.state.load() != StreamState::kOpen) return;
-  if (events & POLLIN) s.rx->rd_armed.store(1, std::memory_order_relaxed);
-  if (events & POLLOUT) s.tx->wr_armed.store(1, std::memory_order_relaxed);
+  const uint32_t how = ArmValue(s);
+  if (events & POLLIN) s.rx->rd_armed.store(how, std::memory_order_relaxed);
+  if (events & POLLOUT) s.tx->wr_armed.store(how, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 

@@ -7,9 +7,14 @@
 // ring the producer alone writes `tail` (bytes produced, ever) and the data, the consumer
 // alone writes `head` (bytes consumed, ever); 0 <= tail - head <= ring_bytes. The two waiting
 // words are set by the side that is about to sleep and taken (exchanged to 0) by the other,
-// which then sends one bell byte on the kernel TCP connection to wake it:
-//   rd_armed: the consumer sleeps until data comes -> producer sends kBellData
-//   wr_armed: the producer sleeps until room comes  -> consumer sends kBellSpace
+// which then rings the sleeper once:
+//   rd_armed: the consumer sleeps until data comes -> the producer rings it (kBellData)
+//   wr_armed: the producer sleeps until room comes  -> the consumer rings it (kBellSpace)
+// How it is rung is the sleeper's word's value: kArmBell, one byte on its bell socket (a Unix
+// stream socket pair the router made for the connection: each end reads its own and writes
+// the other's); any other nonzero value, one bell byte on the kernel TCP connection. An end
+// whose bell socket it cannot use (it has none, or the send fails) rings the kernel
+// connection instead; a sleeper waits on both.
 // The side memfd of one end (kStreamSideBytes) is given to that end's pod only: its
 // processes keep their locks there (several processes and threads may share a socket).
 //
@@ -27,6 +32,9 @@ inline constexpr uint32_t kStreamHeaderBytes = 4096;
 inline constexpr uint32_t kStreamSideBytes = 4096;
 inline constexpr char kBellData = 'D';
 inline constexpr char kBellSpace = 'S';
+// Values of rd_armed / wr_armed (0: nobody sleeps).
+inline constexpr uint32_t kArmKernel = 1;  // ring me on the kernel TCP connection
+inline constexpr uint32_t kArmBell = 2;    // ring me on my bell socket
 
 struct StreamRingHeader {
   alignas(64) std::atomic<uint64_t> tail;

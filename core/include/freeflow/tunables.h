@@ -124,9 +124,17 @@ inline constexpr uint64_t kStreamGcPeriodNs = 2'000'000'000;  // records of clos
 inline constexpr uint64_t kStreamUnseenGraceNs = 60'000'000'000ull;
 inline constexpr uint64_t kStreamSpinNs =
     50'000;  // a waiting socket spins this long before it sleeps
+// A process's bells (fsocket/src/bells.h): at most this many descriptors (two a stream), from
+// this number up (lower when RLIMIT_NOFILE is lower): a program meets them only near its
+// limit. A stream beyond the budget is rung on its kernel connection.
+inline constexpr int kMaxBellFds = 4096;
+inline constexpr int kBellFdFloor = 4096;
 // ... and then sleeps at most this long at a time: a bell another process of the pod took
 // (two processes sharing one socket after fork) delays a wake-up by no more than this.
 inline constexpr int kStreamMaxSleepMs = 50;
+// How often a process looks again whether waits may spin (fsocket/src/spin.h: runnable
+// threads against usable CPUs).
+inline constexpr uint64_t kSpinCheckNs = 1'000'000;
 // A spinning wait only pauses the CPU for this long, then yields it at each step.
 inline constexpr uint64_t kStreamPauseOnlyNs = 5'000;
 // While poll/epoll_wait spins on streams, it looks at the other (kernel) descriptors this

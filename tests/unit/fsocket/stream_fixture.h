@@ -1,6 +1,7 @@
 // Two ends of one accelerated connection in one process: a loopback TCP connection (the
 // kernel connection every stream keeps) whose two descriptors are joined to one stream
-// segment made here, with a side memfd per end, as the router hands them out.
+// segment made here, with a side memfd per end and, unless a test asks for none (bells_
+// false: every bell on the kernel connection), a bell per end, as the router hands them out.
 #pragma once
 
 #include <arpa/inet.h>
@@ -8,6 +9,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <vector>
 
 #include "freeflow/fd.h"
 #include "freeflow/protocol.h"
@@ -17,6 +20,39 @@
 #include "stream.h"
 
 namespace ff::fsocket::testing {
+
+inline std::vector<uint8_t> Pattern(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  uint32_t x = seed;
+  for (auto& b : v) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<uint8_t>(x >> 24);
+  }
+  return v;
+}
+
+// Reads exactly n bytes (or fails the test).
+inline std::vector<uint8_t> ReadAll(int fd, size_t n) {
+  std::vector<uint8_t> out(n);
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(fd, out.data() + got, n - got);
+    EXPECT_GT(r, 0) << strerror(errno);
+    if (r <= 0) break;
+    got += r;
+  }
+  return out;
+}
+
+// Bytes waiting in the kernel socket itself (the bells): data must never be there.
+inline int KernelBytes(int fd) {
+  char buf[4096];
+  const ssize_t n = real::recv(fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_PEEK);
+  if (n < 0) return 0;
+  for (ssize_t i = 0; i < n; ++i)
+    if (buf[i] != ff::kBellData && buf[i] != ff::kBellSpace) return -1;
+  return static_cast<int>(n);
+}
 
 inline constexpr uint32_t kTestRingBytes = 64 * 1024;
 
@@ -38,6 +74,12 @@ class StreamPair : public ::testing::Test {
     server_ = ::accept4(lst.get(), nullptr, nullptr, SOCK_CLOEXEC);
     ASSERT_GE(server_, 0);
     ASSERT_EQ(ff::CreateSegment("test-stream", ff::StreamSegmentBytes(ring_bytes_), &seg_), 0);
+    for (int end = 0; end < 2 && bells_; ++end) {
+      int sv[2];
+      ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+      bell_read_[end].reset(sv[0]);
+      bell_write_[end].reset(sv[1]);
+    }
     Join(client_, ff::proto::kStreamClient);
     Join(server_, ff::proto::kStreamServer);
   }
@@ -60,7 +102,9 @@ class StreamPair : public ::testing::Test {
   }
 
   uint32_t ring_bytes_ = kTestRingBytes;
+  bool bells_ = true;
   int client_ = -1, server_ = -1;
+  ff::UniqueFd bell_read_[2], bell_write_[2];  // per end (role): its bell's two ends
   ff::UniqueFd seg_;
   ff::Mapping view_;
 
@@ -69,7 +113,15 @@ class StreamPair : public ::testing::Test {
     ff::UniqueFd side;
     ASSERT_EQ(ff::CreateSegment("test-side", ff::kStreamSideBytes, &side), 0);
     Ref s = NewSock(Kind::kStream);
-    ASSERT_EQ(AttachStream(*s, seg_.get(), side.get(), role, ring_bytes_), 0);
+    // This end reads its own bell and writes the other end's.
+    ff::UniqueFd read_end, write_end;
+    if (bells_) {
+      read_end.reset(::dup(bell_read_[role].get()));
+      write_end.reset(::dup(bell_write_[1 - role].get()));
+    }
+    ASSERT_EQ(AttachStream(*s, seg_.get(), side.get(), std::move(read_end), std::move(write_end),
+                           role, ring_bytes_),
+              0);
     Install(fd, s.get());
     TagStream(fd, *s);  // as connect and accept do
   }

@@ -21,38 +21,6 @@
 namespace ff::fsocket::testing {
 namespace {
 
-std::vector<uint8_t> Pattern(size_t n, uint32_t seed) {
-  std::vector<uint8_t> v(n);
-  uint32_t x = seed;
-  for (auto& b : v) {
-    x = x * 1664525u + 1013904223u;
-    b = static_cast<uint8_t>(x >> 24);
-  }
-  return v;
-}
-
-// Reads exactly n bytes (or fails the test).
-std::vector<uint8_t> ReadAll(int fd, size_t n) {
-  std::vector<uint8_t> out(n);
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::read(fd, out.data() + got, n - got);
-    EXPECT_GT(r, 0) << strerror(errno);
-    if (r <= 0) break;
-    got += r;
-  }
-  return out;
-}
-
-// Bytes waiting in the kernel socket itself (the bells): data must never be there.
-int KernelBytes(int fd) {
-  char buf[4096];
-  const ssize_t n = real::recv(fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_PEEK);
-  if (n < 0) return 0;
-  for (ssize_t i = 0; i < n; ++i)
-    if (buf[i] != ff::kBellData && buf[i] != ff::kBellSpace) return -1;
-  return static_cast<int>(n);
-}
 
 using StreamTest = StreamPair;
 

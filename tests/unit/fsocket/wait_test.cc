@@ -132,6 +132,27 @@ TEST_F(WaitTest, EpollReportsAStreamOnceWhenItsBellCameToo) {
   epoll_event out[4];
   EXPECT_EQ(::epoll_wait(ep, out, 4, 1), 0);  // slept: the stream asked for a bell
   ASSERT_EQ(::write(client_, "x", 1), 1);     // data, and the bell behind it
+  pollfd p{bell_read_[ff::proto::kStreamServer].get(), POLLIN, 0};
+  ASSERT_EQ(real::poll(&p, 1, 1000), 1) << "the bell reached the server's bell socket";
+  EXPECT_EQ(KernelBytes(server_), 0) << "and not the kernel connection";
+  EXPECT_EQ(::epoll_wait(ep, out, 4, 1000), 1) << "one event for one descriptor";
+  EXPECT_EQ(real::poll(&p, 1, 0), 0) << "the wait took the bell";
+  ::close(ep);
+}
+
+// The same without bells (a process over its budget of them): the kernel connection rings.
+class KernelBellWaitTest : public StreamPair {
+ protected:
+  KernelBellWaitTest() { bells_ = false; }
+};
+
+TEST_F(KernelBellWaitTest, EpollReportsAStreamOnceWhenItsBellCameToo) {
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{EPOLLIN, {}};
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, server_, &ev), 0);
+  epoll_event out[4];
+  EXPECT_EQ(::epoll_wait(ep, out, 4, 1), 0);  // slept: the stream asked for a bell
+  ASSERT_EQ(::write(client_, "x", 1), 1);     // data, and the bell behind it
   pollfd p{server_, POLLIN, 0};
   ASSERT_EQ(real::poll(&p, 1, 1000), 1) << "the bell reached the kernel socket";
   EXPECT_EQ(::epoll_wait(ep, out, 4, 1000), 1) << "one event for one descriptor";

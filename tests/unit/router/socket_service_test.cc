@@ -294,10 +294,11 @@ TEST_F(SocketServiceTest, AConnectGivesTwoSealedMemfdsOfTheRightSizes) {
   EXPECT_EQ(c_.reply.role, proto::kStreamClient);
   EXPECT_EQ(c_.reply.ring_bytes, kStreamRingBytes);
   EXPECT_TRUE(ValidStreamRingBytes(c_.reply.ring_bytes));
-  ASSERT_EQ(c_.fds.size(), 2u);
+  ASSERT_EQ(c_.fds.size(), 4u);  // segment, side, two bells
   EXPECT_EQ(SizeOf(c_.fds[0].get()), StreamSegmentBytes(kStreamRingBytes));
   EXPECT_EQ(SizeOf(c_.fds[1].get()), kStreamSideBytes);
-  for (const UniqueFd& fd : c_.fds) {
+  for (int i = 0; i < 2; ++i) {
+    const UniqueFd& fd = c_.fds[i];
     const int seals = ::fcntl(fd.get(), F_GET_SEALS);
     EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
               F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
@@ -310,7 +311,8 @@ TEST_F(SocketServiceTest, AConnectGivesTwoSealedMemfdsOfTheRightSizes) {
 // there), grow it, or seal it against the writes of an end that maps it later.
 TEST_F(SocketServiceTest, AnEndCannotResizeOrResealTheSegment) {
   ASSERT_TRUE(Connected());
-  for (const UniqueFd& fd : c_.fds) {
+  for (int i = 0; i < 2; ++i) {
+    const UniqueFd& fd = c_.fds[i];
     EXPECT_NE(::ftruncate(fd.get(), 0), 0);
     EXPECT_NE(::ftruncate(fd.get(), 64 << 20), 0);
     EXPECT_NE(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_FUTURE_WRITE), 0);
@@ -368,10 +370,41 @@ TEST_F(SocketServiceTest, TheServerClaimsItsEnd) {
   ASSERT_EQ(s.status, 0);
   EXPECT_EQ(s.reply.role, proto::kStreamServer);
   EXPECT_EQ(s.reply.ring_bytes, kStreamRingBytes);
-  ASSERT_EQ(s.fds.size(), 2u);
+  ASSERT_EQ(s.fds.size(), 4u);
   EXPECT_TRUE(SameMemfd(s.fds[0], c_.fds[0]));   // one segment
   EXPECT_FALSE(SameMemfd(s.fds[1], c_.fds[1]));  // a side each
   EXPECT_EQ(SizeOf(s.fds[1].get()), kStreamSideBytes);
+}
+
+// Each end reads its own bell and writes the other's (stream_segment.h): a byte the client
+// writes reaches the server's bell only, and back; neither can read the bell it writes, nor
+// write the bell it reads, and the sends never block on a flag the other end could change.
+TEST_F(SocketServiceTest, EachEndReadsItsBellAndWritesTheOthers) {
+  ASSERT_TRUE(Connected());
+  SockAnswer s = b_->Claim(kA, kServerPort, kClientPort);
+  ASSERT_EQ(s.status, 0);
+  ASSERT_EQ(s.fds.size(), 4u);
+  const int client_read = c_.fds[2].get(), client_write = c_.fds[3].get();
+  const int server_read = s.fds[2].get(), server_write = s.fds[3].get();
+  char b = 'D';
+  ASSERT_EQ(::send(client_write, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL), 1);
+  char got = 0;
+  EXPECT_EQ(::recv(server_read, &got, 1, MSG_DONTWAIT), 1);
+  EXPECT_EQ(got, 'D');
+  EXPECT_EQ(::recv(client_read, &got, 1, MSG_DONTWAIT), -1) << "the client's own bell rang";
+  b = 'S';
+  ASSERT_EQ(::send(server_write, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL), 1);
+  EXPECT_EQ(::recv(client_read, &got, 1, MSG_DONTWAIT), 1);
+  EXPECT_EQ(got, 'S');
+  // Wrong ways round: the read end is shut for writing, the write end for reading.
+  EXPECT_EQ(::send(client_read, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL), -1);
+  EXPECT_EQ(errno, EPIPE);
+  EXPECT_EQ(::recv(client_write, &got, 1, MSG_DONTWAIT), 0);
+  // A claim again (after exec) gives the same bells.
+  SockAnswer again = a_->Claim(kB, kClientPort, kServerPort);
+  ASSERT_EQ(again.fds.size(), 4u);
+  EXPECT_TRUE(SameMemfd(again.fds[2], c_.fds[2]));
+  EXPECT_TRUE(SameMemfd(again.fds[3], c_.fds[3]));
 }
 
 TEST_F(SocketServiceTest, ClaimsRepeatWithTheSameMemfds) {

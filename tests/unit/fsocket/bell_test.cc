@@ -1,0 +1,169 @@
+// Bells (fsocket/src/bells.h): a sleeper is woken on its bell, not on the kernel connection;
+// a hostile peer cannot make ringing block; the bells' descriptors stay out of the program's
+// way, and a program that closes or replaces one costs its stream only its bell. And the
+// spin decision (spin.h).
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "bells.h"
+#include "spin.h"
+#include "stream_fixture.h"
+
+namespace ff::fsocket::testing {
+namespace {
+
+using BellTest = StreamPair;
+
+int BellOf(int fd, bool read_end) {
+  Ref s = Lookup(fd);
+  if (!s) return -1;
+  return read_end ? s->bell_read.load() : s->bell_write.load();
+}
+
+// A read that sleeps (past any spin) and the byte that wakes it, 100 ms later.
+void SleepingReadGets(int reader, int writer, const char* what) {
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(::write(writer, what, 1), 1);
+  });
+  char c = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(::read(reader, &c, 1), 1);
+  EXPECT_EQ(c, what[0]);
+  // Woken by the byte, not by the bounded sleep's end (kStreamMaxSleepMs) after it.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100 + 40));
+  late.join();
+}
+
+TEST_F(BellTest, ASleepingReaderIsRungOnItsBellNotOnTheKernelConnection) {
+  ASSERT_GE(BellOf(server_, true), 0);
+  for (int i = 0; i < 3; ++i) {
+    SleepingReadGets(server_, client_, "a");
+    EXPECT_EQ(KernelBytes(server_), 0) << "a bell went over the kernel connection";
+    SleepingReadGets(client_, server_, "b");
+    EXPECT_EQ(KernelBytes(client_), 0);
+  }
+  pollfd p{bell_read_[ff::proto::kStreamServer].get(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "the woken reader took its bell";
+}
+
+TEST_F(BellTest, AWriterWaitingForRoomIsRungOnItsBell) {
+  const auto fill = Pattern(ring_bytes_, 5);
+  ASSERT_EQ(::write(client_, fill.data(), fill.size()), static_cast<ssize_t>(fill.size()));
+  std::thread reader([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(ReadAll(server_, fill.size()), fill);
+  });
+  const auto more = Pattern(1000, 6);
+  EXPECT_EQ(::write(client_, more.data(), more.size()), 1000);  // sleeps for room
+  reader.join();
+  EXPECT_EQ(ReadAll(server_, 1000), more);
+  EXPECT_EQ(KernelBytes(server_), 0);
+}
+
+TEST_F(BellTest, EpollSleepsOnTheBell) {
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{EPOLLIN, {}};
+  ev.data.u64 = 7;
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, server_, &ev), 0);
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(::write(client_, "x", 1), 1);
+  });
+  epoll_event out[4];
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::epoll_wait(ep, out, 4, 2000), 1);
+  EXPECT_EQ(out[0].data.u64, 7u) << "the bell's own registration never reaches the program";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(140));
+  EXPECT_EQ(KernelBytes(server_), 0);
+  late.join();
+  ::close(ep);
+}
+
+// The peer never takes its bell (it fills), and has cleared O_NONBLOCK on the description
+// this end writes through: ringing must neither block nor fail the write, and a full bell
+// still wakes its sleeper.
+TEST_F(BellTest, AFullBellWithoutONonblockNeverBlocksTheRinger) {
+  const int to_server = bell_write_[ff::proto::kStreamServer].get();
+  ASSERT_EQ(::fcntl(to_server, F_SETFL, ::fcntl(to_server, F_GETFL) & ~O_NONBLOCK), 0);
+  char junk[4096] = {};
+  int filled = 0;
+  while (filled < 100'000 && ::send(to_server, junk, sizeof(junk), MSG_DONTWAIT) > 0) ++filled;
+  ASSERT_LT(filled, 100'000) << "the bell never filled";
+  for (int i = 0; i < 3; ++i) SleepingReadGets(server_, client_, "c");
+}
+
+TEST_F(BellTest, BellsSitHighAndCloseOnExec) {
+  rlimit rl{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &rl), 0);
+  const int floor =
+      static_cast<int>(std::min<rlim_t>(rl.rlim_cur - std::min<rlim_t>(rl.rlim_cur / 8, 4096), 4096));
+  for (int fd : {client_, server_}) {
+    for (bool r : {true, false}) {
+      const int b = BellOf(fd, r);
+      ASSERT_GE(b, floor);
+      EXPECT_EQ(::fcntl(b, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    }
+  }
+  EXPECT_GE(BellFdsHeld(), 4);
+}
+
+// The program closes the library's bell (a daemon closing every descriptor, a mistake): the
+// stream forgets it first and is rung on the kernel connection from then on.
+TEST_F(BellTest, AProgramThatClosesABellCostsItsStreamOnlyTheBell) {
+  const int held = BellFdsHeld();
+  const int bell = BellOf(server_, true);
+  ASSERT_GE(bell, 0);
+  ASSERT_EQ(::close(bell), 0);
+  EXPECT_EQ(BellOf(server_, true), -1);
+  EXPECT_EQ(BellFdsHeld(), held - 1);
+  SleepingReadGets(server_, client_, "d");
+  // Replaced by dup2: the same, and the program's file is never written to.
+  const int wbell = BellOf(client_, false);
+  ASSERT_GE(wbell, 0);
+  int pipefd[2];
+  ASSERT_EQ(::pipe2(pipefd, O_CLOEXEC | O_NONBLOCK), 0);
+  ASSERT_EQ(::dup2(pipefd[1], wbell), wbell);
+  EXPECT_EQ(BellOf(client_, false), -1);
+  SleepingReadGets(server_, client_, "e");
+  char c;
+  EXPECT_EQ(::read(pipefd[0], &c, 1), -1) << "a bell reached the program's pipe";
+  ::close(wbell);
+  ::close(pipefd[0]);
+  ::close(pipefd[1]);
+}
+
+TEST_F(BellTest, CloseRangeOverTheBellsForgetsThemAll) {
+  const int lo = std::min({BellOf(client_, true), BellOf(client_, false), BellOf(server_, true),
+                           BellOf(server_, false)});
+  ASSERT_GE(lo, 0);
+  ASSERT_EQ(::close_range(static_cast<unsigned>(lo), ~0u, 0), 0);
+  EXPECT_EQ(BellOf(client_, true), -1);
+  EXPECT_EQ(BellOf(server_, false), -1);
+  EXPECT_EQ(BellFdsHeld(), 0);
+  SleepingReadGets(server_, client_, "f");
+  SleepingReadGets(client_, server_, "g");
+}
+
+TEST(SpinTest, SpinsOnlyWithACpuForEveryRunnableThread) {
+  EXPECT_TRUE(SpinDecision(1, 2));
+  EXPECT_TRUE(SpinDecision(2, 2));
+  EXPECT_FALSE(SpinDecision(3, 2));
+  EXPECT_FALSE(SpinDecision(-1, 2));
+  EXPECT_EQ(RunnableOfLoadavg("0.51 0.40 0.33 3/99 5417\n"), 3);
+  EXPECT_EQ(RunnableOfLoadavg("0.51 0.40 0.33 12/1099 5417\n"), 12);
+  EXPECT_EQ(RunnableOfLoadavg("garbage"), -1);
+  EXPECT_EQ(CpusOfQuota("max 100000\n"), 0);
+  EXPECT_EQ(CpusOfQuota("150000 100000\n"), 2);
+  EXPECT_EQ(CpusOfQuota("100000 100000\n"), 1);
+  EXPECT_EQ(CpusOfQuota("x"), 0);
+}
+
+}  // namespace
+}  // namespace ff::fsocket::testing
