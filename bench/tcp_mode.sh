@@ -10,8 +10,12 @@
 #     CONNS of them a run, 2000): across nodes the library must cost nothing measurable
 #     (target 0.95x, the bandwidth's bar); on one node it says what an accelerated
 #     connection's set-up costs (no target).
+#   - a process-per-connection server (issue 39): socat's forked echo (`socat
+#     TCP-LISTEN:...,fork PIPE`), 4 and 16 clients (bench/rr_load: a connection and a thread
+#     each, 64-byte requests for 3 s, each thread sleeping in recv), requests per second.
 # Targets (issue 14): on one node, at least 5x the bandwidth and at most 1/3 of the latency
 # of kernel TCP; across nodes, at least 0.95x the bandwidth and at most 1.1x the latency.
+# Issue 39: the process-per-connection server at least 1.3x on one node, 0.95x across.
 # Each placement also says how many of iperf3's bytes crossed the client pod's veth with the
 # library: near 0% when freeflow carried them, about 100% when kernel TCP did.
 #   bench/tcp_mode.sh [--library PATH|none] [BUILD]
@@ -86,6 +90,19 @@ rate() {
   awk '/ connections: / {for (i = 1; i < NF; i++) if ($i == "rate") print $(i + 1)}' "$FF_DIR/rate-c.log"
 }
 
+# fork_rr HOW CONNS PORT: requests per second of rr_load's CONNS clients in pod 1 against
+# socat's forked echo in pod 0, both HOW (nothing when the run failed: a byte that came back
+# wrong, a connection that did not close cleanly).
+fork_rr() {
+  tm_bg 0 "$1" socat "TCP-LISTEN:$3,fork,reuseaddr" PIPE >"$FF_DIR/fork-s.log" 2>&1
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" "$3" || true
+  tm_run 1 "$1" timeout 60 "$FF_BUILD/bench/rr_load" "$(ff_pod_ip 0)" "$3" "$2" 64 3 \
+    >"$FF_DIR/fork-c.log" 2>&1 || true
+  tm_stop "$spid" || true
+  sed -n 's/^rr_load: .*: \([0-9]*\) requests\/s.*/\1/p' "$FF_DIR/fork-c.log"
+}
+
 # ratio STATS_PLAIN STATS_LIB: the ratio of the medians, library / plain (no target).
 ratio() {
   awk -v a="${2%% *}" -v b="${1%% *}" 'BEGIN {
@@ -105,11 +122,11 @@ target() {
 
 row() { printf '%-40s %-28s %-28s %s\n' "$@"; }
 
-# measure WHERE BW_GOAL LAT_GOAL RATE_GOAL: the table for one placement (RATE_GOAL "none":
-# the connection rate's ratio is shown without a target).
+# measure WHERE BW_GOAL LAT_GOAL RATE_GOAL FORK_GOAL: the table for one placement
+# (RATE_GOAL "none": the connection rate's ratio is shown without a target).
 measure() {
   local where=$1 r out
-  local -a bp=() bl=() wl=() ap=() al=() pp=() pl=() cp=() cl=()
+  local -a bp=() bl=() wl=() ap=() al=() pp=() pl=() cp=() cl=() f4p=() f4l=() f16p=() f16l=()
   for ((r = 1; r <= RUNS; r++)); do
     echo "$where: run $r/$RUNS" >&2
     out=$(bw plain) && [[ -n $out ]] && bp+=("${out%% *}")
@@ -118,11 +135,17 @@ measure() {
     out=$(lat lib) && [[ -n $out ]] && { al+=("${out%% *}"); pl+=("${out##* }"); }
     out=$(rate plain $((7700 + 2 * r))) && [[ -n $out ]] && cp+=("$out")
     out=$(rate lib $((7701 + 2 * r))) && [[ -n $out ]] && cl+=("$out")
+    out=$(fork_rr plain 4 $((7800 + 4 * r))) && [[ -n $out ]] && f4p+=("$out")
+    out=$(fork_rr lib 4 $((7801 + 4 * r))) && [[ -n $out ]] && f4l+=("$out")
+    out=$(fork_rr plain 16 $((7802 + 4 * r))) && [[ -n $out ]] && f16p+=("$out")
+    out=$(fork_rr lib 16 $((7803 + 4 * r))) && [[ -n $out ]] && f16l+=("$out")
   done
   local sbp sbl swl sap sal spp spl scp scl
   sbp=$(stats "${bp[@]}") sbl=$(stats "${bl[@]}") swl=$(stats "${wl[@]}")
   sap=$(stats "${ap[@]}") sal=$(stats "${al[@]}") spp=$(stats "${pp[@]}") spl=$(stats "${pl[@]}")
   scp=$(stats "${cp[@]}") scl=$(stats "${cl[@]}")
+  local sf4p sf4l sf16p sf16l
+  sf4p=$(stats "${f4p[@]}") sf4l=$(stats "${f4l[@]}") sf16p=$(stats "${f16p[@]}") sf16l=$(stats "${f16l[@]}")
   echo
   echo "freeflow TCP mode, $where: median (min..max) of $RUNS runs; library: $LIB"
   row "figure" "kernel TCP" "$([[ $LIB == none ]] && echo "none: kernel TCP too" || echo libfsocket)" "ratio, target"
@@ -134,14 +157,16 @@ measure() {
   else
     row "TCP connections per second" "$(fmt_stats "$scp")" "$(fmt_stats "$scl")" "$(target rate "$scp" "$scl" ">=" "$4")"
   fi
+  row "socat fork echo, 4 clients, requests/s" "$(fmt_stats "$sf4p")" "$(fmt_stats "$sf4l")" "$(target fork "$sf4p" "$sf4l" ">=" "$5")"
+  row "socat fork echo, 16 clients, requests/s" "$(fmt_stats "$sf16p")" "$(fmt_stats "$sf16l")" "$(target fork "$sf16p" "$sf16l" ">=" "$5")"
   row "iperf3's bytes on the client's veth, %" "" "$(fmt_stats "$swl")" ""
 }
 
 trap tm_down EXIT
 FF_KNOWN_PODS=1 two_pods_up same
-same=$(measure "two pods on one node" 5 0.33 none)
+same=$(measure "two pods on one node" 5 0.33 none 1.3)
 tm_down
 FF_KNOWN_PODS=1 two_pods_up cross
-cross=$(measure "pods on two nodes (TLS node links)" 0.95 1.1 0.95)
+cross=$(measure "pods on two nodes (TLS node links)" 0.95 1.1 0.95 0.95)
 echo "$same"
 echo "$cross"

@@ -64,11 +64,8 @@ int MoveHigh(ff::UniqueFd fd) {
 bool ForgetLocked(int fd) {
   auto it = Held().find(fd);
   if (it == Held().end()) return false;
-  Sock* s = it->second;
   int expected = fd;
-  s->bell_read.compare_exchange_strong(expected, -1);
-  expected = fd;
-  s->bell_write.compare_exchange_strong(expected, -1);
+  it->second->bell.compare_exchange_strong(expected, -1);
   Held().erase(it);
   g_held.fetch_sub(1, std::memory_order_relaxed);
   return true;
@@ -76,48 +73,38 @@ bool ForgetLocked(int fd) {
 
 }  // namespace
 
-void AdoptBells(Sock& s, ff::UniqueFd read_end, ff::UniqueFd write_end) {
-  s.bell_read.store(-1);
-  s.bell_write.store(-1);
+void AdoptBell(Sock& s, ff::UniqueFd bell) {
+  s.bell.store(-1);
   const Placement& p = Place();
   std::lock_guard lock(Mu());
-  if (g_held.load(std::memory_order_relaxed) + 2 > p.budget) return;  // kernel bells
-  const int r = MoveHigh(std::move(read_end));
-  if (r < 0) return;
-  const int w = MoveHigh(std::move(write_end));
-  if (w < 0) {
-    (void)real::close(r);
-    return;
-  }
-  Held()[r] = &s;
-  Held()[w] = &s;
-  g_held.fetch_add(2, std::memory_order_relaxed);
-  s.bell_read.store(r);
-  s.bell_write.store(w);
+  if (g_held.load(std::memory_order_relaxed) + 1 > p.budget) return;  // kernel bells
+  const int b = MoveHigh(std::move(bell));
+  if (b < 0) return;
+  Held()[b] = &s;
+  g_held.fetch_add(1, std::memory_order_relaxed);
+  s.bell.store(b);
 }
 
-void CloseBells(Sock& s) {
+void CloseBell(Sock& s) {
   std::lock_guard lock(Mu());
-  for (std::atomic<int>* which : {&s.bell_read, &s.bell_write}) {
-    const int fd = which->exchange(-1);
-    if (fd < 0) continue;
-    auto it = Held().find(fd);
-    if (it != Held().end() && it->second == &s) {
-      Held().erase(it);
-      g_held.fetch_sub(1, std::memory_order_relaxed);
-    }
-    (void)real::close(fd);
+  const int fd = s.bell.exchange(-1);
+  if (fd < 0) return;
+  auto it = Held().find(fd);
+  if (it != Held().end() && it->second == &s) {
+    Held().erase(it);
+    g_held.fetch_sub(1, std::memory_order_relaxed);
   }
+  (void)real::close(fd);
 }
 
 uint32_t ArmValue(const Sock& s) {
-  if (Restricted() || s.bell_read.load(std::memory_order_relaxed) < 0) return ff::kArmKernel;
+  if (Restricted() || s.bell.load(std::memory_order_relaxed) < 0) return ff::kArmKernel;
   return ff::kArmBell;
 }
 
 bool RingBell(Sock& s, char b) {
   if (Restricted()) return false;  // its filter may allow nothing but write(2)
-  const int fd = s.bell_write.load(std::memory_order_relaxed);
+  const int fd = s.bell.load(std::memory_order_relaxed);
   if (fd < 0) return false;
   if (real::send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) return true;
   // Full: the sleeper has bells it has not taken, and wakes for them.
@@ -125,7 +112,7 @@ bool RingBell(Sock& s, char b) {
 }
 
 void DrainBell(Sock& s) {
-  const int fd = s.bell_read.load(std::memory_order_relaxed);
+  const int fd = s.bell.load(std::memory_order_relaxed);
   if (fd < 0) return;
   char buf[256];
   for (int round = 0; round < 16; ++round) {
@@ -134,8 +121,12 @@ void DrainBell(Sock& s) {
   }
 }
 
+bool MaybeBell(int fd) {
+  return g_held.load(std::memory_order_relaxed) != 0 && fd >= Place().floor;
+}
+
 void DisownBell(int fd) {
-  if (g_held.load(std::memory_order_relaxed) == 0 || fd < Place().floor) return;
+  if (!MaybeBell(fd)) return;
   std::lock_guard lock(Mu());
   ForgetLocked(fd);
 }

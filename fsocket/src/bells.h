@@ -1,9 +1,9 @@
-// A stream's bells (core/include/freeflow/stream_segment.h): how one end wakes the other
-// when the other sleeps. The router gives each end two descriptors, the read end of its own
-// bell and the write end of the other's; a byte there wakes a sleeper in poll, epoll or a
-// blocking call for a system call on a Unix socket, where a byte on the kernel TCP
-// connection costs the kernel's TCP path through veth and a bridge (docs/tcp-mode.md,
-// "Bells").
+// A stream's bell (core/include/freeflow/stream_segment.h): how one end wakes the other
+// when the other sleeps. The router gives each end one side of a Unix stream socket pair:
+// the end reads its own wake-ups there and sends the other end's, one byte each. That wakes
+// a sleeper in poll, epoll or a blocking call for a send on a Unix socket, where a byte on
+// the kernel TCP connection costs the kernel's TCP path through veth and a bridge
+// (docs/tcp-mode.md, "Waits and bells").
 //
 // The descriptors are the library's, not the program's: they are moved to high numbers
 // (at least kBellFdFloor, below RLIMIT_NOFILE), a process keeps at most a budget of them
@@ -18,11 +18,11 @@
 
 namespace ff::fsocket {
 
-// Takes the bells the router gave for stream `s`; a stream keeps none when there is no room
-// for them.
-void AdoptBells(Sock& s, ff::UniqueFd read_end, ff::UniqueFd write_end);
-// Stream `s` is gone from the process: its bells are closed.
-void CloseBells(Sock& s);
+// Takes the bell the router gave for stream `s`; a stream keeps none when there is no room
+// for it.
+void AdoptBell(Sock& s, ff::UniqueFd bell);
+// Stream `s` is gone from the process: its bell is closed.
+void CloseBell(Sock& s);
 // What a sleeper of `s` writes into its armed word: kArmBell when it waits on its bell too,
 // else kArmKernel (no bell; a process confined by seccomp, which keeps to read/write/poll
 // on the kernel socket).
@@ -37,6 +37,9 @@ void DrainBell(Sock& s);
 // forgotten by its stream first, so that the library never writes to a reused number.
 void DisownBell(int fd);
 void DisownBellsIn(int lo, int hi);
+// False when `fd` is surely no bell (no bell held, or a number below where bells go): the
+// callers' quick test before they pay for a closer look.
+bool MaybeBell(int fd);
 // How many bell descriptors the process holds (tests).
 int BellFdsHeld();
 

@@ -59,7 +59,7 @@ Watch* FindCookie(EpollShadow& sh, uint64_t cookie, bool* bell) {
 
 // Adds / removes the bell of watch `w`'s stream, when it has one, to / from the set.
 void AddBell(EpollShadow& sh, Watch& w) {
-  const int bell = w.stream->bell_read.load(std::memory_order_relaxed);
+  const int bell = w.stream->bell.load(std::memory_order_relaxed);
   if (bell < 0 || Restricted()) return;
   epoll_event k{};
   k.events = EPOLLIN;
@@ -69,7 +69,7 @@ void AddBell(EpollShadow& sh, Watch& w) {
   (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_ADD, bell, &k);
 }
 void RemoveBell(EpollShadow& sh, Watch& w) {
-  const int bell = w.stream ? w.stream->bell_read.load(std::memory_order_relaxed) : -1;
+  const int bell = w.stream ? w.stream->bell.load(std::memory_order_relaxed) : -1;
   if (bell >= 0) (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_DEL, bell, nullptr);
 }
 
@@ -289,16 +289,20 @@ int Wait(EpollShadow& sh, epoll_event* evs, int max, int timeout_ms, const sigse
   uint64_t next_look = start + ff::kKernelLookNs;
   for (uint64_t now = ff::MonotonicNs(); now - start < spin_ns; now = ff::MonotonicNs()) {
     if (now >= next_look) {
-      if ((n = Look(sh, evs, max, 0, mask)) != 0) return n;
+      n = Look(sh, evs, max, 0, mask);
       next_look = now + ff::kKernelLookNs;
     } else {
       std::lock_guard lock(sh.mu);
       ++sh.looks;
       Scan(sh, evs, max, &n);
-      if (n != 0) return n;
+    }
+    if (n != 0) {
+      if (n > 0) SpinResult(true);
+      return n;
     }
     SpinStep(now - start);
   }
+  if (spin_ns != 0) SpinResult(false);
   for (;;) {
     {
       std::lock_guard lock(sh.mu);

@@ -101,10 +101,10 @@ bool BindToOwn(int fd, uint32_t own) {
 
 // Maps what a SockConnect or SockClaim answered into a new stream Sock.
 Ref StreamFromReply(const ff::proto::Response& r, ff::UniqueFd* fds, int nfds) {
-  if (nfds != 4) return Ref();
+  if (nfds != 3) return Ref();
   Ref s = NewSock(Kind::kStream);
-  if (AttachStream(*s, fds[0].get(), fds[1].get(), std::move(fds[2]), std::move(fds[3]),
-                   r.u.sock.role, r.u.sock.ring_bytes) != 0) {
+  if (AttachStream(*s, fds[0].get(), fds[1].get(), std::move(fds[2]), r.u.sock.role,
+                   r.u.sock.ring_bytes) != 0) {
     LogError("the router's stream segment is not what it said: kernel TCP for this connection");
     return Ref();
   }
@@ -118,9 +118,9 @@ Ref AskForStream(uint32_t peer_ip_net, uint16_t local_port, uint16_t peer_port) 
   req.local_port = local_port;
   req.peer_port = peer_port;
   ff::proto::Response r{};
-  ff::UniqueFd fds[4];
+  ff::UniqueFd fds[3];
   int status = 0, nfds = 0;
-  if (RouterCall(&req, sizeof(req), &status, &r, fds, 4, &nfds) != 0 || status != 0) return Ref();
+  if (RouterCall(&req, sizeof(req), &status, &r, fds, 3, &nfds) != 0 || status != 0) return Ref();
   Ref s = StreamFromReply(r, fds, nfds);
   if (s) {
     s->peer_ip_net = peer_ip_net;
@@ -335,7 +335,7 @@ FFS_EXPORT int dup(int fd) {
 }
 
 FFS_EXPORT int dup3(int fd, int fd2, int flags) {
-  if (fd != fd2 && real::fcntl_int(fd, F_GETFD, 0) >= 0) DisownBell(fd2);
+  if (fd != fd2 && MaybeBell(fd2) && real::fcntl_int(fd, F_GETFD, 0) >= 0) DisownBell(fd2);
   const int n = real::dup3(fd, fd2, flags);
   if (n >= 0) FollowDup(fd, fd2);
   return n;
@@ -343,7 +343,7 @@ FFS_EXPORT int dup3(int fd, int fd2, int flags) {
 
 FFS_EXPORT int dup2(int fd, int fd2) {
   // A bell at fd2 is forgotten only when the call will replace it (fd is open).
-  if (fd != fd2 && real::fcntl_int(fd, F_GETFD, 0) >= 0) DisownBell(fd2);
+  if (fd != fd2 && MaybeBell(fd2) && real::fcntl_int(fd, F_GETFD, 0) >= 0) DisownBell(fd2);
   const int n = real::dup2(fd, fd2);
   if (n >= 0 && fd != fd2) FollowDup(fd, fd2);
   return n;
@@ -389,7 +389,11 @@ FFS_EXPORT int close_range(unsigned lo, unsigned hi, int flags) {
     const int top = hi > 0x7fffffffu ? -1 : static_cast<int>(hi);
     for (int fd : SlotsIn(static_cast<int>(std::min(lo, 0x7fffffffu)), top)) Forget(fd, Detach(fd));
   }
-  return static_cast<int>(::syscall(SYS_close_range, lo, hi, flags));
+  // libc's syscall(2) itself, with every argument it reads given (this library's own
+  // syscall interposer reads six).
+  static auto next = reinterpret_cast<long (*)(long, ...)>(real::Next("syscall"));
+  return static_cast<int>(next(SYS_close_range, static_cast<long>(lo), static_cast<long>(hi),
+                               static_cast<long>(flags), 0L, 0L, 0L));
 }
 
 FFS_EXPORT void closefrom(int lo) {

@@ -46,7 +46,7 @@ bool Classify(PollSet& p) {
     // An open stream: the kernel tells bells, FIN and reset (POLLIN); readiness is ours.
     if (s->state.load() == StreamState::kOpen) p.kernel[i].events = POLLIN;
     // Its bell, which a sleeper arms for (bells.h), is looked at too.
-    if (const int bell = s->bell_read.load(std::memory_order_relaxed); bell >= 0 && !restricted) {
+    if (const int bell = s->bell.load(std::memory_order_relaxed); bell >= 0 && !restricted) {
       p.bell_at[i] = p.kernel.size();
       p.kernel.push_back(pollfd{bell, POLLIN, 0});
     }
@@ -125,9 +125,13 @@ int Wait(PollSet& p, int64_t timeout_ns, const sigset_t* mask) {
       if (KernelLook(p, &zero, mask) < 0) return -1;
       next_look = now + ff::kKernelLookNs;
     }
-    if (int r = Collect(p, look)) return r;
+    if (int r = Collect(p, look)) {
+      SpinResult(true);
+      return r;
+    }
     SpinStep(now - start);
   }
+  if (spin_end > start && timeout_ns != 0) SpinResult(false);
   for (;;) {
     for (nfds_t i = 0; i < p.n; ++i)
       if (p.streams[i]) StreamArm(*p.streams[i], p.fds[i].events);

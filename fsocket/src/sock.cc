@@ -56,7 +56,7 @@ void Recycle(Sock* s) {
     EpollShadowGone(s);
     s->shadow.reset();
   }
-  if (k == Kind::kStream) CloseBells(*s);
+  if (k == Kind::kStream) CloseBell(*s);
   s->seg.reset();
   s->side.reset();
   s->tx = s->rx = nullptr;

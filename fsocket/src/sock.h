@@ -55,8 +55,8 @@ struct Sock {
   uint8_t* tx_data = nullptr;
   uint8_t* rx_data = nullptr;
   SideLocks* locks = nullptr;
-  // The bells (bells.h): this end's read end and the other end's write end, or -1.
-  std::atomic<int> bell_read{-1}, bell_write{-1};
+  // This end's side of the connection's bell pair (bells.h), or -1.
+  std::atomic<int> bell{-1};
   std::atomic<StreamState> state{StreamState::kOpen};
   std::atomic<bool> eof{false};       // the peer's FIN was read from the kernel
   std::atomic<bool> rd_shut{false};   // shutdown(SHUT_RD) here

@@ -47,7 +47,15 @@ int UsableCpus() {
 }
 
 std::atomic<uint64_t> g_checked_ns{0};
-std::atomic<bool> g_spin{true};
+std::atomic<bool> g_spin{true};  // what /proc/loadavg said last
+std::atomic<uint32_t> g_score{kSpinScoreMax};
+std::atomic<uint32_t> g_waits{0};
+
+// The spin score's say: spin when spins pay, and now and then when they have not.
+bool ScoreAllows() {
+  if (g_score.load(std::memory_order_relaxed) >= kSpinScoreFloor) return true;
+  return g_waits.fetch_add(1, std::memory_order_relaxed) % kSpinProbeEvery == 0;
+}
 
 }  // namespace
 
@@ -72,22 +80,33 @@ int RunnableOfLoadavg(const char* text) {
   return std::atoi(start);
 }
 
+uint32_t NextSpinScore(uint32_t score, bool came) {
+  score = std::min(score, kSpinScoreMax);
+  return came ? score + (kSpinScoreMax - score + 7) / 8 : score - (score + 7) / 8;
+}
+
+void SpinResult(bool came) {
+  const uint32_t s = g_score.load(std::memory_order_relaxed);
+  // Lost updates between threads only blur the average.
+  g_score.store(NextSpinScore(s, came), std::memory_order_relaxed);
+}
+
 bool SpinWorthIt() {
-  // A process confined by seccomp may not open files: it keeps the last decision.
-  if (Restricted()) return g_spin.load(std::memory_order_relaxed);
+  // A process confined by seccomp may not open files: it keeps the last look.
+  if (Restricted()) return g_spin.load(std::memory_order_relaxed) && ScoreAllows();
   const uint64_t now = ff::MonotonicNs();
   const uint64_t last = g_checked_ns.load(std::memory_order_relaxed);
-  if (now - last < ff::kSpinCheckNs) return g_spin.load(std::memory_order_relaxed);
   uint64_t expected = last;
-  if (!g_checked_ns.compare_exchange_strong(expected, now, std::memory_order_relaxed))
-    return g_spin.load(std::memory_order_relaxed);  // another thread looks
-  char buf[128];
-  if (ReadSmall("/proc/loadavg", buf, sizeof(buf)) > 0) {
-    const int runnable = RunnableOfLoadavg(buf);
-    if (runnable >= 0)
-      g_spin.store(SpinDecision(runnable, UsableCpus()), std::memory_order_relaxed);
+  if (now - last >= ff::kSpinCheckNs &&
+      g_checked_ns.compare_exchange_strong(expected, now, std::memory_order_relaxed)) {
+    char buf[128];
+    if (ReadSmall("/proc/loadavg", buf, sizeof(buf)) > 0) {
+      const int runnable = RunnableOfLoadavg(buf);
+      if (runnable >= 0)
+        g_spin.store(SpinDecision(runnable, UsableCpus()), std::memory_order_relaxed);
+    }
   }
-  return g_spin.load(std::memory_order_relaxed);
+  return g_spin.load(std::memory_order_relaxed) && ScoreAllows();
 }
 
 }  // namespace ff::fsocket

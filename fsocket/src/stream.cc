@@ -199,9 +199,13 @@ int Wait(Sock& s, int fd, bool for_read, int timeout_ms) {
   const uint64_t start = ff::MonotonicNs();
   const uint64_t spin_ns = SpinWorthIt() ? ff::kStreamSpinNs : 0;
   for (uint64_t spun = 0; spun < spin_ns; spun = ff::MonotonicNs() - start) {
-    if (ready()) return 0;
+    if (ready()) {
+      SpinResult(true);
+      return 0;
+    }
     SpinStep(spun);
   }
+  if (spin_ns != 0) SpinResult(false);
   const uint64_t deadline = timeout_ms >= 0 ? start + timeout_ms * 1'000'000ull : 0;
   WaiterCount count(s);
   // Whether the kernel socket may hold news (FIN, reset, bells rung there): drained only
@@ -232,7 +236,7 @@ int Wait(Sock& s, int fd, bool for_read, int timeout_ms) {
     if ((after_fin || s.waiters.load() > 1) && (t < 0 || t > 1)) t = 1;
     if (t < 0 || t > ff::kStreamMaxSleepMs) t = ff::kStreamMaxSleepMs;
     // The kernel socket (FIN, reset, bells rung there) and, when it has one, this end's bell.
-    const int bell = Restricted() ? -1 : s.bell_read.load(std::memory_order_relaxed);
+    const int bell = Restricted() ? -1 : s.bell.load(std::memory_order_relaxed);
     pollfd p[2] = {{fd, static_cast<short>(after_fin ? 0 : POLLIN), 0}, {bell, POLLIN, 0}};
     const int rc = real::poll(p, bell >= 0 ? 2 : 1, t);
     if (rc < 0 && errno == EINTR && (timeout_ms >= 0 || !RestartAfterSignal())) return EINTR;
@@ -271,8 +275,8 @@ ssize_t KernelFailure(int fd) {
 
 }  // namespace
 
-int AttachStream(Sock& s, int segment_fd, int side_fd, ff::UniqueFd bell_read,
-                 ff::UniqueFd bell_write, uint32_t role, uint32_t ring_bytes) {
+int AttachStream(Sock& s, int segment_fd, int side_fd, ff::UniqueFd bell, uint32_t role,
+                 uint32_t ring_bytes) {
   if (!ff::ValidStreamRingBytes(ring_bytes) ||
       (role != ff::proto::kStreamClient && role != ff::proto::kStreamServer))
     return EPROTO;
@@ -287,7 +291,7 @@ int AttachStream(Sock& s, int segment_fd, int side_fd, ff::UniqueFd bell_read,
   s.tx_data = base + ff::StreamRingData(ring_bytes, out);
   s.rx_data = base + ff::StreamRingData(ring_bytes, 1 - out);
   s.locks = s.side.as<SideLocks>();
-  AdoptBells(s, std::move(bell_read), std::move(bell_write));
+  AdoptBell(s, std::move(bell));
   return 0;
 }
 

@@ -14,10 +14,10 @@
 
 namespace ff::fsocket {
 
-// Makes `s` a stream over the segment and side memfds and the bells the router gave (role
+// Makes `s` a stream over the segment and side memfds and the bell the router gave (role
 // kStreamClient or kStreamServer). 0 or EPROTO when they are not what SockReply promised.
-int AttachStream(Sock& s, int segment_fd, int side_fd, ff::UniqueFd bell_read,
-                 ff::UniqueFd bell_write, uint32_t role, uint32_t ring_bytes);
+int AttachStream(Sock& s, int segment_fd, int side_fd, ff::UniqueFd bell, uint32_t role,
+                 uint32_t ring_bytes);
 
 // recv/read/readv/recvmsg on a stream: returns bytes or -1 with errno set, as TCP would.
 // flags: MSG_PEEK, MSG_WAITALL, MSG_DONTWAIT, MSG_TRUNC; MSG_OOB gives EINVAL.

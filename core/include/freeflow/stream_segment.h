@@ -10,11 +10,11 @@
 // which then rings the sleeper once:
 //   rd_armed: the consumer sleeps until data comes -> the producer rings it (kBellData)
 //   wr_armed: the producer sleeps until room comes  -> the consumer rings it (kBellSpace)
-// How it is rung is the sleeper's word's value: kArmBell, one byte on its bell socket (a Unix
-// stream socket pair the router made for the connection: each end reads its own and writes
-// the other's); any other nonzero value, one bell byte on the kernel TCP connection. An end
-// whose bell socket it cannot use (it has none, or the send fails) rings the kernel
-// connection instead; a sleeper waits on both.
+// How it is rung is the sleeper's word's value: kArmBell, one byte sent on the ringer's side
+// of the connection's bell pair (a Unix stream socket pair the router made: each end holds
+// one side, where it reads its own wake-ups); any other nonzero value, one bell byte on the
+// kernel TCP connection. An end that cannot use its bell (it has none, or the send fails)
+// rings the kernel connection instead; a sleeper waits on both.
 // The side memfd of one end (kStreamSideBytes) is given to that end's pod only: its
 // processes keep their locks there (several processes and threads may share a socket).
 //

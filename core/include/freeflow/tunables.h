@@ -124,7 +124,7 @@ inline constexpr uint64_t kStreamGcPeriodNs = 2'000'000'000;  // records of clos
 inline constexpr uint64_t kStreamUnseenGraceNs = 60'000'000'000ull;
 inline constexpr uint64_t kStreamSpinNs =
     50'000;  // a waiting socket spins this long before it sleeps
-// A process's bells (fsocket/src/bells.h): at most this many descriptors (two a stream), from
+// A process's bells (fsocket/src/bells.h): at most this many descriptors (one a stream), from
 // this number up (lower when RLIMIT_NOFILE is lower): a program meets them only near its
 // limit. A stream beyond the budget is rung on its kernel connection.
 inline constexpr int kMaxBellFds = 4096;

@@ -18,8 +18,8 @@ namespace ff::router {
 namespace {
 
 // Descriptors the router keeps for one record (the segment, the two sides, the two ends of
-// each bell), charged to the pod that pays for the record.
-constexpr uint64_t kRecordFds = 7;
+// the bell pair), charged to the pod that pays for the record.
+constexpr uint64_t kRecordFds = 5;
 
 // A zeroed memfd of `bytes` whose size and seals are final: an end cannot shrink it under
 // the other (SIGBUS), nor seal it against writes before the other maps it (a claim after
@@ -29,16 +29,15 @@ int MakeFinalMemfd(const char* name, uint64_t bytes, UniqueFd* out) {
   return ::fcntl(out->get(), F_ADD_SEALS, F_SEAL_SEAL) == 0 ? 0 : errno;
 }
 
-// One end's bell: a connected pair of Unix stream sockets, non-blocking (the libraries also
-// send and receive with MSG_DONTWAIT: flags another pod could change are never relied on).
-int MakeBell(UniqueFd* read_end, UniqueFd* write_end) {
+// The record's bells: a connected pair of Unix stream sockets, one side to each end, which
+// reads its own wake-ups on it and sends the other's. Each side is its own open file, so
+// neither end can change the other's flags (the libraries send and receive with
+// MSG_DONTWAIT anyway).
+int MakeBells(UniqueFd* client, UniqueFd* server) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) return errno;
-  read_end->reset(sv[0]);
-  write_end->reset(sv[1]);
-  // The reader never writes, the writer never reads: each side's direction is shut.
-  (void)::shutdown(sv[0], SHUT_WR);
-  (void)::shutdown(sv[1], SHUT_RD);
+  client->reset(sv[0]);
+  server->reset(sv[1]);
   return 0;
 }
 
@@ -191,11 +190,11 @@ int TcpModeService::MakeRecord(const Member& client, const Member& server, Recor
   for (int i : {kClient, kServer}) {
     if (const int rc = MakeFinalMemfd("ffrouter-stream-side", kStreamSideBytes, &r->ends[i].side))
       return rc;
-    if (const int rc = MakeBell(&r->ends[i].bell_read, &r->ends[i].bell_write)) return rc;
     r->ends[i].ip = who[i]->ip;
     r->ends[i].netns = who[i]->netns;
     r->ends[i].ns = who[i]->ns;
   }
+  if (const int rc = MakeBells(&r->ends[kClient].bell, &r->ends[kServer].bell)) return rc;
   r->gen = next_gen_++;
   r->created_ns = MonotonicNs();
   return 0;
@@ -222,8 +221,7 @@ int TcpModeService::Connect(const Member& m, const proto::SockConnect& q, proto:
   const Record& made = records_.emplace(key, std::move(rec)).first->second;
   for (const End& e : made.ends) pods_.Hold(e.ip);
   r->u.sock = proto::SockReply{proto::kStreamClient, kStreamRingBytes};
-  *fds = {made.segment.get(), made.ends[kClient].side.get(), made.ends[kClient].bell_read.get(),
-          made.ends[kServer].bell_write.get()};
+  *fds = {made.segment.get(), made.ends[kClient].side.get(), made.ends[kClient].bell.get()};
   return 0;
 }
 
@@ -260,9 +258,7 @@ int TcpModeService::Claim(const Member& m, const proto::SockClaim& q, proto::Res
   if (role == kServer) found->server_claimed = true;
   r->u.sock = proto::SockReply{role == kServer ? proto::kStreamServer : proto::kStreamClient,
                                kStreamRingBytes};
-  const int other = role == kServer ? kClient : kServer;
-  *fds = {found->segment.get(), found->ends[role].side.get(), found->ends[role].bell_read.get(),
-          found->ends[other].bell_write.get()};
+  *fds = {found->segment.get(), found->ends[role].side.get(), found->ends[role].bell.get()};
   return 0;
 }
 

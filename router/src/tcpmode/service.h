@@ -102,10 +102,8 @@ class TcpModeService {
     uint64_t netns = 0;
     std::shared_ptr<NetnsHandle> ns;  // let go when the end closes
     UniqueFd side;                    // kStreamSideBytes; this end's pod only
-    // This end's bell (stream_segment.h): a Unix stream socket pair; `bell_read` goes to
-    // this end's pod only, `bell_write` to the other end's pod only, so that neither can
-    // change the other's descriptor flags.
-    UniqueFd bell_read, bell_write;
+    // This end's side of the record's bell pair (stream_segment.h): this end's pod only.
+    UniqueFd bell;
     bool seen = false;                // its namespace has shown the connection
     bool closed = false;              // seen, then gone: nobody there can claim it again
     bool closed_said = false;         // the pod said it closed its last descriptor (SockClosed)

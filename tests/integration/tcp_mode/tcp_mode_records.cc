@@ -61,8 +61,8 @@ int SockCall(RawPod& pod, ff::proto::Op op, uint32_t peer_ip, uint16_t local, ui
   std::vector<UniqueFd> fds;
   const ff::proto::Response r = pod.Call(m, {}, &fds, op);
   if (r.status != 0) return -r.status;
-  // [segment, side, own bell, the other end's bell]
-  return fds.size() == 4 ? 100 + static_cast<int>(r.u.sock.role) : -EPROTO;
+  // [segment, side, bell]
+  return fds.size() == 3 ? 100 + static_cast<int>(r.u.sock.role) : -EPROTO;
 }
 
 int Listen(Child& c, uint16_t port) {

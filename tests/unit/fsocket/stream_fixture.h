@@ -74,11 +74,11 @@ class StreamPair : public ::testing::Test {
     server_ = ::accept4(lst.get(), nullptr, nullptr, SOCK_CLOEXEC);
     ASSERT_GE(server_, 0);
     ASSERT_EQ(ff::CreateSegment("test-stream", ff::StreamSegmentBytes(ring_bytes_), &seg_), 0);
-    for (int end = 0; end < 2 && bells_; ++end) {
+    if (bells_) {
       int sv[2];
       ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
-      bell_read_[end].reset(sv[0]);
-      bell_write_[end].reset(sv[1]);
+      bell_[ff::proto::kStreamClient].reset(sv[0]);
+      bell_[ff::proto::kStreamServer].reset(sv[1]);
     }
     Join(client_, ff::proto::kStreamClient);
     Join(server_, ff::proto::kStreamServer);
@@ -104,7 +104,7 @@ class StreamPair : public ::testing::Test {
   uint32_t ring_bytes_ = kTestRingBytes;
   bool bells_ = true;
   int client_ = -1, server_ = -1;
-  ff::UniqueFd bell_read_[2], bell_write_[2];  // per end (role): its bell's two ends
+  ff::UniqueFd bell_[2];  // per end (role): its side of the bell pair (the stream has a dup)
   ff::UniqueFd seg_;
   ff::Mapping view_;
 
@@ -113,15 +113,9 @@ class StreamPair : public ::testing::Test {
     ff::UniqueFd side;
     ASSERT_EQ(ff::CreateSegment("test-side", ff::kStreamSideBytes, &side), 0);
     Ref s = NewSock(Kind::kStream);
-    // This end reads its own bell and writes the other end's.
-    ff::UniqueFd read_end, write_end;
-    if (bells_) {
-      read_end.reset(::dup(bell_read_[role].get()));
-      write_end.reset(::dup(bell_write_[1 - role].get()));
-    }
-    ASSERT_EQ(AttachStream(*s, seg_.get(), side.get(), std::move(read_end), std::move(write_end),
-                           role, ring_bytes_),
-              0);
+    ff::UniqueFd bell;
+    if (bells_) bell.reset(::dup(bell_[role].get()));
+    ASSERT_EQ(AttachStream(*s, seg_.get(), side.get(), std::move(bell), role, ring_bytes_), 0);
     Install(fd, s.get());
     TagStream(fd, *s);  // as connect and accept do
   }

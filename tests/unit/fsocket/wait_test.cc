@@ -132,7 +132,7 @@ TEST_F(WaitTest, EpollReportsAStreamOnceWhenItsBellCameToo) {
   epoll_event out[4];
   EXPECT_EQ(::epoll_wait(ep, out, 4, 1), 0);  // slept: the stream asked for a bell
   ASSERT_EQ(::write(client_, "x", 1), 1);     // data, and the bell behind it
-  pollfd p{bell_read_[ff::proto::kStreamServer].get(), POLLIN, 0};
+  pollfd p{bell_[ff::proto::kStreamServer].get(), POLLIN, 0};
   ASSERT_EQ(real::poll(&p, 1, 1000), 1) << "the bell reached the server's bell socket";
   EXPECT_EQ(KernelBytes(server_), 0) << "and not the kernel connection";
   EXPECT_EQ(::epoll_wait(ep, out, 4, 1000), 1) << "one event for one descriptor";

@@ -19,7 +19,7 @@ namespace ff::router::test {
 struct SockAnswer {
   int status = -1;
   proto::SockReply reply{};
-  std::vector<UniqueFd> fds;  // [segment, side, own bell, other bell] on success
+  std::vector<UniqueFd> fds;  // [segment, side, bell] on success
 };
 
 // The inode of the object behind `fd`: two descriptors of one memfd share it.

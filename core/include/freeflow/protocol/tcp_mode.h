@@ -51,8 +51,8 @@ static_assert(sizeof(SockListen) == 16 && sizeof(SockUnlisten) == 16 && alignof(
 //     sends it, is closed. The record goes once both ends said so (short connections must
 //     not hold their pods' quotas until the next sweep); a later claim finds nothing.
 // Answer (0): SockReply, fds [stream segment memfd, side memfd of the asker's end, the
-// asker's bell (the end of a Unix stream socket pair it reads), the other end's bell (the
-// end of the other pair it writes)] (stream_segment.h: how a sleeper is rung).
+// asker's side of the connection's bell pair (a Unix stream socket pair: it reads its own
+// wake-ups there and sends the other end's; stream_segment.h)].
 template <Op kOpValue>
 struct SockTuple {
   RequestHeader<kOpValue> h;
