@@ -66,6 +66,15 @@ To ConvertRate(From RateRow::*from, From v, To RateRow::*to, To none) {
   return none;
 }
 
+// The `to` field of `rate`'s row, read from the caller's bits (RawValue): -1 when no row has
+// it, as libibverbs answers for an unknown rate.
+int FromRate(ibv_rate rate, int RateRow::*to) {
+  const int v = RawValue(rate);
+  for (const RateRow& r : kRates)
+    if (static_cast<int>(r.rate) == v) return r.*to;
+  return -1;
+}
+
 // The kernel's address vector (ib_uverbs_ah_attr) as libibverbs has it; the kernel's
 // reserved bytes have no counterpart.
 void CopyAhAttr(ibv_ah_attr* dst, const ib_uverbs_ah_attr& src) {
@@ -189,22 +198,12 @@ FFV_EXPORT const char* ibv_event_type_str(ibv_event_type event) {
 // clang-format on
 
 // Unknown rates are -1 one way and IBV_RATE_MAX (0) the other, as in libibverbs.
-FFV_EXPORT int ibv_rate_to_mult(ibv_rate rate) {
-  const int v = RawValue(rate);
-  for (const RateRow& r : kRates)
-    if (static_cast<int>(r.rate) == v) return r.mult;
-  return -1;
-}
+FFV_EXPORT int ibv_rate_to_mult(ibv_rate rate) { return FromRate(rate, &RateRow::mult); }
 FFV_EXPORT ibv_rate mult_to_ibv_rate(int mult) {
   if (mult <= 0) return IBV_RATE_MAX;  // never a row's "no multiple" (-1)
   return ConvertRate(&RateRow::mult, mult, &RateRow::rate, IBV_RATE_MAX);
 }
-FFV_EXPORT int ibv_rate_to_mbps(ibv_rate rate) {
-  const int v = RawValue(rate);
-  for (const RateRow& r : kRates)
-    if (static_cast<int>(r.rate) == v) return r.mbps;
-  return -1;
-}
+FFV_EXPORT int ibv_rate_to_mbps(ibv_rate rate) { return FromRate(rate, &RateRow::mbps); }
 FFV_EXPORT ibv_rate mbps_to_ibv_rate(int mbps) {
   return ConvertRate(&RateRow::mbps, mbps, &RateRow::rate, IBV_RATE_MAX);
 }
