@@ -276,16 +276,18 @@ int Look(EpollShadow& sh, epoll_event* evs, int max, int timeout_ms, const sigse
 
 int Wait(EpollShadow& sh, epoll_event* evs, int max, int timeout_ms, const sigset_t* mask) {
   const uint64_t start = ff::MonotonicNs();
-  const uint64_t spin_max = timeout_ms == 0 || SpinWorthIt() ? ff::kStreamSpinNs : 0;
+  const bool spin = timeout_ms != 0 && SpinWorthIt(start);
   int n = 0;
-  // A wait that will not spin goes straight to its sleep (the look there returns at once
-  // when anything is ready): one system call fewer.
-  if (spin_max != 0) {
+  // A look that may not wait looks once; a wait that will not spin goes straight to its
+  // sleep (the look there returns at once when anything is ready): one system call fewer.
+  if (spin || timeout_ms == 0) {
     n = Look(sh, evs, max, 0, mask);
     if (n != 0 || timeout_ms == 0) return n;
   }
-  const uint64_t spin_ns =
-      timeout_ms < 0 ? spin_max : std::min<uint64_t>(spin_max, timeout_ms * 1'000'000ull);
+  const uint64_t spin_ns = !spin ? 0
+                           : timeout_ms < 0
+                               ? ff::kStreamSpinNs
+                               : std::min<uint64_t>(ff::kStreamSpinNs, timeout_ms * 1'000'000ull);
   uint64_t next_look = start + ff::kKernelLookNs;
   for (uint64_t now = ff::MonotonicNs(); now - start < spin_ns; now = ff::MonotonicNs()) {
     if (now >= next_look) {
@@ -302,7 +304,7 @@ int Wait(EpollShadow& sh, epoll_event* evs, int max, int timeout_ms, const sigse
     }
     SpinStep(now - start);
   }
-  if (spin_ns != 0) SpinResult(false);
+  if (spin) SpinResult(false);
   for (;;) {
     {
       std::lock_guard lock(sh.mu);

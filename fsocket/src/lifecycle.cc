@@ -384,10 +384,10 @@ FFS_EXPORT int shutdown(int fd, int how) {
 
 FFS_EXPORT int close_range(unsigned lo, unsigned hi, int flags) {
   if (!(flags & CLOSE_RANGE_CLOEXEC)) {
-    DisownBellsIn(static_cast<int>(std::min(lo, 0x7fffffffu)),
-                  hi > 0x7fffffffu ? -1 : static_cast<int>(hi));
+    const int bottom = static_cast<int>(std::min(lo, 0x7fffffffu));
     const int top = hi > 0x7fffffffu ? -1 : static_cast<int>(hi);
-    for (int fd : SlotsIn(static_cast<int>(std::min(lo, 0x7fffffffu)), top)) Forget(fd, Detach(fd));
+    DisownBellsIn(bottom, top);
+    for (int fd : SlotsIn(bottom, top)) Forget(fd, Detach(fd));
   }
   // libc's syscall(2) itself, with every argument it reads given (this library's own
   // syscall interposer reads six).

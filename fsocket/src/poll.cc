@@ -109,15 +109,16 @@ int Wait(PollSet& p, int64_t timeout_ns, const sigset_t* mask) {
   for (nfds_t i = 0; i < p.n; ++i) p.fds[i].revents = 0;
   const uint64_t start = ff::MonotonicNs();
   const timespec zero{0, 0};
-  const uint64_t spin_ns = timeout_ns == 0 || SpinWorthIt() ? ff::kStreamSpinNs : 0;
-  // A wait that will not spin goes straight to its sleep, which returns at once when
-  // anything is ready: one system call fewer.
-  if (spin_ns != 0) {
+  const bool spin = timeout_ns != 0 && SpinWorthIt(start);
+  // A look that may not wait looks once; a wait that will not spin goes straight to its
+  // sleep, which returns at once when anything is ready: one system call fewer.
+  if (spin || timeout_ns == 0) {
     if (KernelLook(p, &zero, mask) < 0) return -1;
     if (int r = Collect(p, true); r > 0 || timeout_ns == 0) return r;
   }
   const uint64_t spin_end =
-      start + std::min<uint64_t>(spin_ns, timeout_ns < 0 ? UINT64_MAX : timeout_ns);
+      start +
+      (spin ? std::min<uint64_t>(ff::kStreamSpinNs, timeout_ns < 0 ? UINT64_MAX : timeout_ns) : 0);
   uint64_t next_look = start + ff::kKernelLookNs;
   for (uint64_t now = ff::MonotonicNs(); now < spin_end; now = ff::MonotonicNs()) {
     const bool look = now >= next_look;
@@ -131,7 +132,7 @@ int Wait(PollSet& p, int64_t timeout_ns, const sigset_t* mask) {
     }
     SpinStep(now - start);
   }
-  if (spin_end > start && timeout_ns != 0) SpinResult(false);
+  if (spin) SpinResult(false);
   for (;;) {
     for (nfds_t i = 0; i < p.n; ++i)
       if (p.streams[i]) StreamArm(*p.streams[i], p.fds[i].events);

@@ -91,10 +91,9 @@ void SpinResult(bool came) {
   g_score.store(NextSpinScore(s, came), std::memory_order_relaxed);
 }
 
-bool SpinWorthIt() {
+bool SpinWorthIt(uint64_t now) {
   // A process confined by seccomp may not open files: it keeps the last look.
   if (Restricted()) return g_spin.load(std::memory_order_relaxed) && ScoreAllows();
-  const uint64_t now = ff::MonotonicNs();
   const uint64_t last = g_checked_ns.load(std::memory_order_relaxed);
   uint64_t expected = last;
   if (now - last >= ff::kSpinCheckNs &&

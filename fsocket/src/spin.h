@@ -15,7 +15,8 @@
 
 namespace ff::fsocket {
 
-bool SpinWorthIt();
+// `now_ns`: the caller's MonotonicNs() at the wait's start.
+bool SpinWorthIt(uint64_t now_ns);
 // The outcome of a spin SpinWorthIt allowed: true when what the wait waited for came during
 // it.
 void SpinResult(bool came);

@@ -154,7 +154,7 @@ ssize_t Give(Sock& s, int fd, const iovec* iov, int iovcnt, size_t off, size_t w
 // O_NONBLOCK as this process set it: read when the stream was made (NoteFlags), followed
 // through fcntl(F_SETFL) and ioctl(FIONBIO). A system call a wait would otherwise pay each
 // time; another process sharing the socket (fork) that changes the flag is not seen.
-bool NonBlocking(Sock& s, int /*fd*/, int flags) {
+bool NonBlocking(Sock& s, int flags) {
   if (flags & MSG_DONTWAIT) return true;
   return s.nonblock.load(std::memory_order_relaxed);
 }
@@ -197,7 +197,7 @@ int Wait(Sock& s, int fd, bool for_read, int timeout_ms) {
     return Room(s) != 0;
   };
   const uint64_t start = ff::MonotonicNs();
-  const uint64_t spin_ns = SpinWorthIt() ? ff::kStreamSpinNs : 0;
+  const uint64_t spin_ns = SpinWorthIt(start) ? ff::kStreamSpinNs : 0;
   for (uint64_t spun = 0; spun < spin_ns; spun = ff::MonotonicNs() - start) {
     if (ready()) {
       SpinResult(true);
@@ -255,7 +255,7 @@ int AwaitConnected(Sock& s, int fd, int flags) {
     const int n = real::poll(&p, 1, 0);
     if (n > 0 && !StreamConnected(s, fd)) return -1;
     if (n > 0) return 0;
-    if (NonBlocking(s, fd, flags)) return EAGAIN;
+    if (NonBlocking(s, flags)) return EAGAIN;
     if (real::poll(&p, 1, -1) < 0 && errno == EINTR && !RestartAfterSignal()) return EINTR;
   }
 }
@@ -319,7 +319,7 @@ ssize_t StreamRecv(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
     if (n < 0) Fail(s, fd, "the peer broke the ring's indices");
     if (n > 0) got += n;
     if (got == total || (got > 0 && !waitall)) return static_cast<ssize_t>(got);
-    const bool nonblocking = NonBlocking(s, fd, flags);
+    const bool nonblocking = NonBlocking(s, flags);
     if (n <= 0) {
       if (const int e = s.error.exchange(0)) return got > 0 ? static_cast<ssize_t>(got) : Failed(e);
       if (s.eof.load() || s.dead.load()) return static_cast<ssize_t>(got);
@@ -384,7 +384,7 @@ ssize_t StreamSend(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
       return SendFailed(e != 0 ? e : EPIPE, flags);
     }
     if (Room(s) != 0) continue;
-    if (NonBlocking(s, fd, flags)) return sent > 0 ? static_cast<ssize_t>(sent) : Failed(EAGAIN);
+    if (NonBlocking(s, flags)) return sent > 0 ? static_cast<ssize_t>(sent) : Failed(EAGAIN);
     if (timeout == -2) timeout = SocketTimeoutMs(s, fd, SO_SNDTIMEO);
     if (const int rc = Wait(s, fd, false, timeout))
       return sent > 0 ? static_cast<ssize_t>(sent) : Failed(rc);
