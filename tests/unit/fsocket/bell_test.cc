@@ -63,6 +63,27 @@ TEST_F(BellTest, ArmingForDataOrRoomMakesTheOtherEndRingTheBell) {
   EXPECT_EQ(KernelBytes(client_), 0);
 }
 
+// The armed word is the peer's to write: a value that is not kArmBell is rung on the kernel
+// connection (one bell byte, which the peer's library takes as a bell), nothing else.
+TEST_F(BellTest, AnArmedWordOfAnyOtherValueIsRungOnTheKernelConnection) {
+  View();
+  for (uint32_t value : {ff::kArmKernel, 7u, 0xdeadbeefu}) {
+    RingOf(0)->rd_armed.store(value);  // ring 0: the client's bytes to the server
+    ASSERT_EQ(::write(client_, "x", 1), 1);
+    EXPECT_EQ(RingOf(0)->rd_armed.load(), 0u) << "the ringer takes the word";
+    pollfd p{server_, POLLIN, 0};
+    EXPECT_EQ(real::poll(&p, 1, 1000), 1);
+    EXPECT_EQ(KernelBytes(server_), 1) << "value " << value;
+    p.fd = bell_[ff::proto::kStreamServer].get();
+    EXPECT_EQ(::poll(&p, 1, 0), 0) << "value " << value << " rang the bell";
+    char c = 0;
+    ASSERT_EQ(::read(server_, &c, 1), 1);
+    EXPECT_EQ(c, 'x');
+    StreamDrain(*Lookup(server_), server_);  // as a wait would
+    EXPECT_EQ(KernelBytes(server_), 0);
+  }
+}
+
 TEST_F(BellTest, ASleepingReaderIsRungOnItsBellNotOnTheKernelConnection) {
   ASSERT_GE(BellOf(server_), 0);
   for (int i = 0; i < 3; ++i) {
