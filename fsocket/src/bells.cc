@@ -75,6 +75,7 @@ bool ForgetLocked(int fd) {
 
 void AdoptBell(Sock& s, ff::UniqueFd bell) {
   s.bell.store(-1);
+  s.bell_hung.store(false);
   const Placement& p = Place();
   std::lock_guard lock(Mu());
   if (g_held.load(std::memory_order_relaxed) + 1 > p.budget) return;  // kernel bells
@@ -97,10 +98,12 @@ void CloseBell(Sock& s) {
   (void)real::close(fd);
 }
 
-uint32_t ArmValue(const Sock& s) {
-  if (Restricted() || s.bell.load(std::memory_order_relaxed) < 0) return ff::kArmKernel;
-  return ff::kArmBell;
+int WaitableBell(const Sock& s) {
+  if (Restricted() || s.bell_hung.load(std::memory_order_relaxed)) return -1;
+  return s.bell.load(std::memory_order_relaxed);
 }
+
+uint32_t ArmValue(const Sock& s) { return WaitableBell(s) < 0 ? ff::kArmKernel : ff::kArmBell; }
 
 bool RingBell(Sock& s, char b) {
   if (Restricted()) return false;  // its filter may allow nothing but write(2)
@@ -117,6 +120,10 @@ void DrainBell(Sock& s) {
   char buf[256];
   for (int round = 0; round < 16; ++round) {
     const ssize_t n = real::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n == 0) {
+      s.bell_hung.store(true, std::memory_order_relaxed);
+      return;
+    }
     if (n < static_cast<ssize_t>(sizeof(buf)) && !(n < 0 && errno == EINTR)) return;
   }
 }

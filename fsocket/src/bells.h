@@ -23,6 +23,9 @@ namespace ff::fsocket {
 void AdoptBell(Sock& s, ff::UniqueFd bell);
 // Stream `s` is gone from the process: its bell is closed.
 void CloseBell(Sock& s);
+// The bell a wait of `s` may sleep on, or -1: none, a restricted process (below), or one
+// whose other side is closed (DrainBell saw it).
+int WaitableBell(const Sock& s);
 // What a sleeper of `s` writes into its armed word: kArmBell when it waits on its bell too,
 // else kArmKernel (no bell; a process confined by seccomp, which keeps to read/write/poll
 // on the kernel socket).
@@ -30,7 +33,8 @@ uint32_t ArmValue(const Sock& s);
 // Rings the other end's bell: true when it will wake (a byte sent, or its bell already
 // full); false when the kernel connection must carry the bell instead.
 bool RingBell(Sock& s, char b);
-// Takes what waits on this end's bell (each byte only says "look again").
+// Takes what waits on this end's bell (each byte only says "look again"); notes a bell
+// whose other side is closed, which no wait then uses.
 void DrainBell(Sock& s);
 // The program is about to close or replace descriptor `fd` (close, dup2, dup3) or every
 // descriptor in [lo, hi] (close_range, closefrom; hi < 0: no end): a bell among them is

@@ -33,6 +33,7 @@ std::vector<Sock*>& Shadows() {
   static auto* v = new std::vector<Sock*>;
   return *v;
 }
+std::atomic<size_t> g_shadows{0};  // how many (a close looks only when there are)
 
 // What the kernel is asked for a stream: its bells, FIN and reset, edge triggered (each
 // arrival once: a FIN would otherwise wake every wait); while it connects, also the
@@ -45,32 +46,83 @@ epoll_event KernelEvent(Watch* w) {
   return k;
 }
 
-// A stream's bell (bells.h) is registered beside its socket, level triggered, with the
-// watch's cookie and this bit (a Watch is aligned, so a cookie never has it).
+// A stream's bell (bells.h) is registered level triggered, with its stream's address and
+// this bit as data (a Watch and a Sock are aligned, so a watch's cookie never has it).
 constexpr uint64_t kBellCookie = 1;
-static_assert(alignof(Watch) > 1);
+static_assert(alignof(Watch) > 1 && alignof(Sock) > 1);
 
-Watch* FindCookie(EpollShadow& sh, uint64_t cookie, bool* bell) {
-  *bell = (cookie & kBellCookie) != 0;
-  cookie &= ~kBellCookie;
-  if (sh.cookies.count(static_cast<uintptr_t>(cookie)) == 0) return nullptr;
-  return reinterpret_cast<Watch*>(static_cast<uintptr_t>(cookie));
+// Whose a kernel event is.
+enum class Owner { kProgram, kGone, kWatch, kBell };
+Owner OwnerOf(EpollShadow& sh, uint64_t data, Watch** w, BellReg** b) {
+  if (data & kBellCookie) {
+    auto it = sh.bells.find(reinterpret_cast<Sock*>(static_cast<uintptr_t>(data & ~kBellCookie)));
+    if (it == sh.bells.end()) return Owner::kProgram;
+    *b = &it->second;
+    return it->second.users > 0 && it->second.fd >= 0 ? Owner::kBell : Owner::kGone;
+  }
+  const auto cookie = static_cast<uintptr_t>(data);
+  if (sh.cookies.count(cookie) != 0) {
+    *w = reinterpret_cast<Watch*>(cookie);
+    return Owner::kWatch;
+  }
+  return sh.known.count(cookie) != 0 ? Owner::kGone : Owner::kProgram;
 }
 
-// Adds / removes the bell of watch `w`'s stream, when it has one, to / from the set.
+// Takes stream `s`'s bell out of the set: the descriptor is still the bell's (a program
+// that closed it took it out with it).
+void UnregisterBell(EpollShadow& sh, Sock& s, BellReg& r) {
+  if (r.fd >= 0 && s.bell.load(std::memory_order_relaxed) == r.fd)
+    (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_DEL, r.fd, nullptr);
+  r.fd = -1;
+}
+
+// Counts watch `w` among its stream's bell users, registering the bell for the first.
 void AddBell(EpollShadow& sh, Watch& w) {
-  const int bell = w.stream->bell.load(std::memory_order_relaxed);
-  if (bell < 0 || Restricted()) return;
+  if (w.belled) return;
+  w.belled = true;
+  Sock& s = *w.stream;
+  BellReg& r = sh.bells[&s];
+  if (r.users++ > 0) return;
+  const int bell = WaitableBell(s);
+  if (bell < 0) return;
   epoll_event k{};
   k.events = EPOLLIN;
-  k.data.u64 = reinterpret_cast<uintptr_t>(&w) | kBellCookie;
-  // EEXIST: the same stream is watched under another descriptor of the set, whose
-  // registration of the bell serves both (a wait looks at every stream).
-  (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_ADD, bell, &k);
+  k.data.u64 = reinterpret_cast<uintptr_t>(&s) | kBellCookie;
+  if (real::epoll_ctl(sh.epfd(), EPOLL_CTL_ADD, bell, &k) == 0) r.fd = bell;
 }
 void RemoveBell(EpollShadow& sh, Watch& w) {
-  const int bell = w.stream ? w.stream->bell.load(std::memory_order_relaxed) : -1;
-  if (bell >= 0) (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_DEL, bell, nullptr);
+  if (!w.belled) return;
+  w.belled = false;
+  auto it = sh.bells.find(w.stream.get());
+  if (it == sh.bells.end() || --it->second.users > 0) return;
+  UnregisterBell(sh, *it->first, it->second);
+}
+
+Watch* NewWatch(EpollShadow& sh) {
+  if (!sh.spare.empty()) {
+    Watch* w = sh.spare.back();
+    sh.spare.pop_back();
+    return w;
+  }
+  sh.owned.push_back(std::make_unique<Watch>());
+  Watch* w = sh.owned.back().get();
+  sh.known.insert(reinterpret_cast<uintptr_t>(w));
+  return w;
+}
+
+// Returns watch `w` (not in `watches`) to the spares, its stream's reference dropped.
+void FreeWatch(EpollShadow& sh, Watch* w) {
+  RemoveBell(sh, *w);
+  if (w->stream) sh.Uncounted(w);
+  *w = Watch{};
+  sh.spare.push_back(w);
+}
+
+// Forgets watch `w` of `watches`; `kernel`: its descriptor is still registered there.
+void DropWatch(EpollShadow& sh, Watch* w, bool kernel) {
+  if (kernel && w->stream) (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_DEL, w->fd, nullptr);
+  sh.watches.erase(w->fd);
+  FreeWatch(sh, w);
 }
 
 // What to report for a stream watch now (0: nothing), and remember it for edge triggering.
@@ -103,11 +155,13 @@ uint32_t Report(Watch& w) {
   return out;
 }
 
-// Moves the program's registration of `w` to a stream registration in the kernel.
-void Convert(EpollShadow& sh, Watch& w) {
+// Moves the program's registration of `w` to a stream registration in the kernel; false
+// when the kernel has none for it (its descriptor was closed behind the library's back).
+bool Convert(EpollShadow& sh, Watch& w) {
   epoll_event k = KernelEvent(&w);
-  (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_MOD, w.fd, &k);
+  if (real::epoll_ctl(sh.epfd(), EPOLL_CTL_MOD, w.fd, &k) != 0) return false;
   if (w.stream->state.load() == StreamState::kOpen) AddBell(sh, w);
+  return true;
 }
 
 }  // namespace
@@ -119,24 +173,30 @@ void EpollStreamCreated(int fd, Sock* s) {
     std::lock_guard lock(sh.mu);
     auto it = sh.watches.find(fd);
     if (it == sh.watches.end() || it->second->stream) continue;
-    it->second->stream = Share(s);
-    it->second->fresh = true;
-    sh.Counted(it->second.get());
-    Convert(sh, *it->second);
+    Watch* w = it->second;
+    w->stream = Share(s);
+    w->fresh = true;
+    sh.Counted(w);
+    if (!Convert(sh, *w)) DropWatch(sh, w, false);
   }
 }
 
-void EpollForget(int fd, Sock* s) {
+bool EpollShadowsExist() { return g_shadows.load(std::memory_order_relaxed) != 0; }
+
+void EpollClosing(int lo, int hi) {
+  if (!EpollShadowsExist()) return;
   std::lock_guard all(ShadowsMu());
   for (Sock* e : Shadows()) {
     EpollShadow& sh = *e->shadow;
     std::lock_guard lock(sh.mu);
-    auto it = sh.watches.find(fd);
-    if (it == sh.watches.end() || it->second->stream.get() != s) continue;
-    (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_DEL, fd, nullptr);
-    RemoveBell(sh, *it->second);
-    sh.Uncounted(it->second.get());
-    sh.watches.erase(it);
+    if (lo == hi) {
+      if (auto it = sh.watches.find(lo); it != sh.watches.end()) DropWatch(sh, it->second, true);
+      continue;
+    }
+    std::vector<Watch*> in;
+    for (const auto& [fd, w] : sh.watches)
+      if (fd >= lo && (hi < 0 || fd <= hi)) in.push_back(w);
+    for (Watch* w : in) DropWatch(sh, w, true);
   }
 }
 
@@ -144,6 +204,7 @@ void EpollShadowGone(Sock* e) {
   std::lock_guard all(ShadowsMu());
   auto& v = Shadows();
   v.erase(std::remove(v.begin(), v.end(), e), v.end());
+  g_shadows.store(v.size(), std::memory_order_relaxed);
 }
 
 namespace {
@@ -154,57 +215,80 @@ void AddShadow(int epfd) {
   {
     std::lock_guard all(ShadowsMu());
     Shadows().push_back(e.get());
+    g_shadows.store(Shadows().size(), std::memory_order_relaxed);
   }
   Ref old = Install(epfd, e.get());
+}
+
+// A watch of `fd` for stream `s` (ADD).
+int AddStream(EpollShadow& sh, int fd, Ref s, const epoll_event& ev, Watch* stale) {
+  Watch* w = NewWatch(sh);
+  w->stream = std::move(s);
+  w->fd = fd;
+  w->events = ev.events & ~EPOLLEXCLUSIVE;
+  w->data = ev.data;
+  epoll_event k = KernelEvent(w);
+  if (real::epoll_ctl(sh.epfd(), EPOLL_CTL_ADD, fd, &k) != 0) {
+    const int err = errno;
+    FreeWatch(sh, w);
+    errno = err;
+    return -1;
+  }
+  // The kernel took it: a watch the library still had for `fd` was of a closed descriptor.
+  if (stale != nullptr) DropWatch(sh, stale, false);
+  sh.watches[fd] = w;
+  sh.Counted(w);
+  if (w->stream->state.load() == StreamState::kOpen) AddBell(sh, *w);
+  return 0;
+}
+
+// The program's own registration of `fd`, not a stream (yet): the kernel's alone.
+int CtlPlain(EpollShadow& sh, int op, int fd, epoll_event* ev, Watch* w) {
+  const int rc = real::epoll_ctl(sh.epfd(), op, fd, ev);
+  if (rc != 0) return rc;
+  if (op == EPOLL_CTL_ADD) {
+    if (w != nullptr) DropWatch(sh, w, false);  // stale, as in AddStream
+    w = NewWatch(sh);
+    w->fd = fd;
+    sh.watches[fd] = w;
+  }
+  if (w != nullptr) {
+    w->events = ev->events;
+    w->data = ev->data;
+  }
+  return 0;
 }
 
 int Ctl(EpollShadow& sh, int op, int fd, epoll_event* ev) {
   std::lock_guard lock(sh.mu);
   auto it = sh.watches.find(fd);
-  Watch* w = it != sh.watches.end() ? it->second.get() : nullptr;
+  Watch* w = it != sh.watches.end() ? it->second : nullptr;
   Ref s = Lookup(fd);
   if (s && s->kind != Kind::kStream) s = Ref();
   if (op == EPOLL_CTL_DEL) {
     const int rc = real::epoll_ctl(sh.epfd(), op, fd, ev);
-    if (rc == 0 && w != nullptr) {
-      RemoveBell(sh, *w);
-      sh.Uncounted(w);
-      sh.watches.erase(it);
-    }
+    if (rc == 0 && w != nullptr) DropWatch(sh, w, false);
     return rc;
   }
   if (ev == nullptr) return real::epoll_ctl(sh.epfd(), op, fd, ev);
-  auto fresh = std::make_unique<Watch>();
-  Watch* target = op == EPOLL_CTL_ADD ? fresh.get() : w;
-  if (target == nullptr || (!s && !target->stream)) {  // not a stream: the kernel's alone
-    const int rc = real::epoll_ctl(sh.epfd(), op, fd, ev);
-    if (rc == 0 && op == EPOLL_CTL_ADD) {
-      fresh->fd = fd;
-      fresh->events = ev->events;
-      fresh->data = ev->data;
-      sh.watches[fd] = std::move(fresh);
-    } else if (rc == 0 && w != nullptr) {
-      w->events = ev->events;
-      w->data = ev->data;
-    }
-    return rc;
+  if (op == EPOLL_CTL_ADD && s) return AddStream(sh, fd, std::move(s), *ev, w);
+  if (op != EPOLL_CTL_MOD || w == nullptr || (!s && !w->stream)) return CtlPlain(sh, op, fd, ev, w);
+  // MOD of a stream watch, or of a watch whose descriptor has become a stream.
+  const bool was_stream = static_cast<bool>(w->stream);
+  if (!was_stream) w->stream = std::move(s);
+  epoll_event k = KernelEvent(w);
+  if (real::epoll_ctl(sh.epfd(), op, fd, &k) != 0) {
+    if (!was_stream) w->stream = Ref();
+    return -1;
   }
-  const bool was_stream = static_cast<bool>(target->stream);
-  if (!target->stream) target->stream = std::move(s);
-  target->fd = fd;
-  target->events = ev->events & ~EPOLLEXCLUSIVE;
-  target->data = ev->data;
-  target->fresh = true;
-  target->disabled = false;
-  epoll_event k = KernelEvent(target);
-  const int rc = real::epoll_ctl(sh.epfd(), op, fd, &k);
-  if (rc != 0) {
-    if (op == EPOLL_CTL_MOD && !was_stream) target->stream = Ref();
-    return rc;
+  w->events = ev->events & ~EPOLLEXCLUSIVE;
+  w->data = ev->data;
+  w->fresh = true;
+  w->disabled = false;
+  if (!was_stream) {
+    sh.Counted(w);
+    if (w->stream->state.load() == StreamState::kOpen) AddBell(sh, *w);
   }
-  if (op == EPOLL_CTL_ADD) sh.watches[fd] = std::move(fresh);
-  sh.Counted(target);
-  if (!was_stream && target->stream->state.load() == StreamState::kOpen) AddBell(sh, *target);
   return 0;
 }
 
@@ -222,25 +306,35 @@ void Scan(EpollShadow& sh, epoll_event* evs, int max, int* n) {
 }
 
 // Takes the kernel's events in evs[from, from+got): a program's registration passes as it
-// is; a stream's cookie means bells, FIN or reset (drained here, reported by the next Scan)
-// or the end of its connect. Returns how many program events remain, packed at evs[from].
+// is; a stream's cookie means FIN, reset or the end of its connect, a bell's that it rang
+// (both drained here, reported by the next Scan); a registration the library has dropped
+// since the kernel reported it is passed over. Returns how many program events remain,
+// packed at evs[from].
 int TakeKernelEvents(EpollShadow& sh, epoll_event* evs, int from, int got) {
   int kept = 0;
   for (int i = from; i < from + got; ++i) {
-    bool bell = false;
-    Watch* w = FindCookie(sh, evs[i].data.u64, &bell);
-    if (w == nullptr) {
-      evs[from + kept++] = evs[i];
-      continue;
+    Watch* w = nullptr;
+    BellReg* b = nullptr;
+    switch (OwnerOf(sh, evs[i].data.u64, &w, &b)) {
+      case Owner::kProgram:
+        evs[from + kept++] = evs[i];
+        continue;
+      case Owner::kGone:
+        continue;
+      case Owner::kBell: {
+        Sock& bs = *reinterpret_cast<Sock*>(static_cast<uintptr_t>(evs[i].data.u64 & ~kBellCookie));
+        DrainBell(bs);
+        // Hung up, or no longer the stream's: out of the set, or it would wake every wait.
+        if (WaitableBell(bs) != b->fd) UnregisterBell(sh, bs, *b);
+        continue;
+      }
+      case Owner::kWatch:
+        break;
     }
     Sock& s = *w->stream;
-    if (bell) {
-      DrainBell(s);
-      continue;
-    }
     if (s.state.load() != StreamState::kOpen) {
       if (StreamConnected(s, w->fd)) {
-        Convert(sh, *w);
+        (void)Convert(sh, *w);
       } else if (!w->disabled) {  // the connect failed: the kernel's word is the news
         evs[from + kept++] =
             epoll_event{evs[i].events & (w->events | EPOLLERR | EPOLLHUP), w->data};

@@ -236,17 +236,27 @@ void Forget(int fd, Ref slot) {
   if (s->refs.load() == 1) {
     if (s->kind == Kind::kStream) {
       StreamRelease(*s, fd);
-      EpollForget(fd, s);
       TellClosed(*s);
     }
     if (s->kind == Kind::kListener) Unregister(*s);
   }
 }
 
-// After dup2/dup3 made `fd2` a copy of `fd`: `fd2` names what `fd` names (or nothing).
+// dup2/dup3 are about to make `fd2` a copy of `fd`: when `fd` is open (the call will
+// succeed), what `fd2` was is closed first, as close() would.
+void Replacing(int fd, int fd2) {
+  if (fd == fd2 || (!MaybeBell(fd2) && !EpollShadowsExist())) return;
+  if (real::fcntl_int(fd, F_GETFD, 0) < 0) return;
+  DisownBell(fd2);
+  EpollClosing(fd2, fd2);
+}
+
+// After dup2/dup3 made `fd2` a copy of `fd`: `fd2` names what `fd` names (or nothing), and
+// what it named before is given up.
 void FollowDup(int fd, int fd2) {
   Ref s = Lookup(fd);
   Ref old = s ? Install(fd2, s.get()) : Detach(fd2);
+  Forget(fd2, std::move(old));
 }
 
 }  // namespace
@@ -320,6 +330,7 @@ FFS_EXPORT int accept(int fd, sockaddr* addr, socklen_t* len) { return accept4(f
 
 FFS_EXPORT int close(int fd) {
   DisownBell(fd);
+  EpollClosing(fd, fd);
   Ref slot = Detach(fd);
   if (!slot) return real::close(fd);
   Forget(fd, std::move(slot));
@@ -335,15 +346,14 @@ FFS_EXPORT int dup(int fd) {
 }
 
 FFS_EXPORT int dup3(int fd, int fd2, int flags) {
-  if (fd != fd2 && MaybeBell(fd2) && real::fcntl_int(fd, F_GETFD, 0) >= 0) DisownBell(fd2);
+  Replacing(fd, fd2);
   const int n = real::dup3(fd, fd2, flags);
   if (n >= 0) FollowDup(fd, fd2);
   return n;
 }
 
 FFS_EXPORT int dup2(int fd, int fd2) {
-  // A bell at fd2 is forgotten only when the call will replace it (fd is open).
-  if (fd != fd2 && MaybeBell(fd2) && real::fcntl_int(fd, F_GETFD, 0) >= 0) DisownBell(fd2);
+  Replacing(fd, fd2);
   const int n = real::dup2(fd, fd2);
   if (n >= 0 && fd != fd2) FollowDup(fd, fd2);
   return n;
@@ -387,6 +397,7 @@ FFS_EXPORT int close_range(unsigned lo, unsigned hi, int flags) {
     const int bottom = static_cast<int>(std::min(lo, 0x7fffffffu));
     const int top = hi > 0x7fffffffu ? -1 : static_cast<int>(hi);
     DisownBellsIn(bottom, top);
+    EpollClosing(bottom, top);
     for (int fd : SlotsIn(bottom, top)) Forget(fd, Detach(fd));
   }
   // libc's syscall(2) itself, with every argument it reads given (this library's own
@@ -398,6 +409,7 @@ FFS_EXPORT int close_range(unsigned lo, unsigned hi, int flags) {
 
 FFS_EXPORT void closefrom(int lo) {
   DisownBellsIn(lo, -1);
+  EpollClosing(lo, -1);
   for (int fd : SlotsIn(lo, -1)) Forget(fd, Detach(fd));
   static auto next = reinterpret_cast<void (*)(int)>(real::Next("closefrom"));
   if (next != nullptr) next(lo);

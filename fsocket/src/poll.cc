@@ -38,7 +38,6 @@ bool Classify(PollSet& p) {
   p.streams.resize(p.n);
   p.kernel.assign(p.fds, p.fds + p.n);
   p.bell_at.assign(p.n, 0);
-  const bool restricted = Restricted();
   for (nfds_t i = 0; i < p.n; ++i) {
     Ref s = Lookup(p.fds[i].fd);
     if (!s || s->kind != Kind::kStream) continue;
@@ -46,7 +45,7 @@ bool Classify(PollSet& p) {
     // An open stream: the kernel tells bells, FIN and reset (POLLIN); readiness is ours.
     if (s->state.load() == StreamState::kOpen) p.kernel[i].events = POLLIN;
     // Its bell, which a sleeper arms for (bells.h), is looked at too.
-    if (const int bell = s->bell.load(std::memory_order_relaxed); bell >= 0 && !restricted) {
+    if (const int bell = WaitableBell(*s); bell >= 0) {
       p.bell_at[i] = p.kernel.size();
       p.kernel.push_back(pollfd{bell, POLLIN, 0});
     }

@@ -113,6 +113,7 @@ Ref NewSock(Kind kind) {
   s->dead.store(false);
   s->waiters.store(0);
   s->nonblock.store(false);
+  s->bell_hung.store(false);
   s->rcv_timeout_ms.store(kTimeoutUnknown);
   s->snd_timeout_ms.store(kTimeoutUnknown);
   s->app_nodelay.store(false);

@@ -57,6 +57,9 @@ struct Sock {
   SideLocks* locks = nullptr;
   // This end's side of the connection's bell pair (bells.h), or -1.
   std::atomic<int> bell{-1};
+  // The bell's other side is closed (the peer end is gone): nothing will ring it again, and
+  // a wait on it would end at once, every time.
+  std::atomic<bool> bell_hung{false};
   std::atomic<StreamState> state{StreamState::kOpen};
   std::atomic<bool> eof{false};       // the peer's FIN was read from the kernel
   std::atomic<bool> rd_shut{false};   // shutdown(SHUT_RD) here

@@ -236,7 +236,7 @@ int Wait(Sock& s, int fd, bool for_read, int timeout_ms) {
     if ((after_fin || s.waiters.load() > 1) && (t < 0 || t > 1)) t = 1;
     if (t < 0 || t > ff::kStreamMaxSleepMs) t = ff::kStreamMaxSleepMs;
     // The kernel socket (FIN, reset, bells rung there) and, when it has one, this end's bell.
-    const int bell = Restricted() ? -1 : s.bell.load(std::memory_order_relaxed);
+    const int bell = WaitableBell(s);
     pollfd p[2] = {{fd, static_cast<short>(after_fin ? 0 : POLLIN), 0}, {bell, POLLIN, 0}};
     const int rc = real::poll(p, bell >= 0 ? 2 : 1, t);
     if (rc < 0 && errno == EINTR && (timeout_ms >= 0 || !RestartAfterSignal())) return EINTR;

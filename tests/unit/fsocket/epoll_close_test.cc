@@ -1,0 +1,169 @@
+// What an epoll set keeps of a descriptor the program closes without EPOLL_CTL_DEL (as
+// nginx does with every connection): the stream is given up at the close, a number that
+// comes back is a new registration, and a bell whose other side is closed does not wake
+// waits over and over.
+#include <poll.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "bells.h"
+#include "epoll.h"
+#include "stream_fixture.h"
+
+namespace ff::fsocket::testing {
+namespace {
+
+using EpollCloseTest = StreamPair;
+
+uint64_t ThreadCpuNs() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1'000'000'000ull + t.tv_nsec;
+}
+
+// epoll_wait that must report exactly `fd`'s registration (data `data`) with EPOLLIN.
+void ReportsOnly(int ep, uint64_t data) {
+  epoll_event out[4];
+  ASSERT_EQ(::epoll_wait(ep, out, 4, 2000), 1);
+  const uint64_t got = out[0].data.u64;  // epoll_event is packed
+  EXPECT_EQ(got, data);
+  EXPECT_TRUE(out[0].events & EPOLLIN);
+}
+
+TEST_F(EpollCloseTest, AClosedStreamIsGivenUpThoughItsSetStillHadIt) {
+  const int held = BellFdsHeld();
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{EPOLLIN | EPOLLET, {}};
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, server_, &ev), 0);
+  ASSERT_EQ(::close(server_), 0);  // no EPOLL_CTL_DEL first
+  server_ = -1;
+  EXPECT_EQ(BellFdsHeld(), held - 1) << "the set's watch kept the closed stream alive";
+  // Its peer's bytes wake nobody: the set has nothing left.
+  ASSERT_EQ(::write(client_, "x", 1), 1);
+  epoll_event out[2];
+  EXPECT_EQ(::epoll_wait(ep, out, 2, 100), 0);
+  ::close(ep);
+}
+
+TEST_F(EpollCloseTest, Dup2OverAWatchedStreamGivesItUpAsCloseWould) {
+  const int held = BellFdsHeld();
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{EPOLLIN, {}};
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, server_, &ev), 0);
+  const int plain = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(plain, 0);
+  ASSERT_EQ(::dup2(plain, server_), server_);
+  EXPECT_EQ(BellFdsHeld(), held - 1);
+  EXPECT_FALSE(Lookup(server_));
+  ev.data.u64 = 9;  // the number is the program's new socket, registered anew
+  EXPECT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, server_, &ev), 0);
+  ::close(plain);
+  ::close(ep);
+}
+
+TEST_F(EpollCloseTest, ADupKeepsTheStreamWhenOneNumberCloses) {
+  const int held = BellFdsHeld();
+  const int copy = ::dup(server_);
+  ASSERT_GE(copy, 0);
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{EPOLLIN, {}};
+  ev.data.u64 = 5;
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, server_, &ev), 0);
+  ev.data.u64 = 6;
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, copy, &ev), 0);
+  ASSERT_EQ(::close(server_), 0);
+  server_ = copy;
+  EXPECT_EQ(BellFdsHeld(), held);
+  // The copy's watch still sleeps on the one bell both registrations shared.
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(::write(client_, "x", 1), 1);
+  });
+  ReportsOnly(ep, 6);
+  late.join();
+  ::close(ep);
+}
+
+// nginx's sequence: a plain descriptor watched and closed without DEL; a connection
+// accepted at the same number becomes a stream before the program registers it. The old
+// watch is stale: the stream must not be registered under it (its bell was, and its
+// memory was freed while the kernel still reported that bell: a crash under load).
+TEST_F(EpollCloseTest, ANumberThatComesBackAsAStreamIsANewRegistration) {
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  const int plain = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(plain, 0);
+  epoll_event ev{EPOLLIN | EPOLLRDHUP | EPOLLET, {}};
+  ev.data.u64 = 1;
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, plain, &ev), 0);
+  ASSERT_EQ(::close(plain), 0);
+  const int again = ::dup(server_);  // the lowest free number: the one just closed
+  ASSERT_EQ(again, plain);
+  Ref s = Lookup(again);
+  ASSERT_TRUE(s);
+  EpollStreamCreated(again, s.get());  // as accept does
+  ev.data.u64 = 2;
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, again, &ev), 0);
+  for (int round = 0; round < 3; ++round) {
+    std::thread late([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      ASSERT_EQ(::write(client_, "x", 1), 1);
+    });
+    ReportsOnly(ep, 2);
+    char c;
+    EXPECT_EQ(::read(again, &c, 1), 1);
+    late.join();
+  }
+  ::close(again);
+  ::close(ep);
+}
+
+// Without the close interposed (fclose, a raw system call) the watch outlives its
+// descriptor; the kernel's answer to the next ADD of the number shows it stale.
+TEST_F(EpollCloseTest, AWatchWhoseCloseWasNotSeenIsReplaced) {
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  const int plain = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(plain, 0);
+  epoll_event ev{EPOLLIN, {}};
+  ev.data.u64 = 3;
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, plain, &ev), 0);
+  ASSERT_EQ(real::close(plain), 0);  // unseen: the watch stays
+  ASSERT_EQ(real::dup2(server_, plain), plain);
+  Ref s = Lookup(server_);
+  Ref none = Install(plain, s.get());  // as dup2 does, without its look at the old number
+  ev.data.u64 = 4;
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, plain, &ev), 0);
+  ASSERT_EQ(::write(client_, "x", 1), 1);
+  ReportsOnly(ep, 4);
+  ::close(plain);
+  ::close(ep);
+}
+
+// The peer is gone, its bell side with it: a wait for news that will not come sleeps.
+TEST_F(EpollCloseTest, ABellWhoseOtherSideClosedDoesNotKeepWakingTheWait) {
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{EPOLLIN | EPOLLRDHUP | EPOLLET, {}};
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, server_, &ev), 0);
+  ASSERT_EQ(::close(client_), 0);
+  client_ = -1;
+  bell_[ff::proto::kStreamClient].reset();  // the fixture's copy of the peer's side
+  epoll_event out[2];
+  ASSERT_EQ(::epoll_wait(ep, out, 2, 1000), 1);
+  char c;
+  EXPECT_EQ(::read(server_, &c, 1), 0);
+  const uint64_t cpu0 = ThreadCpuNs();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(::epoll_wait(ep, out, 2, 300), 0) << "the edge was reported once";
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(290));
+  EXPECT_LT(ThreadCpuNs() - cpu0, 100'000'000u) << "the wait spun on the hung-up bell";
+  Ref s = Lookup(server_);
+  EXPECT_EQ(WaitableBell(*s), -1);
+  EXPECT_EQ(ArmValue(*s), ff::kArmKernel);
+  ::close(ep);
+}
+
+}  // namespace
+}  // namespace ff::fsocket::testing
