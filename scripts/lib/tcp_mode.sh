@@ -110,6 +110,30 @@ tm_sock_asks() {
   sed -n 's/.*sock_asks=\([0-9]*\).*/\1/p' <<<"$line"
 }
 
+# tm_streams I: the stream records the router of pod I holds now (its stats line).
+tm_streams() {
+  local line
+  if [[ $FF_PLACEMENT == cross ]]; then
+    line=$(router_stats_line "${FF_NODE_ROUTER[$1]}" "$(pod_router_log "$1")")
+  else
+    line=$(router_stats_line)
+  fi
+  sed -n 's/.* streams=\([0-9]*\).*/\1/p' <<<"$line"
+}
+
+# tm_streams_gone I: prints how many stream records the router of pod I holds once it holds
+# none (2 s at most), or after that; true when none.
+tm_streams_gone() {
+  local i n
+  for ((i = 0; i < 20; i++)); do
+    n=$(tm_streams "$1")
+    [[ $n == 0 ]] && break
+    sleep 0.1
+  done
+  echo "${n:-unknown}"
+  [[ $n == 0 ]]
+}
+
 # tm_wire I: bytes that crossed pod I's eth0 so far, both directions (its veth's counters,
 # read inside the pod's namespace, where /sys is the namespace's).
 tm_wire() {

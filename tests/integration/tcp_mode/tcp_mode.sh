@@ -171,6 +171,22 @@ random_file() {
 }
 sha256() { openssl dgst -sha256 -r "$@" | cut -d' ' -f1; }  # of FILE, or stdin; SHA-NI, unlike coreutils'
 
+# records_gone WHAT PID: with the library on one node, once the clients are done and the
+# server (the process group PID leads) still runs, the router holds no stream record and
+# the server's processes map no stream segment (nginx closes a connection without taking
+# it out of its epoll set first: its stream must be given up all the same).
+records_gone() {
+  [[ $TM_LIB == none || $where != same ]] && return 0
+  local n maps=0 p
+  n=$(tm_streams_gone 0)
+  check "$1 ended, the server still up: the router holds $n stream records (want 0)" $?
+  for p in $(pgrep -g "$2"); do
+    maps=$((maps + $(grep -c 'memfd:ffrouter-stream (deleted)' "/proc/$p/maps" 2>/dev/null || true)))
+  done
+  [[ $maps -eq 0 ]]
+  check "$1 ended: the server's processes map $maps stream segments (want 0)" $?
+}
+
 # nginx_up HOW: nginx in pod 0 (master and 2 workers, its own configuration, logs and
 # temporary folders in $D/nginx), serving $BIG/www at http://$S:8080/ with sendfile; the
 # access log names each request's connection and its number on it. PID in NGINX_PID.
@@ -257,6 +273,7 @@ case_nginx_curl() {
   check "nginx served both on one connection, as its requests 1 and 2" $?
   [[ $ok -eq 0 ]] || tail_logs "$D/curl-v.err" "$D/nginx/access.log" "$D/nginx/error.log"
   curl_get "curl of 1 GiB from nginx" lib lib big.bin 1
+  records_gone "nginx's connections" "$NGINX_PID"
   stopped nginx "$NGINX_PID"
 }
 
@@ -417,6 +434,7 @@ case_socat_fork() {
     tail_logs "$D"/{socat,rr}.log
   n=$(sed -n 's/.* \([0-9]*\) requests, .*/\1/p' <<<"$line")
   carried "socat echo" lib lib "$wire" "$((2 * 512 * ${n:-0}))" 5
+  records_gone "socat's connections" "$spid"
   stopped "socat" "$spid"
 }
 
