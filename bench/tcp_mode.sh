@@ -15,7 +15,10 @@
 #     each, 64-byte requests for 3 s, each thread sleeping in recv), requests per second.
 # Targets (issue 14): on one node, at least 5x the bandwidth and at most 1/3 of the latency
 # of kernel TCP; across nodes, at least 0.95x the bandwidth and at most 1.1x the latency.
-# Issue 39: the process-per-connection server at least 1.3x on one node, 0.95x across.
+#   - ApacheBench (`ab`, 4 clients, 3 s) against nginx serving a 1 KiB file, with keep-alive
+#     and without (issue 39), requests per second.
+# Issue 39: the process-per-connection server at least 1.3x on one node, 0.95x across; ab
+# with keep-alive 1.3x and without 1x on one node, 0.95x across.
 # Each placement also says how many of iperf3's bytes crossed the client pod's veth with the
 # library: near 0% when freeflow carried them, about 100% when kernel TCP did.
 #   bench/tcp_mode.sh [--library PATH|none] [BUILD]
@@ -103,6 +106,25 @@ fork_rr() {
   sed -n 's/^rr_load: .*: \([0-9]*\) requests\/s.*/\1/p' "$FF_DIR/fork-c.log"
 }
 
+# ab_rr HOW PORT ARGS...: requests per second of ApacheBench (`ab`, 4 clients, 3 s, ARGS:
+# -k for keep-alive) in pod 1 against nginx in pod 0 serving a 1 KiB file, both HOW
+# (nothing when the run failed: a request that failed or was not a 200).
+ab_rr() {
+  local how=$1 port=$2
+  shift 2
+  mkdir -p "$FF_DIR/www"
+  [[ -f $FF_DIR/www/ab.bin ]] || head -c 1024 /dev/urandom >"$FF_DIR/www/ab.bin"
+  tm_nginx 0 "$how" "$FF_DIR/nginx-$port" "$FF_DIR/www" "$port" >/dev/null 2>&1
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" "$port" || true
+  tm_run 1 "$how" timeout 60 ab -q -t 3 -n 10000000 -c 4 "$@" "http://$(ff_pod_ip 0):$port/ab.bin" \
+    >"$FF_DIR/ab-c.log" 2>&1 || true
+  tm_stop "$spid" || true
+  awk '/^Failed requests:/ {f = $3} /^Non-2xx responses:/ {o = $3}
+    /^Requests per second:/ {r = $4} END {if (r != "" && f == 0 && o == "") printf "%.0f\n", r}' \
+    "$FF_DIR/ab-c.log"
+}
+
 # ratio STATS_PLAIN STATS_LIB: the ratio of the medians, library / plain (no target).
 ratio() {
   awk -v a="${2%% *}" -v b="${1%% *}" 'BEGIN {
@@ -122,11 +144,12 @@ target() {
 
 row() { printf '%-40s %-28s %-28s %s\n' "$@"; }
 
-# measure WHERE BW_GOAL LAT_GOAL RATE_GOAL FORK_GOAL: the table for one placement
-# (RATE_GOAL "none": the connection rate's ratio is shown without a target).
+# measure WHERE BW_GOAL LAT_GOAL RATE_GOAL FORK_GOAL AB_KA_GOAL AB_GOAL: the table for one
+# placement (RATE_GOAL "none": the connection rate's ratio is shown without a target).
 measure() {
   local where=$1 r out
   local -a bp=() bl=() wl=() ap=() al=() pp=() pl=() cp=() cl=() f4p=() f4l=() f16p=() f16l=()
+  local -a kp=() kl=() np=() nl=()
   for ((r = 1; r <= RUNS; r++)); do
     echo "$where: run $r/$RUNS" >&2
     out=$(bw plain) && [[ -n $out ]] && bp+=("${out%% *}")
@@ -139,6 +162,10 @@ measure() {
     out=$(fork_rr lib 4 $((7801 + 4 * r))) && [[ -n $out ]] && f4l+=("$out")
     out=$(fork_rr plain 16 $((7802 + 4 * r))) && [[ -n $out ]] && f16p+=("$out")
     out=$(fork_rr lib 16 $((7803 + 4 * r))) && [[ -n $out ]] && f16l+=("$out")
+    out=$(ab_rr plain 8081 -k) && [[ -n $out ]] && kp+=("$out")
+    out=$(ab_rr lib 8081 -k) && [[ -n $out ]] && kl+=("$out")
+    out=$(ab_rr plain 8082) && [[ -n $out ]] && np+=("$out")
+    out=$(ab_rr lib 8082) && [[ -n $out ]] && nl+=("$out")
   done
   local sbp sbl swl sap sal spp spl scp scl
   sbp=$(stats "${bp[@]}") sbl=$(stats "${bl[@]}") swl=$(stats "${wl[@]}")
@@ -146,6 +173,8 @@ measure() {
   scp=$(stats "${cp[@]}") scl=$(stats "${cl[@]}")
   local sf4p sf4l sf16p sf16l
   sf4p=$(stats "${f4p[@]}") sf4l=$(stats "${f4l[@]}") sf16p=$(stats "${f16p[@]}") sf16l=$(stats "${f16l[@]}")
+  local skp skl snp snl
+  skp=$(stats "${kp[@]}") skl=$(stats "${kl[@]}") snp=$(stats "${np[@]}") snl=$(stats "${nl[@]}")
   echo
   echo "freeflow TCP mode, $where: median (min..max) of $RUNS runs; library: $LIB"
   row "figure" "kernel TCP" "$([[ $LIB == none ]] && echo "none: kernel TCP too" || echo libfsocket)" "ratio, target"
@@ -159,14 +188,16 @@ measure() {
   fi
   row "socat fork echo, 4 clients, requests/s" "$(fmt_stats "$sf4p")" "$(fmt_stats "$sf4l")" "$(target fork "$sf4p" "$sf4l" ">=" "$5")"
   row "socat fork echo, 16 clients, requests/s" "$(fmt_stats "$sf16p")" "$(fmt_stats "$sf16l")" "$(target fork "$sf16p" "$sf16l" ">=" "$5")"
+  row "ab -k vs nginx, 4 clients, requests/s" "$(fmt_stats "$skp")" "$(fmt_stats "$skl")" "$(target ab "$skp" "$skl" ">=" "$6")"
+  row "ab vs nginx, 4 clients, requests/s" "$(fmt_stats "$snp")" "$(fmt_stats "$snl")" "$(target ab "$snp" "$snl" ">=" "$7")"
   row "iperf3's bytes on the client's veth, %" "" "$(fmt_stats "$swl")" ""
 }
 
 trap tm_down EXIT
 FF_KNOWN_PODS=1 two_pods_up same
-same=$(measure "two pods on one node" 5 0.33 none 1.3)
+same=$(measure "two pods on one node" 5 0.33 none 1.3 1.3 1)
 tm_down
 FF_KNOWN_PODS=1 two_pods_up cross
-cross=$(measure "pods on two nodes (TLS node links)" 0.95 1.1 0.95 0.95)
+cross=$(measure "pods on two nodes (TLS node links)" 0.95 1.1 0.95 0.95 0.95 0.95)
 echo "$same"
 echo "$cross"

@@ -64,6 +64,41 @@ tm_stop() {
   return 0
 }
 
+# tm_nginx I HOW DIR ROOT PORT: nginx in pod I, HOW (tm_bg: its PID in FF_LAST_PID), a
+# master and 2 workers with their configuration, logs and temporary folders in DIR,
+# serving ROOT at http://<pod I>:PORT/ with sendfile and keep-alive; the access log
+# (DIR/access.log) names each request's connection and its number on it.
+tm_nginx() {
+  local c=$3
+  mkdir -p "$c"
+  cat >"$c/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 2;
+user root;
+pid $c/nginx.pid;
+error_log $c/error.log;
+events { worker_connections 64; }
+http {
+  log_format conn '\$connection \$connection_requests \$request_uri \$status \$body_bytes_sent';
+  access_log $c/access.log conn;
+  client_body_temp_path $c/body;
+  proxy_temp_path $c/proxy;
+  fastcgi_temp_path $c/fastcgi;
+  uwsgi_temp_path $c/uwsgi;
+  scgi_temp_path $c/scgi;
+  default_type application/octet-stream;
+  sendfile on;
+  keepalive_timeout 30s;
+  server {
+    listen $(ff_pod_ip "$1"):$5;
+    root $4;
+  }
+}
+EOF
+  tm_bg "$1" "$2" nginx -p "$c" -c "$c/nginx.conf" -e "$c/error.log"
+}
+
 # tm_sweep: ends every process still in the two pods (all of them started here, directly or
 # by a server: sshd's per-connection processes make sessions of their own), SIGTERM then
 # SIGKILL after 2 s; prints what it found.

@@ -4,7 +4,7 @@
 # with libfsocket.so preloaded on both sides, or on one side only (mixed_*). One case a run,
 # so that a failure names it:
 #   tcp_mode.sh [--library PATH|none] same|cross iperf3|iperf3_p4|iperf3_R|sockperf_pp|
-#               sockperf_tp|nginx_curl|redis|scp|short|socat_fork|mixed_client|mixed_server|
+#               sockperf_tp|nginx_curl|redis|scp|short|socat_fork|ab|mixed_client|mixed_server|
 #               router_restart (same only)
 # --library none runs every program plain: kernel TCP throughout, which checks the harness
 # itself. Every case checks what its programs report (exit statuses, results, hashes) and
@@ -187,40 +187,13 @@ records_gone() {
   check "$1 ended: the server's processes map $maps stream segments (want 0)" $?
 }
 
-# nginx_up HOW: nginx in pod 0 (master and 2 workers, its own configuration, logs and
-# temporary folders in $D/nginx), serving $BIG/www at http://$S:8080/ with sendfile; the
-# access log names each request's connection and its number on it. PID in NGINX_PID.
+# nginx_up HOW: nginx in pod 0 serving $BIG/www at http://$S:8080/ (tm_nginx, its folder
+# $D/nginx). PID in NGINX_PID.
 nginx_up() {
-  local c=$D/nginx
-  mkdir -p "$c" "$BIG/www"
-  cat >"$c/nginx.conf" <<EOF
-daemon off;
-master_process on;
-worker_processes 2;
-user root;
-pid $c/nginx.pid;
-error_log $c/error.log;
-events { worker_connections 64; }
-http {
-  log_format conn '\$connection \$connection_requests \$request_uri \$status \$body_bytes_sent';
-  access_log $c/access.log conn;
-  client_body_temp_path $c/body;
-  proxy_temp_path $c/proxy;
-  fastcgi_temp_path $c/fastcgi;
-  uwsgi_temp_path $c/uwsgi;
-  scgi_temp_path $c/scgi;
-  default_type application/octet-stream;
-  sendfile on;
-  keepalive_timeout 30s;
-  server {
-    listen $S:8080;
-    root $BIG/www;
-  }
-}
-EOF
-  tm_bg 0 "$1" nginx -p "$c" -c "$c/nginx.conf" -e "$c/error.log"
+  mkdir -p "$BIG/www"
+  tm_nginx 0 "$1" "$D/nginx" "$BIG/www" 8080
   NGINX_PID=$FF_LAST_PID
-  wait_listen 0 "$NGINX_PID" 8080 || { check "nginx listens" 1; tail_logs "$c/error.log"; return 1; }
+  wait_listen 0 "$NGINX_PID" 8080 || { check "nginx listens" 1; tail_logs "$D/nginx/error.log"; return 1; }
   preloaded nginx "$NGINX_PID" "$1"
 }
 
@@ -438,8 +411,61 @@ case_socat_fork() {
   stopped "socat" "$spid"
 }
 
+# ab_run NAME N ARGS...: ab in pod 1 makes N requests for ab.bin (1 KiB) with 4 clients and
+# ARGS: every request complete, none failed (ab compares each response's length with the
+# first's) or other than 2xx; with -k each on a kept-alive connection. nginx then logged N
+# more requests for it, each with the whole file; on as many connections as requests
+# without -k, on a few with it. The ab log stays in $D/ab.log.
+ab_run() {
+  local name=$1 n=$2 c got failed other ka logged conns want i w0 wire
+  shift 2
+  local before
+  before=$(grep -c ' /ab\.bin 200 1024$' "$D/nginx/access.log" 2>/dev/null)
+  w0=$(tm_wire 1)
+  tm_run 1 lib timeout 60 ab -q -n "$n" -c 4 "$@" "http://$S:8080/ab.bin" >"$D/ab.log" 2>&1
+  c=$?
+  wire=$(($(tm_wire_settled 1) - w0))
+  got=$(sed -n 's/^Complete requests: *\([0-9]*\).*/\1/p' "$D/ab.log")
+  failed=$(sed -n 's/^Failed requests: *\([0-9]*\).*/\1/p' "$D/ab.log")
+  other=$(sed -n 's/^Non-2xx responses: *\([0-9]*\).*/\1/p' "$D/ab.log")
+  ka=$(sed -n 's/^Keep-Alive requests: *\([0-9]*\).*/\1/p' "$D/ab.log")
+  [[ $c -eq 0 && $got == "$n" && $failed == 0 && -z $other ]] &&
+    { [[ " $* " != *" -k "* ]] || [[ $ka == "$n" ]]; }
+  check "$name: $n requests by 4 clients (exit $c): ${got:-?} complete, ${failed:-?} failed, ${other:-0} not 2xx, ${ka:-0} kept alive" $? ||
+    tail_logs "$D/ab.log" "$D/nginx/error.log"
+  # nginx writes a request's line when it ends: wait for them all (bounded).
+  want=$((before + n))
+  for ((i = 0; i < 50; i++)); do
+    logged=$(grep -c ' /ab\.bin 200 1024$' "$D/nginx/access.log")
+    [[ $logged -ge $want ]] && break
+    sleep 0.1
+  done
+  conns=$(grep ' /ab\.bin 200 1024$' "$D/nginx/access.log" | tail -n "$n" | cut -d' ' -f1 | sort -u | wc -l)
+  if [[ " $* " == *" -k "* ]]; then
+    [[ $logged -eq $want && $conns -le 8 ]]
+  else
+    [[ $logged -eq $want && $conns -eq $n ]]
+  fi
+  check "$name: nginx logged $((logged - before)) whole responses on $conns connections" $?
+  [[ " $* " == *" -k "* ]] && carried "$name" lib lib "$wire" $((n * 1024)) 5
+  return 0
+}
+
+# ab: ApacheBench against nginx, both with the library, with keep-alive and without.
+case_ab() {
+  mkdir -p "$BIG/www"
+  random_file "$BIG/www/ab.bin" 1024
+  check "file made (1 KiB of random bytes)" $? || return
+  nginx_up lib || return
+  ab_run "ab -k" 2000 -k
+  ab_run "ab without keep-alive" 400
+  records_gone "ab's connections" "$NGINX_PID"
+  stopped nginx "$NGINX_PID"
+}
+
 case $case in
   socat_fork) case_socat_fork ;;
+  ab) case_ab ;;
   iperf3) iperf "iperf3, 1 stream" lib lib -t 2 ;;
   iperf3_p4) iperf "iperf3, 4 streams" lib lib -t 2 -P 4 ;;
   iperf3_R) iperf "iperf3 -R (the server sends)" lib lib -t 2 -R ;;
