@@ -17,8 +17,11 @@
 # of kernel TCP; across nodes, at least 0.95x the bandwidth and at most 1.1x the latency.
 #   - ApacheBench (`ab`, 4 clients, 3 s) against nginx serving a 1 KiB file, with keep-alive
 #     and without (issue 39), requests per second.
+#   - gRPC unary calls (bench/grpc/grpc_rr, 3 s), 64 B and 16 KiB, 1 and 8 clients, each on
+#     a connection of its own, every answer checked (issue 39): calls per second.
 # Issue 39: the process-per-connection server at least 1.3x on one node, 0.95x across; ab
-# with keep-alive 1.3x and without 1x on one node, 0.95x across.
+# with keep-alive 1.3x and without 1x on one node, 0.95x across; gRPC 1.5x on one node, 0.95x
+# across.
 # Each placement also says how many of iperf3's bytes crossed the client pod's veth with the
 # library: near 0% when freeflow carried them, about 100% when kernel TCP did.
 #   bench/tcp_mode.sh [--library PATH|none] [BUILD]
@@ -125,6 +128,20 @@ ab_rr() {
     "$FF_DIR/ab-c.log"
 }
 
+# grpc_rr HOW CLIENTS SIZE PORT: requests per second of bench/grpc/grpc_rr's CLIENTS clients
+# in pod 1 (unary calls of SIZE bytes for 3 s, every answer checked) against its server in
+# pod 0, both HOW (nothing when the run failed or gRPC is not built).
+grpc_rr() {
+  [[ -x $FF_BUILD/bench/grpc/grpc_rr ]] || return 0
+  tm_bg 0 "$1" "$FF_BUILD/bench/grpc/grpc_rr" server "$(ff_pod_ip 0):$4" >"$FF_DIR/grpc-s.log" 2>&1
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" "$4" || true
+  tm_run 1 "$1" timeout 60 "$FF_BUILD/bench/grpc/grpc_rr" client "$(ff_pod_ip 0):$4" "$2" "$3" 3 \
+    >"$FF_DIR/grpc-c.log" 2>&1 || true
+  tm_stop "$spid" || true
+  sed -n 's/^grpc_rr: .*: \([0-9]*\) requests\/s.*/\1/p' "$FF_DIR/grpc-c.log"
+}
+
 # ratio STATS_PLAIN STATS_LIB: the ratio of the medians, library / plain (no target).
 ratio() {
   awk -v a="${2%% *}" -v b="${1%% *}" 'BEGIN {
@@ -144,12 +161,12 @@ target() {
 
 row() { printf '%-40s %-28s %-28s %s\n' "$@"; }
 
-# measure WHERE BW_GOAL LAT_GOAL RATE_GOAL FORK_GOAL AB_KA_GOAL AB_GOAL: the table for one
-# placement (RATE_GOAL "none": the connection rate's ratio is shown without a target).
+# measure WHERE BW_GOAL LAT_GOAL RATE_GOAL FORK_GOAL AB_KA_GOAL AB_GOAL GRPC_GOAL: the table
+# for one placement (RATE_GOAL "none": the connection rate's ratio is shown without a target).
 measure() {
   local where=$1 r out
   local -a bp=() bl=() wl=() ap=() al=() pp=() pl=() cp=() cl=() f4p=() f4l=() f16p=() f16l=()
-  local -a kp=() kl=() np=() nl=()
+  local -a kp=() kl=() np=() nl=() g1p=() g1l=() g8p=() g8l=() h1p=() h1l=() h8p=() h8l=()
   for ((r = 1; r <= RUNS; r++)); do
     echo "$where: run $r/$RUNS" >&2
     out=$(bw plain) && [[ -n $out ]] && bp+=("${out%% *}")
@@ -166,6 +183,14 @@ measure() {
     out=$(ab_rr lib 8081 -k) && [[ -n $out ]] && kl+=("$out")
     out=$(ab_rr plain 8082) && [[ -n $out ]] && np+=("$out")
     out=$(ab_rr lib 8082) && [[ -n $out ]] && nl+=("$out")
+    out=$(grpc_rr plain 1 64 $((7900 + 8 * r))) && [[ -n $out ]] && g1p+=("$out")
+    out=$(grpc_rr lib 1 64 $((7901 + 8 * r))) && [[ -n $out ]] && g1l+=("$out")
+    out=$(grpc_rr plain 8 64 $((7902 + 8 * r))) && [[ -n $out ]] && g8p+=("$out")
+    out=$(grpc_rr lib 8 64 $((7903 + 8 * r))) && [[ -n $out ]] && g8l+=("$out")
+    out=$(grpc_rr plain 1 16384 $((7904 + 8 * r))) && [[ -n $out ]] && h1p+=("$out")
+    out=$(grpc_rr lib 1 16384 $((7905 + 8 * r))) && [[ -n $out ]] && h1l+=("$out")
+    out=$(grpc_rr plain 8 16384 $((7906 + 8 * r))) && [[ -n $out ]] && h8p+=("$out")
+    out=$(grpc_rr lib 8 16384 $((7907 + 8 * r))) && [[ -n $out ]] && h8l+=("$out")
   done
   local sbp sbl swl sap sal spp spl scp scl
   sbp=$(stats "${bp[@]}") sbl=$(stats "${bl[@]}") swl=$(stats "${wl[@]}")
@@ -175,6 +200,12 @@ measure() {
   sf4p=$(stats "${f4p[@]}") sf4l=$(stats "${f4l[@]}") sf16p=$(stats "${f16p[@]}") sf16l=$(stats "${f16l[@]}")
   local skp skl snp snl
   skp=$(stats "${kp[@]}") skl=$(stats "${kl[@]}") snp=$(stats "${np[@]}") snl=$(stats "${nl[@]}")
+  local -a g=()
+  local a
+  for a in g1p g1l g8p g8l h1p h1l h8p h8l; do
+    local -n arr=$a
+    g+=("$(stats "${arr[@]}")")
+  done
   echo
   echo "freeflow TCP mode, $where: median (min..max) of $RUNS runs; library: $LIB"
   row "figure" "kernel TCP" "$([[ $LIB == none ]] && echo "none: kernel TCP too" || echo libfsocket)" "ratio, target"
@@ -190,14 +221,18 @@ measure() {
   row "socat fork echo, 16 clients, requests/s" "$(fmt_stats "$sf16p")" "$(fmt_stats "$sf16l")" "$(target fork "$sf16p" "$sf16l" ">=" "$5")"
   row "ab -k vs nginx, 4 clients, requests/s" "$(fmt_stats "$skp")" "$(fmt_stats "$skl")" "$(target ab "$skp" "$skl" ">=" "$6")"
   row "ab vs nginx, 4 clients, requests/s" "$(fmt_stats "$snp")" "$(fmt_stats "$snl")" "$(target ab "$snp" "$snl" ">=" "$7")"
+  row "gRPC unary 64 B, 1 client, calls/s" "$(fmt_stats "${g[0]}")" "$(fmt_stats "${g[1]}")" "$(target grpc "${g[0]}" "${g[1]}" ">=" "$8")"
+  row "gRPC unary 64 B, 8 clients, calls/s" "$(fmt_stats "${g[2]}")" "$(fmt_stats "${g[3]}")" "$(target grpc "${g[2]}" "${g[3]}" ">=" "$8")"
+  row "gRPC unary 16 KiB, 1 client, calls/s" "$(fmt_stats "${g[4]}")" "$(fmt_stats "${g[5]}")" "$(target grpc "${g[4]}" "${g[5]}" ">=" "$8")"
+  row "gRPC unary 16 KiB, 8 clients, calls/s" "$(fmt_stats "${g[6]}")" "$(fmt_stats "${g[7]}")" "$(target grpc "${g[6]}" "${g[7]}" ">=" "$8")"
   row "iperf3's bytes on the client's veth, %" "" "$(fmt_stats "$swl")" ""
 }
 
 trap tm_down EXIT
 FF_KNOWN_PODS=1 two_pods_up same
-same=$(measure "two pods on one node" 5 0.33 none 1.3 1.3 1)
+same=$(measure "two pods on one node" 5 0.33 none 1.3 1.3 1 1.5)
 tm_down
 FF_KNOWN_PODS=1 two_pods_up cross
-cross=$(measure "pods on two nodes (TLS node links)" 0.95 1.1 0.95 0.95 0.95 0.95)
+cross=$(measure "pods on two nodes (TLS node links)" 0.95 1.1 0.95 0.95 0.95 0.95 0.95)
 echo "$same"
 echo "$cross"

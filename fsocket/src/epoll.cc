@@ -130,15 +130,18 @@ uint32_t Report(Watch& w) {
   Sock& s = *w.stream;
   if (w.disabled || s.state.load() != StreamState::kOpen) return 0;
   const uint32_t want = (w.events & ~kModeBits) | EPOLLERR | EPOLLHUP;
-  const uint32_t ready = static_cast<uint16_t>(StreamReadiness(s)) & want;
+  const uint32_t all = static_cast<uint16_t>(StreamReadiness(s));
+  const uint32_t ready = all & want;
   if (ready == 0) return 0;
   uint32_t out = ready;
   const uint64_t tail = s.rx->tail.load(std::memory_order_acquire);
   const uint64_t head = s.tx->head.load(std::memory_order_acquire);
   if (w.events & EPOLLET) {
     // Edge triggered: new bytes, new room, or a state that was not there at the last report.
+    // The peer's end is an EPOLLIN edge whether or not the program asked for EPOLLRDHUP (the
+    // kernel's FIN wakes the reader): seen_mask holds every state, not only those asked.
     out = 0;
-    const bool rdhup_new = (ready & EPOLLRDHUP) && !(w.seen_mask & EPOLLRDHUP);
+    const bool rdhup_new = (all & EPOLLRDHUP) && !(w.seen_mask & EPOLLRDHUP);
     if ((ready & EPOLLIN) && (w.fresh || tail != w.seen_tail || rdhup_new))
       out |= ready & (EPOLLIN | EPOLLRDHUP);
     if ((ready & EPOLLOUT) && (w.fresh || head != w.seen_head || !(w.seen_mask & EPOLLOUT)))
@@ -150,9 +153,22 @@ uint32_t Report(Watch& w) {
   w.fresh = false;
   w.seen_tail = tail;
   w.seen_head = head;
-  w.seen_mask = ready;
+  w.seen_mask = all;
   if (w.events & EPOLLONESHOT) w.disabled = true;
   return out;
+}
+
+// Stream watch `w` was just counted in `sh`. A thread already asleep in the kernel on the
+// set did not arm the stream (it went to sleep before the stream was there, or straight to
+// the kernel when the set had no stream), so nothing would wake it for the stream's bytes
+// until its sleep ends (seconds, for a program's own timeout). The stream's socket is
+// registered again with EPOLLOUT: it is writable, so the kernel wakes a sleeper at once,
+// with the library's cookie, which the wait passes over before it arms every stream.
+void Kick(EpollShadow& sh, Watch& w) {
+  if (sh.sleepers.load() == 0) return;
+  epoll_event k = KernelEvent(&w);
+  k.events |= EPOLLOUT;
+  (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_MOD, w.fd, &k);
 }
 
 // Moves the program's registration of `w` to a stream registration in the kernel; false
@@ -161,6 +177,7 @@ bool Convert(EpollShadow& sh, Watch& w) {
   epoll_event k = KernelEvent(&w);
   if (real::epoll_ctl(sh.epfd(), EPOLL_CTL_MOD, w.fd, &k) != 0) return false;
   if (w.stream->state.load() == StreamState::kOpen) AddBell(sh, w);
+  Kick(sh, w);
   return true;
 }
 
@@ -239,6 +256,7 @@ int AddStream(EpollShadow& sh, int fd, Ref s, const epoll_event& ev, Watch* stal
   sh.watches[fd] = w;
   sh.Counted(w);
   if (w->stream->state.load() == StreamState::kOpen) AddBell(sh, *w);
+  Kick(sh, *w);
   return 0;
 }
 
@@ -288,6 +306,7 @@ int Ctl(EpollShadow& sh, int op, int fd, epoll_event* ev) {
   if (!was_stream) {
     sh.Counted(w);
     if (w->stream->state.load() == StreamState::kOpen) AddBell(sh, *w);
+    Kick(sh, *w);
   }
   return 0;
 }
@@ -399,6 +418,12 @@ int Wait(EpollShadow& sh, epoll_event* evs, int max, int timeout_ms, const sigse
     SpinStep(now - start);
   }
   if (spin) SpinResult(false);
+  // From here the thread may sleep in the kernel: a stream counted from now on kicks it.
+  sh.sleepers.fetch_add(1);
+  struct Awake {
+    EpollShadow& sh;
+    ~Awake() { sh.sleepers.fetch_sub(1); }
+  } awake{sh};
   for (;;) {
     {
       std::lock_guard lock(sh.mu);
@@ -413,6 +438,35 @@ int Wait(EpollShadow& sh, epoll_event* evs, int max, int timeout_ms, const sigse
     if (left < 0 || left > ff::kStreamMaxSleepMs) left = ff::kStreamMaxSleepMs;
     if ((n = Look(sh, evs, max, left, mask)) != 0) return n;
   }
+}
+
+// A wait on a shadowed set: with no stream in it, the kernel's own wait (`kernel`, the call
+// the program made) unless a stream joins before it starts; a stream that joins during it
+// kicks it (Kick), and the kick is passed over: the wait goes on as a stream wait.
+template <typename KernelWait>
+int SetWait(EpollShadow& sh, epoll_event* evs, int max, int timeout_ms, const sigset_t* mask,
+            KernelWait kernel) {
+  if (sh.streams.load() == 0) {
+    const uint64_t start = ff::MonotonicNs();
+    sh.sleepers.fetch_add(1);
+    const bool alone = sh.streams.load() == 0;  // after the count: a joiner sees this thread
+    int n = alone ? kernel() : 0;
+    sh.sleepers.fetch_sub(1);
+    if (alone) {
+      if (n <= 0 || !sh.had_streams.load()) return n;
+      {
+        std::lock_guard lock(sh.mu);
+        n = TakeKernelEvents(sh, evs, 0, n);
+      }
+      if (n != 0 || timeout_ms == 0) return n;
+      if (timeout_ms > 0) {
+        const uint64_t spent_ms = (ff::MonotonicNs() - start) / 1'000'000;
+        if (spent_ms >= static_cast<uint64_t>(timeout_ms)) return 0;
+        timeout_ms -= static_cast<int>(spent_ms);
+      }
+    }
+  }
+  return Wait(sh, evs, max, timeout_ms, mask);
 }
 
 Ref ShadowOf(int epfd) {
@@ -451,9 +505,9 @@ FFS_EXPORT int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
 
 FFS_EXPORT int epoll_pwait(int epfd, epoll_event* evs, int max, int timeout, const sigset_t* m) {
   Ref e = ShadowOf(epfd);
-  if (!e || max <= 0 || e->shadow->streams == 0)
-    return real::epoll_pwait(epfd, evs, max, timeout, m);
-  return Wait(*e->shadow, evs, max, timeout, m);
+  if (!e || max <= 0) return real::epoll_pwait(epfd, evs, max, timeout, m);
+  return SetWait(*e->shadow, evs, max, timeout, m,
+                 [&] { return real::epoll_pwait(epfd, evs, max, timeout, m); });
 }
 
 FFS_EXPORT int epoll_wait(int epfd, epoll_event* evs, int max, int timeout) {
@@ -471,15 +525,15 @@ FFS_EXPORT int epoll_pwait2(int epfd, epoll_event* evs, int max, const timespec*
     const long long total = t->tv_sec * 1000ll + (t->tv_nsec + 999'999) / 1'000'000;
     ms = static_cast<int>(std::min<long long>(total, INT32_MAX));
   }
+  static auto next =
+      reinterpret_cast<int (*)(int, epoll_event*, int, const timespec*, const sigset_t*)>(
+          real::Next("epoll_pwait2"));
+  auto kernel = [&] {
+    return next != nullptr ? next(epfd, evs, max, t, m) : real::epoll_pwait(epfd, evs, max, ms, m);
+  };
   Ref e = ShadowOf(epfd);
-  if (!e || max <= 0 || e->shadow->streams == 0) {
-    static auto next =
-        reinterpret_cast<int (*)(int, epoll_event*, int, const timespec*, const sigset_t*)>(
-            real::Next("epoll_pwait2"));
-    if (next == nullptr) return real::epoll_pwait(epfd, evs, max, ms, m);
-    return next(epfd, evs, max, t, m);
-  }
-  return Wait(*e->shadow, evs, max, ms, m);
+  if (!e || max <= 0) return kernel();
+  return SetWait(*e->shadow, evs, max, ms, m, kernel);
 }
 
 }  // extern "C"

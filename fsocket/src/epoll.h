@@ -52,6 +52,8 @@ class EpollShadow {
   std::unordered_map<int, Watch*> watches;  // by descriptor
   std::unordered_set<uintptr_t> cookies;    // the stream watches, as the kernel's data for them
   std::atomic<size_t> streams{0};           // how many
+  std::atomic<bool> had_streams{false};     // ever any: kernel events may be the library's
+  std::atomic<int> sleepers{0};             // threads that may be asleep in the kernel on it
   uint64_t looks = 0;                       // epoll_wait passes, under mu: one report a pass
   std::unordered_map<Sock*, BellReg> bells;
   std::vector<std::unique_ptr<Watch>> owned;  // every Watch the set had (see above)
@@ -61,6 +63,7 @@ class EpollShadow {
   // Watch `w` (in `watches`) now has a stream / loses it.
   void Counted(Watch* w) {
     cookies.insert(reinterpret_cast<uintptr_t>(w));
+    had_streams.store(true);
     streams.store(cookies.size());
   }
   void Uncounted(Watch* w) {

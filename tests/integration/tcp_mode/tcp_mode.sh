@@ -4,7 +4,8 @@
 # with libfsocket.so preloaded on both sides, or on one side only (mixed_*). One case a run,
 # so that a failure names it:
 #   tcp_mode.sh [--library PATH|none] same|cross iperf3|iperf3_p4|iperf3_R|sockperf_pp|
-#               sockperf_tp|nginx_curl|redis|scp|short|socat_fork|ab|mixed_client|mixed_server|
+#               sockperf_tp|nginx_curl|redis|scp|short|socat_fork|ab|grpc|mixed_client|
+#               mixed_server|
 #               router_restart (same only)
 # --library none runs every program plain: kernel TCP throughout, which checks the harness
 # itself. Every case checks what its programs report (exit statuses, results, hashes) and
@@ -451,6 +452,37 @@ ab_run() {
   return 0
 }
 
+# grpc_calls CLIENTS SIZE SECONDS: bench/grpc/grpc_rr's clients in pod 1 call the server at
+# $S:$GRPC_PORT, every answer checked against what was sent; then `carried`.
+grpc_calls() {
+  local c w0 wire line n
+  w0=$(tm_wire 1)
+  tm_run 1 lib timeout 60 "$FF_BUILD/bench/grpc/grpc_rr" client "$S:$GRPC_PORT" "$1" "$2" "$3" \
+    >"$D/grpc-c.log" 2>&1
+  c=$?
+  wire=$(($(tm_wire_settled 1) - w0))
+  line=$(grep '^grpc_rr:' "$D/grpc-c.log")
+  [[ $c -eq 0 && -n $line ]]
+  check "$1 gRPC clients of $2 B unary calls, every answer checked (exit $c): ${line:-none}" $? ||
+    tail_logs "$D"/grpc-{s,c}.log
+  n=$(sed -n 's/.* \([0-9]*\) requests$/\1/p' <<<"$line")
+  carried "gRPC, $1 clients of $2 B" lib lib "$wire" "$((2 * $2 * ${n:-0}))" 5
+}
+
+# grpc: gRPC unary calls (the C++ gRPC the device plugin uses, HTTP/2 over threads that
+# sleep in epoll) to a server in pod 0, both with the library.
+case_grpc() {
+  GRPC_PORT=7500
+  tm_bg 0 lib "$FF_BUILD/bench/grpc/grpc_rr" server "$S:$GRPC_PORT" >"$D/grpc-s.log" 2>&1
+  local spid=$FF_LAST_PID
+  wait_listen 0 "$spid" $GRPC_PORT || true
+  preloaded "the gRPC server" "$spid" lib
+  grpc_calls 8 16384 2
+  grpc_calls 1 64 1
+  records_gone "the gRPC clients' connections" "$spid"
+  stopped "the gRPC server" "$spid"
+}
+
 # ab: ApacheBench against nginx, both with the library, with keep-alive and without.
 case_ab() {
   mkdir -p "$BIG/www"
@@ -466,6 +498,7 @@ case_ab() {
 case $case in
   socat_fork) case_socat_fork ;;
   ab) case_ab ;;
+  grpc) case_grpc ;;
   iperf3) iperf "iperf3, 1 stream" lib lib -t 2 ;;
   iperf3_p4) iperf "iperf3, 4 streams" lib lib -t 2 -P 4 ;;
   iperf3_R) iperf "iperf3 -R (the server sends)" lib lib -t 2 -R ;;

@@ -4,6 +4,7 @@
 // waits over and over.
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -138,6 +139,67 @@ TEST_F(EpollCloseTest, AWatchWhoseCloseWasNotSeenIsReplaced) {
   ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, plain, &ev), 0);
   ASSERT_EQ(::write(client_, "x", 1), 1);
   ReportsOnly(ep, 4);
+  ::close(plain);
+  ::close(ep);
+}
+
+// gRPC's registration: EPOLLIN | EPOLLOUT | EPOLLET, no EPOLLRDHUP. The peer's close after
+// bytes already reported is a new EPOLLIN edge, as the kernel's FIN is; without it the
+// server kept every connection its clients had closed.
+TEST_F(EpollCloseTest, ThePeersCloseIsAnEdgeWithoutRdhupAsked) {
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{EPOLLIN | EPOLLOUT | EPOLLET, {}};
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, server_, &ev), 0);
+  ASSERT_EQ(::write(client_, "ab", 2), 2);
+  epoll_event out[2];
+  ASSERT_EQ(::epoll_wait(ep, out, 2, 1000), 1);
+  char c[2];
+  ASSERT_EQ(::read(server_, c, 2), 2);  // what was reported, and no look for more
+  ASSERT_EQ(::close(client_), 0);
+  client_ = -1;
+  uint32_t seen = 0;
+  for (int i = 0; i < 20 && !(seen & EPOLLIN); ++i)
+    if (::epoll_wait(ep, out, 2, 100) == 1) seen = out[0].events;
+  EXPECT_TRUE(seen & EPOLLIN) << "the peer's close woke nobody";
+  EXPECT_FALSE(seen & EPOLLRDHUP) << "not asked for";
+  EXPECT_EQ(::read(server_, c, 2), 0);
+  ::close(ep);
+}
+
+// gRPC's server: one thread sleeps in epoll_wait on a set without streams (its listener
+// only) while another accepts a connection and adds it. The sleeper must learn of the
+// stream's bytes now, not when its own timeout ends.
+TEST_F(EpollCloseTest, AStreamAddedWhileAThreadSleepsOnTheSetWakesIt) {
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  const int plain = ::eventfd(0, EFD_CLOEXEC);  // the set's other member, never ready
+  epoll_event ev{EPOLLIN, {}};
+  ev.data.u64 = 1;
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, plain, &ev), 0);
+  int got = -1;
+  uint64_t data = 0;
+  std::chrono::steady_clock::duration took{};
+  std::thread sleeper([&] {
+    epoll_event out[2];
+    const auto t0 = std::chrono::steady_clock::now();
+    got = ::epoll_wait(ep, out, 2, 8000);
+    took = std::chrono::steady_clock::now() - t0;
+    data = out[0].data.u64;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // asleep in the kernel
+  ev.data.u64 = 2;
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLET;
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, server_, &ev), 0);
+  sleeper.join();
+  EXPECT_EQ(got, 1);
+  EXPECT_EQ(data, 2u) << "the kick itself reached the program";
+  EXPECT_LT(took, std::chrono::seconds(2));
+  // And its bytes reach a wait that slept before they came.
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(::write(client_, "x", 1), 1);
+  });
+  ReportsOnly(ep, 2);
+  late.join();
   ::close(plain);
   ::close(ep);
 }
