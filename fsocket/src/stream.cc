@@ -411,7 +411,12 @@ void StreamArm(Sock& s, short events) {
   if (s.state.load() != StreamState::kOpen) return;
   const uint32_t how = ArmValue(s);
   if (events & POLLIN) s.rx->rd_armed.store(how, std::memory_order_relaxed);
-  if (events & POLLOUT) s.tx->wr_armed.store(how, std::memory_order_relaxed);
+  // Room is waited for only when there is none, as TCP signals write space only to a
+  // writer that found its buffer full: a wait that asks POLLOUT with room to spare returns
+  // at once (level) or has seen it (edge), and a bell at each of the peer's reads would
+  // wake it for nothing (every epoll watch of EPOLLIN | EPOLLOUT slept armed for both). The
+  // caller looks at the rings after this: room made before the word was set is seen there.
+  if ((events & POLLOUT) && Room(s) == 0) s.tx->wr_armed.store(how, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
