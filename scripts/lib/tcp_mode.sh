@@ -132,29 +132,23 @@ tm_down() {
   two_pods_down
 }
 
-# tm_sock_asks I: the SockConnect and SockClaim requests the router of pod I has answered
-# (its stats line): the round trips a connection made to find out whether it can be
-# accelerated.
-tm_sock_asks() {
+# tm_stat I KEY: the figure KEY of the stats line of the router serving pod I, now.
+tm_stat() {
   local line
   if [[ $FF_PLACEMENT == cross ]]; then
     line=$(router_stats_line "${FF_NODE_ROUTER[$1]}" "$(pod_router_log "$1")")
   else
     line=$(router_stats_line)
   fi
-  sed -n 's/.*sock_asks=\([0-9]*\).*/\1/p' <<<"$line"
+  sed -n "s/.* $2=\([0-9]*\).*/\1/p" <<<"$line"
 }
 
-# tm_streams I: the stream records the router of pod I holds now (its stats line).
-tm_streams() {
-  local line
-  if [[ $FF_PLACEMENT == cross ]]; then
-    line=$(router_stats_line "${FF_NODE_ROUTER[$1]}" "$(pod_router_log "$1")")
-  else
-    line=$(router_stats_line)
-  fi
-  sed -n 's/.* streams=\([0-9]*\).*/\1/p' <<<"$line"
-}
+# tm_sock_asks I: the SockConnect and SockClaim requests the router of pod I has answered:
+# the round trips a connection made to find out whether it can be accelerated.
+tm_sock_asks() { tm_stat "$1" sock_asks; }
+
+# tm_streams I: the stream records the router of pod I holds now.
+tm_streams() { tm_stat "$1" streams; }
 
 # tm_streams_gone I: prints how many stream records the router of pod I holds once it holds
 # none (2 s at most), or after that; true when none.

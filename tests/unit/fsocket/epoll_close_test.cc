@@ -26,6 +26,14 @@ uint64_t ThreadCpuNs() {
   return t.tv_sec * 1'000'000'000ull + t.tv_nsec;
 }
 
+// One byte written to `fd` `ms` milliseconds from now (the caller joins the thread).
+std::thread WriteLater(int fd, int ms) {
+  return std::thread([fd, ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    ASSERT_EQ(::write(fd, "x", 1), 1);
+  });
+}
+
 // epoll_wait that must report exactly `fd`'s registration (data `data`) with EPOLLIN.
 void ReportsOnly(int ep, uint64_t data) {
   epoll_event out[4];
@@ -80,10 +88,7 @@ TEST_F(EpollCloseTest, ADupKeepsTheStreamWhenOneNumberCloses) {
   server_ = copy;
   EXPECT_EQ(BellFdsHeld(), held);
   // The copy's watch still sleeps on the one bell both registrations shared.
-  std::thread late([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ASSERT_EQ(::write(client_, "x", 1), 1);
-  });
+  std::thread late = WriteLater(client_, 100);
   ReportsOnly(ep, 6);
   late.join();
   ::close(ep);
@@ -109,10 +114,7 @@ TEST_F(EpollCloseTest, ANumberThatComesBackAsAStreamIsANewRegistration) {
   ev.data.u64 = 2;
   ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, again, &ev), 0);
   for (int round = 0; round < 3; ++round) {
-    std::thread late([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      ASSERT_EQ(::write(client_, "x", 1), 1);
-    });
+    std::thread late = WriteLater(client_, 50);
     ReportsOnly(ep, 2);
     char c;
     EXPECT_EQ(::read(again, &c, 1), 1);
@@ -194,10 +196,7 @@ TEST_F(EpollCloseTest, AStreamAddedWhileAThreadSleepsOnTheSetWakesIt) {
   EXPECT_EQ(data, 2u) << "the kick itself reached the program";
   EXPECT_LT(took, std::chrono::seconds(2));
   // And its bytes reach a wait that slept before they came.
-  std::thread late([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ASSERT_EQ(::write(client_, "x", 1), 1);
-  });
+  std::thread late = WriteLater(client_, 100);
   ReportsOnly(ep, 2);
   late.join();
   ::close(plain);
