@@ -53,10 +53,11 @@ static_assert(alignof(Watch) > 1 && alignof(Sock) > 1);
 
 // Whose a kernel event is.
 enum class Owner { kProgram, kGone, kWatch, kBell };
-Owner OwnerOf(EpollShadow& sh, uint64_t data, Watch** w, BellReg** b) {
+Owner OwnerOf(EpollShadow& sh, uint64_t data, Watch** w, Sock** s, BellReg** b) {
   if (data & kBellCookie) {
     auto it = sh.bells.find(reinterpret_cast<Sock*>(static_cast<uintptr_t>(data & ~kBellCookie)));
     if (it == sh.bells.end()) return Owner::kProgram;
+    *s = it->first;
     *b = &it->second;
     return it->second.users > 0 && it->second.fd >= 0 ? Owner::kBell : Owner::kGone;
   }
@@ -336,20 +337,19 @@ int TakeKernelEvents(EpollShadow& sh, epoll_event* evs, int from, int got) {
   int kept = 0;
   for (int i = from; i < from + got; ++i) {
     Watch* w = nullptr;
+    Sock* bs = nullptr;
     BellReg* b = nullptr;
-    switch (OwnerOf(sh, evs[i].data.u64, &w, &b)) {
+    switch (OwnerOf(sh, evs[i].data.u64, &w, &bs, &b)) {
       case Owner::kProgram:
         evs[from + kept++] = evs[i];
         continue;
       case Owner::kGone:
         continue;
-      case Owner::kBell: {
-        Sock& bs = *reinterpret_cast<Sock*>(static_cast<uintptr_t>(evs[i].data.u64 & ~kBellCookie));
-        DrainBell(bs);
+      case Owner::kBell:
+        DrainBell(*bs);
         // Hung up, or no longer the stream's: out of the set, or it would wake every wait.
-        if (WaitableBell(bs) != b->fd) UnregisterBell(sh, bs, *b);
+        if (WaitableBell(*bs) != b->fd) UnregisterBell(sh, *bs, *b);
         continue;
-      }
       case Owner::kWatch:
         break;
     }
