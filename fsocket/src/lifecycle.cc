@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "bells.h"
+#include "dial_policy.h"
 #include "epoll.h"
 #include "exports.h"
 #include "log.h"
@@ -130,12 +131,21 @@ Ref AskForStream(uint32_t peer_ip_net, uint16_t local_port, uint16_t peer_port) 
   return s;
 }
 
+// A socket that has not started a connection: a program that calls connect() again on one
+// whose connect is under way or done (ab does, to learn how a non-blocking connect ended)
+// must not have it made a stream now — the server took it as kernel TCP.
+bool Unconnected(int fd) {
+  tcp_info ti{};
+  socklen_t len = sizeof(ti);
+  return real::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == TCP_CLOSE;
+}
+
 // Before the kernel connect to a pod address: the stream, when the router says the other
 // end is a pod of this node listening with libfsocket. The socket is bound first (to this
 // pod's address, port 0, when it is not bound yet) so that the router knows the four-tuple
 // before the server can accept it.
 Ref PrepareConnect(int fd, const sockaddr_in& dst) {
-  if (Lookup(fd) || !IsTcp(fd)) return Ref();
+  if (Lookup(fd) || !IsTcp(fd) || !Unconnected(fd)) return Ref();
   const uint32_t own = OwnAddress();
   if (own == 0) return Ref();
   sockaddr_in local{};
@@ -179,13 +189,13 @@ Ref RegisterListener(uint16_t port) {
     return Ref();
   Ref l = NewSock(Kind::kListener);
   l->port = port;
-  l->registered_by = ::getpid();
+  l->registered_by = ProcessId();
   l->registered_in = SessionGeneration();
   return l;
 }
 
 void Unregister(Sock& l) {
-  if (l.registered_by != ::getpid()) return;  // another process's session holds it
+  if (l.registered_by != ProcessId()) return;  // another process's session holds it
   ff::proto::SockUnlisten req{};
   req.port = l.port;
   (void)RouterPost(&req, sizeof(req));
@@ -207,14 +217,21 @@ bool MayAccelerate(const sockaddr_in& peer) {
   return ListedPod(ntohl(peer.sin_addr.s_addr)) != ff::PodListed::kNo;
 }
 
+// An accepted connection is accelerated only when the router made a record for it, which the
+// pod's tables show without a round trip.
+bool MayBeClaimed(uint16_t port, const sockaddr_in& peer) {
+  return AcceptedFrom(ntohl(peer.sin_addr.s_addr), ntohs(peer.sin_port), port) !=
+         ff::PodListed::kNo;
+}
+
 void ClaimAccepted(Sock& l, int nfd, const sockaddr_in& peer) {
   Ref s;
-  if (MayAccelerate(peer))
+  if (MayBeClaimed(l.port, peer))
     s = AskForStream<ff::proto::SockClaim>(peer.sin_addr.s_addr, l.port, ntohs(peer.sin_port));
   // The registration must be this process's, in its current session: one inherited (fork,
   // exec; the process that made it may be gone) or made before the router restarted is made
   // again, so that the next connections are accelerated.
-  if (l.registered_by != ::getpid() || l.registered_in != SessionGeneration()) {
+  if (l.registered_by != ProcessId() || l.registered_in != SessionGeneration()) {
     if (Ref again = RegisterListener(l.port)) {
       l.registered_by = again->registered_by;
       l.registered_in = again->registered_in;
@@ -235,6 +252,7 @@ void Forget(int fd, Ref slot) {
   // Last descriptor of it in this process: this Ref and nothing else.
   if (s->refs.load() == 1) {
     if (s->kind == Kind::kStream) {
+      NoteDialedEnd(*s);
       StreamRelease(*s, fd);
       TellClosed(*s);
     }
@@ -276,8 +294,10 @@ FFS_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
   Ref s;
   if (AsV4(st, &dst) && InOverlay(ntohl(dst.sin_addr.s_addr))) {
     SavedErrno keep;
-    if (MayAccelerate(dst)) s = PrepareConnect(fd, dst);
+    if (MayAccelerate(dst) && !DialKernel(dst.sin_addr.s_addr, dst.sin_port))
+      s = PrepareConnect(fd, dst);
     if (s) {
+      NoteDialed(*s);
       s->state.store(StreamState::kConnecting);
       NoteFlags(*s, fd);
       Install(fd, s.get());

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 
 #include "freeflow/clock.h"
 #include "freeflow/router_socket.h"
+#include "freeflow/stream_claims.h"
 #include "freeflow/stream_pods.h"
 #include "freeflow/tunables.h"
 #include "log.h"
@@ -46,7 +48,10 @@ struct Link {
   uint64_t retry_at = 0;
   uint64_t generation = 0;  // sessions opened so far (a new one forgot every registration)
   ff::Mapping pods;         // the router's pod list (stream_pods.h), read-only; or nothing
+  ff::Mapping claims;       // this pod's claims table (stream_claims.h), read-only; or nothing
 };
+std::atomic<pid_t> g_pid{0};
+
 Link& TheLink() {
   static Link* link = new Link;  // never destroyed: interposers run during exit
   return *link;
@@ -88,11 +93,11 @@ int Exchange(Link& l, const void* req, size_t len, int* status, ff::proto::Respo
   return 0;
 }
 
-void MapPodList(Link& l, int fd);
+void MapTables(Link& l, int list_fd, int claims_fd);
 
 // Opens the session if this process has none (or inherited its parent's); caller holds mu.
 int Open(Link& l) {
-  const pid_t me = ::getpid();
+  const pid_t me = ProcessId();
   if (l.sock && l.pid == me) return 0;
   l.sock.reset();
   const Config& c = GetConfig();
@@ -116,8 +121,8 @@ int Open(Link& l) {
   hello.abi = ff::kAbiVersion;
   ff::proto::Response r{};
   int status = 0, nfds = 0;
-  ff::UniqueFd list;
-  int rc = Exchange(l, &hello, sizeof(hello), &status, &r, &list, 1, &nfds);
+  ff::UniqueFd tables[2];  // [pod list, claims table]
+  int rc = Exchange(l, &hello, sizeof(hello), &status, &r, tables, 2, &nfds);
   if (rc == 0 && status != 0) {
     r.u.hello.node[sizeof(r.u.hello.node) - 1] = '\0';
     LogError("router %s refused this process: %s (%s)", c.socket_path.c_str(), r.u.hello.node,
@@ -131,23 +136,33 @@ int Open(Link& l) {
   l.ip = ntohl(r.u.hello.ip);
   l.retry_at = 0;
   ++l.generation;
-  MapPodList(l, nfds == 1 ? list.get() : -1);
+  MapTables(l, nfds >= 1 ? tables[0].get() : -1, nfds >= 2 ? tables[1].get() : -1);
   return 0;
 }
 
-// Maps the pod list a session came with; without a usable one every connection asks.
-void MapPodList(Link& l, int fd) {
-  l.pods.reset();
-  if (fd < 0) return;
+// A table the router shares read-only, `bytes` long, whose first words are a header with
+// `magic` at offset 4; an empty Mapping when it is not that.
+ff::Mapping MapTable(int fd, uint64_t bytes, uint32_t magic, const char* what) {
+  if (fd < 0) return ff::Mapping();
   // Read-only for every holder, and never shorter than what is mapped.
   if (!ff::SealedReadOnly(fd)) {
-    LogError("the router's pod list is not sealed read-only: not used");
-    return;
+    LogError("the router's %s is not sealed read-only: not used", what);
+    return ff::Mapping();
   }
   ff::Mapping m;
-  if (ff::MapPeerSegment(fd, ff::kStreamPodsBytes, false, &m) != 0) return;
-  if (m.as<const ff::StreamPodsHeader>()->magic != ff::kStreamPodsMagic) return;
-  l.pods = std::move(m);
+  if (ff::MapPeerSegment(fd, bytes, false, &m) != 0) return ff::Mapping();
+  uint32_t found = 0;
+  std::memcpy(&found, static_cast<const char*>(m.get()) + 4, sizeof(found));
+  return found == magic ? std::move(m) : ff::Mapping();
+}
+
+// Maps the tables a session came with; without a usable pod list every connection asks,
+// without a claims table every accepted one.
+void MapTables(Link& l, int list_fd, int claims_fd) {
+  static_assert(offsetof(ff::StreamPodsHeader, magic) == 4);
+  static_assert(offsetof(ff::StreamClaimsHeader, magic) == 4);
+  l.pods = MapTable(list_fd, ff::kStreamPodsBytes, ff::kStreamPodsMagic, "pod list");
+  l.claims = MapTable(claims_fd, ff::kStreamClaimsBytes, ff::kStreamClaimsMagic, "claims table");
 }
 
 }  // namespace
@@ -166,7 +181,7 @@ int RouterCall(const void* req, size_t len, int* status, ff::proto::Response* re
                ff::UniqueFd* fds, int max_fds, int* nfds) {
   Link& l = TheLink();
   std::lock_guard lock(l.mu);
-  const bool had_session = l.sock && l.pid == ::getpid();
+  const bool had_session = l.sock && l.pid == ProcessId();
   if (int rc = Open(l)) return rc;
   int rc = Exchange(l, req, len, status, resp, fds, max_fds, nfds);
   if (rc != 0 && had_session && (rc == EPIPE || rc == ECONNRESET || rc == ENOTCONN)) {
@@ -188,7 +203,7 @@ int RouterCall(const void* req, size_t len, int* status, ff::proto::Response* re
 int RouterPost(const void* req, size_t len) {
   Link& l = TheLink();
   std::lock_guard lock(l.mu);
-  if (!l.sock || l.pid != ::getpid()) return ENOTCONN;  // nothing to tell a new session
+  if (!l.sock || l.pid != ProcessId()) return ENOTCONN;  // nothing to tell a new session
   char buf[ff::proto::kMaxMessage];
   std::memcpy(buf, req, len);
   ff::proto::Header h;
@@ -211,15 +226,49 @@ ff::PodListed ListedPod(uint32_t ip) {
   return ff::FindStreamPod(l.pods.get(), ip);
 }
 
+ff::PodListed AcceptedFrom(uint32_t client_ip, uint16_t client_port, uint16_t server_port) {
+  Link& l = TheLink();
+  std::lock_guard lock(l.mu);
+  if (Open(l) != 0) return ff::PodListed::kUnknown;
+  const bool unlisted =
+      l.pods.get() != nullptr && ff::FindStreamPod(l.pods.get(), client_ip) == ff::PodListed::kNo;
+  const bool unclaimed =
+      l.claims.get() != nullptr &&
+      ff::FindStreamClaim(l.claims.get(), ff::StreamClaimKey(client_ip, client_port,
+                                                             server_port)) == ff::PodListed::kNo;
+  if (!unlisted && !unclaimed) return ff::PodListed::kUnknown;
+  // The tables are only as fresh as the router that writes them: a router that was replaced
+  // since (this session is closed) makes records its successor's tables show. The session
+  // never has anything to read between calls, so readable means gone.
+  pollfd p{l.sock.get(), POLLIN, 0};
+  if (real::poll(&p, 1, 0) != 0) {
+    LogDebug("router session gone: opening another at the next call");
+    l.sock.reset();
+    l.retry_at = 0;
+    return ff::PodListed::kUnknown;
+  }
+  return ff::PodListed::kNo;
+}
+
 uint32_t OwnAddress() {
   Link& l = TheLink();
   std::lock_guard lock(l.mu);
   return Open(l) == 0 ? l.ip : 0;
 }
 
+pid_t ProcessId() {
+  pid_t p = g_pid.load(std::memory_order_relaxed);
+  if (p == 0) {
+    p = ::getpid();
+    g_pid.store(p, std::memory_order_relaxed);
+  }
+  return p;
+}
+
 void RouterLinkPrepareFork() { TheLink().mu.lock(); }
 void RouterLinkParentAfterFork() { TheLink().mu.unlock(); }
 void RouterLinkChildAfterFork() {
+  g_pid.store(::getpid(), std::memory_order_relaxed);
   Link& l = TheLink();
   l.sock.reset();  // the child's copy only: the parent's session goes on
   l.retry_at = 0;

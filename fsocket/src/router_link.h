@@ -5,6 +5,8 @@
 // ff::kSockRouterRetryNs.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -45,6 +47,15 @@ uint32_t OwnAddress();
 // accept needs no round trip to the router; kUnknown (no session, no list, a list being
 // rewritten) means ask.
 ff::PodListed ListedPod(uint32_t ip);
+// An accepted connection from host-order `client_ip`:`client_port` to this pod's
+// `server_port`: kNo when the pod list does not hold the client or this pod's claims table
+// (stream_claims.h) has no record of the connection (the client chose kernel TCP) — no need
+// to ask — and the session shows the router that wrote them is still there; else kUnknown.
+ff::PodListed AcceptedFrom(uint32_t client_ip, uint16_t client_port, uint16_t server_port);
+
+// This process's ID without a system call (glibc no longer caches it): read once, and again
+// in a child of fork(). A vfork() child shares its parent's memory and so its answer.
+pid_t ProcessId();
 
 // fork support (pthread_atfork handlers, installed at load).
 void RouterLinkPrepareFork();

@@ -120,6 +120,8 @@ Ref NewSock(Kind kind) {
   s->peer_ip_net = 0;
   s->local_port = 0;
   s->peer_port = 0;
+  s->dialed = false;
+  s->opened_ns = 0;
   s->port = 0;
   s->registered_by = 0;
   s->registered_in = 0;

@@ -76,6 +76,9 @@ struct Sock {
   // close): the other end's address (network order) and port, this end's port.
   uint32_t peer_ip_net = 0;
   uint16_t local_port = 0, peer_port = 0;
+  // This process dialed it (connect), at opened_ns (dial_policy.h).
+  bool dialed = false;
+  uint64_t opened_ns = 0;
 
   // kListener
   uint16_t port = 0;

@@ -112,13 +112,63 @@ bool TcpModeService::Hello(const Call& call) {
   }
   members_[call.pod] = Member{who->ip, who->netns, std::move(ns)};
   pods_.Hold(who->ip);
+  ClaimsJoin(who->ip, who->netns);
   parts_.sessions.Welcome(call.pod, UniqueFd(), PodSessions::Kind::kSocket);
   r.u.hello.ip = htonl(who->ip);
   r.u.hello.prefix_len = parts_.overlay.length;
   std::snprintf(r.u.hello.node, sizeof(r.u.hello.node), "%s", parts_.node_name.c_str());
-  const int list = pods_.read_only_fd();
-  parts_.sessions.Answer(call, 0, r, list >= 0 ? &list : nullptr, list >= 0 ? 1 : 0);
+  // [pod list, claims table]: the table only beside a list.
+  int tables[2] = {pods_.read_only_fd(), -1};
+  if (auto c = claims_.find(who->ip); c != claims_.end()) tables[1] = c->second->table.read_only_fd();
+  const int n = tables[0] < 0 ? 0 : tables[1] < 0 ? 1 : 2;
+  parts_.sessions.Answer(call, 0, r, n > 0 ? tables : nullptr, n);
   return true;
+}
+
+void TcpModeService::ClaimsJoin(uint32_t ip, uint64_t netns) {
+  std::unique_ptr<PodClaims>& c = claims_[ip];
+  if (c != nullptr) {
+    ++c->members;
+    return;
+  }
+  c = std::make_unique<PodClaims>();
+  c->members = 1;
+  if (const int rc = c->table.Create()) {
+    spdlog::warn("pod {}: no TCP-mode claims table ({}): its libraries ask about every accept",
+                 FormatIpv4(ip), std::strerror(rc));
+  }
+  // Records made before the pod's sessions all ended and came back (an exec, a restart of
+  // its server) that its namespace may still claim.
+  for (auto& [key, rec] : records_) {
+    const End& s = rec.ends[kServer];
+    if (key.server_ip == ip && s.netns == netns && !s.closed && !rec.server_claimed)
+      Await(key, rec);
+  }
+}
+
+void TcpModeService::ClaimsLeave(uint32_t ip) {
+  auto c = claims_.find(ip);
+  if (c == claims_.end() || --c->second->members > 0) return;
+  for (auto& [key, rec] : records_) {
+    if (key.server_ip == ip) rec.awaiting = false;  // the table goes with its last session
+  }
+  claims_.erase(c);
+}
+
+void TcpModeService::Await(const Key& key, Record& r) {
+  auto c = claims_.find(key.server_ip);
+  if (r.awaiting || c == claims_.end()) return;
+  r.awaiting = true;
+  r.placed = c->second->table.Add(StreamClaimKey(key.client_ip, key.client_port, key.server_port));
+}
+
+void TcpModeService::Unawait(const Key& key, Record& r) {
+  if (!r.awaiting) return;
+  r.awaiting = false;
+  auto c = claims_.find(key.server_ip);
+  if (c == claims_.end()) return;
+  c->second->table.Remove(StreamClaimKey(key.client_ip, key.client_port, key.server_port),
+                          r.placed);
 }
 
 std::shared_ptr<NetnsHandle> TcpModeService::HandleFor(PodId pod, const PodIdentity& who,
@@ -147,6 +197,7 @@ void TcpModeService::OnPodGone(PodId pod) {
   }
   members_.erase(m);  // the ledger, with its kListeners, closes after this
   pods_.Let(ip);
+  ClaimsLeave(ip);
 }
 
 // ---- listeners ------------------------------------------------------------------------------
@@ -218,8 +269,9 @@ int TcpModeService::Connect(const Member& m, const proto::SockConnect& q, proto:
     spdlog::warn("pod {}: cannot make a stream segment: {}", FormatIpv4(m.ip), std::strerror(rc));
     return rc;
   }
-  const Record& made = records_.emplace(key, std::move(rec)).first->second;
+  Record& made = records_.emplace(key, std::move(rec)).first->second;
   for (const End& e : made.ends) pods_.Hold(e.ip);
+  Await(key, made);  // before the answer: the client connects only after it
   r->u.sock = proto::SockReply{proto::kStreamClient, kStreamRingBytes};
   *fds = {made.segment.get(), made.ends[kClient].side.get(), made.ends[kClient].bell.get()};
   return 0;
@@ -255,7 +307,10 @@ int TcpModeService::Claim(const Member& m, const proto::SockClaim& q, proto::Res
   std::map<Key, Record>::iterator it;
   Record* found = EndOf(m, ntohl(q.peer_ip), q.local_port, q.peer_port, &role, &it);
   if (found == nullptr) return ENOENT;
-  if (role == kServer) found->server_claimed = true;
+  if (role == kServer) {
+    found->server_claimed = true;
+    Unawait(it->first, *found);
+  }
   r->u.sock = proto::SockReply{role == kServer ? proto::kStreamServer : proto::kStreamClient,
                                kStreamRingBytes};
   *fds = {found->segment.get(), found->ends[role].side.get(), found->ends[role].bell.get()};
@@ -286,7 +341,8 @@ int TcpModeService::Closed(const Member& m, const proto::SockClosed& q) {
 
 void TcpModeService::Drop(std::map<Key, Record>::iterator it, const char* why) {
   const Key& k = it->first;
-  const Record& r = it->second;
+  Record& r = it->second;
+  Unawait(k, r);
   parts_.quotas.GiveToPod(r.ends[r.charged].ip, {{Quota::kStreams, 1}, {Quota::kFds, kRecordFds}});
   spdlog::debug("stream {}:{} -> {}:{} dropped: {}", FormatIpv4(k.client_ip), k.client_port,
                 FormatIpv4(k.server_ip), k.server_port, why);

@@ -17,7 +17,10 @@
 //
 // Every socket session gets, at kSockHello, the node's pod list (stream_pods.h) read-only:
 // the addresses of members and of record ends. A library skips the router for a connection
-// whose peer is not on it.
+// whose peer is not on it. It also gets its pod's claims table (stream_claims.h) read-only:
+// the records in which the pod is the server and that it has not claimed yet, written
+// before the client is answered. A library skips the router for an accepted connection that
+// is not in it.
 //
 // Records outlive sessions (a program execs, a forked child keeps the socket): a record goes
 // when its connection is gone from the network namespaces of both ends (a sweep every
@@ -44,6 +47,7 @@
 #include "freeflow/ipv4.h"
 #include "freeflow/protocol.h"
 #include "pods/pod_sessions.h"
+#include "tcpmode/claims_table.h"
 #include "tcpmode/pod_list.h"
 #include "tcpmode/probe.h"
 #include "tcpmode/sweeper.h"
@@ -115,7 +119,16 @@ class TcpModeService {
     End ends[2];
     int charged = kClient;  // whose pod's quotas it is charged to
     bool server_claimed = false;
+    // In the server pod's claims table (until claimed or dropped); `placed`: in its slots,
+    // not spilled.
+    bool awaiting = false;
+    bool placed = false;
     uint64_t created_ns = 0;
+  };
+  // A pod's claims table, while the pod has socket sessions.
+  struct PodClaims {
+    TcpModeClaims table;
+    uint32_t members = 0;
   };
   // Which record end a sweep's question was about.
   struct Asked {
@@ -142,6 +155,13 @@ class TcpModeService {
   std::shared_ptr<NetnsHandle> HandleFor(PodId pod, const PodIdentity& who, std::string* error);
   int MakeRecord(const Member& client, const Member& server, Record* r);
   void Drop(std::map<Key, Record>::iterator it, const char* why);
+  // Puts an unclaimed record in its server pod's claims table, or takes it out.
+  void Await(const Key& key, Record& r);
+  void Unawait(const Key& key, Record& r);
+  // A member of address `ip` came (the first makes its pod's claims table, with the
+  // unclaimed records of its namespace `netns`) or went (the last takes the table away).
+  void ClaimsJoin(uint32_t ip, uint64_t netns);
+  void ClaimsLeave(uint32_t ip);
   // The sweep's answers, on the loop's thread.
   void Apply(const std::vector<StreamLook>& looks);
   // After a sweep: drops the record if its connection is gone from both ends, or moves its
@@ -151,6 +171,7 @@ class TcpModeService {
   Parts parts_;
   TcpModePodList pods_;  // every member's address and every record end's
   std::unordered_map<PodId, Member> members_;
+  std::unordered_map<uint32_t, std::unique_ptr<PodClaims>> claims_;  // by pod address
   std::map<std::pair<uint32_t, uint64_t>, std::weak_ptr<NetnsHandle>> handles_;
   // Registrations: (address, port) -> the sessions that registered it, once per request.
   std::map<std::pair<uint32_t, uint16_t>, std::vector<PodId>> listeners_;

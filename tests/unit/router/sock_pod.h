@@ -48,6 +48,7 @@ class SockPod : public RawPod {
     std::vector<UniqueFd> fds;
     const proto::Response r = Call(m, {}, &fds);
     pod_list_ = fds.empty() ? UniqueFd() : std::move(fds[0]);
+    claims_ = fds.size() < 2 ? UniqueFd() : std::move(fds[1]);
     reply_ = r.u.hello;
     reply_.node[sizeof(reply_.node) - 1] = '\0';
     return r.status;
@@ -55,6 +56,8 @@ class SockPod : public RawPod {
   const proto::HelloReply& sock_hello() const { return reply_; }
   // The node's pod list that came with the SockHello answer (stream_pods.h).
   const UniqueFd& pod_list() const { return pod_list_; }
+  // The pod's claims table that came with it (stream_claims.h).
+  const UniqueFd& claims() const { return claims_; }
 
   int Listen(uint32_t port) {
     proto::SockListen m{};
@@ -110,6 +113,7 @@ class SockPod : public RawPod {
 
   proto::HelloReply reply_{};
   UniqueFd pod_list_;
+  UniqueFd claims_;
 };
 
 }  // namespace ff::router::test

@@ -4,11 +4,14 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "freeflow/stream_claims.h"
 #include "freeflow/stream_pods.h"
 #include "log_capture.h"
 #include "sock_pod.h"
@@ -271,6 +274,145 @@ TEST_F(SocketServiceTest, AnAddressStaysListedWhileASessionOrARecordNamesIt) {
   b_.reset();
   EXPECT_TRUE(WaitFor([&] { return Listed(list, kB) == PodListed::kNo; }));
   EXPECT_EQ(Listed(list, kC), PodListed::kYes);
+}
+
+// ---- the claims table -----------------------------------------------------------------------
+
+// What a library sees in the claims table `fd` of the connection from `client`:`cport` to
+// its own `sport`.
+PodListed Pending(const UniqueFd& fd, uint32_t client, uint16_t cport, uint16_t sport) {
+  Mapping m;
+  if (MapPeerSegment(fd.get(), kStreamClaimsBytes, false, &m) != 0) return PodListed::kUnknown;
+  return FindStreamClaim(m.get(), StreamClaimKey(client, cport, sport));
+}
+
+// The server's library accepts a connection without asking the router when its table does
+// not hold it: the record must be there from before the client's answer until the claim.
+TEST_F(SocketServiceTest, TheServersTableHoldsItsConnectionsUntilItClaimsThem) {
+  a_ = Pod(kA);
+  b_ = Pod(kB);
+  ASSERT_TRUE(b_->claims());
+  EXPECT_TRUE(SealedReadOnly(b_->claims().get()));
+  EXPECT_TRUE(SealedAtLeast(b_->claims().get(), kStreamClaimsBytes));
+  EXPECT_EQ(Pending(b_->claims(), kA, kClientPort, kServerPort), PodListed::kNo);
+  c_ = ConnectAToB(*a_, *b_);
+  ASSERT_EQ(c_.status, 0);
+  auto b2 = Pod(kB);  // another session of the pod: the same table
+  for (const UniqueFd* t : {&b_->claims(), &b2->claims()})
+    EXPECT_EQ(Pending(*t, kA, kClientPort, kServerPort), PodListed::kYes);
+  EXPECT_EQ(Pending(b_->claims(), kA, kClientPort + 1, kServerPort), PodListed::kNo);
+  EXPECT_EQ(Pending(b_->claims(), kC, kClientPort, kServerPort), PodListed::kNo);
+  // Only the server's pod: the client's table does not show who it connects to.
+  EXPECT_EQ(Pending(a_->claims(), kA, kClientPort, kServerPort), PodListed::kNo);
+  ASSERT_EQ(b_->Claim(kA, kServerPort, kClientPort).status, 0);
+  EXPECT_EQ(Pending(b_->claims(), kA, kClientPort, kServerPort), PodListed::kNo);
+  ASSERT_EQ(b_->Claim(kA, kServerPort, kClientPort).status, 0);  // a claim still repeats
+}
+
+TEST_F(SocketServiceTest, ARecordThatGoesLeavesTheTable) {
+  ASSERT_TRUE(Connected());
+  a_->Release(kB, kClientPort, kServerPort);
+  ASSERT_TRUE(a_->Sync());
+  EXPECT_EQ(Pending(b_->claims(), kA, kClientPort, kServerPort), PodListed::kNo);
+  // Replaced by a connect of the same tuple: the new record is there.
+  ASSERT_EQ(a_->Connect(kB, kClientPort, kServerPort).status, 0);
+  ASSERT_EQ(a_->Connect(kB, kClientPort, kServerPort).status, 0);
+  EXPECT_EQ(Pending(b_->claims(), kA, kClientPort, kServerPort), PodListed::kYes);
+  b_->Closed(kA, kServerPort, kClientPort);
+  a_->Closed(kB, kClientPort, kServerPort);
+  ASSERT_TRUE(a_->Sync() && b_->Sync());
+  EXPECT_EQ(router_.Stat("streams"), 0u);
+  EXPECT_EQ(Pending(b_->claims(), kA, kClientPort, kServerPort), PodListed::kNo);
+}
+
+// Room for thousands of records of one pod (five descriptors each, in this process).
+class ClaimsTableTest : public SocketServiceTest {
+ protected:
+  ClaimsTableTest()
+      : SocketServiceTest(WithLimits({{Quota::kFds, 40000}, {Quota::kStreams, 8000}})) {}
+  void SetUp() override {
+    rlimit r{};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &r), 0);
+    r.rlim_cur = std::max<rlim_t>(r.rlim_cur, std::min<rlim_t>(r.rlim_max, 16384));
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &r), 0);
+    ASSERT_GE(r.rlim_cur, 5u * (kStreamClaimsCapacity + 16) + 200)
+        << "the test needs this many descriptors";
+  }
+};
+
+// Many connects and claims through the same slots: what is in the table is exactly the
+// unclaimed records (a removed key's slot is passed over, reused, compacted).
+TEST_F(ClaimsTableTest, TheTableFollowsManyRecordsComingAndGoing) {
+  a_ = Pod(kA);
+  b_ = Pod(kB);
+  ASSERT_EQ(b_->Listen(kServerPort), 0);
+  for (int round = 0; round < 3; ++round) {
+    for (uint16_t p = 1000; p < 1600; ++p)
+      ASSERT_EQ(a_->Connect(kB, p, kServerPort).status, 0) << p;
+    for (uint16_t p = 1000; p < 1600; p += 2) ASSERT_EQ(b_->Claim(kA, kServerPort, p).status, 0);
+    for (uint16_t p = 1000; p < 1600; ++p)
+      EXPECT_EQ(Pending(b_->claims(), kA, p, kServerPort), p % 2 ? PodListed::kYes : PodListed::kNo)
+          << p;
+    for (uint16_t p = 1000; p < 1600; ++p) a_->Release(kB, p, kServerPort);
+    ASSERT_TRUE(a_->Sync());
+    for (uint16_t p = 1001; p < 1600; p += 2)
+      EXPECT_EQ(Pending(b_->claims(), kA, p, kServerPort), PodListed::kNo) << p;
+  }
+}
+
+// A hostile pod connects to a victim's listener far more often than the table holds: the
+// victim's libraries are told to ask (slower), and every one of its connections is still
+// claimed and served, the flood's too.
+TEST_F(ClaimsTableTest, AFloodOfConnectsSpillsTheTableAndNothingIsMissed) {
+  a_ = Pod(kA);
+  b_ = Pod(kB);
+  ASSERT_EQ(b_->Listen(kServerPort), 0);
+  auto good = Pod(kC);
+  ASSERT_EQ(good->Connect(kB, kClientPort, kServerPort).status, 0);
+  const uint16_t first = 1024;
+  for (uint32_t i = 0; i < kStreamClaimsCapacity + 8; ++i)
+    ASSERT_EQ(a_->Connect(kB, static_cast<uint16_t>(first + i), kServerPort).status, 0) << i;
+  EXPECT_EQ(Pending(b_->claims(), kC, kClientPort, kServerPort), PodListed::kUnknown);
+  EXPECT_EQ(Pending(b_->claims(), kA, 1, kServerPort), PodListed::kUnknown);  // ask: ENOENT
+  EXPECT_EQ(b_->Claim(kC, kServerPort, kClientPort).status, 0);
+  EXPECT_EQ(b_->Claim(kA, kServerPort, static_cast<uint16_t>(first + kStreamClaimsCapacity + 7))
+                .status,
+            0);
+  // The flood's records go: the table says what it holds again.
+  for (uint32_t i = 0; i < kStreamClaimsCapacity + 8; ++i)
+    a_->Release(kB, static_cast<uint16_t>(first + i), kServerPort);
+  ASSERT_TRUE(a_->Sync());
+  EXPECT_EQ(Pending(b_->claims(), kA, first, kServerPort), PodListed::kNo);
+  EXPECT_EQ(Pending(b_->claims(), kC, kClientPort, kServerPort), PodListed::kNo);  // claimed
+}
+
+TEST_F(SocketServiceTest, APodCannotWriteItsClaimsTable) {
+  ASSERT_TRUE(Connected());
+  const int fd = b_->claims().get();
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(::mmap(nullptr, kStreamClaimsBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0),
+            MAP_FAILED);
+  const char junk[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_LT(::pwrite(fd, junk, sizeof(junk), 64), 0);
+  EXPECT_NE(::ftruncate(fd, 0), 0);
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  UniqueFd rw(::open(self.c_str(), O_RDWR | O_CLOEXEC));
+  if (rw) {
+    EXPECT_LT(::pwrite(rw.get(), junk, sizeof(junk), 64), 0);
+  }
+  EXPECT_EQ(Pending(b_->claims(), kA, kClientPort, kServerPort), PodListed::kYes);
+}
+
+// The pod's sessions all end (its server execs) and come back: the new table holds the
+// records its namespace may still claim.
+TEST_F(SocketServiceTest, ANewTableHoldsTheRecordsMadeBeforeIt) {
+  ASSERT_TRUE(Connected());
+  b_.reset();
+  ASSERT_TRUE(WaitFor([&] { return router_.Stat("sessions") == 1; }));
+  auto b2 = Pod(kB);
+  EXPECT_EQ(Pending(b2->claims(), kA, kClientPort, kServerPort), PodListed::kYes);
+  auto other = Pod(kC, 77);  // another pod's sessions never see it
+  EXPECT_EQ(Pending(other->claims(), kA, kClientPort, kServerPort), PodListed::kNo);
 }
 
 // ---- connect ------------------------------------------------------------------------------

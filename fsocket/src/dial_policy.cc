@@ -1,0 +1,95 @@
+#include "dial_policy.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "freeflow/clock.h"
+#include "freeflow/tunables.h"
+#include "log.h"
+
+namespace ff::fsocket {
+namespace {
+
+// One destination's recent history. A slot is the destination's by its hash; another
+// destination with the same hash takes it over (both then judge afresh).
+struct Destination {
+  uint64_t key = 0;         // address << 16 | port; 0: unused
+  uint32_t short_run = 0;   // short connections in a row
+  uint32_t skip_left = 0;   // connects still to give the kernel
+  uint32_t next_skip = kShortSkipFirst;
+  uint64_t last_short_ns = 0;
+};
+
+constexpr uint32_t kSlots = 256;
+
+struct Table {
+  std::mutex mu;
+  Destination slots[kSlots];
+};
+Table& TheTable() {
+  static Table* t = new Table;  // never destroyed: interposers run during exit
+  return *t;
+}
+
+uint64_t KeyOf(uint32_t ip_net, uint16_t port) {
+  return static_cast<uint64_t>(ip_net) << 16 | port;
+}
+
+Destination& SlotOf(Table& t, uint64_t key) {
+  return t.slots[(key * 0x9E3779B97F4A7C15ull) >> 56];
+}
+
+}  // namespace
+
+bool DialKernel(uint32_t ip_net, uint16_t port_net) {
+  const uint64_t key = KeyOf(ip_net, ntohs(port_net));
+  Table& t = TheTable();
+  std::lock_guard lock(t.mu);
+  Destination& d = SlotOf(t, key);
+  if (d.key != key || d.skip_left == 0) return false;
+  if (MonotonicNs() - d.last_short_ns > kShortForgetNs) {
+    d = Destination{};  // the pattern stopped a while ago: judge afresh
+    return false;
+  }
+  --d.skip_left;
+  return true;
+}
+
+void NoteDialed(Sock& s) {
+  s.dialed = true;
+  s.opened_ns = MonotonicNs();
+}
+
+void NoteDialedEnd(const Sock& s) {
+  if (!s.dialed || s.tx == nullptr || s.rx == nullptr) return;
+  const uint64_t now = MonotonicNs();
+  // Ring positions count every byte since the start; a peer's numbers only sway this guess.
+  const uint64_t moved = s.tx->tail.load(std::memory_order_relaxed) +
+                         s.rx->tail.load(std::memory_order_relaxed);
+  const bool is_short = now - s.opened_ns < kShortStreamNs && moved < kShortStreamBytes;
+  const uint64_t key = KeyOf(s.peer_ip_net, s.peer_port);
+  Table& t = TheTable();
+  std::lock_guard lock(t.mu);
+  Destination& d = SlotOf(t, key);
+  if (d.key != key) {
+    if (!is_short) return;
+    d = Destination{};
+    d.key = key;
+  }
+  if (!is_short) {
+    d = Destination{};
+    return;
+  }
+  d.last_short_ns = now;
+  if (++d.short_run < kShortStreamRun) return;
+  // A run of short ones, or a look after the kernel's turn that was short again.
+  d.skip_left = d.next_skip;
+  d.next_skip = std::min(d.next_skip * 2, kShortSkipMost);
+  d.short_run = kShortStreamRun - 1;  // the next look decides alone
+  LogDebug("connections to port %u are short: the next %u there are kernel TCP",
+           static_cast<unsigned>(s.peer_port), d.skip_left);
+}
+
+}  // namespace ff::fsocket

@@ -1,0 +1,28 @@
+// Which connects are worth a stream segment (docs/tcp-mode.md, "Short connections"). An
+// accelerated connection costs two round trips to the router, a segment made, mapped and
+// unmapped: far more than the kernel's handshake between two pods of one node. A connection
+// that carries a request and its answer and closes (HTTP without keep-alive, a connection
+// per transaction) cannot win that back. The library watches, per destination address and
+// port, how its accelerated connections end; after a run of short ones it gives the next
+// connects there to the kernel, with no round trip at all, and now and then accelerates one
+// again to see whether the pattern changed (freeflow/tunables.h, kShortStream*).
+//
+// Per process, in memory: a forked child starts with its parent's view.
+#pragma once
+
+#include <cstdint>
+
+#include "sock.h"
+
+namespace ff::fsocket {
+
+// A connect to `ip_net`:`port_net` (network order) is about to be accelerated: true when
+// that destination's connections have been short, so this one should be kernel TCP.
+bool DialKernel(uint32_t ip_net, uint16_t port_net);
+// Marks stream `s` as a connection this process dialed, now.
+void NoteDialed(Sock& s);
+// The last descriptor of stream `s` in this process is being closed: when this process
+// dialed it, how long it lived and how much it moved judge its destination.
+void NoteDialedEnd(const Sock& s);
+
+}  // namespace ff::fsocket
