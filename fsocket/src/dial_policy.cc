@@ -15,9 +15,9 @@ namespace {
 // One destination's recent history. A slot is the destination's by its hash; another
 // destination with the same hash takes it over (both then judge afresh).
 struct Destination {
-  uint64_t key = 0;         // address << 16 | port; 0: unused
-  uint32_t short_run = 0;   // short connections in a row
-  uint32_t skip_left = 0;   // connects still to give the kernel
+  uint64_t key = 0;        // address << 16 | port; 0: unused
+  uint32_t short_run = 0;  // short connections in a row
+  uint32_t skip_left = 0;  // connects still to give the kernel
   uint32_t next_skip = kShortSkipFirst;
   uint64_t last_short_ns = 0;
 };
@@ -37,9 +37,7 @@ uint64_t KeyOf(uint32_t ip_net, uint16_t port) {
   return static_cast<uint64_t>(ip_net) << 16 | port;
 }
 
-Destination& SlotOf(Table& t, uint64_t key) {
-  return t.slots[(key * 0x9E3779B97F4A7C15ull) >> 56];
-}
+Destination& SlotOf(Table& t, uint64_t key) { return t.slots[(key * 0x9E3779B97F4A7C15ull) >> 56]; }
 
 }  // namespace
 
@@ -66,8 +64,8 @@ void NoteDialedEnd(const Sock& s) {
   if (!s.dialed || s.tx == nullptr || s.rx == nullptr) return;
   const uint64_t now = MonotonicNs();
   // Ring positions count every byte since the start; a peer's numbers only sway this guess.
-  const uint64_t moved = s.tx->tail.load(std::memory_order_relaxed) +
-                         s.rx->tail.load(std::memory_order_relaxed);
+  const uint64_t moved =
+      s.tx->tail.load(std::memory_order_relaxed) + s.rx->tail.load(std::memory_order_relaxed);
   const bool is_short = now - s.opened_ns < kShortStreamNs && moved < kShortStreamBytes;
   const uint64_t key = KeyOf(s.peer_ip_net, s.peer_port);
   Table& t = TheTable();
@@ -91,5 +89,8 @@ void NoteDialedEnd(const Sock& s) {
   LogDebug("connections to port %u are short: the next %u there are kernel TCP",
            static_cast<unsigned>(s.peer_port), d.skip_left);
 }
+
+void DialPolicyPrepareFork() { TheTable().mu.lock(); }
+void DialPolicyAfterFork() { TheTable().mu.unlock(); }
 
 }  // namespace ff::fsocket

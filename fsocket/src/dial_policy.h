@@ -25,4 +25,8 @@ void NoteDialed(Sock& s);
 // dialed it, how long it lived and how much it moved judge its destination.
 void NoteDialedEnd(const Sock& s);
 
+// fork support: the table's lock across fork().
+void DialPolicyPrepareFork();
+void DialPolicyAfterFork();
+
 }  // namespace ff::fsocket

@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include "bells.h"
+#include "dial_policy.h"
 #include "router_link.h"
 #include "sock.h"
 
@@ -13,6 +14,7 @@ void AdoptInherited();  // lifecycle.cc
 namespace {
 
 void Prepare() {
+  DialPolicyPrepareFork();
   RouterLinkPrepareFork();
   SockPrepareFork();
   BellsPrepareFork();
@@ -21,11 +23,13 @@ void Parent() {
   BellsAfterFork();
   SockParentAfterFork();
   RouterLinkParentAfterFork();
+  DialPolicyAfterFork();
 }
 void Child() {
   BellsAfterFork();
   SockChildAfterFork();
   RouterLinkChildAfterFork();
+  DialPolicyAfterFork();
 }
 
 __attribute__((constructor)) void Init() {

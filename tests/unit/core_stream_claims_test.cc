@@ -56,7 +56,8 @@ TEST(StreamClaims, ManyAddsAndRemovesKeepExactlyTheLiveKeys) {
   std::set<uint64_t> live;
   std::vector<uint64_t> order;
   for (int step = 0; step < 60000; ++step) {
-    const bool add = live.size() < kStreamClaimsCapacity / 2 || (rng() % 2 == 0 && live.size() < kStreamClaimsCapacity);
+    const bool add = live.size() < kStreamClaimsCapacity / 2 ||
+                     (rng() % 2 == 0 && live.size() < kStreamClaimsCapacity);
     if (add) {
       const uint64_t k = Key(rng() % 200000);
       if (live.count(k)) continue;

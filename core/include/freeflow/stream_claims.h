@@ -44,8 +44,7 @@ struct StreamClaimsHeader {
   std::atomic<uint32_t> spilled;  // unclaimed records not in the slots: readers ask
 };
 static_assert(sizeof(StreamClaimsHeader) == 16 && alignof(StreamClaimsHeader) == 4);
-static_assert(offsetof(StreamClaimsHeader, seq) == 0 &&
-              offsetof(StreamClaimsHeader, magic) == 4 &&
+static_assert(offsetof(StreamClaimsHeader, seq) == 0 && offsetof(StreamClaimsHeader, magic) == 4 &&
               offsetof(StreamClaimsHeader, count) == 8 &&
               offsetof(StreamClaimsHeader, spilled) == 12);
 inline constexpr uint32_t kStreamClaimsSlotsAt = 64;
@@ -57,15 +56,13 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 // A connection as the server's table names it: the client's address (host order) and port,
 // and the server's port. Never 0 or kStreamClaimGone for a valid connection (ports 1..65535).
-constexpr uint64_t StreamClaimKey(uint32_t client_ip, uint16_t client_port,
-                                  uint16_t server_port) {
+constexpr uint64_t StreamClaimKey(uint32_t client_ip, uint16_t client_port, uint16_t server_port) {
   return static_cast<uint64_t>(client_ip) << 32 | static_cast<uint64_t>(client_port) << 16 |
          server_port;
 }
 
 inline std::atomic<uint64_t>* StreamClaimSlots(void* base) {
-  return reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base) +
-                                                  kStreamClaimsSlotsAt);
+  return reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base) + kStreamClaimsSlotsAt);
 }
 
 constexpr uint32_t StreamClaimHome(uint64_t key) {
@@ -149,8 +146,7 @@ class StreamClaimsWriter {
         if (v == key) {
           slots[at].store(kStreamClaimGone, std::memory_order_relaxed);
           ++gone_;
-          h->count.store(h->count.load(std::memory_order_relaxed) - 1,
-                         std::memory_order_relaxed);
+          h->count.store(h->count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
           break;
         }
         at = (at + 1) & (kStreamClaimsSlots - 1);

@@ -119,7 +119,8 @@ bool TcpModeService::Hello(const Call& call) {
   std::snprintf(r.u.hello.node, sizeof(r.u.hello.node), "%s", parts_.node_name.c_str());
   // [pod list, claims table]: the table only beside a list.
   int tables[2] = {pods_.read_only_fd(), -1};
-  if (auto c = claims_.find(who->ip); c != claims_.end()) tables[1] = c->second->table.read_only_fd();
+  if (auto c = claims_.find(who->ip); c != claims_.end())
+    tables[1] = c->second->table.read_only_fd();
   const int n = tables[0] < 0 ? 0 : tables[1] < 0 ? 1 : 2;
   parts_.sessions.Answer(call, 0, r, n > 0 ? tables : nullptr, n);
   return true;

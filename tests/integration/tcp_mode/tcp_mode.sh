@@ -363,9 +363,12 @@ case_router_restart() {
 # case_short: 2000 short connections one after another (bench/cm_rate.cc's TCP client and
 # server: connect, accept, close on both sides), then an iperf3 that must still be carried as
 # the case says: a pod's closed connections must not hold its quotas and turn its next ones
-# into kernel TCP. On one node the router must hold no record soon after.
+# into kernel TCP. On one node the router must hold no record soon after, and the client must
+# have given most of them to the kernel without asking (dial_policy.h: three short ones, then
+# 64 and more without a round trip).
 case_short() {
-  local port=7300 c s line
+  local port=7300 c s line asks0
+  asks0=$(tm_sock_asks 0)
   tm_bg 0 lib "$FF_BUILD/bench/cm_rate" tcp-server $port 2000 >"$D/short-s.log" 2>&1
   local spid=$FF_LAST_PID
   tm_run 1 lib timeout 60 "$FF_BUILD/bench/cm_rate" tcp-client "$S" $port 2000 >"$D/short-c.log" 2>&1
@@ -385,6 +388,9 @@ case_short() {
     done
     [[ $streams == 0 ]]
     check "the router holds no record of the closed connections (streams=$streams)" $?
+    local asks=$(($(tm_sock_asks 0) - asks0))
+    ((asks < 200))
+    check "2000 short connections cost $asks round trips to the router (fewer than 200)" $?
   fi
   iperf "iperf3 after the short connections" lib lib -t 1
 }

@@ -375,9 +375,9 @@ TEST_F(ClaimsTableTest, AFloodOfConnectsSpillsTheTableAndNothingIsMissed) {
   EXPECT_EQ(Pending(b_->claims(), kC, kClientPort, kServerPort), PodListed::kUnknown);
   EXPECT_EQ(Pending(b_->claims(), kA, 1, kServerPort), PodListed::kUnknown);  // ask: ENOENT
   EXPECT_EQ(b_->Claim(kC, kServerPort, kClientPort).status, 0);
-  EXPECT_EQ(b_->Claim(kA, kServerPort, static_cast<uint16_t>(first + kStreamClaimsCapacity + 7))
-                .status,
-            0);
+  EXPECT_EQ(
+      b_->Claim(kA, kServerPort, static_cast<uint16_t>(first + kStreamClaimsCapacity + 7)).status,
+      0);
   // The flood's records go: the table says what it holds again.
   for (uint32_t i = 0; i < kStreamClaimsCapacity + 8; ++i)
     a_->Release(kB, static_cast<uint16_t>(first + i), kServerPort);
