@@ -49,6 +49,7 @@ struct Link {
   uint64_t generation = 0;  // sessions opened so far (a new one forgot every registration)
   ff::Mapping pods;         // the router's pod list (stream_pods.h), read-only; or nothing
   ff::Mapping claims;       // this pod's claims table (stream_claims.h), read-only; or nothing
+  uint64_t alive_at = 0;    // when the session last showed it was open
 };
 std::atomic<pid_t> g_pid{0};
 
@@ -135,6 +136,7 @@ int Open(Link& l) {
   }
   l.ip = ntohl(r.u.hello.ip);
   l.retry_at = 0;
+  l.alive_at = ff::MonotonicNs();
   ++l.generation;
   MapTables(l, nfds >= 1 ? tables[0].get() : -1, nfds >= 2 ? tables[1].get() : -1);
   return 0;
@@ -237,15 +239,22 @@ ff::PodListed AcceptedFrom(uint32_t client_ip, uint16_t client_port, uint16_t se
       ff::FindStreamClaim(l.claims.get(), ff::StreamClaimKey(client_ip, client_port,
                                                              server_port)) == ff::PodListed::kNo;
   if (!unlisted && !unclaimed) return ff::PodListed::kUnknown;
-  // The tables are only as fresh as the router that writes them: a router that was replaced
-  // since (this session is closed) makes records its successor's tables show. The session
-  // never has anything to read between calls, so readable means gone.
-  pollfd p{l.sock.get(), POLLIN, 0};
-  if (real::poll(&p, 1, 0) != 0) {
-    LogDebug("router session gone: opening another at the next call");
-    l.sock.reset();
-    l.retry_at = 0;
-    return ff::PodListed::kUnknown;
+  // The tables are only as fresh as the router that writes them: a router that replaced it
+  // (this session is then closed) makes records its own tables show. The session never has
+  // anything to read between calls, so readable means gone. Looked at once in
+  // kSockTableTrustNs: a successor starts and takes registrations far later than that after
+  // its predecessor died (docs/tcp-mode.md, "Short connections"), and a router that stops
+  // cleanly marks its tables as being rewritten for good first.
+  const uint64_t now = ff::MonotonicNs();
+  if (now - l.alive_at > ff::kSockTableTrustNs) {
+    pollfd p{l.sock.get(), POLLIN, 0};
+    if (real::poll(&p, 1, 0) != 0) {
+      LogDebug("router session gone: opening another at the next call");
+      l.sock.reset();
+      l.retry_at = 0;
+      return ff::PodListed::kUnknown;
+    }
+    l.alive_at = now;
   }
   return ff::PodListed::kNo;
 }

@@ -155,6 +155,9 @@ inline constexpr uint32_t kShortStreamRun = 3;
 inline constexpr uint32_t kShortSkipFirst = 64;
 inline constexpr uint32_t kShortSkipMost = 4096;
 inline constexpr uint64_t kShortForgetNs = 1'000'000'000;
+// A library trusts its router's tables (pod list, claims table) to say "no round trip" for
+// this long after its session last showed the router alive (a poll of it).
+inline constexpr uint64_t kSockTableTrustNs = 10'000'000;
 
 // ---- router: its loop and tables ---------------------------------------------------------
 inline constexpr int kEpollBatch = 64;          // events taken from epoll per loop turn

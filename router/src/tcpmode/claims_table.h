@@ -13,6 +13,10 @@ namespace ff::router {
 
 class TcpModeClaims {
  public:
+  TcpModeClaims() = default;
+  ~TcpModeClaims();
+  TcpModeClaims(const TcpModeClaims&) = delete;
+  TcpModeClaims& operator=(const TcpModeClaims&) = delete;
   // Creates the memfd and its read-only twin. 0 or an errno value; without it, the pod's
   // libraries ask the router about every connection they accept.
   int Create();

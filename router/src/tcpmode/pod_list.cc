@@ -2,23 +2,42 @@
 
 #include <fcntl.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstddef>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "freeflow/stream_claims.h"
 #include "freeflow/stream_pods.h"
 
 namespace ff::router {
 
-int TcpModePodList::Create() {
-  if (const int rc = CreateSegment("ffrouter-streampods", kStreamPodsBytes, &fd_)) return rc;
-  if (const int rc = MapSegment(fd_.get(), kStreamPodsBytes, true, &map_)) return rc;
-  map_.as<StreamPodsHeader>()->magic = kStreamPodsMagic;
+int MakeSharedTable(const char* name, uint64_t bytes, uint32_t magic, UniqueFd* fd, Mapping* map,
+                    UniqueFd* read_only) {
+  if (const int rc = CreateSegment(name, bytes, fd)) return rc;
+  if (const int rc = MapSegment(fd->get(), bytes, true, map)) return rc;
+  std::memcpy(static_cast<char*>(map->get()) + 4, &magic, sizeof(magic));
   // As the MR tables: no pod can map it writable, even through a reopened /proc/self/fd.
-  if (const int rc = SealReadOnly(fd_.get())) return rc;
-  const std::string self = "/proc/self/fd/" + std::to_string(fd_.get());
-  ro_fd_.reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!ro_fd_) return errno;
+  if (const int rc = SealReadOnly(fd->get())) return rc;
+  const std::string self = "/proc/self/fd/" + std::to_string(fd->get());
+  read_only->reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
+  return *read_only ? 0 : errno;
+}
+
+void RetireSharedTable(Mapping& map) {
+  if (map.get() == nullptr) return;
+  static_assert(offsetof(StreamPodsHeader, seq) == 0 && offsetof(StreamClaimsHeader, seq) == 0);
+  auto* seq = static_cast<std::atomic<uint32_t>*>(map.get());
+  seq->store(seq->load(std::memory_order_relaxed) | 1, std::memory_order_release);
+}
+
+int TcpModePodList::Create() {
+  static_assert(offsetof(StreamPodsHeader, magic) == 4);
+  if (const int rc = MakeSharedTable("ffrouter-streampods", kStreamPodsBytes, kStreamPodsMagic,
+                                     &fd_, &map_, &ro_fd_))
+    return rc;
   Publish();
   return 0;
 }

@@ -11,8 +11,22 @@
 
 namespace ff::router {
 
+// A table the router alone writes and pods map read-only (the pod list, a pod's claims
+// table): a zeroed memfd of `bytes` mapped writable here with `magic` at offset 4, sealed
+// against writable mappings, and a read-only descriptor of it to hand out. 0 or an errno.
+int MakeSharedTable(const char* name, uint64_t bytes, uint32_t magic, UniqueFd* fd, Mapping* map,
+                    UniqueFd* read_only);
+
+// Marks a table MakeSharedTable made as being rewritten for good (its sequence word odd):
+// a library that still maps it after this router stopped asks the router it finds instead.
+void RetireSharedTable(Mapping& map);
+
 class TcpModePodList {
  public:
+  TcpModePodList() = default;
+  ~TcpModePodList() { RetireSharedTable(map_); }
+  TcpModePodList(const TcpModePodList&) = delete;
+  TcpModePodList& operator=(const TcpModePodList&) = delete;
   // Creates the memfd and its read-only twin. 0 or an errno value; without it, libraries
   // ask the router about every connection.
   int Create();
