@@ -12,6 +12,9 @@ PACKAGES=(
   # libraries
   libibverbs-dev librdmacm-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  # the /metrics endpoints of the router and the device plugin (GNU libmicrohttpd), and
+  # promtool (in prometheus; no daemon starts, see policy-rc.d below) that checks them
+  libmicrohttpd-dev prometheus
   libgtest-dev libgmock-dev libbenchmark-dev
   # real clients and baselines used by tests, demo and benchmarks
   perftest ibverbs-utils rdmacm-utils iperf3 sockperf qperf

@@ -272,8 +272,9 @@ int Daemon::run(int signal_fd) {
     return 1;
   }
   if (!opts_.metrics_address.empty()) {
-    metrics_server_ = std::make_unique<MetricsServer>(metrics_);
-    if (!metrics_server_->start(opts_.metrics_address, &error)) {
+    metrics_server_ = std::make_unique<metrics::HttpEndpoint>();
+    if (!metrics_server_->Start(
+            opts_.metrics_address, [this] { return std::optional(metrics_.render()); }, &error)) {
       spdlog::critical("{}", error);
       return 1;
     }
@@ -332,7 +333,7 @@ int Daemon::run(int signal_fd) {
     }
   }
   stop_all();
-  if (metrics_server_) metrics_server_->stop();
+  if (metrics_server_) metrics_server_->Stop();
   spdlog::info("stopped; sockets removed");
   return 0;
 }

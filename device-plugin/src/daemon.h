@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "freeflow/metrics/http_endpoint.h"
 #include "metrics.h"
 #include "plugin_server.h"
 #include "registration.h"
@@ -75,7 +76,7 @@ class Daemon {
   std::unique_ptr<KubeletRegistrar> registrar_;
   std::unique_ptr<DirWatcher> watcher_;
   Metrics metrics_;
-  std::unique_ptr<MetricsServer> metrics_server_;
+  std::unique_ptr<metrics::HttpEndpoint> metrics_server_;
   PluginConfig config_;
   std::vector<Slot> slots_;
   int stop_fd_ = -1;

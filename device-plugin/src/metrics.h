@@ -1,14 +1,12 @@
-// Prometheus text-format counters and gauges, served on a tiny HTTP listener.
-// All Metrics methods are thread-safe. MetricsServer runs one thread that
-// answers GET /metrics (anything else gets 404) and stops in stop().
+// The device plugin's Prometheus counters and gauges (docs/metrics.md), rendered in the text
+// format by the writer it shares with the router (freeflow/metrics) and served by the
+// daemon's ff::metrics::HttpEndpoint. All Metrics methods are thread-safe.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 
 namespace ff::dp {
 
@@ -30,24 +28,6 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::string, PerResource> resources_;
   uint64_t reload_ok_ = 0, reload_err_ = 0;
-};
-
-class MetricsServer {
- public:
-  explicit MetricsServer(const Metrics& metrics) : metrics_(metrics) {}
-  ~MetricsServer() { stop(); }
-  // address is "host:port" (IPv4 or "localhost"); port 0 picks a free one.
-  bool start(const std::string& address, std::string* error);
-  void stop();
-  int port() const { return port_; }
-
- private:
-  void serve();
-  const Metrics& metrics_;
-  int listen_fd_ = -1;
-  int stop_fd_ = -1;
-  int port_ = 0;
-  std::thread thread_;
 };
 
 }  // namespace ff::dp

@@ -140,6 +140,9 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
         ->envname(q.env)
         ->check(CLI::Range(1u, 1u << 30));
   }
+  app.add_option("--metrics-address", c.metrics_address,
+                 "host:port for Prometheus /metrics (off if empty; docs/metrics.md)")
+      ->envname("FREEFLOW_METRICS_ADDRESS");
   app.add_option("--log-level", c.log_level, "trace|debug|info|warn|error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
 }

@@ -56,6 +56,8 @@ struct RouterConfig {
   // relayed (docs/direct-path.md says why it is not the default yet).
   bool direct_datagrams = false;
   std::string log_level = "info";
+  // Prometheus /metrics ("host:port"; docs/metrics.md); empty: not served.
+  std::string metrics_address;
   PodLimits pod_limits = DefaultPodLimits();         // --max-*-per-pod
   uint64_t hello_timeout_ns = kHelloTimeoutNs;       // not a flag: tests shorten it
   uint64_t stream_gc_period_ns = kStreamGcPeriodNs;  // likewise (TCP-mode record sweeps)

@@ -111,7 +111,15 @@ bool Router::Start(std::string* error) {
     return false;
   }
   timer_.Arm(kIdleTickNs);
-  // 5. Pods may come.
+  // 5. Metrics, when asked for (before pods come: a bad address fails the start).
+  if (!config_.metrics_address.empty()) {
+    if (!metrics_.Start(
+            config_.metrics_address, loop_, [this] { return RenderMetrics(); }, error))
+      return false;
+    spdlog::info("metrics on http://{}/metrics (port {})", config_.metrics_address,
+                 metrics_.port());
+  }
+  // 6. Pods may come.
   UniqueFd sock;
   if (!folder_.BindSocket(&sock, error) || !sessions_.Listen(std::move(sock), error)) return false;
   spdlog::info("ffrouter listening on {} (overlay {}, node {})", folder_.socket_path(),
@@ -194,30 +202,6 @@ void Router::RetrySoon() {
   fast_tick_ = true;
   timer_.Arm(kRetryTickNs);
 }
-
-namespace {
-
-// Descriptors this process has open (its /proc/self/fd entries, less the one reading them).
-size_t OpenDescriptors() {
-  DIR* d = ::opendir("/proc/self/fd");
-  if (d == nullptr) return 0;
-  size_t n = 0;
-  while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.' ? 1 : 0;
-  ::closedir(d);
-  return n > 0 ? n - 1 : 0;
-}
-
-// Resident set size in KiB (/proc/self/statm: size, resident, ... in pages).
-uint64_t ResidentKib() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f == nullptr) return 0;
-  unsigned long long size = 0, resident = 0;
-  const int got = std::fscanf(f, "%llu %llu", &size, &resident);
-  std::fclose(f);
-  return got == 2 ? resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 1024 : 0;
-}
-
-}  // namespace
 
 std::string Router::StatsLine() const {
   const ResourceTables::Totals t = tables_.totals();

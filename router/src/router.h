@@ -15,6 +15,7 @@
 //   Executor       QPs on other nodes producing into local QPs (target side)
 //   CmService      rdma_cm: the kernel behind each pod's /dev/infiniband/rdma_cm
 //   TcpModeService  TCP mode (libfsocket): socket sessions, listeners, connection records
+//   MetricsService  Prometheus /metrics, rendered on the loop (--metrics-address)
 //
 // Single-threaded: everything runs on the loop's thread; Stop(), RequestStats() and Adopt()
 // may be called from any thread (Stop() and RequestStats() also from a signal handler).
@@ -41,8 +42,13 @@
 #include "objects/resources.h"
 #include "options.h"
 #include "pods/pod_sessions.h"
+#include "router_metrics.h"
 #include "tcpmode/probe.h"
 #include "tcpmode/service.h"
+
+namespace ff::metrics {
+class Exposition;
+}
 
 namespace ff::router {
 
@@ -83,6 +89,8 @@ class Router final : private NodeTransport::Handler {
   void Post(std::function<void()> fn) { loop_.Post(std::move(fn)); }
 
   std::string socket_path() const { return folder_.socket_path(); }
+  // The port /metrics is served on (0: not served; --metrics-address).
+  uint16_t metrics_port() const { return metrics_.port(); }
 
  private:
   Verdict OnMessage(LinkId link, const NodeMessage& m) override;
@@ -90,6 +98,9 @@ class Router final : private NodeTransport::Handler {
   void OnLinkDown(LinkId link, const std::string& why) override;
   void OnTimer();
   void RetrySoon();
+  // The metrics a scrape gets (router_metrics.cc, docs/metrics.md); the loop's thread only.
+  std::string RenderMetrics() const;
+  void RenderQuotas(metrics::Exposition& out) const;
   // What the executor and the forwarder share (the members it names are constructed first,
   // but sessions_, which it only refers to).
   CrossNodeParts CrossNode() {
@@ -126,6 +137,8 @@ class Router final : private NodeTransport::Handler {
   bool fast_tick_ = false;
   uint64_t last_beat_ns_ = 0;  // HostFolder::Beat, at most once a second
   volatile sig_atomic_t stats_requested_ = 0;
+  // Last, so that it is destroyed first: it renders what the members above hold.
+  MetricsService metrics_;
 };
 
 }  // namespace ff::router

@@ -386,6 +386,23 @@ router_probe() {
 }
 
 # router_liveness: the liveness probe passes while the router's loop turns, fails once it
+# router_metrics NODE: scrapes the router of node NODE as Prometheus would, at the node's
+# address and the port its DaemonSet names (FREEFLOW_METRICS_ADDRESS, docs/metrics.md),
+# checks the text with promtool and sets E2E_METRICS to a few of its figures.
+router_metrics() {
+  local node=$1 out="$CT_DIR/metrics-$1.txt" port
+  port=$(grep -oE 'containerPort: 94[0-9]+' "$CT_DIR/manifest.yaml" | head -n 1 | cut -d' ' -f2)
+  [[ $port == 9478 ]] || fail "the router DaemonSet names no metrics port 9478 ($port)"
+  ip netns exec "$(ct_node_ns "$node")" curl -sf --max-time 5 \
+    "http://$(ct_node_ip "$node"):$port/metrics" >"$out" || fail "no /metrics on node $node" "$CT_DIR/router.log"
+  promtool check metrics <"$out" >"$CT_DIR/promtool.log" 2>&1 ||
+    fail "promtool rejects the router's metrics" "$CT_DIR/promtool.log"
+  grep -q '^freeflow_router_build_info{' "$out" || fail "no build info in the router's metrics" "$out"
+  figure() { awk -v n="$1" '$1 == n {print $2}' "$out"; }
+  E2E_METRICS="sessions $(figure freeflow_router_sessions), qps $(figure freeflow_router_qps), loop turns"
+  E2E_METRICS+=" $(figure freeflow_router_loop_turn_seconds_count), fds $(figure process_open_fds)"
+}
+
 # has been stuck for 10 s (the router frozen with SIGSTOP, as a hung loop would be), and
 # passes again soon after it runs again. A probe that only checks the socket would pass all
 # along.

@@ -84,6 +84,10 @@ app_rping 0:0 0:1 "$POD0" ||
   fail "rping" "$CT_DIR/rping-c.log" "$CT_DIR/rping-s.log" "$CT_DIR/router.log" "$CT_DIR/containerd.log"
 ok "100 pings verified by both (-V); the client's last: $(grep '^ping data' "$CT_DIR/rping-c.log" | tail -n 1 | cut -c1-40)"
 
+step "the router's /metrics, as Prometheus scrapes it"
+router_metrics 0
+ok "$(grep -c '^# TYPE' "$CT_DIR/metrics-0.txt") families, promtool check metrics passes; $E2E_METRICS"
+
 step "perftest in containers, then in plain namespaces ($RUNS runs each, median (min..max))"
 perftest_figures one_ct app_perftest 0:0 0:1 "$POD0"
 cluster_up 2

@@ -2,7 +2,8 @@
 """Checks what `kubectl kustomize` made of one kustomization under deploy/ (YAML on stdin).
 
 deploy_check.py KIND NAME: KIND is overlay (the whole of freeflow: deploy/overlays/NAME),
-examples (deploy/examples) or device-plugin (deploy/device-plugin/overlays/NAME). Prints
+examples (deploy/examples), monitoring (deploy/monitoring) or device-plugin
+(deploy/device-plugin/overlays/NAME). Prints
 one line per failed check and exits 1 if any failed.
 """
 import json
@@ -49,6 +50,15 @@ def check_router(docs, name):
     check(sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", "router: seccomp")
     check("livenessProbe" in c and "startupProbe" in c, "router: health probes")
     check("cpu" in c.get("resources", {}).get("requests", {}), "router: resource requests")
+    # Metrics on the node's address (docs/metrics.md), on the port the annotations name.
+    ann = ds["spec"]["template"]["metadata"].get("annotations", {})
+    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+    check(env_of(c).get("FREEFLOW_METRICS_ADDRESS", {}).get("value") ==
+          "$(HOST_IP):%s" % ports.get("metrics"),
+          "router: FREEFLOW_METRICS_ADDRESS on HOST_IP at its metrics port")
+    check(ann.get("prometheus.io/scrape") == "true" and
+          ann.get("prometheus.io/port") == str(ports.get("metrics")),
+          "router: prometheus.io annotations name the metrics port")
     env = env_of(c)
     field = lambda n: env.get(n, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
     check(field("NODE_NAME") == "spec.nodeName", "router: NODE_NAME from the downward API")
@@ -101,6 +111,21 @@ def check_device_plugin(docs, mode):
                   for e in entries), "device plugin: virtual mode, freeflow/vrdma")
 
 
+def check_monitoring(docs):
+    svc = find(docs, "Service", "freeflow-router-metrics")
+    mon = find(docs, "ServiceMonitor", "freeflow-router")
+    if check(svc is not None, "monitoring: no Service freeflow-router-metrics"):
+        spec = svc["spec"]
+        check(spec.get("selector") == {"app.kubernetes.io/name": "freeflow-router"},
+              "monitoring: the Service selects the router pods")
+        check([p.get("targetPort") for p in spec.get("ports", [])] == ["metrics"],
+              "monitoring: the Service's port is the pods' metrics port")
+    if check(mon is not None, "monitoring: no ServiceMonitor freeflow-router"):
+        ends = mon["spec"].get("endpoints", [])
+        check(any(e.get("port") == "metrics" and e.get("path") == "/metrics" for e in ends),
+              "monitoring: the ServiceMonitor scrapes /metrics")
+
+
 def check_examples(docs):
     pods = [d for d in docs if d.get("kind") == "Pod"]
     check(len(pods) >= 4, "examples: two pairs of pods")
@@ -126,6 +151,8 @@ def main():
         check_device_plugin(docs, name)
     elif kind == "examples":
         check_examples(docs)
+    elif kind == "monitoring":
+        check_monitoring(docs)
     else:
         FAILS.append("unknown kind " + kind)
     for f in FAILS:

@@ -38,6 +38,7 @@ build() {
 
 for d in "$deploy"/overlays/*/; do build overlay "$(basename "$d")" "$d"; done
 build examples examples "$deploy/examples"
+build monitoring monitoring "$deploy/monitoring"
 for d in "$deploy"/device-plugin/overlays/*/; do build device-plugin "$(basename "$d")" "$d"; done
 # Every kustomization in deploy/ was built above (none forgotten).
 all=$(find "$deploy" -name kustomization.yaml | grep -vc '/base/')

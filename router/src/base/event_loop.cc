@@ -118,7 +118,10 @@ int EventLoop::RunOnce(int timeout_ms) {
     for (Poller* p : pollers_)
       if (p->Arm()) timeout_ms = 0;
   }
+  NoteWork(MonotonicNs());
   const int n = ::epoll_wait(epoll_.get(), events, kEpollBatch, timeout_ms);
+  woke_ns_ = MonotonicNs();
+  woke_busy_ = n > 0;
   if (armed)
     for (Poller* p : pollers_) p->Disarm();
   for (int i = 0; i < n; ++i) {
@@ -132,6 +135,17 @@ int EventLoop::RunOnce(int timeout_ms) {
   }
   RunDeferred();
   return n > 0 ? n : 0;
+}
+
+void EventLoop::NoteWork(uint64_t now) {
+  if (woke_ns_ == 0) return;  // the first turn: no stretch before it
+  const uint64_t ns = now - woke_ns_;
+  load_.busy_ns += ns;
+  if (!woke_busy_) return;  // a poll that found nothing: not a stretch an event waited in
+  ++load_.turns;
+  load_.turn_ns += ns;
+  for (size_t i = 0; i < kTurnBuckets.size(); ++i)
+    if (ns <= kTurnBuckets[i]) ++load_.le[i];
 }
 
 int Timer::Start(EventLoop& loop, std::function<void()> on_expiry) {

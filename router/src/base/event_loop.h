@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -80,6 +81,19 @@ class EventLoop {
   void Wake();
   bool stopped() const { return stopped_; }
 
+  // How busy the loop is (metrics): the time it spent between its waits, and how long each
+  // stretch of work that began with events took (what an event that arrived meanwhile
+  // waited at most), counted in kTurnBuckets. The loop's thread only.
+  static constexpr std::array<uint64_t, 8> kTurnBuckets = {
+      10'000, 100'000, 500'000, 1'000'000, 5'000'000, 10'000'000, 100'000'000, 1'000'000'000};
+  struct Load {
+    uint64_t busy_ns = 0;
+    uint64_t turns = 0;                              // stretches that began with events
+    uint64_t turn_ns = 0;                            // their total length
+    std::array<uint64_t, kTurnBuckets.size()> le{};  // of them, no longer than each bucket
+  };
+  const Load& load() const { return load_; }
+
  private:
   struct Watched {
     int fd = -1;
@@ -89,6 +103,7 @@ class EventLoop {
   void RunDeferred();
   bool Awake();  // within a StayAwake window
   void Drain();  // the wake-up eventfd fired: take posted work
+  void NoteWork(uint64_t now);  // the loop is about to wait: the stretch since it woke
 
   UniqueFd epoll_;
   UniqueFd wake_;
@@ -103,6 +118,9 @@ class EventLoop {
   uint64_t awake_until_ns_ = 0;
   uint64_t remote_waits_ = 0;
   std::vector<Poller*> pollers_;
+  Load load_;
+  uint64_t woke_ns_ = 0;    // when the last wait returned
+  bool woke_busy_ = false;  // it returned events
 };
 
 // A one-shot monotonic timer on a loop: Arm() (re)starts it, the callback runs once when

@@ -181,6 +181,8 @@ bool LogLimiter::Allow(uint64_t* held_back) {
 int Quotas::Refuse(uint32_t ip, Account& a, Quota q, uint64_t n) {
   const size_t i = Index(q);
   const QuotaSpec& s = SpecOf(q);
+  ++a.refused[i];
+  ++refusals_[i];
   uint64_t held_back = 0;
   if (refusal_logs_[ip][i].Allow(&held_back)) {
     spdlog::warn(

@@ -106,10 +106,22 @@ class Quotas {
   size_t accounts() const { return accounts_.size(); }  // pods that hold anything
   size_t ledgers() const { return ledgers_.size(); }
 
- private:
+  // Indexed by Quota: units held (bytes for byte quotas), or refusals.
   using Counts = std::array<uint64_t, kQuotaKinds>;
+  // Refusals of every pod since the router started, by quota (metrics).
+  const Counts& refusals() const { return refusals_; }
+  // Calls f(ip, used, refused) for every pod that holds anything: what it holds, and how
+  // often it was refused since its account opened (metrics; the account goes with the last
+  // thing the pod holds).
+  template <typename F>
+  void ForEachAccount(F&& f) const {
+    for (const auto& [ip, a] : accounts_) f(ip, a.used, a.refused);
+  }
+
+ private:
   struct Account {
     Counts used{};
+    Counts refused{};
   };
   using RefusalLogs = std::array<LogLimiter, kQuotaKinds>;
   struct Ledger {
@@ -124,6 +136,7 @@ class Quotas {
   void ForgetIfEmpty(uint32_t ip);
 
   Counts limits_{};
+  Counts refusals_{};
   std::unordered_map<uint32_t, Account> accounts_;  // by overlay address
   // Each pod's refusal lines, by overlay address: kept while a window is open even when
   // its account goes (a pod that drops to nothing and comes back gets no fresh window).

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "scrape.h"
+
 namespace ff::dp::testing {
 namespace fs = std::filesystem;
 
@@ -272,29 +274,7 @@ int free_loopback_port() {
 }
 
 std::string http_get(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{2, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
-  [[maybe_unused]] auto w = ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-  std::string resp;
-  char buf[4096];
-  for (int i = 0; i < 1024; ++i) {
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    resp.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  auto body = resp.find("\r\n\r\n");
-  return body == std::string::npos ? "" : resp.substr(body + 4);
+  return ff::test::HttpRequest(static_cast<uint16_t>(port), "GET", path).body;
 }
 
 }  // namespace ff::dp::testing

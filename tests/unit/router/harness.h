@@ -116,6 +116,7 @@ class TestRouter {
     bool direct_datagrams = true;  // --direct-datagrams
     uint16_t direct_port_lo = 0, direct_port_hi = 0;
     uint64_t direct_accept_timeout_ns = kDirectAcceptTimeoutNs;
+    std::string metrics_address;  // --metrics-address; empty: none
   };
   explicit TestRouter(Options options);
   ~TestRouter();
@@ -128,6 +129,9 @@ class TestRouter {
   // Connects, and hangs up while the router identifies the connection (and refuses it).
   void ConnectAndHangUpDuringIdentification();
   size_t IdentityCalls() { return identity_->Calls(); }
+  uint16_t MetricsPort() const { return router_->metrics_port(); }
+  // Runs `fn` on the router's thread (it may block it, as a stalled loop would).
+  void Post(std::function<void()> fn) { router_->Post(std::move(fn)); }
   FakeStreamProbe& streams() { return *streams_; }
   cp::Endpoint endpoint() const { return {options_.node, options_.host_ip, 7471}; }
   const std::string& dir() const { return dir_; }

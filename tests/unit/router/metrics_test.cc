@@ -1,0 +1,134 @@
+// The router's /metrics as a scraper sees it (docs/metrics.md): what pods hold and the quota
+// refusals they met move the figures, promtool accepts the text, and a stalled loop gets the
+// scrape a 503 instead of stalling the scraper for ever.
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <chrono>
+#include <future>
+#include <regex>
+#include <thread>
+
+#include "harness.h"
+#include "scrape.h"
+
+namespace ff::router::test {
+namespace {
+
+TestRouter::Options Scraped(PodLimits limits = DefaultPodLimits()) {
+  TestRouter::Options o;
+  o.limits = limits;
+  o.metrics_address = "127.0.0.1:0";
+  return o;
+}
+
+std::string Scrape(TestRouter& router) {
+  const auto answer = ff::test::HttpRequest(router.MetricsPort(), "GET", "/metrics");
+  EXPECT_EQ(answer.status, 200);
+  return answer.body;
+}
+
+// The value of the one sample `series` (name and labels as written), or -1 without it.
+double Value(const std::string& text, const std::string& series) {
+  const std::string line = "\n" + series + " ";
+  const size_t at = text.find(line);
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + line.size()));
+}
+
+// Scrapes until `series` has `want` (the router's thread answers between requests).
+bool WaitForValue(TestRouter& router, const std::string& series, double want) {
+  for (int i = 0; i < 200; ++i) {
+    if (Value(Scrape(router), series) == want) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+TEST(RouterMetricsTest, PodsHoldingsAndRefusalsMoveTheFigures) {
+  TestRouter router(Scraped(WithLimits({{Quota::kQps, 2}})));
+  ASSERT_NE(router.MetricsPort(), 0);
+  std::string text = Scrape(router);
+  EXPECT_EQ(Value(text, "freeflow_router_sessions"), 0) << text;
+  EXPECT_EQ(Value(text, "freeflow_router_quota_refusals_total{quota=\"qps\"}"), 0);
+  EXPECT_EQ(Value(text, "freeflow_router_pod_limit{resource=\"qps\"}"), 2);
+  EXPECT_EQ(Value(text, "freeflow_router_pod_limit_bytes{resource=\"mapped\"}"),
+            kDefaultPodMappedMiB * double(1 << 20));
+  {
+    RawPod pod(router, Ip("10.0.0.1"));
+    ASSERT_EQ(pod.Hello(), 0);
+    ASSERT_EQ(pod.CreateQp(IBV_QPT_RC).status, 0);
+    ASSERT_EQ(pod.CreateQp(IBV_QPT_RC).status, 0);
+    EXPECT_EQ(pod.CreateQp(IBV_QPT_RC).status, ENOSPC);
+    text = Scrape(router);
+    EXPECT_EQ(Value(text, "freeflow_router_sessions"), 1) << text;
+    EXPECT_EQ(Value(text, "freeflow_router_pods"), 1);
+    EXPECT_EQ(Value(text, "freeflow_router_qps"), 2);
+    EXPECT_EQ(Value(text, "freeflow_router_pod_held{address=\"10.0.0.1\",resource=\"qps\"}"), 2);
+    EXPECT_EQ(Value(text, "freeflow_router_pod_held{address=\"10.0.0.1\",resource=\"sessions\"}"),
+              1);
+    EXPECT_EQ(
+        Value(text, "freeflow_router_pod_held_bytes{address=\"10.0.0.1\",resource=\"mapped\"}"), 0);
+    EXPECT_EQ(Value(text,
+                    "freeflow_router_pod_quota_refusals_total{address=\"10.0.0.1\","
+                    "quota=\"qps\"}"),
+              1);
+    EXPECT_EQ(Value(text, "freeflow_router_quota_refusals_total{quota=\"qps\"}"), 1);
+    std::string report;
+    EXPECT_EQ(ff::test::PromtoolCheck(text, &report), 0) << report << text;
+  }
+  // The pod's last session ended: its series go, the node's count of refusals stays.
+  ASSERT_TRUE(WaitForValue(router, "freeflow_router_sessions", 0));
+  text = Scrape(router);
+  EXPECT_EQ(text.find("address=\"10.0.0.1\""), std::string::npos) << text;
+  EXPECT_EQ(Value(text, "freeflow_router_qps"), 0);
+  EXPECT_EQ(Value(text, "freeflow_router_quota_refusals_total{quota=\"qps\"}"), 1);
+}
+
+TEST(RouterMetricsTest, TheLoopsWorkIsCounted) {
+  TestRouter router(Scraped());
+  const double busy = Value(Scrape(router), "freeflow_router_loop_busy_seconds_total");
+  const double turns = Value(Scrape(router), "freeflow_router_loop_turn_seconds_count");
+  ASSERT_GE(busy, 0);
+  ASSERT_GE(turns, 0);
+  for (int i = 0; i < 20; ++i) {
+    RawPod pod(router, Ip("10.0.0.2"));
+    ASSERT_EQ(pod.Hello(), 0);
+    ASSERT_EQ(pod.CreateQp(IBV_QPT_RC).status, 0);
+  }
+  const std::string text = Scrape(router);
+  EXPECT_GT(Value(text, "freeflow_router_loop_busy_seconds_total"), busy) << text;
+  EXPECT_GT(Value(text, "freeflow_router_loop_turn_seconds_count"), turns + 20);
+  EXPECT_EQ(Value(text, "freeflow_router_loop_turn_seconds_count"),
+            Value(text, "freeflow_router_loop_turn_seconds_bucket{le=\"+Inf\"}"));
+  EXPECT_GT(Value(text, "process_open_fds"), 0);
+  EXPECT_GT(Value(text, "process_resident_memory_bytes"), 0);
+  EXPECT_TRUE(std::regex_search(
+      text,
+      std::regex("\nfreeflow_router_build_info\\{version=\"[0-9.]+\",commit=\"[^\"]+\"\\} 1\n")))
+      << text;
+}
+
+// A loop that does not answer (here: held by a test; in life, a stall) gets the scrape a 503
+// within MetricsService::kRenderWaitMs, and the next scrape after it is answered.
+TEST(RouterMetricsTest, AStalledLoopAnswersServiceUnavailable) {
+  TestRouter router(Scraped());
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  router.Post([released] { released.wait_for(std::chrono::seconds(10)); });
+  const auto start = std::chrono::steady_clock::now();
+  const auto answer = ff::test::HttpRequest(router.MetricsPort(), "GET", "/metrics");
+  const auto waited = std::chrono::steady_clock::now() - start;
+  release.set_value();
+  EXPECT_EQ(answer.status, 503);
+  EXPECT_LT(waited, std::chrono::milliseconds(MetricsService::kRenderWaitMs + 1000));
+  EXPECT_EQ(ff::test::HttpRequest(router.MetricsPort(), "GET", "/metrics").status, 200);
+}
+
+TEST(RouterMetricsTest, NotServedUnlessAsked) {
+  TestRouter router(TestRouter::Options{});
+  EXPECT_EQ(router.MetricsPort(), 0);
+}
+
+}  // namespace
+}  // namespace ff::router::test
