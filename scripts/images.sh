@@ -2,7 +2,7 @@
 # Builds freeflow's OCI images on this machine, from Debian packages and our own binaries;
 # no registry and no container engine:
 #
-#   freeflow-router:dev  ffrouter, libffverbs.so and libfsocket.so (the router installs them
+#   freeflow-router:dev  ffrouter, ffctl, libffverbs.so and libfsocket.so (the router installs them
 #                        into the node's /freeflow) and rdma-device-plugin, with their Debian run-time
 #                        libraries; runs as root (see docs/containers.md for why).
 #   freeflow-app:dev     perftest, ibverbs-utils, rdmacm-utils; user 1000 (app), no
@@ -30,7 +30,7 @@ START=$(date +%s.%N)
 
 # What the router image ships, as installed under its prefix: the daemons, and the libraries
 # the router hands to pods (libfsocket.so: TCP mode, docs/tcp-mode.md).
-ROUTER_FILES=(bin/ffrouter bin/rdma-device-plugin lib/freeflow/libffverbs.so
+ROUTER_FILES=(bin/ffrouter bin/ffctl bin/rdma-device-plugin lib/freeflow/libffverbs.so
   lib/freeflow/libfsocket.so)
 APP_PACKAGES=(perftest ibverbs-utils rdmacm-utils)
 # Slim root file systems: no manuals, documentation or translations.

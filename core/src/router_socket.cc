@@ -16,6 +16,10 @@ std::string RouterSocketPath(const std::string& dir, const std::string& name) {
   return dir + "/" + name + ".sock";
 }
 
+std::string AdminSocketName(const std::string& dir, const std::string& name) {
+  return "freeflow-admin:" + dir + "/" + name;
+}
+
 std::string RouterSocketPathFromEnv() {
   return RouterSocketPath(EnvOr("FREEFLOW_DIR", kDefaultFreeflowDir),
                           EnvOr("FFR_NAME", kDefaultRouterName));

@@ -14,27 +14,16 @@ bool NameChar(char c, bool first, bool metric) {
   return !first && c >= '0' && c <= '9';
 }
 
-// A help text keeps to one line: backslash and newline are escaped.
-void AppendHelp(std::string& out, std::string_view text) {
+// A help text keeps to one line (backslash and newline escaped); a label value also escapes
+// the double quote that would end it.
+void AppendEscaped(std::string& out, std::string_view text, bool quote) {
   for (char c : text) {
     if (c == '\\')
       out += "\\\\";
     else if (c == '\n')
       out += "\\n";
-    else
-      out += c;
-  }
-}
-
-// A label value also escapes the double quote that ends it.
-void AppendLabelValue(std::string& out, std::string_view text) {
-  for (char c : text) {
-    if (c == '"')
+    else if (c == '"' && quote)
       out += "\\\"";
-    else if (c == '\\')
-      out += "\\\\";
-    else if (c == '\n')
-      out += "\\n";
     else
       out += c;
   }
@@ -59,7 +48,7 @@ void Exposition::Family(std::string_view name, Kind kind, std::string_view help)
   out_ += "# HELP ";
   out_ += name;
   out_ += ' ';
-  AppendHelp(out_, help);
+  AppendEscaped(out_, help, false);
   out_ += "\n# TYPE ";
   out_ += name;
   out_ += kind == Kind::kCounter ? " counter\n"
@@ -79,7 +68,7 @@ void Exposition::Series(std::string_view suffix, std::initializer_list<Label> la
     out_ += sep;
     out_ += l.name;
     out_ += "=\"";
-    AppendLabelValue(out_, l.value);
+    AppendEscaped(out_, l.value, true);
     out_ += '"';
     sep = ',';
   };

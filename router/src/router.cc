@@ -119,7 +119,13 @@ bool Router::Start(std::string* error) {
     spdlog::info("metrics on http://{}/metrics (port {})", config_.metrics_address,
                  metrics_.port());
   }
-  // 6. Pods may come.
+  // 6. The admin socket (ffctl). A name already taken (only a process of the node's own
+  // network namespace can take it) costs the admin ffctl, not the node its router.
+  quotas_.set_event_log(&events_);
+  sessions_.set_event_log(&events_);
+  if (std::string why; !admin_.Start(AdminSocketName(config_.dir, config_.name), &why))
+    spdlog::error("{}: ffctl cannot reach this router", why);
+  // 7. Pods may come.
   UniqueFd sock;
   if (!folder_.BindSocket(&sock, error) || !sessions_.Listen(std::move(sock), error)) return false;
   spdlog::info("ffrouter listening on {} (overlay {}, node {})", folder_.socket_path(),
@@ -187,6 +193,7 @@ void Router::OnTimer() {
       spdlog::warn("cannot touch the heartbeat {}: {}", folder_.alive_path(), std::strerror(rc));
   }
   sessions_.Sweep();
+  admin_.Tick(MonotonicNs());
   listeners_.Tick(MonotonicNs());
   cm_.Tick();
   sockets_.Tick();

@@ -16,6 +16,7 @@
 //   CmService      rdma_cm: the kernel behind each pod's /dev/infiniband/rdma_cm
 //   TcpModeService  TCP mode (libfsocket): socket sessions, listeners, connection records
 //   MetricsService  Prometheus /metrics, rendered on the loop (--metrics-address)
+//   AdminService    ffctl's admin socket (root, the node's network namespace only)
 //
 // Single-threaded: everything runs on the loop's thread; Stop(), RequestStats() and Adopt()
 // may be called from any thread (Stop() and RequestStats() also from a signal handler).
@@ -25,8 +26,10 @@
 
 #include <functional>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
+#include "admin_service.h"
 #include "base/event_loop.h"
 #include "base/host_folder.h"
 #include "base/quotas.h"
@@ -98,9 +101,14 @@ class Router final : private NodeTransport::Handler {
   void OnLinkDown(LinkId link, const std::string& why) override;
   void OnTimer();
   void RetrySoon();
+  // What ffctl gets for one request line (admin_answers.cc): a JSON document.
+  std::string AdminAnswer(const std::string& request) const;
+  nlohmann::json AdminPods() const;
+  nlohmann::json AdminQps(uint32_t only) const;
   // The metrics a scrape gets (router_metrics.cc, docs/metrics.md); the loop's thread only.
   std::string RenderMetrics() const;
   void RenderQuotas(metrics::Exposition& out) const;
+  void RenderPodQps(metrics::Exposition& out) const;
   // What the executor and the forwarder share (the members it names are constructed first,
   // but sessions_, which it only refers to).
   CrossNodeParts CrossNode() {
@@ -121,6 +129,7 @@ class Router final : private NodeTransport::Handler {
   std::unique_ptr<TcpModeProbe> stream_probe_;
   HostFolder folder_;
   Directory directory_;
+  EventLog events_;  // refusals for ffctl events, noted by quotas_ and sessions_
   Quotas quotas_;
   ResourceTables tables_;
   DirectConnections direct_;
@@ -137,6 +146,7 @@ class Router final : private NodeTransport::Handler {
   bool fast_tick_ = false;
   uint64_t last_beat_ns_ = 0;  // HostFolder::Beat, at most once a second
   volatile sig_atomic_t stats_requested_ = 0;
+  AdminService admin_{loop_, [this](const std::string& request) { return AdminAnswer(request); }};
   // Last, so that it is destroyed first: it renders what the members above hold.
   MetricsService metrics_;
 };

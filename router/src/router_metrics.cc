@@ -9,12 +9,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 
 #include "freeflow/ipv4.h"
 #include "freeflow/metrics/exposition.h"
+#include "freeflow/qp_kind.h"
 #include "freeflow/version.h"
 #include "router.h"
 
@@ -38,13 +40,6 @@ double CpuSeconds() {
   if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
   auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
   return s(u.ru_utime) + s(u.ru_stime);
-}
-
-// A quota's name as a label: byte quotas without their flag's unit ("mapped-mib": "mapped").
-std::string ResourceName(const QuotaSpec& q) {
-  std::string name = q.name;
-  if (q.unit != 1 && name.ends_with("-mib")) name.resize(name.size() - 4);
-  return name;
 }
 
 void Gauge(metrics::Exposition& out, const char* name, const char* help, uint64_t value) {
@@ -156,7 +151,12 @@ std::string Router::RenderMetrics() const {
           executor_.ud_rings_taken());
   // The pods' socket and its refusals.
   Counter(out, "freeflow_router_sessions_refused_total",
-          "Pod connections refused (unidentified, or over a quota).", sessions_.refused());
+          "Pod connections refused (identity, address, or the session quota).",
+          sessions_.refusals());
+  Gauge(out, "freeflow_router_refused_sessions_waiting",
+        "Refused connections kept until their HELLO reads the reason.", sessions_.refused());
+  Counter(out, "freeflow_router_admin_refused_total",
+          "Admin socket connections refused (not root, or too many).", admin_.refused());
   Gauge(out, "freeflow_router_unidentified_connections",
         "Pod connections waiting to be identified.", sessions_.unidentified());
   Gauge(out, "freeflow_router_accept_paused",
@@ -167,6 +167,7 @@ std::string Router::RenderMetrics() const {
   Counter(out, "freeflow_router_events_replaced_total", "Waiting events replaced by newer ones.",
           sessions_.events_replaced());
   RenderQuotas(out);
+  RenderPodQps(out);
   return out.Take();
 }
 
@@ -200,6 +201,18 @@ void Router::RenderQuotas(metrics::Exposition& out) const {
       out.Sample({{"address", address}, {"quota", ResourceName(q)}},
                  refused[static_cast<size_t>(q.quota)]);
   });
+}
+
+void Router::RenderPodQps(metrics::Exposition& out) const {
+  std::map<std::pair<uint32_t, int>, uint64_t> counts;  // (address, type) -> QPs
+  tables_.ForEachQp([&](const Qp& q) {
+    const Pod* owner = tables_.FindPod(q.owner);
+    if (owner != nullptr && q.kind != nullptr) ++counts[{owner->who.ip, q.kind->type}];
+  });
+  out.Family("freeflow_router_pod_qps", Kind::kGauge, "Each pod's QPs, by type.");
+  for (const auto& [key, n] : counts) {
+    out.Sample({{"address", FormatIpv4(key.first)}, {"type", QpTypeName(key.second)}}, n);
+  }
 }
 
 }  // namespace ff::router

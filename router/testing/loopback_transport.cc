@@ -58,6 +58,23 @@ class LoopbackNetwork::Transport final : public NodeTransport {
                       [&](const auto& l) { return l.second.owner == this; }));
   }
 
+  std::vector<LinkView> Links() const override {
+    std::lock_guard<std::mutex> g(net_.mu_);
+    std::vector<LinkView> out;
+    for (const auto& [id, l] : net_.links_) {
+      if (l.owner != this) continue;
+      auto peer = net_.links_.find(l.peer);
+      LinkView v;
+      v.id = id;
+      v.peer = peer == net_.links_.end() ? "" : peer->second.owner->self_.node;
+      v.dialled = l.dialled;
+      v.state = "ready";
+      v.queued_bytes = l.owed;
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+
   std::string PeerNode(LinkId link) const override {
     std::lock_guard<std::mutex> g(net_.mu_);
     auto it = net_.links_.find(link);

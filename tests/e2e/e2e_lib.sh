@@ -403,6 +403,13 @@ router_metrics() {
   E2E_METRICS+=" $(figure freeflow_router_loop_turn_seconds_count), fds $(figure process_open_fds)"
 }
 
+# ffctl_in CONTAINER ARGS...: ffctl in a router container, as `kubectl exec` runs it.
+ffctl_in() {
+  local c=$1
+  shift
+  ct task exec --fifo-dir "$CT_DIR/fifo" --exec-id "ffctl-$RANDOM" "$c" /usr/local/bin/ffctl "$@"
+}
+
 # has been stuck for 10 s (the router frozen with SIGSTOP, as a hung loop would be), and
 # passes again soon after it runs again. A probe that only checks the socket would pass all
 # along.

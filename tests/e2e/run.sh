@@ -118,6 +118,10 @@ ok "node1 $(ct_node_ip 1) and node2 $(ct_node_ip 2), control plane static, TLS n
 app_pair xpingpong 1:0 2:0 30 ibv_rc_pingpong -g 1 -n 1000 -- "$X1" ||
   fail "pingpong across nodes" "$CT_DIR/xpingpong-c.log" "$CT_DIR/xpingpong-s.log" "$CT_DIR/router1.log"
 ok "ibv_rc_pingpong node1 $X1 <- node2 $X2: $(grep iters "$CT_DIR/xpingpong-c.log")"
+ffctl_in router1 links >"$CT_DIR/ffctl-links.txt" 2>&1 || fail "ffctl links in the router container" "$CT_DIR/ffctl-links.txt"
+grep -qE '^[0-9]+ +node2 +(dialled|accepted) +ready' "$CT_DIR/ffctl-links.txt" ||
+  fail "ffctl links shows no ready link to node2" "$CT_DIR/ffctl-links.txt"
+ok "ffctl links in router1's container: $(grep -E 'node2' "$CT_DIR/ffctl-links.txt" | tr -s ' ' | head -n 2 | tr '\n' ';')"
 perftest_figures two_ct app_perftest 1:0 2:0 "$X1"
 # The same across two nodes of namespaces (scripts/lib/cluster.sh), TLS node links too.
 multinode_up 2 1

@@ -147,4 +147,12 @@ constexpr bool IsDatagram(uint32_t type) {
   return kind != nullptr && kind->datagram;
 }
 
+// The type's name as people read it ("RC", "UC", "UD"), "other" for a type none of these.
+constexpr const char* QpTypeName(uint32_t type) {
+  return type == IBV_QPT_RC   ? "RC"
+         : type == IBV_QPT_UC ? "UC"
+         : type == IBV_QPT_UD ? "UD"
+                              : "other";
+}
+
 }  // namespace ff

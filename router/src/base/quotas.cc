@@ -1,5 +1,6 @@
 #include "base/quotas.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -44,6 +45,12 @@ const QuotaSpec kQuotaSpecs[kQuotaKinds] = {
 };
 
 const QuotaSpec& SpecOf(Quota q) { return kQuotaSpecs[static_cast<size_t>(q)]; }
+
+std::string ResourceName(const QuotaSpec& q) {
+  std::string name = q.name;
+  if (q.unit != 1 && name.ends_with("-mib")) name.resize(name.size() - 4);
+  return name;
+}
 
 PodLimits DefaultPodLimits() {
   PodLimits l{};
@@ -183,6 +190,11 @@ int Quotas::Refuse(uint32_t ip, Account& a, Quota q, uint64_t n) {
   const QuotaSpec& s = SpecOf(q);
   ++a.refused[i];
   ++refusals_[i];
+  if (events_ != nullptr) {
+    events_->Note(ip, std::string("quota ") + s.name,
+                  fmt::format("over its quota of {} ({} held, {} more asked, limit {}): {}", s.what,
+                              a.used[i], n, limits_[i], std::strerror(s.error)));
+  }
   uint64_t held_back = 0;
   if (refusal_logs_[ip][i].Allow(&held_back)) {
     spdlog::warn(

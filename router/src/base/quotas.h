@@ -16,8 +16,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <unordered_map>
 #include <utility>
+
+#include "base/event_log.h"
 
 namespace ff::router {
 
@@ -52,6 +55,9 @@ struct QuotaSpec {
 };
 extern const QuotaSpec kQuotaSpecs[kQuotaKinds];
 const QuotaSpec& SpecOf(Quota q);
+// A quota's name in metrics and ffctl: its flag's name, byte quotas without their flag's unit
+// ("mapped-mib": "mapped", counted in bytes there).
+std::string ResourceName(const QuotaSpec& q);
 
 // Lets one log line through per kQuotaLogIntervalNs and counts the ones it holds back, so
 // that a client that repeats what gets it refused cannot flood the log.
@@ -108,6 +114,8 @@ class Quotas {
 
   // Indexed by Quota: units held (bytes for byte quotas), or refusals.
   using Counts = std::array<uint64_t, kQuotaKinds>;
+  // Where refusals are noted for an admin (ffctl events); nullptr: nowhere. Not owned.
+  void set_event_log(EventLog* log) { events_ = log; }
   // Refusals of every pod since the router started, by quota (metrics).
   const Counts& refusals() const { return refusals_; }
   // Calls f(ip, used, refused) for every pod that holds anything: what it holds, and how
@@ -137,6 +145,7 @@ class Quotas {
 
   Counts limits_{};
   Counts refusals_{};
+  EventLog* events_ = nullptr;
   std::unordered_map<uint32_t, Account> accounts_;  // by overlay address
   // Each pod's refusal lines, by overlay address: kept while a window is open even when
   // its account goes (a pod that drops to nothing and comes back gets no fresh window).

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "base/event_loop.h"
 #include "freeflow/codec.h"
@@ -47,6 +48,17 @@ struct NodeMessage {
 struct Bytes {
   const void* data;
   size_t len;
+};
+
+// One link as an admin sees it (ffctl links).
+struct LinkView {
+  LinkId id = 0;
+  std::string peer;         // the peer's node name, once known
+  bool dialled = false;     // this router dialled it (else it accepted it)
+  const char* state = "";   // "connecting", "securing" (TLS, hello), "ready"
+  size_t queued_bytes = 0;  // owed to the peer, not sent yet
+  uint64_t idle_ms = 0;     // since the last bytes from the peer
+  uint64_t age_ms = 0;      // since the link was made
 };
 
 class NodeTransport {
@@ -90,6 +102,8 @@ class NodeTransport {
   virtual void Resume(LinkId link) = 0;
   // Links open now, in both directions (for the router's statistics).
   virtual size_t LinkCount() const = 0;
+  // Each of them, for an admin.
+  virtual std::vector<LinkView> Links() const = 0;
 };
 
 }  // namespace ff::router

@@ -147,6 +147,25 @@ bool TcpTransport::Dialled(LinkId link) const {
   return l != nullptr && l->dialled;
 }
 
+std::vector<LinkView> TcpTransport::Links() const {
+  const uint64_t now = MonotonicNs();
+  std::vector<LinkView> out;
+  out.reserve(links_.size());
+  for (const auto& [id, link] : links_) {
+    const Link& l = *link;
+    LinkView v;
+    v.id = id;
+    v.peer = l.ready() ? l.peer_node : l.endpoint.node;
+    v.dialled = l.dialled;
+    v.state = l.ready() ? "ready" : l.connected ? "securing" : "connecting";
+    v.queued_bytes = l.owed();
+    v.idle_ms = (now - l.last_rx_ns) / 1'000'000;
+    v.age_ms = (now - l.created_ns) / 1'000'000;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 std::string TcpTransport::PeerNode(LinkId link) const {
   const Link* l = Find(link);
   return l == nullptr || !l->ready() ? "" : l->peer_node;

@@ -48,6 +48,7 @@ class TcpTransport final : public NodeTransport {
   bool Congested(LinkId link) const override;
   void Resume(LinkId link) override;
   size_t LinkCount() const override { return links_.size(); }
+  std::vector<LinkView> Links() const override;
   // The peer's node name once the link is ready: the node we dialled, or the one its hello
   // named (with TLS, both checked against its certificate); "" before.
   std::string PeerNode(LinkId link) const override;

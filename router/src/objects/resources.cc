@@ -125,6 +125,8 @@ Pod& ResourceTables::AddPod(PodId id, const PodIdentity& who) {
 
 Pod* ResourceTables::FindPod(PodId id) { return FindIn(pods_, id); }
 
+const Pod* ResourceTables::FindPod(PodId id) const { return FindIn(pods_, id); }
+
 void ResourceTables::ErasePod(PodId id) { pods_.erase(id); }
 
 uint32_t ResourceTables::FreshQpn() {

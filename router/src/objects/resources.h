@@ -157,6 +157,7 @@ class ResourceTables {
  public:
   Pod& AddPod(PodId id, const PodIdentity& who);
   Pod* FindPod(PodId id);
+  const Pod* FindPod(PodId id) const;
   void ErasePod(PodId id);
 
   // Adds a QP under a fresh QP number (unique on this node), or under `reserved`, a number
@@ -179,6 +180,16 @@ class ResourceTables {
     size_t pods = 0, qps = 0, objects = 0, regions = 0, mapped_regions = 0, mr_entries = 0;
   };
   Totals totals() const;
+  // Every pod session and every QP, for an admin's view (ffctl, metrics): f(const Pod&),
+  // f(const Qp&), in no particular order.
+  template <typename F>
+  void ForEachPod(F&& f) const {
+    for (const auto& [id, pod] : pods_) f(*pod);
+  }
+  template <typename F>
+  void ForEachQp(F&& f) const {
+    for (const auto& [qpn, qp] : qps_) f(*qp);
+  }
 
  private:
   uint32_t FreshQpn();

@@ -52,11 +52,14 @@ void PodSessions::Admit(Session& s, const std::string& identity_error) {
     uint64_t held_back = 0;
     if (refusal_log_.Allow(&held_back))
       spdlog::warn("refusing a client: {} ({} more refused since the last line)", error, held_back);
+    ++refusals_;
+    if (events_ != nullptr) events_->Note(s.who.ip, "session refused", error);
     s.refusal = error;
     return;
   }
   s.refusal_error = quotas_.Open(s.id, s.who.ip);
   if (s.refusal_error != 0) {
+    ++refusals_;  // the quota noted it
     s.refusal = "pod " + FormatIpv4(s.who.ip) +
                 " has all the sessions or descriptors its quota allows "
                 "(--max-sessions-per-pod, --max-fds-per-pod)";

@@ -105,7 +105,12 @@ class PodSessions : private EventLoop::Poller {
   // After a request, the loop polls this long (EventLoop::StayAwake; 0: it sleeps at once).
   void set_answer_spin(uint64_t ns) { answer_spin_ns_ = ns; }
   size_t count() const { return sessions_.size(); }
+  // Refused connections kept until their HELLO reads the reason; and every refusal since
+  // the router started (identity, address, session quota).
   size_t refused() const { return refused_; }
+  uint64_t refusals() const { return refusals_; }
+  // Where refusals are noted for an admin (ffctl events); nullptr: nowhere. Not owned.
+  void set_event_log(EventLog* log) { events_ = log; }
   // The gate: connections waiting to be identified, and whether it stopped accepting for
   // lack of descriptors.
   size_t unidentified() const { return gate_ != nullptr ? gate_->waiting() : 0; }
@@ -183,6 +188,8 @@ class PodSessions : private EventLoop::Poller {
   std::unordered_map<PodId, std::unique_ptr<Session>> sessions_;
   std::deque<std::pair<uint64_t, PodId>> hello_deadlines_;  // in adoption order
   size_t refused_ = 0;
+  uint64_t refusals_ = 0;
+  EventLog* events_ = nullptr;
   uint64_t events_replaced_ = 0;  // waiting events replaced by newer ones, in all
   LogLimiter refusal_log_;
   uint64_t hello_timeout_ns_ = kHelloTimeoutNs;
