@@ -109,6 +109,7 @@ class Router final : private NodeTransport::Handler {
   std::string RenderMetrics() const;
   void RenderQuotas(metrics::Exposition& out) const;
   void RenderPodQps(metrics::Exposition& out) const;
+  void RenderPeers(metrics::Exposition& out) const;
   // What the executor and the forwarder share (the members it names are constructed first,
   // but sessions_, which it only refers to).
   CrossNodeParts CrossNode() {

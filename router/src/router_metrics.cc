@@ -168,6 +168,7 @@ std::string Router::RenderMetrics() const {
           sessions_.events_replaced());
   RenderQuotas(out);
   RenderPodQps(out);
+  RenderPeers(out);
   return out.Take();
 }
 
@@ -212,6 +213,39 @@ void Router::RenderPodQps(metrics::Exposition& out) const {
   out.Family("freeflow_router_pod_qps", Kind::kGauge, "Each pod's QPs, by type.");
   for (const auto& [key, n] : counts) {
     out.Sample({{"address", FormatIpv4(key.first)}, {"type", QpTypeName(key.second)}}, n);
+  }
+}
+
+// Each other node's router this one had a ready link with, by its node name.
+void Router::RenderPeers(metrics::Exposition& out) const {
+  const std::vector<PeerView> peers =
+      transport_ != nullptr ? transport_->Peers() : std::vector<PeerView>{};
+  struct Figure {
+    const char* name;
+    Kind kind;
+    const char* help;
+    uint64_t PeerView::*field;
+  };
+  static constexpr Figure kFigures[] = {
+      {"freeflow_router_link_connects_total", Kind::kCounter,
+       "Links to the node's router that became ready.", &PeerView::connects},
+      {"freeflow_router_link_losses_total", Kind::kCounter,
+       "Ready links to the node's router that went down.", &PeerView::losses},
+      {"freeflow_router_link_sent_messages_total", Kind::kCounter,
+       "Messages sent to the node's router.", &PeerView::sent_messages},
+      {"freeflow_router_link_sent_bytes_total", Kind::kCounter,
+       "Message bytes sent to the node's router (without framing or TLS).", &PeerView::sent_bytes},
+      {"freeflow_router_link_received_messages_total", Kind::kCounter,
+       "Messages received from the node's router.", &PeerView::received_messages},
+      {"freeflow_router_link_received_bytes_total", Kind::kCounter,
+       "Message bytes received from the node's router.", &PeerView::received_bytes},
+  };
+  out.Family("freeflow_router_link_up", Kind::kGauge,
+             "Ready links to the node's router now (0: none, the node was linked before).");
+  for (const PeerView& p : peers) out.Sample({{"peer", p.peer}}, uint64_t{p.links_up});
+  for (const Figure& f : kFigures) {
+    out.Family(f.name, f.kind, f.help);
+    for (const PeerView& p : peers) out.Sample({{"peer", p.peer}}, p.*f.field);
   }
 }
 

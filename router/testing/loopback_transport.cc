@@ -75,6 +75,9 @@ class LoopbackNetwork::Transport final : public NodeTransport {
     return out;
   }
 
+  // The in-memory network keeps no totals: the router's metrics tests use TCP links.
+  std::vector<PeerView> Peers() const override { return {}; }
+
   std::string PeerNode(LinkId link) const override {
     std::lock_guard<std::mutex> g(net_.mu_);
     auto it = net_.links_.find(link);

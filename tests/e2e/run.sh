@@ -122,6 +122,12 @@ ffctl_in router1 links >"$CT_DIR/ffctl-links.txt" 2>&1 || fail "ffctl links in t
 grep -qE '^[0-9]+ +node2 +(dialled|accepted) +ready' "$CT_DIR/ffctl-links.txt" ||
   fail "ffctl links shows no ready link to node2" "$CT_DIR/ffctl-links.txt"
 ok "ffctl links in router1's container: $(grep -E 'node2' "$CT_DIR/ffctl-links.txt" | tr -s ' ' | head -n 2 | tr '\n' ';')"
+router_metrics 1
+sent=$(awk '$1 == "freeflow_router_link_sent_messages_total{peer=\"node2\"}" {print $2}' "$CT_DIR/metrics-1.txt")
+if ! grep -q '^freeflow_router_link_up{peer="node2"} [1-9]' "$CT_DIR/metrics-1.txt" || [[ ${sent:-0} -eq 0 ]]; then
+  fail "router1's metrics show no link to node2" "$CT_DIR/metrics-1.txt"
+fi
+ok "router1's metrics: link to node2 up, $sent messages sent to it; $E2E_METRICS"
 perftest_figures two_ct app_perftest 1:0 2:0 "$X1"
 # The same across two nodes of namespaces (scripts/lib/cluster.sh), TLS node links too.
 multinode_up 2 1

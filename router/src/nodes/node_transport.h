@@ -61,6 +61,16 @@ struct LinkView {
   uint64_t age_ms = 0;      // since the link was made
 };
 
+// What passed between this router and one other node's, over all their links since this
+// router started (metrics).
+struct PeerView {
+  std::string peer;       // the node's name
+  size_t links_up = 0;    // links to it that are ready now
+  uint64_t connects = 0;  // links that became ready
+  uint64_t losses = 0;    // ready links that went down
+  uint64_t sent_messages = 0, sent_bytes = 0, received_messages = 0, received_bytes = 0;
+};
+
 class NodeTransport {
  public:
   class Handler {
@@ -104,6 +114,8 @@ class NodeTransport {
   virtual size_t LinkCount() const = 0;
   // Each of them, for an admin.
   virtual std::vector<LinkView> Links() const = 0;
+  // Each node this router has had a ready link with.
+  virtual std::vector<PeerView> Peers() const = 0;
 };
 
 }  // namespace ff::router

@@ -80,6 +80,7 @@ void TcpTransport::Adopt(NodeGate::Admitted a) {
   if (l == nullptr) return;
   l->secured = true;
   l->peer_node = a.node;
+  NoteReady(*l);
   spdlog::info("link {}: router {} connected from {} ({})", l->id, l->peer_node,
                FormatIpv4(a.source_ip),
                l->tls != nullptr ? l->tls->Description() : "plaintext, unauthenticated");
@@ -133,6 +134,7 @@ LinkId TcpTransport::Dial(const cp::Endpoint& ep) {
   if (l == nullptr) return kNoLink;
   l->endpoint = ep;
   l->peer_node = ep.node;
+  l->totals = TotalsOf(ep.node);  // what is sent before the link is ready counts too
   dialled_[{ep.address, ep.port}] = l->id;
   wire::Hello hello{wire::kMagic, wire::kVersion, {}};
   std::snprintf(hello.node, sizeof(hello.node), "%s", options_.node_name.c_str());
@@ -163,6 +165,33 @@ std::vector<LinkView> TcpTransport::Links() const {
     v.age_ms = (now - l.created_ns) / 1'000'000;
     out.push_back(std::move(v));
   }
+  return out;
+}
+
+TcpTransport::PeerTotals* TcpTransport::TotalsOf(const std::string& peer) {
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) {
+    if (peers_.size() >= kMaxPeerTotals) return nullptr;  // counted nowhere; the link works
+    it = peers_.emplace(peer, PeerTotals{}).first;
+  }
+  return &it->second;
+}
+
+void TcpTransport::NoteReady(Link& l) {
+  if (l.totals == nullptr) l.totals = TotalsOf(l.dialled ? l.endpoint.node : l.peer_node);
+  if (l.totals == nullptr || l.counted_ready) return;
+  l.counted_ready = true;
+  ++l.totals->connects;
+}
+
+std::vector<PeerView> TcpTransport::Peers() const {
+  std::map<std::string, size_t> up;
+  for (const auto& [id, l] : links_)
+    if (l->counted_ready) ++up[l->dialled ? l->endpoint.node : l->peer_node];
+  std::vector<PeerView> out;
+  for (const auto& [peer, t] : peers_)
+    out.push_back({peer, up[peer], t.connects, t.losses, t.sent_messages, t.sent_bytes,
+                   t.received_messages, t.received_bytes});
   return out;
 }
 
@@ -201,6 +230,7 @@ bool TcpTransport::FinishConnect(Link& l) {
   }
   l.connected = true;
   l.last_rx_ns = MonotonicNs();
+  if (l.tls == nullptr) NoteReady(l);  // plaintext: ready once connected
   spdlog::info("connected to router {} at {}:{}", l.endpoint.node, FormatIpv4(l.endpoint.address),
                l.endpoint.port);
   return true;
@@ -230,6 +260,7 @@ bool TcpTransport::Secure(Link& l) {
     return false;
   }
   l.secured = true;
+  NoteReady(l);
   spdlog::info("link {}: TLS with router {} ({})", l.id, l.endpoint.node, l.tls->Description());
   SyncEvents(l);
   if (l.tls->HasPending()) ReadLater(l.id);  // came with the handshake's last flight
@@ -294,6 +325,10 @@ bool TcpTransport::Parse(Link& l) {
     if (wire::IsTransportFrame(h.type)) {
       if (!OnTransportFrame(l, h)) return false;
     } else {
+      if (l.totals != nullptr) {
+        ++l.totals->received_messages;
+        l.totals->received_bytes += h.len;
+      }
       const NodeMessage m{h.type, h.chan, h.flags, body, h.len};
       const Handler::Verdict v = handler_->OnMessage(l.id, m);
       if (v == Handler::Verdict::kMalformed) return false;
@@ -344,6 +379,10 @@ void TcpTransport::Send(LinkId link, wire::Type type, uint32_t chan, uint16_t fl
   if (l == nullptr) return;
   size_t total = 0;
   for (const Bytes& b : parts) total += b.len;
+  if (l->totals != nullptr) {
+    ++l->totals->sent_messages;
+    l->totals->sent_bytes += total;
+  }
   const wire::FrameHeader fh{static_cast<uint32_t>(total), type, flags, chan, 0};
   if (total >= kDirectSendBytes && l->connected && l->secured && parts.size() < 8) {
     iovec iov[8];
@@ -537,6 +576,7 @@ void TcpTransport::Close(LinkId id, const std::string& why) {
   spdlog::warn("link {} to router {} closed: {}", id, l.peer_node.empty() ? "?" : l.peer_node, why);
   loop_->Unwatch(l.watch);
   if (l.dialled) dialled_.erase({l.endpoint.address, l.endpoint.port});
+  if (l.counted_ready) ++l.totals->losses;
   links_.erase(it);
   handler_->OnLinkDown(id, why);
 }

@@ -49,6 +49,7 @@ class TcpTransport final : public NodeTransport {
   void Resume(LinkId link) override;
   size_t LinkCount() const override { return links_.size(); }
   std::vector<LinkView> Links() const override;
+  std::vector<PeerView> Peers() const override;
   // The peer's node name once the link is ready: the node we dialled, or the one its hello
   // named (with TLS, both checked against its certificate); "" before.
   std::string PeerNode(LinkId link) const override;
@@ -58,8 +59,17 @@ class TcpTransport final : public NodeTransport {
   const NodeGate& gate() const { return *gate_; }
 
  private:
+  // Totals by peer node (PeerView without the links up), kept past the links; at most
+  // kMaxPeerTotals nodes (names come from certificates, or hellos on plaintext links).
+  static constexpr size_t kMaxPeerTotals = 4096;
+  struct PeerTotals {
+    uint64_t connects = 0, losses = 0;
+    uint64_t sent_messages = 0, sent_bytes = 0, received_messages = 0, received_bytes = 0;
+  };
   struct Link {
     LinkId id = kNoLink;
+    PeerTotals* totals = nullptr;  // its peer's, once named (peers_ never erases)
+    bool counted_ready = false;    // NoteReady counted it: its end is a loss
     UniqueFd fd;
     EventLoop::WatchId watch = 0;
     bool dialled = false;
@@ -92,6 +102,8 @@ class TcpTransport final : public NodeTransport {
 
   Link* Find(LinkId id);
   const Link* Find(LinkId id) const;
+  PeerTotals* TotalsOf(const std::string& peer);  // nullptr past kMaxPeerTotals
+  void NoteReady(Link& l);                        // the link is ready and its peer named: count it
   // A link on `fd`; its TLS session `tls` when the gate made it, else a new one.
   Link* Add(UniqueFd fd, bool dialled, uint32_t events, std::unique_ptr<TlsSession> tls = nullptr);
   void Adopt(NodeGate::Admitted a);
@@ -136,6 +148,7 @@ class TcpTransport final : public NodeTransport {
   std::unordered_map<LinkId, std::unique_ptr<Link>> links_;
   std::map<std::pair<uint32_t, uint16_t>, LinkId> dialled_;  // endpoint -> link
   std::vector<LinkId> flush_pending_;  // links to flush at the end of this loop turn
+  std::map<std::string, PeerTotals> peers_;
 };
 
 }  // namespace ff::router

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,39 @@ TEST(TcpTransport, FramesArriveWholeAndInOrder) {
   EXPECT_FALSE(b.transport.Dialled(in));
   EXPECT_EQ(b.transport.PeerNode(in), "node-a");  // from the hello frame
   EXPECT_EQ(a.transport.Dial(b.endpoint()), l);   // one link per peer
+}
+
+// What the router's metrics read of each peer node: links up, made and lost, messages and
+// their bytes both ways, kept after the link is gone.
+TEST(TcpTransport, PeerTotalsCountLinksAndMessagesPastTheirLinks) {
+  End a("node-a");
+  auto b = std::make_unique<End>("node-b");
+  const LinkId l = a.transport.Dial(b->endpoint());
+  const std::string body = RespBody(1000, 'p');
+  for (uint32_t i = 0; i < 10; ++i)
+    a.transport.Send(l, wire::Type::kResp, i, 0, {{body.data(), body.size()}});
+  ASSERT_TRUE(Pump({&a, b.get()}, [&] { return b->recorder.got.size() == 10; }));
+  std::vector<PeerView> seen = a.transport.Peers();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].peer, "node-b");
+  EXPECT_EQ(seen[0].links_up, 1u);
+  EXPECT_EQ(seen[0].connects, 1u);
+  EXPECT_EQ(seen[0].sent_messages, 10u);
+  EXPECT_EQ(seen[0].sent_bytes, 10u * body.size());
+  seen = b->transport.Peers();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].peer, "node-a");
+  EXPECT_EQ(seen[0].received_messages, 10u);
+  EXPECT_EQ(seen[0].received_bytes, 10u * body.size());
+  EXPECT_EQ(a.transport.Links().size(), 1u);
+  EXPECT_STREQ(a.transport.Links()[0].state, "ready");
+  b.reset();  // node-b's router goes
+  ASSERT_TRUE(Pump({&a}, [&] { return a.transport.LinkCount() == 0; }));
+  seen = a.transport.Peers();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].links_up, 0u);
+  EXPECT_EQ(seen[0].losses, 1u);
+  EXPECT_EQ(seen[0].sent_messages, 10u);
 }
 
 TEST(TcpTransport, AHeldMessageIsOfferedAgainAfterResume) {
