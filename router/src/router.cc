@@ -1,6 +1,5 @@
 #include "router.h"
 
-#include <dirent.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
