@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -166,6 +167,18 @@ std::string Router::RenderMetrics() const {
         sessions_.events_waiting());
   Counter(out, "freeflow_router_events_replaced_total", "Waiting events replaced by newer ones.",
           sessions_.events_replaced());
+  out.Family("freeflow_router_request_errors_total", Kind::kCounter,
+             "Pod requests answered with an error, by request op (protocol.h's proto::Op) and "
+             "errno.");
+  for (const auto& [key, n] : sessions_.errors()) {
+    const char* name = ::strerrorname_np(key.second);
+    out.Sample({{"op", std::to_string(key.first)},
+                {"errno", name != nullptr ? name : std::to_string(key.second)}},
+               n);
+  }
+  out.Family("freeflow_router_session_ends_total", Kind::kCounter,
+             "Pod sessions ended, by reason (the client closed it, or broke the protocol).");
+  for (const auto& [why, n] : sessions_.ends()) out.Sample({{"reason", why}}, n);
   RenderQuotas(out);
   RenderPodQps(out);
   RenderPeers(out);

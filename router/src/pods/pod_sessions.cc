@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 
 #include "base/find.h"
 #include "freeflow/ipv4.h"
@@ -365,6 +366,7 @@ void PodSessions::Send(const Call& call, int status, const proto::Response& body
                        int nfds) {
   Session* s = Find(call.pod);
   if (s == nullptr) return;
+  if (status != 0) ++errors_[{static_cast<uint32_t>(call.op), status}];
   if (call.seq == proto::kPostedSeq) {  // the library does not wait for this one
     if (status != 0)
       spdlog::debug("client {}: posted request (op {}) failed: {}", call.pod,
@@ -481,6 +483,12 @@ void PodSessions::Drop(PodId pod, const char* why) {
   loop_.Unwatch(s->watch);
   if (s->events_watch != 0) loop_.Unwatch(s->events_watch);
   if (!s->refusal.empty()) --refused_;
+  ++ends_[why];
+  // A pod that broke the protocol (not one that closed, or was refused): the admin's too.
+  const std::string_view reason(why);
+  if (events_ != nullptr && s->refusal.empty() && reason != "connection closed" &&
+      reason != "client closed the connection")
+    events_->Note(s->who.ip, "session dropped", why);
   spdlog::info("client {} (pid {}, {}) gone: {}", pod, s->who.pid, FormatIpv4(s->who.ip), why);
   handler_.OnPodGone(pod);
   quotas_.Close(pod);

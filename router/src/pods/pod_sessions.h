@@ -21,6 +21,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -111,6 +112,10 @@ class PodSessions : private EventLoop::Poller {
   uint64_t refusals() const { return refusals_; }
   // Where refusals are noted for an admin (ffctl events); nullptr: nowhere. Not owned.
   void set_event_log(EventLog* log) { events_ = log; }
+  // Answers with an error since start, by (op, errno); sessions ended, by the reason Drop
+  // was given (a fixed sentence: the keys are bounded). For metrics.
+  const std::map<std::pair<uint32_t, int>, uint64_t>& errors() const { return errors_; }
+  const std::map<std::string, uint64_t>& ends() const { return ends_; }
   // The gate: connections waiting to be identified, and whether it stopped accepting for
   // lack of descriptors.
   size_t unidentified() const { return gate_ != nullptr ? gate_->waiting() : 0; }
@@ -190,6 +195,8 @@ class PodSessions : private EventLoop::Poller {
   size_t refused_ = 0;
   uint64_t refusals_ = 0;
   EventLog* events_ = nullptr;
+  std::map<std::pair<uint32_t, int>, uint64_t> errors_;
+  std::map<std::string, uint64_t> ends_;
   uint64_t events_replaced_ = 0;  // waiting events replaced by newer ones, in all
   LogLimiter refusal_log_;
   uint64_t hello_timeout_ns_ = kHelloTimeoutNs;

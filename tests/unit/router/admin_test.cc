@@ -128,6 +128,28 @@ TEST(AdminTest, PodsQpsQuotasAndRefusalsReachTheAdmin) {
   EXPECT_NE(table.find("is not a pod address"), std::string::npos) << table;
 }
 
+// A pod that broke the protocol is named in ffctl events, with why; one that closed is not.
+TEST(AdminTest, APodThatBreaksTheProtocolIsAnEvent) {
+  TestRouter router(TestRouter::Options{});
+  {
+    RawPod bad(router, Ip("10.0.0.9"));
+    ASSERT_EQ(bad.Hello(), 0);
+    const char junk[3] = {7, 7, 7};
+    bad.SendRaw(junk, sizeof(junk));
+    ASSERT_TRUE(bad.Disconnected());
+    RawPod good(router, Ip("10.0.0.10"));
+    ASSERT_EQ(good.Hello(), 0);
+  }
+  json events;
+  ASSERT_TRUE(WaitFor([&] {
+    events = Ask(router, "events");
+    return events["events"].size() == 1;
+  })) << events.dump();
+  EXPECT_EQ(events["events"][0]["address"], "10.0.0.9");
+  EXPECT_EQ(events["events"][0]["what"], "session dropped");
+  EXPECT_EQ(events["events"][0]["reason"], "malformed or unexpected message");
+}
+
 TEST(AdminTest, UnknownCommandsAndOverlongRequestsGetNothingButAnError) {
   TestRouter router(TestRouter::Options{});
   EXPECT_NE(Ask(router, "shutdown")["error"].get<std::string>().find("unknown command"),

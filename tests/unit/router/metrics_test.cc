@@ -74,6 +74,11 @@ TEST(RouterMetricsTest, PodsHoldingsAndRefusalsMoveTheFigures) {
                     "quota=\"qps\"}"),
               1);
     EXPECT_EQ(Value(text, "freeflow_router_quota_refusals_total{quota=\"qps\"}"), 1);
+    EXPECT_TRUE(std::regex_search(
+        text,
+        std::regex(
+            "\nfreeflow_router_request_errors_total\\{op=\"[0-9]+\",errno=\"ENOSPC\"\\} 1\n")))
+        << text;
     std::string report;
     EXPECT_EQ(ff::test::PromtoolCheck(text, &report), 0) << report << text;
   }
@@ -83,6 +88,30 @@ TEST(RouterMetricsTest, PodsHoldingsAndRefusalsMoveTheFigures) {
   EXPECT_EQ(text.find("address=\"10.0.0.1\""), std::string::npos) << text;
   EXPECT_EQ(Value(text, "freeflow_router_qps"), 0);
   EXPECT_EQ(Value(text, "freeflow_router_quota_refusals_total{quota=\"qps\"}"), 1);
+}
+
+// A pod that breaks the protocol ends its session; the reason is counted, and noted for
+// ffctl events.
+TEST(RouterMetricsTest, SessionEndsAreCountedByReason) {
+  TestRouter router(Scraped());
+  {
+    RawPod pod(router, Ip("10.0.0.3"));
+    ASSERT_EQ(pod.Hello(), 0);
+    const char junk[5] = {1, 2, 3, 4, 5};
+    pod.SendRaw(junk, sizeof(junk));
+    ASSERT_TRUE(pod.Disconnected());
+  }
+  {
+    RawPod pod(router, Ip("10.0.0.4"));
+    ASSERT_EQ(pod.Hello(), 0);
+  }
+  ASSERT_TRUE(WaitForValue(
+      router, "freeflow_router_session_ends_total{reason=\"client closed the connection\"}", 1));
+  const std::string text = Scrape(router);
+  EXPECT_EQ(
+      Value(text, "freeflow_router_session_ends_total{reason=\"malformed or unexpected message\"}"),
+      1)
+      << text;
 }
 
 TEST(RouterMetricsTest, TheLoopsWorkIsCounted) {
