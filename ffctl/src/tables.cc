@@ -82,9 +82,10 @@ std::string LinksTable(const json& a) {
 
 std::string QuotasTable(const json& a) {
   std::vector<Row> rows;
-  // Byte quotas ("mapped", "read", "queued") in MiB, as their flags take them.
-  const auto cell = [](const std::string& quota, const json& v) {
-    const bool bytes = quota == "mapped" || quota == "read" || quota == "queued";
+  // The quotas the router counts in bytes, in MiB, as their flags take them.
+  const json& in_bytes = a.at("in_bytes");
+  const auto cell = [&](const std::string& quota, const json& v) {
+    const bool bytes = std::find(in_bytes.begin(), in_bytes.end(), quota) != in_bytes.end();
     return bytes ? Mib(v.get<uint64_t>()) + " MiB" : Num(v);
   };
   for (const auto& [quota, limit] : a.at("limits").items()) {

@@ -59,6 +59,10 @@ std::string Router::AdminAnswer(const std::string& request) const {
     for (const QuotaSpec& q : kQuotaSpecs)
       limits[static_cast<size_t>(q.quota)] = quotas_.limit(q.quota);
     out["limits"] = ByQuota(limits);
+    json bytes = json::array();  // the quotas counted in bytes
+    for (const QuotaSpec& q : kQuotaSpecs)
+      if (q.unit != 1) bytes.push_back(ResourceName(q));
+    out["in_bytes"] = std::move(bytes);
     out["refusals"] = ByQuota(quotas_.refusals());
     json pods = json::array();
     quotas_.ForEachAccount([&](uint32_t ip, const Quotas::Counts& used, const Quotas::Counts&) {
@@ -88,10 +92,8 @@ nlohmann::json Router::AdminPods() const {
   tables_.ForEachPod([&](const Pod& p) {
     sessions[p.who.ip].push_back({{"session", p.id}, {"pid", p.who.pid}});
   });
-  tables_.ForEachQp([&](const Qp& q) {
-    const Pod* owner = tables_.FindPod(q.owner);
-    if (owner != nullptr) ++qps[owner->who.ip][TypeName(q.kind)];
-  });
+  for (const auto& [key, n] : tables_.QpsByAddressAndType())
+    qps[key.first][QpTypeName(key.second)] = n;
   json pods = json::array();
   quotas_.ForEachAccount(
       [&](uint32_t ip, const Quotas::Counts& used, const Quotas::Counts& refused) {

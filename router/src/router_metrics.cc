@@ -218,13 +218,8 @@ void Router::RenderQuotas(metrics::Exposition& out) const {
 }
 
 void Router::RenderPodQps(metrics::Exposition& out) const {
-  std::map<std::pair<uint32_t, int>, uint64_t> counts;  // (address, type) -> QPs
-  tables_.ForEachQp([&](const Qp& q) {
-    const Pod* owner = tables_.FindPod(q.owner);
-    if (owner != nullptr && q.kind != nullptr) ++counts[{owner->who.ip, q.kind->type}];
-  });
   out.Family("freeflow_router_pod_qps", Kind::kGauge, "Each pod's QPs, by type.");
-  for (const auto& [key, n] : counts) {
+  for (const auto& [key, n] : tables_.QpsByAddressAndType()) {
     out.Sample({{"address", FormatIpv4(key.first)}, {"type", QpTypeName(key.second)}}, n);
   }
 }

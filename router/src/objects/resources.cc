@@ -127,6 +127,15 @@ Pod* ResourceTables::FindPod(PodId id) { return FindIn(pods_, id); }
 
 const Pod* ResourceTables::FindPod(PodId id) const { return FindIn(pods_, id); }
 
+std::map<std::pair<uint32_t, uint32_t>, uint64_t> ResourceTables::QpsByAddressAndType() const {
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> counts;
+  for (const auto& [qpn, q] : qps_) {
+    const Pod* owner = FindPod(q->owner);
+    if (owner != nullptr && q->kind != nullptr) ++counts[{owner->who.ip, q->kind->type}];
+  }
+  return counts;
+}
+
 void ResourceTables::ErasePod(PodId id) { pods_.erase(id); }
 
 uint32_t ResourceTables::FreshQpn() {

@@ -186,6 +186,8 @@ class ResourceTables {
   void ForEachPod(F&& f) const {
     for (const auto& [id, pod] : pods_) f(*pod);
   }
+  // QPs by their owner's overlay address and type (ibv_qp_type), for the same views.
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> QpsByAddressAndType() const;
   template <typename F>
   void ForEachQp(F&& f) const {
     for (const auto& [qpn, qp] : qps_) f(*qp);

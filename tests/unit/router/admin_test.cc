@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <vector>
 
 #include "harness.h"
@@ -123,6 +124,10 @@ TEST(AdminTest, PodsQpsQuotasAndRefusalsReachTheAdmin) {
   std::tie(table, rc) = Ffctl(router, "-o json qps");
   EXPECT_EQ(rc, 0);
   EXPECT_EQ(json::parse(table, nullptr, false)["qps"].size(), 2u) << table;
+  std::tie(table, rc) = Ffctl(router, "quotas");
+  EXPECT_EQ(rc, 0) << table;
+  EXPECT_TRUE(std::regex_search(table, std::regex("\nmapped +65536\\.0 MiB +0 +-\n"))) << table;
+  EXPECT_TRUE(std::regex_search(table, std::regex("\nqps +2 +1 +10\\.0\\.0\\.7 2\n"))) << table;
   std::tie(table, rc) = Ffctl(router, "qps not-an-address");
   EXPECT_EQ(rc, 1);
   EXPECT_NE(table.find("is not a pod address"), std::string::npos) << table;
