@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -273,35 +274,54 @@ std::optional<RouterConfig> ParseOptions(int argc, char** argv, int* exit_code) 
     *exit_code = 2;
     return std::nullopt;
   }
+  config.fds_quota_given = app.get_option("--max-fds-per-pod")->count() > 0;
   return config;
 }
 
 namespace {
 
 // A router serves many pods from one process: take every descriptor the hard limit allows.
-void RaiseDescriptorLimit(const RouterConfig& config) {
+// Returns the (soft) limit, RLIM_INFINITY when there is none.
+uint64_t RaiseDescriptorLimit() {
   rlimit r{};
-  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return RLIM_INFINITY;
   if (r.rlim_cur < r.rlim_max) {
     r.rlim_cur = r.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &r);
+    if (::setrlimit(RLIMIT_NOFILE, &r) != 0) ::getrlimit(RLIMIT_NOFILE, &r);
   }
-  const uint64_t want = 256ull * config.pod_limits[static_cast<size_t>(Quota::kFds)] + kFdReserve;
-  if (r.rlim_cur != RLIM_INFINITY && r.rlim_cur < want) {
-    spdlog::warn(
-        "descriptor limit {} is below what 256 pods at --max-fds-per-pod {} need ({}); raise "
-        "the router's RLIMIT_NOFILE or lower the quota",
-        static_cast<uint64_t>(r.rlim_cur), config.pod_limits[static_cast<size_t>(Quota::kFds)],
-        want);
-  }
+  return r.rlim_cur;
 }
 
 }  // namespace
 
-void ApplyProcessOptions(const RouterConfig& config) {
+FdQuotaFit FitFdQuota(uint64_t nofile, uint32_t quota, bool given) {
+  const auto need = [](uint64_t q) { return kPodsPerNode * q + kFdReserve; };
+  if (nofile == RLIM_INFINITY || need(quota) <= nofile) return {quota, true};
+  if (given) return {quota, false};
+  const uint64_t fit = (nofile - std::min(nofile, kFdReserve)) / kPodsPerNode;
+  if (fit >= kMinPodFds) return {static_cast<uint32_t>(fit), true};
+  return {kMinPodFds, false};
+}
+
+void ApplyProcessOptions(RouterConfig& config) {
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ ffrouter: %v");
-  RaiseDescriptorLimit(config);
+  const uint64_t nofile = RaiseDescriptorLimit();
+  uint32_t& quota = config.pod_limits[static_cast<size_t>(Quota::kFds)];
+  const FdQuotaFit fit = FitFdQuota(nofile, quota, config.fds_quota_given);
+  if (!fit.fits) {
+    spdlog::warn(
+        "descriptor limit {} is below what {} pods at {} descriptors each need ({}); raise the "
+        "router's RLIMIT_NOFILE{}",
+        nofile, kPodsPerNode, fit.quota, kPodsPerNode * fit.quota + kFdReserve,
+        config.fds_quota_given ? " or lower --max-fds-per-pod" : "");
+  } else if (fit.quota != quota) {
+    spdlog::info(
+        "descriptor limit {}: each pod may hold {} descriptors in the router (--max-fds-per-pod "
+        "not given; {} pods fit)",
+        nofile, fit.quota, kPodsPerNode);
+  }
+  quota = fit.quota;
   if (config.realtime_priority > 0) {
     sched_param sp{};
     sp.sched_priority = static_cast<int>(config.realtime_priority);

@@ -59,6 +59,7 @@ struct RouterConfig {
   // Prometheus /metrics ("host:port"; docs/metrics.md); empty: not served.
   std::string metrics_address;
   PodLimits pod_limits = DefaultPodLimits();         // --max-*-per-pod
+  bool fds_quota_given = false;                      // --max-fds-per-pod or its variable
   uint64_t hello_timeout_ns = kHelloTimeoutNs;       // not a flag: tests shorten it
   uint64_t stream_gc_period_ns = kStreamGcPeriodNs;  // likewise (TCP-mode record sweeps)
   uint64_t stream_unseen_grace_ns = kStreamUnseenGraceNs;
@@ -69,9 +70,21 @@ struct RouterConfig {
 // std::nullopt with the process exit code in *exit_code, after printing why.
 std::optional<RouterConfig> ParseOptions(int argc, char** argv, int* exit_code);
 
+// The per-pod descriptor quota a router with descriptor limit `nofile` (RLIM_INFINITY: none)
+// applies, given the configured `quota` and whether it was set (`given`): kPodsPerNode pods
+// at their quota, plus kFdReserve, must fit the limit, so that no pod can take the
+// descriptors another pod's quota promises. A quota given is kept as it is; the default is
+// lowered to what fits, but not below kMinPodFds. `fits` is false when the quota applied
+// does not fit (the router warns).
+struct FdQuotaFit {
+  uint32_t quota;
+  bool fits;
+};
+FdQuotaFit FitFdQuota(uint64_t nofile, uint32_t quota, bool given);
+
 // Applies the process-wide settings of `config`: log level and format, scheduling, and the
-// descriptor limit (raised to the hard limit; a warning when 256 pods at their descriptor
-// quota would not fit).
-void ApplyProcessOptions(const RouterConfig& config);
+// descriptor limit: raised to the hard limit, and the descriptor quota fitted to it
+// (FitFdQuota; a warning when it does not fit).
+void ApplyProcessOptions(RouterConfig& config);
 
 }  // namespace ff::router

@@ -19,6 +19,13 @@ FF_ROUTER_PID=""
 FF_PODS=()
 FF_PIDS=()
 
+# The per-pod descriptor quota test routers run with: a real node's, whose usual 1 Mi
+# RLIMIT_NOFILE holds 256 pods at the default 1024. Under this machine's 20 000 the router
+# would fit its default to 77 a pod (docs/security.md), too few for the TCP-mode suites'
+# many connections in one pod. Empty: the router's own fitted default (bench/scale.sh).
+FF_POD_FDS=${FF_POD_FDS-1024}
+ff_quota_args() { [[ -z $FF_POD_FDS ]] || echo "--max-fds-per-pod=$FF_POD_FDS"; }
+
 ff_pod_ns() { echo "ff${FF_TAG}p$1"; }
 ff_pod_ip() { echo "10.244.${FF_NET}.$((10 + $1))"; }
 
@@ -48,8 +55,9 @@ cluster_up() {
 # Starts the router in the node namespace; extra arguments go to ffrouter.
 router_up() {
   rm -f "$FF_DIR/ffrouter.sock"
+  # shellcheck disable=SC2046  # ff_quota_args: no flag, or one without spaces
   ip netns exec "$FF_NODE" "$FF_BUILD/router/ffrouter" --dir "$FF_DIR" --name ffrouter \
-    --vnet-prefix 10.244.0.0/16 --log-level "${FF_ROUTER_LOG:-warn}" "$@" \
+    --vnet-prefix 10.244.0.0/16 --log-level "${FF_ROUTER_LOG:-warn}" $(ff_quota_args) "$@" \
     >>"$FF_DIR/router.log" 2>&1 &
   FF_ROUTER_PID=$!
   wait_router "$FF_ROUTER_PID" "$FF_DIR"
@@ -278,9 +286,10 @@ mn_router_start() {
   dir=$(mn_dir "$n")
   read -ra tls_args <<<"$(mn_tls_args "$name")"
   rm -f "$dir/ffrouter.sock"  # a killed router's socket; wait for the new one
-  # shellcheck disable=SC2086  # FF_ROUTER_WRAP is a command line (a wrapper and its flags)
+  # shellcheck disable=SC2086,SC2046  # FF_ROUTER_WRAP is a command line (a wrapper and its
+  # flags); ff_quota_args is no flag, or one without spaces
   ip netns exec "$(mn_node_ns "$n")" ${FF_ROUTER_WRAP:-} "$FF_BUILD/router/ffrouter" --dir "$dir" --name ffrouter \
-    --vnet-prefix 10.244.0.0/16 --host-ip "$(mn_node_ip "$n")" --port 7471 --node-name "$name" \
+    --vnet-prefix 10.244.0.0/16 --host-ip "$(mn_node_ip "$n")" --port 7471 --node-name "$name" $(ff_quota_args) \
     --log-level "${FF_ROUTER_LOG:-info}" "${FF_CONTROL_PLANE_ARGS[@]:---control-plane=static:$FF_DIR/cluster.json}" \
     "${tls_args[@]}" "$@" >>"$dir/router.log" 2>&1 &
   FF_NODE_ROUTER[$n]=$!

@@ -25,6 +25,7 @@ CT_CONTAINERS=() # containers made here (deleted with their tasks and snapshots)
 CT_CNI=()        # "node|netns|id" of every CNI ADD, for its DEL
 CT_PIDS=()       # other processes the caller started for the run (etcd), stopped first
 CNI_BIN=${CNI_BIN:-/usr/lib/cni}
+FF_CT_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 ct_node_ns() { echo "ffe${CT_TAG}n$1"; }
 ct_node_ip() { echo "172.31.$CT_NET.$((10 + $1))"; }
@@ -150,7 +151,8 @@ ct_pod_net() {
 }
 
 # ct_run ID IMAGE_REF [ctr run options...] -- CMD...: starts a detached container (recorded for
-# ct_down) whose task's output goes to $CT_DIR/ID.log.
+# ct_down) whose task's output goes to $CT_DIR/ID.log. runc runs through runc-cri: as under
+# containerd's CRI, the container has no rlimits of its own and inherits containerd's.
 ct_run() {
   local id=$1 image=$2
   shift 2
@@ -161,7 +163,7 @@ ct_run() {
   done
   shift
   CT_CONTAINERS+=("$id")
-  ct run -d --runc-root "$CT_DIR/runc" --fifo-dir "$CT_DIR/fifo" --log-uri "file://$CT_DIR/$id.log" \
+  ct run -d --runc-binary "$FF_CT_LIB/runc-cri" --runc-root "$CT_DIR/runc" --fifo-dir "$CT_DIR/fifo" --log-uri "file://$CT_DIR/$id.log" \
     "${opts[@]}" "$image" "$id" "$@" >/dev/null
 }
 

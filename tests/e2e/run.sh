@@ -159,6 +159,13 @@ step "what the routers and the device plugin logged above info level"
 grep -E ' (warning|error|critical) ' "$CT_DIR"/router*.log "$CT_DIR/plugin.log" |
   sed "s|^$CT_DIR/|   |" | tail -n 12 || true
 
+step "the shipped DaemonSet holds what the router's quotas promise (issue 40)"
+if grep -h 'descriptor limit .* is below' "$CT_DIR"/router*.log "$CT_DIR"/lp-*.log; then
+  fail "a router's descriptor limit does not hold 256 pods at its quota"
+fi
+ok "$(grep -h -m1 -o 'descriptor limit [0-9]*: each pod may hold [0-9]* descriptors' \
+  "$CT_DIR/router.log" || echo "descriptor limit holds the default quota")"
+
 step "clean-up"
 ct_down
 ok "containers, snapshots, CNI networks, namespaces and containerd removed"

@@ -179,9 +179,9 @@ inline constexpr int kRingRequestsPerTurn = 32;     // requests of one pod's rin
 // ---- router: per-pod quotas (router/src/quotas.h; defaults of the --max-*-per-pod flags) --
 // One pod is one overlay address: all its processes and connections share these. Sized so
 // that 256 pods at their limits fit a node: 256 x 1024 descriptors under the usual 1 Mi
-// RLIMIT_NOFILE, 256 x 64 GiB of mappings in the router's 128 TiB of address space, and
-// 256 x (32 MiB queued + 8 MiB READ data + 64 x 512 KiB proxy response rings) of memory
-// when every pod stalls at once.
+// RLIMIT_NOFILE (under a lower limit the router lowers the default to fit), 256 x 64 GiB of
+// mappings in the router's 128 TiB of address space, and 256 x (32 MiB queued + 8 MiB READ data +
+// 64 x 512 KiB proxy response rings) of memory when every pod stalls at once.
 inline constexpr uint32_t kDefaultPodSessions = 32;      // processes with the device open
 inline constexpr uint32_t kDefaultPodFds = 1024;         // descriptors held for the pod
 inline constexpr uint32_t kDefaultPodQps = 512;          // QPs
@@ -200,6 +200,11 @@ inline constexpr uint64_t kHelloTimeoutNs = 5'000'000'000ull;  // a client says 
 // (pods/event_backlog.h); each also counts against its queued-bytes and descriptor quotas.
 inline constexpr size_t kMaxQueuedEvents = 4096;
 inline constexpr uint64_t kFdReserve = 256;  // descriptors the router keeps beyond pods' quotas
+// The pods a node's quotas are sized for; a descriptor quota left at its default is lowered
+// to what this many pods fit under the router's RLIMIT_NOFILE, but not below kMinPodFds
+// (a session's 6, and room for QPs and regions).
+inline constexpr uint64_t kPodsPerNode = 256;
+inline constexpr uint32_t kMinPodFds = 64;
 
 // ---- router: forwarding and target execution --------------------------------------------
 inline constexpr size_t kForwardRoundBytes = 64 * 1024;  // per proxy per drain round (fairness)

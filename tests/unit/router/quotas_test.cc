@@ -16,9 +16,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "harness.h"
 #include "log_capture.h"
+#include "options.h"
 
 namespace ff::router::test {
 namespace {
@@ -398,6 +402,65 @@ TEST(PodQuotaTest, ARouterOutOfDescriptorsWaitsInsteadOfSpinningAndRecovers) {
   EXPECT_EQ(waited.Hello(), 0);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
+}
+
+// The descriptor quota a router applies under its RLIMIT_NOFILE (FitFdQuota): 256 pods at
+// the quota, plus the reserve, fit the limit; a quota given is never changed.
+TEST(FdQuotaFitTest, TheDefaultStandsWhereItFits) {
+  const FdQuotaFit none = FitFdQuota(RLIM_INFINITY, kDefaultPodFds, false);
+  EXPECT_EQ(none.quota, kDefaultPodFds);
+  EXPECT_TRUE(none.fits);
+  const FdQuotaFit big = FitFdQuota(1u << 20, kDefaultPodFds, false);  // systemd's infinity
+  EXPECT_EQ(big.quota, kDefaultPodFds);
+  EXPECT_TRUE(big.fits);
+}
+
+TEST(FdQuotaFitTest, TheDefaultIsLoweredToWhat256PodsFit) {
+  const FdQuotaFit f = FitFdQuota(20000, kDefaultPodFds, false);
+  EXPECT_EQ(f.quota, (20000 - kFdReserve) / kPodsPerNode);
+  EXPECT_TRUE(f.fits);
+  EXPECT_LE(kPodsPerNode * f.quota + kFdReserve, 20000u);
+  EXPECT_GT(kPodsPerNode * (f.quota + 1) + kFdReserve, 20000u) << "the most that fits";
+}
+
+TEST(FdQuotaFitTest, BelowTheFloorTheFloorStandsAndDoesNotFit) {
+  const FdQuotaFit f = FitFdQuota(1024, kDefaultPodFds, false);  // a container's 1024
+  EXPECT_EQ(f.quota, kMinPodFds);
+  EXPECT_FALSE(f.fits) << "the router warns";
+}
+
+TEST(FdQuotaFitTest, AGivenQuotaIsKeptAndJudged) {
+  EXPECT_EQ(FitFdQuota(20000, 4096, true).quota, 4096u);
+  EXPECT_FALSE(FitFdQuota(20000, 4096, true).fits);
+  EXPECT_TRUE(FitFdQuota(20000, 70, true).fits);
+}
+
+// Parses ffrouter's flags (no process settings applied).
+std::optional<RouterConfig> ParseFlags(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"ffrouter", "--vnet-prefix", "10.244.0.0/16", "--library",
+                                   "/dev/null"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  int exit_code = 0;
+  return ParseOptions(static_cast<int>(argv.size()), argv.data(), &exit_code);
+}
+
+TEST(FdQuotaFitTest, TheRouterKnowsWhetherTheQuotaWasGiven) {
+  ASSERT_EQ(::unsetenv("FREEFLOW_MAX_FDS_PER_POD"), 0);
+  auto c = ParseFlags({});
+  ASSERT_TRUE(c.has_value());
+  EXPECT_FALSE(c->fds_quota_given);
+  c = ParseFlags({"--max-fds-per-pod", "2048"});
+  ASSERT_TRUE(c.has_value());
+  EXPECT_TRUE(c->fds_quota_given);
+  EXPECT_EQ(c->pod_limits[static_cast<size_t>(Quota::kFds)], 2048u);
+  ASSERT_EQ(::setenv("FREEFLOW_MAX_FDS_PER_POD", "300", 1), 0);
+  c = ParseFlags({});
+  ::unsetenv("FREEFLOW_MAX_FDS_PER_POD");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_TRUE(c->fds_quota_given) << "the DaemonSet's variable counts as given";
+  EXPECT_EQ(c->pod_limits[static_cast<size_t>(Quota::kFds)], 300u);
 }
 
 }  // namespace
