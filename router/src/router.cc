@@ -1,5 +1,6 @@
 #include "router.h"
 
+#include <malloc.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -200,6 +201,21 @@ void Router::OnTimer() {
   const bool forwarder_waits = forwarder_.Tick();
   fast_tick_ = senders_wait || forwarder_waits;
   timer_.Arm(fast_tick_ ? kRetryTickNs : kIdleTickNs);
+  TrimHeap(MonotonicNs());
+}
+
+void Router::TrimHeap(uint64_t now) {
+  uint64_t ended = 0;
+  for (const auto& [reason, n] : sessions_.ends()) ended += n;
+  if (ended != ends_seen_) {  // still closing: wait for a quiet tick
+    ends_seen_ = ended;
+    trim_due_ = true;
+    return;
+  }
+  if (!trim_due_ || now - last_trim_ns_ < kHeapTrimIntervalNs) return;
+  trim_due_ = false;
+  last_trim_ns_ = now;
+  ::malloc_trim(0);
 }
 
 // Something waits for a retry: tick fast until nothing does.

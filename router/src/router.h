@@ -101,6 +101,9 @@ class Router final : private NodeTransport::Handler {
   void OnLinkDown(LinkId link, const std::string& why) override;
   void OnTimer();
   void RetrySoon();
+  // Once sessions have ended and no more ended for a tick, gives the heap's free pages back
+  // to the system (at most once per kHeapTrimIntervalNs): what pods held goes when they go.
+  void TrimHeap(uint64_t now);
   // What ffctl gets for one request line (admin_answers.cc): a JSON document.
   std::string AdminAnswer(const std::string& request) const;
   nlohmann::json AdminPods() const;
@@ -146,6 +149,9 @@ class Router final : private NodeTransport::Handler {
   Timer timer_;
   bool fast_tick_ = false;
   uint64_t last_beat_ns_ = 0;  // HostFolder::Beat, at most once a second
+  uint64_t ends_seen_ = 0;     // sessions ended, as TrimHeap last counted them
+  bool trim_due_ = false;      // some ended since the heap was last trimmed
+  uint64_t last_trim_ns_ = 0;
   volatile sig_atomic_t stats_requested_ = 0;
   AdminService admin_{loop_, [this](const std::string& request) { return AdminAnswer(request); }};
   // Last, so that it is destroyed first: it renders what the members above hold.

@@ -213,6 +213,9 @@ inline constexpr uint64_t kCreditBatch = 256 * 1024;     // executed bytes credi
 inline constexpr uint64_t kSourceResolveNs = 3'000'000'000ull;  // a connect's unknown source
 inline constexpr uint64_t kRetryTickNs = 200'000;               // timer period while a retry waits
 inline constexpr uint64_t kIdleTickNs = 50'000'000;  // timer period otherwise (deadlines, sweeps)
+// After sessions end, the router's free heap pages go back to the system (malloc_trim) once
+// closes pause for a tick, at most this often.
+inline constexpr uint64_t kHeapTrimIntervalNs = 1'000'000'000;
 // How often the router touches its heartbeat file (<dir>/<name>.alive), from its timer: the
 // DaemonSet's liveness probe fails when the file is older than 10 s (a hung event loop).
 inline constexpr uint64_t kHeartbeatNs = 1'000'000'000;
