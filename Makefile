@@ -44,6 +44,7 @@ bench: build
 	@bench/qperf.sh $(BUILD_DIR)
 	@bench/rdmacm.sh $(BUILD_DIR)
 	@bench/tcp_mode.sh $(BUILD_DIR)
+	@bench/scale.sh $(BUILD_DIR)
 
 # OCI images of the router (with the library and the device plugin) and of a verbs app,
 # from Debian packages and our binaries, with no registry (docs/containers.md). Root.
