@@ -222,6 +222,13 @@ void Router::RenderPodQps(metrics::Exposition& out) const {
   for (const auto& [key, n] : tables_.QpsByAddressAndType()) {
     out.Sample({{"address", FormatIpv4(key.first)}, {"type", QpTypeName(key.second)}}, n);
   }
+  const ResourceTables::QpStates states = tables_.QpsByState();
+  out.Family("freeflow_router_qps_by_state", Kind::kGauge,
+             "The node's QPs: UD (datagram), RC/UC whose owner named a peer at RTR (connected), "
+             "and RC/UC that have not (unconnected).");
+  out.Sample({{"state", "unconnected"}}, states.unconnected);
+  out.Sample({{"state", "connected"}}, states.connected);
+  out.Sample({{"state", "datagram"}}, states.datagram);
 }
 
 // Each other node's router this one had a ready link with, by its node name.

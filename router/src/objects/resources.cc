@@ -136,6 +136,19 @@ std::map<std::pair<uint32_t, uint32_t>, uint64_t> ResourceTables::QpsByAddressAn
   return counts;
 }
 
+ResourceTables::QpStates ResourceTables::QpsByState() const {
+  QpStates s;
+  for (const auto& [qpn, q] : qps_) {
+    if (q->kind != nullptr && q->kind->datagram)
+      ++s.datagram;
+    else if (q->named.qpn != proto::kNoId)
+      ++s.connected;
+    else
+      ++s.unconnected;
+  }
+  return s;
+}
+
 void ResourceTables::ErasePod(PodId id) { pods_.erase(id); }
 
 uint32_t ResourceTables::FreshQpn() {

@@ -188,6 +188,15 @@ class ResourceTables {
   }
   // QPs by their owner's overlay address and type (ibv_qp_type), for the same views.
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> QpsByAddressAndType() const;
+  // The node's QPs as the router sees them: UD ("datagram"), RC/UC whose owner named a peer
+  // at RTR ("connected"), and RC/UC that have not ("unconnected"). The verbs states in
+  // between (INIT, RTS, ERR) live in the owner's library.
+  struct QpStates {
+    uint64_t unconnected = 0;
+    uint64_t connected = 0;
+    uint64_t datagram = 0;
+  };
+  QpStates QpsByState() const;
   template <typename F>
   void ForEachQp(F&& f) const {
     for (const auto& [qpn, qp] : qps_) f(*qp);

@@ -90,6 +90,33 @@ TEST(RouterMetricsTest, PodsHoldingsAndRefusalsMoveTheFigures) {
   EXPECT_EQ(Value(text, "freeflow_router_quota_refusals_total{quota=\"qps\"}"), 1);
 }
 
+// QPs by the state the router sees: an RC QP is unconnected until its owner names a peer,
+// a UD QP is a datagram QP from its create on.
+TEST(RouterMetricsTest, QpsAreCountedByTheStateTheRouterSees) {
+  TestRouter router(Scraped());
+  RawPod a(router, Ip("10.0.0.1")), b(router, Ip("10.0.0.2"));
+  ASSERT_EQ(a.Hello(), 0);
+  ASSERT_EQ(b.Hello(), 0);
+  const RawQp qa = a.CreateQp(IBV_QPT_RC), qb = b.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(qa.status, 0);
+  ASSERT_EQ(qb.status, 0);
+  ASSERT_EQ(a.CreateQp(IBV_QPT_UD).status, 0);
+  std::string text = Scrape(router);
+  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"unconnected\"}"), 2) << text;
+  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"connected\"}"), 0);
+  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"datagram\"}"), 1);
+  a.Connect(qa, Ip("10.0.0.2"), qb.qpn);
+  text = Scrape(router);
+  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"unconnected\"}"), 1) << text;
+  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"connected\"}"), 1);
+  b.Connect(qb, Ip("10.0.0.1"), qa.qpn);
+  text = Scrape(router);
+  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"unconnected\"}"), 0) << text;
+  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"connected\"}"), 2);
+  std::string report;
+  EXPECT_EQ(ff::test::PromtoolCheck(text, &report), 0) << report << text;
+}
+
 // A pod that breaks the protocol ends its session; the reason is counted, and noted for
 // ffctl events.
 TEST(RouterMetricsTest, SessionEndsAreCountedByReason) {
