@@ -110,6 +110,7 @@ class Router final : private NodeTransport::Handler {
   nlohmann::json AdminQps(uint32_t only) const;
   // The metrics a scrape gets (router_metrics.cc, docs/metrics.md); the loop's thread only.
   std::string RenderMetrics() const;
+  mutable size_t render_bytes_ = 0;  // the last rendering's size (the next one reserves it)
   void RenderQuotas(metrics::Exposition& out) const;
   void RenderPodQps(metrics::Exposition& out) const;
   void RenderPeers(metrics::Exposition& out) const;

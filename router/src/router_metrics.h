@@ -18,7 +18,9 @@ class MetricsService {
  public:
   static constexpr int kRenderWaitMs = 2000;
 
-  // Serves `render` (run on `loop`'s thread) at http://address/metrics. false + *error.
+  // Serves at http://address/metrics the process's own families (build, CPU, descriptors,
+  // resident memory; read on the endpoint's thread) and what `render` writes on `loop`'s
+  // thread. false + *error.
   bool Start(const std::string& address, EventLoop& loop, std::function<std::string()> render,
              std::string* error);
   // Stops serving; waits for a scrape in progress (at most kRenderWaitMs).

@@ -7,6 +7,7 @@
 // pods (a pod's name) cannot break the format. Not thread-safe: one writer per rendering.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
@@ -36,6 +37,9 @@ class Exposition {
   // bounds ascending), `count` in all, of sum `sum`; the +Inf bucket is `count`.
   void Histogram(std::initializer_list<Label> labels, std::span<const double> bounds,
                  std::span<const uint64_t> le, uint64_t count, double sum);
+  // Room for `bytes` of text, so that a large rendering (the last one's size) is not copied
+  // as it grows.
+  void Reserve(size_t bytes) { out_.reserve(bytes); }
   // The text written so far; the writer is empty afterwards.
   std::string Take() { return std::exchange(out_, {}); }
 
