@@ -161,6 +161,9 @@ inline constexpr uint64_t kSockTableTrustNs = 10'000'000;
 
 // ---- router: its loop and tables ---------------------------------------------------------
 inline constexpr int kEpollBatch = 64;          // events taken from epoll per loop turn
+// A router loop turn stops taking the events of its batch after this long (the rest come
+// again in the next turn), so that a burst of heavy events does not hold every other back.
+inline constexpr uint64_t kLoopTurnBudgetNs = 500'000;
 inline constexpr uint32_t kFirstQpn = 0x100;    // QPNs below are never handed out
 inline constexpr uint32_t kQpnMask = 0xffffff;  // QPNs are 24-bit
 

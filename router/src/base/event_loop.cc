@@ -125,6 +125,11 @@ int EventLoop::RunOnce(int timeout_ms) {
   if (armed)
     for (Poller* p : pollers_) p->Disarm();
   for (int i = 0; i < n; ++i) {
+    // A turn's budget spent (a burst: many sessions ending at once, each tearing down its
+    // QPs and regions), the events left wait for the next turn, which takes them at once:
+    // every watch is level-triggered, so epoll reports them again, behind what became ready
+    // meanwhile. An event then waits for at most the budget and one event's work.
+    if (i > 0 && MonotonicNs() - woke_ns_ > kLoopTurnBudgetNs) break;
     // Copies: epoll_event is packed on x86-64, and a reference to its 8-byte `data` (what
     // find() would take) is misaligned.
     const uint64_t id = events[i].data.u64;

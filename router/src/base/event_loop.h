@@ -60,7 +60,9 @@ class EventLoop {
   void Post(std::function<void()> fn);
 
   // One turn: waits up to `timeout_ms` (-1: until something happens) for events, runs
-  // their callbacks, then the deferred work. Returns the number of events handled.
+  // their callbacks until kLoopTurnBudgetNs is spent (the events left come again in the
+  // next turn; watches must be level-triggered), then the deferred work. Returns the number
+  // of events epoll reported.
   int RunOnce(int timeout_ms);
   // Until `ns` from now, RunOnce polls instead of waiting (a client that was just answered
   // is likely to ask again soon; waking a sleeping router costs more than polling). A

@@ -1,16 +1,23 @@
 // The router's loop stays awake a while after answering a pod (EventLoop::StayAwake,
-// --spin-us), then sleeps again.
+// --spin-us), then sleeps again; a turn stops taking events once its budget is spent.
 #include "base/event_loop.h"
 
 #include <gtest/gtest.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <numeric>
 #include <thread>
+#include <vector>
 
 #include "freeflow/clock.h"
+#include "freeflow/fd.h"
+#include "freeflow/tunables.h"
 #include "harness.h"
 
 namespace ff::router::test {
@@ -92,6 +99,42 @@ TEST(EventLoopTest, AZeroWindowKeepsNothingAwake) {
   LatePost post(loop, milliseconds(50), &posted);
   EXPECT_GE(loop.RunOnce(-1), 1);
   EXPECT_TRUE(posted.load());
+}
+
+// A turn whose events take long stops at its budget: the events left are taken by the
+// next turns (the watches are level-triggered), none is lost, and each waited at most the
+// budget and one event's work.
+TEST(EventLoopTest, ATurnStopsTakingEventsOnceItsBudgetIsSpent) {
+  EventLoop loop;
+  ASSERT_EQ(loop.Init(), 0);
+  constexpr int kFds = 5;
+  std::vector<UniqueFd> fds;
+  std::vector<int> calls(kFds, 0);
+  for (int i = 0; i < kFds; ++i) {
+    fds.emplace_back(::eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC));  // readable from the start
+    ASSERT_TRUE(fds.back());
+    const int fd = fds.back().get();
+    ASSERT_NE(loop.Watch(fd, EPOLLIN,
+                         [&calls, i, fd](uint32_t) {
+                           ++calls[i];
+                           uint64_t v = 0;
+                           EXPECT_EQ(::read(fd, &v, sizeof(v)), 8);
+                           const uint64_t until = MonotonicNs() + 2 * kLoopTurnBudgetNs;
+                           while (MonotonicNs() < until) {
+                           }
+                         }),
+              0u);
+  }
+  // Each event outlasts the budget: every turn takes exactly one, and after kFds turns
+  // each was taken once.
+  int taken = 0;
+  for (int turn = 1; turn <= kFds; ++turn) {
+    EXPECT_EQ(loop.RunOnce(0), kFds - taken) << "epoll reports every event not taken yet";
+    const int now = std::accumulate(calls.begin(), calls.end(), 0);
+    EXPECT_EQ(now, taken + 1) << "turn " << turn;
+    taken = now;
+  }
+  for (int i = 0; i < kFds; ++i) EXPECT_EQ(calls[i], 1) << "event " << i;
 }
 
 // CPU time the router's thread spends over `requests` pod requests `gap` apart.
