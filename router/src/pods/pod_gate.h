@@ -13,10 +13,11 @@
 //
 // Bounds: at most kMaxUnidentifiedClients wait at once; a newcomer beyond that is taken and
 // the oldest connection of the namespace that holds the most closes for it, so a flood from
-// one namespace closes its own connections. A connection that waited kHelloTimeoutNs is
-// closed unidentified (its client gave up); one whose client hung up without a word (a
-// health probe) is dropped without a line in the log. At most kMaxIdentifiedInFlight
-// identified connections wait for the loop to take them; the gate waits while that many do.
+// one namespace closes its own connections. A connection that waited kRouterCallTimeoutS
+// (what the library waits for HELLO's answer) is closed unidentified (its client gave up);
+// one whose client hung up without a word (a health probe) is dropped without a line in the
+// log. At most kMaxIdentifiedInFlight identified connections wait for the loop to take them;
+// the gate waits while that many do.
 #pragma once
 
 #include <sys/types.h>
@@ -62,7 +63,9 @@ class PodGate {
     // The line a new connection waits in (default: the inode of the network namespace its
     // peer was in when it connected; 0 when that cannot be told). Tests choose their own.
     std::function<uint64_t(int sock)> line_of;
-    uint64_t stale_ns = kHelloTimeoutNs;  // a connection that waited this long is closed
+    // A connection that waited this long is closed: as long as the library waits for the
+    // answer to its HELLO, after which its client has given up.
+    uint64_t stale_ns = kRouterCallTimeoutS * 1'000'000'000ull;
   };
   // `identity` is used on the gate's thread only, one client at a time.
   PodGate(IdentityResolver& identity, Options options);
