@@ -10,12 +10,14 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
+#include "base/memory_limit.h"
 #include "freeflow/version.h"
 
 namespace ff::router {
@@ -274,7 +276,10 @@ std::optional<RouterConfig> ParseOptions(int argc, char** argv, int* exit_code) 
     *exit_code = 2;
     return std::nullopt;
   }
-  config.fds_quota_given = app.get_option("--max-fds-per-pod")->count() > 0;
+  for (const QuotaSpec& q : kQuotaSpecs) {
+    config.quotas_given[static_cast<size_t>(q.quota)] =
+        app.get_option(std::string("--max-") + q.name + "-per-pod")->count() > 0;
+  }
   return config;
 }
 
@@ -292,7 +297,80 @@ uint64_t RaiseDescriptorLimit() {
   return r.rlim_cur;
 }
 
+constexpr uint64_t kMiB = 1u << 20;
+constexpr std::array kByteQuotas = {Quota::kQueuedBytes, Quota::kReadBytes, Quota::kProxies};
+
+// Bytes one unit of a byte quota's flag costs when the pod stalls at it.
+uint64_t StalledUnitBytes(Quota q) { return q == Quota::kProxies ? kProxyRingBytes : kMiB; }
+
+uint32_t MinimumOf(Quota q) {
+  switch (q) {
+    case Quota::kQueuedBytes:
+      return kMinPodQueuedMiB;
+    case Quota::kReadBytes:
+      return kMinPodReadMiB;
+    default:
+      return kMinPodProxies;
+  }
+}
+
+// Fits the byte quotas to the memory cgroup's limit, saying what it chose or why it cannot.
+void FitMemory(RouterConfig& config) {
+  const std::optional<uint64_t> limit = ProcessMemoryLimit();
+  const MemoryQuotaFit fit = FitMemoryQuotas(limit, config.pod_limits, config.quotas_given);
+  const auto at = [&](Quota q) { return fit.limits[static_cast<size_t>(q)]; };
+  const uint64_t need = kPodsPerNode * StalledPodBytes(fit.limits) + kMemoryReserve;
+  if (!fit.fits) {
+    spdlog::warn(
+        "memory limit {} MiB is below what {} pods stalled at their byte quotas need ({} MiB: "
+        "{} MiB queued, {} MiB of READ data and {} proxies each); raise the router's memory "
+        "limit or lower --max-queued-mib-per-pod, --max-read-mib-per-pod, --max-proxies-per-pod",
+        *limit / kMiB, kPodsPerNode, need / kMiB, at(Quota::kQueuedBytes), at(Quota::kReadBytes),
+        at(Quota::kProxies));
+  } else if (fit.limits != config.pod_limits) {
+    spdlog::info(
+        "memory limit {} MiB: each pod may queue {} MiB, have {} MiB of READ data in flight and "
+        "hold {} proxies (quotas not given lowered so that {} pods stalled at once fit)",
+        *limit / kMiB, at(Quota::kQueuedBytes), at(Quota::kReadBytes), at(Quota::kProxies),
+        kPodsPerNode);
+  }
+  config.pod_limits = fit.limits;
+}
+
 }  // namespace
+
+uint64_t StalledPodBytes(const PodLimits& limits) {
+  uint64_t bytes = 0;
+  for (const Quota q : kByteQuotas) bytes += limits[static_cast<size_t>(q)] * StalledUnitBytes(q);
+  return bytes;
+}
+
+MemoryQuotaFit FitMemoryQuotas(std::optional<uint64_t> limit, const PodLimits& limits,
+                               const QuotasGiven& given) {
+  if (!limit) return {limits, true};
+  const uint64_t budget = (*limit - std::min(*limit, kMemoryReserve)) / kPodsPerNode;
+  if (StalledPodBytes(limits) <= budget) return {limits, true};
+  // What the quotas given cost stays; the defaults share what is left in proportion.
+  uint64_t fixed = 0;
+  uint64_t scalable = 0;
+  for (const Quota q : kByteQuotas) {
+    const size_t i = static_cast<size_t>(q);
+    (given[i] ? fixed : scalable) += limits[i] * StalledUnitBytes(q);
+  }
+  if (scalable == 0) return {limits, false};
+  const uint64_t room = budget - std::min(budget, fixed);
+  PodLimits fitted = limits;
+  for (const Quota q : kByteQuotas) {
+    const size_t i = static_cast<size_t>(q);
+    if (given[i]) continue;
+    const uint64_t scaled =
+        static_cast<uint64_t>(static_cast<long double>(limits[i]) * static_cast<long double>(room) /
+                              static_cast<long double>(scalable));
+    fitted[i] = static_cast<uint32_t>(
+        std::max<uint64_t>(MinimumOf(q), std::min<uint64_t>(scaled, limits[i])));
+  }
+  return {fitted, StalledPodBytes(fitted) <= budget};
+}
 
 FdQuotaFit FitFdQuota(uint64_t nofile, uint32_t quota, bool given) {
   const auto need = [](uint64_t q) { return kPodsPerNode * q + kFdReserve; };
@@ -307,14 +385,15 @@ void ApplyProcessOptions(RouterConfig& config) {
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ ffrouter: %v");
   const uint64_t nofile = RaiseDescriptorLimit();
+  const bool fds_given = config.quotas_given[static_cast<size_t>(Quota::kFds)];
   uint32_t& quota = config.pod_limits[static_cast<size_t>(Quota::kFds)];
-  const FdQuotaFit fit = FitFdQuota(nofile, quota, config.fds_quota_given);
+  const FdQuotaFit fit = FitFdQuota(nofile, quota, fds_given);
   if (!fit.fits) {
     spdlog::warn(
         "descriptor limit {} is below what {} pods at {} descriptors each need ({}); raise the "
         "router's RLIMIT_NOFILE{}",
         nofile, kPodsPerNode, fit.quota, kPodsPerNode * fit.quota + kFdReserve,
-        config.fds_quota_given ? " or lower --max-fds-per-pod" : "");
+        fds_given ? " or lower --max-fds-per-pod" : "");
   } else if (fit.quota != quota) {
     spdlog::info(
         "descriptor limit {}: each pod may hold {} descriptors in the router (--max-fds-per-pod "
@@ -322,6 +401,7 @@ void ApplyProcessOptions(RouterConfig& config) {
         nofile, fit.quota, kPodsPerNode);
   }
   quota = fit.quota;
+  FitMemory(config);
   if (config.realtime_priority > 0) {
     sched_param sp{};
     sp.sched_priority = static_cast<int>(config.realtime_priority);

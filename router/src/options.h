@@ -59,7 +59,7 @@ struct RouterConfig {
   // Prometheus /metrics ("host:port"; docs/metrics.md); empty: not served.
   std::string metrics_address;
   PodLimits pod_limits = DefaultPodLimits();         // --max-*-per-pod
-  bool fds_quota_given = false;                      // --max-fds-per-pod or its variable
+  QuotasGiven quotas_given{};                        // which were set (flag or variable)
   uint64_t hello_timeout_ns = kHelloTimeoutNs;       // not a flag: tests shorten it
   uint64_t stream_gc_period_ns = kStreamGcPeriodNs;  // likewise (TCP-mode record sweeps)
   uint64_t stream_unseen_grace_ns = kStreamUnseenGraceNs;
@@ -82,9 +82,27 @@ struct FdQuotaFit {
 };
 FdQuotaFit FitFdQuota(uint64_t nofile, uint32_t quota, bool given);
 
-// Applies the process-wide settings of `config`: log level and format, scheduling, and the
-// descriptor limit: raised to the hard limit, and the descriptor quota fitted to it
-// (FitFdQuota; a warning when it does not fit).
+// What one pod stalled at its byte quotas makes the router hold at once: its queued bytes,
+// its READ data in flight and the response rings of its proxies.
+uint64_t StalledPodBytes(const PodLimits& limits);
+
+// The byte quotas a router with memory limit `limit` (std::nullopt: none) applies: kPodsPerNode
+// pods stalled at once (StalledPodBytes), plus kMemoryReserve, must fit the limit, so that no
+// pod can take the memory another pod's quotas promise. Quotas given are kept as they are;
+// the queued, READ and proxy quotas left at their defaults are scaled down together to what
+// fits beside them, but not below kMinPodQueuedMiB, kMinPodReadMiB and kMinPodProxies.
+// `fits` is false when the quotas applied do not fit (the router warns).
+struct MemoryQuotaFit {
+  PodLimits limits;
+  bool fits;
+};
+MemoryQuotaFit FitMemoryQuotas(std::optional<uint64_t> limit, const PodLimits& limits,
+                               const QuotasGiven& given);
+
+// Applies the process-wide settings of `config`: log level and format, scheduling, the
+// descriptor limit (raised to the hard limit, and the descriptor quota fitted to it:
+// FitFdQuota) and the memory limit (the byte quotas fitted to it: FitMemoryQuotas), with a
+// warning for a quota that does not fit.
 void ApplyProcessOptions(RouterConfig& config);
 
 }  // namespace ff::router

@@ -10,7 +10,9 @@ options, one per line, then `--` and the command (for `daemonset`):
       env (downward API, $(VAR) references, also in command and args) and envFrom
       ConfigMaps become --env, volumes
       become bind mounts (ConfigMaps and Secrets in MANIFEST written under
-      NODE_ROOT/volumes; an optional one that is not there is an empty folder).
+      NODE_ROOT/volumes; an optional one that is not there is an empty folder), and
+      resources.limits.memory the container's memory cgroup limit (CPU requests and limits
+      are not translated: the run's containers share the machine's CPUs unweighted).
   kubelet_spec.py probe MANIFEST NAME KIND
       The exec command of probe KIND (startupProbe, livenessProbe, readinessProbe) of
       DaemonSet NAME's container, one argument per line, as kubelet runs it in the container.
@@ -141,6 +143,18 @@ def volume_source(docs, v, root):
     return folder
 
 
+QUANTITY_SUFFIXES = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+                     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def memory_bytes(quantity):
+    """A Kubernetes memory quantity ("4Gi", "512M", "1073741824") in bytes."""
+    m = re.fullmatch(r"([0-9]+)([kMGT]i?|)", str(quantity))
+    if not m or m.group(2) not in QUANTITY_SUFFIXES:
+        die("cannot translate memory quantity %s" % quantity)
+    return int(m.group(1)) * QUANTITY_SUFFIXES[m.group(2)]
+
+
 def daemonset(manifest, name, root, node_name, node_ip, netns, pidns):
     with open(manifest) as f:
         docs = list(yaml.safe_load_all(f))
@@ -154,6 +168,9 @@ def daemonset(manifest, name, root, node_name, node_ip, netns, pidns):
     if spec.get("hostPID"):
         out += ["--with-ns", "pid:" + pidns]
     out += security_options(c.get("securityContext", {}))
+    limit = c.get("resources", {}).get("limits", {}).get("memory")
+    if limit is not None:
+        out += ["--memory-limit", str(memory_bytes(limit))]
     env = container_env(docs, c, node_name, node_ip)
     for k, v in env.items():
         out += ["--env", "%s=%s" % (k, v)]

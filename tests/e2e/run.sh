@@ -165,6 +165,15 @@ if grep -h 'descriptor limit .* is below' "$CT_DIR"/router*.log "$CT_DIR"/lp-*.l
 fi
 ok "$(grep -h -m1 -o 'descriptor limit [0-9]*: each pod may hold [0-9]* descriptors' \
   "$CT_DIR/router.log" || echo "descriptor limit holds the default quota")"
+# Likewise its memory limit (the DaemonSet's resources.limits.memory, a cgroup limit here as
+# under kubelet): the byte quotas fitted to it, and no warning that they do not fit.
+if grep -h 'memory limit .* is below' "$CT_DIR"/router*.log "$CT_DIR"/lp-*.log; then
+  fail "a router's memory limit does not hold 256 pods stalled at their byte quotas"
+fi
+grep -q 'memory limit [0-9]* MiB: each pod may queue' "$CT_DIR/router.log" ||
+  fail "the router did not fit its byte quotas to the DaemonSet's memory limit"
+ok "$(grep -h -m1 -o 'memory limit [0-9]* MiB: each pod may queue [0-9]* MiB, have [0-9]* MiB of READ data in flight and hold [0-9]* proxies' \
+  "$CT_DIR/router.log")"
 
 step "clean-up"
 ct_down

@@ -184,7 +184,8 @@ inline constexpr int kRingRequestsPerTurn = 32;     // requests of one pod's rin
 // that 256 pods at their limits fit a node: 256 x 1024 descriptors under the usual 1 Mi
 // RLIMIT_NOFILE (under a lower limit the router lowers the default to fit), 256 x 64 GiB of
 // mappings in the router's 128 TiB of address space, and 256 x (32 MiB queued + 8 MiB READ data +
-// 64 x 512 KiB proxy response rings) of memory when every pod stalls at once.
+// 64 x 512 KiB proxy response rings) of memory when every pod stalls at once (under a lower
+// memory limit the router scales those down to fit, kMemoryReserve below).
 inline constexpr uint32_t kDefaultPodSessions = 32;      // processes with the device open
 inline constexpr uint32_t kDefaultPodFds = 1024;         // descriptors held for the pod
 inline constexpr uint32_t kDefaultPodQps = 512;          // QPs
@@ -208,6 +209,14 @@ inline constexpr uint64_t kFdReserve = 256;  // descriptors the router keeps bey
 // (a session's 6, and room for QPs and regions).
 inline constexpr uint64_t kPodsPerNode = 256;
 inline constexpr uint32_t kMinPodFds = 64;
+// Likewise the byte quotas left at their defaults (queued, READ data, and the proxies whose
+// response rings the router fills) are scaled down together to what kPodsPerNode pods stalled
+// at once fit under the router's memory cgroup limit, beyond kMemoryReserve for the router's
+// own (about 31 MiB at 256 pods that keep up), but not below these.
+inline constexpr uint64_t kMemoryReserve = 128ull << 20;
+inline constexpr uint32_t kMinPodQueuedMiB = 4;
+inline constexpr uint32_t kMinPodReadMiB = 1;
+inline constexpr uint32_t kMinPodProxies = 8;
 
 // ---- router: forwarding and target execution --------------------------------------------
 inline constexpr size_t kForwardRoundBytes = 64 * 1024;  // per proxy per drain round (fairness)

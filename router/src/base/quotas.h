@@ -76,6 +76,8 @@ class LogLimiter {
 // Limits in flag units, indexed by Quota.
 using PodLimits = std::array<uint32_t, kQuotaKinds>;
 PodLimits DefaultPodLimits();
+// Indexed by Quota: whether a limit was configured rather than left at its default.
+using QuotasGiven = std::array<bool, kQuotaKinds>;
 
 struct Charge {
   Quota quota;
