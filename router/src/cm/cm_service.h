@@ -30,6 +30,7 @@
 
 #include "base/event_loop.h"
 #include "base/quotas.h"
+#include "base/reason_counts.h"
 #include "cm/cm_table.h"
 #include "freeflow/codec.h"
 #include "freeflow/ipv4.h"
@@ -39,6 +40,14 @@
 #include "pods/pod_sessions.h"
 
 namespace ff::router {
+
+// Why an rdma_cm message from another router was dropped (metrics: the `reason` label).
+enum class CmRefusal : uint8_t {
+  kNotItsPod,  // a request from an address that is not a pod of the sending node
+  kNotHere,    // an answer to an address that is not a pod of this node
+};
+inline constexpr size_t kCmRefusals = 2;
+using CmRefusals = ReasonCounts<CmRefusal, kCmRefusals>;
 
 class CmService {
  public:
@@ -70,6 +79,8 @@ class CmService {
   void Tick();
   size_t ids() const { return table_.size(); }
   size_t channels() const { return channels_.size(); }
+  // rdma_cm messages other routers sent that were dropped, by reason, since start.
+  const CmRefusals& refusals() const { return refusals_; }
 
  private:
   struct Channel {
@@ -174,6 +185,7 @@ class CmService {
   CmTable table_;
   std::map<ChannelKey, Channel> channels_;
   LogLimiter log_;
+  CmRefusals refusals_{{"not_its_pod", "not_here"}};
   uint32_t state_version_ = 0;  // proto::CmIdState::version of the last snapshot
 };
 

@@ -255,6 +255,7 @@ NodeTransport::Handler::Verdict CmService::OnMessage(LinkId link, const NodeMess
       request ? p_.directory.Locate(m.src_ip) : std::optional<cp::Endpoint>();
   const bool source_ok = !peer.empty() && (!request || (from && from->node == peer));
   if (!source_ok || (!request && !p_.directory.IsLocal(m.dst_ip))) {
+    refusals_.Note(source_ok ? CmRefusal::kNotHere : CmRefusal::kNotItsPod);
     uint64_t held_back = 0;
     if (log_.Allow(&held_back)) {
       spdlog::warn("router {} sent an rdma_cm message from {} to {}, which {}: dropped", peer,

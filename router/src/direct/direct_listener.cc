@@ -126,7 +126,7 @@ void DirectListeners::OnAcceptable(uint64_t id) {
     if (!c) return;  // EAGAIN, or an error the next connection may not have
     const int cfd = c.get();
     if (ntohl(from.sin_addr.s_addr) != l.expect.dialler_ip) {
-      Refuse(l, -1, "from another address");
+      Refuse(l, -1, DirectRefusal::kAddress, "from another address");
       continue;
     }
     if (l.candidates.size() >= kDirectCandidates) {
@@ -134,7 +134,7 @@ void DirectListeners::OnAcceptable(uint64_t id) {
       auto oldest = l.candidates.begin();
       for (auto i = l.candidates.begin(); i != l.candidates.end(); ++i)
         if (i->second.order < oldest->second.order) oldest = i;
-      Refuse(l, oldest->first, "that sent no hello while newer ones came");
+      Refuse(l, oldest->first, DirectRefusal::kCrowded, "that sent no hello while newer ones came");
     }
     Candidate& cand = l.candidates[cfd];
     cand.order = l.accepted++;
@@ -154,10 +154,11 @@ void DirectListeners::OnReadable(uint64_t id, int cand_fd) {
   // Exactly the hello's bytes: whatever the dialler sent after it stays for the pod.
   const ssize_t n = ::recv(cand_fd, cand.frame + cand.have, sizeof(cand.frame) - cand.have, 0);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  if (n <= 0) return Refuse(l, cand_fd, "closed before its hello");
+  if (n <= 0) return Refuse(l, cand_fd, DirectRefusal::kClosed, "closed before its hello");
   cand.have += static_cast<size_t>(n);
   if (cand.have < sizeof(cand.frame)) return;
-  if (!Authentic(l, cand.frame)) return Refuse(l, cand_fd, "with a hello that does not open");
+  if (!Authentic(l, cand.frame))
+    return Refuse(l, cand_fd, DirectRefusal::kUnauthentic, "with a hello that does not open");
   UniqueFd conn = std::move(cand.fd);
   loop_.Unwatch(cand.watch);
   l.candidates.erase(c);
@@ -171,8 +172,8 @@ bool DirectListeners::Authentic(const Listener& l, const char (&frame)[direct::k
          hello.src_ip == l.expect.dialler_ip && hello.dest_ip == l.expect.acceptor_ip;
 }
 
-void DirectListeners::Refuse(Listener& l, int cand_fd, const char* why) {
-  ++refused_;
+void DirectListeners::Refuse(Listener& l, int cand_fd, DirectRefusal reason, const char* why) {
+  refusals_.Note(reason);
   spdlog::debug("direct connection to {} refused a connection {}",
                FormatIpv4(l.expect.acceptor_ip), why);
   if (cand_fd < 0) return;  // never watched: the caller's descriptor closes

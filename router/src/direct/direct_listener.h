@@ -17,11 +17,22 @@
 #include <string>
 
 #include "base/event_loop.h"
+#include "base/reason_counts.h"
 #include "freeflow/fd.h"
 #include "freeflow/frame_seal.h"
 #include "freeflow/protocol/direct_wire.h"
 
 namespace ff::router {
+
+// Why a connection to a direct listener was closed (metrics: the `reason` label).
+enum class DirectRefusal : uint8_t {
+  kAddress,      // from another address than the dialling pod's
+  kCrowded,      // the oldest of too many candidates, closed for a newer one
+  kClosed,       // closed by its peer before a whole hello
+  kUnauthentic,  // a hello that does not open with the connection's secret, or names others
+};
+inline constexpr size_t kDirectRefusals = 4;
+using DirectRefusals = ReasonCounts<DirectRefusal, kDirectRefusals>;
 
 class DirectListeners {
  public:
@@ -56,7 +67,8 @@ class DirectListeners {
   void Tick(uint64_t now_ns);
   size_t open() const { return listeners_.size(); }
   // Connections closed because they were not the expected one, since start.
-  uint64_t refused() const { return refused_; }
+  uint64_t refused() const { return refusals_.total(); }
+  const DirectRefusals& refusals() const { return refusals_; }
 
  private:
   struct Candidate;
@@ -66,13 +78,13 @@ class DirectListeners {
   // The candidate's whole hello arrived: true when it is the expected one.
   bool Authentic(const Listener& l, const char (&frame)[direct::kHelloFrameBytes]);
   void Finish(uint64_t id, UniqueFd conn, int error);
-  void Refuse(Listener& l, int cand_fd, const char* why);
+  void Refuse(Listener& l, int cand_fd, DirectRefusal reason, const char* why);
 
   Options options_;
   EventLoop& loop_;
   uint64_t next_id_ = 1;
   uint32_t next_port_ = 0;  // where the search of the range starts next
-  uint64_t refused_ = 0;
+  DirectRefusals refusals_{{"address", "crowded", "closed", "unauthentic"}};
   std::map<uint64_t, std::unique_ptr<Listener>> listeners_;
 };
 

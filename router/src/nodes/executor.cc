@@ -51,6 +51,7 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
       ((m.flags & wire::kConnectAskDirect) != 0) != (m.token != 0)) {
     spdlog::warn("router {} sent a connect with flags {:#x} and token {:#x}: refused", peer,
                  m.flags, m.token);
+    refusals_.Note(ConnectRefusal::kMalformed);
     return answer(EPROTO);
   }
   const std::optional<cp::Endpoint> from = parts_.directory.Locate(m.src_ip);
@@ -66,11 +67,13 @@ void Executor::Connect(LinkId link, uint32_t chan, const wire::Connect& m, uint6
     }
     spdlog::warn("router {} connected as {} (QP {:#x}), which no node holds: refused", peer,
                  FormatIpv4(m.src_ip), m.src_qpn);
+    refusals_.Note(ConnectRefusal::kUnknownPod);
     return answer(EACCES);
   }
   if (from->node != peer) {
     spdlog::warn("router {} connected as {} (QP {:#x}), a pod of node {}: refused", peer,
                  FormatIpv4(m.src_ip), m.src_qpn, from->node);
+    refusals_.Note(ConnectRefusal::kPodOfAnotherNode);
     return answer(EACCES);
   }
   Qp* dest = parts_.tables.FindDest(m.dest_ip, m.dest_qpn);

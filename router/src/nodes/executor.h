@@ -49,12 +49,22 @@
 #include <string>
 #include <vector>
 
+#include "base/reason_counts.h"
 #include "freeflow/codec.h"
 #include "freeflow/target_channel.h"
 #include "freeflow/target_ops.h"
 #include "nodes/cross_node_parts.h"
 
 namespace ff::router {
+
+// Why a connect from another router was refused (metrics: the `reason` label).
+enum class ConnectRefusal : uint8_t {
+  kMalformed,         // flags this version does not know, or a token without its flag
+  kUnknownPod,        // a source the control plane does not know, after kSourceResolveNs
+  kPodOfAnotherNode,  // a source that is a pod of another node than the link's
+};
+inline constexpr size_t kConnectRefusals = 3;
+using ConnectRefusals = ReasonCounts<ConnectRefusal, kConnectRefusals>;
 
 class Executor {
  public:
@@ -80,6 +90,8 @@ class Executor {
   size_t senders() const { return senders_.size(); }
   // UD rings taken from a sender for another since start (a QP hears kUdRingsPerQp at once).
   uint64_t ud_rings_taken() const { return ud_rings_taken_; }
+  // Connects other routers sent that were refused, by reason, since start.
+  const ConnectRefusals& refusals() const { return refusals_; }
 
  private:
   struct Sender {
@@ -175,6 +187,7 @@ class Executor {
   CrossNodeParts parts_;
   uint32_t next_id_ = 1;
   uint64_t ud_rings_taken_ = 0;
+  ConnectRefusals refusals_{{"malformed", "unknown_pod", "pod_of_another_node"}};
   std::map<Key, std::unique_ptr<Sender>> senders_;
   std::map<uint32_t, Key> by_id_;
   std::set<Key> waiting_;             // senders with queued records

@@ -147,7 +147,8 @@ void NodeGate::MakeRoom(uint32_t source) {
         "now one from {} ({} waiting, {} from that address; {} closed so in all)",
         FormatIpv4(victim->p->source_ip), pending_.size(), victim->from_source, evicted_);
   }
-  Refuse(victim->p->id, "closed for a newer connection before it authenticated");
+  Refuse(victim->p->id, GateRefusal::kCrowded,
+         "closed for a newer connection before it authenticated");
 }
 
 void NodeGate::Advance(uint64_t id) {
@@ -162,7 +163,7 @@ void NodeGate::Advance(uint64_t id) {
         Sync(*p);
         return;
       case TlsStatus::kFailed:
-        return Refuse(id, error);
+        return Refuse(id, GateRefusal::kTls, error);
       case TlsStatus::kDone:
         p->secured = true;
         p->wants_write = false;
@@ -173,13 +174,15 @@ void NodeGate::Advance(uint64_t id) {
   wire::Hello m;
   std::memcpy(&m, p->hello + sizeof(wire::FrameHeader), sizeof(m));
   if (m.magic != wire::kMagic || m.version != wire::kVersion) {
-    return Refuse(id, "peer router speaks wire version " + std::to_string(m.version) +
-                          ", this one " + std::to_string(wire::kVersion));
+    return Refuse(id, GateRefusal::kVersion,
+                  "peer router speaks wire version " + std::to_string(m.version) + ", this one " +
+                      std::to_string(wire::kVersion));
   }
   m.node[sizeof(m.node) - 1] = '\0';
   if (p->tls != nullptr && !p->tls->PeerIs(m.node)) {
-    return Refuse(id, "peer router says it is node '" + std::string(m.node) +
-                          "' but its certificate is " + p->tls->PeerSubject());
+    return Refuse(id, GateRefusal::kIdentity,
+                  "peer router says it is node '" + std::string(m.node) +
+                      "' but its certificate is " + p->tls->PeerSubject());
   }
   Admit(*p, m.node);
 }
@@ -195,7 +198,7 @@ bool NodeGate::ReadHello(Pending& p) {
     const ssize_t n = p.tls != nullptr ? p.tls->Read(at, want, &want_write)
                                        : ::recv(p.fd.get(), at, want, MSG_DONTWAIT);
     if (n == 0) {
-      Refuse(id, "peer router closed the connection");
+      Refuse(id, GateRefusal::kClosed, "peer router closed the connection");
       return false;
     }
     if (n < 0) {
@@ -205,7 +208,7 @@ bool NodeGate::ReadHello(Pending& p) {
         Sync(p);
         return false;
       }
-      Refuse(id, std::strerror(errno));
+      Refuse(id, GateRefusal::kClosed, std::strerror(errno));
       return false;
     }
     const bool had_header = p.got >= sizeof(wire::FrameHeader);
@@ -214,11 +217,12 @@ bool NodeGate::ReadHello(Pending& p) {
     wire::FrameHeader h;
     std::memcpy(&h, p.hello, sizeof(h));
     if (!wire::ValidFrame(h)) {
-      Refuse(id, "malformed frame from peer router");
+      Refuse(id, GateRefusal::kMalformed, "malformed frame from peer router");
       return false;
     }
     if (h.type != wire::Type::kHello) {
-      Refuse(id, "peer router sent a message before saying which node it is");
+      Refuse(id, GateRefusal::kMalformed,
+             "peer router sent a message before saying which node it is");
       return false;
     }
   }
@@ -234,11 +238,11 @@ void NodeGate::Admit(Pending& p, const std::string& node) {
   on_admitted_(std::move(a));
 }
 
-void NodeGate::Refuse(uint64_t id, const std::string& why) {
+void NodeGate::Refuse(uint64_t id, GateRefusal reason, const std::string& why) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   Pending& p = *it->second;
-  refused_.fetch_add(1);
+  refusals_.Note(reason);
   {
     std::lock_guard<std::mutex> lock(last_mu_);
     last_refusal_ = why;
@@ -273,7 +277,7 @@ void NodeGate::OnTick() {
     late.emplace_back(id, p->secured ? "no hello from the peer router in time"
                                      : "TLS handshake not finished in time");
   }
-  for (const auto& [id, why] : late) Refuse(id, why);
+  for (const auto& [id, why] : late) Refuse(id, GateRefusal::kTimeout, why);
   acceptor_.Resume();
   tick_.Arm(kGateTickNs);
 }

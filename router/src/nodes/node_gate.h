@@ -28,11 +28,25 @@
 #include "base/acceptor.h"
 #include "base/event_loop.h"
 #include "base/quotas.h"
+#include "base/reason_counts.h"
 #include "freeflow/codec.h"
 #include "freeflow/fd.h"
 #include "nodes/tls.h"
 
 namespace ff::router {
+
+// Why a connection left the gate without being admitted (metrics: the `reason` label).
+enum class GateRefusal : uint8_t {
+  kCrowded,    // closed for a newer connection before it authenticated
+  kTls,        // the TLS handshake failed (no cluster certificate, or a bad one)
+  kVersion,    // a hello of another wire version
+  kIdentity,   // a hello naming a node its certificate does not name
+  kClosed,     // closed by its peer, or a socket error, before its hello
+  kMalformed,  // a malformed frame, or another message before the hello
+  kTimeout,    // no handshake or hello within kDialTimeoutNs
+};
+inline constexpr size_t kGateRefusals = 7;
+using GateRefusals = ReasonCounts<GateRefusal, kGateRefusals>;
 
 class NodeGate {
  public:
@@ -64,7 +78,8 @@ class NodeGate {
   // Thread-safe: connections waiting now, and those closed before they passed (with the
   // reason of the last one).
   size_t waiting() const { return waiting_.load(); }
-  uint64_t refused() const { return refused_.load(); }
+  uint64_t refused() const { return refusals_.total(); }
+  const GateRefusals& refusals() const { return refusals_; }
   std::string last_refusal() const;
 
  private:
@@ -89,7 +104,7 @@ class NodeGate {
   void Advance(uint64_t id);
   bool ReadHello(Pending& p);  // false: refused or waiting for bytes; true: all of it read
   void Admit(Pending& p, const std::string& node);
-  void Refuse(uint64_t id, const std::string& why);
+  void Refuse(uint64_t id, GateRefusal reason, const std::string& why);
   void Sync(Pending& p);
   void OnTick();
 
@@ -105,7 +120,8 @@ class NodeGate {
   uint64_t evicted_ = 0;
   LogLimiter evict_log_, refuse_log_;
   std::atomic<size_t> waiting_{0};
-  std::atomic<uint64_t> refused_{0};
+  GateRefusals refusals_{
+      {"crowded", "tls", "version", "identity", "closed", "malformed", "timeout"}};
   mutable std::mutex last_mu_;
   std::string last_refusal_;
 };

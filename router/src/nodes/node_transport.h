@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/event_loop.h"
@@ -116,6 +117,9 @@ class NodeTransport {
   virtual std::vector<LinkView> Links() const = 0;
   // Each node this router has had a ready link with.
   virtual std::vector<PeerView> Peers() const = 0;
+  // Connections to the router port closed before they were a router: (reason, count) for
+  // each reason, none for a transport without a port.
+  virtual std::vector<std::pair<const char*, uint64_t>> PortRefusals() const { return {}; }
 };
 
 }  // namespace ff::router

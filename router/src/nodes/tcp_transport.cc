@@ -184,6 +184,13 @@ void TcpTransport::NoteReady(Link& l) {
   ++l.totals->connects;
 }
 
+std::vector<std::pair<const char*, uint64_t>> TcpTransport::PortRefusals() const {
+  std::vector<std::pair<const char*, uint64_t>> out;
+  if (gate_ != nullptr)
+    gate_->refusals().ForEach([&](const char* why, uint64_t n) { out.emplace_back(why, n); });
+  return out;
+}
+
 std::vector<PeerView> TcpTransport::Peers() const {
   std::map<std::string, size_t> up;
   for (const auto& [id, l] : links_)

@@ -50,6 +50,7 @@ class TcpTransport final : public NodeTransport {
   size_t LinkCount() const override { return links_.size(); }
   std::vector<LinkView> Links() const override;
   std::vector<PeerView> Peers() const override;
+  std::vector<std::pair<const char*, uint64_t>> PortRefusals() const override;
   // The peer's node name once the link is ready: the node we dialled, or the one its hello
   // named (with TLS, both checked against its certificate); "" before.
   std::string PeerNode(LinkId link) const override;

@@ -138,6 +138,7 @@ TEST_F(DirectListenerTest, AStrangerWithTheWrongSecretIsClosedAndTheRightOneStil
   Settle();
   EXPECT_FALSE(outcome_);
   EXPECT_EQ(l.refused(), 1u);
+  EXPECT_EQ(l.refusals().count(DirectRefusal::kUnauthentic), 1u);
   char c;
   EXPECT_EQ(::recv(stranger.get(), &c, 1, 0), 0);  // closed on it
   ExpectHandedOver(l, port);
@@ -150,6 +151,7 @@ TEST_F(DirectListenerTest, AHelloForAnotherConnectionIsRefused) {
   Settle();
   EXPECT_FALSE(outcome_);
   EXPECT_EQ(l.refused(), 1u);
+  EXPECT_EQ(l.refusals().count(DirectRefusal::kUnauthentic), 1u);
 }
 
 TEST_F(DirectListenerTest, AConnectionFromAnotherAddressIsClosedUnread) {
@@ -159,6 +161,7 @@ TEST_F(DirectListenerTest, AConnectionFromAnotherAddressIsClosedUnread) {
   Settle();
   EXPECT_FALSE(outcome_);
   EXPECT_EQ(l.refused(), 1u);
+  EXPECT_EQ(l.refusals().count(DirectRefusal::kAddress), 1u);
 }
 
 TEST_F(DirectListenerTest, SilentConnectionsDoNotKeepTheRightOneOut) {
@@ -170,6 +173,7 @@ TEST_F(DirectListenerTest, SilentConnectionsDoNotKeepTheRightOneOut) {
     Settle();
   }
   EXPECT_EQ(l.refused(), 2u);  // the oldest gave way to newer ones
+  EXPECT_EQ(l.refusals().count(DirectRefusal::kCrowded), 2u);
   ExpectHandedOver(l, port);
 }
 

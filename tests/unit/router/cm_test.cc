@@ -21,6 +21,7 @@
 #include "cm/cm_abi.h"
 #include "harness.h"
 #include "links/link_test_util.h"
+#include "scrape.h"
 
 namespace ff::router::test {
 namespace {
@@ -602,13 +603,19 @@ TEST_F(CmTest, AVerbsRequestCannotBePosted) {
   EXPECT_NE(server.CreateId(RDMA_PS_TCP, 1), 0u);  // the others are still served
 }
 
+// Node-a's router serves /metrics (the refusals it counts).
+TestRouter::Options Scraped(TestRouter::Options o) {
+  o.metrics_address = "127.0.0.1:0";
+  return o;
+}
+
 class CmCrossNodeTest : public CmBase {
  protected:
   CmPod& S() override { return server; }
   CmPod& C() override { return client; }
   LoopbackNetwork net;
   FakeCluster cluster;
-  TestRouter a{{"node-a", Ip("192.168.0.1"), &net, &cluster}};
+  TestRouter a{Scraped({"node-a", Ip("192.168.0.1"), &net, &cluster})};
   TestRouter b{{"node-b", Ip("192.168.0.2"), &net, &cluster}};
   CmPod server{a, Ip("10.1.0.1")};
   CmPod client{b, Ip("10.2.0.1")};
@@ -709,6 +716,14 @@ TEST_F(CmCrossNodeTest, ARouterCannotSpeakForAnotherNodesPods) {
   c->Send(link, wire::Type::kCm, 0, static_cast<uint16_t>(wire::CmKind::kDreq), {{&m, sizeof(m)}});
   for (int i = 0; i < 20; ++i) loop.RunOnce(10);
   EXPECT_FALSE(server.Next(300)) << "a forged message reached the pod";
+  // The request in the name of node-b's pod is counted (the disconnect names an id of a
+  // pod here and is dropped later, as an answer from a node the exchange is not with).
+  const std::string text = ff::test::HttpRequest(a.MetricsPort(), "GET", "/metrics").body;
+  EXPECT_NE(
+      text.find(
+          "freeflow_router_peer_refused_total{request=\"rdma_cm\",reason=\"not_its_pod\"} 1\n"),
+      std::string::npos)
+      << text;
   // The connection is intact: its real peer still ends it.
   EXPECT_EQ(client.Disconnect(id), 0);
   server.Expect(RDMA_CM_EVENT_DISCONNECTED);

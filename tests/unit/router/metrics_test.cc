@@ -117,6 +117,43 @@ TEST(RouterMetricsTest, QpsAreCountedByTheStateTheRouterSees) {
   EXPECT_EQ(ff::test::PromtoolCheck(text, &report), 0) << report << text;
 }
 
+// Requests of other routers that the router refuses are counted by reason: a connect in the
+// name of a pod the control plane places on another node than the link's. The families of
+// the router port's and the direct listeners' refusals have a series for every reason.
+TEST(RouterMetricsTest, RefusalsOfOtherRoutersAreCountedByReason) {
+  LoopbackNetwork net;
+  FakeCluster cluster;
+  TestRouter a{{"node-a", Ip("192.168.0.1"), &net, &cluster}};
+  TestRouter::Options ob{"node-b", Ip("192.168.0.2"), &net, &cluster};
+  ob.metrics_address = "127.0.0.1:0";
+  TestRouter b(ob);
+  RawPod initiator(a, Ip("10.1.0.1")), target(b, Ip("10.2.0.1"));
+  ASSERT_EQ(initiator.Hello(), 0);
+  ASSERT_EQ(target.Hello(), 0);
+  const std::string series =
+      "freeflow_router_peer_refused_total{request=\"connect\",reason=\"pod_of_another_node\"}";
+  std::string text = Scrape(b);
+  EXPECT_EQ(Value(text, series), 0) << text;
+  for (const char* why : {"address", "crowded", "closed", "unauthentic"}) {
+    EXPECT_EQ(
+        Value(text, std::string("freeflow_router_direct_refused_total{reason=\"") + why + "\"}"), 0)
+        << why;
+  }
+  EXPECT_NE(text.find("# TYPE freeflow_router_node_port_refused_total counter"), std::string::npos);
+  RawQp forged = initiator.CreateQp(IBV_QPT_RC);
+  RawQp victim = target.CreateQp(IBV_QPT_RC);
+  ASSERT_EQ(target.Name(victim, Ip("10.1.0.1"), forged.qpn), EINPROGRESS);
+  cluster.Set(Ip("10.1.0.1"), {"node-c", Ip("192.168.0.3"), 7471});  // says another node
+  EXPECT_EQ(initiator.Connect(forged, Ip("10.2.0.1"), victim.qpn).status, EACCES);
+  ASSERT_TRUE(WaitForValue(b, series, 1));
+  text = Scrape(b);
+  EXPECT_EQ(
+      Value(text, "freeflow_router_peer_refused_total{request=\"connect\",reason=\"unknown_pod\"}"),
+      0);
+  std::string report;
+  EXPECT_EQ(ff::test::PromtoolCheck(text, &report), 0) << report << text;
+}
+
 // A pod that breaks the protocol ends its session; the reason is counted, and noted for
 // ffctl events.
 TEST(RouterMetricsTest, SessionEndsAreCountedByReason) {

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -128,6 +129,15 @@ TEST(TcpTransport, AMalformedFrameClosesTheLink) {
                   ? "peer router speaks wire version 0, this one " + std::to_string(wire::kVersion)
                   : "malformed frame from peer router");
   }
+  // Counted by reason (metrics): three malformed frames, one hello of another version.
+  EXPECT_EQ(b.transport.gate().refusals().count(GateRefusal::kMalformed), 3u);
+  EXPECT_EQ(b.transport.gate().refusals().count(GateRefusal::kVersion), 1u);
+  std::map<std::string, uint64_t> port;
+  for (const auto& [why, n] : b.transport.PortRefusals()) port[why] = n;
+  EXPECT_EQ(port.size(), kGateRefusals) << "every reason has its series";
+  EXPECT_EQ(port["malformed"], 3u);
+  EXPECT_EQ(port["version"], 1u);
+  EXPECT_EQ(port["tls"], 0u);
 }
 
 // Before its hello a connection waits in the gate, bounded by kDialTimeoutNs; a router that

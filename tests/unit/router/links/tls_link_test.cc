@@ -101,6 +101,7 @@ TEST_F(TlsLink, APlaintextPeerIsRefusedBeforeAnyFrameIsActedOn) {
   EXPECT_EQ(b.transport.LinkCount(), 0u);
   EXPECT_NE(b.transport.gate().last_refusal().find("TLS handshake failed"), std::string::npos)
       << b.transport.gate().last_refusal();
+  EXPECT_EQ(b.transport.gate().refusals().count(GateRefusal::kTls), 1u);
   char byte;
   EXPECT_LE(::recv(c.get(), &byte, 1, 0), 0);  // closed
 }
@@ -131,6 +132,7 @@ TEST_F(TlsLink, ARouterWhoseHelloNamesAnotherNodeThanItsCertificateIsRefused) {
       b.transport.gate().last_refusal().find("says it is node 'node-a' but its certificate is"),
       std::string::npos)
       << b.transport.gate().last_refusal();
+  EXPECT_EQ(b.transport.gate().refusals().count(GateRefusal::kIdentity), 1u);
   EXPECT_TRUE(b.recorder.got.empty());
 }
 
