@@ -112,6 +112,7 @@ class Router final : private NodeTransport::Handler {
   std::string RenderMetrics() const;
   mutable size_t render_bytes_ = 0;  // the last rendering's size (the next one reserves it)
   void RenderQuotas(metrics::Exposition& out) const;
+  void RenderNodeRefusals(metrics::Exposition& out) const;
   void RenderPodQps(metrics::Exposition& out) const;
   void RenderPeers(metrics::Exposition& out) const;
   // What the executor and the forwarder share (the members it names are constructed first,

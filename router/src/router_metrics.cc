@@ -153,25 +153,7 @@ std::string Router::RenderMetrics() const {
         "Direct connections between pod processes the router set up.", direct_.size());
   Gauge(out, "freeflow_router_direct_listeners", "Listeners for direct connections.",
         listeners_.open());
-  out.Family("freeflow_router_direct_refused_total", Kind::kCounter,
-             "Connections to direct listeners closed as not the expected one, by reason.");
-  listeners_.refusals().ForEach([&](const char* why, uint64_t n) {
-    out.Sample({{"reason", why}}, n);
-  });
-  out.Family("freeflow_router_node_port_refused_total", Kind::kCounter,
-             "Connections to the router port closed before they were a router, by reason.");
-  if (transport_ != nullptr) {
-    for (const auto& [why, n] : transport_->PortRefusals()) out.Sample({{"reason", why}}, n);
-  }
-  out.Family("freeflow_router_peer_refused_total", Kind::kCounter,
-             "Requests of other routers refused, by request (a QP's connect, an rdma_cm "
-             "message) and reason.");
-  executor_.refusals().ForEach([&](const char* why, uint64_t n) {
-    out.Sample({{"request", "connect"}, {"reason", why}}, n);
-  });
-  cm_.refusals().ForEach([&](const char* why, uint64_t n) {
-    out.Sample({{"request", "rdma_cm"}, {"reason", why}}, n);
-  });
+  RenderNodeRefusals(out);
   Counter(out, "freeflow_router_ud_links_recycled_total",
           "UD channels given up for another of the same pod at its quota.",
           forwarder_.ud_links_recycled());
@@ -212,6 +194,30 @@ std::string Router::RenderMetrics() const {
   std::string text = out.Take();
   render_bytes_ = text.size();
   return text;
+}
+
+// Refusals of what came from outside the pod socket: direct listeners, the router port, other
+// routers' requests.
+void Router::RenderNodeRefusals(metrics::Exposition& out) const {
+  out.Family("freeflow_router_direct_refused_total", Kind::kCounter,
+             "Connections to direct listeners closed as not the expected one, by reason.");
+  listeners_.refusals().ForEach([&](const char* why, uint64_t n) {
+    out.Sample({{"reason", why}}, n);
+  });
+  out.Family("freeflow_router_node_port_refused_total", Kind::kCounter,
+             "Connections to the router port closed before they were a router, by reason.");
+  if (transport_ != nullptr) {
+    for (const auto& [why, n] : transport_->PortRefusals()) out.Sample({{"reason", why}}, n);
+  }
+  out.Family("freeflow_router_peer_refused_total", Kind::kCounter,
+             "Requests of other routers refused, by request (a QP's connect, an rdma_cm "
+             "message) and reason.");
+  executor_.refusals().ForEach([&](const char* why, uint64_t n) {
+    out.Sample({{"request", "connect"}, {"reason", why}}, n);
+  });
+  cm_.refusals().ForEach([&](const char* why, uint64_t n) {
+    out.Sample({{"request", "rdma_cm"}, {"reason", why}}, n);
+  });
 }
 
 void Router::RenderQuotas(metrics::Exposition& out) const {
