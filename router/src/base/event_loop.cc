@@ -109,7 +109,9 @@ void EventLoop::RemovePoller(Poller* p) {
 int EventLoop::RunOnce(int timeout_ms) {
   epoll_event events[kEpollBatch];
   for (Poller* p : pollers_) p->Poll();
-  if (!deferred_.empty() || (timeout_ms != 0 && awake_until_ns_ != 0 && Awake())) timeout_ms = 0;
+  if (!deferred_.empty() || !carried_.empty() ||
+      (timeout_ms != 0 && awake_until_ns_ != 0 && Awake()))
+    timeout_ms = 0;
   // Armed only now, after the work the polls above deferred or answered: a poller's writer
   // that publishes after Arm() looked rings a descriptor, one that published before is seen.
   bool armed = false;
@@ -121,25 +123,45 @@ int EventLoop::RunOnce(int timeout_ms) {
   NoteWork(MonotonicNs());
   const int n = ::epoll_wait(epoll_.get(), events, kEpollBatch, timeout_ms);
   woke_ns_ = MonotonicNs();
-  woke_busy_ = n > 0;
+  woke_busy_ = n > 0 || !carried_.empty();
   if (armed)
     for (Poller* p : pollers_) p->Disarm();
-  for (int i = 0; i < n; ++i) {
+  Gather(events, n);
+  for (size_t i = 0; i < turn_.size(); ++i) {
     // A turn's budget spent (a burst: many sessions ending at once, each tearing down its
-    // QPs and regions), the events left wait for the next turn, which takes them at once:
-    // every watch is level-triggered, so epoll reports them again, behind what became ready
-    // meanwhile. An event then waits for at most the budget and one event's work.
-    if (i > 0 && MonotonicNs() - woke_ns_ > kLoopTurnBudgetNs) break;
-    // Copies: epoll_event is packed on x86-64, and a reference to its 8-byte `data` (what
-    // find() would take) is misaligned.
-    const uint64_t id = events[i].data.u64;
-    const uint32_t what = events[i].events;
-    auto it = watched_.find(id);
+    // QPs and regions), the events left run first in the next turn, which takes them at
+    // once. Not left to epoll: it reports what it reported before behind what it did not,
+    // so a watch that stays ready (a listener under a flood) would come first every turn
+    // and those behind it never. An event waits for at most the budget and one event's work.
+    if (i > 0 && MonotonicNs() - woke_ns_ > kLoopTurnBudgetNs) {
+      carried_.assign(turn_.begin() + static_cast<std::ptrdiff_t>(i), turn_.end());
+      break;
+    }
+    auto it = watched_.find(turn_[i].id);
     if (it == watched_.end() || !it->second.live) continue;
-    it->second.cb(what);
+    it->second.cb(turn_[i].what);
   }
   RunDeferred();
   return n > 0 ? n : 0;
+}
+
+void EventLoop::Gather(const epoll_event* events, int n) {
+  turn_.swap(carried_);
+  carried_.clear();
+  const size_t carried = turn_.size();
+  for (int i = 0; i < n; ++i) {
+    // Copies: epoll_event is packed on x86-64, and a reference to its 8-byte `data` (what
+    // find() would take) is misaligned.
+    const Ready r{events[i].data.u64, events[i].events};
+    const auto end = turn_.begin() + static_cast<std::ptrdiff_t>(carried);
+    const auto same =
+        std::find_if(turn_.begin(), end, [&](const Ready& c) { return c.id == r.id; });
+    if (same != end) {
+      same->what |= r.what;
+    } else {
+      turn_.push_back(r);
+    }
+  }
 }
 
 void EventLoop::NoteWork(uint64_t now) {

@@ -60,9 +60,10 @@ class EventLoop {
   void Post(std::function<void()> fn);
 
   // One turn: waits up to `timeout_ms` (-1: until something happens) for events, runs
-  // their callbacks until kLoopTurnBudgetNs is spent (the events left come again in the
-  // next turn; watches must be level-triggered), then the deferred work. Returns the number
-  // of events epoll reported.
+  // their callbacks until kLoopTurnBudgetNs is spent, then the deferred work. The events a
+  // spent budget left run first in the next turn, which does not wait: ahead of watches
+  // that stay ready turn after turn (a listener under a flood), which epoll would report
+  // before them again. Returns the number of events epoll reported.
   int RunOnce(int timeout_ms);
   // Until `ns` from now, RunOnce polls instead of waiting (a client that was just answered
   // is likely to ask again soon; waking a sleeping router costs more than polling). A
@@ -102,7 +103,15 @@ class EventLoop {
     Callback cb;
     bool live = true;
   };
+  // An event epoll reported: the watch and what it reported.
+  struct Ready {
+    WatchId id;
+    uint32_t what;
+  };
   void RunDeferred();
+  // This turn's events: those a spent budget left last turn first, then epoll's `n`, an event
+  // of a watch already among them merged into it.
+  void Gather(const epoll_event* events, int n);
   bool Awake();  // within a StayAwake window
   void Drain();  // the wake-up eventfd fired: take posted work
   void NoteWork(uint64_t now);  // the loop is about to wait: the stretch since it woke
@@ -121,7 +130,9 @@ class EventLoop {
   uint64_t remote_waits_ = 0;
   std::vector<Poller*> pollers_;
   Load load_;
-  uint64_t woke_ns_ = 0;    // when the last wait returned
+  std::vector<Ready> turn_;     // this turn's events (Gather)
+  std::vector<Ready> carried_;  // events the last turn's budget left, first in the next
+  uint64_t woke_ns_ = 0;        // when the last wait returned
   bool woke_busy_ = false;  // it returned events
 };
 

@@ -137,6 +137,46 @@ TEST(EventLoopTest, ATurnStopsTakingEventsOnceItsBudgetIsSpent) {
   for (int i = 0; i < kFds; ++i) EXPECT_EQ(calls[i], 1) << "event " << i;
 }
 
+// A watch that stays ready turn after turn and spends the budget each time (a listener under
+// a flood) does not keep the events behind it out: an event a spent budget left runs first
+// in the next turn, although epoll reports the busy watch ahead of it again.
+TEST(EventLoopTest, AnEventLeftByASpentBudgetRunsFirstInTheNextTurn) {
+  EventLoop loop;
+  ASSERT_EQ(loop.Init(), 0);
+  UniqueFd busy(::eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC));  // never read: always ready
+  ASSERT_TRUE(busy);
+  int busy_calls = 0;
+  ASSERT_NE(loop.Watch(busy.get(), EPOLLIN,
+                       [&](uint32_t) {
+                         ++busy_calls;
+                         const uint64_t until = MonotonicNs() + 2 * kLoopTurnBudgetNs;
+                         while (MonotonicNs() < until) {
+                         }
+                       }),
+            0u);
+  ASSERT_EQ(loop.RunOnce(0), 1);  // the busy watch alone: first in epoll's ready list
+  UniqueFd other(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  ASSERT_TRUE(other);
+  int other_calls = 0;
+  ASSERT_NE(loop.Watch(other.get(), EPOLLIN,
+                       [&](uint32_t what) {
+                         ++other_calls;
+                         EXPECT_TRUE(what & EPOLLIN);
+                         uint64_t v = 0;
+                         EXPECT_EQ(::read(other.get(), &v, sizeof(v)), 8);
+                       }),
+            0u);
+  const uint64_t one = 1;
+  ASSERT_EQ(::write(other.get(), &one, sizeof(one)), 8);
+  EXPECT_EQ(loop.RunOnce(0), 2);  // the busy watch, then the other: left by the budget
+  EXPECT_EQ(other_calls, 0);
+  loop.RunOnce(0);
+  EXPECT_EQ(other_calls, 1) << "the event the budget left waited behind the busy watch again";
+  for (int turn = 0; turn < 3; ++turn) loop.RunOnce(0);
+  EXPECT_EQ(other_calls, 1) << "an event taken is not run again";
+  EXPECT_GE(busy_calls, 4);
+}
+
 // CPU time the router's thread spends over `requests` pod requests `gap` apart.
 uint64_t CpuForRequests(TestRouter& router, RawPod& pod, int requests, milliseconds gap) {
   const uint64_t before = router.CpuNs();
