@@ -41,6 +41,10 @@ HttpAnswer HttpRequest(uint16_t port, const std::string& method, const std::stri
   HttpAnswer answer;
   const int fd = HttpIdleConnection(port, source);
   if (fd < 0) return answer;
+  // Longer than a router's render wait (2 s, MetricsService::kRenderWaitMs): its 503 comes
+  // just after it, later still on a loaded machine.
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   const std::string request = method + " " + path + " HTTP/1.0\r\n\r\n";
   if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(request.size())) {
