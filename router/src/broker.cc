@@ -442,7 +442,7 @@ constexpr Handler kHandlers[] = {
     nullptr,    &RegMr,        &DeregMr,       &GetRegion,      &MoveMr,   &AllocMw,
     &BindMw,    &InvalidateMw, &DeallocMw,     nullptr,         nullptr,   nullptr,
     nullptr,    nullptr,       nullptr,        nullptr,         nullptr,   nullptr,
-    nullptr,    nullptr,       nullptr,        &DirectEnded};
+    nullptr,    nullptr,       nullptr,        &DirectEnded,    nullptr};
 static_assert(sizeof(kHandlers) / sizeof(kHandlers[0]) == static_cast<size_t>(proto::Op::kMaxOp));
 
 // Its ABI was checked by the session layer.

@@ -79,6 +79,7 @@ Router::Router(RouterConfig config, RouterDeps deps)
       sessions_(loop_, *identity_, quotas_, broker_) {
   sessions_.set_hello_timeout(config_.hello_timeout_ns);
   sessions_.set_answer_spin(config_.spin_us * 1000ull);
+  sessions_.set_traffic_sink(&traffic_);
   cm_.set_event_spin(config_.cm_spin_us * 1000ull);
 }
 

@@ -48,6 +48,7 @@
 #include "router_metrics.h"
 #include "tcpmode/probe.h"
 #include "tcpmode/service.h"
+#include "traffic_totals.h"
 
 namespace ff::metrics {
 class Exposition;
@@ -109,12 +110,13 @@ class Router final : private NodeTransport::Handler {
   nlohmann::json AdminPods() const;
   nlohmann::json AdminQps(uint32_t only) const;
   // The metrics a scrape gets (router_metrics.cc, docs/metrics.md); the loop's thread only.
-  std::string RenderMetrics() const;
+  std::string RenderMetrics();
   mutable size_t render_bytes_ = 0;  // the last rendering's size (the next one reserves it)
   void RenderQuotas(metrics::Exposition& out) const;
   void RenderNodeRefusals(metrics::Exposition& out) const;
   void RenderPodQps(metrics::Exposition& out) const;
   void RenderPeers(metrics::Exposition& out) const;
+  void RenderTraffic(metrics::Exposition& out) const;
   // What the executor and the forwarder share (the members it names are constructed first,
   // but sessions_, which it only refers to).
   CrossNodeParts CrossNode() {
@@ -136,6 +138,11 @@ class Router final : private NodeTransport::Handler {
   HostFolder folder_;
   Directory directory_;
   EventLog events_;  // refusals for ffctl events, noted by quotas_ and sessions_
+  // What pods' libraries say they carried out (sessions_ reads their ledgers into it).
+  TrafficTotals traffic_{config_.node_name, [this](uint32_t ip) {
+                           const std::optional<cp::Endpoint> at = directory_.Locate(ip);
+                           return at ? at->node : std::string();
+                         }};
   Quotas quotas_;
   ResourceTables tables_;
   DirectConnections direct_;

@@ -109,7 +109,8 @@ uint64_t ResidentKib() {
   return got == 2 ? resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 1024 : 0;
 }
 
-std::string Router::RenderMetrics() const {
+std::string Router::RenderMetrics() {
+  sessions_.ReadTraffic();
   metrics::Exposition out;
   out.Reserve(render_bytes_ + render_bytes_ / 8);
   // The loop.
@@ -191,6 +192,7 @@ std::string Router::RenderMetrics() const {
   RenderQuotas(out);
   RenderPodQps(out);
   RenderPeers(out);
+  RenderTraffic(out);
   std::string text = out.Take();
   render_bytes_ = text.size();
   return text;
@@ -297,6 +299,36 @@ void Router::RenderPeers(metrics::Exposition& out) const {
     out.Family(f.name, f.kind, f.help);
     for (const PeerView& p : peers) out.Sample({{"peer", p.peer}}, p.*f.field);
   }
+}
+
+// What the pods' libraries say they carried out (pods/traffic_claims.h), and what of it the
+// router did not believe.
+void Router::RenderTraffic(metrics::Exposition& out) const {
+  const auto& totals = traffic_.totals();
+  out.Family("freeflow_router_operations_total", Kind::kCounter,
+             "Work requests this node's pods carried out, as their libraries count them, by "
+             "placement (same_node, direct, relay), the peer's node and kind.");
+  for (const auto& [k, f] : totals) {
+    out.Sample({{"placement", TrafficPlacementName(k.placement)},
+                {"peer_node", k.peer_node},
+                {"kind", TrafficKindName(k.kind)}},
+               f.ops);
+  }
+  out.Family("freeflow_router_operation_bytes_total", Kind::kCounter,
+             "Payload bytes of those work requests (messages, WRITEs and READs; 8 an atomic).");
+  for (const auto& [k, f] : totals) {
+    out.Sample({{"placement", TrafficPlacementName(k.placement)},
+                {"peer_node", k.peer_node},
+                {"kind", TrafficKindName(k.kind)}},
+               f.bytes);
+  }
+  Gauge(out, "freeflow_router_traffic_ledgers", "Sessions whose library counts its traffic.",
+        sessions_.ledgers());
+  out.Family("freeflow_router_traffic_claims_refused_total", Kind::kCounter,
+             "What the router did not take from pods' traffic ledgers, by reason.");
+  sessions_.claim_refusals().ForEach([&](const char* why, uint64_t n) {
+    out.Sample({{"reason", why}}, n);
+  });
 }
 
 }  // namespace ff::router

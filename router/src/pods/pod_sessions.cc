@@ -335,6 +335,13 @@ bool PodSessions::Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fd
          nullptr, 0);
     return true;
   }
+  if (op == proto::Op::kTrafficLedger) {
+    const auto m = proto::As<proto::TrafficLedger>(buf);
+    int rc = m.bytes == kTrafficLedgerBytes ? s.traffic.Take(fds[0].get(), MonotonicNs()) : EINVAL;
+    if (rc != 0) claim_refusals_.Note(ClaimRefusal::kLedger);
+    Send(call, rc, proto::Response{}, nullptr, 0);
+    return true;
+  }
   // Answer() gives the charge back: only requests answered later keep it.
   if (const int rc = quotas_.Take(s.id, {{Quota::kPending, 1}})) {
     Send(call, rc, proto::Response{}, nullptr, 0);
@@ -469,6 +476,18 @@ size_t PodSessions::events_waiting() const {
   return n;
 }
 
+void PodSessions::ReadTraffic() {
+  if (traffic_sink_ == nullptr) return;
+  const uint64_t now = MonotonicNs();
+  for (auto& [id, s] : sessions_) s->traffic.Read(now, *traffic_sink_, claim_refusals_);
+}
+
+size_t PodSessions::ledgers() const {
+  size_t n = 0;
+  for (const auto& [id, s] : sessions_) n += s->traffic.taken() ? 1 : 0;
+  return n;
+}
+
 void PodSessions::NotifyAll(proto::EventType type) {
   for (auto& [id, s] : sessions_) Notify(id, type, 0);
 }
@@ -490,6 +509,7 @@ void PodSessions::Drop(PodId pod, const char* why) {
       reason != "client closed the connection")
     events_->Note(s->who.ip, "session dropped", why);
   spdlog::info("client {} (pid {}, {}) gone: {}", pod, s->who.pid, FormatIpv4(s->who.ip), why);
+  if (traffic_sink_ != nullptr) s->traffic.Read(MonotonicNs(), *traffic_sink_, claim_refusals_);
   handler_.OnPodGone(pod);
   quotas_.Close(pod);
   s.reset();

@@ -36,6 +36,7 @@
 #include "objects/resources.h"
 #include "pods/event_backlog.h"
 #include "pods/pod_gate.h"
+#include "pods/traffic_claims.h"
 
 namespace ff::router {
 
@@ -120,6 +121,13 @@ class PodSessions : private EventLoop::Poller {
   // lack of descriptors.
   size_t unidentified() const { return gate_ != nullptr ? gate_->waiting() : 0; }
   bool accept_paused() const { return gate_ != nullptr && gate_->accept_paused(); }
+  // Where what sessions' traffic ledgers gained goes (nullptr: nowhere; not owned). Each
+  // ledger is read by ReadTraffic (a scrape) and once more when its session ends.
+  void set_traffic_sink(TrafficSink* sink) { traffic_sink_ = sink; }
+  void ReadTraffic();
+  // Sessions whose library handed over a traffic ledger; what the reads refused, by reason.
+  size_t ledgers() const;
+  const ClaimRefusals& claim_refusals() const { return claim_refusals_; }
 
  private:
   struct Session {
@@ -140,6 +148,7 @@ class PodSessions : private EventLoop::Poller {
     Mapping ring_map;
     RingConsumer ring;
     RequestRingControl* ring_control = nullptr;
+    TrafficClaims traffic;  // its traffic ledger (proto::TrafficLedger), once handed over
   };
   // Queues `e` (and `fd`) for `s`, charged to its quotas; false when they or the backlog
   // are full.
@@ -197,6 +206,8 @@ class PodSessions : private EventLoop::Poller {
   EventLog* events_ = nullptr;
   std::map<std::pair<uint32_t, int>, uint64_t> errors_;
   std::map<std::string, uint64_t> ends_;
+  TrafficSink* traffic_sink_ = nullptr;
+  ClaimRefusals claim_refusals_{kClaimRefusalNames};
   uint64_t events_replaced_ = 0;  // waiting events replaced by newer ones, in all
   LogLimiter refusal_log_;
   uint64_t hello_timeout_ns_ = kHelloTimeoutNs;

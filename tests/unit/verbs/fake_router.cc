@@ -169,6 +169,20 @@ ProxySegment* FakeRouter::AnswerThroughRouter(uint32_t qpn, uint32_t peer_qpn,
   return proxies_.back().get();
 }
 
+bool FakeRouter::TrafficSlot(uint32_t slot, ff::TrafficSlot* out, uint32_t* used) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (traffic_.get() == nullptr || slot >= ff::kTrafficSlots) return false;
+  const ff::TrafficSlot& s = ff::TrafficSlotsOf(traffic_.get())[slot];
+  out->peer_ip.store(s.peer_ip.load());
+  out->placement.store(s.placement.load());
+  for (uint32_t k = 0; k < ff::kTrafficKinds; ++k) {
+    out->counts[k].ops.store(s.counts[k].ops.load());
+    out->counts[k].bytes.store(s.counts[k].bytes.load());
+  }
+  if (used != nullptr) *used = traffic_.as<ff::TrafficLedgerHeader>()->used.load();
+  return true;
+}
+
 void FakeRouter::AnswerDirect(uint32_t qpn, const ff::proto::ConnectReply& reply) {
   std::lock_guard<std::mutex> g(mu_);
   answers_[qpn] = Answer{Answer::kDirect, nullptr, nullptr, reply.peer_qpn, reply.peer_qp_type};
@@ -395,6 +409,8 @@ int FakeRouter::Handle(ff::proto::Op op, const char* buf, ff::UniqueFd* fds, int
     case Op::kDirectEnded:
       direct_ended_.push_back(As<DirectEnded>(buf));
       return 0;
+    case Op::kTrafficLedger:
+      return ff::MapPeerSegment(fds[0].get(), ff::kTrafficLedgerBytes, false, &traffic_);
     case Op::kRequestRing:
       return EOPNOTSUPP;  // this fake reads its socket only: the library stays on it
     case Op::kRegMr:

@@ -32,6 +32,7 @@
 #include "freeflow/protocol.h"
 #include "freeflow/ring.h"
 #include "freeflow/shm_layout.h"
+#include "freeflow/traffic_ledger.h"
 
 namespace fftest {
 
@@ -145,6 +146,9 @@ class FakeRouter {
   void SendEvent(const ff::proto::Event& e, int fd = -1);
   // The DirectEnded reports the pod posted, in order.
   std::vector<ff::proto::DirectEnded> direct_ended();
+  // Slot `slot` of the traffic ledger the pod handed over (proto::TrafficLedger), as it is
+  // now; false when none came.
+  bool TrafficSlot(uint32_t slot, ff::TrafficSlot* out, uint32_t* used = nullptr);
   // Closes the connection and the event socket, as a router that died.
   void Close();
 
@@ -228,6 +232,7 @@ class FakeRouter {
   std::vector<ff::proto::NameQp> names_;
   std::map<uint32_t, ff::proto::ConnectReply> direct_answers_;
   std::vector<ff::proto::DirectEnded> direct_ended_;
+  ff::Mapping traffic_;                        // the pod's traffic ledger, read-only
   std::map<uint32_t, ff::UniqueFd> channels_;  // channel id -> its wake socket
   std::map<uint32_t, ff::UniqueFd> cm_channels_;
   uint32_t last_cm_channel_ = ff::proto::kNoId;

@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -134,6 +135,11 @@ ibv_ah* Pod::NewAh() {
   EXPECT_NE(ah, nullptr);
   if (ah != nullptr) ahs_.push_back(ah);
   return ah;
+}
+
+int Pod::DestroyQp(ibv_qp* qp) {
+  qps_.erase(std::remove(qps_.begin(), qps_.end(), qp), qps_.end());
+  return ibv_destroy_qp(qp);
 }
 
 ibv_qp* Pod::CreateQp(const QpOptions& o) {

@@ -90,6 +90,8 @@ class Pod {
 
   // A QP in INIT.
   ibv_qp* CreateQp(const QpOptions& o = {});
+  // Destroys a QP CreateQp made (and forgets it): ibv_destroy_qp's result.
+  int DestroyQp(ibv_qp* qp);
   // INIT -> RTR -> RTS towards QP `dest_qpn` at 10.244.0.2 (how the fake router answers is
   // set up before). RTR's connect result is returned (0 or the errno modify_qp gave).
   int Connect(ibv_qp* qp, uint32_t dest_qpn, const QpOptions& o = {});

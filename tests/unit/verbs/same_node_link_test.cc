@@ -170,6 +170,59 @@ TEST_F(SameNodeLink, WriteReadAndAtomicsReachThePeersMemory) {
   EXPECT_EQ(now, 99u);
 }
 
+// Each work request carried out is counted in the session's traffic ledger, by kind, in a
+// slot of the link's own keyed by the peer's address and the placement (same node); one that
+// fails is not.
+TEST_F(SameNodeLink, WorkRequestsCarriedOutAreCountedInTheTrafficLedger) {
+  ibv_qp* qp = Up();
+  const uint32_t rkey = peer->AddMr(3, kPeerAddr, kMrOffset, 1 << 16, kAllRemote);
+  Buffer buf(pod.pd, 4096);
+  peer->PostCredits(2);
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 100), 1), 0);
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND_WITH_IMM, buf.Sge(0, 20), 2), 0);
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_WRITE, buf.Sge(0, 300), 3, kPeerAddr + 8, rkey), 0);
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_READ, buf.Sge(1024, 400), 4, kPeerAddr + 512, rkey), 0);
+  ASSERT_EQ(PostAtomic(qp, IBV_WR_ATOMIC_FETCH_AND_ADD, buf.Sge(2048, 8), 5, kPeerAddr + 2048, rkey,
+                       5, 0),
+            0);
+  ASSERT_EQ(PollN(pod.cq, 5).size(), 5u);
+  ff::TrafficSlot slot;
+  uint32_t used = 0;
+  ASSERT_TRUE(pod.router.TrafficSlot(ff::kTrafficPlacements, &slot, &used));
+  EXPECT_EQ(used, ff::kTrafficPlacements + 1);
+  EXPECT_EQ(slot.peer_ip.load(), 0x0af40002u);
+  EXPECT_EQ(slot.placement.load(), static_cast<uint32_t>(ff::TrafficPlacement::kSameNode));
+  const auto counts = [&](ff::TrafficKind k) {
+    const ff::TrafficCount& c = slot.counts[static_cast<uint32_t>(k)];
+    return std::pair<uint64_t, uint64_t>(c.ops.load(), c.bytes.load());
+  };
+  EXPECT_EQ(counts(ff::TrafficKind::kSend), std::make_pair(uint64_t{2}, uint64_t{120}));
+  EXPECT_EQ(counts(ff::TrafficKind::kWrite), std::make_pair(uint64_t{1}, uint64_t{300}));
+  EXPECT_EQ(counts(ff::TrafficKind::kRead), std::make_pair(uint64_t{1}, uint64_t{400}));
+  EXPECT_EQ(counts(ff::TrafficKind::kAtomic), std::make_pair(uint64_t{1}, uint64_t{8}));
+  // A WRITE the peer refuses (an unknown key) is not carried out.
+  ASSERT_EQ(PostSend(qp, IBV_WR_RDMA_WRITE, buf.Sge(0, 300), 6, kPeerAddr, rkey + 1), 0);
+  ASSERT_EQ(PollN(pod.cq, 1).size(), 1u);
+  ASSERT_TRUE(pod.router.TrafficSlot(ff::kTrafficPlacements, &slot));
+  EXPECT_EQ(counts(ff::TrafficKind::kWrite), std::make_pair(uint64_t{1}, uint64_t{300}));
+}
+
+// A second QP to the same peer counts in a slot of its own (each link writes its slot alone),
+// and a QP made after the first one went reuses its slot, so counts never change key.
+TEST_F(SameNodeLink, EachLinkCountsInASlotOfItsOwnAndAFreedSlotIsReusedForTheSamePeer) {
+  ibv_qp* first = Up();
+  ASSERT_NE(Up(), nullptr);
+  uint32_t used = 0;
+  ff::TrafficSlot slot;
+  ASSERT_TRUE(pod.router.TrafficSlot(0, &slot, &used));
+  EXPECT_EQ(used, ff::kTrafficPlacements + 2);
+  ASSERT_EQ(pod.DestroyQp(first), 0);
+  ibv_qp* third = Up();
+  ASSERT_NE(third, nullptr);
+  ASSERT_TRUE(pod.router.TrafficSlot(0, &slot, &used));
+  EXPECT_EQ(used, ff::kTrafficPlacements + 2);
+}
+
 struct AccessCase {
   const char* what;
   uint32_t mr_access;

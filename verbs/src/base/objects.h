@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/traffic_ledger.h"
 #include "freeflow/clock.h"
 #include "freeflow/codec.h"
 #include "freeflow/fd.h"
@@ -176,6 +177,8 @@ struct PeerLink {
   ff::RingConsumer responses;
   // Through a direct connection only: its channel (direct/direct.h).
   std::shared_ptr<DirectOut> direct;
+  // Where the work requests it carries out are counted (the session's traffic ledger).
+  TrafficTap traffic;
 };
 
 struct Pd {

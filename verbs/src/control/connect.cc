@@ -134,6 +134,8 @@ int ConnectLink(Qp* qp, uint32_t dest_ip, uint16_t dest_lid, uint32_t dest_qpn, 
     rc = SameNodeLink(ctx, c, fds, link.get());
   }
   if (rc != 0) return rc;
+  if (const std::shared_ptr<TrafficLedger>& ledger = ctx->session->traffic)
+    link->traffic = ledger->Take(link->peer_ip, link->ops->placement);
   *out = std::move(link);
   return 0;
 }

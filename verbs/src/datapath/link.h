@@ -62,6 +62,8 @@ struct LinkOps {
   // Makes what a pass produced visible to the peer (a ring's tail and the peer's wake-up,
   // or a connection's send buffer written), once per pass.
   void (*publish)(PeerLink* link);
+  // Where the peer is, as the traffic ledger counts the link's work requests.
+  ff::TrafficPlacement placement;
 };
 
 extern const LinkOps kSameNodeOps;  // link_same_node.cc

@@ -791,7 +791,8 @@ uint64_t ServeDirectEvents(Session* s) {
 // every message doubled ib_send_lat's latency and cost ib_write_bw 40% of its bandwidth. A
 // program that waits in ibv_get_cq_event, or stops polling, leaves its connections to the
 // event thread.
-const LinkOps kDirectOps = {ExecuteDirect, CollectDirect, CollectDirect, false, true,
-                            false,         AwaitRoom,     PublishDirect};
+const LinkOps kDirectOps = {ExecuteDirect, CollectDirect, CollectDirect,
+                            false,         true,          false,
+                            AwaitRoom,     PublishDirect, ff::TrafficPlacement::kDirect};
 
 }  // namespace ff::verbs

@@ -173,7 +173,14 @@ bool AwaitRoom(PeerLink* link, Room room) {
 }  // namespace
 
 // When the peer goes, the outcomes the router already wrote back still count.
-const LinkOps kRouterOps = {ExecuteThroughRouter, CollectResponses, CollectResponses, true,
-                            true,                 true,             AwaitRoom,        PublishRing};
+const LinkOps kRouterOps = {ExecuteThroughRouter,
+                            CollectResponses,
+                            CollectResponses,
+                            true,
+                            true,
+                            true,
+                            AwaitRoom,
+                            PublishRing,
+                            ff::TrafficPlacement::kRelay};
 
 }  // namespace ff::verbs

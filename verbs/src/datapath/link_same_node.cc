@@ -124,7 +124,8 @@ bool NoRoomToAwait(PeerLink*, Room) { return false; }
 }  // namespace
 
 // What the peer published before it went is in our own rings (drained by the caller).
-const LinkOps kSameNodeOps = {ExecuteSameNode, NothingInFlight, NothingInFlight, false,
-                              false,           false,           NoRoomToAwait,   PublishRing};
+const LinkOps kSameNodeOps = {ExecuteSameNode, NothingInFlight, NothingInFlight,
+                              false,           false,           false,
+                              NoRoomToAwait,   PublishRing,     ff::TrafficPlacement::kSameNode};
 
 }  // namespace ff::verbs

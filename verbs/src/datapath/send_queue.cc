@@ -197,6 +197,26 @@ void UpdatePending(Qp* qp) {
   qp->sq.in_pending_list = has;
 }
 
+// Counts `w`, which `link` carried out, in the session's traffic ledger.
+void CountCarriedOut(PeerLink* link, const SendWqe& w) {
+  switch (w.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
+      link->traffic.Count(ff::TrafficKind::kSend, w.length);
+      return;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      link->traffic.Count(ff::TrafficKind::kWrite, w.length);
+      return;
+    case IBV_WR_RDMA_READ:
+      link->traffic.Count(ff::TrafficKind::kRead, w.length);
+      return;
+    default:
+      link->traffic.Count(ff::TrafficKind::kAtomic, sizeof(uint64_t));
+  }
+}
+
 // Runs the WQE through its link. *touched: the link it produced into, if any.
 Exec Execute(Qp* qp, SendWqe& w, uint64_t index, ibv_wc_status* st, PeerLink** touched) {
   *st = IBV_WC_SUCCESS;
@@ -274,6 +294,7 @@ PeerLink* ExecuteQueued(Qp* qp) {
       blocked = link;
       break;
     }
+    if (link != nullptr && (e == Exec::kInFlight || st == IBV_WC_SUCCESS)) CountCarriedOut(link, w);
     if (e == Exec::kInFlight) {
       w.in_flight = true;
       ++sq.inflight;

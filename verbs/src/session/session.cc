@@ -424,6 +424,18 @@ void OfferRequestRing(Session* s) {
   s->ring = std::move(r);
 }
 
+// Hands the router the session's traffic ledger (proto::TrafficLedger), posted: a router
+// that refuses it only logs it, and the session works the same, uncounted.
+void OfferTrafficLedger(Session* s) {
+  UniqueFd fd;
+  std::shared_ptr<TrafficLedger> ledger = TrafficLedger::Create(&fd);
+  if (ledger == nullptr) return;
+  ff::proto::TrafficLedger m{};
+  m.bytes = ff::kTrafficLedgerBytes;
+  const int raw = fd.get();
+  if (s->Post(&m, sizeof(m), &raw, 1) == 0) s->traffic = std::move(ledger);
+}
+
 // Grows this process's descriptor table now, once, to what the session may need later
 // (kReservedDescriptors, within the soft limit): by duplicating `fd` to the highest number
 // and closing the copy. The kernel never shrinks a table, and one that must grow while the
@@ -450,6 +462,7 @@ int Open(UniqueFd sock, const std::string& name, Session** out) {
   if (const int rc = Hello(s.get())) return rc;
   InitDevice(s.get());
   OfferRequestRing(s.get());
+  OfferTrafficLedger(s.get());
   ReserveDescriptorTable(s->sock.get());
   Session* raw = s.get();
   raw->event_thread = std::thread(EventLoop, raw);

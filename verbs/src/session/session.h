@@ -69,6 +69,9 @@ struct Session {
   // sleeps on tick_rx beside `events` and then ticks until none is stalled.
   UniqueFd tick_rx, tick_tx;
   Mapping mr_table;
+  // Where links count the work requests they carry out (nullptr: nowhere), handed to the
+  // router at open (proto::TrafficLedger).
+  std::shared_ptr<TrafficLedger> traffic;
   std::atomic<bool> fatal{false};  // the router is gone
   // What the rdma_cm layer does when the router is lost (rdmacm/cm_device.cc sets it when the
   // session's first channel opens): the event thread runs it after failing every QP.

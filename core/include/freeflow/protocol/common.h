@@ -50,11 +50,12 @@ enum class Op : uint32_t {
   kRequestRing,
   kDoorbell,
   kDirectEnded,
+  kTrafficLedger,
   kMaxOp,
 };
 static_assert(static_cast<uint32_t>(Op::kHello) == 1 && static_cast<uint32_t>(Op::kSockHello) == 23,
               "a HELLO of either kind keeps its number in every version");
-static_assert(static_cast<uint32_t>(Op::kMaxOp) == 34, "a new op needs a kAbiVersion bump");
+static_assert(static_cast<uint32_t>(Op::kMaxOp) == 35, "a new op needs a kAbiVersion bump");
 
 struct Header {
   Op op;

@@ -81,7 +81,8 @@ inline constexpr OpSpec kOpSpecs[] = {{Op::kHello, sizeof(Hello), 3, 3},
                                       {Op::kNameQp, sizeof(NameQp), 0, 0},
                                       {Op::kRequestRing, sizeof(RequestRing), 1, 1},
                                       {Op::kDoorbell, sizeof(Doorbell), 0, 0},
-                                      {Op::kDirectEnded, sizeof(DirectEnded), 0, 0}};
+                                      {Op::kDirectEnded, sizeof(DirectEnded), 0, 0},
+                                      {Op::kTrafficLedger, sizeof(TrafficLedger), 1, 1}};
 static_assert(sizeof(kOpSpecs) / sizeof(kOpSpecs[0]) == static_cast<size_t>(Op::kMaxOp) - 1,
               "every op has a spec");
 static_assert(sizeof(Response) <= static_cast<size_t>(kMaxMessage));
@@ -103,12 +104,13 @@ static_assert(SpecsFitMessages());
 // cannot fail for the library's own QP, and whose answer it never used), NameQp (a real
 // QP's RTR never fails for want of its peer; a refusal shows when the link is first made),
 // CreateQp under a granted number (the router then checks the number: see CreateQp), and
-// the socket session's hints that answer nothing, and DirectEnded (a report). A posted request that answers descriptors
-// would leave them nowhere.
+// the socket session's hints that answer nothing, DirectEnded (a report), and TrafficLedger
+// (the session works the same without it). A posted request that answers descriptors would
+// leave them nowhere.
 constexpr bool IsPostable(Op op) {
   return op == Op::kCmCommand || op == Op::kCreateQp || op == Op::kDestroyQp || op == Op::kNameQp ||
          op == Op::kDoorbell || op == Op::kSockUnlisten || op == Op::kSockRelease ||
-         op == Op::kSockClosed || op == Op::kDirectEnded;
+         op == Op::kSockClosed || op == Op::kDirectEnded || op == Op::kTrafficLedger;
 }
 // The requests of a socket session (after kSockHello); a verbs session sends only the others.
 constexpr bool IsSocketOp(Op op) {

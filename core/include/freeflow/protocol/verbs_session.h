@@ -301,6 +301,17 @@ struct DirectEnded {
 };
 static_assert(sizeof(DirectEnded) == 24 && alignof(DirectEnded) == 8);
 
+// Posted once, after HELLO: the session's traffic ledger (traffic_ledger.h), which the library
+// writes and the router only reads. fds: [ledger memfd, sealed against shrinking, `bytes`
+// (kTrafficLedgerBytes) long]. A router that refuses it (a second one, another size) only
+// logs it: the session works the same, uncounted.
+struct TrafficLedger {
+  RequestHeader<Op::kTrafficLedger> h;
+  uint32_t bytes;
+  uint32_t reserved;
+};
+static_assert(sizeof(TrafficLedger) == 16 && alignof(TrafficLedger) == 4);
+
 // How many descriptors come with a successful ConnectReply, or -1 when its fields do not
 // describe a segment a library may map.
 inline int ConnectReplyFds(const ConnectReply& c) {
