@@ -403,6 +403,15 @@ router_metrics() {
   E2E_METRICS+=" $(figure freeflow_router_loop_turn_seconds_count), fds $(figure process_open_fds)"
 }
 
+# operations NODE PLACEMENT KIND [PEER_NODE]: the work requests of KIND at PLACEMENT (to
+# PEER_NODE, else any) that node NODE's last scrape (router_metrics) counts, summed.
+operations() {
+  awk -v p="$2" -v k="$3" -v n="${4:-}" '
+    $1 ~ /^freeflow_router_operations_total\{/ && index($1, "placement=\"" p "\"") &&
+      index($1, "kind=\"" k "\"") && (n == "" || index($1, "peer_node=\"" n "\"")) { s += $2 }
+    END { print s + 0 }' "$CT_DIR/metrics-$1.txt"
+}
+
 # ffctl_in CONTAINER ARGS...: ffctl in a router container, as `kubectl exec` runs it.
 ffctl_in() {
   local c=$1

@@ -87,6 +87,10 @@ ok "100 pings verified by both (-V); the client's last: $(grep '^ping data' "$CT
 step "the router's /metrics, as Prometheus scrapes it"
 router_metrics 0
 ok "$(grep -c '^# TYPE' "$CT_DIR/metrics-0.txt") families, promtool check metrics passes; $E2E_METRICS"
+# The pingpong's 2,000 SENDs (1,000 each way) and rping's, as the pods' libraries count them.
+sends=$(operations 0 same_node send)
+[[ ${sends:-0} -ge 2000 ]] || fail "router 0 counts $sends SENDs between its pods, not 2000 or more" "$CT_DIR/metrics-0.txt"
+ok "operations between pods of node 0: $sends SENDs, $(operations 0 same_node read) READs, $(operations 0 same_node write) WRITEs"
 
 step "perftest in containers, then in plain namespaces ($RUNS runs each, median (min..max))"
 perftest_figures one_ct app_perftest 0:0 0:1 "$POD0"
@@ -128,6 +132,9 @@ if ! grep -q '^freeflow_router_link_up{peer="node2"} [1-9]' "$CT_DIR/metrics-1.t
   fail "router1's metrics show no link to node2" "$CT_DIR/metrics-1.txt"
 fi
 ok "router1's metrics: link to node2 up, $sent messages sent to it; $E2E_METRICS"
+sends=$(operations 1 direct send node2)
+[[ ${sends:-0} -ge 1000 ]] || fail "router1 counts $sends SENDs to node2, not 1000 or more" "$CT_DIR/metrics-1.txt"
+ok "operations from node1's pod to node2 over the direct path: $sends SENDs"
 perftest_figures two_ct app_perftest 1:0 2:0 "$X1"
 # The same across two nodes of namespaces (scripts/lib/cluster.sh), TLS node links too.
 multinode_up 2 1
