@@ -304,24 +304,23 @@ void Router::RenderPeers(metrics::Exposition& out) const {
 // What the pods' libraries say they carried out (pods/traffic_claims.h), and what of it the
 // router did not believe.
 void Router::RenderTraffic(metrics::Exposition& out) const {
-  const auto& totals = traffic_.totals();
-  out.Family("freeflow_router_operations_total", Kind::kCounter,
-             "Work requests this node's pods carried out, as their libraries count them, by "
-             "placement (same_node, direct, relay), the peer's node and kind.");
-  for (const auto& [k, f] : totals) {
-    out.Sample({{"placement", TrafficPlacementName(k.placement)},
-                {"peer_node", k.peer_node},
-                {"kind", TrafficKindName(k.kind)}},
-               f.ops);
-  }
-  out.Family("freeflow_router_operation_bytes_total", Kind::kCounter,
-             "Payload bytes of those work requests (messages, WRITEs and READs; 8 an atomic).");
-  for (const auto& [k, f] : totals) {
-    out.Sample({{"placement", TrafficPlacementName(k.placement)},
-                {"peer_node", k.peer_node},
-                {"kind", TrafficKindName(k.kind)}},
-               f.bytes);
-  }
+  const auto family = [&](const char* name, const char* help,
+                          uint64_t TrafficTotals::Figures::*field) {
+    out.Family(name, Kind::kCounter, help);
+    for (const auto& [k, f] : traffic_.totals()) {
+      out.Sample({{"placement", TrafficPlacementName(k.placement)},
+                  {"peer_node", k.peer_node},
+                  {"kind", TrafficKindName(k.kind)}},
+                 f.*field);
+    }
+  };
+  family("freeflow_router_operations_total",
+         "Work requests this node's pods carried out, as their libraries count them, by "
+         "placement (same_node, direct, relay), the peer's node and kind.",
+         &TrafficTotals::Figures::ops);
+  family("freeflow_router_operation_bytes_total",
+         "Payload bytes of those work requests (messages, WRITEs and READs; 8 an atomic).",
+         &TrafficTotals::Figures::bytes);
   Gauge(out, "freeflow_router_traffic_ledgers", "Sessions whose library counts its traffic.",
         sessions_.ledgers());
   out.Family("freeflow_router_traffic_claims_refused_total", Kind::kCounter,

@@ -68,6 +68,13 @@ HttpAnswer HttpRequest(uint16_t port, const std::string& method, const std::stri
   return answer;
 }
 
+double SampleValue(const std::string& text, const std::string& series) {
+  const std::string line = "\n" + series + " ";
+  const size_t at = text.find(line);
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + line.size()));
+}
+
 int PromtoolCheck(const std::string& text, std::string* report) {
   char path[] = "/tmp/ff-metrics-XXXXXX";
   const int fd = ::mkstemp(path);

@@ -22,6 +22,10 @@ HttpAnswer HttpRequest(uint16_t port, const std::string& method, const std::stri
 // descriptor, or -1.
 int HttpIdleConnection(uint16_t port, uint32_t source);
 
+// The value of the one sample `series` (its name and labels as written) in the exposition
+// `text`, or -1 when it has none.
+double SampleValue(const std::string& text, const std::string& series);
+
 // `promtool check metrics` of `text`: its exit code, and what it printed in *report.
 // Fails (-1) when promtool cannot run (scripts/install-deps.sh installs it: prometheus).
 int PromtoolCheck(const std::string& text, std::string* report);

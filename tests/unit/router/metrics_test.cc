@@ -28,18 +28,12 @@ std::string Scrape(TestRouter& router) {
   return answer.body;
 }
 
-// The value of the one sample `series` (name and labels as written), or -1 without it.
-double Value(const std::string& text, const std::string& series) {
-  const std::string line = "\n" + series + " ";
-  const size_t at = text.find(line);
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + line.size()));
-}
+using ff::test::SampleValue;
 
 // Scrapes until `series` has `want` (the router's thread answers between requests).
 bool WaitForValue(TestRouter& router, const std::string& series, double want) {
   for (int i = 0; i < 200; ++i) {
-    if (Value(Scrape(router), series) == want) return true;
+    if (SampleValue(Scrape(router), series) == want) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
@@ -49,10 +43,10 @@ TEST(RouterMetricsTest, PodsHoldingsAndRefusalsMoveTheFigures) {
   TestRouter router(Scraped(WithLimits({{Quota::kQps, 2}})));
   ASSERT_NE(router.MetricsPort(), 0);
   std::string text = Scrape(router);
-  EXPECT_EQ(Value(text, "freeflow_router_sessions"), 0) << text;
-  EXPECT_EQ(Value(text, "freeflow_router_quota_refusals_total{quota=\"qps\"}"), 0);
-  EXPECT_EQ(Value(text, "freeflow_router_pod_limit{resource=\"qps\"}"), 2);
-  EXPECT_EQ(Value(text, "freeflow_router_pod_limit_bytes{resource=\"mapped\"}"),
+  EXPECT_EQ(SampleValue(text, "freeflow_router_sessions"), 0) << text;
+  EXPECT_EQ(SampleValue(text, "freeflow_router_quota_refusals_total{quota=\"qps\"}"), 0);
+  EXPECT_EQ(SampleValue(text, "freeflow_router_pod_limit{resource=\"qps\"}"), 2);
+  EXPECT_EQ(SampleValue(text, "freeflow_router_pod_limit_bytes{resource=\"mapped\"}"),
             kDefaultPodMappedMiB * double(1 << 20));
   {
     RawPod pod(router, Ip("10.0.0.1"));
@@ -61,19 +55,19 @@ TEST(RouterMetricsTest, PodsHoldingsAndRefusalsMoveTheFigures) {
     ASSERT_EQ(pod.CreateQp(IBV_QPT_RC).status, 0);
     EXPECT_EQ(pod.CreateQp(IBV_QPT_RC).status, ENOSPC);
     text = Scrape(router);
-    EXPECT_EQ(Value(text, "freeflow_router_sessions"), 1) << text;
-    EXPECT_EQ(Value(text, "freeflow_router_pods"), 1);
-    EXPECT_EQ(Value(text, "freeflow_router_qps"), 2);
-    EXPECT_EQ(Value(text, "freeflow_router_pod_held{address=\"10.0.0.1\",resource=\"qps\"}"), 2);
-    EXPECT_EQ(Value(text, "freeflow_router_pod_held{address=\"10.0.0.1\",resource=\"sessions\"}"),
+    EXPECT_EQ(SampleValue(text, "freeflow_router_sessions"), 1) << text;
+    EXPECT_EQ(SampleValue(text, "freeflow_router_pods"), 1);
+    EXPECT_EQ(SampleValue(text, "freeflow_router_qps"), 2);
+    EXPECT_EQ(SampleValue(text, "freeflow_router_pod_held{address=\"10.0.0.1\",resource=\"qps\"}"), 2);
+    EXPECT_EQ(SampleValue(text, "freeflow_router_pod_held{address=\"10.0.0.1\",resource=\"sessions\"}"),
               1);
     EXPECT_EQ(
-        Value(text, "freeflow_router_pod_held_bytes{address=\"10.0.0.1\",resource=\"mapped\"}"), 0);
-    EXPECT_EQ(Value(text,
+        SampleValue(text, "freeflow_router_pod_held_bytes{address=\"10.0.0.1\",resource=\"mapped\"}"), 0);
+    EXPECT_EQ(SampleValue(text,
                     "freeflow_router_pod_quota_refusals_total{address=\"10.0.0.1\","
                     "quota=\"qps\"}"),
               1);
-    EXPECT_EQ(Value(text, "freeflow_router_quota_refusals_total{quota=\"qps\"}"), 1);
+    EXPECT_EQ(SampleValue(text, "freeflow_router_quota_refusals_total{quota=\"qps\"}"), 1);
     EXPECT_TRUE(std::regex_search(
         text,
         std::regex(
@@ -86,8 +80,8 @@ TEST(RouterMetricsTest, PodsHoldingsAndRefusalsMoveTheFigures) {
   ASSERT_TRUE(WaitForValue(router, "freeflow_router_sessions", 0));
   text = Scrape(router);
   EXPECT_EQ(text.find("address=\"10.0.0.1\""), std::string::npos) << text;
-  EXPECT_EQ(Value(text, "freeflow_router_qps"), 0);
-  EXPECT_EQ(Value(text, "freeflow_router_quota_refusals_total{quota=\"qps\"}"), 1);
+  EXPECT_EQ(SampleValue(text, "freeflow_router_qps"), 0);
+  EXPECT_EQ(SampleValue(text, "freeflow_router_quota_refusals_total{quota=\"qps\"}"), 1);
 }
 
 // QPs by the state the router sees: an RC QP is unconnected until its owner names a peer,
@@ -102,17 +96,17 @@ TEST(RouterMetricsTest, QpsAreCountedByTheStateTheRouterSees) {
   ASSERT_EQ(qb.status, 0);
   ASSERT_EQ(a.CreateQp(IBV_QPT_UD).status, 0);
   std::string text = Scrape(router);
-  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"unconnected\"}"), 2) << text;
-  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"connected\"}"), 0);
-  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"datagram\"}"), 1);
+  EXPECT_EQ(SampleValue(text, "freeflow_router_qps_by_state{state=\"unconnected\"}"), 2) << text;
+  EXPECT_EQ(SampleValue(text, "freeflow_router_qps_by_state{state=\"connected\"}"), 0);
+  EXPECT_EQ(SampleValue(text, "freeflow_router_qps_by_state{state=\"datagram\"}"), 1);
   a.Connect(qa, Ip("10.0.0.2"), qb.qpn);
   text = Scrape(router);
-  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"unconnected\"}"), 1) << text;
-  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"connected\"}"), 1);
+  EXPECT_EQ(SampleValue(text, "freeflow_router_qps_by_state{state=\"unconnected\"}"), 1) << text;
+  EXPECT_EQ(SampleValue(text, "freeflow_router_qps_by_state{state=\"connected\"}"), 1);
   b.Connect(qb, Ip("10.0.0.1"), qa.qpn);
   text = Scrape(router);
-  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"unconnected\"}"), 0) << text;
-  EXPECT_EQ(Value(text, "freeflow_router_qps_by_state{state=\"connected\"}"), 2);
+  EXPECT_EQ(SampleValue(text, "freeflow_router_qps_by_state{state=\"unconnected\"}"), 0) << text;
+  EXPECT_EQ(SampleValue(text, "freeflow_router_qps_by_state{state=\"connected\"}"), 2);
   std::string report;
   EXPECT_EQ(ff::test::PromtoolCheck(text, &report), 0) << report << text;
 }
@@ -133,10 +127,10 @@ TEST(RouterMetricsTest, RefusalsOfOtherRoutersAreCountedByReason) {
   const std::string series =
       "freeflow_router_peer_refused_total{request=\"connect\",reason=\"pod_of_another_node\"}";
   std::string text = Scrape(b);
-  EXPECT_EQ(Value(text, series), 0) << text;
+  EXPECT_EQ(SampleValue(text, series), 0) << text;
   for (const char* why : {"address", "crowded", "closed", "unauthentic"}) {
     EXPECT_EQ(
-        Value(text, std::string("freeflow_router_direct_refused_total{reason=\"") + why + "\"}"), 0)
+        SampleValue(text, std::string("freeflow_router_direct_refused_total{reason=\"") + why + "\"}"), 0)
         << why;
   }
   EXPECT_NE(text.find("# TYPE freeflow_router_node_port_refused_total counter"), std::string::npos);
@@ -148,7 +142,7 @@ TEST(RouterMetricsTest, RefusalsOfOtherRoutersAreCountedByReason) {
   ASSERT_TRUE(WaitForValue(b, series, 1));
   text = Scrape(b);
   EXPECT_EQ(
-      Value(text, "freeflow_router_peer_refused_total{request=\"connect\",reason=\"unknown_pod\"}"),
+      SampleValue(text, "freeflow_router_peer_refused_total{request=\"connect\",reason=\"unknown_pod\"}"),
       0);
   std::string report;
   EXPECT_EQ(ff::test::PromtoolCheck(text, &report), 0) << report << text;
@@ -173,15 +167,15 @@ TEST(RouterMetricsTest, SessionEndsAreCountedByReason) {
       router, "freeflow_router_session_ends_total{reason=\"client closed the connection\"}", 1));
   const std::string text = Scrape(router);
   EXPECT_EQ(
-      Value(text, "freeflow_router_session_ends_total{reason=\"malformed or unexpected message\"}"),
+      SampleValue(text, "freeflow_router_session_ends_total{reason=\"malformed or unexpected message\"}"),
       1)
       << text;
 }
 
 TEST(RouterMetricsTest, TheLoopsWorkIsCounted) {
   TestRouter router(Scraped());
-  const double busy = Value(Scrape(router), "freeflow_router_loop_busy_seconds_total");
-  const double turns = Value(Scrape(router), "freeflow_router_loop_turn_seconds_count");
+  const double busy = SampleValue(Scrape(router), "freeflow_router_loop_busy_seconds_total");
+  const double turns = SampleValue(Scrape(router), "freeflow_router_loop_turn_seconds_count");
   ASSERT_GE(busy, 0);
   ASSERT_GE(turns, 0);
   for (int i = 0; i < 20; ++i) {
@@ -190,12 +184,12 @@ TEST(RouterMetricsTest, TheLoopsWorkIsCounted) {
     ASSERT_EQ(pod.CreateQp(IBV_QPT_RC).status, 0);
   }
   const std::string text = Scrape(router);
-  EXPECT_GT(Value(text, "freeflow_router_loop_busy_seconds_total"), busy) << text;
-  EXPECT_GT(Value(text, "freeflow_router_loop_turn_seconds_count"), turns + 20);
-  EXPECT_EQ(Value(text, "freeflow_router_loop_turn_seconds_count"),
-            Value(text, "freeflow_router_loop_turn_seconds_bucket{le=\"+Inf\"}"));
-  EXPECT_GT(Value(text, "process_open_fds"), 0);
-  EXPECT_GT(Value(text, "process_resident_memory_bytes"), 0);
+  EXPECT_GT(SampleValue(text, "freeflow_router_loop_busy_seconds_total"), busy) << text;
+  EXPECT_GT(SampleValue(text, "freeflow_router_loop_turn_seconds_count"), turns + 20);
+  EXPECT_EQ(SampleValue(text, "freeflow_router_loop_turn_seconds_count"),
+            SampleValue(text, "freeflow_router_loop_turn_seconds_bucket{le=\"+Inf\"}"));
+  EXPECT_GT(SampleValue(text, "process_open_fds"), 0);
+  EXPECT_GT(SampleValue(text, "process_resident_memory_bytes"), 0);
   EXPECT_TRUE(std::regex_search(
       text,
       std::regex("\nfreeflow_router_build_info\\{version=\"[0-9.]+\",commit=\"[^\"]+\"\\} 1\n")))

@@ -197,17 +197,9 @@ TEST(TrafficTotalsTest, PeerNodesPastTheBoundAreCountedAsOther) {
 // ---- through the router ------------------------------------------------------------------
 
 std::string Scrape(TestRouter& router) {
-  const auto answer = ff::test::HttpRequest(router.MetricsPort(), "GET", "/metrics");
-  EXPECT_EQ(answer.status, 200);
-  return answer.body;
+  return ff::test::HttpRequest(router.MetricsPort(), "GET", "/metrics").body;
 }
-
-double Value(const std::string& text, const std::string& series) {
-  const std::string line = "\n" + series + " ";
-  const size_t at = text.find(line);
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + line.size()));
-}
+using ff::test::SampleValue;
 
 TEST(TrafficClaimsTest, APodsLedgerMovesTheNodesOperationFamilies) {
   TestRouter::Options o;
@@ -239,10 +231,10 @@ TEST(TrafficClaimsTest, APodsLedgerMovesTheNodesOperationFamilies) {
     slots[0].counts[static_cast<uint32_t>(K::kWrite)].bytes.store(3000);
     map.as<TrafficLedgerHeader>()->used.store(1);
     std::string text = Scrape(router);
-    EXPECT_EQ(Value(text, writes), 3) << text;
-    EXPECT_EQ(Value(text, write_bytes), 3000);
-    EXPECT_EQ(Value(text, "freeflow_router_traffic_ledgers"), 1);
-    EXPECT_EQ(Value(text, ledger_refusals), 1);
+    EXPECT_EQ(SampleValue(text, writes), 3) << text;
+    EXPECT_EQ(SampleValue(text, write_bytes), 3000);
+    EXPECT_EQ(SampleValue(text, "freeflow_router_traffic_ledgers"), 1);
+    EXPECT_EQ(SampleValue(text, ledger_refusals), 1);
     std::string report;
     EXPECT_EQ(ff::test::PromtoolCheck(text, &report), 0) << report << text;
     // What the library counted after the last scrape is read when its session ends.
@@ -250,12 +242,12 @@ TEST(TrafficClaimsTest, APodsLedgerMovesTheNodesOperationFamilies) {
     slots[0].counts[static_cast<uint32_t>(K::kWrite)].bytes.store(5000);
     ASSERT_TRUE(pod.Flush());  // the refused second ledger left the session as it was
   }
-  for (int i = 0; i < 200 && Value(Scrape(router), "freeflow_router_sessions") != 0; ++i)
+  for (int i = 0; i < 200 && SampleValue(Scrape(router), "freeflow_router_sessions") != 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const std::string text = Scrape(router);
-  EXPECT_EQ(Value(text, writes), 5) << text;
-  EXPECT_EQ(Value(text, write_bytes), 5000);
-  EXPECT_EQ(Value(text, "freeflow_router_traffic_ledgers"), 0);
+  EXPECT_EQ(SampleValue(text, writes), 5) << text;
+  EXPECT_EQ(SampleValue(text, write_bytes), 5000);
+  EXPECT_EQ(SampleValue(text, "freeflow_router_traffic_ledgers"), 0);
 }
 
 }  // namespace
