@@ -46,13 +46,15 @@ std::string PodsTable(const json& a) {
     const json& held = p.at("held");
     uint64_t refused = 0;
     for (const auto& [quota, n] : p.at("refused").items()) refused += n.get<uint64_t>();
-    rows.push_back({p.at("address").get<std::string>(), Num(held.at("sessions")),
-                    pids.empty() ? "-" : pids, qps.empty() ? "-" : qps, Num(held.at("objects")),
-                    Num(held.at("regions")), Mib(held.at("mapped").get<uint64_t>()),
-                    Num(held.at("streams")), Num(held.at("sock-listeners")),
-                    std::to_string(refused)});
+    // The namespace and name the container runtime gives it (the router's --cri-endpoint).
+    const std::string ns = p.value("namespace", ""), pod = p.value("pod", "");
+    rows.push_back({p.at("address").get<std::string>(), pod.empty() ? "-" : ns + "/" + pod,
+                    Num(held.at("sessions")), pids.empty() ? "-" : pids, qps.empty() ? "-" : qps,
+                    Num(held.at("objects")), Num(held.at("regions")),
+                    Mib(held.at("mapped").get<uint64_t>()), Num(held.at("streams")),
+                    Num(held.at("sock-listeners")), std::to_string(refused)});
   }
-  return Render({"ADDRESS", "SESSIONS", "PIDS", "QPS", "OBJECTS", "REGIONS", "MAPPED-MIB",
+  return Render({"ADDRESS", "POD", "SESSIONS", "PIDS", "QPS", "OBJECTS", "REGIONS", "MAPPED-MIB",
                  "TCP-CONNS", "TCP-LISTENERS", "REFUSED"},
                 rows);
 }

@@ -99,7 +99,11 @@ nlohmann::json Router::AdminPods() const {
       [&](uint32_t ip, const Quotas::Counts& used, const Quotas::Counts& refused) {
         json by_type = json::object();
         for (const auto& [type, n] : qps[ip]) by_type[type] = n;
+        const std::optional<PodNames::Name> name =
+            names_ != nullptr ? names_->Find(ip) : std::nullopt;
         pods.push_back({{"address", FormatIpv4(ip)},
+                        {"namespace", name ? name->ns : ""},
+                        {"pod", name ? name->pod : ""},
                         {"sessions", sessions.count(ip) ? sessions[ip] : json::array()},
                         {"qps", by_type},
                         {"held", ByQuota(used)},

@@ -146,6 +146,10 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
   app.add_option("--metrics-address", c.metrics_address,
                  "host:port for Prometheus /metrics (off if empty; docs/metrics.md)")
       ->envname("FREEFLOW_METRICS_ADDRESS");
+  app.add_option("--cri-endpoint", c.cri_endpoint,
+                 "the container runtime's CRI socket, asked for pods' namespaces and names "
+                 "(e.g. /run/containerd/containerd.sock; none if empty; docs/metrics.md)")
+      ->envname("FREEFLOW_CRI_ENDPOINT");
   app.add_option("--log-level", c.log_level, "trace|debug|info|warn|error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
 }

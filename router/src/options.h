@@ -58,6 +58,8 @@ struct RouterConfig {
   std::string log_level = "info";
   // Prometheus /metrics ("host:port"; docs/metrics.md); empty: not served.
   std::string metrics_address;
+  // The container runtime's CRI socket, asked for pods' names (--cri-endpoint); empty: none.
+  std::string cri_endpoint;
   PodLimits pod_limits = DefaultPodLimits();         // --max-*-per-pod
   QuotasGiven quotas_given{};                        // which were set (flag or variable)
   uint64_t hello_timeout_ns = kHelloTimeoutNs;       // not a flag: tests shorten it

@@ -80,6 +80,7 @@ Router::Router(RouterConfig config, RouterDeps deps)
   sessions_.set_hello_timeout(config_.hello_timeout_ns);
   sessions_.set_answer_spin(config_.spin_us * 1000ull);
   sessions_.set_traffic_sink(&traffic_);
+  if (!config_.cri_endpoint.empty()) names_ = std::make_unique<PodNames>(config_.cri_endpoint);
   cm_.set_event_spin(config_.cm_spin_us * 1000ull);
 }
 

@@ -38,6 +38,7 @@
 #include "direct/direct_connections.h"
 #include "direct/direct_listener.h"
 #include "identity/identity.h"
+#include "identity/pod_names.h"
 #include "nodes/directory.h"
 #include "nodes/executor.h"
 #include "nodes/forwarder.h"
@@ -117,6 +118,7 @@ class Router final : private NodeTransport::Handler {
   void RenderPodQps(metrics::Exposition& out) const;
   void RenderPeers(metrics::Exposition& out) const;
   void RenderTraffic(metrics::Exposition& out) const;
+  void RenderPodNames(metrics::Exposition& out) const;
   // What the executor and the forwarder share (the members it names are constructed first,
   // but sessions_, which it only refers to).
   CrossNodeParts CrossNode() {
@@ -163,6 +165,8 @@ class Router final : private NodeTransport::Handler {
   uint64_t last_trim_ns_ = 0;
   volatile sig_atomic_t stats_requested_ = 0;
   AdminService admin_{loop_, [this](const std::string& request) { return AdminAnswer(request); }};
+  // Pods' names from the container runtime (--cri-endpoint); nullptr: not asked.
+  std::unique_ptr<PodNames> names_;
   // Last, so that it is destroyed first: it renders what the members above hold.
   MetricsService metrics_;
 };

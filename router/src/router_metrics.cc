@@ -193,6 +193,7 @@ std::string Router::RenderMetrics() {
   RenderPodQps(out);
   RenderPeers(out);
   RenderTraffic(out);
+  RenderPodNames(out);
   std::string text = out.Take();
   render_bytes_ = text.size();
   return text;
@@ -328,6 +329,26 @@ void Router::RenderTraffic(metrics::Exposition& out) const {
   sessions_.claim_refusals().ForEach([&](const char* why, uint64_t n) {
     out.Sample({{"reason", why}}, n);
   });
+}
+
+// Each pod that holds anything, by the namespace and name the container runtime gives its
+// address (--cri-endpoint): the join key for the families labelled by address.
+void Router::RenderPodNames(metrics::Exposition& out) const {
+  out.Family("freeflow_router_pod_info", Kind::kGauge,
+             "1 for each pod that holds anything, with the namespace and name the container "
+             "runtime gives its address (join on address).");
+  if (names_ == nullptr) return;
+  bool unnamed = false;
+  quotas_.ForEachAccount([&](uint32_t ip, const Quotas::Counts&, const Quotas::Counts&) {
+    const std::optional<PodNames::Name> name = names_->Find(ip);
+    if (!name) {
+      unnamed = true;
+      return;
+    }
+    out.Sample({{"address", FormatIpv4(ip)}, {"namespace", name->ns}, {"pod", name->pod}},
+               uint64_t{1});
+  });
+  if (unnamed) names_->Refresh();  // a pod started since the runtime was last asked
 }
 
 }  // namespace ff::router

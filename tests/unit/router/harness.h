@@ -117,6 +117,7 @@ class TestRouter {
     uint16_t direct_port_lo = 0, direct_port_hi = 0;
     uint64_t direct_accept_timeout_ns = kDirectAcceptTimeoutNs;
     std::string metrics_address;  // --metrics-address; empty: none
+    std::string cri_endpoint;     // --cri-endpoint; empty: none
   };
   explicit TestRouter(Options options);
   ~TestRouter();
