@@ -1,6 +1,5 @@
 #include "identity/pod_names.h"
 
-#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
@@ -9,6 +8,7 @@
 
 #include "cri_runtime.grpc.pb.h"
 #include "freeflow/clock.h"
+#include "freeflow/ipv4.h"
 
 namespace ff::router {
 
@@ -65,13 +65,6 @@ std::chrono::system_clock::time_point Deadline() {
   return std::chrono::system_clock::now() + std::chrono::milliseconds(PodNames::kCallTimeoutMs);
 }
 
-// A pod's IPv4 address as the runtime writes it; 0 when it is none.
-uint32_t ParseIpv4(const std::string& text) {
-  in_addr a{};
-  if (::inet_pton(AF_INET, text.c_str(), &a) != 1) return 0;
-  return ntohl(a.s_addr);
-}
-
 }  // namespace
 
 bool PodNames::Ask(std::string* error) {
@@ -97,7 +90,8 @@ bool PodNames::Ask(std::string* error) {
     status_context.set_deadline(Deadline());
     const grpc::Status t = runtime_->stub->PodSandboxStatus(&status_context, ask, &status);
     if (!t.ok()) continue;  // gone meanwhile: the next round forgets it
-    known_[sandbox.id()] = {ParseIpv4(status.status().network().ip()),
+    // A sandbox without an IPv4 address (none, or IPv6 only) is kept as 0: named by nothing.
+    known_[sandbox.id()] = {ParseIpv4(status.status().network().ip()).value_or(0),
                             {sandbox.metadata().namespace_(), sandbox.metadata().name()}};
   }
   std::map<uint32_t, Name> by_ip;
