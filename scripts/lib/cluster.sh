@@ -502,6 +502,19 @@ perftest_lost_race() { grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' "$@" 2>/dev/nu
 pod_router_kill() {
   if [[ $FF_PLACEMENT == cross ]]; then mn_router_down "$1" "${2:-TERM}"; else router_down "${2:-TERM}"; fi
 }
+# pod_router_start I [ffrouter args...]: starts pod I's router again after pod_router_kill,
+# as two_pods_up did.
+pod_router_start() {
+  local n=$1
+  shift
+  if [[ $FF_PLACEMENT == cross ]]; then
+    mn_router_up "$n" "$@"
+  elif [[ ${FF_KNOWN_PODS:-0} == 1 ]]; then
+    router_up_known_pods "$@"
+  else
+    router_up "$@"
+  fi
+}
 
 # perftest_clock_failed LOG...: true when perftest could not measure the CPU clock (it samples
 # cycles against gettimeofday and gives up, "Correlation coefficient r^2: ... < 0.9", when

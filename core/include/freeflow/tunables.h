@@ -61,6 +61,11 @@ inline constexpr uint64_t kYieldAfterEmptyNs = 1'000'000;
 // spins again once a sleep finds a completion within this (completion.cc).
 inline constexpr uint64_t kBusyAgainNs = 250'000;
 inline constexpr int kRouterCallTimeoutS = 10;   // a router silent this long is an error
+// How long opening the device waits for a router being replaced (FFV_ROUTER_WAIT_MS
+// overrides; 0: no wait): a socket path with no router behind it (ECONNREFUSED), or, in a
+// process whose router was lost, no socket yet. One wait per outage; later opens try once.
+inline constexpr int kDefaultRouterWaitMs = 10'000;
+inline constexpr int kRouterRetryMs = 50;  // between connects while it waits
 // A session sizes its process's descriptor table for this many descriptors (at most the
 // soft RLIMIT_NOFILE) when it opens: the data path receives descriptors later (rings,
 // sockets, segments), and a multi-threaded process whose table grows waits for an RCU grace

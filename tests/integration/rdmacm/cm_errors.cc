@@ -12,6 +12,14 @@
 //                                   (the test kills the server's process)
 //   cm_errors wait-removal IP PORT  connect, print ESTABLISHED, then DEVICE_REMOVAL must
 //                                   come (the test kills the router)
+//   cm_errors server PORT reopen    as removal, then (the test started a new router) free
+//                                   everything, listen again in the same process and accept
+//                                   one more connection, which the client disconnects
+//   cm_errors reopen IP PORT removal|disconnected
+//                                   connect, print ESTABLISHED, expect DEVICE_REMOVAL (own
+//                                   router killed) or DISCONNECTED (the server's), then
+//                                   connect again in the same process until the new router
+//                                   and the server's new listener take it
 //   cm_errors both-server PORT N    accept N connections (each moved to a channel of its
 //   cm_errors both-client IP PORT N own) and make N: both sides disconnect as soon as they
 //                                   are connected, so that their DREQs cross; each side
@@ -211,7 +219,51 @@ int Listen(int port, Side* listen) {
   return 0;
 }
 
-// Accepts one connection on PORT (any address); then hold or removal.
+constexpr int kAgainBoundMs = 60000;  // the new router and listener found within
+constexpr int kAgainPauseMs = 200;    // between attempts
+
+// A listener, made again until the new router serves the device: 0 or 1.
+int ListenAgain(int port, Side* listen) {
+  const double t0 = NowMs();
+  while (Listen(port, listen) != 0) {
+    Release(listen);
+    if (NowMs() - t0 > kAgainBoundMs) {
+      std::printf("FAILED: could not listen again within %d ms\n", kAgainBoundMs);
+      return 1;
+    }
+    cmtest::SleepMs(kAgainPauseMs);
+  }
+  std::printf("ok listening again %.1f ms after DEVICE_REMOVAL\n", NowMs() - t0);
+  return 0;
+}
+
+// The server after DEVICE_REMOVAL (`listen`, `conn` its lost objects): frees them, listens
+// again and takes one connection, which the client disconnects. 0 or 1.
+int ServeAgain(int port, Side* listen, Side* conn) {
+  Release(conn);
+  Release(listen);
+  if (ListenAgain(port, listen) != 0) return 1;
+  rdma_cm_event* ev = nullptr;
+  if (Expect(listen->ch, RDMA_CM_EVENT_CONNECT_REQUEST, kAgainBoundMs, &ev) != 0) return 1;
+  conn->id = ev->id;
+  const bool data_ok = DataIs(ev, kRequestData);
+  rdma_ack_cm_event(ev);
+  rdma_conn_param p = cmtest::ConnParam(kReplyData, kDataLen);
+  if (!data_ok || MakeResources(conn) != 0 || rdma_accept(conn->id, &p) != 0) {
+    std::printf("FAILED: accepting again (private data %s): %s\n", data_ok ? "ok" : "wrong",
+                std::strerror(errno));
+    return 1;
+  }
+  if (Expect(listen->ch, RDMA_CM_EVENT_ESTABLISHED, 5000) != 0 ||
+      Expect(listen->ch, RDMA_CM_EVENT_DISCONNECTED, 10000) != 0)
+    return 1;
+  std::printf("ok accepted again in the same process, then DISCONNECTED\n");
+  Release(conn);
+  Release(listen);
+  return 0;
+}
+
+// Accepts one connection on PORT (any address); then hold, removal or reopen.
 int Server(int port, const std::string& mode) {
   cmtest::Watchdog(150);
   Side listen, conn;
@@ -235,6 +287,10 @@ int Server(int port, const std::string& mode) {
   std::printf("ESTABLISHED\n");
   std::fflush(stdout);
   if (mode == "removal") return AwaitFinal(&listen, RDMA_CM_EVENT_DEVICE_REMOVAL, 60000);
+  if (mode == "reopen") {
+    if (AwaitFinal(&listen, RDMA_CM_EVENT_DEVICE_REMOVAL, 60000) != 0) return 1;
+    return ServeAgain(port, &listen, &conn);
+  }
   rdma_cm_event* late = nullptr;
   if (NextEvent(listen.ch, 60000, &late) == 0) {  // held until killed: nothing may come
     std::printf("FAILED: unexpected %s while held\n", rdma_event_str(late->event));
@@ -316,11 +372,40 @@ int BothClient(const char* ip, int port, int n) {
   return 0;
 }
 
+// Connects, loses the connection to `want` (the harness kills a router and starts another),
+// then connects again from the same process, retrying while the device or the server's
+// listener is not back (REJECTED, UNREACHABLE, ENODEV). 0 or 1.
+int Reopen(const char* ip, int port, rdma_cm_event_type want) {
+  if (Connected(ip, port, want, 30000) != 0) return 1;
+  cmtest::Watchdog(kAgainBoundMs / 1000 + 30);
+  const double t0 = NowMs();
+  for (int attempt = 1;; ++attempt) {
+    Side s;
+    rdma_cm_event* ev = nullptr;
+    if (StartConnect(ip, port, &s) == 0 && NextEvent(s.ch, 5000, &ev) == 0) {
+      const bool up = ev->event == RDMA_CM_EVENT_ESTABLISHED && DataIs(ev, kReplyData);
+      rdma_ack_cm_event(ev);
+      if (up) {
+        std::printf("ok connected again in the same process %.1f ms after %s (attempt %d)\n",
+                    NowMs() - t0, rdma_event_str(want), attempt);
+        return DisconnectAtOnce(&s);
+      }
+    }
+    Release(&s);
+    if (NowMs() - t0 > kAgainBoundMs) {
+      std::printf("FAILED: no connection again within %d ms\n", kAgainBoundMs);
+      return 1;
+    }
+    cmtest::SleepMs(kAgainPauseMs);
+  }
+}
+
 int Usage() {
   std::fprintf(stderr,
-               "usage: cm_errors noconn IP PORT | badaddr IP | server PORT [hold|removal] |\n"
-               "       client IP PORT | wait-removal IP PORT | both-server PORT N |\n"
-               "       both-client IP PORT N\n");
+               "usage: cm_errors noconn IP PORT | badaddr IP |\n"
+               "       server PORT [hold|removal|reopen] | client IP PORT |\n"
+               "       wait-removal IP PORT | both-server PORT N | both-client IP PORT N |\n"
+               "       reopen IP PORT removal|disconnected\n");
   return 2;
 }
 
@@ -341,5 +426,11 @@ int main(int argc, char** argv) {
     return BothClient(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
   if (cmd == "wait-removal" && argc == 4)
     return Connected(argv[2], std::atoi(argv[3]), RDMA_CM_EVENT_DEVICE_REMOVAL, 30000);
+  if (cmd == "reopen" && argc == 5) {
+    const std::string want = argv[4];
+    if (want != "removal" && want != "disconnected") return Usage();
+    return Reopen(argv[2], std::atoi(argv[3]),
+                  want == "removal" ? RDMA_CM_EVENT_DEVICE_REMOVAL : RDMA_CM_EVENT_DISCONNECTED);
+  }
   return Usage();
 }

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace cmtest {
 
@@ -37,6 +38,8 @@ inline void Watchdog(unsigned seconds) {
   ::sigaction(SIGALRM, &sa, nullptr);
   ::alarm(seconds);
 }
+
+inline void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
 // Parses "a.b.c.d" and a port into `out`; false (and a message) when it is not an address.
 inline bool ParseAddr(const char* ip, int port, sockaddr_in* out) {

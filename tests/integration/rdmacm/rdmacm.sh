@@ -7,7 +7,7 @@
 #   rdmacm.sh same|cross rping|ucmatose|udaddy|rdma_server|rdma_xserver|rstream|riostream|
 #                        udpong|cmtime|rcopy|ib_send_bw|ib_write_bw|ib_read_lat|ucp-sockaddr|
 #                        libfabric|noconn|badaddr|mckey|peer-killed|router-killed|
-#                        both-disconnect
+#                        router-replaced|both-disconnect
 # Each pair: the server first, both bounded, both exit statuses checked, and one check of
 # their output that proves data moved (or, for the error cases, that the expected event came
 # within its bound).
@@ -255,6 +255,30 @@ connected_then_kill() {
   [[ $c -eq 0 && $s -eq 0 ]]
 }
 
+# router_replaced: as connected_then_kill router, then pod 0's router is started again: the
+# same two processes (cm_errors server ... reopen, cm_errors reopen) must connect again, the
+# client retrying while the device or the server's new listener is not back.
+router_replaced() {
+  local port=7440 want=removal c s
+  [[ $where == cross ]] && want=disconnected
+  pod_bg 0 "$CM_ERRORS" server $port reopen >"$SV" 2>"$FF_DIR/server.err"
+  local spid=$FF_LAST_PID
+  wait_line "$SV" '^LISTENING' 10 "$spid" || { logs; return 1; }
+  pod_bg 1 "$CM_ERRORS" reopen "$S" $port $want >"$C" 2>"$FF_DIR/client.err"
+  local cpid=$FF_LAST_PID
+  { wait_line "$C" '^ESTABLISHED' 10 "$cpid" && wait_line "$SV" '^ESTABLISHED' 5 "$spid"; } || { logs; return 1; }
+  pod_router_kill 0 KILL
+  pod_router_start 0 || return 1
+  wait_pid "$cpid" 120
+  c=$?
+  wait_pid "$spid" 30
+  s=$?
+  echo "--- client (exit $c)"; cat "$C"
+  echo "--- server (exit $s)"; cat "$SV"
+  [[ $c -eq 0 && $s -eq 0 ]] && has "$C" '^ok connected again in the same process ' 1 &&
+    has "$SV" '^ok accepted again in the same process' 1
+}
+
 case $case in
   rping)
     pair_and "rping -C 1000 -V" "has $C '^ping data: rdma-ping-[0-9]+: ' 1000 && has $C '^ping data: rdma-ping-999: '" \
@@ -389,6 +413,10 @@ case $case in
     else
       check "router killed: client and server get DEVICE_REMOVAL within $CM_BOUND s" $st
     fi
+    ;;
+  router-replaced)
+    router_replaced
+    check "router killed and started again: the same processes connect again" $?
     ;;
   *)
     echo "unknown case $case"

@@ -3,6 +3,7 @@
 set -uo pipefail
 source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 FAULTS=${FF_FAULTS:-$FF_BUILD/tests/integration/verbs/verbs_faults}
+REOPEN=${FF_REOPEN:-$FF_BUILD/tests/integration/verbs/verbs_reopen}
 trap cluster_down EXIT
 cluster_up 3
 router_up || exit 1
@@ -58,6 +59,28 @@ for victim in peer router; do
   fi
 done
 router_up || exit 1
+
+# A router killed with SIGKILL and started again: the same two processes get DEVICE_FATAL and
+# error completions, destroy what they held, open the new router's device and run again.
+port=$((port + 1))
+pod_bg 0 "$REOPEN" server $port >"$FF_DIR/reopen-server.log" 2>&1
+spid=$FF_LAST_PID
+pod_bg 1 "$REOPEN" client "$SERVER" $port >"$FF_DIR/reopen-client.log" 2>&1
+cpid=$FF_LAST_PID
+for ((i = 0; i < 400; i++)); do
+  grep -q READY "$FF_DIR/reopen-server.log" && grep -q READY "$FF_DIR/reopen-client.log" && break
+  sleep 0.05
+done
+router_down KILL
+router_up || exit 1
+wait_pid "$cpid" 90
+c=$?
+wait_pid "$spid" 30
+s=$?
+echo "--- server"; cat "$FF_DIR/reopen-server.log"; echo "--- client"; cat "$FF_DIR/reopen-client.log"
+[[ $c -eq 0 && $s -eq 0 ]] && grep -q "^PASS reopened device index 1 " "$FF_DIR/reopen-server.log" &&
+  grep -q "^PASS reopened device index 1 " "$FF_DIR/reopen-client.log"
+result "after a router killed and started again, the same processes reopen the device and run" $?
 
 # A pod killed while holding QPs, CQs and MRs: its resources are released.
 base_fds=$(fd_count)

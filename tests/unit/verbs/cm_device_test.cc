@@ -132,6 +132,39 @@ TEST_F(CmTest, CommandsReachTheRouterAndAnswersTheProgram) {
   EXPECT_EQ(DestroyId(fd, resp.id), 0u);
 }
 
+// A route to the device names it by the session's device index, which only the library
+// knows (it changes when a lost router is replaced; librdmacm finds the device by it); a
+// route that leads to no device (no GUID) is left as the router wrote it.
+TEST_F(CmTest, ARouteToTheDeviceNamesTheSessionsDeviceIndex) {
+  uint32_t channel = 0;
+  const int fd = Open(O_RDWR | O_CLOEXEC, &channel);
+  const uint32_t id = CreateId(fd, 0x41);
+  pod_.session->device.index = 3;
+  uint64_t guid = 0x1122334455667788;
+  pod_.router.OnCmCommand([&guid](const ff::proto::CmCommand& c, ff::proto::CmReply* r) {
+    if (c.cmd != RDMA_USER_CM_CMD_QUERY_ROUTE) return 0;
+    rdma_ucm_query_route_resp route{};
+    route.node_guid = guid;
+    route.ibdev_index = 0;
+    route.port_num = 1;
+    std::memcpy(r->out, &route, sizeof(route));
+    r->out_len = sizeof(route);
+    return 0;
+  });
+  rdma_ucm_query_route_resp route{};
+  rdma_ucm_query q{};
+  q.id = id;
+  q.response = Ptr(&route);
+  ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_QUERY_ROUTE, q, sizeof(route)), 0);
+  EXPECT_EQ(route.node_guid, guid);
+  EXPECT_EQ(route.ibdev_index, 3u);
+  guid = 0;
+  route = rdma_ucm_query_route_resp{};
+  ASSERT_EQ(CmdErrno(fd, RDMA_USER_CM_CMD_QUERY_ROUTE, q, sizeof(route)), 0);
+  EXPECT_EQ(route.ibdev_index, 0u);
+  pod_.session->device.index = 0;
+}
+
 TEST_F(CmTest, SetOptionCarriesTheValueAndRefusesOversizedOnes) {
   const int fd = Open();
   const uint32_t id = CreateId(fd, 1);

@@ -22,6 +22,12 @@ ListeningRouter::ListeningRouter() {
     return;
   }
   dir_ = dir;
+  Listen();
+}
+
+ListeningRouter::ListeningRouter(const std::string& dir) : dir_(dir), own_dir_(false) { Listen(); }
+
+void ListeningRouter::Listen() {
   path_ = dir_ + "/ffrouter.sock";
   listener_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   sockaddr_un addr{};
@@ -45,7 +51,7 @@ ListeningRouter::ListeningRouter() {
 ListeningRouter::~ListeningRouter() {
   if (acceptor_.joinable()) acceptor_.join();
   if (!path_.empty()) ::unlink(path_.c_str());
-  if (!dir_.empty()) ::rmdir(dir_.c_str());
+  if (own_dir_ && !dir_.empty()) ::rmdir(dir_.c_str());
 }
 
 FakeRouter* ListeningRouter::Accepted() {

@@ -25,7 +25,10 @@ inline constexpr auto kWaitLimit = std::chrono::seconds(5);
 class ListeningRouter {
  public:
   ListeningRouter();
-  ~ListeningRouter();  // removes the socket and the folder
+  // Listens in an existing folder `dir` (as a router that replaces another does), which
+  // stays when it goes.
+  explicit ListeningRouter(const std::string& dir);
+  ~ListeningRouter();  // removes the socket, and the folder it made
   ListeningRouter(const ListeningRouter&) = delete;
   ListeningRouter& operator=(const ListeningRouter&) = delete;
   const std::string& dir() const { return dir_; }
@@ -34,8 +37,11 @@ class ListeningRouter {
   FakeRouter* Accepted();
 
  private:
+  void Listen();
+
   std::string dir_;
   std::string path_;
+  bool own_dir_ = true;
   ff::UniqueFd listener_;
   std::thread acceptor_;
   std::unique_ptr<FakeRouter> router_;

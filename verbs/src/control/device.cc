@@ -309,11 +309,15 @@ FFV_EXPORT __be64 ibv_get_device_guid(ibv_device* device) {
   return NodeGuid(reinterpret_cast<Device*>(device)->session->ip);
 }
 
-FFV_EXPORT int ibv_get_device_index(ibv_device* device) { return device != nullptr ? 0 : -1; }
+FFV_EXPORT int ibv_get_device_index(ibv_device* device) {
+  return device != nullptr ? reinterpret_cast<Device*>(device)->index : -1;
+}
 
 FFV_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
+  // A device whose router was lost is gone, as a removed device is: the program lists the
+  // devices again for the one that replaced it.
   Session* s = ProcessSession();
-  if (device == nullptr || s == nullptr || device != &s->device.dev)
+  if (device == nullptr || s == nullptr || device != &s->device.dev || s->fatal.load())
     return ObjectOrNull<ibv_context>(ENODEV, nullptr);
   return OpenContext(s);
 }

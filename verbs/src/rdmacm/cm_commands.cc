@@ -427,6 +427,17 @@ void SayJoinsAreRefused(const Command& c, int rc) {
     LogError("rdma_join_multicast: freeflow has no multicast (Operation not supported)");
 }
 
+// A route that leads to the device names it by this channel's session's device index
+// (session.h Device), which the router cannot know: librdmacm finds the device by GUID and
+// index, and a process whose router was replaced must find the new device, not the old.
+void StampDeviceIndex(const CmChannel& ch, ff::proto::CmReply* reply) {
+  constexpr size_t kAt = offsetof(rdma_ucm_query_route_resp, ibdev_index);
+  if (ch.session == nullptr || reply->out_len < kAt + sizeof(uint32_t) ||
+      Get<uint64_t>(reply->out, offsetof(rdma_ucm_query_route_resp, node_guid)) == 0)
+    return;
+  Put<uint32_t>(reply->out, kAt, static_cast<uint32_t>(ch.session->device.index));
+}
+
 // Every command but GET_EVENT.
 int Forward(CmChannel& ch, Command* c) {
   void* response = nullptr;
@@ -453,6 +464,7 @@ int Forward(CmChannel& ch, Command* c) {
   }
   if (rc == 0) rc = Account(ch, *c, &reply);
   if (rc != 0) return rc;
+  if (c->hdr.cmd == RDMA_USER_CM_CMD_QUERY_ROUTE) StampDeviceIndex(ch, &reply);
   if (response != nullptr)
     std::memcpy(response, reply.out, std::min<uint32_t>(c->hdr.out, reply.out_len));
   return 0;

@@ -31,10 +31,16 @@ namespace {
 std::atomic<bool> g_test_override{false};
 std::atomic<Session*> g_test_session{nullptr};
 
-Session* CmSession() {
-  if (g_test_override.load(std::memory_order_acquire))
-    return g_test_session.load(std::memory_order_acquire);
-  return ProcessSession();
+// The session a new channel opens on: the process-wide one, replaced first when its router
+// was lost (the program opens a new channel after DEVICE_REMOVAL). nullptr when this process
+// never had one (`*had` false) or its router is not back.
+Session* CmSession(bool* had) {
+  if (g_test_override.load(std::memory_order_acquire)) {
+    Session* s = g_test_session.load(std::memory_order_acquire);
+    *had = s != nullptr;
+    return s;
+  }
+  return LiveProcessSession(had);
 }
 
 bool IsDevicePath(const char* path) {
@@ -73,8 +79,14 @@ int OpenChannel(Session* s, int flags, int* out) {
 // router (then *result is the descriptor or -1 with errno set), false to pass it through.
 bool ServeOpen(const char* path, int flags, int* result) {
   if (!IsDevicePath(path)) return false;
-  Session* s = CmSession();
-  if (s == nullptr) return false;
+  bool had = false;
+  Session* s = CmSession(&had);
+  if (s == nullptr && !had) return false;
+  if (s == nullptr) {  // the device went with the router
+    errno = ENODEV;
+    *result = -1;
+    return true;
+  }
   int fd = -1;
   const int rc = Guarded([&] { return OpenChannel(s, flags, &fd); });
   if (rc != 0) {

@@ -29,6 +29,12 @@ std::mutex g_session_mu;
 Session* g_session = nullptr;  // never freed: the event thread may outlive main
 // g_session's ring control block, read without g_session_mu by spinning threads.
 std::atomic<const ff::RequestRingControl*> g_ring_control{nullptr};
+// Under g_session_mu: what opens the device nodes for a new session (GetSession's
+// `on_open`), how many process-wide sessions were opened (the next one's device index), and
+// whether a connect has waited for a router being replaced since the last one opened.
+void (*g_on_open)(Session*) = nullptr;
+int g_sessions_opened = 0;
+bool g_waited = false;
 
 // Takes one router notification off the event socket, if there is one. false when the
 // session ends (closing, or the router is gone: then every QP was failed).
@@ -378,26 +384,34 @@ int Hello(Session* s) {
   return 0;
 }
 
-int ConnectUnix(const std::string& path, UniqueFd* out) {
+// Connects to the router's socket at `path`: 0 or the connect's errno, said nowhere.
+int TryConnect(const std::string& path, UniqueFd* out) {
   sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path)) {
-    LogError("router socket path %s is too long", path.c_str());
-    return ENAMETOOLONG;
-  }
+  if (path.size() >= sizeof(addr.sun_path)) return ENAMETOOLONG;
   UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!sock) return errno;
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    const int rc = errno;
-    LogError(
-        "no virtual RDMA device: cannot reach the router at %s: %s (is ffrouter running "
-        "and the host folder mounted? FFR_NAME / FREEFLOW_DIR choose the router)",
-        path.c_str(), std::strerror(rc));
-    return rc;
-  }
+  if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return errno;
   *out = std::move(sock);
   return 0;
+}
+
+void SayUnreachable(const std::string& path, int rc) {
+  if (rc == ENAMETOOLONG) {
+    LogError("router socket path %s is too long", path.c_str());
+    return;
+  }
+  LogError(
+      "no virtual RDMA device: cannot reach the router at %s: %s (is ffrouter running "
+      "and the host folder mounted? FFR_NAME / FREEFLOW_DIR choose the router)",
+      path.c_str(), std::strerror(rc));
+}
+
+int ConnectUnix(const std::string& path, UniqueFd* out) {
+  const int rc = TryConnect(path, out);
+  if (rc != 0) SayUnreachable(path, rc);
+  return rc;
 }
 
 // Hands the router a request ring (proto::RequestRing). Without one (a router that refuses
@@ -486,6 +500,68 @@ Session* NoThrowOpen(int* error, F&& open) {
   return rc == 0 ? s : nullptr;
 }
 
+uint64_t RouterWaitNs() {
+  static const uint64_t ns = [] {
+    const char* v = std::getenv("FFV_ROUTER_WAIT_MS");
+    const long ms = v != nullptr && *v != '\0' ? std::atol(v) : ff::kDefaultRouterWaitMs;
+    return ms > 0 ? static_cast<uint64_t>(std::min(ms, 600'000L)) * 1'000'000u : 0u;
+  }();
+  return ns;
+}
+
+// Whether a connect that failed with `rc` finds a router being replaced: its socket is there
+// with nobody behind it, or this process lost its router (`lost`) and no new one has bound
+// yet. A path that never had a router is no device, said at once.
+bool BeingReplaced(int rc, bool lost) { return rc == ECONNREFUSED || (lost && rc == ENOENT); }
+
+// Connects the process-wide session's socket, waiting (bounded) for a router being replaced,
+// once per outage: a program that asks for the device again and again while there is none
+// waits the first time only.
+int ConnectProcessRouter(const std::string& path, bool lost, UniqueFd* out) {
+  int rc = TryConnect(path, out);
+  if (rc != 0 && !g_waited && BeingReplaced(rc, lost) && RouterWaitNs() > 0) {
+    g_waited = true;
+    LogDebug("waiting up to %llu ms for the router at %s (%s)",
+             static_cast<unsigned long long>(RouterWaitNs() / 1'000'000u), path.c_str(),
+             std::strerror(rc));
+    const uint64_t until = ff::MonotonicNs() + RouterWaitNs();
+    while (rc != 0 && BeingReplaced(rc, lost) && ff::MonotonicNs() < until) {
+      const timespec pause{0, ff::kRouterRetryMs * 1'000'000L};
+      ::nanosleep(&pause, nullptr);
+      rc = TryConnect(path, out);
+    }
+  }
+  if (rc != 0) SayUnreachable(path, rc);
+  return rc;
+}
+
+// g_session if its router is alive; else a new session in its place (g_session_mu held).
+Session* LiveLocked() {
+  Session* current = g_session;
+  if (current != nullptr && !current->fatal.load()) return current;
+  const bool lost = current != nullptr;
+  const std::string path = ff::RouterSocketPathFromEnv();
+  Session* s = NoThrowOpen(nullptr, [&](Session** out) {
+    UniqueFd sock;
+    const int rc = ConnectProcessRouter(path, lost, &sock);
+    return rc != 0 ? rc : Open(std::move(sock), path, out);
+  });
+  if (s == nullptr) return nullptr;
+  g_waited = false;
+  s->device.index = g_sessions_opened++;
+  // The lost session stays allocated: its contexts, and the program's pointer to its
+  // device, still lead to it.
+  g_session = s;
+  g_ring_control.store(s->ring.control, std::memory_order_release);
+  if (g_on_open != nullptr) g_on_open(s);
+  if (lost)
+    LogError(
+        "the router at %s is back: device %s (index %d) can be opened again; objects "
+        "of the lost one keep failing until they are destroyed",
+        path.c_str(), s->device.dev.name, s->device.index);
+  return s;
+}
+
 }  // namespace
 
 uint64_t AnswerSpinNs() {
@@ -499,16 +575,14 @@ uint64_t AnswerSpinNs() {
 
 Session* GetSession(void (*on_open)(Session*)) {
   std::lock_guard<std::mutex> g(g_session_mu);
-  if (g_session == nullptr) {
-    const std::string path = ff::RouterSocketPathFromEnv();
-    int error = 0;
-    g_session = OpenSession(path, &error);
-    if (g_session != nullptr) {
-      g_ring_control.store(g_session->ring.control, std::memory_order_release);
-      if (on_open != nullptr) on_open(g_session);
-    }
-  }
-  return g_session;
+  if (on_open != nullptr) g_on_open = on_open;
+  return LiveLocked();
+}
+
+Session* LiveProcessSession(bool* had) {
+  std::lock_guard<std::mutex> g(g_session_mu);
+  *had = g_session != nullptr;
+  return *had ? LiveLocked() : nullptr;
 }
 
 const ff::RequestRingControl* ProcessRingControl() {

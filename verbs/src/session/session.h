@@ -29,10 +29,14 @@
 
 namespace ff::verbs {
 
-// The ibv_device of a session (standard layout: ibv_device* <-> Device*).
+// The ibv_device of a session (standard layout: ibv_device* <-> Device*). `index` is
+// ibv_get_device_index: each process-wide session after a lost one gets the next, as a
+// device the kernel registers again does, so that whoever cached the old device by its
+// GUID and index (librdmacm) looks for it again instead of reusing the dead one.
 struct Device {
   ibv_device dev;
   Session* session;
+  int index = 0;
 };
 
 // The library's end of a session's request ring (proto::RequestRing), once the router took
@@ -150,10 +154,19 @@ struct Session {
 // The process-wide session, connected on first use to FREEFLOW_DIR/FFR_NAME.sock; nullptr
 // while the router cannot be reached (the next call tries again). `on_open`, when the call
 // connects it, runs once with the new session before any other thread can see it (the
-// device layer serves the device nodes from then on).
+// device layer serves the device nodes from then on); it is kept for later sessions.
+// A session whose router was lost (`fatal`) is replaced by a new one when the router is
+// back: the old one stays (its contexts keep failing with ENOTCONN until they are closed)
+// and is never freed. A connect that finds the router being replaced waits for it
+// (kDefaultRouterWaitMs, FFV_ROUTER_WAIT_MS) once per outage.
 Session* GetSession(void (*on_open)(Session*) = nullptr);
-// The process-wide session if it is connected, without trying to connect.
+// The process-wide session if it is connected, without trying to connect (it may be one
+// whose router was lost).
 Session* ProcessSession();
+// The process-wide session if it is connected and its router alive, replacing a lost one
+// as GetSession does; nullptr when there is none (and this process never had one, when
+// `*had` is false).
+Session* LiveProcessSession(bool* had);
 
 // fork support (fork.cc): the process-wide session's lock, held across fork(), and the
 // child's side: it drops the parent's session (closing its descriptors in the child) so
