@@ -9,8 +9,12 @@
 // Interposed: socket, bind and getsockname (a netlink address: family AF_NETLINK, the
 // socket's port id), setsockopt at SOL_NETLINK (accepted), sendto, send and sendmsg (the
 // requests), recvfrom and recvmsg (the sender's address reads as the kernel's, port id 0).
-// The library's sockets are told from others by the socket file's identity; a process that
-// never asked for one pays one atomic load per call.
+// The library's sockets are told from others by the descriptor number they were made at (a
+// byte per number, as cm_device.h marks rdma_cm descriptors), then by the socket file's
+// identity: any other descriptor costs one load and one compare per call, never a system
+// call. (An fstat per call cost every send of a process that had such a socket, the library's
+// own direct-path sends included, one more system call: librdmacm opens one at start-up.)
+// A dup() of one of the library's sockets is not recognised as one.
 #include <fcntl.h>
 #include <linux/netlink.h>
 #include <sys/socket.h>
@@ -30,6 +34,7 @@
 #include "base/exports.h"
 #include "base/log.h"
 #include "freeflow/preload/interpose.h"
+#include "freeflow/tunables.h"
 #include "views/device_facts.h"
 #include "views/netlink_view.h"
 
@@ -51,7 +56,25 @@ std::mutex g_mu;                           // guards the two below
 std::map<ino_t, NetlinkSocket>& g_sockets =  // by the socket file's inode
     *new std::map<ino_t, NetlinkSocket>;
 uint64_t g_made = 0;
-std::atomic<bool> g_any{false};
+// Descriptor numbers the library's sockets were made at: below ff::kCmFastFds a byte each,
+// above it a count of those made there. A marked number may since name another file (Find
+// then compares the socket's identity); an unmarked one is not the library's.
+std::atomic<uint8_t> g_marks[ff::kCmFastFds];
+std::atomic<int> g_high_marks{0};
+
+bool MaybeOurs(int fd) {
+  if (static_cast<unsigned>(fd) < static_cast<unsigned>(ff::kCmFastFds))
+    return g_marks[fd].load(std::memory_order_acquire) != 0;
+  return fd >= 0 && g_high_marks.load(std::memory_order_acquire) != 0;
+}
+
+void Mark(int fd) {
+  if (static_cast<unsigned>(fd) < static_cast<unsigned>(ff::kCmFastFds)) {
+    g_marks[fd].store(1, std::memory_order_release);
+  } else {
+    g_high_marks.fetch_add(1, std::memory_order_release);
+  }
+}
 // Read once, when the first request came, under a lock of its own: reading opens the
 // router session, whose sockets pass through the interposers below.
 std::mutex g_facts_mu;
@@ -65,7 +88,7 @@ std::atomic<ssize_t (*)(int, const void*, size_t, int, const sockaddr*, socklen_
 
 // The library's socket behind `fd`, if it is one.
 bool Find(int fd, NetlinkSocket* out) {
-  if (!g_any.load(std::memory_order_acquire) || fd < 0) return false;
+  if (!MaybeOurs(fd)) return false;
   struct stat st {};
   if (::syscall(SYS_fstat, fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
   std::lock_guard<std::mutex> l(g_mu);
@@ -111,7 +134,7 @@ int MakeSocket(int type) {
     g_sockets.erase(oldest);
   }
   g_sockets[st.st_ino] = s;
-  g_any.store(true, std::memory_order_release);
+  Mark(fd);
   return fd;
 }
 

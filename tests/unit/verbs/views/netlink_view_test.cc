@@ -258,9 +258,10 @@ TEST(NetlinkSocket, WhereTheKernelHasNoRdmaNetlinkTheProgramGetsOneThatAnswers) 
   EXPECT_TRUE(done) << "the dump ends with DONE";
   ::close(fd);
 
-  // Other sockets are the kernel's own.
+  // Other sockets are the kernel's own, also one at the number the library's had.
   const int udp = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(udp, 0);
+  EXPECT_EQ(udp, fd) << "the closed socket's number is the lowest free one";
   sockaddr_in any{};
   len = sizeof(any);
   ASSERT_EQ(::getsockname(udp, reinterpret_cast<sockaddr*>(&any), &len), 0);
