@@ -25,7 +25,7 @@ mkdir -p "$build"
 build=$(cd "$build" && pwd)
 started=$SECONDS
 bash "$src/fuzz/build.sh" "$build" "$jobs" core_unit_tests router_unit_tests verbs_unit_tests \
-  cm_librdmacm_tests cluster_unit_tests fsocket_unit_tests core_seal_tests direct_unit_tests
+  cm_librdmacm_tests device_reopen_tests cluster_unit_tests fsocket_unit_tests core_seal_tests direct_unit_tests
 echo "sanitized unit tests built in $((SECONDS - started)) s"
 
 # The fuzz runs' settings (fuzz/run.sh), leaks included: every report is fatal, but for those

@@ -137,6 +137,9 @@ std::string DeviceNodePath(const char* dev_name) {
 }
 
 void ServeDeviceNode(const std::string& path) {
+  // Served already (a session that replaced one whose router was lost): nothing to replace.
+  const char* now = g_node.load(std::memory_order_acquire);
+  if (now != nullptr && path == now) return;
   char* copy = ::strdup(path.c_str());
   if (copy == nullptr) {
     LogError("cannot serve the device node %s: out of memory", path.c_str());

@@ -35,6 +35,9 @@ std::atomic<const ff::RequestRingControl*> g_ring_control{nullptr};
 void (*g_on_open)(Session*) = nullptr;
 int g_sessions_opened = 0;
 bool g_waited = false;
+// Sessions whose router was lost and which a new one replaced: kept, never freed (their
+// contexts may still point at them; an event thread may still be leaving).
+std::vector<Session*>& g_lost_sessions = *new std::vector<Session*>;
 
 // Takes one router notification off the event socket, if there is one. false when the
 // session ends (closing, or the router is gone: then every QP was failed).
@@ -551,6 +554,12 @@ Session* LiveLocked() {
   s->device.index = g_sessions_opened++;
   // The lost session stays allocated: its contexts, and the program's pointer to its
   // device, still lead to it.
+  if (lost) {
+    try {
+      g_lost_sessions.push_back(current);
+    } catch (const std::bad_alloc&) {  // it stays allocated all the same, only unlisted
+    }
+  }
   g_session = s;
   g_ring_control.store(s->ring.control, std::memory_order_release);
   if (g_on_open != nullptr) g_on_open(s);
