@@ -36,8 +36,12 @@ sockaddr_in SockAddr(uint32_t ip, uint16_t port) {
 TcpTransport::~TcpTransport() {
   gate_.reset();                                   // its thread admits no more links
   if (inbox_ != nullptr) inbox_->owner = nullptr;  // what it posted finds nobody
-  // No handler callbacks any more: the router that owns us is going away.
-  for (auto& [id, l] : links_) loop_->Unwatch(l->watch);
+  // No handler callbacks any more: the router that owns us is going away. Its peers learn
+  // that it ended its links (TLS close_notify), not that they broke.
+  for (auto& [id, l] : links_) {
+    if (l->tls != nullptr && l->secured) l->tls->Goodbye();
+    loop_->Unwatch(l->watch);
+  }
 }
 
 bool TcpTransport::Start(EventLoop& loop, Handler& handler, std::string* error) {

@@ -243,6 +243,12 @@ bool TlsSession::SendPending() {
   }
 }
 
+void TlsSession::Goodbye() {
+  ERR_clear_error();
+  if (SSL_shutdown(ssl_) < 0) ERR_clear_error();  // a full socket: the peer sees EOF instead
+  SendPending();
+}
+
 bool TlsSession::HasUnsent() const { return net_ != nullptr && BIO_ctrl_pending(net_) > 0; }
 
 bool TlsSession::HasPending() const { return SSL_has_pending(ssl_) == 1; }

@@ -66,6 +66,9 @@ class TlsSession {
   // Sends encrypted bytes. true when none are left; false when the socket is full or broken
   // (the read side reports the error).
   bool SendPending();
+  // Tells the peer the session ends (a TLS close_notify) and sends it, without waiting: the
+  // peer then reads an orderly end of the link (0), not a stream cut short (EPROTO).
+  void Goodbye();
   bool HasUnsent() const;
   // True when OpenSSL holds received bytes that no read returned yet (epoll cannot see them).
   bool HasPending() const;

@@ -80,6 +80,20 @@ TEST_F(TlsLink, FramesCrossAnAuthenticatedLinkWholeAndInOrder) {
   EXPECT_EQ(a.recorder.got[0].chan, 7u);
 }
 
+// A router that stops ends its TLS links in order: its peer reads the end of the link, not
+// a stream cut short ("Protocol error", which read as an attack or a bug in the logs).
+TEST_F(TlsLink, ARouterThatStopsEndsItsLinksInOrder) {
+  End b("node-b", 2000, Context("node-b"));
+  auto a = std::make_unique<End>("node-a", 2000, Context("node-a"));
+  const LinkId l = a->transport.Dial(b.endpoint());
+  ASSERT_NE(l, kNoLink);
+  SendSome(*a, l);
+  ASSERT_TRUE(Pump({a.get(), &b}, [&] { return b.recorder.got.size() == 3; }));
+  a.reset();
+  ASSERT_TRUE(Pump({&b}, [&] { return !b.recorder.down.empty(); }));
+  EXPECT_EQ(b.recorder.last_why, "peer router closed the connection");
+}
+
 // An unauthenticated process speaking the plaintext wire protocol: its hello, connect
 // (with a forged source), SEND record and READ request never reach the handler.
 TEST_F(TlsLink, APlaintextPeerIsRefusedBeforeAnyFrameIsActedOn) {
