@@ -20,8 +20,7 @@
 
 namespace ff::verbs {
 
-std::atomic<uint8_t> g_cm_fd_marks[ff::kCmFastFds];
-std::atomic<int> g_cm_high_fds{0};
+FdMarks g_cm_fds;
 
 namespace cmtable {
 namespace {
@@ -64,12 +63,7 @@ Table& T() {
   return *t;
 }
 
-void Mark(int fd, bool on) {
-  if (static_cast<unsigned>(fd) < static_cast<unsigned>(ff::kCmFastFds))
-    g_cm_fd_marks[fd].store(on ? 1 : 0, std::memory_order_relaxed);
-  else
-    g_cm_high_fds.fetch_add(on ? 1 : -1, std::memory_order_relaxed);
-}
+void Mark(int fd, bool on) { g_cm_fds.Set(fd, on); }
 
 // The socket's identity straight from the kernel (the fstat interposer would answer for the
 // device instead).

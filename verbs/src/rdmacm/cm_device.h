@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/fd_marks.h"
 #include "freeflow/tunables.h"
 
 namespace ff::verbs {
@@ -37,17 +38,11 @@ inline constexpr const char* kCmDevicePath = "/dev/infiniband/rdma_cm";
 inline constexpr unsigned kCmMajor = 10;
 inline constexpr unsigned kCmMinor = 58;
 
-// Descriptors below ff::kCmFastFds are marked in a byte array; above it, a count says
-// whether any is an rdma_cm descriptor at all.
-extern std::atomic<uint8_t> g_cm_fd_marks[ff::kCmFastFds];
-extern std::atomic<int> g_cm_high_fds;
+// The rdma_cm descriptors' numbers (cm_channel.cc marks them).
+extern FdMarks g_cm_fds;
 
 // True when `fd` may be an rdma_cm descriptor (then ask IsCmFd); false means it is not.
-inline bool MaybeCmFd(int fd) {
-  if (static_cast<unsigned>(fd) < static_cast<unsigned>(ff::kCmFastFds))
-    return g_cm_fd_marks[fd].load(std::memory_order_relaxed) != 0;
-  return g_cm_high_fds.load(std::memory_order_relaxed) != 0;
-}
+inline bool MaybeCmFd(int fd) { return g_cm_fds.Maybe(fd); }
 
 // True when `fd` is an open rdma_cm descriptor of this process (it checks that the number
 // still names the socket it was opened as).

@@ -10,7 +10,7 @@
 // socket's port id), setsockopt at SOL_NETLINK (accepted), sendto, send and sendmsg (the
 // requests), recvfrom and recvmsg (the sender's address reads as the kernel's, port id 0).
 // The library's sockets are told from others by the descriptor number they were made at (a
-// byte per number, as cm_device.h marks rdma_cm descriptors), then by the socket file's
+// byte per number, base/fd_marks.h, as rdma_cm descriptors are), then by the socket file's
 // identity: any other descriptor costs one load and one compare per call, never a system
 // call. (An fstat per call cost every send of a process that had such a socket, the library's
 // own direct-path sends included, one more system call: librdmacm opens one at start-up.)
@@ -32,9 +32,9 @@
 #include <string>
 
 #include "base/exports.h"
+#include "base/fd_marks.h"
 #include "base/log.h"
 #include "freeflow/preload/interpose.h"
-#include "freeflow/tunables.h"
 #include "views/device_facts.h"
 #include "views/netlink_view.h"
 
@@ -56,25 +56,9 @@ std::mutex g_mu;                           // guards the two below
 std::map<ino_t, NetlinkSocket>& g_sockets =  // by the socket file's inode
     *new std::map<ino_t, NetlinkSocket>;
 uint64_t g_made = 0;
-// Descriptor numbers the library's sockets were made at: below ff::kCmFastFds a byte each,
-// above it a count of those made there. A marked number may since name another file (Find
-// then compares the socket's identity); an unmarked one is not the library's.
-std::atomic<uint8_t> g_marks[ff::kCmFastFds];
-std::atomic<int> g_high_marks{0};
-
-bool MaybeOurs(int fd) {
-  if (static_cast<unsigned>(fd) < static_cast<unsigned>(ff::kCmFastFds))
-    return g_marks[fd].load(std::memory_order_acquire) != 0;
-  return fd >= 0 && g_high_marks.load(std::memory_order_acquire) != 0;
-}
-
-void Mark(int fd) {
-  if (static_cast<unsigned>(fd) < static_cast<unsigned>(ff::kCmFastFds)) {
-    g_marks[fd].store(1, std::memory_order_release);
-  } else {
-    g_high_marks.fetch_add(1, std::memory_order_release);
-  }
-}
+// Descriptor numbers the library's sockets were made at (never unmarked: a number since
+// reused is told apart by Find's identity check).
+FdMarks g_marks;
 // Read once, when the first request came, under a lock of its own: reading opens the
 // router session, whose sockets pass through the interposers below.
 std::mutex g_facts_mu;
@@ -88,7 +72,7 @@ std::atomic<ssize_t (*)(int, const void*, size_t, int, const sockaddr*, socklen_
 
 // The library's socket behind `fd`, if it is one.
 bool Find(int fd, NetlinkSocket* out) {
-  if (!MaybeOurs(fd)) return false;
+  if (!g_marks.Maybe(fd)) return false;
   struct stat st {};
   if (::syscall(SYS_fstat, fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
   std::lock_guard<std::mutex> l(g_mu);
@@ -134,7 +118,7 @@ int MakeSocket(int type) {
     g_sockets.erase(oldest);
   }
   g_sockets[st.st_ino] = s;
-  Mark(fd);
+  g_marks.Set(fd, true);
   return fd;
 }
 

@@ -6,7 +6,6 @@
 // A program of its own: the process-wide session is set up once per process, and these
 // tests run in order on it.
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -43,15 +42,10 @@ ibv_device* ListOne(int* count) {
   return d;
 }
 
-// The next async event of `ctx`, waiting at most kWaitLimit.
+// Whether the next async event of `ctx` (within kWaitLimit) is IBV_EVENT_DEVICE_FATAL.
 bool DeviceFatal(ibv_context* ctx) {
-  pollfd p{ctx->async_fd, POLLIN, 0};
-  if (::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kWaitLimit).count())) != 1)
-    return false;
   ibv_async_event e{};
-  if (ibv_get_async_event(ctx, &e) != 0) return false;
-  ibv_ack_async_event(&e);
-  return e.event_type == IBV_EVENT_DEVICE_FATAL;
+  return NextAsyncEvent(ctx, &e) == 0 && e.event_type == IBV_EVENT_DEVICE_FATAL;
 }
 
 // A socket file at the router's path that nobody listens on: what a router that was killed
