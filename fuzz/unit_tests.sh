@@ -6,8 +6,8 @@
 #   fuzz/unit_tests.sh [-b BUILD_DIR] [-j JOBS]
 #
 # BUILD_DIR (default build-fuzz) is the fuzz build fuzz/run.sh uses; JOBS (default: the
-# processors) compile jobs; the tests run one at a time. To run some again: the settings
-# below, then ctest -R in BUILD_DIR.
+# processors) compile jobs and tests at a time (tests marked RUN_SERIAL run alone). To run
+# some again: the settings below, then ctest -R in BUILD_DIR.
 set -euo pipefail
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,11 +48,10 @@ skip+='|^unit\.verbs\.Events\.ABlockingWaitTakesAnEventThatFiresSoonWithoutSleep
 skip+='|^unit\.verbs\.PollSleep\.ASpinningPollerLetsABusyThreadOnItsCpuRun$'
 cd "$build"
 status=0
-# One test at a time, as make test runs the others: the tests that poll need the other CPU.
-ctest --output-on-failure -L unit -E "$skip|^unit\.fsocket\." || status=1
+ctest --output-on-failure -j "$jobs" -L unit -E "$skip|^unit\.fsocket\." || status=1
 # libfsocket lets a wait go on after a signal only when every handler has SA_RESTART
 # (fsocket/src/stream.cc); ASan's handlers of SIGSEGV, SIGBUS and SIGFPE have not, so its
 # tests run without them (a crash there is still a failure, only without ASan's report).
 ASAN_OPTIONS=$ASAN_OPTIONS:handle_segv=0:handle_sigbus=0:handle_sigfpe=0 \
-  ctest --output-on-failure -L unit -R '^unit\.fsocket\.' -E "$skip" || status=1
+  ctest --output-on-failure -j "$jobs" -L unit -R '^unit\.fsocket\.' -E "$skip" || status=1
 exit $status
