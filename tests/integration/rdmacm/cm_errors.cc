@@ -25,9 +25,16 @@
 //                                   are connected, so that their DREQs cross; each side
 //                                   must read one DISCONNECTED a connection, and nothing
 //                                   after it
+//   cm_errors fork-client IP PORT   connect and disconnect (librdmacm now holds the device
+//                                   open), fork: the child connects and disconnects with
+//                                   the device it opens itself, then the parent again; the
+//                                   server is both-server PORT 3. Prints each one's device
+//                                   index
 // Connections carry private data both ways and each side checks what it received.
 // Exit status: 0 as expected, 1 another outcome, 2 usage, 3 the watchdog fired.
 #include <infiniband/verbs.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -358,6 +365,43 @@ int BothServer(int port, int n) {
   return 0;
 }
 
+// One connection, disconnected at once, that says which device index it ran on: 0 or 1.
+int OnceOnDevice(const char* ip, int port, const char* who) {
+  Side s;
+  if (StartConnect(ip, port, &s) != 0 || Expect(s.ch, RDMA_CM_EVENT_ESTABLISHED, 5000) != 0) {
+    std::printf("FAILED: the %s's connection\n", who);
+    Release(&s);
+    return 1;
+  }
+  const int index = ibv_get_device_index(s.id->verbs->device);
+  if (DisconnectAtOnce(&s) != 0) return 1;
+  std::printf("ok %s connected on device index %d\n", who, index);
+  return 0;
+}
+
+// The parent connects, forks; the child (a process of its own to the router, whose first
+// session is a new device index, while librdmacm's copy of the parent's list still holds the
+// parent's) connects, then the parent again. 0 or 1.
+int ForkClient(const char* ip, int port) {
+  cmtest::Watchdog(120);
+  if (OnceOnDevice(ip, port, "parent") != 0) return 1;
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  if (child < 0) {
+    std::perror("fork");
+    return 1;
+  }
+  if (child == 0) {
+    ::_exit(OnceOnDevice(ip, port, "child"));
+  }
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::printf("FAILED: the child ended with status %#x\n", status);
+    return 1;
+  }
+  return OnceOnDevice(ip, port, "parent again");
+}
+
 int BothClient(const char* ip, int port, int n) {
   cmtest::Watchdog(120);
   for (int i = 0; i < n; ++i) {
@@ -405,7 +449,7 @@ int Usage() {
                "usage: cm_errors noconn IP PORT | badaddr IP |\n"
                "       server PORT [hold|removal|reopen] | client IP PORT |\n"
                "       wait-removal IP PORT | both-server PORT N | both-client IP PORT N |\n"
-               "       reopen IP PORT removal|disconnected\n");
+               "       reopen IP PORT removal|disconnected | fork-client IP PORT\n");
   return 2;
 }
 
@@ -424,6 +468,7 @@ int main(int argc, char** argv) {
   if (cmd == "both-server" && argc == 4) return BothServer(std::atoi(argv[2]), std::atoi(argv[3]));
   if (cmd == "both-client" && argc == 5)
     return BothClient(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
+  if (cmd == "fork-client" && argc == 4) return ForkClient(argv[2], std::atoi(argv[3]));
   if (cmd == "wait-removal" && argc == 4)
     return Connected(argv[2], std::atoi(argv[3]), RDMA_CM_EVENT_DEVICE_REMOVAL, 30000);
   if (cmd == "reopen" && argc == 5) {

@@ -7,7 +7,7 @@
 #   rdmacm.sh same|cross rping|ucmatose|udaddy|rdma_server|rdma_xserver|rstream|riostream|
 #                        udpong|cmtime|rcopy|ib_send_bw|ib_write_bw|ib_read_lat|ucp-sockaddr|
 #                        libfabric|noconn|badaddr|mckey|peer-killed|router-killed|
-#                        router-replaced|both-disconnect
+#                        router-replaced|both-disconnect|fork
 # Each pair: the server first, both bounded, both exit statuses checked, and one check of
 # their output that proves data moved (or, for the error cases, that the expected event came
 # within its bound).
@@ -400,6 +400,13 @@ case $case in
     pair_and "both sides disconnect at once, 50 connections: one DISCONNECTED each, nothing after" \
       "has $SV '^ok both-disconnect: 50 ' 1 && has $C '^ok both-disconnect: 50 ' 1" \
       -- "$CM_ERRORS" both-server 7430 50 -- "$CM_ERRORS" both-client "$S" 7430 50
+    ;;
+  fork)
+    # A client that connected forks: the child's librdmacm still lists the parent's device
+    # (index 0), its own session is a new index, and it must connect on that one.
+    pair_and "a forked child connects on a device of its own, then the parent again" \
+      "has $C '^ok parent connected on device index 0' 1 && has $C '^ok child connected on device index 1' 1 && has $C '^ok parent again connected on device index 0' 1 && has $SV '^ok both-disconnect: 3 ' 1" \
+      -- "$CM_ERRORS" both-server 7440 3 -- "$CM_ERRORS" fork-client "$S" 7440
     ;;
   peer-killed)
     connected_then_kill peer

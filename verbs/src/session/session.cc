@@ -35,6 +35,8 @@ std::atomic<const ff::RequestRingControl*> g_ring_control{nullptr};
 void (*g_on_open)(Session*) = nullptr;
 int g_sessions_opened = 0;
 bool g_waited = false;
+// Set in a child forked from a process that had a session (the child has none of its own).
+bool g_parent_had_session = false;
 // Sessions whose router was lost and which a new one replaced: kept, never freed (their
 // contexts may still point at them; an event thread may still be leaving).
 std::vector<Session*>& g_lost_sessions = *new std::vector<Session*>;
@@ -590,7 +592,7 @@ Session* GetSession(void (*on_open)(Session*)) {
 
 Session* LiveProcessSession(bool* had) {
   std::lock_guard<std::mutex> g(g_session_mu);
-  *had = g_session != nullptr;
+  *had = g_session != nullptr || g_parent_had_session;
   return *had ? LiveLocked() : nullptr;
 }
 
@@ -610,6 +612,9 @@ void ForgetProcessSessionInChild() {
   Session* s = g_session;
   g_session = nullptr;
   if (s == nullptr) return;
+  // What the parent set up (librdmacm's device list) the child inherits, so its first call
+  // may be one that only a process with a session is served for (opening rdma_cm).
+  g_parent_had_session = true;
   // The parent's connection stays the parent's: the child's copies of its descriptors would
   // keep the router from seeing the parent go, and requests on them would be the parent's.
   // The Session itself is left as it is (its event thread did not survive the fork).

@@ -164,8 +164,9 @@ Session* GetSession(void (*on_open)(Session*) = nullptr);
 // whose router was lost).
 Session* ProcessSession();
 // The process-wide session if it is connected and its router alive, replacing a lost one
-// as GetSession does; nullptr when there is none (and this process never had one, when
-// `*had` is false).
+// as GetSession does, or opening the first one of a child forked from a process that had
+// one; nullptr when there is none (and neither this process nor the one it was forked from
+// had one, when `*had` is false).
 Session* LiveProcessSession(bool* had);
 
 // fork support (fork.cc): the process-wide session's lock, held across fork(), and the
