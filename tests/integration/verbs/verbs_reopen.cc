@@ -4,7 +4,9 @@
 // new one. Each must then see IBV_EVENT_DEVICE_FATAL and its posted receive complete in
 // error, destroy everything it held (every call succeeding), list the devices again until
 // the new router's device is there, open it and run the ping-pong again in the same
-// process. It prints how long it was without a device.
+// process. It prints how long it was without a device. What the lost session leaves open
+// is checked too: a QP destroyed before the loss leaves a spare segment, which must go with
+// the lost session, and no session keeps its request ring's memfd (the router has it).
 //
 //   verbs_reopen server PORT
 //   verbs_reopen client SERVER_IP PORT
@@ -19,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "proc_fds.h"
 #include "rc_pair.h"
 
 namespace {
@@ -193,6 +196,11 @@ int Run(int sock, bool client) {
   if (!d.Open()) Die("no RDMA device");
   d.Connect(sock);
   if (!d.PingPong(sock, client)) return 1;
+  // A QP that never met a peer, destroyed: the library keeps its segment for a next QP.
+  ibv_qp* spare = rcpair::NewRcQp(d.pd, d.cq, d.cq, 16, 0);
+  if (ibv_destroy_qp(spare) != 0) Die("destroy the spare QP");
+  std::printf("QP segments open before the loss: %d\n",
+              fftest::DescriptorsNamed("/memfd:ffverbs-qp"));
   std::printf("READY %d round trips on device index %d\n", kRoundTrips, d.index);
   std::fflush(stdout);
 
@@ -227,6 +235,16 @@ int Run(int sock, bool client) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const double reopen_s = SecondsSince(t1);
+  // Open made one QP; nothing of the lost session's is left open.
+  const int segments = fftest::DescriptorsNamed("/memfd:ffverbs-qp");
+  const int rings = fftest::DescriptorsNamed("/memfd:ffverbs-requests");
+  if (segments != 1 || rings != 0) {
+    std::printf(
+        "FAIL open after the reopen: %d QP segments (want the new QP's 1), %d request "
+        "rings (want 0)\n",
+        segments, rings);
+    return 1;
+  }
   d.Connect(sock);
   if (!d.PingPong(sock, client)) return 1;
   std::printf("PASS reopened device index %d %.3f s after DEVICE_FATAL; %d round trips again\n",

@@ -333,10 +333,10 @@ void InitDevice(Session* s) {
 }
 
 // Shared memory and descriptors this process hands the router at HELLO. `theirs` receives
-// the router's end of the event socket.
-int PrepareHello(Session* s, UniqueFd* theirs) {
-  int rc = ff::CreateSegment("ffverbs-notify", ff::kNotifySegmentBytes, &s->notify_fd);
-  if (rc == 0) rc = ff::MapSegment(s->notify_fd.get(), ff::kNotifySegmentBytes, true, &s->notify);
+// the router's end of the event socket, `notify_fd` the notify segment's memfd.
+int PrepareHello(Session* s, UniqueFd* theirs, UniqueFd* notify_fd) {
+  int rc = ff::CreateSegment("ffverbs-notify", ff::kNotifySegmentBytes, notify_fd);
+  if (rc == 0) rc = ff::MapSegment(notify_fd->get(), ff::kNotifySegmentBytes, true, &s->notify);
   int pair[2];
   if (rc == 0 && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) rc = errno;
   if (rc != 0) {
@@ -357,12 +357,12 @@ int PrepareHello(Session* s, UniqueFd* theirs) {
 }
 
 int Hello(Session* s) {
-  UniqueFd theirs;
-  int rc = PrepareHello(s, &theirs);
+  UniqueFd theirs, notify_fd;
+  int rc = PrepareHello(s, &theirs, &notify_fd);
   if (rc != 0) return rc;
   ff::proto::Hello hello{};
   hello.abi = ff::kAbiVersion;
-  const int fds[3] = {s->notify_fd.get(), theirs.get(), s->wake_tx.get()};
+  const int fds[3] = {notify_fd.get(), theirs.get(), s->wake_tx.get()};
   ff::proto::Response resp{};
   UniqueFd table;
   int got = 0;
@@ -424,14 +424,15 @@ int ConnectUnix(const std::string& path, UniqueFd* out) {
 void OfferRequestRing(Session* s) {
   RequestRingEnd r;
   const size_t bytes = ff::RequestRingSegmentBytes(ff::kRequestRingBytes);
-  int rc = ff::CreateSegment("ffverbs-requests", bytes, &r.fd);
-  if (rc == 0) rc = ff::MapSegment(r.fd.get(), bytes, true, &r.map);
+  UniqueFd fd;
+  int rc = ff::CreateSegment("ffverbs-requests", bytes, &fd);
+  if (rc == 0) rc = ff::MapSegment(fd.get(), bytes, true, &r.map);
   if (rc == 0) {
     ff::proto::RequestRing m{};
     m.bytes = ff::kRequestRingBytes;
-    const int fd = r.fd.get();
+    const int raw = fd.get();
     ff::proto::Response resp{};
-    rc = s->Call(&m, sizeof(m), &fd, 1, &resp);
+    rc = s->Call(&m, sizeof(m), &raw, 1, &resp);
   }
   if (rc != 0) {
     LogDebug("requests to %s go on its socket (no request ring: %s)", s->name.c_str(),
@@ -557,6 +558,12 @@ Session* LiveLocked() {
   // The lost session stays allocated: its contexts, and the program's pointer to its
   // device, still lead to it.
   if (lost) {
+    // Its spare QP segments are nobody's (no QP is made on a lost session): unmapped now.
+    std::deque<Session::SpareSegment> spares;
+    {
+      std::lock_guard<std::mutex> sg(current->spare_mu);
+      spares.swap(current->spare_segments);
+    }
     try {
       g_lost_sessions.push_back(current);
     } catch (const std::bad_alloc&) {  // it stays allocated all the same, only unlisted
@@ -618,8 +625,8 @@ void ForgetProcessSessionInChild() {
   // The parent's connection stays the parent's: the child's copies of its descriptors would
   // keep the router from seeing the parent go, and requests on them would be the parent's.
   // The Session itself is left as it is (its event thread did not survive the fork).
-  for (UniqueFd* fd : {&s->sock, &s->events, &s->notify_fd, &s->wake_fd, &s->wake_tx, &s->tick_rx,
-                       &s->tick_tx, &s->ring.fd, &s->direct_ep, &s->self_wake_tx})
+  for (UniqueFd* fd : {&s->sock, &s->events, &s->wake_fd, &s->wake_tx, &s->tick_rx, &s->tick_tx,
+                       &s->direct_ep, &s->self_wake_tx})
     if (*fd) ::close(fd->release());
   // Nor its direct connections: the peers must see them end when the parent does.
   CloseDirectInChild(s);

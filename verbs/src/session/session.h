@@ -41,9 +41,9 @@ struct Device {
 
 // The library's end of a session's request ring (proto::RequestRing), once the router took
 // it: requests are written there instead of sent, which costs the router no system call to
-// receive when it is awake, and the library none to send.
+// receive when it is awake, and the library none to send. Its memfd is closed once the
+// router has its copy (the mapping is all the library needs).
 struct RequestRingEnd {
-  UniqueFd fd;
   Mapping map;
   ff::RingProducer producer;
   ff::RequestRingControl* control = nullptr;  // nullptr: requests go on the socket
@@ -64,8 +64,9 @@ struct Session {
   uint16_t lid = 0;
   ff::Ipv4Prefix overlay;  // the pod network: a peer's LID is its address's offset in it
   std::string node;
-  UniqueFd notify_fd;
-  Mapping notify;    // our NotifySlot array: CQ event words, then the wake word (kWakeSlot)
+  // Our NotifySlot array: CQ event words, then the wake word (kWakeSlot). Its memfd went to
+  // the router at HELLO and is closed here.
+  Mapping notify;
   UniqueFd wake_fd;  // wake socket (fd.h), rung by the router after it delivered to us
   UniqueFd wake_tx;  // its sending end, until HELLO hands it to the router
   // A wake socket of this process alone (no other process ever holds either end): the data

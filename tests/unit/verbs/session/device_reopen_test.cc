@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "pod.h"
+#include "proc_fds.h"
 
 namespace fftest {
 namespace {
@@ -173,6 +174,26 @@ TEST_F(DeviceReopen, ALostRouterIsReplacedAndTheSameProcessOpensTheDeviceAgain) 
   ASSERT_NE(third_ctx, nullptr);
   ASSERT_NE(third.Accepted(), nullptr);
   EXPECT_EQ(ibv_close_device(third_ctx), 0);
+}
+
+// The memfds a session hands the router are the router's to keep: the library keeps only its
+// mappings of them, so a session lost in each router restart of a long job does not hold
+// them on. (The notify words here; this fake refuses the request ring, whose memfd the
+// library closes the same way, integration.verbs_faults' reopen program checks that one.)
+TEST_F(DeviceReopen, ALostSessionKeepsNoSegmentItHandedTheRouter) {
+  auto listening = std::make_unique<ListeningRouter>(g_dir);
+  int n = 0;
+  ibv_device* dev = ListOne(&n);
+  ASSERT_EQ(n, 1);
+  ibv_context* ctx = ibv_open_device(dev);
+  ASSERT_NE(ctx, nullptr);
+  FakeRouter* router = listening->Accepted();
+  ASSERT_NE(router, nullptr);
+  router->Close();
+  ASSERT_TRUE(DeviceFatal(ctx));
+  listening.reset();  // the fake router's copies (it runs in this process) go with it
+  EXPECT_EQ(DescriptorsNamed("/memfd:ffverbs-notify"), 0);
+  EXPECT_EQ(ibv_close_device(ctx), 0);
 }
 
 }  // namespace
