@@ -20,7 +20,7 @@ $(BUILD_DIR)/CMakeCache.txt: | deps
 build: deps $(BUILD_DIR)/CMakeCache.txt
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# The unit tests two at a time (those that measure the scheduler are marked to run alone), then
+# The unit tests JOBS at a time (those that measure the scheduler are marked to run alone), then
 # the others one at a time: integration tests start routers and namespaces and measure.
 test: build
 	@cd $(BUILD_DIR) && status=0; \
