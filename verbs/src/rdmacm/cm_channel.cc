@@ -20,8 +20,6 @@
 
 namespace ff::verbs {
 
-FdMarks g_cm_fds;
-
 namespace cmtable {
 namespace {
 
@@ -63,7 +61,7 @@ Table& T() {
   return *t;
 }
 
-void Mark(int fd, bool on) { g_cm_fds.Set(fd, on); }
+void Mark(int fd, bool on) { g_library_fds.Set(fd, FdKind::kCmChannel, on); }
 
 // The socket's identity straight from the kernel (the fstat interposer would answer for the
 // device instead).

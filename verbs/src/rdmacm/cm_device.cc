@@ -105,20 +105,25 @@ mode_t ModeArg(int flags, va_list ap) {
 }
 
 // Runs the real call that may release descriptor numbers [first, last] with the table
-// locked, and forgets the channels there when it did (`released`).
+// locked, and forgets the channels there when it did (`released`), and the other kinds'
+// marks there (an RDMA netlink socket's number, views/netlink_socket.cc, no longer costs
+// whatever takes it next an fstat per send).
 template <typename Call, typename Released>
 auto Releasing(unsigned first, unsigned last, Call call, Released released) {
   cmtable::Lock();
   const auto rc = call();
-  if (released(rc)) cmtable::ForgetRangeLocked(first, last);
+  if (released(rc)) {
+    cmtable::ForgetRangeLocked(first, last);
+    g_library_fds.ClearLow(first, last, FdKind::kNetlink);
+  }
   cmtable::Unlock();
   return rc;
 }
 
-// dup2/dup3 onto `newfd`: a channel there is replaced when the call succeeds.
+// dup2/dup3 onto `newfd`: what the library had there is replaced when the call succeeds.
 template <typename Call>
 int Replacing(int newfd, Call call) {
-  if (__builtin_expect(!MaybeCmFd(newfd), 1)) return call();
+  if (__builtin_expect(!MaybeLibraryFd(newfd), 1)) return call();
   const unsigned n = static_cast<unsigned>(newfd);
   return Releasing(n, n, call, [](int rc) { return rc >= 0; });
 }
@@ -207,7 +212,8 @@ FFV_EXPORT ssize_t write(int fd, const void* buf, size_t count) {
 // Linux releases the number even when close fails (EINTR, EIO), unless it was not open.
 FFV_EXPORT int close(int fd) {
   static std::atomic<int (*)(int)> real{nullptr};
-  if (__builtin_expect(!MaybeCmFd(fd), 1)) return ff::preload::CallNext(real, "close", fd);
+  if (__builtin_expect(!ff::verbs::MaybeLibraryFd(fd), 1))
+    return ff::preload::CallNext(real, "close", fd);
   const unsigned n = static_cast<unsigned>(fd);
   return ff::verbs::Releasing(
       n, n, [&] { return ff::preload::CallNext(real, "close", fd); },

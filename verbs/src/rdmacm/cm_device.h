@@ -14,7 +14,10 @@
 //   and LEAVE_MCAST's events_reported, which librdmacm waits for), and it turns a router
 //   that went away into one RDMA_CM_EVENT_DEVICE_REMOVAL per live id (cm_events.cc).
 //
-// Every other descriptor pays one load and one compare in write() and close() (MaybeCmFd).
+// Every other descriptor pays one load and one compare in write() and close() (MaybeCmFd,
+// MaybeLibraryFd). The close family releases the marks of every kind at the numbers it
+// released (base/fd_marks.h), under the table's lock, which is also the lock every mark is
+// set under: a number closed and made again at once by another thread keeps its new mark.
 #pragma once
 
 #include <sys/types.h>
@@ -38,11 +41,11 @@ inline constexpr const char* kCmDevicePath = "/dev/infiniband/rdma_cm";
 inline constexpr unsigned kCmMajor = 10;
 inline constexpr unsigned kCmMinor = 58;
 
-// The rdma_cm descriptors' numbers (cm_channel.cc marks them).
-extern FdMarks g_cm_fds;
-
 // True when `fd` may be an rdma_cm descriptor (then ask IsCmFd); false means it is not.
-inline bool MaybeCmFd(int fd) { return g_cm_fds.Maybe(fd); }
+// cm_channel.cc marks them.
+inline bool MaybeCmFd(int fd) { return g_library_fds.Maybe(fd, FdKind::kCmChannel); }
+// True when `fd` may be any descriptor the library marked: the close family's test.
+inline bool MaybeLibraryFd(int fd) { return g_library_fds.Maybe(fd); }
 
 // True when `fd` is an open rdma_cm descriptor of this process (it checks that the number
 // still names the socket it was opened as).
@@ -59,9 +62,10 @@ bool CmWrite(int fd, const void* buf, size_t len, ssize_t* result);
 void UseCmSession(Session* s);
 void UseProcessCmSession();
 
-// fork (fork.cc): the table's lock, held across fork(); in the child, the parent's
-// channels stay open descriptors but every command on them fails with ENODEV (the router
-// knows them as the parent's).
+// The table's lock: held across fork() (fork.cc), across a close-family call and the
+// release of its numbers' marks, and while a mark of any kind is set. In a forked child the
+// parent's channels stay open descriptors but every command on them fails with ENODEV (the
+// router knows them as the parent's).
 void LockCmTable();
 void UnlockCmTable();
 void ForgetCmChannelsInChild();

@@ -10,11 +10,14 @@
 // socket's port id), setsockopt at SOL_NETLINK (accepted), sendto, send and sendmsg (the
 // requests), recvfrom and recvmsg (the sender's address reads as the kernel's, port id 0).
 // The library's sockets are told from others by the descriptor number they were made at (a
-// byte per number, base/fd_marks.h, as rdma_cm descriptors are), then by the socket file's
+// bit per number, base/fd_marks.h, as rdma_cm descriptors are), then by the socket file's
 // identity: any other descriptor costs one load and one compare per call, never a system
 // call. (An fstat per call cost every send of a process that had such a socket, the library's
 // own direct-path sends included, one more system call: librdmacm opens one at start-up.)
-// A dup() of one of the library's sockets is not recognised as one.
+// The close family (rdmacm/cm_device.cc) unmarks a number it releases, so a socket that
+// takes the number of a closed one is not looked at either; only a number past
+// ff::kCmFastFds stays looked at (by identity) once the library made a socket there. A
+// dup() of one of the library's sockets is not recognised as one.
 #include <fcntl.h>
 #include <linux/netlink.h>
 #include <sys/socket.h>
@@ -35,6 +38,7 @@
 #include "base/fd_marks.h"
 #include "base/log.h"
 #include "freeflow/preload/interpose.h"
+#include "rdmacm/cm_device.h"
 #include "views/device_facts.h"
 #include "views/netlink_view.h"
 
@@ -56,9 +60,6 @@ std::mutex g_mu;                           // guards the two below
 std::map<ino_t, NetlinkSocket>& g_sockets =  // by the socket file's inode
     *new std::map<ino_t, NetlinkSocket>;
 uint64_t g_made = 0;
-// Descriptor numbers the library's sockets were made at (never unmarked: a number since
-// reused is told apart by Find's identity check).
-FdMarks g_marks;
 // Read once, when the first request came, under a lock of its own: reading opens the
 // router session, whose sockets pass through the interposers below.
 std::mutex g_facts_mu;
@@ -72,7 +73,7 @@ std::atomic<ssize_t (*)(int, const void*, size_t, int, const sockaddr*, socklen_
 
 // The library's socket behind `fd`, if it is one.
 bool Find(int fd, NetlinkSocket* out) {
-  if (!g_marks.Maybe(fd)) return false;
+  if (!g_library_fds.Maybe(fd, FdKind::kNetlink)) return false;
   struct stat st {};
   if (::syscall(SYS_fstat, fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
   std::lock_guard<std::mutex> l(g_mu);
@@ -109,16 +110,22 @@ int MakeSocket(int type) {
   }
   s.dev = st.st_dev;
   s.portid = NextPortId();
-  std::lock_guard<std::mutex> l(g_mu);
-  s.order = ++g_made;
-  if (g_sockets.size() >= kMaxSockets) {
-    auto oldest = g_sockets.begin();
-    for (auto it = g_sockets.begin(); it != g_sockets.end(); ++it)
-      if (it->second.order < oldest->second.order) oldest = it;
-    g_sockets.erase(oldest);
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    s.order = ++g_made;
+    if (g_sockets.size() >= kMaxSockets) {
+      auto oldest = g_sockets.begin();
+      for (auto it = g_sockets.begin(); it != g_sockets.end(); ++it)
+        if (it->second.order < oldest->second.order) oldest = it;
+      g_sockets.erase(oldest);
+    }
+    g_sockets[st.st_ino] = s;
   }
-  g_sockets[st.st_ino] = s;
-  g_marks.Set(fd, true);
+  // Marked under the lock the close family releases marks under: a close of this number
+  // by another thread that has not released its marks yet cannot unmark it after us.
+  LockCmTable();
+  g_library_fds.Set(fd, FdKind::kNetlink, true);
+  UnlockCmTable();
   return fd;
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "base/fd_marks.h"
 #include "views/device_facts.h"
 
 namespace fftest {
@@ -269,6 +270,50 @@ TEST(NetlinkSocket, WhereTheKernelHasNoRdmaNetlinkTheProgramGetsOneThatAnswers) 
   ::close(udp);
   errno = 0;
   EXPECT_EQ(::socket(AF_NETLINK, SOCK_RAW, 31), -1) << "other netlink families are untouched";
+}
+
+// A socket that takes the number of one the program released is not looked at: no fstat per
+// send for it (the mark goes with the number, whichever call of the close family released
+// it), while a call that releases nothing leaves the mark.
+TEST(NetlinkSocket, ANumberTheProgramReleasedIsNoLongerMarked) {
+  using ff::verbs::FdKind;
+  using ff::verbs::g_library_fds;
+  const auto made = [] { return ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_RDMA); };
+  const auto marked = [](int fd) { return g_library_fds.Maybe(fd, FdKind::kNetlink); };
+
+  int fd = made();
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_TRUE(marked(fd));
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_FALSE(marked(fd)) << "close";
+
+  fd = made();
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::close_range(fd, fd, CLOSE_RANGE_CLOEXEC), 0);
+  EXPECT_TRUE(marked(fd)) << "close_range(CLOEXEC) releases nothing";
+  ASSERT_EQ(::close_range(fd, fd, 0), 0);
+  EXPECT_FALSE(marked(fd)) << "close_range";
+
+  fd = made();
+  ASSERT_GE(fd, 0);
+  const int udp = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(udp, 0);
+  ASSERT_EQ(::dup2(udp, fd), fd);
+  EXPECT_FALSE(marked(fd)) << "dup2 onto it";
+  ::close(fd);
+  ::close(udp);
+
+  // The rdma_cm kind shares the table and keeps its own bit.
+  fd = made();
+  ASSERT_GE(fd, 0);
+  g_library_fds.Set(fd, FdKind::kCmChannel, true);
+  g_library_fds.ClearLow(static_cast<unsigned>(fd), static_cast<unsigned>(fd), FdKind::kNetlink);
+  EXPECT_FALSE(marked(fd));
+  EXPECT_TRUE(g_library_fds.Maybe(fd, FdKind::kCmChannel));
+  EXPECT_TRUE(g_library_fds.Maybe(fd));
+  g_library_fds.Set(fd, FdKind::kCmChannel, false);
+  EXPECT_FALSE(g_library_fds.Maybe(fd));
+  ::close(fd);
 }
 
 }  // namespace
