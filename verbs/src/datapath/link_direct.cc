@@ -197,6 +197,18 @@ void PublishDirect(PeerLink* link) {
   DirectOut& d = *link->direct;
   DirectConn* c = d.conn.get();
   if (!c->ready.load(std::memory_order_acquire)) return;
+  // A program that polls its connections and is now posting attends them as much: it polls
+  // again once its send queue is full at the latest. The event thread keeps away from them
+  // while it does, as while it polls. Counted from the last poll alone, a burst of posts that
+  // took longer than the attention window (128 of ib_send_bw's on a host whose system calls
+  // were slow) had the event thread take the answers meanwhile, the two threads contending
+  // for the connection and its locks, and posts no longer held for one write: ib_send_bw's
+  // 64-byte rate fell to a fifth and stayed there. A program asleep in the library (0) is
+  // not woken into attention by a post (nor one that just went to sleep on another thread:
+  // the exchange fails then).
+  std::atomic<uint64_t>& polled = c->session->direct_polled_ns;
+  uint64_t last = polled.load(std::memory_order_relaxed);
+  if (last != 0) polled.compare_exchange_strong(last, ff::MonotonicNs(), std::memory_order_relaxed);
   if (d.owed_at_start && HoldPosts(c)) return;
   FlushConn(c);
 }

@@ -134,7 +134,8 @@ struct Session {
   // Direct connections to processes on other nodes (direct/direct.h): their set, made on
   // first use (direct_mu); one epoll set of their sockets that the program's poll and the
   // event thread both wait on; how many are being served; when the program last polled them
-  // (0: it sleeps, the event thread serves them); and our own wake word's sending end (a
+  // or posted to one of them after a poll (0: it sleeps, the event thread serves them); and
+  // our own wake word's sending end (a
   // dup of the one the router holds), which wakes a poll asleep on the wake word.
   std::mutex direct_mu;
   std::shared_ptr<DirectSet> direct;
