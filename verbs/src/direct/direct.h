@@ -155,6 +155,8 @@ struct DirectSet {
 // ---- the connections (direct_conn.cc) ------------------------------------------------------
 // The set of session `s`, made on first use.
 DirectSet* DirectOf(Session* s);
+// The connections of `s` now (none when it has never had one).
+std::vector<std::shared_ptr<DirectConn>> ConnsOf(Session* s);
 // The link `link` of `qp` becomes direct, as the router's connect answer `c` says: on the
 // connection it names (dialled now when it is new) as channel c.direct_chan. 0 or an errno
 // value; a dial that fails still makes the link (dead: its work requests fail as a peer's

@@ -469,4 +469,49 @@ void FinishEndedDirect(Session* s) {
   }
 }
 
+// The connections of `s` now (none when it has never had one).
+std::vector<std::shared_ptr<DirectConn>> ConnsOf(Session* s) {
+  std::vector<std::shared_ptr<DirectConn>> conns;
+  if (s->direct_conns.load(std::memory_order_relaxed) == 0) return conns;
+  DirectSet* set = DirectOf(s);
+  std::lock_guard<std::mutex> g(set->mu);
+  for (auto& [id, c] : set->conns) conns.push_back(c);
+  return conns;
+}
+
+namespace {
+
+// Writes what every connection of `s` holds, waiting (at most kDirectExitFlushNs in all) for
+// sockets that cannot take it all now.
+void FlushDirectBeforeExit(Session* s) {
+  const std::vector<std::shared_ptr<DirectConn>> conns = ConnsOf(s);
+  const uint64_t until = ff::MonotonicNs() + ff::kDirectExitFlushNs;
+  for (const auto& c : conns) {
+    if (!c->ready.load(std::memory_order_acquire)) continue;
+    for (;;) {
+      size_t left;
+      {
+        std::lock_guard<std::mutex> g(c->send_mu);
+        c->stream->Flush();
+        c->answers_since_ns = 0;
+        left = c->stream->dead() ? 0 : c->stream->unsent();
+      }
+      const uint64_t now = ff::MonotonicNs();
+      if (left == 0 || now >= until) break;
+      pollfd p{c->stream->fd(), POLLOUT, 0};
+      ::poll(&p, 1, static_cast<int>((until - now) / 1'000'000) + 1);
+    }
+  }
+}
+
+// A program that exits right after its last receive has acknowledged it, or right after its
+// last datagrams completed (a UD send completes once its frame is in the connection's buffer,
+// as one on an HCA once it left): what the connections hold is written before the process
+// goes (exit() and the end of main run this).
+[[gnu::destructor]] void FlushAtExit() {
+  if (Session* s = ProcessSession()) FlushDirectBeforeExit(s);
+}
+
+}  // namespace
+
 }  // namespace ff::verbs
