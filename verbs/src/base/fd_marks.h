@@ -52,8 +52,7 @@ class FdMarks {
                              ? last
                              : static_cast<unsigned>(ff::kCmFastFds) - 1;
     for (unsigned fd = first; fd <= end; ++fd)
-      if ((marks_[fd].load(std::memory_order_relaxed) & Bit(kind)) != 0)
-        marks_[fd].fetch_and(static_cast<uint8_t>(~Bit(kind)), std::memory_order_relaxed);
+      if (Maybe(static_cast<int>(fd), kind)) Set(static_cast<int>(fd), kind, false);
   }
 
  private:

@@ -176,12 +176,10 @@ void FlushConn(DirectConn* c) {
 // first post after a quiet spell (a ping-pong's, a latency loop's) always goes at once. At
 // most kDirectHeldAnswerBytes wait, for at most kDirectAnswerDelayNs; a program that stops
 // calling in has them written by the event thread, which looks when its attention window
-// ends (flush_due).
-bool HoldPosts(DirectConn* c) {
+// ends (flush_due). `now`: the pass's clock.
+bool HoldPosts(DirectConn* c, uint64_t now) {
   const uint64_t polled = c->session->direct_polled_ns.load(std::memory_order_relaxed);
-  if (polled == 0) return false;
-  const uint64_t now = ff::MonotonicNs();
-  if (now - polled >= ff::kDirectAttendNs) return false;
+  if (polled == 0 || now - polled >= ff::kDirectAttendNs) return false;
   std::lock_guard<std::mutex> g(c->send_mu);
   if (c->stream->unsent() >= ff::kDirectHeldAnswerBytes) return false;
   if (c->answers_since_ns == 0) {
@@ -206,10 +204,11 @@ void PublishDirect(PeerLink* link) {
   // 64-byte rate fell to a fifth and stayed there. A program asleep in the library (0) is
   // not woken into attention by a post (nor one that just went to sleep on another thread:
   // the exchange fails then).
+  const uint64_t now = ff::MonotonicNs();
   std::atomic<uint64_t>& polled = c->session->direct_polled_ns;
   uint64_t last = polled.load(std::memory_order_relaxed);
-  if (last != 0) polled.compare_exchange_strong(last, ff::MonotonicNs(), std::memory_order_relaxed);
-  if (d.owed_at_start && HoldPosts(c)) return;
+  if (last != 0) polled.compare_exchange_strong(last, now, std::memory_order_relaxed);
+  if (d.owed_at_start && HoldPosts(c, now)) return;
   FlushConn(c);
 }
 

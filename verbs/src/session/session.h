@@ -135,8 +135,8 @@ struct Session {
   // first use (direct_mu); one epoll set of their sockets that the program's poll and the
   // event thread both wait on; how many are being served; when the program last polled them
   // or posted to one of them after a poll (0: it sleeps, the event thread serves them); and
-  // our own wake word's sending end (a
-  // dup of the one the router holds), which wakes a poll asleep on the wake word.
+  // our own wake word's sending end (a dup of the one the router holds), which wakes a poll
+  // asleep on the wake word.
   std::mutex direct_mu;
   std::shared_ptr<DirectSet> direct;
   std::atomic<bool> has_direct{false};
