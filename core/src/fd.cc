@@ -1,9 +1,12 @@
 #include "freeflow/fd.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -61,6 +64,26 @@ bool SealedAtLeast(int fd, uint64_t bytes) {
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return false;
   uint64_t have = 0;
   return SegmentSize(fd, &have) == 0 && have >= bytes;
+}
+
+bool RouterTableAtLeast(int fd, uint64_t bytes) {
+  return SealedAtLeast(fd, bytes) || ReadOnlyView(fd, bytes);
+}
+
+bool ReadOnlyView(int fd, uint64_t bytes) {
+  struct stat st {};
+  struct statfs fs {};
+  struct statvfs vfs {};
+  const int flags = ::fcntl(fd, F_GETFL);
+  return flags >= 0 && (flags & O_ACCMODE) == O_RDONLY && ::fstat(fd, &st) == 0 &&
+         S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) >= bytes &&
+         ::fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC && ::fstatvfs(fd, &vfs) == 0 &&
+         (vfs.f_flag & ST_RDONLY) != 0;
+}
+
+int MapRouterTable(int fd, size_t size, Mapping* out) {
+  if (!RouterTableAtLeast(fd, size)) return EINVAL;
+  return MapSegment(fd, size, false, out);
 }
 
 bool SealedReadOnly(int fd) {

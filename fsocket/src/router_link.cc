@@ -146,13 +146,14 @@ int Open(Link& l) {
 // `magic` at offset 4; an empty Mapping when it is not that.
 ff::Mapping MapTable(int fd, uint64_t bytes, uint32_t magic, const char* what) {
   if (fd < 0) return ff::Mapping();
-  // Read-only for every holder, and never shorter than what is mapped.
-  if (!ff::SealedReadOnly(fd)) {
-    LogError("the router's %s is not sealed read-only: not used", what);
+  // Read-only for every holder, and never shorter than what is mapped: a memfd sealed against
+  // writes, or a file of the router's tmpfs on a read-only mount (ABI 22).
+  if (!ff::SealedReadOnly(fd) && !ff::ReadOnlyView(fd, bytes)) {
+    LogError("the router's %s is not read-only for every holder: not used", what);
     return ff::Mapping();
   }
   ff::Mapping m;
-  if (ff::MapPeerSegment(fd, bytes, false, &m) != 0) return ff::Mapping();
+  if (ff::MapRouterTable(fd, bytes, &m) != 0) return ff::Mapping();
   uint32_t found = 0;
   std::memcpy(&found, static_cast<const char*>(m.get()) + 4, sizeof(found));
   return found == magic ? std::move(m) : ff::Mapping();

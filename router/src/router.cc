@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/table_store.h"
 #include "freeflow/ipv4.h"
 #include "nodes/tcp_transport.h"
 #include "nodes/tls.h"
@@ -100,6 +101,10 @@ bool Router::Start(std::string* error) {
         "unavailable to pods");
   } else if (!folder_.InstallSocketLibrary(config_.socket_library_source, error)) {
     return false;
+  }
+  if (!RouterTables().movable()) {
+    spdlog::info("MR tables are sealed memfds: no private tmpfs for them ({})",
+                 RouterTables().why_not());
   }
   // 3. Where pods live, and the links to the other routers.
   if (!directory_.Start(error)) {

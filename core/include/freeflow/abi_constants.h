@@ -15,7 +15,7 @@ namespace ff {
 
 // Version of the router <-> library protocol, of the shared-memory layouts and of the proxy
 // records: a library and a router with different values refuse each other at HELLO.
-inline constexpr uint32_t kAbiVersion = 21;
+inline constexpr uint32_t kAbiVersion = 22;
 
 // ---- shared memory: sizes both sides map ------------------------------------------------
 // ABI: changing this needs a version bump. MR entries per context (key: slot<<8|tag); the

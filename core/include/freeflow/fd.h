@@ -73,6 +73,21 @@ int MapSegment(int fd, size_t size, bool writable, Mapping* out);
 int MapPeerSegment(int fd, size_t size, bool writable, Mapping* out);
 // Size of the object behind fd.
 int SegmentSize(int fd, uint64_t* size);
+// True when `fd` is a file of tmpfs of at least `bytes` bytes opened read-only through a
+// read-only mount: no holder of `fd` can write, shrink or punch it, and a reopen of it
+// through /proc/self/fd fails with EROFS, root or not; only holders of a read-write
+// descriptor of it (the router that made it, and the router that takes over from it) can.
+bool ReadOnlyView(int fd, uint64_t bytes);
+// True when `fd` is a table the router made and shares read-only (an MR table, TCP mode's
+// pod list and claims tables) that holds at least `bytes` bytes and that no holder of `fd`
+// can shrink: a memfd sealed against shrinking (SealedAtLeast; the router also seals it
+// against writes), or a ReadOnlyView. Only the router's tables may be checked this way: a
+// segment a pod made must pass SealedAtLeast, since a pod can keep a read-write descriptor
+// of a file it made.
+bool RouterTableAtLeast(int fd, uint64_t bytes);
+// Maps `size` bytes of a router's table read-only after RouterTableAtLeast (EINVAL when it
+// fails).
+int MapRouterTable(int fd, size_t size, Mapping* out);
 // True when `fd` is a memfd sealed against shrinking that holds at least `bytes` bytes:
 // one that another process handed over and can never make smaller under a mapping of it
 // (which would turn a later access into SIGBUS). Check before mapping a peer's memfd.

@@ -1,22 +1,22 @@
 #include "objects/mr_table.h"
 
-#include <fcntl.h>
-
 #include <cerrno>
 #include <string>
+
+#include "base/table_store.h"
 
 namespace ff::router {
 
 int MrTable::Create() {
-  if (const int rc = CreateSegment("ffrouter-mrtable", kMrTableBytes, &fd_)) return rc;
+  bool sealed = false;
+  if (const int rc = RouterTables().Make("ffrouter-mrtable", kMrTableBytes, &fd_, &ro_fd_, &sealed))
+    return rc;
   if (const int rc = MapSegment(fd_.get(), kMrTableBytes, true, &map_)) return rc;
-  // Only the mapping above may write the table: pods that reopen the memfd read-write
-  // through /proc/self/fd still cannot map it writable or write(2) to it.
-  if (const int rc = SealReadOnly(fd_.get())) return rc;
-  // And what pods receive is a read-only open file description besides.
-  const std::string self = "/proc/self/fd/" + std::to_string(fd_.get());
-  ro_fd_.reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!ro_fd_) return errno;
+  // A memfd (no private tmpfs): only the mapping above may write it, so that a pod that
+  // reopens its read-only descriptor through /proc/self/fd still cannot map it writable.
+  if (sealed) {
+    if (const int rc = SealReadOnly(fd_.get())) return rc;
+  }
   next_slot_ = 1;
   tags_.clear();
   free_.clear();

@@ -1,7 +1,8 @@
-// The MR table of one pod connection: a memfd the router alone writes (entries under a
+// The MR table of one pod connection: a table the router alone writes (entries under a
 // sequence lock, shm_layout.h) and shares read-only with the owner and the peers connected
-// to it. Keys are slot << 8 | tag: a freed slot comes back with a new tag, so a stale key
-// never names a later registration by accident.
+// to it (made by base/table_store.h: a file of the router's private tmpfs, or a sealed memfd). Keys
+// are slot << 8 | tag: a freed slot comes back with a new tag, so a stale key never names a later
+// registration by accident.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,7 @@ namespace ff::router {
 
 class MrTable {
  public:
-  // Creates the memfd and its read-only twin. Returns 0 or an errno value.
+  // Creates the table and its read-only twin. Returns 0 or an errno value.
   int Create();
   // The descriptor the owner and its peers map (read-only).
   int read_only_fd() const { return ro_fd_.get(); }

@@ -1,7 +1,5 @@
 #include "tcpmode/pod_list.h"
 
-#include <fcntl.h>
-
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
@@ -9,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/table_store.h"
 #include "freeflow/stream_claims.h"
 #include "freeflow/stream_pods.h"
 
@@ -16,14 +15,13 @@ namespace ff::router {
 
 int MakeSharedTable(const char* name, uint64_t bytes, uint32_t magic, UniqueFd* fd, Mapping* map,
                     UniqueFd* read_only) {
-  if (const int rc = CreateSegment(name, bytes, fd)) return rc;
+  // As the MR tables (base/table_store.h): no pod can write it, even through a reopened
+  // /proc/self/fd; a router that takes over could, through `fd`.
+  bool sealed = false;
+  if (const int rc = RouterTables().Make(name, bytes, fd, read_only, &sealed)) return rc;
   if (const int rc = MapSegment(fd->get(), bytes, true, map)) return rc;
   std::memcpy(static_cast<char*>(map->get()) + 4, &magic, sizeof(magic));
-  // As the MR tables: no pod can map it writable, even through a reopened /proc/self/fd.
-  if (const int rc = SealReadOnly(fd->get())) return rc;
-  const std::string self = "/proc/self/fd/" + std::to_string(fd->get());
-  read_only->reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
-  return *read_only ? 0 : errno;
+  return sealed ? SealReadOnly(fd->get()) : 0;
 }
 
 void RetireSharedTable(Mapping& map) {

@@ -12,8 +12,9 @@
 namespace ff::router {
 
 // A table the router alone writes and pods map read-only (the pod list, a pod's claims
-// table): a zeroed memfd of `bytes` mapped writable here with `magic` at offset 4, sealed
-// against writable mappings, and a read-only descriptor of it to hand out. 0 or an errno.
+// table): a zeroed table of `bytes` (base/table_store.h) mapped writable here with `magic` at
+// offset 4, and a read-only descriptor of it to hand out that no holder can write through
+// (a read-only mount, or a memfd sealed against writable mappings). 0 or an errno.
 int MakeSharedTable(const char* name, uint64_t bytes, uint32_t magic, UniqueFd* fd, Mapping* map,
                     UniqueFd* read_only);
 

@@ -427,11 +427,16 @@ TEST_P(ClusterTest, ALinkOrRouterThatDiesFailsTheQpWithoutAHang) {
 }
 
 // How many mappings of memfds named `name` this process holds (/proc/self/maps).
+// Mappings of memfds named `name`, or of the router's tables named so (base/table_store.h:
+// files of its tmpfs, "/<name>-<number> (deleted)").
 size_t Mapped(const std::string& name) {
   std::ifstream maps("/proc/self/maps");
   size_t n = 0;
-  for (std::string line; std::getline(maps, line);)
-    n += line.find("/memfd:" + name + " ") != std::string::npos ? 1 : 0;
+  for (std::string line; std::getline(maps, line);) {
+    const bool memfd = line.find("/memfd:" + name + " ") != std::string::npos;
+    const bool table = line.find(" /" + name + "-") != std::string::npos;
+    n += memfd || table ? 1 : 0;
+  }
   return n;
 }
 

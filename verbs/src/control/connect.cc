@@ -53,7 +53,7 @@ std::shared_ptr<PeerCtx> GetPeerCtx(Context* ctx, uint32_t id, const UniqueFd& n
   auto p = std::make_shared<PeerCtx>();
   p->ctx_id = id;
   if (ff::MapPeerSegment(notify_fd.get(), ff::kNotifySegmentBytes, true, &p->notify) != 0 ||
-      ff::MapPeerSegment(table_fd.get(), ff::kMrTableBytes, false, &p->mr_table) != 0) {
+      ff::MapRouterTable(table_fd.get(), ff::kMrTableBytes, &p->mr_table) != 0) {
     return nullptr;
   }
   ctx->peers[id] = p;

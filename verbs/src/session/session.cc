@@ -377,7 +377,7 @@ int Hello(Session* s) {
   }
   const uint32_t len = resp.u.hello.prefix_len;
   if (got != 1 || len > 32 ||
-      ff::MapPeerSegment(table.get(), ff::kMrTableBytes, false, &s->mr_table) != 0) {
+      ff::MapRouterTable(table.get(), ff::kMrTableBytes, &s->mr_table) != 0) {
     LogError("the router at %s sent a malformed HELLO answer", s->name.c_str());
     return EPROTO;
   }

@@ -1,0 +1,49 @@
+// Where the router makes the tables it alone writes and pods read (the MR tables): files of a
+// tmpfs of its own that no directory shows (a detached mount, fsopen/fsmount), each opened
+// read-write for the router and read-only, for pods, through a read-only clone of that
+// mount (open_tree + mount_setattr). A pod that reopens its descriptor through
+// /proc/self/fd gets EROFS, root or not; it cannot map it writable, write, truncate or punch
+// it either. Unlike a memfd sealed against writes (what the router made before, and makes
+// when the mount API is refused), a table made here stays writable through its read-write
+// descriptor in any process that holds one: the router that takes over from this one
+// (docs/handover.md) keeps writing the tables of the sessions it took.
+//
+// Needs CAP_SYS_ADMIN (the router has it to enter pods' namespaces). Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "freeflow/fd.h"
+
+namespace ff::router {
+
+class TableStore {
+ public:
+  // A table of `bytes` bytes, zero-filled: *rw the router's descriptor, *ro the pods'. When
+  // the mount API is refused, a memfd sealed against resizing and (after the caller mapped
+  // it) against writes: *ro is then a read-only reopen, and *sealed tells the caller to
+  // SealReadOnly(*rw) once its own mapping exists. 0 or an errno.
+  int Make(const char* name, size_t bytes, UniqueFd* rw, UniqueFd* ro, bool* sealed);
+  // Whether tables are made on the private tmpfs (tried once, on the first call of either);
+  // and why not.
+  bool movable();
+  std::string why_not() const;
+
+ private:
+  bool OpenMounts();  // once; mu_ held
+
+  mutable std::mutex mu_;
+  bool tried_ = false;
+  UniqueFd rw_mount_;  // the tmpfs, detached
+  UniqueFd ro_mount_;  // its read-only clone
+  std::string why_not_;
+  uint64_t next_ = 0;  // names files while they are made (unlinked at once)
+};
+
+// The router process's store.
+TableStore& RouterTables();
+
+}  // namespace ff::router
