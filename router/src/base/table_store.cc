@@ -34,7 +34,12 @@ bool TableStore::OpenMounts() {
     why_not_ = Failed("fsopen tmpfs", errno);
     return false;
   }
+  // No size or inode limit of its own (0: none), as for memfds: a full tmpfs would turn the
+  // router's next write into a table page into SIGBUS. Its pages are charged to the router's
+  // memory cgroup, as memfd pages are.
   if (::fsconfig(fs.get(), FSCONFIG_SET_STRING, "mode", "0700", 0) != 0 ||
+      ::fsconfig(fs.get(), FSCONFIG_SET_STRING, "size", "0", 0) != 0 ||
+      ::fsconfig(fs.get(), FSCONFIG_SET_STRING, "nr_inodes", "0", 0) != 0 ||
       ::fsconfig(fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
     why_not_ = Failed("creating the tmpfs", errno);
     return false;

@@ -1,12 +1,13 @@
-// Where the router makes the tables it alone writes and pods read (the MR tables): files of a
-// tmpfs of its own that no directory shows (a detached mount, fsopen/fsmount), each opened
-// read-write for the router and read-only, for pods, through a read-only clone of that
-// mount (open_tree + mount_setattr). A pod that reopens its descriptor through
-// /proc/self/fd gets EROFS, root or not; it cannot map it writable, write, truncate or punch
-// it either. Unlike a memfd sealed against writes (what the router made before, and makes
-// when the mount API is refused), a table made here stays writable through its read-write
-// descriptor in any process that holds one: the router that takes over from this one
-// (docs/handover.md) keeps writing the tables of the sessions it took.
+// Where the router makes the tables it alone writes and pods read (MR tables, TCP mode's pod
+// list and claims tables): files of a tmpfs of its own that no directory shows (a detached
+// mount, fsopen/fsmount), each opened read-write for the router and read-only, for pods,
+// through a read-only clone of that mount (open_tree + mount_setattr). A pod that reopens
+// its descriptor through /proc/self/fd gets EROFS, root or not; it cannot map it writable,
+// write, truncate or punch it either. Unlike a memfd sealed against writes (what the router
+// made before, and makes when the mount API is refused), a table made here stays writable
+// through its read-write descriptor in any process that holds one, so that a router taking
+// over from this one (docs/handover.md, not built yet) can keep writing the tables of the
+// sessions it takes.
 //
 // Needs CAP_SYS_ADMIN (the router has it to enter pods' namespaces). Thread-safe.
 #pragma once
