@@ -103,7 +103,7 @@ bool Router::Start(std::string* error) {
     return false;
   }
   if (!RouterTables().movable()) {
-    spdlog::info("MR tables are sealed memfds: no private tmpfs for them ({})",
+    spdlog::info("the tables pods read are sealed memfds: no private tmpfs for them ({})",
                  RouterTables().why_not());
   }
   // 3. Where pods live, and the links to the other routers.

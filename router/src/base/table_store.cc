@@ -62,12 +62,14 @@ bool TableStore::OpenMounts() {
   return true;
 }
 
-int TableStore::Make(const char* name, size_t bytes, UniqueFd* rw, UniqueFd* ro, bool* sealed) {
+int TableStore::Make(const char* name, size_t bytes, UniqueFd* rw, UniqueFd* ro, Mapping* map) {
   std::lock_guard<std::mutex> g(mu_);
-  *sealed = false;
   if (!OpenMounts()) {
-    *sealed = true;
-    return SealedTable(name, bytes, rw, ro);
+    if (const int rc = SealedTable(name, bytes, rw, ro)) return rc;
+    if (const int rc = MapSegment(rw->get(), bytes, true, map)) return rc;
+    // Only the mapping above may write it: a pod that reopens its read-only descriptor
+    // through /proc/self/fd still cannot map it writable.
+    return SealReadOnly(rw->get());
   }
   const std::string file = std::string(name) + "-" + std::to_string(next_++);
   UniqueFd w(::openat(rw_mount_.get(), file.c_str(),
@@ -77,6 +79,7 @@ int TableStore::Make(const char* name, size_t bytes, UniqueFd* rw, UniqueFd* ro,
   const int err = !r ? errno : ::ftruncate(w.get(), static_cast<off_t>(bytes)) != 0 ? errno : 0;
   ::unlinkat(rw_mount_.get(), file.c_str(), 0);  // the descriptors keep it
   if (err != 0) return err;
+  if (const int rc = MapSegment(w.get(), bytes, true, map)) return rc;
   *rw = std::move(w);
   *ro = std::move(r);
   return 0;

@@ -23,11 +23,11 @@ namespace ff::router {
 
 class TableStore {
  public:
-  // A table of `bytes` bytes, zero-filled: *rw the router's descriptor, *ro the pods'. When
-  // the mount API is refused, a memfd sealed against resizing and (after the caller mapped
-  // it) against writes: *ro is then a read-only reopen, and *sealed tells the caller to
-  // SealReadOnly(*rw) once its own mapping exists. 0 or an errno.
-  int Make(const char* name, size_t bytes, UniqueFd* rw, UniqueFd* ro, bool* sealed);
+  // A table of `bytes` bytes, zero-filled: *rw the router's descriptor, *ro the pods', *map
+  // the router's writable mapping. When the mount API is refused, a memfd sealed against
+  // resizing and, once *map exists, against writes (*ro a read-only reopen of it). 0 or an
+  // errno.
+  int Make(const char* name, size_t bytes, UniqueFd* rw, UniqueFd* ro, Mapping* map);
   // Whether tables are made on the private tmpfs (tried once, on the first call of either);
   // and why not.
   bool movable();

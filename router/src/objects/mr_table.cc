@@ -8,15 +8,8 @@
 namespace ff::router {
 
 int MrTable::Create() {
-  bool sealed = false;
-  if (const int rc = RouterTables().Make("ffrouter-mrtable", kMrTableBytes, &fd_, &ro_fd_, &sealed))
+  if (const int rc = RouterTables().Make("ffrouter-mrtable", kMrTableBytes, &fd_, &ro_fd_, &map_))
     return rc;
-  if (const int rc = MapSegment(fd_.get(), kMrTableBytes, true, &map_)) return rc;
-  // A memfd (no private tmpfs): only the mapping above may write it, so that a pod that
-  // reopens its read-only descriptor through /proc/self/fd still cannot map it writable.
-  if (sealed) {
-    if (const int rc = SealReadOnly(fd_.get())) return rc;
-  }
   next_slot_ = 1;
   tags_.clear();
   free_.clear();

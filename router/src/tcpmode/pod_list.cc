@@ -17,11 +17,9 @@ int MakeSharedTable(const char* name, uint64_t bytes, uint32_t magic, UniqueFd* 
                     UniqueFd* read_only) {
   // As the MR tables (base/table_store.h): no pod can write it, even through a reopened
   // /proc/self/fd; a router that takes over could, through `fd`.
-  bool sealed = false;
-  if (const int rc = RouterTables().Make(name, bytes, fd, read_only, &sealed)) return rc;
-  if (const int rc = MapSegment(fd->get(), bytes, true, map)) return rc;
+  if (const int rc = RouterTables().Make(name, bytes, fd, read_only, map)) return rc;
   std::memcpy(static_cast<char*>(map->get()) + 4, &magic, sizeof(magic));
-  return sealed ? SealReadOnly(fd->get()) : 0;
+  return 0;
 }
 
 void RetireSharedTable(Mapping& map) {

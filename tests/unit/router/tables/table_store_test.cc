@@ -70,14 +70,10 @@ bool ExpectMovable(TableStore& store) {
 TEST(TableStoreTest, APodCannotChangeOrShrinkTheTableItReads) {
   TableStore store;
   UniqueFd rw, ro;
-  bool sealed = false;
-  ASSERT_EQ(store.Make("test-table", kBytes, &rw, &ro, &sealed), 0);
-  EXPECT_EQ(sealed, !ExpectMovable(store));
   Mapping router;
-  ASSERT_EQ(MapSegment(rw.get(), kBytes, true, &router), 0);
-  if (sealed) {
-    ASSERT_EQ(SealReadOnly(rw.get()), 0);
-  }
+  ASSERT_EQ(store.Make("test-table", kBytes, &rw, &ro, &router), 0);
+  const bool sealed = !ExpectMovable(store);
+  EXPECT_EQ(SealedReadOnly(rw.get()), sealed) << "a memfd is sealed, a tmpfs file cannot be";
   std::memcpy(router.get(), "entry", 6);
 
   EXPECT_TRUE(RouterTableAtLeast(ro.get(), kBytes));
@@ -100,11 +96,9 @@ TEST(TableStoreTest, APodCannotChangeOrShrinkTheTableItReads) {
 TEST(TableStoreTest, AnotherProcessWithTheReadWriteDescriptorWritesTheTable) {
   TableStore store;
   UniqueFd rw, ro;
-  bool sealed = false;
-  ASSERT_EQ(store.Make("test-table", kBytes, &rw, &ro, &sealed), 0);
-  if (!ExpectMovable(store)) GTEST_SKIP() << "not root: " << store.why_not();
   Mapping first;  // the router that made it
-  ASSERT_EQ(MapSegment(rw.get(), kBytes, true, &first), 0);
+  ASSERT_EQ(store.Make("test-table", kBytes, &rw, &ro, &first), 0);
+  if (!ExpectMovable(store)) GTEST_SKIP() << "not root: " << store.why_not();
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {  // the router that takes over: its own writable mapping
@@ -124,9 +118,9 @@ TEST(TableStoreTest, AnotherProcessWithTheReadWriteDescriptorWritesTheTable) {
 TEST(TableStoreTest, OnlyTheRoutersTablesPassItsCheck) {
   TableStore store;
   UniqueFd rw, ro;
-  bool sealed = false;
-  ASSERT_EQ(store.Make("test-table", kBytes, &rw, &ro, &sealed), 0);
-  if (!sealed) {
+  Mapping router;
+  ASSERT_EQ(store.Make("test-table", kBytes, &rw, &ro, &router), 0);
+  if (store.movable()) {
     EXPECT_FALSE(RouterTableAtLeast(rw.get(), kBytes)) << "a read-write descriptor";
   }
   // A memfd whose maker can still shrink it (no seals), handed over read-only.
