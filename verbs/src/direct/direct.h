@@ -207,7 +207,5 @@ void WakeSelf(Session* s);
 void ServeConn(DirectConn* c, Context* held, uint64_t* due);
 // Poll path: serves the readable connections of the session of `ctx`. ctx->lock held.
 void DrainDirect(Context* ctx);
-// Writes what the poll held back on every connection of `s`: its thread goes to sleep.
-void FlushDirectAnswers(Session* s);
 
 }  // namespace ff::verbs

@@ -440,6 +440,9 @@ void StampDeviceIndex(const CmChannel& ch, ff::proto::CmReply* reply) {
 
 // Every command but GET_EVENT.
 int Forward(CmChannel& ch, Command* c) {
+  // Those the router is not asked for too (a connect may be posted): what the program's polls
+  // held back goes first, as Session::Call says.
+  if (ch.session->direct_conns.load(std::memory_order_relaxed) != 0) FlushDirectAnswers(ch.session);
   void* response = nullptr;
   if (const int at = kResponseAt[c->hdr.cmd]; at != kNoResponse) {
     response = reinterpret_cast<void*>(static_cast<uintptr_t>(Get<uint64_t>(c->body, at)));

@@ -669,6 +669,13 @@ bool EventsPending(Session* s) {
 
 int Session::Call(const void* req, size_t len, const int* fds, int nfds, ff::proto::Response* resp,
                   UniqueFd* fds_out, int max_fds_out, int* nfds_out) {
+  // A program that turns from its QPs to the router first sends the acknowledgements (and
+  // posts) its polls held back for its next post: an HCA acknowledges a message as it arrives,
+  // whatever the program does next. Held, they waited for the event thread, up to
+  // kDirectAttendMaxNs while the program had polled just before: perftest's server, its last
+  // exchange message unacknowledged, listened for the test's connection only after the
+  // client, which had taken that message, had its connect rejected (integration.rdmacm.cross).
+  if (direct_conns.load(std::memory_order_relaxed) != 0) FlushDirectAnswers(this);
   std::lock_guard<std::mutex> g(call_mu);
   if (nfds_out != nullptr) *nfds_out = 0;
   if (fatal.load()) return ENOTCONN;

@@ -228,6 +228,9 @@ uint64_t ServeDirectEvents(Session* s);
 void FinishEndedDirect(Session* s);
 // fork's child: closes its copies of the parent's direct connections. direct_conn.cc.
 void CloseDirectInChild(Session* s);
+// Writes what the program's polls and posts held back on every direct connection of `s`
+// (its thread goes to sleep, or turns to the router). datapath/link_direct.cc.
+void FlushDirectAnswers(Session* s);
 
 // ---- internal API for tests (not exported from libffverbs.so) -----------------------------
 // Connects to the router listening at `socket_path` (HELLO, event thread), independently of

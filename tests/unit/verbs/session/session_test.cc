@@ -199,16 +199,20 @@ TEST(AnswerSpin, AnErrorEndsThePollingAtOnce) {
 
 TEST(AnswerSpin, WithNothingToTakeItPollsForTheBudgetThenLetsTheCallerSleep) {
   ASSERT_GT(ff::verbs::AnswerSpinNs(), 0u) << "the default spin (FFV_SPIN_US unset) is on";
-  int calls = 0;
-  const uint64_t start = ff::MonotonicNs();
-  EXPECT_EQ(ff::verbs::SpinForAnswer(nullptr,
-                                     [&] {
-                                       ++calls;
-                                       return EAGAIN;
-                                     }),
-            EAGAIN);
-  EXPECT_GE(ff::MonotonicNs() - start, ff::verbs::AnswerSpinNs());
-  EXPECT_GT(calls, 1);
+  int most = 0;  // a thread preempted past the budget after one try polled once: 20 tries
+  for (int attempt = 0; attempt < 20 && most <= 1; ++attempt) {
+    int calls = 0;
+    const uint64_t start = ff::MonotonicNs();
+    EXPECT_EQ(ff::verbs::SpinForAnswer(nullptr,
+                                       [&] {
+                                         ++calls;
+                                         return EAGAIN;
+                                       }),
+              EAGAIN);
+    EXPECT_GE(ff::MonotonicNs() - start, ff::verbs::AnswerSpinNs());
+    most = std::max(most, calls);
+  }
+  EXPECT_GT(most, 1);
 }
 
 // Keeps the calling thread on one CPU while it lives (and puts its old mask back).
@@ -252,23 +256,31 @@ TEST(AnswerSpin, NoPollingOnTheCpuTheRouterRunsOn) {
   EXPECT_EQ(calls, 1) << "it polled beside its router";
 }
 
-// A router elsewhere (or not known yet: 0) leaves the polling as it is.
+// A router elsewhere (or not known yet: 0) leaves the polling as it is. A spin is 30 us: a
+// thread preempted for longer after its first try (ASan's slower code beside another test
+// on two CPUs) polled once, as a spin beside the router does; so a spin that polled again in
+// any of 20 tries shows the polling goes on, and one beside the router never does that.
 TEST(AnswerSpin, PollingGoesOnWhileTheRouterRunsElsewhere) {
   OnOneCpu pin;
   ASSERT_TRUE(pin.pinned());
   for (const uint32_t shown : {0u, static_cast<uint32_t>(pin.cpu()) + 2}) {
     ff::RequestRingControl control;
     control.router_cpu.store(shown);
-    int calls = 0;
-    const uint64_t start = ff::MonotonicNs();
-    EXPECT_EQ(ff::verbs::SpinForAnswer(&control,
-                                       [&] {
-                                         ++calls;
-                                         return EAGAIN;
-                                       }),
-              EAGAIN);
-    EXPECT_GE(ff::MonotonicNs() - start, ff::verbs::AnswerSpinNs()) << "router_cpu " << shown;
-    EXPECT_GT(calls, 1) << "router_cpu " << shown;
+    EXPECT_FALSE(ff::verbs::RouterOnThisCpu(&control)) << "router_cpu " << shown;
+    int most = 0;
+    for (int attempt = 0; attempt < 20 && most <= 1; ++attempt) {
+      int calls = 0;
+      const uint64_t start = ff::MonotonicNs();
+      EXPECT_EQ(ff::verbs::SpinForAnswer(&control,
+                                         [&] {
+                                           ++calls;
+                                           return EAGAIN;
+                                         }),
+                EAGAIN);
+      EXPECT_GE(ff::MonotonicNs() - start, ff::verbs::AnswerSpinNs()) << "router_cpu " << shown;
+      most = std::max(most, calls);
+    }
+    EXPECT_GT(most, 1) << "router_cpu " << shown;
   }
 }
 
