@@ -91,6 +91,18 @@ bool HostFolder::Take(const std::string& dir, const std::string& name,
   return library_source.empty() || InstallLibrary(library_source, kLibraryName, error);
 }
 
+bool HostFolder::Adopt(UniqueFd lock, ino_t socket_ino, const std::string& library_source,
+                       std::string* error) {
+  lock_ = std::move(lock);
+  socket_ino_ = socket_ino;
+  held_by_another_ = false;
+  if (const int rc = Beat()) {
+    *error = Why("cannot create the heartbeat " + alive_path(), rc);
+    return false;
+  }
+  return library_source.empty() || InstallLibrary(library_source, kLibraryName, error);
+}
+
 bool HostFolder::OpenFolder(const std::string& dir, std::string* error) {
   folder_.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st {};
@@ -149,8 +161,9 @@ bool HostFolder::TakeLock(std::string* error) {
   lock_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   const auto addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + len);
   if (!lock_ || ::bind(lock_.get(), reinterpret_cast<sockaddr*>(&addr), addr_len) != 0) {
-    *error = errno == EADDRINUSE ? "another router already serves " + socket_path()
-                                 : Why("cannot take the router's lock", errno);
+    held_by_another_ = errno == EADDRINUSE;
+    *error = held_by_another_ ? "another router already serves " + socket_path()
+                              : Why("cannot take the router's lock", errno);
     return false;
   }
   if (SocketAnswers()) {

@@ -33,6 +33,14 @@ class HostFolder {
   // step fails.
   bool Take(const std::string& dir, const std::string& name, const std::string& library_source,
             std::string* error);
+  // After Take failed: whether it was because another router of this network namespace
+  // holds the lock (it may hand over: docs/handover.md).
+  bool held_by_another() const { return held_by_another_; }
+  // Takes a predecessor's lock and pod socket (its inode) as its own; then installs
+  // `library_source` as Take does. false + *error.
+  bool Adopt(UniqueFd lock, ino_t socket_ino, const std::string& library_source, std::string* error);
+  int lock_fd() const { return lock_.get(); }
+  ino_t socket_ino() const { return socket_ino_; }
   // Installs `source` as <dir>/libfsocket.so (TCP mode's library) as Take() installs the
   // container library. Call after Take(). false + *error.
   bool InstallSocketLibrary(const std::string& source, std::string* error);
@@ -62,6 +70,7 @@ class HostFolder {
   UniqueFd folder_;       // O_DIRECTORY|O_NOFOLLOW descriptor of dir_
   UniqueFd lock_;         // an abstract socket bound in the router's network namespace
   ino_t socket_ino_ = 0;  // the socket file this router put in place
+  bool held_by_another_ = false;
   UniqueFd alive_;        // the heartbeat file (Beat)
 };
 

@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "base/handover_state.h"
 #include "freeflow/ipv4.h"
 #include "freeflow/target_ops.h"
 #include "freeflow/tunables.h"
@@ -239,6 +242,60 @@ void Held::Give(uint64_t n) {
   if (n == 0 || quotas_ == nullptr) return;
   quotas_->Give(session_, {{quota_, n}});
   n_ -= n;
+}
+
+namespace {
+
+nlohmann::json CountsJson(const Quotas::Counts& c) { return nlohmann::json(c); }
+
+Quotas::Counts CountsOf(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& a = HandoverState::Array(j, key, kQuotaKinds);
+  if (a.size() != kQuotaKinds) throw HandoverError(std::string("field '") + key + "' is short");
+  Quotas::Counts c{};
+  for (size_t i = 0; i < kQuotaKinds; ++i) {
+    if (!a[i].is_number_unsigned()) throw HandoverError(std::string("a count of '") + key + "'");
+    c[i] = a[i].get<uint64_t>();
+  }
+  return c;
+}
+
+}  // namespace
+
+void Quotas::Export(HandoverState& state) const {
+  nlohmann::json accounts = nlohmann::json::array(), ledgers = nlohmann::json::array();
+  for (const auto& [ip, a] : accounts_)
+    accounts.push_back({{"ip", ip}, {"used", CountsJson(a.used)}, {"refused", CountsJson(a.refused)}});
+  for (const auto& [session, l] : ledgers_)
+    ledgers.push_back({{"session", session}, {"ip", l.ip}, {"held", CountsJson(l.held)}});
+  state.doc["quotas"] = {{"accounts", std::move(accounts)},
+                         {"ledgers", std::move(ledgers)},
+                         {"refusals", CountsJson(refusals_)}};
+}
+
+void Quotas::Import(const HandoverState& state) {
+  const nlohmann::json& q = HandoverState::Object(state.doc, "quotas");
+  constexpr size_t kMax = 1u << 20;
+  decltype(accounts_) accounts;
+  decltype(ledgers_) ledgers;
+  for (const nlohmann::json& a : HandoverState::Array(q, "accounts", kMax)) {
+    Account& to = accounts[HandoverState::U32(a, "ip")];
+    to.used = CountsOf(a, "used");
+    to.refused = CountsOf(a, "refused");
+  }
+  for (const nlohmann::json& l : HandoverState::Array(q, "ledgers", kMax)) {
+    Ledger& to = ledgers[HandoverState::U32(l, "session")];
+    to.ip = HandoverState::U32(l, "ip");
+    to.held = CountsOf(l, "held");
+    // A ledger's charges are part of its pod's account: never more than the account holds.
+    const auto acc = accounts.find(to.ip);
+    for (size_t i = 0; i < kQuotaKinds; ++i) {
+      if (to.held[i] != 0 && (acc == accounts.end() || acc->second.used[i] < to.held[i]))
+        throw HandoverError("a session holds more than its pod's account");
+    }
+  }
+  refusals_ = CountsOf(q, "refusals");
+  accounts_ = std::move(accounts);
+  ledgers_ = std::move(ledgers);
 }
 
 }  // namespace ff::router

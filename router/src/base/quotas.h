@@ -24,6 +24,7 @@
 
 namespace ff::router {
 
+class HandoverState;
 using PodId = uint32_t;  // one pod connection (a session), as in resources.h
 
 enum class Quota : uint8_t {
@@ -127,6 +128,10 @@ class Quotas {
   void ForEachAccount(F&& f) const {
     for (const auto& [ip, a] : accounts_) f(ip, a.used, a.refused);
   }
+  // Hand-over (docs/handover.md): every account and ledger into state.doc["quotas"]; and
+  // back, replacing what this one holds (throws HandoverError on a malformed record).
+  void Export(HandoverState& state) const;
+  void Import(const HandoverState& state);
 
  private:
   struct Account {

@@ -9,14 +9,20 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 
 #include "freeflow/protocol.h"
 #include "objects/mr_table.h"
 
 namespace ff::router {
 
+class HandoverState;
+
 class Windows {
  public:
+  // Hand-over: every window as [slot, type, mr_key, pd]; and back (objects/handover.cc).
+  nlohmann::json Export() const;
+  void Import(const nlohmann::json& j);
   // Publishes an unbound window of `type` (ibv_mw_type) in protection domain `pd` (MrEntry::pd)
   // in `table`; *key receives its key.
   // EINVAL for an unknown type, ENOMEM when the table is full.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <vector>
 
 #include "freeflow/fd.h"
@@ -13,8 +14,15 @@
 
 namespace ff::router {
 
+class HandoverState;
+
 class MrTable {
  public:
+  // Hand-over (docs/handover.md, objects/handover.cc): the table as a record naming both its
+  // descriptors; and back, mapping the read-write one (HandoverError when it cannot be, as a
+  // sealed memfd cannot).
+  nlohmann::json Export(HandoverState& state) const;
+  void Import(HandoverState& state, const nlohmann::json& j);
   // Creates the table and its read-only twin. Returns 0 or an errno value.
   int Create();
   // The descriptor the owner and its peers map (read-only).

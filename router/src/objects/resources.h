@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -153,8 +154,15 @@ struct Qp {
   void FreeRing(size_t ring);
 };
 
+class HandoverState;
+
 class ResourceTables {
  public:
+  // Hand-over (docs/handover.md): every pod's objects and every QP, descriptors by index,
+  // into state.doc["tables"]; and back into empty tables (objects/handover.cc). Import
+  // checks every record as it would a request's, and throws HandoverError.
+  void Export(HandoverState& state) const;
+  void Import(HandoverState& state);
   Pod& AddPod(PodId id, const PodIdentity& who);
   Pod* FindPod(PodId id);
   const Pod* FindPod(PodId id) const;
@@ -204,6 +212,8 @@ class ResourceTables {
 
  private:
   uint32_t FreshQpn();
+  nlohmann::json ExportQp(HandoverState& state, const Qp& qp) const;
+  void ImportQp(HandoverState& state, const nlohmann::json& j);
 
   uint32_t next_qpn_ = kFirstQpn;
   std::unordered_map<PodId, std::unique_ptr<Pod>> pods_;

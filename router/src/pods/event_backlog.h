@@ -11,6 +11,7 @@
 // Threading: the router loop's thread only.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -21,6 +22,9 @@
 #include "freeflow/protocol.h"
 
 namespace ff::router {
+
+class HandoverState;
+
 
 class EventBacklog {
  public:
@@ -35,6 +39,10 @@ class EventBacklog {
   size_t size() const { return queue_.size(); }
   size_t fds() const { return fds_; }  // descriptors the queued events hold
   uint64_t replaced() const { return replaced_; }
+  // Hand-over (pods/handover.cc): the events in order, each [bytes, descriptor or null];
+  // and back, through Push.
+  nlohmann::json Export(HandoverState& state) const;
+  void Import(HandoverState& state, const nlohmann::json& j);
 
  private:
   // What an event is about: two events with the same key say the same thing, the newer

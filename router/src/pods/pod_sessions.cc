@@ -42,6 +42,18 @@ bool PodSessions::Listen(UniqueFd bound, std::string* error) {
       listen_.get(), loop_, [this](PodGate::Identified c) { Take(std::move(c)); }, error);
 }
 
+bool PodSessions::RestartGate(std::string* error) {
+  gate_ = std::make_unique<PodGate>(identity_);
+  return gate_->Start(
+      listen_.get(), loop_, [this](PodGate::Identified c) { Take(std::move(c)); }, error);
+}
+
+size_t PodSessions::CountKind(Kind kind) const {
+  size_t n = 0;
+  for (const auto& [id, s] : sessions_) n += s->welcomed && s->kind == kind ? 1 : 0;
+  return n;
+}
+
 void PodSessions::Adopt(UniqueFd sock) {
   if (std::optional<PodGate::Identified> c = IdentifyClient(identity_, std::move(sock)))
     Take(std::move(*c));
@@ -82,17 +94,22 @@ void PodSessions::Take(PodGate::Identified c) {
   }
   hello_deadlines_.emplace_back(MonotonicNs() + hello_timeout_ns_, s->id);
   const PodId id = s->id;
-  s->watch = loop_.Watch(s->sock.get(), EPOLLIN | EPOLLRDHUP, [this, id](uint32_t events) {
+  WatchSocket(*s);
+  if (s->refusal.empty()) {
+    spdlog::info("client {} connected: pid {} address {}", id, s->who.pid, FormatIpv4(s->who.ip));
+  }
+  sessions_[id] = std::move(s);
+}
+
+void PodSessions::WatchSocket(Session& s) {
+  const PodId id = s.id;
+  s.watch = loop_.Watch(s.sock.get(), EPOLLIN | EPOLLRDHUP, [this, id](uint32_t events) {
     if (events & EPOLLIN) {
       OnReadable(id);
     } else if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
       Drop(id, "connection closed");
     }
   });
-  if (s->refusal.empty()) {
-    spdlog::info("client {} connected: pid {} address {}", id, s->who.pid, FormatIpv4(s->who.ip));
-  }
-  sessions_[id] = std::move(s);
 }
 
 // Two network namespaces are never the same pod: an address held by live sessions from

@@ -40,6 +40,8 @@
 
 namespace ff::router {
 
+class HandoverState;
+
 // A request being answered.
 struct Call {
   PodId pod = 0;
@@ -125,6 +127,18 @@ class PodSessions : private EventLoop::Poller {
   // ledger is read by ReadTraffic (a scrape) and once more when its session ends.
   void set_traffic_sink(TrafficSink* sink) { traffic_sink_ = sink; }
   void ReadTraffic();
+  // Hand-over (docs/handover.md, pods/handover.cc): every session that is not refused, with
+  // its sockets, ring, ledger and waiting events, into state.doc["sessions"]; and back into a
+  // PodSessions that has none, each watched as a new one is. Stop() first: the gate closes
+  // (connections it has not identified yet close; their libraries connect again).
+  void StopGate() { gate_.reset(); }
+  // After StopGate, when the hand-over failed: the gate takes connections again.
+  bool RestartGate(std::string* error);
+  int listening_fd() const { return listen_.get(); }
+  // Sessions of each kind (verbs sessions that said HELLO, socket sessions).
+  size_t CountKind(Kind kind) const;
+  void Export(HandoverState& state);
+  void Import(HandoverState& state);
   // Sessions whose library handed over a traffic ledger; what the reads refused, by reason.
   size_t ledgers() const;
   const ClaimRefusals& claim_refusals() const { return claim_refusals_; }
@@ -185,6 +199,8 @@ class PodSessions : private EventLoop::Poller {
   // Opens the ledger of a new client the gate identified; else sets why it is refused.
   void Admit(Session& s, const std::string& identity_error);
   void OnReadable(PodId id);
+  // Watches a session's socket, as Take does for a new one.
+  void WatchSocket(Session& s);
   void Send(const Call& call, int status, const proto::Response& body, const int* fds, int nfds);
   // Handles one datagram. false: protocol violation.
   bool Dispatch(Session& s, const char* buf, size_t len, UniqueFd* fds, int nfds);

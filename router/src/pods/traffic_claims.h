@@ -14,6 +14,7 @@
 // Threading: the loop's thread only.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <cstdint>
 #include <vector>
 
@@ -22,6 +23,8 @@
 #include "freeflow/traffic_ledger.h"
 
 namespace ff::router {
+
+class HandoverState;
 
 // Where what the ledgers gained goes: `ops` work requests of `kind` with `bytes` of payload
 // to `peer_ip` (host order; 0: several peers) at `placement`.
@@ -49,6 +52,9 @@ class TrafficClaims {
   // segment of kTrafficLedgerBytes, or when one was taken already.
   int Take(int fd, uint64_t now_ns);
   bool taken() const { return map_.get() != nullptr; }
+  // Hand-over (pods/handover.cc): the ledger and how far reads got; and back.
+  nlohmann::json Export(HandoverState& state) const;
+  void Import(HandoverState& state, const nlohmann::json& j);
   // Takes what the ledger gained since the last read to `sink`, counting what it refuses.
   void Read(uint64_t now_ns, TrafficSink& sink, ClaimRefusals& refusals);
 
