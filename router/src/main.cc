@@ -2,6 +2,7 @@
 // SIGTERM/SIGINT. SIGUSR1 logs one line of what the router holds (Router::StatsLine).
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include "options.h"
 #include "router.h"
@@ -53,5 +54,20 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   router.Run();
   g_router = nullptr;
+  if (router.handed_over()) {
+    // What this router held is the successor's now: close every descriptor without releasing
+    // anything (no destructor runs: they would give back what pods hold) and wait to be
+    // stopped, as a DaemonSet's old pod is next (docs/handover.md).
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    sigprocmask(SIG_BLOCK, &stop, nullptr);
+    ::close_range(3, ~0U, 0);
+    spdlog::info("handed over; waiting for SIGTERM");
+    int sig = 0;
+    sigwait(&stop, &sig);
+    ::_exit(0);
+  }
   return 0;
 }

@@ -103,6 +103,10 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
   app.add_flag("--insecure-node-links", c.insecure_node_links,
                "plaintext, unauthenticated router-to-router links (benchmarks only)")
       ->envname("FREEFLOW_INSECURE_NODE_LINKS");
+  app.add_flag("--take-over", c.take_over,
+               "when another router serves --dir/--name, take its pods over without stopping "
+               "them (docs/handover.md) instead of exiting")
+      ->envname("FREEFLOW_TAKE_OVER");
   const NumericFlag numeric[] = {
       {"--peer-timeout-ms", &c.peer_timeout_ms, 100, 600000,
        "silent peer routers are dead after it"},

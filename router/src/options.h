@@ -35,6 +35,10 @@ struct RouterConfig {
   std::string tls_cert = std::string(kDefaultTlsDir) + "/tls.crt";
   std::string tls_key = std::string(kDefaultTlsDir) + "/tls.key";
   bool insecure_node_links = false;
+  // When another router holds the host folder: ask it for its state and serve its pods on
+  // (docs/handover.md), rather than exit. A router started by mistake beside a running one
+  // must not take its pods: the DaemonSet's rolling update asks for it.
+  bool take_over = false;
   uint32_t peer_timeout_ms = kDefaultPeerTimeoutMs;  // a silent peer router is dead after this
   uint32_t poll_us = 0;                              // poll proxies this long after traffic
   uint32_t spin_us = kDefaultRouterSpinUs;           // poll this long after answering a pod

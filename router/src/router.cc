@@ -94,7 +94,11 @@ bool Router::Start(std::string* error) {
     return false;
   }
   // 2. The host folder: one router per socket name; the container library for pods.
-  if (!folder_.Take(config_.dir, config_.name, config_.library_source, error)) return false;
+  bool took_over = false;
+  if (!folder_.Take(config_.dir, config_.name, config_.library_source, error)) {
+    if (!folder_.held_by_another() || !config_.take_over || !TakeOver(error)) return false;
+    took_over = true;
+  }
   if (config_.socket_library_source.empty()) {
     spdlog::info(
         "libfsocket.so not found next to ffrouter (--socket-library): TCP mode is "
@@ -111,6 +115,7 @@ bool Router::Start(std::string* error) {
     *error = "control plane " + config_.control_plane + ": " + *error;
     return false;
   }
+  if (took_over) tables_.ForEachPod([&](const Pod& p) { directory_.Publish(p.who.ip); });
   if (transport_ != nullptr && !transport_->Start(loop_, *this, error)) return false;
   // 4. Retries, deadlines and sweeps.
   if (const int rc = timer_.Start(loop_, [this] { OnTimer(); })) {
@@ -134,7 +139,11 @@ bool Router::Start(std::string* error) {
     spdlog::error("{}: ffctl cannot reach this router", why);
   // 7. Pods may come.
   UniqueFd sock;
-  if (!folder_.BindSocket(&sock, error) || !sessions_.Listen(std::move(sock), error)) return false;
+  if (!took_over &&
+      (!folder_.BindSocket(&sock, error) || !sessions_.Listen(std::move(sock), error)))
+    return false;
+  // 8. A successor may take over (docs/handover.md); without this socket it cannot.
+  if (std::string why; !ListenForSuccessor(&why)) spdlog::error("{}", why);
   spdlog::info("ffrouter listening on {} (overlay {}, node {})", folder_.socket_path(),
                config_.overlay.ToString(), config_.node_name);
   if (transport_ != nullptr) {
@@ -165,6 +174,7 @@ void Router::Run() {
       if (!forwarder_.Polling()) forwarder_.PollAll();  // the window closed: arm the doorbells
     }
   }
+  if (handed_over_) return;  // the successor serves them now
   spdlog::info("ffrouter stopping; telling {} clients", sessions_.count());
   sessions_.NotifyAll(proto::EventType::kShutdown);
 }

@@ -94,6 +94,9 @@ class Router final : private NodeTransport::Handler {
   void Post(std::function<void()> fn) { loop_.Post(std::move(fn)); }
 
   std::string socket_path() const { return folder_.socket_path(); }
+  // Whether Run() ended because a successor took this router's state (docs/handover.md):
+  // the process must then close its descriptors without releasing anything and exit.
+  bool handed_over() const { return handed_over_; }
   // The port /metrics is served on (0: not served; --metrics-address).
   uint16_t metrics_port() const { return metrics_.port(); }
 
@@ -102,6 +105,15 @@ class Router final : private NodeTransport::Handler {
   void OnDrained(LinkId link) override;
   void OnLinkDown(LinkId link, const std::string& why) override;
   void OnTimer();
+  // The hand-over (handover.cc, docs/handover.md). The old side: the socket a successor
+  // connects to; what keeps this router's state from moving ("" when nothing does); the
+  // exchange, true once the successor serves.
+  bool ListenForSuccessor(std::string* error);
+  void OnSuccessor();
+  std::string WhyNoHandover() const;
+  bool HandOver(int sock);
+  // The new side, when another router holds the folder's lock: asks it for its state.
+  bool TakeOver(std::string* error);
   void RetrySoon();
   // Once sessions have ended and no more ended for a tick, gives the heap's free pages back
   // to the system (at most once per kHeapTrimIntervalNs): what pods held goes when they go.
@@ -164,6 +176,9 @@ class Router final : private NodeTransport::Handler {
   bool trim_due_ = false;      // some ended since the heap was last trimmed
   uint64_t last_trim_ns_ = 0;
   volatile sig_atomic_t stats_requested_ = 0;
+  bool handed_over_ = false;
+  UniqueFd successor_listen_;
+  EventLoop::WatchId successor_watch_ = 0;
   AdminService admin_{loop_, [this](const std::string& request) { return AdminAnswer(request); }};
   // Pods' names from the container runtime (--cri-endpoint); nullptr: not asked.
   std::unique_ptr<PodNames> names_;

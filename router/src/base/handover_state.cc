@@ -83,10 +83,12 @@ UniqueFd MappedFile(const Mapping& m, int flags) {
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t end = start + (m.size() + page - 1) / page * page;
   char path[64];
-  std::snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", static_cast<unsigned long>(start),
-                static_cast<unsigned long>(end));
+  std::snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx",
+                static_cast<unsigned long>(start), static_cast<unsigned long>(end));
   UniqueFd fd(::open(path, flags | O_CLOEXEC));
-  if (!fd) throw HandoverError(std::string("a mapped segment cannot be reopened: ") + std::strerror(errno));
+  if (!fd)
+    throw HandoverError(std::string("a mapped segment cannot be reopened: ") +
+                        std::strerror(errno));
   return fd;
 }
 
@@ -181,8 +183,9 @@ int HandoverState::Receive(int sock, size_t max_fds, size_t max_bytes, std::stri
       }
       break;
     }
-    const bool fds_ok = w.type == HandoverType::kFds ? w.a == static_cast<uint64_t>(nfds) && buf.empty()
-                                                      : nfds == 0;
+    const bool fds_ok = w.type == HandoverType::kFds
+                            ? w.a == static_cast<uint64_t>(nfds) && buf.empty()
+                            : nfds == 0;
     if (!fds_ok || (w.type != HandoverType::kFds && w.type != HandoverType::kState)) {
       *why = "an unexpected message in the state";
       return EPROTO;

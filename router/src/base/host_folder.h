@@ -38,7 +38,8 @@ class HostFolder {
   bool held_by_another() const { return held_by_another_; }
   // Takes a predecessor's lock and pod socket (its inode) as its own; then installs
   // `library_source` as Take does. false + *error.
-  bool Adopt(UniqueFd lock, ino_t socket_ino, const std::string& library_source, std::string* error);
+  bool Adopt(UniqueFd lock, ino_t socket_ino, const std::string& library_source,
+             std::string* error);
   int lock_fd() const { return lock_.get(); }
   ino_t socket_ino() const { return socket_ino_; }
   // Installs `source` as <dir>/libfsocket.so (TCP mode's library) as Take() installs the

@@ -3,11 +3,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "base/handover_state.h"
 #include "freeflow/ipv4.h"
@@ -264,7 +263,8 @@ Quotas::Counts CountsOf(const nlohmann::json& j, const char* key) {
 void Quotas::Export(HandoverState& state) const {
   nlohmann::json accounts = nlohmann::json::array(), ledgers = nlohmann::json::array();
   for (const auto& [ip, a] : accounts_)
-    accounts.push_back({{"ip", ip}, {"used", CountsJson(a.used)}, {"refused", CountsJson(a.refused)}});
+    accounts.push_back(
+        {{"ip", ip}, {"used", CountsJson(a.used)}, {"refused", CountsJson(a.refused)}});
   for (const auto& [session, l] : ledgers_)
     ledgers.push_back({{"session", session}, {"ip", l.ip}, {"held", CountsJson(l.held)}});
   state.doc["quotas"] = {{"accounts", std::move(accounts)},

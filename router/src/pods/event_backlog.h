@@ -11,11 +11,11 @@
 // Threading: the router loop's thread only.
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <list>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <tuple>
 
 #include "freeflow/fd.h"
@@ -24,7 +24,6 @@
 namespace ff::router {
 
 class HandoverState;
-
 
 class EventBacklog {
  public:

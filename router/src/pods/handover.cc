@@ -19,7 +19,9 @@ using Json = nlohmann::json;
 using H = HandoverState;
 constexpr size_t kMaxRecords = 1u << 20;
 
-Json FdOrNull(HandoverState& state, int fd) { return fd >= 0 ? Json(state.PutFd(fd)) : Json(nullptr); }
+Json FdOrNull(HandoverState& state, int fd) {
+  return fd >= 0 ? Json(state.PutFd(fd)) : Json(nullptr);
+}
 
 UniqueFd TakeOrEmpty(HandoverState& state, const Json& j, const char* key, FdKind kind) {
   const auto it = j.find(key);
@@ -55,7 +57,8 @@ void EventBacklog::Import(HandoverState& state, const Json& j) {
 Json TrafficClaims::Export(HandoverState& state) const {
   Json seen = Json::array();
   for (const Seen& s : seen_)
-    seen.push_back({s.peer_ip, s.placement, Json(std::vector<uint64_t>(s.ops, s.ops + kTrafficKinds)),
+    seen.push_back({s.peer_ip, s.placement,
+                    Json(std::vector<uint64_t>(s.ops, s.ops + kTrafficKinds)),
                     Json(std::vector<uint64_t>(s.bytes, s.bytes + kTrafficKinds))});
   return {{"fd", state.PutFd(MappedFile(map_, O_RDONLY))},
           {"read_ns", read_ns_},
@@ -64,7 +67,8 @@ Json TrafficClaims::Export(HandoverState& state) const {
 
 void TrafficClaims::Import(HandoverState& state, const Json& j) {
   UniqueFd fd = state.TakeFd(j.at("fd"), FdKind::kMemfd);
-  if (Take(fd.get(), H::U64(j, "read_ns")) != 0) throw HandoverError("a traffic ledger does not map");
+  if (Take(fd.get(), H::U64(j, "read_ns")) != 0)
+    throw HandoverError("a traffic ledger does not map");
   for (const Json& s : H::Array(j, "seen", kTrafficSlots)) {
     if (!s.is_array() || s.size() != 4 || !s[2].is_array() || !s[3].is_array() ||
         s[2].size() != kTrafficKinds || s[3].size() != kTrafficKinds)
@@ -85,21 +89,21 @@ void PodSessions::Export(HandoverState& state) {
   for (const auto& [id, s] : sessions_) {
     if (!s->refusal.empty()) continue;  // it only waited to read why: it goes with this router
     if (s->ring_control != nullptr) s->ring.Release();
-    sessions.push_back({{"id", id},
-                        {"sock", state.PutFd(s->sock.get())},
-                        {"events", FdOrNull(state, s->events ? s->events.get() : -1)},
-                        {"pid", s->who.pid},
-                        {"ip", s->who.ip},
-                        {"netns", s->who.netns},
-                        {"welcomed", s->welcomed},
-                        {"kind", static_cast<uint32_t>(s->kind)},
-                        {"ring", s->ring_control != nullptr
-                                     ? Json(state.PutFd(MappedFile(s->ring_map, O_RDWR)))
-                                     : Json(nullptr)},
-                        {"traffic", s->traffic.taken() ? s->traffic.Export(state) : Json(nullptr)},
-                        {"backlog", s->backlog.Export(state)},
-                        {"charged_event_bytes", s->charged_event_bytes},
-                        {"charged_event_fds", s->charged_event_fds}});
+    sessions.push_back(
+        {{"id", id},
+         {"sock", state.PutFd(s->sock.get())},
+         {"events", FdOrNull(state, s->events ? s->events.get() : -1)},
+         {"pid", s->who.pid},
+         {"ip", s->who.ip},
+         {"netns", s->who.netns},
+         {"welcomed", s->welcomed},
+         {"kind", static_cast<uint32_t>(s->kind)},
+         {"ring", s->ring_control != nullptr ? Json(state.PutFd(MappedFile(s->ring_map, O_RDWR)))
+                                             : Json(nullptr)},
+         {"traffic", s->traffic.taken() ? s->traffic.Export(state) : Json(nullptr)},
+         {"backlog", s->backlog.Export(state)},
+         {"charged_event_bytes", s->charged_event_bytes},
+         {"charged_event_fds", s->charged_event_fds}});
   }
   state.doc["sessions"] = {{"next_id", next_id_}, {"list", std::move(sessions)}};
 }
@@ -110,7 +114,8 @@ void PodSessions::Import(HandoverState& state) {
   for (const Json& j : H::Array(all, "list", kMaxRecords)) {
     auto s = std::make_unique<Session>();
     s->id = H::U32(j, "id");
-    if (s->id == 0 || sessions_.count(s->id) != 0) throw HandoverError("a session's id is 0 or twice");
+    if (s->id == 0 || sessions_.count(s->id) != 0)
+      throw HandoverError("a session's id is 0 or twice");
     s->sock = state.TakeFd(j.at("sock"), FdKind::kSocket);
     s->events = TakeOrEmpty(state, j, "events", FdKind::kSocket);
     s->who.pid = static_cast<pid_t>(H::U32(j, "pid", INT32_MAX));
@@ -121,7 +126,8 @@ void PodSessions::Import(HandoverState& state) {
     s->kind = static_cast<Kind>(kind);
     if (UniqueFd ring = TakeOrEmpty(state, j, "ring", FdKind::kMemfd)) {
       const size_t bytes = RequestRingSegmentBytes(kRequestRingBytes);
-      if (!SealedAtLeast(ring.get(), bytes) || MapSegment(ring.get(), bytes, true, &s->ring_map) != 0)
+      if (!SealedAtLeast(ring.get(), bytes) ||
+          MapSegment(ring.get(), bytes, true, &s->ring_map) != 0)
         throw HandoverError("a request ring does not map");
       s->ring.Attach(RequestRingOf(s->ring_map.get()), kRequestRingBytes);
       if (!s->ring.sane()) throw HandoverError("a request ring's indices are not sane");

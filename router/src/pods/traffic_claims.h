@@ -14,8 +14,8 @@
 // Threading: the loop's thread only.
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <vector>
 
 #include "base/reason_counts.h"

@@ -115,8 +115,12 @@ TEST(HandoverState, AStateLargerThanTheReceiverTakesIsRefused) {
 }
 
 TEST(HandoverState, FieldsAreReadTypedAndBounded) {
-  const HandoverState::Json j = {{"n", 5u}, {"neg", -1}, {"s", "x"}, {"b", true},
-                                 {"list", {1, 2, 3}}, {"rec", {{"k", 1u}}},
+  const HandoverState::Json j = {{"n", 5u},
+                                 {"neg", -1},
+                                 {"s", "x"},
+                                 {"b", true},
+                                 {"list", {1, 2, 3}},
+                                 {"rec", {{"k", 1u}}},
                                  {"bytes", HandoverState::Json::binary({1, 2, 3})}};
   EXPECT_EQ(HandoverState::U64(j, "n"), 5u);
   EXPECT_THROW(HandoverState::U64(j, "n", 4), HandoverError);
@@ -138,7 +142,8 @@ TEST(HandoverState, FieldsAreReadTypedAndBounded) {
 
 TEST(HandoverMessages, ControlMessagesRoundTripAndAnythingElseIsRefused) {
   Pair p;
-  ASSERT_EQ(ff::router::SendHandoverMessage(p.a.get(), {HandoverType::kRefuse, 1, 2, "why not"}), 0);
+  ASSERT_EQ(ff::router::SendHandoverMessage(p.a.get(), {HandoverType::kRefuse, 1, 2, "why not"}),
+            0);
   HandoverMessage m;
   ASSERT_EQ(ff::router::ReceiveHandoverMessage(p.b.get(), &m), 0);
   EXPECT_EQ(m.type, HandoverType::kRefuse);

@@ -1,0 +1,199 @@
+// The router hand-over, both sides (docs/handover.md). Version 1 carries the host folder's
+// lock and pod socket, every pod session, its quotas and its objects (same-node verbs); a
+// router that holds anything else refuses, and the new one exits with the reason while the
+// old one serves on.
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "base/handover_state.h"
+#include "base/table_store.h"
+#include "freeflow/clock.h"
+#include "identity/router_peer.h"
+#include "router.h"
+
+namespace ff::router {
+namespace {
+
+constexpr int kExchangeTimeoutS = 10;  // each step of the exchange, either side
+constexpr size_t kMaxStateBytes = 1u << 30;
+
+std::string HandoverName(const std::string& dir, const std::string& name) {
+  return "freeflow-handover:" + dir + "/" + name;
+}
+
+socklen_t AbstractAddress(const std::string& name, sockaddr_un* sa) {
+  *sa = sockaddr_un{};
+  sa->sun_family = AF_UNIX;
+  const size_t n = std::min(name.size(), sizeof(sa->sun_path) - 1);
+  std::memcpy(sa->sun_path + 1, name.data(), n);  // sun_path[0] == 0: abstract
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+}
+
+void Timeouts(int sock) {
+  const timeval tv{kExchangeTimeoutS, 0};
+  ::setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+}  // namespace
+
+bool Router::ListenForSuccessor(std::string* error) {
+  sockaddr_un sa;
+  const socklen_t len = AbstractAddress(HandoverName(config_.dir, config_.name), &sa);
+  successor_listen_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!successor_listen_ ||
+      ::bind(successor_listen_.get(), reinterpret_cast<sockaddr*>(&sa), len) != 0 ||
+      ::listen(successor_listen_.get(), 1) != 0) {
+    *error = std::string("cannot listen for a successor: ") + std::strerror(errno);
+    return false;
+  }
+  successor_watch_ =
+      loop_.Watch(successor_listen_.get(), EPOLLIN, [this](uint32_t) { OnSuccessor(); });
+  return successor_watch_ != 0;
+}
+
+std::string Router::WhyNoHandover() const {
+  if (!RouterTables().movable())
+    return "its tables are sealed memfds (" + RouterTables().why_not() + ")";
+  if (cm_.ids() != 0 || cm_.channels() != 0) return "it holds rdma_cm ids";
+  if (sessions_.CountKind(PodSessions::Kind::kSocket) != 0 || sockets_.streams() != 0 ||
+      sockets_.listeners() != 0)
+    return "it serves TCP-mode sessions";
+  if (direct_.size() != 0 || listeners_.open() != 0) return "it holds direct connections";
+  if (forwarder_.proxies() != 0 || forwarder_.resolving() != 0 || executor_.senders() != 0)
+    return "it holds channels to other nodes";
+  bool pending = false;
+  tables_.ForEachPod(
+      [&](const Pod& p) { pending = pending || quotas_.held(p.id, Quota::kPending) != 0; });
+  if (pending) return "requests wait for other nodes";
+  return "";
+}
+
+void Router::OnSuccessor() {
+  UniqueFd sock(::accept4(successor_listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (!sock) return;
+  std::string why;
+  if (!TrustedRouterPeer(sock.get(), &why)) {
+    spdlog::warn("refused a connection to the hand-over socket: {}", why);
+    return;
+  }
+  Timeouts(sock.get());
+  if (HandOver(sock.get())) {
+    handed_over_ = true;
+    loop_.Stop();
+  }
+}
+
+bool Router::HandOver(int sock) {
+  HandoverMessage hello;
+  if (ReceiveHandoverMessage(sock, &hello) != 0 || hello.type != HandoverType::kHello) return false;
+  const uint64_t version = std::min<uint64_t>(hello.b, kHandoverVersionHigh);
+  std::string why = WhyNoHandover();
+  if (why.empty() && (version < hello.a || version < kHandoverVersionLow))
+    why = "it speaks hand-over versions " + std::to_string(kHandoverVersionLow) + "-" +
+          std::to_string(kHandoverVersionHigh);
+  if (!why.empty()) {
+    spdlog::info("a successor asked for this router's state: refused, {}", why);
+    SendHandoverMessage(sock, {HandoverType::kRefuse, 0, 0, why});
+    return false;
+  }
+  const uint64_t start = MonotonicNs();
+  sessions_.StopGate();
+  HandoverState state;
+  try {
+    state.doc["folder"] = {{"lock", state.PutFd(folder_.lock_fd())},
+                           {"listen", state.PutFd(sessions_.listening_fd())},
+                           {"socket_ino", folder_.socket_ino()}};
+    quotas_.Export(state);
+    tables_.Export(state);
+    sessions_.Export(state);
+  } catch (const HandoverError& e) {  // a segment that cannot be reopened (MappedFile)
+    spdlog::error("a successor asked for this router's state: refused, {}", e.what());
+    SendHandoverMessage(sock, {HandoverType::kRefuse, 0, 0, e.what()});
+    if (std::string error; !sessions_.RestartGate(&error))
+      spdlog::error("cannot take pods' connections again: {}", error);
+    return false;
+  }
+  HandoverMessage reply;
+  const bool sent = SendHandoverMessage(sock, {HandoverType::kAccept, version, 0, ""}) == 0 &&
+                    state.Send(sock) == 0;
+  if (sent && ReceiveHandoverMessage(sock, &reply) == 0 && reply.type == HandoverType::kServing) {
+    spdlog::info("handed over to a successor: {} sessions, {} descriptors, paused {} ms",
+                 sessions_.count(), state.fds(), (MonotonicNs() - start) / 1'000'000);
+    return true;
+  }
+  spdlog::error("the hand-over failed ({}); serving on",
+                reply.type == HandoverType::kFailed ? reply.text : "the successor went away");
+  if (std::string error; !sessions_.RestartGate(&error))
+    spdlog::error("cannot take pods' connections again: {}", error);
+  return false;
+}
+
+bool Router::TakeOver(std::string* error) {
+  const std::string held = *error;
+  sockaddr_un sa;
+  const socklen_t len = AbstractAddress(HandoverName(config_.dir, config_.name), &sa);
+  UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!sock || ::connect(sock.get(), reinterpret_cast<sockaddr*>(&sa), len) != 0) {
+    *error = held + " (and it takes no hand-over: " + std::strerror(errno) + ")";
+    return false;
+  }
+  Timeouts(sock.get());
+  HandoverMessage m;
+  if (SendHandoverMessage(
+          sock.get(), {HandoverType::kHello, kHandoverVersionLow, kHandoverVersionHigh, ""}) != 0 ||
+      ReceiveHandoverMessage(sock.get(), &m) != 0) {
+    *error = held + " (the hand-over broke off)";
+    return false;
+  }
+  if (m.type == HandoverType::kRefuse) {
+    *error = held + ", which refuses to hand over: " + m.text;
+    return false;
+  }
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  HandoverState state;
+  std::string why;
+  if (m.type != HandoverType::kAccept ||
+      state.Receive(sock.get(), files.rlim_cur > 256 ? files.rlim_cur - 128 : 128, kMaxStateBytes,
+                    &why) != 0) {
+    *error = held + ": its state did not come (" + why + ")";
+    return false;
+  }
+  try {
+    const nlohmann::json& f = HandoverState::Object(state.doc, "folder");
+    UniqueFd lock = state.TakeFd(f.at("lock"), FdKind::kSocket);
+    UniqueFd listen = state.TakeFd(f.at("listen"), FdKind::kSocket);
+    quotas_.Import(state);
+    tables_.Import(state);
+    sessions_.Import(state);
+    if (state.untaken() != 0) throw HandoverError("descriptors no record names");
+    if (!folder_.Adopt(std::move(lock), HandoverState::U64(f, "socket_ino"), config_.library_source,
+                       &why) ||
+        !sessions_.Listen(std::move(listen), &why))
+      throw HandoverError(why);
+  } catch (const std::exception& e) {  // HandoverError, or a record nlohmann could not read
+    SendHandoverMessage(sock.get(), {HandoverType::kFailed, 0, 0, e.what()});
+    *error = std::string("the old router's state is refused: ") + e.what();
+    return false;
+  }
+  SendHandoverMessage(sock.get(), {HandoverType::kServing, 0, 0, ""});
+  // The old router now closes everything it held (its admin socket, metrics and node ports
+  // among them, which Start binds next); the end of this socket says it has.
+  char end;
+  while (::recv(sock.get(), &end, 1, 0) > 0) {
+  }
+  spdlog::info("took over {} sessions from the router that served {}", sessions_.count(),
+               folder_.socket_path());
+  return true;
+}
+
+}  // namespace ff::router

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Integration (issue 41): a router started with --take-over beside the router of a node takes
+# its pods over while they run traffic (docs/handover.md). The programs that ran across the
+# hand-over must finish without an error, new programs must work with the successor, and
+# what the hand-over cannot carry (here an rdma_cm listener) must leave the old router
+# serving and the successor exiting with the reason. The hand-over socket refuses a process
+# that is not a router of this node: unprivileged, without CAP_SYS_ADMIN, or in a pod.
+set -uo pipefail
+source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
+export FF_ROUTER_LOG=info
+NEW_PID=""
+stop_successor() { [[ -z $NEW_PID ]] || { kill "$NEW_PID" 2>/dev/null; wait "$NEW_PID" 2>/dev/null; NEW_PID=""; }; }
+trap 'stop_successor; cluster_down' EXIT
+cluster_up 3
+router_up || exit 1
+S=$(ff_pod_ip 0)
+SOCKET_NAME="freeflow-handover:$FF_DIR/ffrouter"
+failures=0
+result() {  # result NAME STATUS
+  if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi
+}
+
+# successor: a second router on the node's folder with --take-over, logging to router2.log;
+# 0 once it says it took over, 1 when it exited first (its status in SUCCESSOR_STATUS).
+successor() {
+  ip netns exec "$FF_NODE" "$FF_BUILD/router/ffrouter" --dir "$FF_DIR" --name ffrouter \
+    --vnet-prefix 10.244.0.0/16 --log-level info --take-over >>"$FF_DIR/router2.log" 2>&1 &
+  NEW_PID=$!
+  local i
+  for ((i = 0; i < 300; i++)); do
+    grep -q "took over" "$FF_DIR/router2.log" && return 0
+    if ! kill -0 "$NEW_PID" 2>/dev/null; then
+      wait "$NEW_PID"
+      SUCCESSOR_STATUS=$?
+      NEW_PID=""
+      return 1
+    fi
+    sleep 0.05
+  done
+  return 1
+}
+
+# knock NETNS [setpriv ARGS...]: a process in NETNS (with setpriv's restrictions) connects
+# to the hand-over socket and says what a successor would not; prints what it got back.
+knock() {
+  local ns=$1
+  shift
+  ip netns exec "$ns" setpriv "$@" /usr/bin/python3 - "$SOCKET_NAME" <<'EOF'
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+try:
+    s.connect('\0' + sys.argv[1])
+except OSError as e:
+    print('connect refused:', e.strerror)
+    sys.exit(0)
+s.settimeout(5)
+try:
+    s.send(b'\x01' * 64)
+    print('got', len(s.recv(65536)), 'bytes')
+except OSError as e:  # closed before or after what it sent: nothing either way
+    print('got an error:', e.strerror)
+EOF
+}
+
+# 1. What cannot move: a pod's rdma_cm listener. The successor exits with the reason, the
+#    old router serves on (a new pair works), the listener is untouched.
+pod_bg 0 rping -s -a "$S" -p 7300 -C 1 >"$FF_DIR/rping.log" 2>&1
+rping_pid=$FF_LAST_PID
+wait_line "$FF_DIR/router.log" "rdma_cm listens on $S:7300" 5 "$rping_pid"
+SUCCESSOR_STATUS=0
+successor
+st=$?
+tail -n 1 "$FF_DIR/router2.log"
+[[ $st -ne 0 && $SUCCESSOR_STATUS -ne 0 ]] &&
+  grep -q "refuses to hand over: it holds rdma_cm ids" "$FF_DIR/router2.log" &&
+  kill -0 "$FF_ROUTER_PID" && kill -0 "$rping_pid"
+result "a router holding rdma_cm ids refuses the hand-over; the successor exits with the reason" $?
+pod_bg 0 ib_send_bw -n 1000 -p 18610 >"$FF_DIR/refused-s.log" 2>&1
+sp=$FF_LAST_PID
+sleep 0.3
+pod_run 1 timeout 30 ib_send_bw -n 1000 -p 18610 "$S" >"$FF_DIR/refused-c.log" 2>&1
+c=$?
+wait_pid "$sp" 10
+[[ $c -eq 0 && $? -eq 0 ]]
+result "the old router serves on after refusing" $?
+kill "$rping_pid" 2>/dev/null
+wait "$rping_pid" 2>/dev/null
+
+# 2. Processes that are not a router of this node knock at the hand-over socket: refused,
+#    given nothing, the router serving on.
+out=$(knock "$FF_NODE" --reuid=65534 --regid=65534 --clear-groups)
+echo "unprivileged: $out"
+[[ $out == "got 0 bytes" || $out == "got an error"* ]]
+result "an unprivileged process of the node's namespace gets nothing from the hand-over socket" $?
+out=$(knock "$FF_NODE" --bounding-set=-sys_admin)
+echo "root without CAP_SYS_ADMIN: $out"
+[[ $out == "got 0 bytes" || $out == "got an error"* ]]
+result "root without CAP_SYS_ADMIN gets nothing from the hand-over socket" $?
+out=$(knock "$(ff_pod_ns 2)")
+echo "a pod: $out"
+[[ $out == "connect refused"* ]]
+result "a pod cannot reach the hand-over socket" $?
+[[ $(grep -c "refused a connection to the hand-over socket" "$FF_DIR/router.log") -eq 2 ]] &&
+  kill -0 "$FF_ROUTER_PID"
+result "the router logged both refusals and serves on" $?
+
+# 3. The hand-over under traffic: a stream and a ping-pong between two pods run across it.
+OLD_PID=$FF_ROUTER_PID
+pod_bg 0 ib_write_bw -D 6 -p 18600 >"$FF_DIR/bw-s.log" 2>&1
+bws=$FF_LAST_PID
+pod_bg 0 ib_send_lat -D 6 -p 18601 >"$FF_DIR/lat-s.log" 2>&1
+lats=$FF_LAST_PID
+sleep 0.3
+pod_bg 1 ib_write_bw -D 6 -p 18600 "$S" >"$FF_DIR/bw-c.log" 2>&1
+bwc=$FF_LAST_PID
+pod_bg 1 ib_send_lat -D 6 -p 18601 "$S" >"$FF_DIR/lat-c.log" 2>&1
+latc=$FF_LAST_PID
+sleep 2
+running=0
+for p in $bws $lats $bwc $latc; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
+successor
+st=$?
+grep "handed over to a successor" "$FF_DIR/router.log" | sed 's/.*info ffrouter: //'
+[[ $st -eq 0 && $running -eq 4 ]]
+result "a successor took over while 4 programs ran (their QPs, MRs and CQs)" $?
+kill -TERM "$OLD_PID"
+wait_pid "$OLD_PID" 10
+result "the old router exits 0 on SIGTERM once handed over" $?
+FF_ROUTER_PID=$NEW_PID
+NEW_PID=""
+ok=0
+for p in $bws $lats $bwc $latc; do wait_pid "$p" 30 || ok=1; done
+for f in bw-c lat-c; do tail -n 2 "$FF_DIR/$f.log" | head -n 1; done
+[[ $ok -eq 0 ]] && ! grep -qiE "fail|error|unable" "$FF_DIR"/{bw,lat}-{s,c}.log
+result "every program that ran across the hand-over finished without an error" $?
+
+# 4. The successor serves new programs, and what the old ones held was released on it.
+pod_bg 0 ib_send_bw -n 1000 -p 18611 >"$FF_DIR/after-s.log" 2>&1
+sp=$FF_LAST_PID
+sleep 0.3
+pod_run 1 timeout 30 ib_send_bw -n 1000 -p 18611 "$S" >"$FF_DIR/after-c.log" 2>&1
+c=$?
+wait_pid "$sp" 10
+[[ $c -eq 0 && $? -eq 0 ]]
+result "new programs work with the successor" $?
+line=$(router_stats_line "$FF_ROUTER_PID" "$FF_DIR/router2.log")
+echo "successor: $line"
+grep -qE '(^| )sessions=0 ' <<<"$line" && grep -qE ' qps=0 ' <<<"$line" && grep -qE ' regions=0 ' <<<"$line"
+result "the successor holds nothing once every program exited" $?
+
+echo "$((failures == 0 ? 1 : 0)) suites ok"
+[[ $failures -eq 0 ]]
