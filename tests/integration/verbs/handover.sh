@@ -40,6 +40,18 @@ successor() {
   return 1
 }
 
+# send_pair PORT NAME: a new ib_send_bw pair between pods 0 and 1 (logs NAME-s, NAME-c);
+# 0 when both exit 0.
+send_pair() {
+  local sp c
+  pod_bg 0 ib_send_bw -n 1000 -p "$1" >"$FF_DIR/$2-s.log" 2>&1
+  sp=$FF_LAST_PID
+  sleep 0.3
+  pod_run 1 timeout 30 ib_send_bw -n 1000 -p "$1" "$S" >"$FF_DIR/$2-c.log" 2>&1
+  c=$?
+  wait_pid "$sp" 10 && [[ $c -eq 0 ]]
+}
+
 # knock NETNS [setpriv ARGS...]: a process in NETNS (with setpriv's restrictions) connects
 # to the hand-over socket and says what a successor would not; prints what it got back.
 knock() {
@@ -75,13 +87,7 @@ tail -n 1 "$FF_DIR/router2.log"
   grep -q "refuses to hand over: it holds rdma_cm ids" "$FF_DIR/router2.log" &&
   kill -0 "$FF_ROUTER_PID" && kill -0 "$rping_pid"
 result "a router holding rdma_cm ids refuses the hand-over; the successor exits with the reason" $?
-pod_bg 0 ib_send_bw -n 1000 -p 18610 >"$FF_DIR/refused-s.log" 2>&1
-sp=$FF_LAST_PID
-sleep 0.3
-pod_run 1 timeout 30 ib_send_bw -n 1000 -p 18610 "$S" >"$FF_DIR/refused-c.log" 2>&1
-c=$?
-wait_pid "$sp" 10
-[[ $c -eq 0 && $? -eq 0 ]]
+send_pair 18610 refused
 result "the old router serves on after refusing" $?
 kill "$rping_pid" 2>/dev/null
 wait "$rping_pid" 2>/dev/null
@@ -135,13 +141,7 @@ for f in bw-c lat-c; do tail -n 2 "$FF_DIR/$f.log" | head -n 1; done
 result "every program that ran across the hand-over finished without an error" $?
 
 # 4. The successor serves new programs, and what the old ones held was released on it.
-pod_bg 0 ib_send_bw -n 1000 -p 18611 >"$FF_DIR/after-s.log" 2>&1
-sp=$FF_LAST_PID
-sleep 0.3
-pod_run 1 timeout 30 ib_send_bw -n 1000 -p 18611 "$S" >"$FF_DIR/after-c.log" 2>&1
-c=$?
-wait_pid "$sp" 10
-[[ $c -eq 0 && $? -eq 0 ]]
+send_pair 18611 after
 result "new programs work with the successor" $?
 line=$(router_stats_line "$FF_ROUTER_PID" "$FF_DIR/router2.log")
 echo "successor: $line"
