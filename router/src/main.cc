@@ -10,8 +10,14 @@
 namespace {
 
 ff::router::Router* g_router = nullptr;
+volatile sig_atomic_t g_stop_asked = 0;  // SIGTERM/SIGINT came
+volatile sig_atomic_t g_handed_over = 0;
 
+// Whichever thread a stop signal reaches: a router that handed over ends there (its pods
+// are the successor's; nothing of its own is left to release).
 void OnSignal(int) {
+  if (g_handed_over != 0) ::_exit(0);
+  g_stop_asked = 1;
   if (g_router != nullptr) g_router->Stop();  // async-signal-safe
 }
 
@@ -57,17 +63,13 @@ int main(int argc, char** argv) {
   if (router.handed_over()) {
     // What this router held is the successor's now: close every descriptor without releasing
     // anything (no destructor runs: they would give back what pods hold) and wait to be
-    // stopped, as a DaemonSet's old pod is next (docs/handover.md).
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGTERM);
-    sigaddset(&stop, SIGINT);
-    sigprocmask(SIG_BLOCK, &stop, nullptr);
+    // stopped, as a DaemonSet's old pod is next (docs/handover.md). The signal may reach
+    // any thread (the others do not block it), and may have come during the hand-over.
+    g_handed_over = 1;
     ::close_range(3, ~0U, 0);
     spdlog::info("handed over; waiting for SIGTERM");
-    int sig = 0;
-    sigwait(&stop, &sig);
-    ::_exit(0);
+    if (g_stop_asked != 0) ::_exit(0);
+    for (;;) ::pause();
   }
   return 0;
 }
