@@ -23,6 +23,7 @@ namespace ff::router {
 namespace {
 
 constexpr int kExchangeTimeoutS = 10;  // each step of the exchange, either side
+constexpr unsigned kAskAgainS = 2;     // a successor that waits asks this often
 constexpr size_t kMaxStateBytes = 1u << 30;
 
 std::string HandoverName(const std::string& dir, const std::string& name) {
@@ -137,8 +138,33 @@ bool Router::HandOver(int sock) {
   return false;
 }
 
-bool Router::TakeOver(std::string* error) {
+bool Router::TakeOverOrWait(bool* took_over, std::string* error) {
+  const uint64_t deadline = MonotonicNs() + uint64_t{config_.take_over_wait_s} * 1'000'000'000;
+  std::string said;
+  for (;;) {
+    bool retry = false;
+    if (TakeOver(error, &retry)) {
+      *took_over = true;
+      return true;
+    }
+    if (!retry || MonotonicNs() >= deadline) return false;
+    if (*error != said) {  // each new reason once
+      spdlog::warn("{}; asking again every {} s", *error, kAskAgainS);
+      said = *error;
+    }
+    ::sleep(kAskAgainS);
+    if (folder_.Take(config_.dir, config_.name, config_.library_source, error)) {
+      spdlog::info("the router that served {} stopped: starting as the first one",
+                   folder_.socket_path());
+      return true;
+    }
+    if (!folder_.held_by_another()) return false;
+  }
+}
+
+bool Router::TakeOver(std::string* error, bool* retry) {
   const std::string held = *error;
+  *retry = true;
   sockaddr_un sa;
   const socklen_t len = AbstractAddress(HandoverName(config_.dir, config_.name), &sa);
   UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
@@ -168,6 +194,7 @@ bool Router::TakeOver(std::string* error) {
     *error = held + ": its state did not come (" + why + ")";
     return false;
   }
+  *retry = false;  // what comes next is taken, and not given back if it fails
   try {
     const nlohmann::json& f = HandoverState::Object(state.doc, "folder");
     UniqueFd lock = state.TakeFd(f.at("lock"), FdKind::kSocket);

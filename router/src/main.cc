@@ -1,8 +1,13 @@
 // ffrouter: the per-node freeflow router daemon. parse -> validate -> start -> serve until
 // SIGTERM/SIGINT. SIGUSR1 logs one line of what the router holds (Router::StatsLine).
+#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
 
 #include "options.h"
 #include "router.h"
@@ -25,6 +30,24 @@ void OnStatsSignal(int) {
   if (g_router != nullptr) g_router->RequestStats();  // async-signal-safe
 }
 
+// The ready file (--ready-file): written once the router serves, removed when it stops
+// serving (a stop, or a hand-over). false + *error when it cannot be written.
+bool MarkReady(const std::string& path, std::string* error) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (fd < 0 || ::write(fd, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
+    *error = "cannot write the ready file " + path + ": " + std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return false;
+  }
+  ::close(fd);
+  return true;
+}
+
+void Unready(const std::string& path) {
+  if (!path.empty()) ::unlink(path.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -43,7 +66,8 @@ int main(int argc, char** argv) {
   }
   // 3. Start: host folder, control plane, router port, pod socket.
   ff::router::Router router(*config, std::move(deps));
-  if (!router.Start(&error)) {
+  if (!router.Start(&error) ||
+      (!config->ready_file.empty() && !MarkReady(config->ready_file, &error))) {
     spdlog::error("{}", error);
     return 1;
   }
@@ -60,6 +84,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   router.Run();
   g_router = nullptr;
+  Unready(config->ready_file);
   if (router.handed_over()) {
     // What this router held is the successor's now: close every descriptor without releasing
     // anything (no destructor runs: they would give back what pods hold) and wait to be

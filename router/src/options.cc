@@ -107,6 +107,14 @@ void AddFlags(CLI::App& app, RouterConfig& c, Raw& raw) {
                "when another router serves --dir/--name, take its pods over without stopping "
                "them (docs/handover.md) instead of exiting")
       ->envname("FREEFLOW_TAKE_OVER");
+  app.add_option("--take-over-wait-s", c.take_over_wait_s,
+                 "with --take-over: while the serving router refuses, ask again for this long "
+                 "(0: once); if it stops meanwhile, start as the first router")
+      ->envname("FREEFLOW_TAKE_OVER_WAIT_S")
+      ->check(CLI::Range(0u, 7u * 86400u));
+  app.add_option("--ready-file", c.ready_file,
+                 "a file that exists while this router serves (for a readiness probe)")
+      ->envname("FREEFLOW_READY_FILE");
   const NumericFlag numeric[] = {
       {"--peer-timeout-ms", &c.peer_timeout_ms, 100, 600000,
        "silent peer routers are dead after it"},

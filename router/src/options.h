@@ -39,6 +39,12 @@ struct RouterConfig {
   // (docs/handover.md), rather than exit. A router started by mistake beside a running one
   // must not take its pods: the DaemonSet's rolling update asks for it.
   bool take_over = false;
+  // How long a router that may take over asks again (every few seconds) while the one that
+  // serves refuses; 0: once. It takes the folder as a first router does if the other stops.
+  uint32_t take_over_wait_s = 0;
+  // A file that exists while this router serves (its pid in it), for a readiness probe that
+  // must tell the serving router from a successor still waiting; empty: none.
+  std::string ready_file;
   uint32_t peer_timeout_ms = kDefaultPeerTimeoutMs;  // a silent peer router is dead after this
   uint32_t poll_us = 0;                              // poll proxies this long after traffic
   uint32_t spin_us = kDefaultRouterSpinUs;           // poll this long after answering a pod

@@ -96,8 +96,8 @@ bool Router::Start(std::string* error) {
   // 2. The host folder: one router per socket name; the container library for pods.
   bool took_over = false;
   if (!folder_.Take(config_.dir, config_.name, config_.library_source, error)) {
-    if (!folder_.held_by_another() || !config_.take_over || !TakeOver(error)) return false;
-    took_over = true;
+    if (!folder_.held_by_another() || !config_.take_over || !TakeOverOrWait(&took_over, error))
+      return false;
   }
   if (config_.socket_library_source.empty()) {
     spdlog::info(

@@ -112,8 +112,13 @@ class Router final : private NodeTransport::Handler {
   void OnSuccessor();
   std::string WhyNoHandover() const;
   bool HandOver(int sock);
-  // The new side, when another router holds the folder's lock: asks it for its state.
-  bool TakeOver(std::string* error);
+  // The new side, when another router holds the folder's lock: asks it for its state;
+  // *retry when nothing of it was taken yet (it refused, or the exchange broke off before
+  // its state came), so that asking again is safe. TakeOverOrWait asks until it hands over,
+  // or lets go of the folder (then takes it as a first router does: *took_over false), or
+  // --take-over-wait-s passes. *error names the serving router on entry (HostFolder::Take).
+  bool TakeOver(std::string* error, bool* retry);
+  bool TakeOverOrWait(bool* took_over, std::string* error);
   void RetrySoon();
   // Once sessions have ended and no more ended for a tick, gives the heap's free pages back
   // to the system (at most once per kHeapTrimIntervalNs): what pods held goes when they go.

@@ -144,6 +144,7 @@ bool HostFolder::OpenFolder(const std::string& dir, std::string* error) {
 // the router's network namespace (pods live in others), plus a connect() to the socket
 // itself, for a router serving the same folder from another namespace.
 bool HostFolder::TakeLock(std::string* error) {
+  held_by_another_ = false;
   struct stat st {};
   if (::fstat(folder_.get(), &st) != 0) {
     *error = Why("cannot stat --dir " + dir_, errno);

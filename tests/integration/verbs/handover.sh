@@ -3,8 +3,10 @@
 # its pods over while they run traffic (docs/handover.md). The programs that ran across the
 # hand-over must finish without an error, new programs must work with the successor, and
 # what the hand-over cannot carry (here an rdma_cm listener) must leave the old router
-# serving and the successor exiting with the reason. The hand-over socket refuses a process
-# that is not a router of this node: unprivileged, without CAP_SYS_ADMIN, or in a pod.
+# serving and the successor exiting with the reason, or, given --take-over-wait-s, asking
+# again until it can move (as the DaemonSet's successor does). Each router's --ready-file
+# exists while it, and no other, serves. The hand-over socket refuses a process that is not
+# a router of this node: unprivileged, without CAP_SYS_ADMIN, or in a pod.
 set -uo pipefail
 source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 export FF_ROUTER_LOG=info
@@ -12,7 +14,7 @@ NEW_PID=""
 stop_successor() { [[ -z $NEW_PID ]] || { kill "$NEW_PID" 2>/dev/null; wait "$NEW_PID" 2>/dev/null; NEW_PID=""; }; }
 trap 'stop_successor; cluster_down' EXIT
 cluster_up 3
-router_up || exit 1
+router_up --ready-file "$FF_DIR/ready-1" || exit 1
 S=$(ff_pod_ip 0)
 SOCKET_NAME="freeflow-handover:$FF_DIR/ffrouter"
 failures=0
@@ -20,15 +22,24 @@ result() {  # result NAME STATUS
   if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi
 }
 
-# successor: a second router on the node's folder with --take-over, logging to router2.log;
-# 0 once it says it took over, 1 when it exited first (its status in SUCCESSOR_STATUS).
-successor() {
+# start_router N [ARGS...]: router N on the node's folder with --take-over (and ARGS), its
+# pid in NEW_PID, logging to routerN.log, its ready file ready-N.
+start_router() {
+  local n=$1
+  shift
   ip netns exec "$FF_NODE" "$FF_BUILD/router/ffrouter" --dir "$FF_DIR" --name ffrouter \
-    --vnet-prefix 10.244.0.0/16 --log-level info --take-over >>"$FF_DIR/router2.log" 2>&1 &
+    --vnet-prefix 10.244.0.0/16 --log-level info --take-over --ready-file "$FF_DIR/ready-$n" \
+    "$@" >>"$FF_DIR/router$n.log" 2>&1 &
   NEW_PID=$!
+}
+
+# successor N [ARGS...]: start_router N; 0 once it says it took over, 1 when it exited
+# first (its status in SUCCESSOR_STATUS).
+successor() {
   local i
+  start_router "$@"
   for ((i = 0; i < 300; i++)); do
-    grep -q "took over" "$FF_DIR/router2.log" && return 0
+    grep -q "took over" "$FF_DIR/router$1.log" && return 0
     if ! kill -0 "$NEW_PID" 2>/dev/null; then
       wait "$NEW_PID"
       SUCCESSOR_STATUS=$?
@@ -80,12 +91,12 @@ pod_bg 0 rping -s -a "$S" -p 7300 -C 1 >"$FF_DIR/rping.log" 2>&1
 rping_pid=$FF_LAST_PID
 wait_line "$FF_DIR/router.log" "rdma_cm listens on $S:7300" 5 "$rping_pid"
 SUCCESSOR_STATUS=0
-successor
+successor 2
 st=$?
 tail -n 1 "$FF_DIR/router2.log"
 [[ $st -ne 0 && $SUCCESSOR_STATUS -ne 0 ]] &&
   grep -q "refuses to hand over: it holds rdma_cm ids" "$FF_DIR/router2.log" &&
-  kill -0 "$FF_ROUTER_PID" && kill -0 "$rping_pid"
+  kill -0 "$FF_ROUTER_PID" && kill -0 "$rping_pid" && [[ -s $FF_DIR/ready-1 && ! -e $FF_DIR/ready-2 ]]
 result "a router holding rdma_cm ids refuses the hand-over; the successor exits with the reason" $?
 send_pair 18610 refused
 result "the old router serves on after refusing" $?
@@ -121,23 +132,30 @@ pod_bg 1 ib_write_bw -D 6 -p 18600 "$S" >"$FF_DIR/bw-c.log" 2>&1
 bwc=$FF_LAST_PID
 pod_bg 1 ib_send_lat -D 6 -p 18601 "$S" >"$FF_DIR/lat-c.log" 2>&1
 latc=$FF_LAST_PID
+pod_bg 2 "$FF_CONTROL_PAUSE" 6 >"$FF_DIR/pause.log" 2>&1
+pause=$FF_LAST_PID
 sleep 2
 running=0
-for p in $bws $lats $bwc $latc; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
-successor
+for p in $bws $lats $bwc $latc $pause; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
+rm -f "$FF_DIR/router2.log"
+successor 2
 st=$?
 grep "handed over to a successor" "$FF_DIR/router.log" | sed 's/.*info ffrouter: //'
-[[ $st -eq 0 && $running -eq 4 ]]
-result "a successor took over while 4 programs ran (their QPs, MRs and CQs)" $?
+[[ $st -eq 0 && $running -eq 5 ]]
+result "a successor took over while 5 programs ran (their QPs, MRs and CQs)" $?
+[[ $(cat "$FF_DIR/ready-2" 2>/dev/null) == "$NEW_PID" && ! -e $FF_DIR/ready-1 ]]
+result "the ready file moved with the pods: the successor's written, the old router's removed" $?
 kill -TERM "$OLD_PID"
 wait_pid "$OLD_PID" 10
 result "the old router exits 0 on SIGTERM once handed over" $?
 FF_ROUTER_PID=$NEW_PID
 NEW_PID=""
 ok=0
-for p in $bws $lats $bwc $latc; do wait_pid "$p" 30 || ok=1; done
+for p in $bws $lats $bwc $latc $pause; do wait_pid "$p" 30 || ok=1; done
 for f in bw-c lat-c; do tail -n 2 "$FF_DIR/$f.log" | head -n 1; done
-[[ $ok -eq 0 ]] && ! grep -qiE "fail|error|unable" "$FF_DIR"/{bw,lat}-{s,c}.log
+cat "$FF_DIR/pause.log"
+[[ $ok -eq 0 ]] && ! grep -qiE "fail|error|unable" "$FF_DIR"/{bw,lat}-{s,c}.log &&
+  grep -q ", 0 failed, longest" "$FF_DIR/pause.log"
 result "every program that ran across the hand-over finished without an error" $?
 
 # 4. The successor serves new programs, and what the old ones held was released on it.
@@ -147,6 +165,29 @@ line=$(router_stats_line "$FF_ROUTER_PID" "$FF_DIR/router2.log")
 echo "successor: $line"
 grep -qE '(^| )sessions=0 ' <<<"$line" && grep -qE ' qps=0 ' <<<"$line" && grep -qE ' regions=0 ' <<<"$line"
 result "the successor holds nothing once every program exited" $?
+
+# 5. As the DaemonSet's successor: while the router holds what cannot move (an rdma_cm
+#    listener), a successor given --take-over-wait-s asks again, not ready; once the
+#    listener is gone it takes the pods over and is ready.
+pod_bg 0 rping -s -a "$S" -p 7301 -C 1 >"$FF_DIR/rping2.log" 2>&1
+rping_pid=$FF_LAST_PID
+wait_line "$FF_DIR/router2.log" "rdma_cm listens on $S:7301" 5 "$rping_pid"
+OLD_PID=$FF_ROUTER_PID
+start_router 3 --take-over-wait-s 30
+wait_line "$FF_DIR/router3.log" "asking again every 2 s" 10 "$NEW_PID"
+grep "asking again" "$FF_DIR/router3.log" | sed 's/.*ffrouter: //'
+sleep 2.5  # a second ask, refused as well
+[[ ! -e $FF_DIR/ready-3 && -s $FF_DIR/ready-2 ]] && ! grep -q "took over" "$FF_DIR/router3.log" &&
+  [[ $(grep -c "refused, it holds rdma_cm ids" "$FF_DIR/router2.log") -ge 2 ]]
+result "a waiting successor asks again and is not ready while the router refuses" $?
+kill "$rping_pid" 2>/dev/null
+wait "$rping_pid" 2>/dev/null
+wait_line "$FF_DIR/router3.log" "took over" 10 "$NEW_PID" &&
+  [[ $(cat "$FF_DIR/ready-3" 2>/dev/null) == "$NEW_PID" && ! -e $FF_DIR/ready-2 ]]
+result "once the listener is gone the waiting successor takes over and is ready" $?
+kill -TERM "$OLD_PID"
+wait_pid "$OLD_PID" 10 && FF_ROUTER_PID=$NEW_PID && NEW_PID="" && send_pair 18612 waited
+result "the old router exits 0, the successor serves a new pair" $?
 
 echo "$((failures == 0 ? 1 : 0)) suites ok"
 [[ $failures -eq 0 ]]
