@@ -158,6 +158,9 @@ app_perftest() {
   perftest_field "$field" "$CT_DIR/pt-c.log"
 }
 
+# The container of node 0's serving router (router_update starts another).
+ROUTER_CT=router
+
 # ROLLING_SCRIPT: what each app container of the rolling-update check runs. A pingpong
 # long enough to be running when the router is replaced, which must end with an error, not
 # hang; then, in the same container, new QPs once the new router serves: another pingpong
@@ -171,8 +174,53 @@ i=0; until ibv_devices 2>/dev/null | grep -q freeflow0; do
 i=0; until ibv_rc_pingpong -g 1 -n 1000 $peer; do
   i=$((i + 1)); [ $i -gt 40 ] && exit 1; sleep 0.25; done'
 
-# router_replacement: replaces the router container as a DaemonSet rolling update does
-# (SIGTERM, the grace period, a new container from the same spec) while two app
+# router_update: the router DaemonSet updated to a new image as Kubernetes rolls it out
+# with the shipped strategy (maxSurge 1, maxUnavailable 0): a second router container
+# starts beside the serving one while two app containers run ib_send_lat for 10 s, takes
+# its pods over (docs/handover.md) and turns ready (its readiness probe passes, the old
+# one's no longer); then the old pod is deleted (SIGTERM), and its router must exit 0. Both
+# programs must run on to their end without an error. The image is the same build under a
+# second tag (this run builds one). ROUTER_CT becomes the new container; E2E_HANDOVER is the
+# old router's line on it.
+router_update() {
+  local s c old=$ROUTER_CT new=router-next
+  running() { ct task ls | awk -v id="$1" '$1 == id && $3 == "RUNNING" {f = 1} END {exit !f}'; }
+  ct images tag "freeflow-router:$TAG" "freeflow-router:$TAG-next" >/dev/null ||
+    fail "cannot tag the router's image"
+  s=$(app_id surge-s)
+  c=$(app_id surge-c)
+  app_run "$s" 0:0 ib_send_lat -D 10
+  wait_for 10 sh -c "ip netns exec $(ct_pod_ns 0 0) ss -ltn | grep -q ':18515 '" ||
+    fail "update: no ib_send_lat server" "$CT_DIR/$s.log"
+  app_run "$c" 0:1 ib_send_lat -D 10 "$POD0"
+  sleep 1  # both run their QP
+  e2e_daemonset "$new" freeflow-router "freeflow-router:$TAG-next" 0 "$CT_DIR/manifest.yaml"
+  wait_for 20 router_probe readinessProbe "$new" ||
+    fail "update: the new router is not ready" "$CT_DIR/$new.log" "$CT_DIR/$old.log"
+  router_probe readinessProbe "$old" && fail "update: the old router is still ready" "$CT_DIR/$old.log"
+  { running "$s" && running "$c"; } ||
+    fail "update: ib_send_lat ended before the hand-over" "$CT_DIR/$s.log" "$CT_DIR/$c.log"
+  # The DaemonSet controller deletes the old pod once the new one is available.
+  ct task kill -s TERM "$old"
+  [[ $(ct_wait "$old" 10) == 0 ]] || fail "update: the old router did not exit 0 on SIGTERM" "$CT_DIR/$old.log"
+  ct_rm "$old"
+  [[ $(ct_wait "$c" 30) == 0 && $(ct_wait "$s" 10) == 0 ]] ||
+    fail "update: ib_send_lat failed across the update" "$CT_DIR/$s.log" "$CT_DIR/$c.log" "$CT_DIR/$new.log"
+  grep -qiE 'error|fail|unable' "$CT_DIR/$s.log" "$CT_DIR/$c.log" &&
+    fail "update: ib_send_lat printed an error" "$CT_DIR/$s.log" "$CT_DIR/$c.log"
+  grep -q 'took over' "$CT_DIR/$new.log" || fail "update: the new router did not take over" "$CT_DIR/$new.log"
+  # shellcheck disable=SC2034  # read by the caller
+  E2E_HANDOVER=$(grep -ho 'handed over to a successor.*' "$CT_DIR/$old.log")
+  # shellcheck disable=SC2034  # read by the caller
+  E2E_UPDATE_LAT=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$CT_DIR/$c.log" | tail -n 1 |
+    awk '{printf "%s iterations of %s B, average %s us", $2, $1, $3}')
+  ROUTER_CT=$new
+  ct_rm "$s"
+  ct_rm "$c"
+}
+
+# router_replacement: replaces the router container as deleting its pod does, with no
+# successor beside it (SIGTERM, the grace period, a new container from the same spec) while two app
 # containers run a pingpong: theirs must fail, not hang, and new QPs in the same containers
 # must work with the new router. Sets E2E_FAIL_MS (router stopped to both pingpongs ended)
 # and E2E_BACK_MS (new router started to its socket serving).
@@ -187,9 +235,9 @@ router_replacement() {
   sleep 1  # both run their QP
   grep -q first-exit "$CT_DIR/$c.log" && fail "rolling: the pingpong ended early" "$CT_DIR/$c.log"
   t0=$(date +%s%N)
-  ct task kill -s TERM router
-  [[ $(ct_wait router 10) != 124 ]] || fail "the router did not stop within its grace period"
-  ct_rm router
+  ct task kill -s TERM "$ROUTER_CT"
+  [[ $(ct_wait "$ROUTER_CT" 10) != 124 ]] || fail "the router did not stop within its grace period"
+  ct_rm "$ROUTER_CT"
   for ((i = 0; i < 200; i++)); do
     grep -q first-exit "$CT_DIR/$s.log" && grep -q first-exit "$CT_DIR/$c.log" && break
     sleep 0.05
@@ -201,6 +249,7 @@ router_replacement() {
   grep -q 'first-exit=0' "$CT_DIR/$c.log" "$CT_DIR/$s.log" &&
     fail "rolling: a pingpong succeeded without its router" "$CT_DIR/$s.log" "$CT_DIR/$c.log"
   t0=$(date +%s%N)
+  ROUTER_CT=router
   e2e_daemonset router freeflow-router "freeflow-router:$TAG" 0 "$CT_DIR/manifest.yaml"
   wait_for 10 test -S "$(node_root 0)/freeflow/ffrouter.sock" || fail "no new router" "$CT_DIR/router.log"
   # shellcheck disable=SC2034  # read by the caller
@@ -375,14 +424,15 @@ least_privilege() {
   done
 }
 
-# router_probe KIND: runs the router DaemonSet's exec probe KIND (startupProbe,
-# livenessProbe) in the router container, exactly as the manifest writes it; its status.
+# router_probe KIND [CONTAINER]: runs the router DaemonSet's exec probe KIND (startupProbe,
+# readinessProbe, livenessProbe) in the router container (ROUTER_CT unless named), exactly as
+# the manifest writes it; its status.
 router_probe() {
   local -a cmd
   mapfile -t cmd < <(python3 "$SRC/tests/e2e/kubelet_spec.py" probe "$CT_DIR/manifest.yaml" \
     freeflow-router "$1")
   [[ ${#cmd[@]} -gt 0 ]] || return 2
-  ct task exec --fifo-dir "$CT_DIR/fifo" --exec-id "probe-$1-$RANDOM" router "${cmd[@]}" >/dev/null 2>&1
+  ct task exec --fifo-dir "$CT_DIR/fifo" --exec-id "probe-$1-$RANDOM" "${2:-$ROUTER_CT}" "${cmd[@]}" >/dev/null 2>&1
 }
 
 # router_liveness: the liveness probe passes while the router's loop turns, fails once it
@@ -391,7 +441,7 @@ router_probe() {
 # checks the text with promtool and sets E2E_METRICS to a few of its figures.
 router_metrics() {
   local node=$1 out="$CT_DIR/metrics-$1.txt" port
-  port=$(grep -oE 'containerPort: 94[0-9]+' "$CT_DIR/manifest.yaml" | head -n 1 | cut -d' ' -f2)
+  port=$(grep -oE 'prometheus.io/port: "?94[0-9]+' "$CT_DIR/manifest.yaml" | head -n 1 | grep -oE '[0-9]+$')
   [[ $port == 9478 ]] || fail "the router DaemonSet names no metrics port 9478 ($port)"
   ip netns exec "$(ct_node_ns "$node")" curl -sf --max-time 5 \
     "http://$(ct_node_ip "$node"):$port/metrics" >"$out" || fail "no /metrics on node $node" "$CT_DIR/router.log"

@@ -28,6 +28,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import yaml
 
@@ -110,6 +111,11 @@ def container_env(docs, c, node_name, node_ip):
 
 
 def volume_source(docs, v, root):
+    if "emptyDir" in v:
+        # The pod's own, new for each pod (here each container) as kubelet makes it.
+        base = os.path.join(root, "volumes", "empty")
+        os.makedirs(base, mode=0o755, exist_ok=True)
+        return tempfile.mkdtemp(prefix=v["name"] + "-", dir=base)
     if "hostPath" in v:
         path = host_path(root, v["hostPath"]["path"])
         if v["hostPath"].get("type") == "DirectoryOrCreate":

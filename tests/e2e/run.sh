@@ -102,7 +102,12 @@ figures one
 [[ -n ${FIG[one_ct_bw]// /} && -n ${FIG[one_ct_lat]// /} ]] ||
   fail "perftest in containers gave no figure" "$CT_DIR/pt-c.log" "$CT_DIR/pt-s.log"
 
-step "the router replaced as a rolling update does, under running QPs"
+step "the router updated to a new image as the DaemonSet rolls out (maxSurge), under running QPs"
+router_update
+ok "ib_send_lat -D 10 ran on to its end in both containers; the client: $E2E_UPDATE_LAT"
+ok "the old router $E2E_HANDOVER; exited 0 on SIGTERM"
+
+step "the router replaced without a successor (its pod deleted), under running QPs"
 router_replacement
 ok "running pingpongs failed $E2E_FAIL_MS ms after the old router got SIGTERM ($(grep -ho 'first-exit=[0-9]*' \
   "$CT_DIR"/roll-*.log | sort -u | tr '\n' ' '))"

@@ -12,6 +12,7 @@ import sys
 import yaml
 
 FAILS = []
+METRICS_PORT = 9478  # the router's /metrics (docs/metrics.md)
 
 
 def check(cond, what):
@@ -49,15 +50,25 @@ def check_router(docs, name):
     check(sc.get("allowPrivilegeEscalation") is False, "router: no privilege escalation")
     check(sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", "router: seccomp")
     check("livenessProbe" in c and "startupProbe" in c, "router: health probes")
+    # An update starts the new router beside the old one, which hands over (docs/handover.md):
+    # no host ports to clash, ready only once it serves, the old pod deleted after.
+    ru = ds["spec"].get("updateStrategy", {}).get("rollingUpdate", {})
+    check(ru.get("maxSurge") == 1 and ru.get("maxUnavailable") == 0,
+          "router: updates surge (maxSurge 1, maxUnavailable 0), got %s" % ru)
+    check(not c.get("ports"), "router: no ports (host ports: an update's second pod cannot get them)")
+    ready = env_of(c).get("FREEFLOW_READY_FILE", {}).get("value", "")
+    check(env_of(c).get("FREEFLOW_TAKE_OVER", {}).get("value") == "true",
+          "router: FREEFLOW_TAKE_OVER")
+    check(ready != "" and c.get("readinessProbe", {}).get("exec", {}).get("command") ==
+          ["/bin/test", "-e", ready], "router: the readiness probe tests FREEFLOW_READY_FILE")
     check("cpu" in c.get("resources", {}).get("requests", {}), "router: resource requests")
     # Metrics on the node's address (docs/metrics.md), on the port the annotations name.
     ann = ds["spec"]["template"]["metadata"].get("annotations", {})
-    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
     check(env_of(c).get("FREEFLOW_METRICS_ADDRESS", {}).get("value") ==
-          "$(HOST_IP):%s" % ports.get("metrics"),
+          "$(HOST_IP):%s" % METRICS_PORT,
           "router: FREEFLOW_METRICS_ADDRESS on HOST_IP at its metrics port")
     check(ann.get("prometheus.io/scrape") == "true" and
-          ann.get("prometheus.io/port") == str(ports.get("metrics")),
+          ann.get("prometheus.io/port") == str(METRICS_PORT),
           "router: prometheus.io annotations name the metrics port")
     env = env_of(c)
     field = lambda n: env.get(n, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
@@ -118,8 +129,8 @@ def check_monitoring(docs):
         spec = svc["spec"]
         check(spec.get("selector") == {"app.kubernetes.io/name": "freeflow-router"},
               "monitoring: the Service selects the router pods")
-        check([p.get("targetPort") for p in spec.get("ports", [])] == ["metrics"],
-              "monitoring: the Service's port is the pods' metrics port")
+        check([(p.get("name"), p.get("targetPort")) for p in spec.get("ports", [])] ==
+              [("metrics", METRICS_PORT)], "monitoring: the Service's port is the router's metrics port")
     if check(mon is not None, "monitoring: no ServiceMonitor freeflow-router"):
         ends = mon["spec"].get("endpoints", [])
         check(any(e.get("port") == "metrics" and e.get("path") == "/metrics" for e in ends),
