@@ -61,10 +61,10 @@ bool Router::ListenForSuccessor(std::string* error) {
   return successor_watch_ != 0;
 }
 
-std::string Router::WhyNoHandover() const {
+std::string Router::WhyNoHandover(uint32_t version) const {
   if (!RouterTables().movable())
     return "its tables are sealed memfds (" + RouterTables().why_not() + ")";
-  if (cm_.ids() != 0 || cm_.channels() != 0) return "it holds rdma_cm ids";
+  if (std::string why = cm_.WhyNotMovable(version); !why.empty()) return why;
   if (sessions_.CountKind(PodSessions::Kind::kSocket) != 0 || sockets_.streams() != 0 ||
       sockets_.listeners() != 0)
     return "it serves TCP-mode sessions";
@@ -97,10 +97,12 @@ bool Router::HandOver(int sock) {
   HandoverMessage hello;
   if (ReceiveHandoverMessage(sock, &hello) != 0 || hello.type != HandoverType::kHello) return false;
   const uint64_t version = std::min<uint64_t>(hello.b, kHandoverVersionHigh);
-  std::string why = WhyNoHandover();
-  if (why.empty() && (version < hello.a || version < kHandoverVersionLow))
+  std::string why;
+  if (version < hello.a || version < kHandoverVersionLow)
     why = "it speaks hand-over versions " + std::to_string(kHandoverVersionLow) + "-" +
           std::to_string(kHandoverVersionHigh);
+  else
+    why = WhyNoHandover(static_cast<uint32_t>(version));
   if (!why.empty()) {
     spdlog::info("a successor asked for this router's state: refused, {}", why);
     SendHandoverMessage(sock, {HandoverType::kRefuse, 0, 0, why});
@@ -116,6 +118,7 @@ bool Router::HandOver(int sock) {
     quotas_.Export(state);
     tables_.Export(state);
     sessions_.Export(state);
+    if (version >= 2) cm_.Export(state);
   } catch (const HandoverError& e) {  // a segment that cannot be reopened (MappedFile)
     spdlog::error("a successor asked for this router's state: refused, {}", e.what());
     SendHandoverMessage(sock, {HandoverType::kRefuse, 0, 0, e.what()});
@@ -188,6 +191,12 @@ bool Router::TakeOver(std::string* error, bool* retry) {
   ::getrlimit(RLIMIT_NOFILE, &files);
   HandoverState state;
   std::string why;
+  if (m.type == HandoverType::kAccept &&
+      (m.a < kHandoverVersionLow || m.a > kHandoverVersionHigh)) {
+    *error = held + ": it chose hand-over version " + std::to_string(m.a) + ", not one of " +
+             std::to_string(kHandoverVersionLow) + "-" + std::to_string(kHandoverVersionHigh);
+    return false;
+  }
   if (m.type != HandoverType::kAccept ||
       state.Receive(sock.get(), files.rlim_cur > 256 ? files.rlim_cur - 128 : 128, kMaxStateBytes,
                     &why) != 0) {
@@ -202,6 +211,7 @@ bool Router::TakeOver(std::string* error, bool* retry) {
     quotas_.Import(state);
     tables_.Import(state);
     sessions_.Import(state);
+    cm_.Import(state);
     if (state.untaken() != 0) throw HandoverError("descriptors no record names");
     if (!folder_.Adopt(std::move(lock), HandoverState::U64(f, "socket_ino"), config_.library_source,
                        &why) ||

@@ -110,7 +110,7 @@ class Router final : private NodeTransport::Handler {
   // exchange, true once the successor serves.
   bool ListenForSuccessor(std::string* error);
   void OnSuccessor();
-  std::string WhyNoHandover() const;
+  std::string WhyNoHandover(uint32_t version) const;
   bool HandOver(int sock);
   // The new side, when another router holds the folder's lock: asks it for its state;
   // *retry when nothing of it was taken yet (it refused, or the exchange broke off before

@@ -41,6 +41,8 @@
 
 namespace ff::router {
 
+class HandoverState;
+
 // Why an rdma_cm message from another router was dropped (metrics: the `reason` label).
 enum class CmRefusal : uint8_t {
   kNotItsPod,  // a request from an address that is not a pod of the sending node
@@ -81,6 +83,12 @@ class CmService {
   size_t channels() const { return channels_.size(); }
   // rdma_cm messages other routers sent that were dropped, by reason, since start.
   const CmRefusals& refusals() const { return refusals_; }
+  // The hand-over (cm_handover.cc): what keeps the ids from moving in hand-over `version`
+  // ("" when nothing does); every id and channel into state.doc["cm"]; and back, after the
+  // sessions were taken (throws HandoverError).
+  std::string WhyNotMovable(uint32_t version) const;
+  void Export(HandoverState& state) const;
+  void Import(HandoverState& state);
 
  private:
   struct Channel {
@@ -94,6 +102,8 @@ class CmService {
     std::deque<proto::CmEvent> backlog;  // events the socket could not take yet
   };
   using ChannelKey = std::pair<PodId, uint32_t>;
+  // Watches a channel's socket: the program's hang-up, and room for its backlog.
+  void WatchChannel(const ChannelKey& key, Channel& ch);
   // One command being served.
   struct Ctx {
     const Call& call;

@@ -45,12 +45,18 @@ void CmService::OpenChannel(const Call& call, const proto::CmOpenChannel& m, Uni
   }
   Channel& ch = channels_[key];
   ch.sock = std::move(sock);
-  // The program closing its end (or exiting) shows as a hang-up: its ids go then.
-  ch.watch = p_.loop.Watch(ch.sock.get(), EPOLLRDHUP, [this, key](uint32_t events) {
-    if (events & EPOLLOUT) Flush(key);
-    if (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) CloseChannel(key, "closed by the program");
-  });
+  WatchChannel(key, ch);
   p_.sessions.Answer(call, 0);
+}
+
+void CmService::WatchChannel(const ChannelKey& key, Channel& ch) {
+  // The program closing its end (or exiting) shows as a hang-up: its ids go then.
+  ch.watch = p_.loop.Watch(ch.sock.get(), EPOLLRDHUP | (ch.backlog.empty() ? 0u : EPOLLOUT),
+                           [this, key](uint32_t events) {
+                             if (events & EPOLLOUT) Flush(key);
+                             if (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR))
+                               CloseChannel(key, "closed by the program");
+                           });
 }
 
 void CmService::Command(const Call& call, uint32_t pod_ip, proto::CmCommand m) {

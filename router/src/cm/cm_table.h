@@ -6,14 +6,17 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
+#include "identity/identity.h"
 #include "objects/resources.h"
 
 namespace ff::router {
@@ -96,6 +99,10 @@ class CmTable {
   void ForEach(Fn fn) {
     for (auto& [h, id] : ids_) fn(*id);
   }
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    for (const auto& [h, id] : ids_) fn(static_cast<const CmId&>(*id));
+  }
   size_t size() const { return ids_.size(); }
 
   // Binds `id` to `ip`:`port` (port 0: an ephemeral one). 0, EADDRINUSE or EADDRNOTAVAIL
@@ -107,6 +114,12 @@ class CmTable {
   // The id listening on ip:port in port space `ps`; nullptr when none.
   CmId* Listener(uint32_t ip, uint16_t ps, uint16_t port);
 
+  // The hand-over (cm_handover.cc): the whole table as a record, and back into an empty
+  // table; `pod_of` gives the identity of a process the successor took (nullptr: none).
+  // Import throws HandoverError.
+  nlohmann::json Export() const;
+  void Import(const nlohmann::json& j, const std::function<const PodIdentity*(PodId)>& pod_of);
+
  private:
   using PortKey = std::tuple<uint32_t, uint16_t, uint16_t>;  // ip, ps, port
   uint32_t next_handle_ = 1;
@@ -115,6 +128,9 @@ class CmTable {
   std::map<std::pair<PodId, uint32_t>, std::set<uint32_t>> granted_;  // (pod, channel)
 
   CmId* Insert(PodId pod, uint32_t channel, uint32_t handle);
+  void ImportPorts(const nlohmann::json& j);
+  void ImportGrants(const nlohmann::json& j,
+                    const std::function<const PodIdentity*(PodId)>& pod_of);
   std::map<PortKey, std::vector<uint32_t>> ports_;
   uint16_t next_ephemeral_ = 0;
 };

@@ -2,7 +2,7 @@
 # Integration (issue 41): a router started with --take-over beside the router of a node takes
 # its pods over while they run traffic (docs/handover.md). The programs that ran across the
 # hand-over must finish without an error, new programs must work with the successor, and
-# what the hand-over cannot carry (here an rdma_cm listener) must leave the old router
+# what the hand-over cannot carry (here a TCP-mode listener) must leave the old router
 # serving and the successor exiting with the reason, or, given --take-over-wait-s, asking
 # again until it can move (as the DaemonSet's successor does). Each router's --ready-file
 # exists while it, and no other, serves. The hand-over socket refuses a process that is not
@@ -85,23 +85,31 @@ except OSError as e:  # closed before or after what it sent: nothing either way
 EOF
 }
 
-# 1. What cannot move: a pod's rdma_cm listener. The successor exits with the reason, the
+# tcp_listener PORT LOG: a TCP-mode server in pod 0 (libfsocket.so preloaded: its listener
+# is the router's record), which hand-over version 2 cannot carry; its pid in TCP_PID.
+tcp_listener() {
+  ip netns exec "$(ff_pod_ns 0)" env LD_PRELOAD="$FF_BUILD/fsocket/libfsocket.so" FFR_NAME=ffrouter \
+    FREEFLOW_DIR="$FF_DIR" VNET_PREFIX=10.244.0.0/16 iperf3 -s -1 -B "$S" -p "$1" >"$FF_DIR/$2" 2>&1 &
+  TCP_PID=$!
+  FF_PIDS+=("$TCP_PID")
+  wait_listen 0 "$TCP_PID" "$1"
+}
+
+# 1. What cannot move: a pod's TCP-mode listener. The successor exits with the reason, the
 #    old router serves on (a new pair works), the listener is untouched.
-pod_bg 0 rping -s -a "$S" -p 7300 -C 1 >"$FF_DIR/rping.log" 2>&1
-rping_pid=$FF_LAST_PID
-wait_line "$FF_DIR/router.log" "rdma_cm listens on $S:7300" 5 "$rping_pid"
+tcp_listener 7400 tcp.log
 SUCCESSOR_STATUS=0
 successor 2
 st=$?
 tail -n 1 "$FF_DIR/router2.log"
 [[ $st -ne 0 && $SUCCESSOR_STATUS -ne 0 ]] &&
-  grep -q "refuses to hand over: it holds rdma_cm ids" "$FF_DIR/router2.log" &&
-  kill -0 "$FF_ROUTER_PID" && kill -0 "$rping_pid" && [[ -s $FF_DIR/ready-1 && ! -e $FF_DIR/ready-2 ]]
-result "a router holding rdma_cm ids refuses the hand-over; the successor exits with the reason" $?
+  grep -q "refuses to hand over: it serves TCP-mode sessions" "$FF_DIR/router2.log" &&
+  kill -0 "$FF_ROUTER_PID" && kill -0 "$TCP_PID" && [[ -s $FF_DIR/ready-1 && ! -e $FF_DIR/ready-2 ]]
+result "a router serving TCP mode refuses the hand-over; the successor exits with the reason" $?
 send_pair 18610 refused
 result "the old router serves on after refusing" $?
-kill "$rping_pid" 2>/dev/null
-wait "$rping_pid" 2>/dev/null
+kill "$TCP_PID" 2>/dev/null
+wait "$TCP_PID" 2>/dev/null
 
 # 2. Processes that are not a router of this node knock at the hand-over socket: refused,
 #    given nothing, the router serving on.
@@ -134,15 +142,25 @@ pod_bg 1 ib_send_lat -D 6 -p 18601 "$S" >"$FF_DIR/lat-c.log" 2>&1
 latc=$FF_LAST_PID
 pod_bg 2 "$FF_CONTROL_PAUSE" 6 >"$FF_DIR/pause.log" 2>&1
 pause=$FF_LAST_PID
+# rdma_cm: a connected pair (perftest over rdma_cm, -R) and a listener whose client comes
+# only after the hand-over.
+pod_bg 0 ib_read_lat -R -D 6 -p 18602 >"$FF_DIR/cm-s.log" 2>&1
+cms=$FF_LAST_PID
+pod_bg 0 rping -s -a "$S" -p 7300 -C 10 -V >"$FF_DIR/rping-s.log" 2>&1
+rpings=$FF_LAST_PID
+sleep 0.3
+pod_bg 1 ib_read_lat -R -D 6 -p 18602 "$S" >"$FF_DIR/cm-c.log" 2>&1
+cmc=$FF_LAST_PID
+wait_line "$FF_DIR/router.log" "rdma_cm listens on $S:7300" 5 "$rpings"
 sleep 2
 running=0
-for p in $bws $lats $bwc $latc $pause; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
+for p in $bws $lats $bwc $latc $pause $cms $cmc $rpings; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
 rm -f "$FF_DIR/router2.log"
 successor 2
 st=$?
 grep "handed over to a successor" "$FF_DIR/router.log" | sed 's/.*info ffrouter: //'
-[[ $st -eq 0 && $running -eq 5 ]]
-result "a successor took over while 5 programs ran (their QPs, MRs and CQs)" $?
+[[ $st -eq 0 && $running -eq 8 ]]
+result "a successor took over while 8 programs ran (their QPs, MRs, CQs and rdma_cm ids)" $?
 [[ $(cat "$FF_DIR/ready-2" 2>/dev/null) == "$NEW_PID" && ! -e $FF_DIR/ready-1 ]]
 result "the ready file moved with the pods: the successor's written, the old router's removed" $?
 kill -TERM "$OLD_PID"
@@ -151,10 +169,12 @@ result "the old router exits 0 on SIGTERM once handed over" $?
 FF_ROUTER_PID=$NEW_PID
 NEW_PID=""
 ok=0
-for p in $bws $lats $bwc $latc $pause; do wait_pid "$p" 30 || ok=1; done
-for f in bw-c lat-c; do tail -n 2 "$FF_DIR/$f.log" | head -n 1; done
+pod_run 1 timeout 20 rping -c -a "$S" -p 7300 -C 10 -V >"$FF_DIR/rping-c.log" 2>&1
+rc=$?
+for p in $bws $lats $bwc $latc $pause $cms $cmc $rpings; do wait_pid "$p" 30 || ok=1; done
+for f in bw-c lat-c cm-c; do tail -n 2 "$FF_DIR/$f.log" | head -n 1; done
 cat "$FF_DIR/pause.log"
-[[ $ok -eq 0 ]] && ! grep -qiE "fail|error|unable" "$FF_DIR"/{bw,lat}-{s,c}.log &&
+[[ $ok -eq 0 && $rc -eq 0 ]] && ! grep -qiE "fail|error|unable" "$FF_DIR"/{bw,lat,cm,rping}-{s,c}.log &&
   grep -q ", 0 failed, longest" "$FF_DIR/pause.log"
 result "every program that ran across the hand-over finished without an error" $?
 
@@ -163,25 +183,25 @@ send_pair 18611 after
 result "new programs work with the successor" $?
 line=$(router_stats_line "$FF_ROUTER_PID" "$FF_DIR/router2.log")
 echo "successor: $line"
-grep -qE '(^| )sessions=0 ' <<<"$line" && grep -qE ' qps=0 ' <<<"$line" && grep -qE ' regions=0 ' <<<"$line"
+held=""
+for k in qps regions cm_ids accounts; do grep -qE " $k=0 " <<<"$line" || held+=" $k"; done
+[[ -z $held ]] && grep -qE '(^| )sessions=0 ' <<<"$line"
 result "the successor holds nothing once every program exited" $?
 
-# 5. As the DaemonSet's successor: while the router holds what cannot move (an rdma_cm
+# 5. As the DaemonSet's successor: while the router holds what cannot move (a TCP-mode
 #    listener), a successor given --take-over-wait-s asks again, not ready; once the
 #    listener is gone it takes the pods over and is ready.
-pod_bg 0 rping -s -a "$S" -p 7301 -C 1 >"$FF_DIR/rping2.log" 2>&1
-rping_pid=$FF_LAST_PID
-wait_line "$FF_DIR/router2.log" "rdma_cm listens on $S:7301" 5 "$rping_pid"
+tcp_listener 7401 tcp2.log
 OLD_PID=$FF_ROUTER_PID
 start_router 3 --take-over-wait-s 30
 wait_line "$FF_DIR/router3.log" "asking again every 2 s" 10 "$NEW_PID"
 grep "asking again" "$FF_DIR/router3.log" | sed 's/.*ffrouter: //'
 sleep 2.5  # a second ask, refused as well
 [[ ! -e $FF_DIR/ready-3 && -s $FF_DIR/ready-2 ]] && ! grep -q "took over" "$FF_DIR/router3.log" &&
-  [[ $(grep -c "refused, it holds rdma_cm ids" "$FF_DIR/router2.log") -ge 2 ]]
+  [[ $(grep -c "refused, it serves TCP-mode sessions" "$FF_DIR/router2.log") -ge 2 ]]
 result "a waiting successor asks again and is not ready while the router refuses" $?
-kill "$rping_pid" 2>/dev/null
-wait "$rping_pid" 2>/dev/null
+kill "$TCP_PID" 2>/dev/null
+wait "$TCP_PID" 2>/dev/null
 wait_line "$FF_DIR/router3.log" "took over" 10 "$NEW_PID" &&
   [[ $(cat "$FF_DIR/ready-3" 2>/dev/null) == "$NEW_PID" && ! -e $FF_DIR/ready-2 ]]
 result "once the listener is gone the waiting successor takes over and is ready" $?
