@@ -95,6 +95,21 @@ tcp_listener() {
   wait_listen 0 "$TCP_PID" "$1"
 }
 
+# hello LOWEST HIGHEST: a router of the node (root, every capability) asks for the state,
+# speaking hand-over versions LOWEST-HIGHEST; prints the answer's type and text.
+hello() {
+  ip netns exec "$FF_NODE" /usr/bin/python3 - "$SOCKET_NAME" "$1" "$2" <<'EOF'
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect('\0' + sys.argv[1])
+s.settimeout(10)
+s.send(struct.pack('<IIQQ', 0x46464856, 1, int(sys.argv[2]), int(sys.argv[3])))
+m = s.recv(65536)
+kind = {2: 'refused', 3: 'accepted'}.get(struct.unpack('<I', m[4:8])[0], 'other')
+print(kind + ':', m[24:].decode(errors='replace'))
+EOF
+}
+
 # 1. What cannot move: a pod's TCP-mode listener. The successor exits with the reason, the
 #    old router serves on (a new pair works), the listener is untouched.
 tcp_listener 7400 tcp.log
@@ -128,6 +143,23 @@ result "a pod cannot reach the hand-over socket" $?
 [[ $(grep -c "refused a connection to the hand-over socket" "$FF_DIR/router.log") -eq 2 ]] &&
   kill -0 "$FF_ROUTER_PID"
 result "the router logged both refusals and serves on" $?
+
+# 2b. Versions: a router that speaks only versions the old one does not is refused; one of
+#     version 1 is refused while an rdma_cm id exists (version 2 carries them); the router
+#     serves on.
+out=$(hello 90 99)
+echo "versions 90-99: $out"
+[[ $out == "refused: it speaks hand-over versions 1-2" ]]
+result "a successor of hand-over versions the router does not speak is refused" $?
+pod_bg 0 rping -s -a "$S" -p 7301 -C 1 >"$FF_DIR/rping1.log" 2>&1
+rping_pid=$FF_LAST_PID
+wait_line "$FF_DIR/router.log" "rdma_cm listens on $S:7301" 5 "$rping_pid"
+out=$(hello 1 1)
+echo "version 1 beside an rdma_cm listener: $out"
+kill "$rping_pid" 2>/dev/null
+wait "$rping_pid" 2>/dev/null
+[[ $out == "refused: it holds rdma_cm ids (hand-over version 2 carries them)" ]] && send_pair 18613 versions
+result "a successor of version 1 is refused rdma_cm ids, and the router serves on" $?
 
 # 3. The hand-over under traffic: a stream and a ping-pong between two pods run across it.
 OLD_PID=$FF_ROUTER_PID
@@ -190,8 +222,15 @@ result "the successor holds nothing once every program exited" $?
 
 # 5. As the DaemonSet's successor: while the router holds what cannot move (a TCP-mode
 #    listener), a successor given --take-over-wait-s asks again, not ready; once the
-#    listener is gone it takes the pods over and is ready.
+#    listener is gone it takes the pods over and is ready. A UCX program (ucx_perftest
+#    tag_lat over rc_verbs) runs across this hand-over.
 tcp_listener 7401 tcp2.log
+UCX=(env UCX_TLS=rc_v UCX_NET_DEVICES=freeflow0:1)
+pod_bg 0 "${UCX[@]}" timeout 60 ucx_perftest -p 13400 >"$FF_DIR/ucx-s.log" 2>&1
+ucxs=$FF_LAST_PID
+wait_listen 0 "$ucxs" 13400
+pod_bg 1 "${UCX[@]}" timeout 60 ucx_perftest "$S" -p 13400 -t tag_lat -n 10000000 -f >"$FF_DIR/ucx-c.log" 2>&1
+ucxc=$FF_LAST_PID
 OLD_PID=$FF_ROUTER_PID
 start_router 3 --take-over-wait-s 30
 wait_line "$FF_DIR/router3.log" "asking again every 2 s" 10 "$NEW_PID"
@@ -205,6 +244,13 @@ wait "$TCP_PID" 2>/dev/null
 wait_line "$FF_DIR/router3.log" "took over" 10 "$NEW_PID" &&
   [[ $(cat "$FF_DIR/ready-3" 2>/dev/null) == "$NEW_PID" && ! -e $FF_DIR/ready-2 ]]
 result "once the listener is gone the waiting successor takes over and is ready" $?
+ucx_running=0
+kill -0 "$ucxc" 2>/dev/null && ucx_running=1
+wait_pid "$ucxc" 40 && wait_pid "$ucxs" 10 && [[ $ucx_running -eq 1 ]] &&
+  grep -qE '^ +10000000 ' "$FF_DIR/ucx-c.log"
+st=$?
+grep -E '^ +10000000 ' "$FF_DIR/ucx-c.log"
+result "ucx_perftest tag_lat (rc_verbs), running when the successor took over, finished without an error" $st
 kill -TERM "$OLD_PID"
 wait_pid "$OLD_PID" 10 && FF_ROUTER_PID=$NEW_PID && NEW_PID="" && send_pair 18612 waited
 result "the old router exits 0, the successor serves a new pair" $?
