@@ -255,5 +255,51 @@ kill -TERM "$OLD_PID"
 wait_pid "$OLD_PID" 10 && FF_ROUTER_PID=$NEW_PID && NEW_PID="" && send_pair 18612 waited
 result "the old router exits 0, the successor serves a new pair" $?
 
+# 6. The successor trusts the old router's tables, not a pod's claims: a hostile pod that
+#    skips the library attacks a victim (secrets in two regions, an RC and a UD QP) while
+#    both are handed over to a fourth router (adversary finding 1: attach to the victim's
+#    QPs, take its regions by guessed ids, before, across and after the hand-over). The
+#    attack must get nothing, and the victim must keep every byte and its device.
+RV=$FF_DIR/adversary
+mkdir -p "$RV/attach"
+pod_bg 0 "$FF_VICTIM" "$RV" >"$RV/victim.log" 2>&1
+victim_pid=$FF_LAST_PID
+for ((i = 0; i < 200; i++)); do
+  [[ -e $RV/victim ]] || ! kill -0 "$victim_pid" 2>/dev/null && break
+  sleep 0.05
+done
+# As a container's root sees the node: the folder read-only, no CAP_SYS_ADMIN, no library.
+# shellcheck disable=SC2016  # expanded by the inner shell
+ip netns exec "$(ff_pod_ns 2)" unshare --mount --propagation private \
+  sh -c 'mount --bind -o ro "$0" "$0" && exec "$@"' "$FF_DIR" \
+  setpriv --bounding-set -sys_admin --inh-caps -sys_admin -- \
+  env FREEFLOW_DIR="$FF_DIR" FFR_NAME=ffrouter "$FF_ADVERSARY" attach "$RV" >"$RV/attach.log" 2>&1 &
+apid=$!
+FF_PIDS+=("$apid")
+sleep 1  # its first attempts
+OLD_PID=$FF_ROUTER_PID
+successor 4
+st=$?
+kill -TERM "$OLD_PID"
+wait_pid "$OLD_PID" 10 && [[ $st -eq 0 && -e $RV/victim ]] && kill -0 "$apid" 2>/dev/null
+result "the victim's and the attacker's sessions were handed over to a fourth router mid-attack" $?
+FF_ROUTER_PID=$NEW_PID
+NEW_PID=""
+for ((i = 0; i < 1200; i++)); do
+  [[ -e $RV/attach/holding ]] || ! kill -0 "$apid" 2>/dev/null && break
+  sleep 0.05
+done
+touch "$RV/attach/release"
+wait_pid "$apid" 30
+a=$?
+grep -E "^(DEFENDED|BREACHED)" "$RV/attach.log"
+[[ $a -eq 0 ]] && grep -q "^DEFENDED 1 " "$RV/attach.log" && ! grep -q "^BREACHED" "$RV/attach.log"
+result "the attack got none of the victim's QPs or regions, from either router" $?
+touch "$RV/victim.release"
+wait_pid "$victim_pid" 10
+v=$?
+tail -n 1 "$RV/victim.log"
+result "the victim kept every byte of its secrets and its device across the hand-over (exit $v)" $v
+
 echo "$((failures == 0 ? 1 : 0)) suites ok"
 [[ $failures -eq 0 ]]
