@@ -65,9 +65,9 @@ std::string Router::WhyNoHandover(uint32_t version) const {
   if (!RouterTables().movable())
     return "its tables are sealed memfds (" + RouterTables().why_not() + ")";
   if (std::string why = cm_.WhyNotMovable(version); !why.empty()) return why;
-  if (sessions_.CountKind(PodSessions::Kind::kSocket) != 0 || sockets_.streams() != 0 ||
-      sockets_.listeners() != 0)
-    return "it serves TCP-mode sessions";
+  if (std::string why = sockets_.WhyNotMovable(version); !why.empty()) return why;
+  if (version < 3 && sessions_.CountKind(PodSessions::Kind::kSocket) != 0)
+    return "it serves TCP-mode sessions (hand-over version 3 carries them)";
   if (direct_.size() != 0 || listeners_.open() != 0) return "it holds direct connections";
   if (forwarder_.proxies() != 0 || forwarder_.resolving() != 0 || executor_.senders() != 0)
     return "it holds channels to other nodes";
@@ -119,6 +119,7 @@ bool Router::HandOver(int sock) {
     tables_.Export(state);
     sessions_.Export(state);
     if (version >= 2) cm_.Export(state);
+    if (version >= 3) sockets_.Export(state);
   } catch (const HandoverError& e) {  // a segment that cannot be reopened (MappedFile)
     spdlog::error("a successor asked for this router's state: refused, {}", e.what());
     SendHandoverMessage(sock, {HandoverType::kRefuse, 0, 0, e.what()});
@@ -212,6 +213,7 @@ bool Router::TakeOver(std::string* error, bool* retry) {
     tables_.Import(state);
     sessions_.Import(state);
     cm_.Import(state);
+    sockets_.Import(state);
     if (state.untaken() != 0) throw HandoverError("descriptors no record names");
     if (!folder_.Adopt(std::move(lock), HandoverState::U64(f, "socket_ino"), config_.library_source,
                        &why) ||

@@ -106,7 +106,13 @@ inline PodListed FindStreamClaim(const void* base, uint64_t key) {
 // sequence lock.
 class StreamClaimsWriter {
  public:
-  explicit StreamClaimsWriter(void* base) : base_(base) {}
+  // On a table that may hold records already (one a router took over from another): the
+  // slots marked gone count.
+  explicit StreamClaimsWriter(void* base) : base_(base) {
+    std::atomic<uint64_t>* slots = StreamClaimSlots(base_);
+    for (uint32_t i = 0; i < kStreamClaimsSlots; ++i)
+      gone_ += slots[i].load(std::memory_order_relaxed) == kStreamClaimGone ? 1 : 0;
+  }
 
   // Puts `key` in the slots (true) or, when they are at capacity, counts it spilled (false).
   bool Add(uint64_t key) {

@@ -27,7 +27,8 @@ namespace ff::router {
 inline constexpr uint32_t kHandoverMagic = 0x46464856;  // "FFHV"
 // The hand-over versions this router speaks: a router of version N+1 speaks N as well.
 inline constexpr uint32_t kHandoverVersionLow = 1;
-inline constexpr uint32_t kHandoverVersionHigh = 2;  // 2: rdma_cm ids between pods of a node
+// 2: rdma_cm ids between pods of a node; 3: TCP mode's sessions, listeners and records.
+inline constexpr uint32_t kHandoverVersionHigh = 3;
 
 enum class HandoverType : uint32_t {
   kHello = 1,

@@ -1,5 +1,6 @@
 #include "tcpmode/claims_table.h"
 
+#include <cerrno>
 #include <cstddef>
 
 #include "tcpmode/pod_list.h"
@@ -11,6 +12,14 @@ int TcpModeClaims::Create() {
   if (const int rc = MakeSharedTable("ffrouter-streamclaims", kStreamClaimsBytes,
                                      kStreamClaimsMagic, &fd_, &map_, &ro_fd_))
     return rc;
+  writer_.emplace(map_.get());
+  return 0;
+}
+
+int TcpModeClaims::Adopt(UniqueFd rw, UniqueFd ro) {
+  if (!AdoptSharedTable(std::move(rw), std::move(ro), kStreamClaimsBytes, kStreamClaimsMagic, &fd_,
+                        &map_, &ro_fd_))
+    return EINVAL;
   writer_.emplace(map_.get());
   return 0;
 }

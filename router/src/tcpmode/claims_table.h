@@ -27,6 +27,10 @@ class TcpModeClaims {
   bool Add(uint64_t key);
   // Takes out what Add did for `key` (`placed`: what Add returned).
   void Remove(uint64_t key, bool placed);
+  // The hand-over: the router's descriptor (-1 without a table); and a table another router
+  // made, from its two descriptors, written on from here. 0 or an errno.
+  int rw_fd() const { return fd_ ? fd_.get() : -1; }
+  int Adopt(UniqueFd rw, UniqueFd ro);
 
  private:
   UniqueFd fd_;

@@ -22,6 +22,20 @@ int MakeSharedTable(const char* name, uint64_t bytes, uint32_t magic, UniqueFd* 
   return 0;
 }
 
+bool AdoptSharedTable(UniqueFd rw, UniqueFd ro, uint64_t bytes, uint32_t magic, UniqueFd* fd,
+                      Mapping* map, UniqueFd* read_only) {
+  Mapping m;
+  uint32_t found = 0;
+  if (!RouterTableAtLeast(ro.get(), bytes) || MapSegment(rw.get(), bytes, true, &m) != 0)
+    return false;
+  std::memcpy(&found, static_cast<const char*>(m.get()) + 4, sizeof(found));
+  if (found != magic) return false;
+  *fd = std::move(rw);
+  *read_only = std::move(ro);
+  *map = std::move(m);
+  return true;
+}
+
 void RetireSharedTable(Mapping& map) {
   if (map.get() == nullptr) return;
   static_assert(offsetof(StreamPodsHeader, seq) == 0 && offsetof(StreamClaimsHeader, seq) == 0);
@@ -36,6 +50,20 @@ int TcpModePodList::Create() {
     return rc;
   Publish();
   return 0;
+}
+
+bool TcpModePodList::Adopt(UniqueFd rw, UniqueFd ro, std::map<uint32_t, uint32_t> refs) {
+  UniqueFd fd, read_only;
+  Mapping map;
+  if (!AdoptSharedTable(std::move(rw), std::move(ro), kStreamPodsBytes, kStreamPodsMagic, &fd, &map,
+                        &read_only))
+    return false;
+  fd_ = std::move(fd);
+  ro_fd_ = std::move(read_only);
+  map_ = std::move(map);
+  refs_ = std::move(refs);
+  Publish();
+  return true;
 }
 
 void TcpModePodList::Hold(uint32_t ip) {

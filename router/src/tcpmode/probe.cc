@@ -21,8 +21,8 @@ namespace {
 
 class SockDiagNamespace final : public NetnsHandle {
  public:
-  explicit SockDiagNamespace(UniqueFd diag) : diag_(std::move(diag)) {}
-  int fd() const { return diag_.get(); }
+  explicit SockDiagNamespace(UniqueFd diag, uint32_t seq = 0) : diag_(std::move(diag)), seq_(seq) {}
+  int fd() const override { return diag_.get(); }
   uint32_t NextSeq() { return ++seq_; }
 
  private:
@@ -112,6 +112,22 @@ class SockDiagProbe final : public TcpModeProbe {
         error);
     if (!ok) return nullptr;
     return std::make_shared<SockDiagNamespace>(std::move(diag));
+  }
+
+  std::shared_ptr<NetnsHandle> Adopt(UniqueFd fd) override {
+    int domain = 0, protocol = 0;
+    socklen_t len = sizeof(int);
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_NETLINK ||
+        ::getsockopt(fd.get(), SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 ||
+        protocol != NETLINK_SOCK_DIAG)
+      return nullptr;
+    // Answers to the other router's questions may wait in it: drop them, and number ours
+    // from another range (an answer is taken only for its own sequence number).
+    alignas(nlmsghdr) char buf[8192];
+    for (int i = 0; i<kMaxStaleDiagAnswers&& ::recv(fd.get(), buf, sizeof(buf), MSG_DONTWAIT)> 0;
+         ++i) {
+    }
+    return std::make_shared<SockDiagNamespace>(std::move(fd), 0x80000000u);
   }
 
   Presence Look(NetnsHandle& handle, const TcpTuple& t) override {

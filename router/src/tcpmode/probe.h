@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "freeflow/fd.h"
 #include "identity/identity.h"
 
 namespace ff::router {
@@ -36,6 +37,9 @@ enum class Presence : uint8_t {
 class NetnsHandle {
  public:
   virtual ~NetnsHandle() = default;
+  // The descriptor that holds the namespace, for a hand-over (docs/handover.md); -1 when the
+  // handle has none and cannot move.
+  virtual int fd() const { return -1; }
 };
 
 class TcpModeProbe {
@@ -49,6 +53,9 @@ class TcpModeProbe {
   // One thread at a time (the sweeper's): whether connection `t` exists in the namespace of
   // `ns`. Never blocks longer than kNetlinkTimeoutMs.
   virtual Presence Look(NetnsHandle& ns, const TcpTuple& t) = 0;
+  // The loop's thread, in a hand-over: a handle on what another router's handle held (its
+  // fd()); nullptr when `fd` is not what this probe's handles hold.
+  virtual std::shared_ptr<NetnsHandle> Adopt(UniqueFd /*fd*/) { return nullptr; }
 };
 
 // The real probe: sock_diag (inet_diag, TCP, IPv4) inside each pod's namespace.

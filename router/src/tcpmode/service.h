@@ -34,8 +34,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -53,6 +55,8 @@
 #include "tcpmode/sweeper.h"
 
 namespace ff::router {
+
+class HandoverState;
 
 class TcpModeService {
  public:
@@ -85,6 +89,13 @@ class TcpModeService {
   // The pod list sessions get (stream_pods.h): is host-order `ip` on it?
   bool Listed(uint32_t ip) const { return pods_.Listed(ip); }
   size_t listeners() const { return listener_count_; }
+  // The hand-over (tcpmode/handover.cc): what keeps TCP mode's state from moving in
+  // hand-over `version` ("" when nothing does); all of it into state.doc["tcp_mode"]; and
+  // back, after the sessions were taken, in place of this service's empty state (throws
+  // HandoverError).
+  std::string WhyNotMovable(uint32_t version) const;
+  void Export(HandoverState& state) const;
+  void Import(HandoverState& state);
 
  private:
   // A socket session: its pod's address and namespace, and a handle on that namespace.
@@ -167,6 +178,12 @@ class TcpModeService {
   // After a sweep: drops the record if its connection is gone from both ends, or moves its
   // charge when the charged end closed. Returns false when it dropped it.
   bool Settle(std::map<Key, Record>::iterator it, uint64_t now);
+  // Parts of Import: the claims tables (after the members), the records.
+  void ImportClaims(HandoverState& state, const nlohmann::json& t);
+  void ImportRecords(
+      HandoverState& state, const nlohmann::json& t,
+      const std::function<std::shared_ptr<NetnsHandle>(const nlohmann::json&)>& handle,
+      std::map<uint32_t, uint32_t>* refs);
 
   Parts parts_;
   TcpModePodList pods_;  // every member's address and every record end's

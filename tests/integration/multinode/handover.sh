@@ -3,9 +3,10 @@
 # control plane, TLS node links), as the DaemonSet's update does it there (docs/handover.md).
 # While a pair of pods of two nodes talks over a direct connection, node 0's router refuses
 # (hand-over version 2 carries no direct connection) and serves on: the successor exits with
-# the reason and the pair finishes. With traffic only between pods of node 0, the successor
-# takes over under it; the old router exits 0; the successor links to node 1 again, and
-# pairs across the nodes work both ways.
+# the reason and the pair finishes; a successor given --take-over-wait-s asks again, not
+# ready, until the pair ends, then takes over under traffic between pods of node 0; the old
+# router exits 0; the successor links to node 1 again, and pairs across the nodes work
+# both ways.
 set -uo pipefail
 source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 export FF_ROUTER_LOG=info
@@ -21,16 +22,18 @@ result() {  # result NAME STATUS
   if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi
 }
 
-# successor LOG: node 0's router again, with --take-over, as the DaemonSet's new pod starts
-# it; 0 once it took over, 1 when it exited first (its status in SUCCESSOR_STATUS).
+# successor LOG [ARGS...]: node 0's router again, with --take-over (and ARGS), as the
+# DaemonSet's new pod starts it, its ready file LOG.ready; 0 once it took over, 1 when it
+# exited first (its status in SUCCESSOR_STATUS).
 successor() {
   local log=$DIR0/$1 i
+  shift
   local -a tls
   read -ra tls <<<"$(mn_tls_args node0)"
   ip netns exec "$(mn_node_ns 0)" "$FF_BUILD/router/ffrouter" --dir "$DIR0" --name ffrouter \
     --vnet-prefix 10.244.0.0/16 --host-ip "$(mn_node_ip 0)" --port 7471 --node-name node0 \
     --log-level info "--control-plane=static:$FF_DIR/cluster.json" "${tls[@]}" --take-over \
-    >>"$log" 2>&1 &
+    --ready-file "$log.ready" "$@" >>"$log" 2>&1 &
   NEW_PID=$!
   for ((i = 0; i < 300; i++)); do
     grep -q "took over" "$log" && return 0
@@ -63,19 +66,34 @@ result "a router with a direct connection to another node refuses; the successor
 wait_pid "$xc" 30 && wait_pid "$xs" 10 && ! grep -qiE "fail|error" "$FF_DIR"/cross-{s,c}.log
 result "the pair across the nodes finished on the old router" $?
 
-# 2. Traffic between pods of node 0 only: the successor takes over under it.
-mn_pod_bg 0 0 ib_write_bw -D 6 -p 18701 >"$FF_DIR/bw-s.log" 2>&1
+# 2. As the DaemonSet's successor (--take-over-wait-s): while the pair crosses to node 1
+#    the old router refuses, and the successor asks again, not ready; once the pair ends it
+#    takes over, under ib_write_bw between node 0's pods, and is ready; the old router
+#    exits 0.
+mn_pod_bg 0 0 ib_write_bw -D 5 -p 18702 >"$FF_DIR/cross2-s.log" 2>&1
+xs=$FF_LAST_PID
+sleep 0.3
+mn_pod_bg 1 0 ib_write_bw -D 5 -p 18702 "$S" >"$FF_DIR/cross2-c.log" 2>&1
+xc=$FF_LAST_PID
+mn_pod_bg 0 0 ib_write_bw -D 10 -p 18701 >"$FF_DIR/bw-s.log" 2>&1
 bws=$FF_LAST_PID
 sleep 0.3
-mn_pod_bg 0 1 ib_write_bw -D 6 -p 18701 "$S" >"$FF_DIR/bw-c.log" 2>&1
+mn_pod_bg 0 1 ib_write_bw -D 10 -p 18701 "$S" >"$FF_DIR/bw-c.log" 2>&1
 bwc=$FF_LAST_PID
-sleep 2
+sleep 1.5
 OLD=${FF_NODE_ROUTER[0]}
-successor router2.log
-st=$?
+successor router2.log --take-over-wait-s 30 &
+sleep 3  # two asks, both refused
+grep "asking again" "$DIR0/router2.log" | sed 's/.*ffrouter: //'
+[[ ! -e $DIR0/router2.log.ready ]] && grep -q "asking again every 2 s" "$DIR0/router2.log" &&
+  ! grep -q "took over" "$DIR0/router2.log" && kill -0 "$OLD"
+result "a waiting successor asks again and is not ready while a pair crosses to node 1" $?
+wait_pid "$xc" 30 && wait_pid "$xs" 10
+for ((i = 0; i < 100; i++)); do grep -q "took over" "$DIR0/router2.log" && break; sleep 0.1; done
+NEW_PID=$(cat "$DIR0/router2.log.ready" 2>/dev/null)
 grep -h "handed over to a successor" "$DIR0/router.log" | sed 's/.*info ffrouter: //'
-[[ $st -eq 0 ]] && kill -0 "$bwc" 2>/dev/null
-result "node 0's successor took over while its pods ran ib_write_bw" $?
+[[ -n $NEW_PID ]] && grep -q "took over" "$DIR0/router2.log" && kill -0 "$bwc" 2>/dev/null
+result "once the pair ended it took over, under ib_write_bw between node 0's pods, and is ready" $?
 kill -TERM "$OLD"
 wait_pid "$OLD" 10
 result "the old router exits 0 on SIGTERM" $?
