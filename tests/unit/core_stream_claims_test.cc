@@ -48,6 +48,28 @@ TEST(StreamClaims, WhatIsAddedIsFoundUntilRemoved) {
   EXPECT_EQ(t.h()->count.load(), 1u);
 }
 
+// A router that takes a table over from another (a hand-over) writes on with a writer of its
+// own: it counts the slots the other marked gone, and compacts them when the other would
+// have, so that lookups keep finding empty slots.
+TEST(StreamClaims, AWriterOnATableAnotherWroteCountsItsGoneSlots) {
+  Table t;
+  for (uint32_t i = 0; i < kStreamClaimsCapacity; ++i) ASSERT_TRUE(t.w.Add(Key(i)));
+  for (uint32_t i = 0; i < kStreamClaimsCapacity; ++i) t.w.Remove(Key(i), true);
+  const auto gone = [&] {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < kStreamClaimsSlots; ++i)
+      n += StreamClaimSlots(t.mem)[i].load() == kStreamClaimGone ? 1 : 0;
+    return n;
+  };
+  ASSERT_EQ(gone(), kStreamClaimsCapacity);
+  StreamClaimsWriter next{t.mem};
+  ASSERT_TRUE(next.Add(Key(100000)));  // the slots gone and the one live reach the capacity
+  EXPECT_EQ(gone(), 0u);
+  EXPECT_EQ(t.Find(Key(100000)), PodListed::kYes);
+  EXPECT_EQ(t.Find(Key(1)), PodListed::kNo);
+  EXPECT_EQ(t.h()->count.load(), 1u);
+}
+
 // Random adds and removes far beyond the capacity in total: the table always holds exactly
 // what was added and not removed (removed slots passed over, reused, compacted away).
 TEST(StreamClaims, ManyAddsAndRemovesKeepExactlyTheLiveKeys) {

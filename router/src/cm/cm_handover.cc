@@ -6,6 +6,8 @@
 // bounded, and checks what it can against what it already took: each id's pod is one of the
 // sessions it took, a bound id holds its pod's address, each id's channel is one of the
 // channels of its pod, each port names bound ids once.
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -236,6 +238,10 @@ void CmService::Import(HandoverState& state) {
       throw HandoverError("an rdma_cm channel of no session, or named twice");
     Channel& ch = channels_[key];
     ch.sock = state.TakeFd(c.at("fd"), FdKind::kSocket);
+    int type = 0;
+    socklen_t len = sizeof(type);
+    if (::getsockopt(ch.sock.get(), SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET)
+      throw HandoverError("an rdma_cm channel is not a SOCK_SEQPACKET socket");
     for (const Json& e : H::Array(c, "backlog", kMaxCmBacklog)) {
       if (!e.is_binary() || e.get_binary().size() != sizeof(proto::CmEvent))
         throw HandoverError("a waiting rdma_cm event is malformed");

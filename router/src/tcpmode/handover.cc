@@ -129,8 +129,9 @@ void TcpModeService::Import(HandoverState& state) {
     const PodId pod = H::U32(j, "pod");
     const PodIdentity* who = parts_.sessions.Identity(pod);
     Member m{H::U32(j, "ip"), H::U64(j, "netns"), handle(j)};
-    if (who == nullptr || who->ip != m.ip || m.ns == nullptr || members_.count(pod) != 0)
-      throw HandoverError("a TCP-mode member is not a session of its address");
+    if (who == nullptr || who->ip != m.ip || who->netns != m.netns || m.ns == nullptr ||
+        members_.count(pod) != 0)
+      throw HandoverError("a TCP-mode member is not a session of its address and namespace");
     handles_[{m.ip, m.netns}] = m.ns;
     members_[pod] = std::move(m);
     ++refs[who->ip];
