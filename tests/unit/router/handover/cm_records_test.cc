@@ -111,7 +111,7 @@ TEST(CmRecords, WhatTheSuccessorCannotTrustIsRefused) {
   j["ids"][0]["retries"] = {9, 9};
   EXPECT_NE(Refusal(j).find("retries"), std::string::npos);
   j = good;
-  j["ports"][0][3] = {j["ids"][2]["handle"]};  // a port naming an id bound elsewhere
+  j["ports"][0][3] = Json::array({j["ids"][2]["handle"]});  // a port naming an id bound elsewhere
   EXPECT_NE(Refusal(j).find("not bound to it"), std::string::npos);
   j = good;
   j["ports"].erase(j["ports"].begin());  // a bound id holding no port
