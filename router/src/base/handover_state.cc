@@ -121,6 +121,12 @@ uint64_t HandoverState::U64(const Json& j, const char* key, uint64_t max) {
   return v;
 }
 
+uint64_t HandoverState::At(const Json& a, size_t i, uint64_t max) {
+  if (!a.is_array() || i >= a.size() || !a[i].is_number_unsigned() || a[i].get<uint64_t>() > max)
+    throw HandoverError("element " + std::to_string(i) + " of a list is missing or out of range");
+  return a[i].get<uint64_t>();
+}
+
 bool HandoverState::Bool(const Json& j, const char* key) {
   const auto it = j.find(key);
   if (it == j.end() || !it->is_boolean())

@@ -73,6 +73,8 @@ class HandoverState {
     return static_cast<uint32_t>(U64(j, key, max));
   }
   static bool Bool(const Json& j, const char* key);
+  // Element `i` of array `a`, a count of at most `max`; throws HandoverError.
+  static uint64_t At(const Json& a, size_t i, uint64_t max = UINT64_MAX);
   static const Json& Array(const Json& j, const char* key, size_t max);
   static const Json& Object(const Json& j, const char* key);
   static std::string Bytes(const Json& j, const char* key, size_t max);

@@ -86,12 +86,6 @@ std::pair<uint64_t, uint64_t> Pair(const Json& j, const char* key, uint64_t max)
   return {(*it)[0].get<uint64_t>(), (*it)[1].get<uint64_t>()};
 }
 
-// Element `i` of array `a`: a number of at most `max`.
-uint64_t At(const Json& a, size_t i, uint64_t max) {
-  if (!a[i].is_number_unsigned() || a[i].get<uint64_t>() > max)
-    throw HandoverError("a number of an rdma_cm record is out of range");
-  return a[i].get<uint64_t>();
-}
 
 }  // namespace
 
@@ -162,13 +156,13 @@ void CmTable::ImportPorts(const Json& j) {
   for (const Json& p : H::Array(j, "ports", kMaxRecords)) {
     if (!p.is_array() || p.size() != 4 || !p[3].is_array() || p[3].empty())
       throw HandoverError("an rdma_cm port is malformed");
-    const PortKey key{static_cast<uint32_t>(At(p, 0, UINT32_MAX)),
-                      static_cast<uint16_t>(At(p, 1, UINT16_MAX)),
-                      static_cast<uint16_t>(At(p, 2, UINT16_MAX))};
+    const PortKey key{static_cast<uint32_t>(H::At(p, 0, UINT32_MAX)),
+                      static_cast<uint16_t>(H::At(p, 1, UINT16_MAX)),
+                      static_cast<uint16_t>(H::At(p, 2, UINT16_MAX))};
     if (ports_.count(key) != 0) throw HandoverError("an rdma_cm port is named twice");
     std::vector<uint32_t>& holders = ports_[key];
     for (size_t i = 0; i < p[3].size(); ++i) {
-      const CmId* id = Find(static_cast<uint32_t>(At(p[3], i, UINT32_MAX)));
+      const CmId* id = Find(static_cast<uint32_t>(H::At(p[3], i, UINT32_MAX)));
       if (id == nullptr || !id->bound || id->local.ip != std::get<0>(key) ||
           id->ps != std::get<1>(key) || id->local.port != std::get<2>(key) ||
           std::find(holders.begin(), holders.end(), id->handle) != holders.end())
@@ -187,11 +181,11 @@ void CmTable::ImportGrants(const Json& j, const std::function<const PodIdentity*
   for (const Json& g : H::Array(j, "grants", kMaxRecords)) {
     if (!g.is_array() || g.size() != 3 || !g[2].is_array() || g[2].size() > kCmHandleGrant)
       throw HandoverError("an rdma_cm grant is malformed");
-    const PodId pod = static_cast<PodId>(At(g, 0, UINT32_MAX));
+    const PodId pod = static_cast<PodId>(H::At(g, 0, UINT32_MAX));
     if (pod_of(pod) == nullptr) throw HandoverError("rdma_cm handles granted to no session");
-    std::set<uint32_t>& to = granted_[{pod, static_cast<uint32_t>(At(g, 1, UINT32_MAX))}];
+    std::set<uint32_t>& to = granted_[{pod, static_cast<uint32_t>(H::At(g, 1, UINT32_MAX))}];
     for (size_t i = 0; i < g[2].size(); ++i) {
-      const uint32_t handle = static_cast<uint32_t>(At(g[2], i, UINT32_MAX));
+      const uint32_t handle = static_cast<uint32_t>(H::At(g[2], i, UINT32_MAX));
       if (handle == 0 || ids_.count(handle) != 0) throw HandoverError("a granted handle is taken");
       to.insert(handle);
     }

@@ -21,12 +21,6 @@ using Json = nlohmann::json;
 using H = HandoverState;
 constexpr size_t kMaxRecords = 1u << 20;
 
-// Element `i` of array `a`: a number of at most `max`.
-uint64_t At(const Json& a, size_t i, uint64_t max) {
-  if (!a[i].is_number_unsigned() || a[i].get<uint64_t>() > max)
-    throw HandoverError("a number of a TCP-mode record is out of range");
-  return a[i].get<uint64_t>();
-}
 
 // A memfd of exactly `bytes` (a record's segment or side: the pods map that much).
 UniqueFd SizedMemfd(HandoverState& state, const Json& j, uint64_t bytes) {
@@ -140,12 +134,12 @@ void TcpModeService::Import(HandoverState& state) {
   for (const Json& l : H::Array(t, "listeners", kMaxRecords)) {
     if (!l.is_array() || l.size() != 3 || !l[2].is_array() || l[2].empty())
       throw HandoverError("a TCP-mode listener is malformed");
-    const auto ip = static_cast<uint32_t>(At(l, 0, UINT32_MAX));
-    const auto port = static_cast<uint16_t>(At(l, 1, UINT16_MAX));
+    const auto ip = static_cast<uint32_t>(H::At(l, 0, UINT32_MAX));
+    const auto port = static_cast<uint16_t>(H::At(l, 1, UINT16_MAX));
     std::vector<PodId>& pods = listeners_[{ip, port}];
     if (port == 0 || !pods.empty()) throw HandoverError("a TCP-mode listener is named twice");
     for (size_t i = 0; i < l[2].size(); ++i) {
-      const auto m = members_.find(static_cast<PodId>(At(l[2], i, UINT32_MAX)));
+      const auto m = members_.find(static_cast<PodId>(H::At(l[2], i, UINT32_MAX)));
       if (m == members_.end() || m->second.ip != ip)
         throw HandoverError("a TCP-mode listener is not a member of its address");
       pods.push_back(m->first);
@@ -187,8 +181,8 @@ void TcpModeService::ImportRecords(
     const Json& k = j.at("key");
     if (!k.is_array() || k.size() != 4) throw HandoverError("a TCP-mode record's key is malformed");
     const Key key{
-        static_cast<uint32_t>(At(k, 0, UINT32_MAX)), static_cast<uint16_t>(At(k, 1, UINT16_MAX)),
-        static_cast<uint32_t>(At(k, 2, UINT32_MAX)), static_cast<uint16_t>(At(k, 3, UINT16_MAX))};
+        static_cast<uint32_t>(H::At(k, 0, UINT32_MAX)), static_cast<uint16_t>(H::At(k, 1, UINT16_MAX)),
+        static_cast<uint32_t>(H::At(k, 2, UINT32_MAX)), static_cast<uint16_t>(H::At(k, 3, UINT16_MAX))};
     if (key.client_port == 0 || key.server_port == 0 || records_.count(key) != 0)
       throw HandoverError("a TCP-mode record's key is taken or names port 0");
     Record r;

@@ -48,12 +48,20 @@ successor() {
   return 1
 }
 
+# bw_pair NODE POD SECONDS PORT NAME: ib_write_bw -D SECONDS, its server in pod 0 of node 0
+# and its client in pod POD of node NODE, in the background (logs NAME-s, NAME-c); their
+# pids in PAIR_S and PAIR_C.
+bw_pair() {
+  mn_pod_bg 0 0 ib_write_bw -D "$3" -p "$4" >"$FF_DIR/$5-s.log" 2>&1
+  PAIR_S=$FF_LAST_PID
+  sleep 0.3
+  mn_pod_bg "$1" "$2" ib_write_bw -D "$3" -p "$4" "$S" >"$FF_DIR/$5-c.log" 2>&1
+  PAIR_C=$FF_LAST_PID
+}
+
 # 1. A direct connection between pods of the two nodes: refused, the old router serves on.
-mn_pod_bg 0 0 ib_write_bw -D 6 -p 18700 >"$FF_DIR/cross-s.log" 2>&1
-xs=$FF_LAST_PID
-sleep 0.3
-mn_pod_bg 1 0 ib_write_bw -D 6 -p 18700 "$S" >"$FF_DIR/cross-c.log" 2>&1
-xc=$FF_LAST_PID
+bw_pair 1 0 6 18700 cross
+xs=$PAIR_S xc=$PAIR_C
 sleep 2
 SUCCESSOR_STATUS=0
 successor router-refused.log
@@ -70,16 +78,10 @@ result "the pair across the nodes finished on the old router" $?
 #    the old router refuses, and the successor asks again, not ready; once the pair ends it
 #    takes over, under ib_write_bw between node 0's pods, and is ready; the old router
 #    exits 0.
-mn_pod_bg 0 0 ib_write_bw -D 5 -p 18702 >"$FF_DIR/cross2-s.log" 2>&1
-xs=$FF_LAST_PID
-sleep 0.3
-mn_pod_bg 1 0 ib_write_bw -D 5 -p 18702 "$S" >"$FF_DIR/cross2-c.log" 2>&1
-xc=$FF_LAST_PID
-mn_pod_bg 0 0 ib_write_bw -D 10 -p 18701 >"$FF_DIR/bw-s.log" 2>&1
-bws=$FF_LAST_PID
-sleep 0.3
-mn_pod_bg 0 1 ib_write_bw -D 10 -p 18701 "$S" >"$FF_DIR/bw-c.log" 2>&1
-bwc=$FF_LAST_PID
+bw_pair 1 0 5 18702 cross2
+xs=$PAIR_S xc=$PAIR_C
+bw_pair 0 1 10 18701 bw
+bws=$PAIR_S bwc=$PAIR_C
 sleep 1.5
 OLD=${FF_NODE_ROUTER[0]}
 successor router2.log --take-over-wait-s 30 &
