@@ -66,8 +66,6 @@ std::string Router::WhyNoHandover(uint32_t version) const {
     return "its tables are sealed memfds (" + RouterTables().why_not() + ")";
   if (std::string why = cm_.WhyNotMovable(version); !why.empty()) return why;
   if (std::string why = sockets_.WhyNotMovable(version); !why.empty()) return why;
-  if (version < 3 && sessions_.CountKind(PodSessions::Kind::kSocket) != 0)
-    return "it serves TCP-mode sessions (hand-over version 3 carries them)";
   if (direct_.size() != 0 || listeners_.open() != 0) return "it holds direct connections";
   if (forwarder_.proxies() != 0 || forwarder_.resolving() != 0 || executor_.senders() != 0)
     return "it holds channels to other nodes";

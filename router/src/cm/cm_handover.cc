@@ -86,7 +86,6 @@ std::pair<uint64_t, uint64_t> Pair(const Json& j, const char* key, uint64_t max)
   return {(*it)[0].get<uint64_t>(), (*it)[1].get<uint64_t>()};
 }
 
-
 }  // namespace
 
 void CmTable::Import(const Json& j, const std::function<const PodIdentity*(PodId)>& pod_of) {

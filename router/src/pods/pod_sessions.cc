@@ -48,12 +48,6 @@ bool PodSessions::RestartGate(std::string* error) {
       listen_.get(), loop_, [this](PodGate::Identified c) { Take(std::move(c)); }, error);
 }
 
-size_t PodSessions::CountKind(Kind kind) const {
-  size_t n = 0;
-  for (const auto& [id, s] : sessions_) n += s->welcomed && s->kind == kind ? 1 : 0;
-  return n;
-}
-
 void PodSessions::Adopt(UniqueFd sock) {
   if (std::optional<PodGate::Identified> c = IdentifyClient(identity_, std::move(sock)))
     Take(std::move(*c));

@@ -135,8 +135,6 @@ class PodSessions : private EventLoop::Poller {
   // After StopGate, when the hand-over failed: the gate takes connections again.
   bool RestartGate(std::string* error);
   int listening_fd() const { return listen_.get(); }
-  // Sessions of each kind (verbs sessions that said HELLO, socket sessions).
-  size_t CountKind(Kind kind) const;
   void Export(HandoverState& state);
   void Import(HandoverState& state);
   // Sessions whose library handed over a traffic ledger; what the reads refused, by reason.
