@@ -23,24 +23,18 @@ result() {  # result NAME STATUS
   if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi
 }
 
-# start_router N [ARGS...]: router N on the node's folder with --take-over (and ARGS), its
-# pid in NEW_PID, logging to routerN.log, its ready file ready-N.
-start_router() {
-  local n=$1
+# successor N [ARGS...]: router N on the node's folder with --take-over (and ARGS), its pid
+# in NEW_PID, logging to routerN.log, its ready file ready-N; 0 once it says it took over, 1
+# when it exited first or did not say so in 15 s.
+successor() {
+  local n=$1 i
   shift
   ip netns exec "$FF_NODE" "$FF_BUILD/router/ffrouter" --dir "$FF_DIR" --name ffrouter \
     --vnet-prefix 10.244.0.0/16 --log-level info --take-over --ready-file "$FF_DIR/ready-$n" \
     "$@" >>"$FF_DIR/router$n.log" 2>&1 &
   NEW_PID=$!
-}
-
-# successor N [ARGS...]: start_router N; 0 once it says it took over, 1 when it exited
-# first or did not say so in 15 s.
-successor() {
-  local i
-  start_router "$@"
   for ((i = 0; i < 300; i++)); do
-    grep -q "took over" "$FF_DIR/router$1.log" && return 0
+    grep -q "took over" "$FF_DIR/router$n.log" && return 0
     if ! kill -0 "$NEW_PID" 2>/dev/null; then
       NEW_PID=""
       return 1
@@ -173,7 +167,8 @@ pod_bg 0 ib_read_lat -R -D 6 -p 18602 >"$FF_DIR/cm-s.log" 2>&1
 cms=$FF_LAST_PID
 pod_bg 0 rping -s -a "$S" -p 7300 -C 10 -V >"$FF_DIR/rping-s.log" 2>&1
 rpings=$FF_LAST_PID
-sleep 0.3
+# Its client only once it listens: perftest's client gives up at a connect rejected before.
+wait_line "$FF_DIR/router.log" "rdma_cm listens on $S:18602" 5 "$cms"
 pod_bg 1 ib_read_lat -R -D 6 -p 18602 "$S" >"$FF_DIR/cm-c.log" 2>&1
 cmc=$FF_LAST_PID
 wait_line "$FF_DIR/router.log" "rdma_cm listens on $S:7300" 5 "$rpings"
