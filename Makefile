@@ -21,11 +21,17 @@ build: deps $(BUILD_DIR)/CMakeCache.txt
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # The unit tests JOBS at a time (those that measure the scheduler are marked to run alone), then
-# the others one at a time: integration tests start routers and namespaces and measure.
+# the others one at a time: integration tests start routers and namespaces and measure. What
+# each failed test said is printed again at the end (tests/failure_digest.py), where a long
+# run's log is read first.
+DIGEST = python3 $(CURDIR)/tests/failure_digest.py Testing/Temporary/LastTest.log
 test: build
-	@cd $(BUILD_DIR) && status=0; \
-	  ctest --output-on-failure --timeout 900 -L '^unit$$' -j $(JOBS) || status=1; \
-	  ctest --output-on-failure --timeout 900 -LE '^unit$$' || status=1; \
+	@cd $(BUILD_DIR) && status=0; rm -f Testing/failed-*.txt; \
+	  ctest --output-on-failure --timeout 900 -L '^unit$$' -j $(JOBS) || \
+	    { status=1; $(DIGEST) > Testing/failed-unit.txt; }; \
+	  ctest --output-on-failure --timeout 900 -LE '^unit$$' || \
+	    { status=1; $(DIGEST) > Testing/failed-others.txt; }; \
+	  if [ $$status -ne 0 ]; then echo "What the failed tests said:"; cat Testing/failed-*.txt; fi; \
 	  exit $$status
 
 unit: build

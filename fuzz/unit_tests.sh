@@ -48,10 +48,17 @@ skip+='|^unit\.verbs\.Events\.ABlockingWaitTakesAnEventThatFiresSoonWithoutSleep
 skip+='|^unit\.verbs\.PollSleep\.ASpinningPollerLetsABusyThreadOnItsCpuRun$'
 cd "$build"
 status=0
-ctest --output-on-failure -j "$jobs" -L unit -E "$skip|^unit\.fsocket\." || status=1
+# What each failed test said, again at the end (tests/failure_digest.py).
+digest() { python3 "$src/tests/failure_digest.py" Testing/Temporary/LastTest.log >>Testing/failed.txt; }
+rm -f Testing/failed.txt
+ctest --output-on-failure -j "$jobs" -L unit -E "$skip|^unit\.fsocket\." || { status=1; digest; }
 # libfsocket lets a wait go on after a signal only when every handler has SA_RESTART
 # (fsocket/src/stream.cc); ASan's handlers of SIGSEGV, SIGBUS and SIGFPE have not, so its
 # tests run without them (a crash there is still a failure, only without ASan's report).
 ASAN_OPTIONS=$ASAN_OPTIONS:handle_segv=0:handle_sigbus=0:handle_sigfpe=0 \
-  ctest --output-on-failure -j "$jobs" -L unit -R '^unit\.fsocket\.' -E "$skip" || status=1
+  ctest --output-on-failure -j "$jobs" -L unit -R '^unit\.fsocket\.' -E "$skip" || { status=1; digest; }
+if ((status != 0)); then
+  echo "What the failed sanitized tests said:"
+  cat Testing/failed.txt
+fi
 exit $status
