@@ -209,7 +209,7 @@ bool Router::TakeOver(std::string* error, bool* retry) {
     UniqueFd listen = state.TakeFd(f.at("listen"), FdKind::kSocket);
     quotas_.Import(state);
     tables_.Import(state);
-    sessions_.Import(state);
+    sessions_.Import(state, config_.overlay);
     cm_.Import(state);
     sockets_.Import(state);
     if (state.untaken() != 0) throw HandoverError("descriptors no record names");

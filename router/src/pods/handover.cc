@@ -8,6 +8,7 @@
 
 #include "base/handover_state.h"
 #include "freeflow/clock.h"
+#include "freeflow/ipv4.h"
 #include "pods/event_backlog.h"
 #include "pods/pod_sessions.h"
 #include "pods/traffic_claims.h"
@@ -108,7 +109,7 @@ void PodSessions::Export(HandoverState& state) {
   state.doc["sessions"] = {{"next_id", next_id_}, {"list", std::move(sessions)}};
 }
 
-void PodSessions::Import(HandoverState& state) {
+void PodSessions::Import(HandoverState& state, const Ipv4Prefix& overlay) {
   const Json& all = H::Object(state.doc, "sessions");
   next_id_ = H::U32(all, "next_id");
   for (const Json& j : H::Array(all, "list", kMaxRecords)) {
@@ -121,6 +122,11 @@ void PodSessions::Import(HandoverState& state) {
     s->who.pid = static_cast<pid_t>(H::U32(j, "pid", INT32_MAX));
     s->who.ip = H::U32(j, "ip");
     s->who.netns = H::U64(j, "netns");
+    // A successor configured with another pod network (VNET_PREFIX) would serve an address
+    // its own identity rules refuse: the old router, which serves it, keeps it.
+    if (!overlay.Contains(s->who.ip))
+      throw HandoverError("a session's address " + FormatIpv4(s->who.ip) +
+                          " is outside this router's overlay " + overlay.ToString());
     s->welcomed = H::Bool(j, "welcomed");
     const uint32_t kind = H::U32(j, "kind", static_cast<uint32_t>(Kind::kSocket));
     s->kind = static_cast<Kind>(kind);

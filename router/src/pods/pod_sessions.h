@@ -129,14 +129,15 @@ class PodSessions : private EventLoop::Poller {
   void ReadTraffic();
   // Hand-over (docs/handover.md, pods/handover.cc): every session that is not refused, with
   // its sockets, ring, ledger and waiting events, into state.doc["sessions"]; and back into a
-  // PodSessions that has none, each watched as a new one is. Stop() first: the gate closes
+  // PodSessions that has none, each watched as a new one is; a session whose address is
+  // outside `overlay` (this router's pod network) is refused. Stop() first: the gate closes
   // (connections it has not identified yet close; their libraries connect again).
   void StopGate() { gate_.reset(); }
   // After StopGate, when the hand-over failed: the gate takes connections again.
   bool RestartGate(std::string* error);
   int listening_fd() const { return listen_.get(); }
   void Export(HandoverState& state);
-  void Import(HandoverState& state);
+  void Import(HandoverState& state, const Ipv4Prefix& overlay);
   // Sessions whose library handed over a traffic ledger; what the reads refused, by reason.
   size_t ledgers() const;
   const ClaimRefusals& claim_refusals() const { return claim_refusals_; }

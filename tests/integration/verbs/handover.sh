@@ -148,6 +148,30 @@ wait "$TCP_PID" 2>/dev/null
   send_pair 18614 versions2
 result "a successor of versions 1-2 is refused TCP mode, and the router serves on" $?
 
+# 2c. A successor whose import fails after the state came: configured with another pod
+#     network, it refuses the sessions of addresses outside it and exits; the old router
+#     serves on with what it had (the pair running across the attempt finishes, a new one
+#     connects), and its ready file stays.
+pod_bg 0 ib_send_bw -D 4 -p 18615 >"$FF_DIR/failed-s.log" 2>&1
+fs=$FF_LAST_PID
+sleep 0.3
+pod_bg 1 ib_send_bw -D 4 -p 18615 "$S" >"$FF_DIR/failed-c.log" 2>&1
+fc=$FF_LAST_PID
+sleep 1
+ip netns exec "$FF_NODE" timeout 30 "$FF_BUILD/router/ffrouter" --dir "$FF_DIR" --name ffrouter \
+  --vnet-prefix 10.245.0.0/16 --log-level info --take-over --ready-file "$FF_DIR/ready-x" \
+  >"$FF_DIR/router-x.log" 2>&1
+st=$?
+grep -E "error|the hand-over failed" "$FF_DIR/router-x.log" "$FF_DIR/router.log" | sed 's/.*ffrouter: //'
+wait_pid "$fs" 20 && wait_pid "$fc" 20
+pair=$?
+[[ $st -ne 0 && $pair -eq 0 && -e $FF_DIR/ready-1 && ! -e $FF_DIR/ready-x ]] &&
+  grep -q "state is refused: a session's address 10.244.* is outside this router's overlay 10.245.0.0/16" \
+    "$FF_DIR/router-x.log" &&
+  grep -q "the hand-over failed (a session's address" "$FF_DIR/router.log" &&
+  send_pair 18616 after-failed
+result "a successor that refuses the state (another overlay) exits; the router serves on" $?
+
 # 3. The hand-over under traffic: a stream and a ping-pong between two pods run across it.
 OLD_PID=$FF_ROUTER_PID
 pod_bg 0 ib_write_bw -D 6 -p 18600 >"$FF_DIR/bw-s.log" 2>&1
