@@ -84,7 +84,20 @@ void Router::OnSuccessor() {
     spdlog::warn("refused a connection to the hand-over socket: {}", why);
     return;
   }
+  if (successor_) {  // one at a time: the first is about to be served
+    spdlog::warn("refused a connection to the hand-over socket: another successor asked first");
+    return;
+  }
   Timeouts(sock.get());
+  successor_ = std::move(sock);
+}
+
+void Router::ServeSuccessor() {
+  // Not from OnSuccessor: the callbacks after it in the same turn, and the work they and
+  // those before it deferred, would run on this router after its state had moved (a pod's
+  // request read here after the export, an rdma_cm message delivered here): the pods would
+  // see answers the successor knows nothing of.
+  UniqueFd sock = std::move(successor_);
   if (HandOver(sock.get())) {
     handed_over_ = true;
     loop_.Stop();

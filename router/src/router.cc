@@ -173,6 +173,7 @@ void Router::Run() {
       if (!forwarder_.PollAll()) ::sched_yield();
       if (!forwarder_.Polling()) forwarder_.PollAll();  // the window closed: arm the doorbells
     }
+    if (successor_) ServeSuccessor();  // between turns (handover.cc)
   }
   if (handed_over_) return;  // the successor serves them now
   spdlog::info("ffrouter stopping; telling {} clients", sessions_.count());

@@ -107,9 +107,12 @@ class Router final : private NodeTransport::Handler {
   void OnTimer();
   // The hand-over (handover.cc, docs/handover.md). The old side: the socket a successor
   // connects to; what keeps this router's state from moving ("" when nothing does); the
-  // exchange, true once the successor serves.
+  // exchange, true once the successor serves. OnSuccessor only takes the connection: Run
+  // serves it between two turns of the loop (ServeSuccessor), when no callback of a turn
+  // and no deferred work is left to run on state that has moved.
   bool ListenForSuccessor(std::string* error);
   void OnSuccessor();
+  void ServeSuccessor();
   std::string WhyNoHandover(uint32_t version) const;
   bool HandOver(int sock);
   // The new side, when another router holds the folder's lock: asks it for its state;
@@ -183,6 +186,7 @@ class Router final : private NodeTransport::Handler {
   volatile sig_atomic_t stats_requested_ = 0;
   bool handed_over_ = false;
   UniqueFd successor_listen_;
+  UniqueFd successor_;  // a successor's connection, taken, not served yet
   EventLoop::WatchId successor_watch_ = 0;
   AdminService admin_{loop_, [this](const std::string& request) { return AdminAnswer(request); }};
   // Pods' names from the container runtime (--cri-endpoint); nullptr: not asked.
