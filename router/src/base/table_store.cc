@@ -85,6 +85,16 @@ int TableStore::Make(const char* name, size_t bytes, UniqueFd* rw, UniqueFd* ro,
   return 0;
 }
 
+std::string TableStore::Adopt(int rw, int ro, size_t bytes, Mapping* map) {
+  if (!RouterTableAtLeast(ro, bytes)) return "its read-only descriptor is not a router table";
+  struct stat r {}, w {};
+  if (::fstat(ro, &r) != 0 || ::fstat(rw, &w) != 0 || r.st_dev != w.st_dev || r.st_ino != w.st_ino)
+    return "its two descriptors are not the same file";
+  if (MapSegment(rw, bytes, true, map) != 0)
+    return "it cannot be mapped writable (a sealed memfd of an older router)";
+  return "";
+}
+
 bool TableStore::movable() {
   std::lock_guard<std::mutex> g(mu_);
   return OpenMounts();

@@ -6,8 +6,7 @@
 // write, truncate or punch it either. Unlike a memfd sealed against writes (what the router
 // made before, and makes when the mount API is refused), a table made here stays writable
 // through its read-write descriptor in any process that holds one, so that a router taking
-// over from this one (docs/handover.md, not built yet) can keep writing the tables of the
-// sessions it takes.
+// over from this one (docs/handover.md) keeps writing the tables of the sessions it takes.
 //
 // Needs CAP_SYS_ADMIN (the router has it to enter pods' namespaces). Thread-safe.
 #pragma once
@@ -28,6 +27,10 @@ class TableStore {
   // resizing and, once *map exists, against writes (*ro a read-only reopen of it). 0 or an
   // errno.
   int Make(const char* name, size_t bytes, UniqueFd* rw, UniqueFd* ro, Mapping* map);
+  // A table another router made, handed over as its two descriptors: `ro` must be a router
+  // table (read-only, of at least `bytes`) and `rw` the same file, which is then mapped
+  // writable into *map. "" or why not (the hand-over refuses the state).
+  static std::string Adopt(int rw, int ro, size_t bytes, Mapping* map);
   // Whether tables are made on the private tmpfs (tried once, on the first call of either);
   // and why not.
   bool movable();

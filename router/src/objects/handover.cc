@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/handover_state.h"
+#include "base/table_store.h"
 #include "freeflow/qp_kind.h"
 #include "objects/memory_windows.h"
 #include "objects/mr_table.h"
@@ -59,11 +60,9 @@ void MrTable::Import(HandoverState& state, const Json& j) {
   }
   fd_ = state.TakeFd(j.at("rw"), FdKind::kMemfd);
   ro_fd_ = state.TakeFd(j.at("ro"), FdKind::kMemfd);
-  if (!RouterTableAtLeast(ro_fd_.get(), kMrTableBytes))
-    throw HandoverError("an MR table's read-only descriptor is not a router table");
-  if (MapSegment(fd_.get(), kMrTableBytes, true, &map_) != 0)
-    throw HandoverError(
-        "an MR table cannot be mapped writable (a sealed memfd of an older router)");
+  if (const std::string why = TableStore::Adopt(fd_.get(), ro_fd_.get(), kMrTableBytes, &map_);
+      !why.empty())
+    throw HandoverError("an MR table: " + why);
 }
 
 Json Windows::Export() const {

@@ -26,8 +26,7 @@ bool AdoptSharedTable(UniqueFd rw, UniqueFd ro, uint64_t bytes, uint32_t magic, 
                       Mapping* map, UniqueFd* read_only) {
   Mapping m;
   uint32_t found = 0;
-  if (!RouterTableAtLeast(ro.get(), bytes) || MapSegment(rw.get(), bytes, true, &m) != 0)
-    return false;
+  if (!TableStore::Adopt(rw.get(), ro.get(), bytes, &m).empty()) return false;
   std::memcpy(&found, static_cast<const char*>(m.get()) + 4, sizeof(found));
   if (found != magic) return false;
   *fd = std::move(rw);

@@ -1,6 +1,7 @@
 // The router's tables (base/table_store.h): what a pod that holds a table's read-only
-// descriptor can do to it (each way of writing is tried), and what a second process that
-// holds the read-write one can (write it, as the router that takes over from this one must).
+// descriptor can do to it (each way of writing is tried), what a second process that holds
+// the read-write one can (write it, as the router that takes over from this one must), and
+// which pairs of descriptors a successor adopts.
 #include "base/table_store.h"
 
 #include <fcntl.h>
@@ -132,6 +133,42 @@ TEST(TableStoreTest, OnlyTheRoutersTablesPassItsCheck) {
   EXPECT_FALSE(RouterTableAtLeast(loose_ro.get(), kBytes));
   Mapping m;
   EXPECT_EQ(MapRouterTable(loose_ro.get(), kBytes, &m), EINVAL);
+}
+
+// What a successor router adopts (TableStore::Adopt): a table and its own read-only
+// descriptor; not a read-only descriptor of one table beside the read-write one of another
+// (it would write a table pods do not read), a loose memfd, or too few bytes.
+TEST(TableStoreTest, ASuccessorAdoptsATableOnlyByBothItsDescriptors) {
+  TableStore store;
+  UniqueFd rw, ro, rw2, ro2;
+  Mapping first, second;
+  ASSERT_EQ(store.Make("test-table", kBytes, &rw, &ro, &first), 0);
+  ASSERT_EQ(store.Make("test-table-2", kBytes, &rw2, &ro2, &second), 0);
+  Mapping adopted;
+  if (!ExpectMovable(store)) {
+    EXPECT_EQ(TableStore::Adopt(rw.get(), ro.get(), kBytes, &adopted),
+              "it cannot be mapped writable (a sealed memfd of an older router)");
+    return;
+  }
+  ASSERT_EQ(TableStore::Adopt(rw.get(), ro.get(), kBytes, &adopted), "");
+  std::memcpy(adopted.get(), "successor", 10);
+  Mapping pod;
+  ASSERT_EQ(MapRouterTable(ro.get(), kBytes, &pod), 0);
+  EXPECT_STREQ(pod.as<const char>(), "successor") << "pods read what the successor writes";
+
+  Mapping m;
+  EXPECT_EQ(TableStore::Adopt(rw2.get(), ro.get(), kBytes, &m),
+            "its two descriptors are not the same file");
+  EXPECT_EQ(TableStore::Adopt(rw.get(), ro.get(), kBytes + 1, &m),
+            "its read-only descriptor is not a router table");
+  EXPECT_EQ(TableStore::Adopt(rw.get(), rw.get(), kBytes, &m),
+            "its read-only descriptor is not a router table");
+  UniqueFd loose(::memfd_create("loose", MFD_CLOEXEC));
+  ASSERT_TRUE(loose);
+  ASSERT_EQ(::ftruncate(loose.get(), kBytes), 0);
+  EXPECT_EQ(TableStore::Adopt(loose.get(), ro.get(), kBytes, &m),
+            "its two descriptors are not the same file");
+  EXPECT_EQ(m.get(), nullptr) << "nothing mapped for a refused pair";
 }
 
 TEST(TableStoreTest, TheMrTableIsMadeThere) {
