@@ -79,11 +79,13 @@ namespace {
 // [a, b] of two numbers, each at most `max`.
 std::pair<uint64_t, uint64_t> Pair(const Json& j, const char* key, uint64_t max) {
   const auto it = j.find(key);
-  if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_number_unsigned() ||
-      !(*it)[1].is_number_unsigned() || (*it)[0].get<uint64_t>() > max ||
-      (*it)[1].get<uint64_t>() > max)
-    throw HandoverError(std::string("field '") + key + "' is not a pair of numbers in range");
-  return {(*it)[0].get<uint64_t>(), (*it)[1].get<uint64_t>()};
+  if (it == j.end() || !it->is_array() || it->size() != 2)
+    throw HandoverError(std::string("field '") + key + "' is not a pair");
+  try {
+    return {H::At(*it, 0, max), H::At(*it, 1, max)};
+  } catch (const HandoverError& e) {  // which field: the operator reads it
+    throw HandoverError(std::string("field '") + key + "': " + e.what());
+  }
 }
 
 }  // namespace
