@@ -87,7 +87,8 @@ int TableStore::Make(const char* name, size_t bytes, UniqueFd* rw, UniqueFd* ro,
 
 std::string TableStore::Adopt(int rw, int ro, size_t bytes, Mapping* map) {
   if (!RouterTableAtLeast(ro, bytes)) return "its read-only descriptor is not a router table";
-  struct stat r {}, w {};
+  struct stat r {};
+  struct stat w {};
   if (::fstat(ro, &r) != 0 || ::fstat(rw, &w) != 0 || r.st_dev != w.st_dev || r.st_ino != w.st_ino)
     return "its two descriptors are not the same file";
   if (MapSegment(rw, bytes, true, map) != 0)
