@@ -150,9 +150,20 @@ class TargetChannel {
     if (v.h.flags & kRecLast) {
       have_credit_ = false;
       dropping_ = false;
-      if (s_.kind->answered) host.Respond(v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
+      if (s_.kind->answered) Answer(host, v.req.seq);
     }
     return true;
+  }
+
+  // A message's success, once what it put into the target's ring is published: the sender's
+  // completion says the message arrived, so a target that moves its QP to ERR right after
+  // must find it there (as on a NIC, where the receive has completed by then). Answered
+  // first, the sender could complete and the target fail its QP before the publish, which
+  // flushed the receive the sender counted as done.
+  template <typename Host>
+  void Answer(Host& host, uint32_t seq) {
+    if (appended_) producer_.Publish();  // Publish() still wakes the target: appended_ stays
+    host.Respond(seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
   }
 
   template <typename Host>
@@ -178,7 +189,7 @@ class TargetChannel {
       if (out.flags & kRecSolicited) solicited_ = true;
     }
     have_credit_ = false;
-    host.Respond(v.req.seq, IBV_WC_SUCCESS, 0, nullptr, 0, true);
+    Answer(host, v.req.seq);
     return true;
   }
 
