@@ -24,7 +24,7 @@ def failed_tests(text):
     found = []
     # LastTest.log: a header per test ("N/M Testing: NAME"), its output between "Output:"
     # and "<end of output>", then its result ("Test Passed.", "Test Failed.", ...).
-    pattern = re.compile(r"^\d+/\d+ Testing: (?P<name>\S+)\n.*?^Output:\n-+\n"
+    pattern = re.compile(r"^\d+/\d+ Testing: (?P<name>[^\n]+)\n.*?^Output:\n-+\n"
                          r"(?P<out>.*?)^<end of output>\nTest time = *(?P<time>[0-9.]+) sec\n"
                          r"-+\n"
                          r"(?P<result>Test [^\n]*)",
