@@ -3,13 +3,13 @@
 // it put into the target's ring is published, so that the sender's completion never comes
 // before the target can find the message (a target that moves its QP to ERR right after the
 // sender's completion must still receive it).
-#include "freeflow/target_channel.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include "freeflow/target_channel.h"
 
 namespace ff {
 namespace {
