@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "pod.h"
 
@@ -231,6 +232,49 @@ TEST(Memory, RemapsBypassHooksOnLibcsMappingFunctions) {
   peer.as<char>()[100] = 'X';
   EXPECT_EQ(area.data()[100], 'h') << "a peer mapping still reaches the pages after dereg";
   EXPECT_EQ(area.data()[2 * Page() - 1], 'h');
+}
+
+// The pages at a registration's ends hold whatever else the program keeps there (malloc's
+// headers, a librdmacm id's mutex and event count). Registration and deregistration move
+// those pages (a copy, then the copy mapped over them): a write another thread made to them
+// meanwhile used to be lost, which left rping's rdma_destroy_id waiting for an event count
+// that had gone back by one, or for a mutex that looked held. Here a thread counts in the
+// first and last words of the pages while the main thread registers and deregisters the
+// middle of them; every count must be there at the end.
+TEST(Memory, WritesBesideARegistrationSurviveItsRegistrationAndDeregistration) {
+  Pod pod;
+  Area area(3);
+  auto* head = reinterpret_cast<std::atomic<uint64_t>*>(area.data());
+  auto* tail = reinterpret_cast<std::atomic<uint64_t>*>(area.data() + area.size() - 8);
+  std::atomic<bool> stop{false};
+  uint64_t counted = 0;
+  std::thread writer([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      head->fetch_add(1, std::memory_order_relaxed);
+      tail->store(tail->load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      ++counted;
+    }
+  });
+  constexpr int kRounds = 300;
+  int registered = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    const unsigned access = (i % 2 == 0) ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
+                                         : IBV_ACCESS_REMOTE_READ;
+    ibv_mr* mr = ibv_reg_mr(pod.pd, area.data() + 64, area.size() - 128, access);
+    if (mr == nullptr) {
+      ADD_FAILURE() << "ibv_reg_mr: " << std::strerror(errno);
+      break;
+    }
+    ++registered;
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  }
+  stop = true;
+  writer.join();
+  EXPECT_EQ(registered, kRounds);
+  EXPECT_GT(counted, 0u);
+  EXPECT_EQ(head->load(), counted) << "atomic increments beside the registration were lost";
+  EXPECT_EQ(tail->load(), counted) << "plain stores beside the registration were lost";
+  EXPECT_FALSE(InARegion(area.data())) << MappingOf(area.data());
 }
 
 }  // namespace

@@ -35,6 +35,7 @@
 #include <map>
 
 #include "base/exports.h"
+#include "control/page_switch.h"
 #include "direct/direct.h"
 #include "freeflow/target_ops.h"
 #include "session/session.h"
@@ -78,18 +79,23 @@ bool RangeMapped(uintptr_t start, size_t size) {
 }
 
 // Creates a memfd with the current contents of [start, start+size) and maps it over that
-// range. Other threads writing to these pages during the switch may lose writes;
-// registration is not expected to race with the application's own use of the buffer.
+// range; other threads' writes to those pages meanwhile are held, not lost (page_switch.h).
 int ShadowRange(uintptr_t start, size_t size, UniqueFd* out) {
   UniqueFd fd;
   int rc = ff::CreateSegment("ffverbs-mr", size, &fd);
   if (rc != 0) return rc;
   void* tmp = RawMmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (tmp == MAP_FAILED) return errno;
-  std::memcpy(tmp, reinterpret_cast<void*>(start), size);
-  void* fixed = RawMmap(reinterpret_cast<void*>(start), size, PROT_READ | PROT_WRITE,
-                        MAP_SHARED | MAP_FIXED, fd.get(), 0);
-  const int err = errno;
+  void* fixed = MAP_FAILED;
+  int err = 0;
+  {
+    PageSwitch move(start, size);
+    std::memcpy(tmp, reinterpret_cast<void*>(start), size);
+    fixed = RawMmap(reinterpret_cast<void*>(start), size, PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_FIXED, fd.get(), 0);
+    err = errno;
+    if (fixed != MAP_FAILED) move.Mapped();
+  }
   RawMunmap(tmp, size);
   if (fixed == MAP_FAILED) return err;
   *out = std::move(fd);
@@ -104,11 +110,14 @@ void Unshadow(uintptr_t start, size_t size) {
     LogError("cannot restore private memory after deregistration: %s", std::strerror(errno));
     return;
   }
+  PageSwitch move(start, size);
   std::memcpy(tmp, reinterpret_cast<void*>(start), size);
   if (RawMremapFixed(tmp, size, reinterpret_cast<void*>(start)) == MAP_FAILED) {
     LogError("cannot restore private memory after deregistration: %s", std::strerror(errno));
     RawMunmap(tmp, size);
+    return;
   }
+  move.Mapped();
 }
 
 // Region `r` is no longer the process's: peers on other nodes reach it no more.
