@@ -258,8 +258,8 @@ TEST(Memory, WritesBesideARegistrationSurviveItsRegistrationAndDeregistration) {
   constexpr int kRounds = 300;
   int registered = 0;
   for (int i = 0; i < kRounds; ++i) {
-    const unsigned access = (i % 2 == 0) ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
-                                         : IBV_ACCESS_REMOTE_READ;
+    const unsigned access =
+        (i % 2 == 0) ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
     ibv_mr* mr = ibv_reg_mr(pod.pd, area.data() + 64, area.size() - 128, access);
     if (mr == nullptr) {
       ADD_FAILURE() << "ibv_reg_mr: " << std::strerror(errno);

@@ -60,7 +60,7 @@ void PassOn(int sig, siginfo_t* info, void* context) {
   }
   // The default action (a fault cannot be ignored): put it back; a fault then happens again
   // when the handler returns and takes it, a signal sent to the process is sent again.
-  struct sigaction dfl{};
+  struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   ::sigaction(SIGSEGV, &dfl, nullptr);
@@ -89,7 +89,7 @@ bool Install() {
   struct sigaction cur;
   if (::sigaction(SIGSEGV, nullptr, &cur) != 0) return false;
   if ((cur.sa_flags & SA_SIGINFO) != 0 && cur.sa_sigaction == OnSegv) return true;
-  struct sigaction ours{};
+  struct sigaction ours {};
   ours.sa_sigaction = OnSegv;
   ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
   sigemptyset(&ours.sa_mask);
