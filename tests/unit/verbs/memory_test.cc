@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -275,6 +277,41 @@ TEST(Memory, WritesBesideARegistrationSurviveItsRegistrationAndDeregistration) {
   EXPECT_EQ(head->load(), counted) << "atomic increments beside the registration were lost";
   EXPECT_EQ(tail->load(), counted) << "plain stores beside the registration were lost";
   EXPECT_FALSE(InARegion(area.data())) << MappingOf(area.data());
+}
+
+// The handler that holds those writes stays installed after a move, and every fault that
+// is not a held write reaches the handler the program had: here one that jumps back out of
+// a write to a page the test made inaccessible.
+sigjmp_buf g_fault_jump;
+std::atomic<int> g_program_faults{0};
+void ProgramHandler(int, siginfo_t*, void*) {
+  ++g_program_faults;
+  siglongjmp(g_fault_jump, 1);
+}
+
+TEST(Memory, FaultsThatAreNotHeldWritesReachTheProgramsOwnHandler) {
+  struct sigaction mine{};
+  mine.sa_sigaction = ProgramHandler;
+  mine.sa_flags = SA_SIGINFO;
+  sigemptyset(&mine.sa_mask);
+  struct sigaction before{};
+  ASSERT_EQ(::sigaction(SIGSEGV, &mine, &before), 0);
+  Area forbidden(1);  // mapped first: not where the registration's pages were
+  {
+    Pod pod;
+    Area area(2);
+    ibv_mr* mr = ibv_reg_mr(pod.pd, area.data(), area.size(), IBV_ACCESS_REMOTE_READ);
+    ASSERT_NE(mr, nullptr) << std::strerror(errno);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  }
+  ASSERT_EQ(::mprotect(forbidden.data(), forbidden.size(), PROT_NONE), 0);
+  g_program_faults = 0;
+  if (sigsetjmp(g_fault_jump, 1) == 0) {
+    *reinterpret_cast<volatile char*>(forbidden.data()) = 1;
+    ADD_FAILURE() << "a write to an inaccessible page did not fault";
+  }
+  EXPECT_EQ(g_program_faults.load(), 1);
+  ::sigaction(SIGSEGV, &before, nullptr);
 }
 
 }  // namespace

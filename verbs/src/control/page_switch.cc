@@ -1,5 +1,6 @@
 #include "control/page_switch.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <linux/futex.h>
 #include <signal.h>
@@ -47,6 +48,19 @@ int Mprotect(uintptr_t start, size_t size, int prot) {
   return ::syscall(SYS_mprotect, start, size, prot) == 0 ? 0 : errno;
 }
 
+// libc's own sigaction. Programs replace the symbol: UCX's libucs keeps the SIGSEGV handler
+// it installed by saving any other a program asks for instead of installing it; ours must
+// be in place (and theirs the one we pass faults on to).
+int Sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  using Fn = int (*)(int, const struct sigaction*, struct sigaction*);
+  static const Fn libc = [] {
+    void* handle = ::dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    void* sym = handle != nullptr ? ::dlsym(handle, "sigaction") : nullptr;
+    return sym != nullptr ? reinterpret_cast<Fn>(sym) : &::sigaction;
+  }();
+  return libc(sig, act, old);
+}
+
 // A SIGSEGV that is not a held write: what the program would have had without us.
 void PassOn(int sig, siginfo_t* info, void* context) {
   const struct sigaction prev = g_prev;
@@ -63,7 +77,7 @@ void PassOn(int sig, siginfo_t* info, void* context) {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
-  ::sigaction(SIGSEGV, &dfl, nullptr);
+  Sigaction(SIGSEGV, &dfl, nullptr);
   if (info->si_code <= 0) ::raise(SIGSEGV);
 }
 
@@ -87,14 +101,14 @@ void OnSegv(int sig, siginfo_t* info, void* context) {
 // Puts OnSegv in place unless it is there (the program may have replaced it since).
 bool Install() {
   struct sigaction cur;
-  if (::sigaction(SIGSEGV, nullptr, &cur) != 0) return false;
+  if (Sigaction(SIGSEGV, nullptr, &cur) != 0) return false;
   if ((cur.sa_flags & SA_SIGINFO) != 0 && cur.sa_sigaction == OnSegv) return true;
   struct sigaction ours {};
   ours.sa_sigaction = OnSegv;
   ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
   sigemptyset(&ours.sa_mask);
   g_prev = cur;
-  if (::sigaction(SIGSEGV, &ours, nullptr) != 0) {
+  if (Sigaction(SIGSEGV, &ours, nullptr) != 0) {
     LogError("cannot install the SIGSEGV handler that holds writes during page moves: %s",
              std::strerror(errno));
     return false;
