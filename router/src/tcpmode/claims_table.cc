@@ -16,12 +16,13 @@ int TcpModeClaims::Create() {
   return 0;
 }
 
-int TcpModeClaims::Adopt(UniqueFd rw, UniqueFd ro) {
-  if (!AdoptSharedTable(std::move(rw), std::move(ro), kStreamClaimsBytes, kStreamClaimsMagic, &fd_,
-                        &map_, &ro_fd_))
-    return EINVAL;
+std::string TcpModeClaims::Adopt(UniqueFd rw, UniqueFd ro) {
+  if (std::string why = AdoptSharedTable(std::move(rw), std::move(ro), kStreamClaimsBytes,
+                                         kStreamClaimsMagic, &fd_, &map_, &ro_fd_);
+      !why.empty())
+    return why;
   writer_.emplace(map_.get());
-  return 0;
+  return "";
 }
 
 TcpModeClaims::~TcpModeClaims() { RetireSharedTable(map_); }

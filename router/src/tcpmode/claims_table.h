@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "freeflow/fd.h"
 #include "freeflow/stream_claims.h"
@@ -28,9 +29,10 @@ class TcpModeClaims {
   // Takes out what Add did for `key` (`placed`: what Add returned).
   void Remove(uint64_t key, bool placed);
   // The hand-over: the router's descriptor (-1 without a table); and a table another router
-  // made, from its two descriptors, written on from here. 0 or an errno.
+  // made, from its two descriptors, written on from here. "" or why they are not such a
+  // table.
   int rw_fd() const { return fd_ ? fd_.get() : -1; }
-  int Adopt(UniqueFd rw, UniqueFd ro);
+  std::string Adopt(UniqueFd rw, UniqueFd ro);
 
  private:
   UniqueFd fd_;

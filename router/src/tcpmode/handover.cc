@@ -147,10 +147,11 @@ void TcpModeService::Import(HandoverState& state) {
     }
   }
   ImportRecords(state, t, handle, &refs);
-  if (!pods_.Adopt(state.TakeFd(H::Object(t, "pod_list").at("rw"), FdKind::kMemfd),
-                   state.TakeFd(H::Object(t, "pod_list").at("ro"), FdKind::kMemfd),
-                   std::move(refs)))
-    throw HandoverError("the TCP-mode pod list is not a router table");
+  if (std::string why = pods_.Adopt(state.TakeFd(H::Object(t, "pod_list").at("rw"), FdKind::kMemfd),
+                                    state.TakeFd(H::Object(t, "pod_list").at("ro"), FdKind::kMemfd),
+                                    std::move(refs));
+      !why.empty())
+    throw HandoverError("the TCP-mode pod list is not a router table: " + why);
   asks_ = H::U64(t, "asks");
   next_gen_ = H::U64(t, "next_gen");
   for (const auto& [k, r] : records_)
@@ -166,9 +167,10 @@ void TcpModeService::ImportClaims(HandoverState& state, const Json& t) {
       throw HandoverError("a TCP-mode claims table of an address without members, or twice");
     auto pc = std::make_unique<PodClaims>();
     pc->members = members;
-    if (pc->table.Adopt(state.TakeFd(c.at("rw"), FdKind::kMemfd),
-                        state.TakeFd(c.at("ro"), FdKind::kMemfd)) != 0)
-      throw HandoverError("a TCP-mode claims table is not a router table");
+    if (std::string why = pc->table.Adopt(state.TakeFd(c.at("rw"), FdKind::kMemfd),
+                                          state.TakeFd(c.at("ro"), FdKind::kMemfd));
+        !why.empty())
+      throw HandoverError("a TCP-mode claims table is not a router table: " + why);
     claims_[ip] = std::move(pc);
   }
 }

@@ -22,17 +22,17 @@ int MakeSharedTable(const char* name, uint64_t bytes, uint32_t magic, UniqueFd* 
   return 0;
 }
 
-bool AdoptSharedTable(UniqueFd rw, UniqueFd ro, uint64_t bytes, uint32_t magic, UniqueFd* fd,
-                      Mapping* map, UniqueFd* read_only) {
+std::string AdoptSharedTable(UniqueFd rw, UniqueFd ro, uint64_t bytes, uint32_t magic,
+                             UniqueFd* fd, Mapping* map, UniqueFd* read_only) {
   Mapping m;
   uint32_t found = 0;
-  if (!TableStore::Adopt(rw.get(), ro.get(), bytes, &m).empty()) return false;
+  if (std::string why = TableStore::Adopt(rw.get(), ro.get(), bytes, &m); !why.empty()) return why;
   std::memcpy(&found, static_cast<const char*>(m.get()) + 4, sizeof(found));
-  if (found != magic) return false;
+  if (found != magic) return "it is another kind of table (magic " + std::to_string(found) + ")";
   *fd = std::move(rw);
   *read_only = std::move(ro);
   *map = std::move(m);
-  return true;
+  return "";
 }
 
 void RetireSharedTable(Mapping& map) {
@@ -51,18 +51,19 @@ int TcpModePodList::Create() {
   return 0;
 }
 
-bool TcpModePodList::Adopt(UniqueFd rw, UniqueFd ro, std::map<uint32_t, uint32_t> refs) {
+std::string TcpModePodList::Adopt(UniqueFd rw, UniqueFd ro, std::map<uint32_t, uint32_t> refs) {
   UniqueFd fd, read_only;
   Mapping map;
-  if (!AdoptSharedTable(std::move(rw), std::move(ro), kStreamPodsBytes, kStreamPodsMagic, &fd, &map,
-                        &read_only))
-    return false;
+  if (std::string why = AdoptSharedTable(std::move(rw), std::move(ro), kStreamPodsBytes,
+                                         kStreamPodsMagic, &fd, &map, &read_only);
+      !why.empty())
+    return why;
   fd_ = std::move(fd);
   ro_fd_ = std::move(read_only);
   map_ = std::move(map);
   refs_ = std::move(refs);
   Publish();
-  return true;
+  return "";
 }
 
 void TcpModePodList::Hold(uint32_t ip) {

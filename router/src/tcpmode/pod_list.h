@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 
 #include "freeflow/fd.h"
 
@@ -19,9 +20,9 @@ int MakeSharedTable(const char* name, uint64_t bytes, uint32_t magic, UniqueFd* 
                     UniqueFd* read_only);
 
 // Takes a table another router made with MakeSharedTable (a hand-over): checks that `rw` and
-// `ro` are router tables of at least `bytes` with `magic`, and maps `rw` writable. false
-// when they are not.
-bool AdoptSharedTable(UniqueFd rw, UniqueFd ro, uint64_t bytes, uint32_t magic, UniqueFd* fd,
+// `ro` are router tables of at least `bytes` with `magic`, and maps `rw` writable. "" or
+// why they are not.
+std::string AdoptSharedTable(UniqueFd rw, UniqueFd ro, uint64_t bytes, uint32_t magic, UniqueFd* fd,
                       Mapping* map, UniqueFd* read_only);
 
 // Marks a table MakeSharedTable made as being rewritten for good (its sequence word odd):
@@ -46,10 +47,10 @@ class TcpModePodList {
   bool Listed(uint32_t ip) const { return refs_.contains(ip); }
   // The hand-over: the router's descriptor and the read-only one (-1 without a list); and
   // the list another router wrote, in place of this one's (which no pod has), holding
-  // `refs` and published. false when the descriptors are not such a list.
+  // `refs` and published. "" or why the descriptors are not such a list.
   int rw_fd() const { return fd_ ? fd_.get() : -1; }
   int ro_fd() const { return read_only_fd(); }
-  bool Adopt(UniqueFd rw, UniqueFd ro, std::map<uint32_t, uint32_t> refs);
+  std::string Adopt(UniqueFd rw, UniqueFd ro, std::map<uint32_t, uint32_t> refs);
 
  private:
   void Publish();
