@@ -133,8 +133,10 @@ PageSwitch::PageSwitch(uintptr_t start, size_t size) : start_(start), size_(size
   g_hi.store(start + size);
   g_moving.store(1, std::memory_order_release);
   if (const int rc = Mprotect(start, size, PROT_READ)) {
-    LogError("cannot make pages read-only while they move: %s", std::strerror(rc));
+    Mprotect(start, size, PROT_READ | PROT_WRITE);  // a part may have changed (ENOMEM)
     g_moving.store(0, std::memory_order_release);
+    Futex(&g_moving, FUTEX_WAKE, INT32_MAX);
+    LogError("cannot make pages read-only while they move: %s", std::strerror(rc));
     return;
   }
   protected_ = true;
@@ -142,13 +144,13 @@ PageSwitch::PageSwitch(uintptr_t start, size_t size) : start_(start), size_(size
 
 PageSwitch::~PageSwitch() {
   if (!protected_) return;
-  if (!mapped_) {
-    if (const int rc = Mprotect(start_, size_, PROT_READ | PROT_WRITE))
-      LogError("cannot make pages writable again after a failed move: %s", std::strerror(rc));
-  }
+  const int rc = mapped_ ? 0 : Mprotect(start_, size_, PROT_READ | PROT_WRITE);
   g_ended_ns.store(NowNs());
   g_moving.store(0, std::memory_order_release);
   Futex(&g_moving, FUTEX_WAKE, INT32_MAX);
+  // Only now: logging may write to the heap, whose pages these may be.
+  if (rc != 0)
+    LogError("cannot make pages writable again after a failed move: %s", std::strerror(rc));
 }
 
 }  // namespace ff::verbs
