@@ -22,8 +22,8 @@ int MakeSharedTable(const char* name, uint64_t bytes, uint32_t magic, UniqueFd* 
   return 0;
 }
 
-std::string AdoptSharedTable(UniqueFd rw, UniqueFd ro, uint64_t bytes, uint32_t magic,
-                             UniqueFd* fd, Mapping* map, UniqueFd* read_only) {
+std::string AdoptSharedTable(UniqueFd rw, UniqueFd ro, uint64_t bytes, uint32_t magic, UniqueFd* fd,
+                             Mapping* map, UniqueFd* read_only) {
   Mapping m;
   uint32_t found = 0;
   if (std::string why = TableStore::Adopt(rw.get(), ro.get(), bytes, &m); !why.empty()) return why;

@@ -23,7 +23,7 @@ int MakeSharedTable(const char* name, uint64_t bytes, uint32_t magic, UniqueFd* 
 // `ro` are router tables of at least `bytes` with `magic`, and maps `rw` writable. "" or
 // why they are not.
 std::string AdoptSharedTable(UniqueFd rw, UniqueFd ro, uint64_t bytes, uint32_t magic, UniqueFd* fd,
-                      Mapping* map, UniqueFd* read_only);
+                             Mapping* map, UniqueFd* read_only);
 
 // Marks a table MakeSharedTable made as being rewritten for good (its sequence word odd):
 // a library that still maps it after this router stopped asks the router it finds instead.

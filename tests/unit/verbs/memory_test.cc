@@ -4,9 +4,9 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -290,11 +290,11 @@ void ProgramHandler(int, siginfo_t*, void*) {
 }
 
 TEST(Memory, FaultsThatAreNotHeldWritesReachTheProgramsOwnHandler) {
-  struct sigaction mine{};
+  struct sigaction mine {};
   mine.sa_sigaction = ProgramHandler;
   mine.sa_flags = SA_SIGINFO;
   sigemptyset(&mine.sa_mask);
-  struct sigaction before{};
+  struct sigaction before {};
   ASSERT_EQ(::sigaction(SIGSEGV, &mine, &before), 0);
   Area forbidden(1);  // mapped first: not where the registration's pages were
   {
