@@ -18,9 +18,9 @@
 // What this cannot hold: a system call of another thread that writes into the range during
 // the move fails with EFAULT, as there is no fault to hold; a thread that blocks SIGSEGV
 // and writes there meanwhile is killed (the kernel does not queue a fault's signal); and a
-// thread whose own stack is in the range could not take the signal. A move whose range is near the
-// calling thread's stack is done unprotected (that thread is the one writing there, and it is busy
-// moving).
+// thread whose own stack is in the range could not take the signal. A move whose range is
+// near the calling thread's stack is done unprotected (that thread is the one writing
+// there, and it is busy moving).
 #pragma once
 
 #include <cstddef>
