@@ -100,6 +100,9 @@ void Router::ServeSuccessor() {
   UniqueFd sock = std::move(successor_);
   if (HandOver(sock.get())) {
     handed_over_ = true;
+    // Kept open: the successor binds the node's ports (metrics, node links) once it ends,
+    // which must be after this router has closed them (main.cc).
+    handed_over_end_ = std::move(sock);
     loop_.Stop();
   }
 }

@@ -91,7 +91,12 @@ int main(int argc, char** argv) {
     // stopped, as a DaemonSet's old pod is next (docs/handover.md). The signal may reach
     // any thread (the others do not block it), and may have come during the hand-over.
     g_handed_over = 1;
-    ::close_range(3, ~0U, 0);
+    // The connection to the successor last: its end tells the successor that the ports
+    // it binds next (metrics, node links) are free.
+    const int end = router.successor_socket();
+    if (end > 3) ::close_range(3, static_cast<unsigned>(end) - 1, 0);
+    ::close_range(end >= 3 ? static_cast<unsigned>(end) + 1 : 3, ~0U, 0);
+    if (end >= 0) ::close(end);
     spdlog::info("handed over; waiting for SIGTERM");
     if (g_stop_asked != 0) ::_exit(0);
     for (;;) ::pause();

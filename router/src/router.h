@@ -97,6 +97,9 @@ class Router final : private NodeTransport::Handler {
   // Whether Run() ended because a successor took this router's state (docs/handover.md):
   // the process must then close its descriptors without releasing anything and exit.
   bool handed_over() const { return handed_over_; }
+  // After a hand-over: the connection to the successor, whose end tells it that this router
+  // has closed everything it held (the caller closes it last), or -1.
+  int successor_socket() const { return handed_over_end_ ? handed_over_end_.get() : -1; }
   // The port /metrics is served on (0: not served; --metrics-address).
   uint16_t metrics_port() const { return metrics_.port(); }
 
@@ -187,6 +190,7 @@ class Router final : private NodeTransport::Handler {
   bool handed_over_ = false;
   UniqueFd successor_listen_;
   UniqueFd successor_;  // a successor's connection, taken, not served yet
+  UniqueFd handed_over_end_;  // that connection once handed over (successor_socket())
   EventLoop::WatchId successor_watch_ = 0;
   AdminService admin_{loop_, [this](const std::string& request) { return AdminAnswer(request); }};
   // Pods' names from the container runtime (--cri-endpoint); nullptr: not asked.

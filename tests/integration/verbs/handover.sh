@@ -15,7 +15,10 @@ NEW_PID=""
 stop_successor() { [[ -z $NEW_PID ]] || { kill "$NEW_PID" 2>/dev/null; wait "$NEW_PID" 2>/dev/null; NEW_PID=""; }; }
 trap 'stop_successor; cluster_down' EXIT
 cluster_up 3
-router_up --ready-file "$FF_DIR/ready-1" || exit 1
+# Every router serves /metrics on the node's port: a successor binds it once the old router
+# has given it up (the end of the hand-over connection says so).
+METRICS=127.0.0.1:19478
+router_up --ready-file "$FF_DIR/ready-1" --metrics-address "$METRICS" || exit 1
 S=$(ff_pod_ip 0)
 SOCKET_NAME="freeflow-handover:$FF_DIR/ffrouter"
 failures=0
@@ -31,7 +34,7 @@ successor() {
   shift
   ip netns exec "$FF_NODE" "$FF_BUILD/router/ffrouter" --dir "$FF_DIR" --name ffrouter \
     --vnet-prefix 10.244.0.0/16 --log-level info --take-over --ready-file "$FF_DIR/ready-$n" \
-    "$@" >>"$FF_DIR/router$n.log" 2>&1 &
+    --metrics-address "$METRICS" "$@" >>"$FF_DIR/router$n.log" 2>&1 &
   NEW_PID=$!
   for ((i = 0; i < 300; i++)); do
     grep -q "took over" "$FF_DIR/router$n.log" && return 0
@@ -226,6 +229,8 @@ grep "handed over to a successor" "$FF_DIR/router.log" | sed 's/.*info ffrouter:
 result "a successor took over while 8 programs ran (their QPs, MRs, CQs and rdma_cm ids)" $?
 [[ $(cat "$FF_DIR/ready-2" 2>/dev/null) == "$NEW_PID" && ! -e $FF_DIR/ready-1 ]]
 result "the ready file moved with the pods: the successor's written, the old router's removed" $?
+ip netns exec "$FF_NODE" curl -sf --max-time 5 "http://$METRICS/metrics" | grep -q '^freeflow_router_build_info{'
+result "the successor serves the node's metrics port, which the old router gave up first" $?
 kill -TERM "$OLD_PID"
 wait_pid "$OLD_PID" 10
 result "the old router exits 0 on SIGTERM once handed over" $?
