@@ -6,13 +6,13 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 
 #include "base/log.h"
+#include "freeflow/clock.h"
 
 namespace ff::verbs {
 namespace {
@@ -27,17 +27,11 @@ std::atomic<uint32_t> g_moving{0};
 // the end, a write fault in its range is taken for such a one and the write runs again. A
 // genuine one (the program made those pages read-only itself and wrote) still ends in the
 // program's own handling once that time is past.
-std::atomic<int64_t> g_ended_ns{0};
-constexpr int64_t kStaleFaultNs = 1'000'000'000;
+std::atomic<uint64_t> g_ended_ns{0};
+constexpr uint64_t kStaleFaultNs = 1'000'000'000;
 
 // The SIGSEGV disposition the program had before ours.
 struct sigaction g_prev;
-
-int64_t NowNs() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 void Futex(std::atomic<uint32_t>* word, int op, uint32_t value) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op | FUTEX_PRIVATE_FLAG, value, nullptr,
@@ -48,9 +42,9 @@ int Mprotect(uintptr_t start, size_t size, int prot) {
   return ::syscall(SYS_mprotect, start, size, prot) == 0 ? 0 : errno;
 }
 
-// libc's own sigaction. Programs replace the symbol: UCX's libucs keeps the SIGSEGV handler
-// it installed by saving any other a program asks for instead of installing it; ours must
-// be in place (and theirs the one we pass faults on to).
+// libc's own sigaction. Programs replace the symbol (UCX's libucs defines `signal` and
+// `sigaction` of its own, to keep its error handlers in place): ours must be in place, and
+// theirs the one we pass faults on to.
 int Sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
   using Fn = int (*)(int, const struct sigaction*, struct sigaction*);
   static const Fn libc = [] {
@@ -90,7 +84,7 @@ void OnSegv(int sig, siginfo_t* info, void* context) {
     errno = saved;
     return;  // the write runs again, into the new pages
   }
-  if (ours && NowNs() - g_ended_ns.load() < kStaleFaultNs) {
+  if (ours && ff::MonotonicNs() - g_ended_ns.load() < kStaleFaultNs) {
     errno = saved;
     return;
   }
@@ -145,7 +139,7 @@ PageSwitch::PageSwitch(uintptr_t start, size_t size) : start_(start), size_(size
 PageSwitch::~PageSwitch() {
   if (!protected_) return;
   const int rc = mapped_ ? 0 : Mprotect(start_, size_, PROT_READ | PROT_WRITE);
-  g_ended_ns.store(NowNs());
+  g_ended_ns.store(ff::MonotonicNs());
   g_moving.store(0, std::memory_order_release);
   Futex(&g_moving, FUTEX_WAKE, INT32_MAX);
   // Only now: logging may write to the heap, whose pages these may be.
