@@ -155,3 +155,14 @@ row "relay ib_send_lat 2 B, usec" "" "${relay_slat[@]}"
 row "relay UCX tag_bw 1 MiB over ud_v, MB/s" "" "${relay_uud_bw[@]}"
 printf '%-50s %-26s %s\n' "routers' CPU, 10 s ib_write_bw, relay, cores" "$relay_cores" "at $relay_gbps Gbit/s"
 printf '%-50s %-26s %s\n' "routers' CPU, 10 s ib_write_bw, direct, cores" "$direct_cores" "at $direct_gbps Gbit/s"
+
+# One frame sealed and opened by each implementation FrameCipher chooses between
+# (bench/seal_bench, medians of 5): nettle's below FrameCipher::kSmallBody, OpenSSL's above.
+seal=$("$FF_BUILD/bench/seal_bench" --benchmark_format=csv 2>/dev/null || true)
+seal_ns() { awk -F, -v n="\"BM_$1/body:$2/small:$3/repeats:5_median\"" '$1 == n {printf "%.0f", $4}' <<<"$seal"; }
+for op in Seal Open; do
+  for body in 96 32768; do
+    printf '%-50s %-26s %s\n' "$op, $body B body, ns" "$(seal_ns "$op" "$body" 1) small-frame (nettle)" \
+      "$(seal_ns "$op" "$body" 0) EVP (OpenSSL)"
+  done
+done

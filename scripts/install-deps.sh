@@ -41,6 +41,8 @@ PACKAGES=(
   # TLS on node links (the router links libssl), etcd's TLS files checked with libcrypto,
   # and certificates (scripts/ff-certs.sh)
   libssl-dev openssl
+  # small frames of direct connections sealed by nettle (linked in statically)
+  nettle-dev
   # container images (make images: a Debian root file system, made an OCI image) and the
   # end-to-end run on a real runtime (make e2e: a private containerd, runc, CNI bridge)
   mmdebstrap umoci containerd runc containernetworking-plugins

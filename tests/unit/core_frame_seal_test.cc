@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -98,6 +99,56 @@ TEST_F(FrameSealTest, AnAlteredBodyHeadOrTagIsRefusedInBothModes) {
       if (part == 1) f.head[2] ^= 0x40;
       if (part == 2) f.tag[15] ^= 0x80;
       EXPECT_FALSE(Open(rx, f)) << "mode " << int(mode) << " part " << part;
+    }
+  }
+}
+
+// The wire's frames have a 16-byte head, which every body size may follow.
+const std::string kWireHead(16, 'h');
+
+// FrameCipher seals small bodies with one implementation of AES-128-GCM and larger ones
+// with another (FrameCipher::kSmallBody): each must open what the other sealed, in both
+// modes, at every size on either side of the bound and across the cipher's block edges.
+TEST_F(FrameSealTest, FramesOfEitherImplementationOpenByTheOther) {
+  const size_t sizes[] = {0, 1, 15, 16, 17, 96, FrameCipher::kSmallBody - 1,
+                          FrameCipher::kSmallBody, FrameCipher::kSmallBody + 1, 4096};
+  for (SealMode mode : {SealMode::kEncrypt, SealMode::kAuthenticate}) {
+    for (const bool small_sender : {true, false}) {
+      FrameCipher tx, rx;
+      Pair(mode, &tx, &rx, mode);
+      tx.set_small_body_limit(small_sender ? SIZE_MAX : 0);
+      rx.set_small_body_limit(small_sender ? 0 : SIZE_MAX);
+      for (const size_t n : sizes) {
+        std::string body(n, '\0');
+        for (size_t i = 0; i < n; ++i) body[i] = static_cast<char>('a' + i % 26);
+        std::string got;
+        EXPECT_TRUE(Open(rx, Seal(tx, kWireHead, body), &got))
+            << "mode " << int(mode) << " small sender " << small_sender << " body " << n;
+        EXPECT_EQ(got, body) << "body " << n;
+      }
+    }
+  }
+}
+
+TEST_F(FrameSealTest, SmallFramesInPiecesAreRefusedWhenAltered) {
+  const std::string a = "a record header ", b = "its request", c = "8 bytes!";
+  for (SealMode mode : {SealMode::kEncrypt, SealMode::kAuthenticate}) {
+    for (int part = 0; part < 4; ++part) {
+      FrameCipher tx, rx;
+      Pair(mode, &tx, &rx, mode);
+      iovec v[3] = {{const_cast<char*>(a.data()), a.size()},
+                    {const_cast<char*>(b.data()), b.size()},
+                    {const_cast<char*>(c.data()), c.size()}};
+      Frame f{kWireHead, std::vector<char>(a.size() + b.size() + c.size()), {}};
+      ASSERT_TRUE(tx.Seal(f.head.data(), f.head.size(), v, 3, f.body.data(), f.tag));
+      if (part == 1) f.body[a.size() + 2] ^= 1;
+      if (part == 2) f.head[9] ^= 0x10;
+      if (part == 3) f.tag[0] ^= 1;
+      std::string got;
+      EXPECT_EQ(Open(rx, f, &got), part == 0) << "mode " << int(mode) << " part " << part;
+      if (part == 0) {
+        EXPECT_EQ(got, a + b + c);
+      }
     }
   }
 }
