@@ -564,9 +564,9 @@ void NoteDue(DirectConn* c, uint64_t due) {
 
 }  // namespace
 
-void ServeConn(DirectConn* c, Context* held, uint64_t* due) {
+void ServeConn(DirectConn* c, Context* held, uint64_t* due, uint64_t now) {
   *due = UINT64_MAX;
-  const uint64_t now = ff::MonotonicNs();
+  if (now == 0) now = ff::MonotonicNs();
   // A closed UD channel goes once drained, whether the connection works (yet) or not.
   ForgetClosedChannels(c, now);
   if (!c->ready.load(std::memory_order_acquire) || c->ended.load(std::memory_order_acquire))
@@ -677,7 +677,9 @@ void DrainDirect(Context* ctx) {
   // may be due then).
   if (before == 0 || now - before >= ff::kDirectAttendNs) ff::SendWake(s->tick_tx.get());
   DirectSet* set = DirectOf(s);
-  std::vector<std::shared_ptr<DirectConn>> serve;
+  // Reused by every poll of this thread (no allocation a poll); emptied after each, so that
+  // it holds no connection between polls.
+  static thread_local std::vector<std::shared_ptr<DirectConn>> serve;
   const bool due = s->direct_due_ns.load(std::memory_order_relaxed) <= now;
   epoll_event evs[8];
   int n = 0;
@@ -709,8 +711,9 @@ void DrainDirect(Context* ctx) {
   for (const auto& c : serve) {
     c->flush_due.store(false, std::memory_order_relaxed);
     uint64_t when;
-    ServeConn(c.get(), ctx, &when);
+    ServeConn(c.get(), ctx, &when, now);
   }
+  serve.clear();
 }
 
 uint64_t ServeDirectEvents(Session* s) {

@@ -203,8 +203,9 @@ void WakeSelf(Session* s);
 // never waits for the connection), or nullptr (the event thread, which waits for locks).
 // Returns when the socket is empty, or a frame must wait (its channel not installed yet,
 // its QP's context busy). The earliest time it must be served again though nothing
-// arrives (UINT64_MAX: none) goes to *due.
-void ServeConn(DirectConn* c, Context* held, uint64_t* due);
+// arrives (UINT64_MAX: none) goes to *due. `now`: the caller's clock, read just before (0:
+// read here).
+void ServeConn(DirectConn* c, Context* held, uint64_t* due, uint64_t now = 0);
 // Poll path: serves the readable connections of the session of `ctx`. ctx->lock held.
 void DrainDirect(Context* ctx);
 
