@@ -200,12 +200,12 @@ for ((attempt = 1; attempt <= 5; attempt++)); do
   kill "$cms" 2>/dev/null
   wait "$cms" "$cmc" 2>/dev/null
 done
-pod_bg 0 ib_write_bw -D 6 -p 18600 >"$FF_DIR/bw-s.log" 2>&1
+pod_bg 0 ib_write_bw -D 20 -p 18600 >"$FF_DIR/bw-s.log" 2>&1
 bws=$FF_LAST_PID
 pod_bg 0 ib_send_lat -D 6 -p 18601 >"$FF_DIR/lat-s.log" 2>&1
 lats=$FF_LAST_PID
 sleep 0.3
-pod_bg 1 ib_write_bw -D 6 -p 18600 "$S" >"$FF_DIR/bw-c.log" 2>&1
+pod_bg 1 ib_write_bw -D 20 -p 18600 "$S" >"$FF_DIR/bw-c.log" 2>&1
 bwc=$FF_LAST_PID
 pod_bg 1 ib_send_lat -D 6 -p 18601 "$S" >"$FF_DIR/lat-c.log" 2>&1
 latc=$FF_LAST_PID
