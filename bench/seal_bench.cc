@@ -5,7 +5,6 @@
 // prints the medians beside each other.
 #include <benchmark/benchmark.h>
 
-#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -21,7 +20,8 @@ void BM_Seal(benchmark::State& state) {
   uint8_t secret[ff::kDirectSecretBytes];
   if (!ff::NewDirectSecret(secret)) return state.SkipWithError("no random source");
   ff::FrameCipher tx;
-  tx.Init(secret, ff::DirectRole::kDialler, ff::FrameCipher::Direction::kSend, ff::SealMode::kEncrypt);
+  tx.Init(secret, ff::DirectRole::kDialler, ff::FrameCipher::Direction::kSend,
+          ff::SealMode::kEncrypt);
   Limit(tx, state.range(1));
   const auto n = static_cast<size_t>(state.range(0));
   std::vector<char> body(n, 'b'), out(n);
@@ -39,29 +39,33 @@ void BM_Open(benchmark::State& state) {
   uint8_t secret[ff::kDirectSecretBytes];
   if (!ff::NewDirectSecret(secret)) return state.SkipWithError("no random source");
   ff::FrameCipher tx, rx;
-  tx.Init(secret, ff::DirectRole::kDialler, ff::FrameCipher::Direction::kSend, ff::SealMode::kEncrypt);
-  rx.Init(secret, ff::DirectRole::kAcceptor, ff::FrameCipher::Direction::kReceive, ff::SealMode::kEncrypt);
+  tx.Init(secret, ff::DirectRole::kDialler, ff::FrameCipher::Direction::kSend,
+          ff::SealMode::kEncrypt);
+  rx.Init(secret, ff::DirectRole::kAcceptor, ff::FrameCipher::Direction::kReceive,
+          ff::SealMode::kEncrypt);
   Limit(rx, state.range(1));
   const auto n = static_cast<size_t>(state.range(0));
   const ff::direct::Head head{static_cast<uint32_t>(n), ff::direct::Type::kRecord, 0, 1, 0};
   // Frames open once each, in order: a batch is sealed ahead, outside the timing.
   constexpr size_t kBatch = 256;
   std::vector<char> body(n, 'b'), frames(kBatch * n);
-  std::vector<std::array<uint8_t, ff::kSealTagBytes>> tags(kBatch);
+  struct Tag {
+    uint8_t b[ff::kSealTagBytes];
+  };
+  std::vector<Tag> tags(kBatch);
   size_t next = kBatch;
   for (auto _ : state) {
     if (next == kBatch) {
       state.PauseTiming();
       for (size_t i = 0; i < kBatch; ++i) {
         const iovec v{body.data(), n};
-        uint8_t(&tag)[ff::kSealTagBytes] = *reinterpret_cast<uint8_t(*)[ff::kSealTagBytes]>(tags[i].data());
-        tx.Seal(&head, sizeof(head), &v, 1, frames.data() + i * n, tag);
+        tx.Seal(&head, sizeof(head), &v, 1, frames.data() + i * n, tags[i].b);
       }
       next = 0;
       state.ResumeTiming();
     }
-    const uint8_t(&tag)[ff::kSealTagBytes] = *reinterpret_cast<const uint8_t(*)[ff::kSealTagBytes]>(tags[next].data());
-    if (!rx.Open(&head, sizeof(head), frames.data() + next * n, n, tag)) return state.SkipWithError("open");
+    if (!rx.Open(&head, sizeof(head), frames.data() + next * n, n, tags[next].b))
+      return state.SkipWithError("open");
     ++next;
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));

@@ -113,8 +113,8 @@ bool FrameCipher::Small(size_t head_len, size_t body_len) const {
          (mode_ == SealMode::kEncrypt || head_len % GCM_BLOCK_SIZE == 0);
 }
 
-void FrameCipher::SmallSeal(const void* head, size_t head_len, const iovec* body, int n,
-                            char* out, uint8_t (&tag)[kSealTagBytes]) {
+void FrameCipher::SmallSeal(const void* head, size_t head_len, const iovec* body, int n, char* out,
+                            uint8_t (&tag)[kSealTagBytes]) {
   size_t len = 0;
   for (int i = 0; i < n; ++i) {  // nettle takes one contiguous body: gathered into out
     if (body[i].iov_base != out + len) memcpy(out + len, body[i].iov_base, body[i].iov_len);

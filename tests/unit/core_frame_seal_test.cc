@@ -1,13 +1,13 @@
 // Sealed frames of direct connections: what an end accepts, and everything it must refuse
 // (forged, altered, replayed, reordered, reflected frames, a peer in another mode).
-#include "freeflow/frame_seal.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "freeflow/frame_seal.h"
 
 namespace ff {
 namespace {
@@ -110,8 +110,16 @@ const std::string kWireHead(16, 'h');
 // with another (FrameCipher::kSmallBody): each must open what the other sealed, in both
 // modes, at every size on either side of the bound and across the cipher's block edges.
 TEST_F(FrameSealTest, FramesOfEitherImplementationOpenByTheOther) {
-  const size_t sizes[] = {0, 1, 15, 16, 17, 96, FrameCipher::kSmallBody - 1,
-                          FrameCipher::kSmallBody, FrameCipher::kSmallBody + 1, 4096};
+  const size_t sizes[] = {0,
+                          1,
+                          15,
+                          16,
+                          17,
+                          96,
+                          FrameCipher::kSmallBody - 1,
+                          FrameCipher::kSmallBody,
+                          FrameCipher::kSmallBody + 1,
+                          4096};
   for (SealMode mode : {SealMode::kEncrypt, SealMode::kAuthenticate}) {
     for (const bool small_sender : {true, false}) {
       FrameCipher tx, rx;
