@@ -113,6 +113,25 @@ bool FrameCipher::Small(size_t head_len, size_t body_len) const {
          (mode_ == SealMode::kEncrypt || head_len % GCM_BLOCK_SIZE == 0);
 }
 
+// One frame through the small-frame implementation, in place: `head` authenticated, the
+// body authenticated (kAuthenticate) or encrypted (`seal`) or decrypted; its tag to `tag`.
+void FrameCipher::SmallFrame(const void* head, size_t head_len, char* body, size_t body_len,
+                             bool seal, uint8_t (&tag)[kSealTagBytes]) {
+  gcm_aes128_ctx* g = &state_->small;
+  uint8_t nonce[kIvBytes];
+  Nonce(nonce);
+  gcm_aes128_set_iv(g, kIvBytes, nonce);
+  gcm_aes128_update(g, head_len, static_cast<const uint8_t*>(head));
+  auto* b = reinterpret_cast<uint8_t*>(body);
+  if (mode_ == SealMode::kAuthenticate)
+    gcm_aes128_update(g, body_len, b);
+  else if (seal)
+    gcm_aes128_encrypt(g, body_len, b, b);
+  else
+    gcm_aes128_decrypt(g, body_len, b, b);
+  gcm_aes128_digest(g, kSealTagBytes, tag);
+}
+
 void FrameCipher::SmallSeal(const void* head, size_t head_len, const iovec* body, int n, char* out,
                             uint8_t (&tag)[kSealTagBytes]) {
   size_t len = 0;
@@ -120,33 +139,13 @@ void FrameCipher::SmallSeal(const void* head, size_t head_len, const iovec* body
     if (body[i].iov_base != out + len) memcpy(out + len, body[i].iov_base, body[i].iov_len);
     len += body[i].iov_len;
   }
-  gcm_aes128_ctx* g = &state_->small;
-  uint8_t nonce[kIvBytes];
-  Nonce(nonce);
-  auto* b = reinterpret_cast<uint8_t*>(out);
-  gcm_aes128_set_iv(g, kIvBytes, nonce);
-  gcm_aes128_update(g, head_len, static_cast<const uint8_t*>(head));
-  if (mode_ == SealMode::kAuthenticate)
-    gcm_aes128_update(g, len, b);
-  else
-    gcm_aes128_encrypt(g, len, b, b);
-  gcm_aes128_digest(g, kSealTagBytes, tag);
+  SmallFrame(head, head_len, out, len, true, tag);
 }
 
 bool FrameCipher::SmallOpen(const void* head, size_t head_len, char* body, size_t body_len,
                             const uint8_t (&tag)[kSealTagBytes]) {
-  gcm_aes128_ctx* g = &state_->small;
-  uint8_t nonce[kIvBytes];
-  Nonce(nonce);
-  auto* b = reinterpret_cast<uint8_t*>(body);
-  gcm_aes128_set_iv(g, kIvBytes, nonce);
-  gcm_aes128_update(g, head_len, static_cast<const uint8_t*>(head));
-  if (mode_ == SealMode::kAuthenticate)
-    gcm_aes128_update(g, body_len, b);
-  else
-    gcm_aes128_decrypt(g, body_len, b, b);
   uint8_t want[kSealTagBytes];
-  gcm_aes128_digest(g, kSealTagBytes, want);
+  SmallFrame(head, head_len, body, body_len, false, want);
   return CRYPTO_memcmp(want, tag, kSealTagBytes) == 0;
 }
 

@@ -79,6 +79,8 @@ class FrameCipher {
   void Nonce(uint8_t (&nonce)[12]) const;
   bool Start(bool encrypt);
   bool Small(size_t head_len, size_t body_len) const;
+  void SmallFrame(const void* head, size_t head_len, char* body, size_t body_len, bool seal,
+                  uint8_t (&tag)[kSealTagBytes]);
   void SmallSeal(const void* head, size_t head_len, const iovec* body, int n, char* out,
                  uint8_t (&tag)[kSealTagBytes]);
   bool SmallOpen(const void* head, size_t head_len, char* body, size_t body_len,
