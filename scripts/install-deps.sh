@@ -41,7 +41,7 @@ PACKAGES=(
   # TLS on node links (the router links libssl), etcd's TLS files checked with libcrypto,
   # and certificates (scripts/ff-certs.sh)
   libssl-dev openssl
-  # small frames of direct connections sealed by nettle (linked in statically)
+  # small frames of direct connections sealed by nettle (into the preloaded library statically)
   nettle-dev
   # container images (make images: a Debian root file system, made an OCI image) and the
   # end-to-end run on a real runtime (make e2e: a private containerd, runc, CNI bridge)
