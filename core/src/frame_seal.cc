@@ -136,7 +136,9 @@ void FrameCipher::SmallSeal(const void* head, size_t head_len, const iovec* body
                             uint8_t (&tag)[kSealTagBytes]) {
   size_t len = 0;
   for (int i = 0; i < n; ++i) {  // nettle takes one contiguous body: gathered into out
-    if (body[i].iov_base != out + len) memcpy(out + len, body[i].iov_base, body[i].iov_len);
+    // An empty piece may have no address (an empty vector's), nor `out` for an empty body.
+    if (body[i].iov_len != 0 && body[i].iov_base != out + len)
+      memcpy(out + len, body[i].iov_base, body[i].iov_len);
     len += body[i].iov_len;
   }
   SmallFrame(head, head_len, out, len, true, tag);
@@ -170,7 +172,7 @@ bool FrameCipher::Seal(const void* head, size_t head_len, const iovec* body, int
     const int bytes = static_cast<int>(body[i].iov_len);
     if (mode_ == SealMode::kAuthenticate) {
       if (EVP_EncryptUpdate(c, nullptr, &len, in, bytes) != 1) return false;
-      if (out != body[i].iov_base) memcpy(out, in, body[i].iov_len);
+      if (bytes != 0 && out != body[i].iov_base) memcpy(out, in, body[i].iov_len);
     } else if (EVP_EncryptUpdate(c, reinterpret_cast<uint8_t*>(out), &len, in, bytes) != 1) {
       return false;
     }
