@@ -83,6 +83,11 @@ bool ValidFrame(const FrameHeader& h) {
     case Type::kCm:
       return h.len == sizeof(CmMessage) && h.flags >= static_cast<uint16_t>(CmKind::kReq) &&
              h.flags < static_cast<uint16_t>(CmKind::kMaxKind);
+    case Type::kResume:
+    case Type::kResumed:
+      return h.len % sizeof(uint32_t) == 0 && h.flags == 0 && h.chan == 0;
+    case Type::kHandingOver:
+      return h.len == 0 && h.flags == 0 && h.chan == 0;
     case Type::kClose:
     case Type::kPeerGone:
     case Type::kPing:

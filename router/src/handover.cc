@@ -66,9 +66,17 @@ std::string Router::WhyNoHandover(uint32_t version) const {
     return "its tables are sealed memfds (" + RouterTables().why_not() + ")";
   if (std::string why = cm_.WhyNotMovable(version); !why.empty()) return why;
   if (std::string why = sockets_.WhyNotMovable(version); !why.empty()) return why;
-  if (direct_.size() != 0 || listeners_.open() != 0) return "it holds direct connections";
-  if (forwarder_.proxies() != 0 || forwarder_.resolving() != 0 || executor_.senders() != 0)
-    return "it holds channels to other nodes";
+  if (version < 4) {
+    if (direct_.size() != 0 || listeners_.open() != 0) return "it holds direct connections";
+    if (forwarder_.proxies() != 0 || forwarder_.resolving() != 0 || executor_.senders() != 0)
+      return "it holds channels to other nodes";
+  } else if (transport_) {
+    if (listeners_.open() != 0 || direct_.asking() != 0)
+      return "direct connections to other nodes are being made";
+    if (std::string why = forwarder_.WhyNotMovable(*transport_); !why.empty()) return why;
+    if (std::string why = executor_.WhyNotMovable(); !why.empty()) return why;
+    if (!resume_.empty()) return "channels of another node's replaced router wait for it";
+  }
   bool pending = false;
   tables_.ForEachPod(
       [&](const Pod& p) { pending = pending || quotas_.held(p.id, Quota::kPending) != 0; });
@@ -129,11 +137,21 @@ bool Router::HandOver(int sock) {
     state.doc["folder"] = {{"lock", state.PutFd(folder_.lock_fd())},
                            {"listen", state.PutFd(sessions_.listening_fd())},
                            {"socket_ino", folder_.socket_ino()}};
+    if (version >= 4 && transport_) {  // before the tables: it changes them
+      forwarder_.LoseUdLinks();        // UD keeps no channel: its libraries link again
+      executor_.LoseUdSenders();
+    }
     quotas_.Export(state);
     tables_.Export(state);
     sessions_.Export(state);
     if (version >= 2) cm_.Export(state);
     if (version >= 3) sockets_.Export(state);
+    if (version >= 4 && transport_) {
+      state.doc["nodes"] = {{"direct", direct_.Export()},
+                            {"forwarder", forwarder_.Export(*transport_)},
+                            {"executor", executor_.Export(*transport_)}};
+      AnnounceHandover();  // the peers park these channels for the successor when links end
+    }
   } catch (const HandoverError& e) {  // a segment that cannot be reopened (MappedFile)
     spdlog::error("a successor asked for this router's state: refused, {}", e.what());
     SendHandoverMessage(sock, {HandoverType::kRefuse, 0, 0, e.what()});
@@ -228,6 +246,15 @@ bool Router::TakeOver(std::string* error, bool* retry) {
     sessions_.Import(state, config_.overlay);
     cm_.Import(state);
     sockets_.Import(state);
+    if (const auto nodes = state.doc.find("nodes"); nodes != state.doc.end()) {
+      if (!transport_)
+        throw HandoverError("it has channels to other nodes, and this router no links");
+      direct_.Import(HandoverState::Object(*nodes, "direct"),
+                     [this](PodId pod) { return sessions_.Identity(pod) != nullptr; });
+      const uint64_t now = MonotonicNs();
+      forwarder_.Import(HandoverState::Object(*nodes, "forwarder"), resume_, now);
+      executor_.Import(HandoverState::Object(*nodes, "executor"), resume_, now);
+    }
     if (state.untaken() != 0) throw HandoverError("descriptors no record names");
     if (!folder_.Adopt(std::move(lock), HandoverState::U64(f, "socket_ino"), config_.library_source,
                        &why) ||

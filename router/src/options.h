@@ -76,6 +76,7 @@ struct RouterConfig {
   uint64_t stream_gc_period_ns = kStreamGcPeriodNs;  // likewise (TCP-mode record sweeps)
   uint64_t stream_unseen_grace_ns = kStreamUnseenGraceNs;
   uint64_t direct_accept_timeout_ns = kDirectAcceptTimeoutNs;  // likewise (direct listeners)
+  uint64_t resume_grace_ns = kResumeGraceNs;  // likewise (channels of a replaced router)
 };
 
 // Parses and validates the command line and environment. On failure (or --help) returns

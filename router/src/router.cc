@@ -67,6 +67,7 @@ Router::Router(RouterConfig config, RouterDeps deps)
       listeners_({config_.direct_port_lo, config_.direct_port_hi, config_.direct_accept_timeout_ns,
                   config_.direct_seal},
                  loop_),
+      resume_(config_.resume_grace_ns),
       executor_(CrossNode()),
       forwarder_({config_.poll_us, config_.resolve_timeout_ms, config_.overlay}, loop_,
                  CrossNode()),
@@ -188,6 +189,9 @@ void Router::Adopt(UniqueFd sock) {
 // Answers and notifications travel on links this router dialled; requests on the others.
 Router::Verdict Router::OnMessage(LinkId link, const NodeMessage& m) {
   if (m.type == wire::Type::kCm) return cm_.OnMessage(link, m);
+  if (m.type == wire::Type::kHandingOver || m.type == wire::Type::kResume ||
+      m.type == wire::Type::kResumed)
+    return OnResumeMessage(link, m);
   forwarder_.NoteTraffic();
   if (transport_->Dialled(link)) return forwarder_.OnMessage(link, m);
   return executor_.OnMessage(link, m);
@@ -199,6 +203,7 @@ void Router::OnDrained(LinkId link) {
 }
 
 void Router::OnLinkDown(LinkId link, const std::string&) {
+  ParkChannels(link);  // when its peer said it is being replaced
   forwarder_.OnLinkDown(link);
   executor_.OnLinkDown(link);
   cm_.OnLinkDown(link);
@@ -215,6 +220,7 @@ void Router::OnTimer() {
   listeners_.Tick(MonotonicNs());
   cm_.Tick();
   sockets_.Tick();
+  if (transport_) TickResume(MonotonicNs());
   const bool senders_wait = executor_.Retry();
   const bool forwarder_waits = forwarder_.Tick();
   fast_tick_ = senders_wait || forwarder_waits;

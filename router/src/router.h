@@ -13,6 +13,7 @@
 //                  (docs/direct-path.md): which the router knows, listeners inside pods
 //   Forwarder      a local QP's link to a QP on another node (initiator side)
 //   Executor       QPs on other nodes producing into local QPs (target side)
+//   LinkResume     channels to other nodes parked while a router is replaced
 //   CmService      rdma_cm: the kernel behind each pod's /dev/infiniband/rdma_cm
 //   TcpModeService  TCP mode (libfsocket): socket sessions, listeners, connection records
 //   MetricsService  Prometheus /metrics, rendered on the loop (--metrics-address)
@@ -42,6 +43,7 @@
 #include "nodes/directory.h"
 #include "nodes/executor.h"
 #include "nodes/forwarder.h"
+#include "nodes/link_resume.h"
 #include "nodes/node_transport.h"
 #include "objects/resources.h"
 #include "options.h"
@@ -108,6 +110,13 @@ class Router final : private NodeTransport::Handler {
   void OnDrained(LinkId link) override;
   void OnLinkDown(LinkId link, const std::string& why) override;
   void OnTimer();
+  // Channels to other nodes across a router's replacement (link_resume.cc): the messages
+  // about it, a link going down with its channels parked, parked channels resumed (dialling
+  // their node) or failed at the deadline, and the old router's word on each of its links.
+  Verdict OnResumeMessage(LinkId link, const NodeMessage& m);
+  void ParkChannels(LinkId link);
+  void TickResume(uint64_t now);
+  void AnnounceHandover();
   // The hand-over (handover.cc, docs/handover.md). The old side: the socket a successor
   // connects to; what keeps this router's state from moving ("" when nothing does); the
   // exchange, true once the successor serves. OnSuccessor only takes the connection: Run
@@ -172,6 +181,7 @@ class Router final : private NodeTransport::Handler {
   ResourceTables tables_;
   DirectConnections direct_;
   DirectListeners listeners_;
+  LinkResume resume_;
   // Constructed in this order: each takes references to those above it and to sessions_,
   // which is constructed last because it takes broker_ as its handler.
   Executor executor_;

@@ -230,6 +230,11 @@ inline constexpr uint64_t kCreditBatch = 256 * 1024;     // executed bytes credi
 inline constexpr uint64_t kSourceResolveNs = 3'000'000'000ull;  // a connect's unknown source
 inline constexpr uint64_t kRetryTickNs = 200'000;               // timer period while a retry waits
 inline constexpr uint64_t kIdleTickNs = 50'000'000;  // timer period otherwise (deadlines, sweeps)
+// A router replaced (docs/handover.md): how long the channels of its links stay parked on
+// either side for its successor to resume them (then they fail as on a lost link), and how
+// often a router dials again to resume the channels it initiated.
+inline constexpr uint64_t kResumeGraceNs = 10'000'000'000ull;
+inline constexpr uint64_t kResumeDialNs = 50'000'000;
 // After sessions end, the router's free heap pages go back to the system (malloc_trim) once
 // closes pause for a tick, at most this often.
 inline constexpr uint64_t kHeapTrimIntervalNs = 1'000'000'000;

@@ -156,6 +156,13 @@ std::string HandoverState::Bytes(const Json& j, const char* key, size_t max) {
   return std::string(b.begin(), b.end());
 }
 
+std::string HandoverState::Text(const Json& j, const char* key, size_t max) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_string() || it->get_ref<const std::string&>().size() > max)
+    throw HandoverError(std::string("field '") + key + "' is missing, not text or too long");
+  return it->get<std::string>();
+}
+
 int HandoverState::Send(int sock) const {
   for (size_t i = 0; i < out_fds_.size(); i += kFdsPerMessage) {
     const size_t n = std::min(kFdsPerMessage, out_fds_.size() - i);

@@ -27,8 +27,9 @@ namespace ff::router {
 inline constexpr uint32_t kHandoverMagic = 0x46464856;  // "FFHV"
 // The hand-over versions this router speaks: a router of version N+1 speaks N as well.
 inline constexpr uint32_t kHandoverVersionLow = 1;
-// 2: rdma_cm ids between pods of a node; 3: TCP mode's sessions, listeners and records.
-inline constexpr uint32_t kHandoverVersionHigh = 3;
+// 2: rdma_cm ids between pods of a node; 3: TCP mode's sessions, listeners and records;
+// 4: direct connections and their channels to other nodes (parked, then resumed).
+inline constexpr uint32_t kHandoverVersionHigh = 4;
 
 enum class HandoverType : uint32_t {
   kHello = 1,
@@ -78,6 +79,8 @@ class HandoverState {
   static const Json& Array(const Json& j, const char* key, size_t max);
   static const Json& Object(const Json& j, const char* key);
   static std::string Bytes(const Json& j, const char* key, size_t max);
+  // A string field of at most `max` bytes.
+  static std::string Text(const Json& j, const char* key, size_t max);
 
   // Sends the state on `sock` (blocking, after kAccept): 0 or an errno.
   int Send(int sock) const;

@@ -3,7 +3,9 @@
 #include <openssl/rand.h>
 
 #include <limits>
+#include <nlohmann/json.hpp>
 
+#include "base/handover_state.h"
 #include "freeflow/tunables.h"
 
 namespace ff::router {
@@ -106,6 +108,49 @@ void DirectConnections::ForgetPod(PodId pod) {
 size_t DirectConnections::count(PodId pod) const {
   auto it = counts_.find(pod);
   return it == counts_.end() ? 0 : it->second;
+}
+
+nlohmann::json DirectConnections::Export() const {
+  nlohmann::json conns = nlohmann::json::array();
+  for (const auto& [id, e] : by_id_) {
+    const Conn& c = e.conn;
+    conns.push_back({{"id", c.id},
+                     {"pod", c.pod},
+                     {"peer", {c.peer_ip, c.peer_token}},
+                     {"port", c.port},
+                     {"dialler", c.dialler},
+                     {"open", c.state == State::kOpen},
+                     {"order", e.order}});
+  }
+  return {{"salt", salt_}, {"next_order", next_order_}, {"conns", std::move(conns)}};
+}
+
+void DirectConnections::Import(const nlohmann::json& j,
+                               const std::function<bool(PodId)>& pod_known) {
+  using H = HandoverState;
+  salt_ = H::U64(j, "salt");
+  next_order_ = H::U64(j, "next_order");
+  if ((salt_ >> 63) == 0) throw HandoverError("the direct connections' salt is malformed");
+  for (const nlohmann::json& r : H::Array(j, "conns", 1u << 20)) {
+    Entry e;
+    e.conn.id = H::U64(r, "id");
+    e.conn.pod = H::U32(r, "pod");
+    const nlohmann::json& peer = H::Array(r, "peer", 2);
+    if (peer.size() != 2) throw HandoverError("a direct connection's peer is malformed");
+    e.conn.peer_ip = static_cast<uint32_t>(H::At(peer, 0, UINT32_MAX));
+    e.conn.peer_token = H::At(peer, 1);
+    e.conn.port = static_cast<uint16_t>(H::U64(r, "port", UINT16_MAX));
+    e.conn.dialler = H::Bool(r, "dialler");
+    e.conn.state = H::Bool(r, "open") ? State::kOpen : State::kPending;
+    e.order = H::U64(r, "order");
+    if (e.conn.id == 0 || e.order >= next_order_ || !pod_known(e.conn.pod) ||
+        by_id_.count({e.conn.pod, e.conn.id}) != 0 || by_pair_.count(PairOf(e)) != 0 ||
+        count(e.conn.pod) >= kMaxDirectConnsPerProcess)
+      throw HandoverError("a direct connection of no session, or named twice");
+    by_id_.emplace(Id{e.conn.pod, e.conn.id}, e);
+    by_pair_.emplace(PairOf(e), e.conn.id);
+    ++counts_[e.conn.pod];
+  }
 }
 
 }  // namespace ff::router

@@ -28,7 +28,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -87,6 +89,14 @@ class DirectConnections {
 
   size_t size() const { return by_id_.size(); }
   size_t count(PodId pod) const;
+  size_t asking() const { return asking_.size(); }
+
+  // The hand-over (version 4; docs/handover.md): every connection, pending ones included,
+  // and the salt, so that the tokens peer routers know the processes by stay theirs. Asks
+  // in flight are not carried (the old router refuses while there are any). Import throws
+  // HandoverError on a malformed record or one of a pod that `pod_known` does not know.
+  nlohmann::json Export() const;
+  void Import(const nlohmann::json& j, const std::function<bool(PodId)>& pod_known);
 
  private:
   using Id = std::pair<PodId, uint64_t>;  // (pod, conn id)

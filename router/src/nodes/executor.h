@@ -45,6 +45,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -56,6 +57,8 @@
 #include "nodes/cross_node_parts.h"
 
 namespace ff::router {
+
+class LinkResume;
 
 // Why a connect from another router was refused (metrics: the `reason` label).
 enum class ConnectRefusal : uint8_t {
@@ -92,6 +95,25 @@ class Executor {
   uint64_t ud_rings_taken() const { return ud_rings_taken_; }
   // Connects other routers sent that were refused, by reason, since start.
   const ConnectRefusals& refusals() const { return refusals_; }
+
+  // Across a router's replacement (link_resume.h; channel_resume.cc). Moves the direct
+  // senders on link `from` to `to` (a parked link) and says how many; the others stay for
+  // OnLinkDown.
+  size_t Move(LinkId from, LinkId to);
+  size_t ChansOn(LinkId link) const;
+  // kResume from the node whose parked link is `parked`, on `link`: the senders of the
+  // listed channels move to `link`, the other parked ones are dropped (their initiators
+  // went meanwhile: their targets fail as on a lost peer), and *missing gets the listed
+  // channels that have no parked sender.
+  void Resume(LinkId parked, LinkId link, const std::vector<uint32_t>& chans,
+              std::vector<uint32_t>* missing);
+  // The hand-over (version 4), as Forwarder's.
+  std::string WhyNotMovable() const;
+  // Drops every UD sender (datagrams queued for a full ring are lost, as on a fabric); its
+  // initiator hears kPeerGone and links again when it next sends.
+  void LoseUdSenders();
+  nlohmann::json Export(const NodeTransport& t) const;
+  void Import(const nlohmann::json& j, LinkResume& resume, uint64_t now);
 
  private:
   struct Sender {

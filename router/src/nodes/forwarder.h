@@ -36,7 +36,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "base/event_loop.h"
@@ -45,6 +47,8 @@
 #include "nodes/cross_node_parts.h"
 
 namespace ff::router {
+
+class LinkResume;
 
 class Forwarder {
  public:
@@ -86,6 +90,26 @@ class Forwarder {
   uint64_t nudges() const { return nudges_; }
   // UD channels given up for a new one of the same pod at its quota, since start.
   uint64_t ud_links_recycled() const { return ud_links_recycled_; }
+
+  // Across a router's replacement (link_resume.h; channel_resume.cc). Moves the direct,
+  // connected channels on link `from` to `to` (a parked link, or the link that resumes
+  // one) and says how many; the others stay for OnLinkDown.
+  size_t Move(LinkId from, LinkId to);
+  // The channels on `link`, and the peer address of one of them (0: none).
+  std::vector<uint32_t> ChansOn(LinkId link) const;
+  uint32_t AnyDestOn(LinkId link) const;
+  // Fails channels `chans` on `link` as on a lost peer (kResumed named them: their targets
+  // went while the link was down).
+  void FailChans(LinkId link, const std::vector<uint32_t>& chans);
+  // The hand-over (version 4): what keeps the channels from moving ("" when nothing does;
+  // direct channels on ready links move, UD ones are given up), and the records. Import
+  // parks each channel under the parked link of its node (`resume`).
+  std::string WhyNotMovable(const NodeTransport& t) const;
+  // Gives up every UD channel, as at a pod's quota (LoseUd): what its library published
+  // still goes, and the library links again, to the successor, when it next sends there.
+  void LoseUdLinks();
+  nlohmann::json Export(const NodeTransport& t) const;
+  void Import(const nlohmann::json& j, LinkResume& resume, uint64_t now);
 
  private:
   struct InFlightRead {

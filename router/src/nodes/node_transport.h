@@ -33,7 +33,7 @@ enum class TellPeer : bool { kNo, kYes };
 enum class DropCause : bool { kClosed, kDied };
 inline DropCause CauseOf(bool died) { return died ? DropCause::kDied : DropCause::kClosed; }
 
-using LinkId = uint32_t;  // 0: no link
+using LinkId = uint32_t;  // 0: no link; transports give out ids below 2^31 (link_resume.h)
 inline constexpr LinkId kNoLink = 0;
 
 // One message for the handler; `body` is valid only during the callback.
@@ -111,6 +111,10 @@ class NodeTransport {
   virtual bool Congested(LinkId link) const = 0;
   // Offers held messages again (after Verdict::kHold), later in this loop turn.
   virtual void Resume(LinkId link) = 0;
+  // Writes what each ready link owes, as far as its socket takes it without waiting: for a
+  // router about to stop running its loop (a hand-over, docs/handover.md). The in-memory
+  // transport delivers at once and needs none.
+  virtual void FlushNow() {}
   // Links open now, in both directions (for the router's statistics).
   virtual size_t LinkCount() const = 0;
   // Each of them, for an admin.

@@ -562,6 +562,10 @@ void TcpTransport::SyncEvents(Link& l) {
   loop_->Modify(l.watch, want);
 }
 
+void TcpTransport::FlushNow() {
+  for (auto& [id, l] : links_) Flush(*l, false);
+}
+
 void TcpTransport::Resume(LinkId link) {
   Link* l = Find(link);
   if (l == nullptr || !l->held) return;

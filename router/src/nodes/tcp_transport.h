@@ -47,6 +47,7 @@ class TcpTransport final : public NodeTransport {
             std::initializer_list<Bytes> parts) override;
   bool Congested(LinkId link) const override;
   void Resume(LinkId link) override;
+  void FlushNow() override;
   size_t LinkCount() const override { return links_.size(); }
   std::vector<LinkView> Links() const override;
   std::vector<PeerView> Peers() const override;

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Integration (issue 41): the router hand-over on a node of a cluster (two nodes, a static
 # control plane, TLS node links), as the DaemonSet's update does it there (docs/handover.md).
-# While a pair of pods of two nodes talks over a direct connection, node 0's router refuses
-# (hand-over version 2 carries no direct connection) and serves on: the successor exits with
-# the reason and the pair finishes; a successor given --take-over-wait-s asks again, not
-# ready, until the pair ends, then takes over under traffic between pods of node 0; the old
-# router exits 0; the successor links to node 1 again, and pairs across the nodes work
-# both ways.
+# While an rdma_cm pair crosses to node 1 (ids connected across nodes: not carried yet) node
+# 0's router refuses, and a successor given --take-over-wait-s asks again, not ready; once
+# that pair ends it takes over, under ib_write_bw, ib_send_lat and ucx_perftest between pods
+# of the two nodes (direct connections: node 0 holds channels of both directions), a UD
+# ib_send_bw (relayed: its channels are given up and linked again) and an iperf3 in TCP mode
+# across them. The router of node 1 parks the channels of node 0's links when they go down
+# and resumes them with the successor; every program finishes without an error, the old
+# router exits 0, and new pairs across the nodes work both ways.
 set -uo pipefail
 source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 export FF_ROUTER_LOG=info
 NEW_PID=""
 trap '[[ -n $NEW_PID ]] && kill "$NEW_PID" 2>/dev/null; multinode_down' EXIT
-multinode_up 2 2
+multinode_up 2 3
 mn_router_up 0 || exit 1
 mn_router_up 1 || exit 1
 DIR0=$(mn_dir 0)
@@ -24,7 +26,7 @@ result() {  # result NAME STATUS
 
 # successor LOG [ARGS...]: node 0's router again, with --take-over (and ARGS), as the
 # DaemonSet's new pod starts it, its ready file LOG.ready; 0 once it took over, 1 when it
-# exited first (its status in SUCCESSOR_STATUS).
+# exited first.
 successor() {
   local log=$DIR0/$1 i
   shift
@@ -36,16 +38,25 @@ successor() {
     --ready-file "$log.ready" "$@" >>"$log" 2>&1 &
   NEW_PID=$!
   for ((i = 0; i < 300; i++)); do
-    grep -q "took over" "$log" && return 0
+    grep -q "took over" "$log" 2>/dev/null && return 0
     if ! kill -0 "$NEW_PID" 2>/dev/null; then
       wait "$NEW_PID"
-      SUCCESSOR_STATUS=$?
       NEW_PID=""
       return 1
     fi
     sleep 0.05
   done
   return 1
+}
+
+# tcp_bg NODE POD ARGS...: a program in TCP mode (libfsocket) in pod POD of node NODE.
+tcp_bg() {
+  local n=$1 i=$2
+  shift 2
+  ip netns exec "$(mn_pod_ns "$n" "$i")" env LD_PRELOAD="$FF_BUILD/fsocket/libfsocket.so" \
+    FFR_NAME=ffrouter FREEFLOW_DIR="$(mn_dir "$n")" VNET_PREFIX=10.244.0.0/16 "$@" &
+  FF_LAST_PID=$!
+  FF_PIDS+=("$FF_LAST_PID")
 }
 
 # bw_pair NODE POD SECONDS PORT NAME: ib_write_bw -D SECONDS, its server in pod 0 of node 0
@@ -59,50 +70,85 @@ bw_pair() {
   PAIR_C=$FF_LAST_PID
 }
 
-# 1. A direct connection between pods of the two nodes: refused, the old router serves on.
-bw_pair 1 0 6 18700 cross
+# 1. An rdma_cm pair across to node 1: refused, and a waiting successor (--take-over-wait-s)
+#    asks again, not ready. Meanwhile pairs across the nodes over direct connections, both
+#    ways, a UD pair, UCX and TCP mode run on.
+mn_pod_bg 0 2 ib_send_bw -R -D 4 -p 18703 >"$FF_DIR/cm-s.log" 2>&1
+cms=$FF_LAST_PID
+mn_pod_bg 0 2 ib_send_bw -c UD -D 14 -p 18705 >"$FF_DIR/ud-s.log" 2>&1
+uds=$FF_LAST_PID
+bw_pair 1 0 20 18700 cross
 xs=$PAIR_S xc=$PAIR_C
-sleep 2
-SUCCESSOR_STATUS=0
-successor router-refused.log
-st=$?
-tail -n 1 "$DIR0/router-refused.log"
-[[ $st -ne 0 && $SUCCESSOR_STATUS -ne 0 ]] &&
-  grep -q "refuses to hand over: it holds direct connections" "$DIR0/router-refused.log" &&
-  kill -0 "${FF_NODE_ROUTER[0]}"
-result "a router with a direct connection to another node refuses; the successor exits with the reason" $?
-wait_pid "$xc" 30 && wait_pid "$xs" 10 && ! grep -qiE "fail|error" "$FF_DIR"/cross-{s,c}.log
-result "the pair across the nodes finished on the old router" $?
-
-# 2. As the DaemonSet's successor (--take-over-wait-s): while the pair crosses to node 1
-#    the old router refuses, and the successor asks again, not ready; once the pair ends it
-#    takes over, under ib_write_bw between node 0's pods, and is ready; the old router
-#    exits 0.
-bw_pair 1 0 5 18702 cross2
-xs=$PAIR_S xc=$PAIR_C
-bw_pair 0 1 10 18701 bw
-bws=$PAIR_S bwc=$PAIR_C
+mn_pod_bg 1 1 ib_send_lat -D 14 -p 18704 >"$FF_DIR/lat-s.log" 2>&1
+lats=$FF_LAST_PID
+UCX=(env "UCX_TLS=rc_v,self" UCX_NET_DEVICES=freeflow0:1)
+mn_pod_bg 0 1 "${UCX[@]}" timeout 90 ucx_perftest -p 13400 >"$FF_DIR/ucx-s.log" 2>&1
+ucxs=$FF_LAST_PID
+tcp_bg 0 0 iperf3 -s -1 -B "$S" -p 7401 -J >"$FF_DIR/iperf-s.json" 2>"$FF_DIR/iperf-s.err"
+ips=$FF_LAST_PID
+sleep 0.5
+mn_pod_bg 1 2 "${UCX[@]}" timeout 90 ucx_perftest "$(mn_pod_ip 0 1)" -p 13400 -t tag_lat \
+  -n 100000 -f >"$FF_DIR/ucx-c.log" 2>&1
+ucxc=$FF_LAST_PID
+tcp_bg 1 0 timeout 30 iperf3 -c "$S" -p 7401 -t 12 -J >"$FF_DIR/iperf-c.json" 2>"$FF_DIR/iperf-c.err"
+ipc=$FF_LAST_PID
+mn_pod_bg 0 1 ib_send_lat -D 13 -p 18704 "$(mn_pod_ip 1 1)" >"$FF_DIR/lat-c.log" 2>&1
+latc=$FF_LAST_PID
+mn_pod_bg 1 2 ib_send_bw -R -D 4 -p 18703 "$(mn_pod_ip 0 2)" >"$FF_DIR/cm-c.log" 2>&1
+cmc=$FF_LAST_PID
+mn_pod_bg 1 2 ib_send_bw -c UD -D 13 -p 18705 "$(mn_pod_ip 0 2)" >"$FF_DIR/ud-c.log" 2>&1
+udc=$FF_LAST_PID
 sleep 1.5
 OLD=${FF_NODE_ROUTER[0]}
 successor router2.log --take-over-wait-s 30 &
-sleep 3  # two asks, both refused
+sleep 2.5  # asked, refused
 grep "asking again" "$DIR0/router2.log" | sed 's/.*ffrouter: //'
 [[ ! -e $DIR0/router2.log.ready ]] && grep -q "asking again every 2 s" "$DIR0/router2.log" &&
+  grep -q "rdma_cm ids connected to other nodes" "$DIR0/router2.log" &&
   ! grep -q "took over" "$DIR0/router2.log" && kill -0 "$OLD"
-result "a waiting successor asks again and is not ready while a pair crosses to node 1" $?
-wait_pid "$xc" 30 && wait_pid "$xs" 10
+result "a waiting successor asks again and is not ready while an rdma_cm pair crosses to node 1" $?
+wait_pid "$cmc" 30 && wait_pid "$cms" 10 && ! grep -qiE "fail|error" "$FF_DIR"/cm-{s,c}.log
+result "the rdma_cm pair finished on the old router" $?
+
+# 2. Once it ended, the successor takes over under the rest.
 for ((i = 0; i < 100; i++)); do grep -q "took over" "$DIR0/router2.log" && break; sleep 0.1; done
 NEW_PID=$(cat "$DIR0/router2.log.ready" 2>/dev/null)
 grep -h "handed over to a successor" "$DIR0/router.log" | sed 's/.*info ffrouter: //'
-[[ -n $NEW_PID ]] && grep -q "took over" "$DIR0/router2.log" && kill -0 "$bwc" 2>/dev/null
-result "once the pair ended it took over, under ib_write_bw between node 0's pods, and is ready" $?
+running=0
+for p in $xc $latc $ucxc $ipc $udc; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
+[[ -n $NEW_PID && $running -eq 5 ]] && grep -q "took over" "$DIR0/router2.log"
+result "then it took over, under ib_write_bw, ib_send_lat, UD ib_send_bw, ucx_perftest and iperf3 in TCP mode across the nodes, and is ready" $?
 kill -TERM "$OLD"
 wait_pid "$OLD" 10
 result "the old router exits 0 on SIGTERM" $?
 FF_NODE_ROUTER[0]=$NEW_PID
 NEW_PID=""
-wait_pid "$bwc" 30 && wait_pid "$bws" 10 && ! grep -qiE "fail|error" "$FF_DIR"/bw-{s,c}.log
-result "ib_write_bw between node 0's pods ran across the hand-over without an error" $?
+for ((i = 0; i < 60; i++)); do
+  [[ $(grep -c "resumed [0-9]* channels" "$(mn_dir 1)/router.log" "$DIR0/router2.log" |
+    awk -F: '{ n += ($2 > 0) } END { print n }') -eq 2 ]] && break
+  sleep 0.1
+done
+grep -h "channels wait for it\|resumed [0-9]* channels" "$(mn_dir 1)/router.log" "$DIR0/router2.log" |
+  sed 's/.*info ffrouter: //'
+grep -q "resumed [1-9][0-9]* channels from its pods (0 of them gone)" "$(mn_dir 1)/router.log" &&
+  grep -q "resumed [1-9][0-9]* channels from its pods (0 of them gone)" "$DIR0/router2.log"
+result "node 1's router and the successor resumed each other's channels, none gone" $?
+ok=0
+for p in $xc $xs $latc $lats $udc $uds $ucxc $ucxs $ipc $ips; do wait_pid "$p" 90 || ok=1; done
+for f in cross-s.log cross-c.log lat-s.log lat-c.log ud-s.log ud-c.log ucx-s.log ucx-c.log \
+  iperf-s.err iperf-c.err; do
+  if grep -qiE "fail|error" "$FF_DIR/$f"; then
+    ok=1
+    echo "$f:"
+    log_tail "$FF_DIR/$f"
+  fi
+done
+tail -n 2 "$FF_DIR/cross-c.log" "$FF_DIR/lat-c.log" "$FF_DIR/ud-c.log" | grep -v "^-*$"
+grep -E '^ +100000 ' "$FF_DIR/ucx-c.log"
+bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bytes"])' "$FF_DIR/iperf-c.json" 2>/dev/null)
+echo "iperf3 in TCP mode across the nodes and the hand-over: ${bytes:-no} bytes"
+[[ $ok -eq 0 && ${bytes:-0} -gt 0 ]] && grep -qE '^ +100000 ' "$FF_DIR/ucx-c.log"
+result "ib_write_bw, ib_send_lat, UD ib_send_bw, ucx_perftest and iperf3 in TCP mode across the nodes ran across the hand-over without an error" $?
 
 # 3. The successor links to node 1: pairs across the nodes, both ways.
 mn_pair 0 0 1 0 ib_send_bw -n 1000 >/dev/null
@@ -110,5 +156,6 @@ result "a pair with its server on node 0's successor works across the nodes" $?
 mn_pair 1 1 0 1 ib_send_bw -n 1000 >/dev/null
 result "a pair with its client on node 0's successor works across the nodes" $?
 
+[[ $failures -ne 0 && -n ${FF_KEEP_LOGS:-} ]] && cp -r "$FF_DIR" "$FF_KEEP_LOGS"
 echo "$((failures == 0 ? 1 : 0)) suites ok"
 [[ $failures -eq 0 ]]

@@ -130,7 +130,7 @@ result "the router logged both refusals and serves on" $?
 #     version 2 while a TCP-mode listener exists (version 3); the router serves on.
 out=$(hello 90 99)
 echo "versions 90-99: $out"
-[[ $out == "refused: it speaks hand-over versions 1-3" ]]
+[[ $out == "refused: it speaks hand-over versions 1-4" ]]
 result "a successor of hand-over versions the router does not speak is refused" $?
 pod_bg 0 rping -s -a "$S" -p 7301 -C 1 >"$FF_DIR/rping1.log" 2>&1
 rping_pid=$FF_LAST_PID

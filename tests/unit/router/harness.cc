@@ -184,6 +184,7 @@ TestRouter::TestRouter(Options options) : options_(std::move(options)) {
   config.direct_port_lo = options_.direct_port_lo;
   config.direct_port_hi = options_.direct_port_hi;
   config.direct_accept_timeout_ns = options_.direct_accept_timeout_ns;
+  config.resume_grace_ns = options_.resume_grace_ns;
   config.metrics_address = options_.metrics_address;
   config.cri_endpoint = options_.cri_endpoint;
   RouterDeps deps;

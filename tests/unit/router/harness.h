@@ -116,6 +116,7 @@ class TestRouter {
     bool direct_datagrams = true;  // --direct-datagrams
     uint16_t direct_port_lo = 0, direct_port_hi = 0;
     uint64_t direct_accept_timeout_ns = kDirectAcceptTimeoutNs;
+    uint64_t resume_grace_ns = kResumeGraceNs;  // channels of a replaced peer router
     std::string metrics_address;  // --metrics-address; empty: none
     std::string cri_endpoint;     // --cri-endpoint; empty: none
   };

@@ -39,6 +39,17 @@ enum class Type : uint16_t {
   // its CmKind. Sent by each router on the link it dialled to the other; the receiver
   // checks that src_ip is a pod of the sending node.
   kCm = 11,
+  // Router replacement (docs/handover.md), on any link either way; a router of an earlier
+  // build closes the link over them, as over any type it does not know (its channels then
+  // fail as on a lost router, which is what a replacement cost before). kHandingOver: the
+  // sender is about to be replaced by a successor that resumes the channels of its links
+  // (no body): a link of it that goes down within kResumeGraceNs parks them instead of
+  // failing them. kResume: sent by a router first on a link it dialled to resume channels
+  // it initiated and had parked: the body lists them (ResumeList). kResumed: the answer,
+  // listing those of them the receiver holds no channel for (their target is gone).
+  kHandingOver = 12,
+  kResume = 13,
+  kResumed = 14,
 };
 
 struct FrameHeader {
@@ -105,6 +116,10 @@ struct Credit {
   uint64_t bytes;  // kRecord body bytes executed (or discarded) since the last credit
 };
 static_assert(sizeof(Credit) == 8 && alignof(Credit) == 8);
+
+// The body of kResume and kResumed: channel numbers (uint32_t, host byte order), at most
+// kMaxResumeChans, the frame's length a whole number of them.
+inline constexpr uint32_t kMaxResumeChans = kMaxFrame / sizeof(uint32_t);
 
 // The connection-manager exchange (the IB CM's messages, carried whole): REQ, REP, RTU,
 // REJ, DREQ, DREP, and SIDR REQ/REP for UD ids.
