@@ -244,14 +244,14 @@ bool Router::TakeOver(std::string* error, bool* retry) {
     quotas_.Import(state);
     tables_.Import(state);
     sessions_.Import(state, config_.overlay);
-    cm_.Import(state);
+    const uint64_t now = MonotonicNs();
+    cm_.Import(state, resume_, now);
     sockets_.Import(state);
     if (const auto nodes = state.doc.find("nodes"); nodes != state.doc.end()) {
       if (!transport_)
         throw HandoverError("it has channels to other nodes, and this router no links");
       direct_.Import(HandoverState::Object(*nodes, "direct"),
                      [this](PodId pod) { return sessions_.Identity(pod) != nullptr; });
-      const uint64_t now = MonotonicNs();
       forwarder_.Import(HandoverState::Object(*nodes, "forwarder"), resume_, now);
       executor_.Import(HandoverState::Object(*nodes, "executor"), resume_, now);
     }

@@ -70,7 +70,9 @@ void Router::ParkChannels(LinkId link) {
   bool initiated = false;
   if (!resume_.ParksOnDown(link, now, &node, &initiated) || node.empty()) return;
   const LinkId parked = resume_.Park(node, initiated, now);
-  const size_t n = initiated ? forwarder_.Move(link, parked) : executor_.Move(link, parked);
+  // rdma_cm ids send on links this router dialled, as the channels it initiated do.
+  const size_t n = initiated ? forwarder_.Move(link, parked) + cm_.Move(link, parked)
+                             : executor_.Move(link, parked);
   if (n == 0) return;
   if (resuming)  // the router is not back yet: dialled again later
     spdlog::debug("link {} to router {} went down before it resumed {} channels", link, node, n);
@@ -85,24 +87,29 @@ void Router::TickResume(uint64_t now) {
     const std::vector<uint32_t> chans =
         n.initiated != kNoLink ? forwarder_.ChansOn(n.initiated) : std::vector<uint32_t>();
     const size_t received = n.received != kNoLink ? executor_.ChansOn(n.received) : 0;
-    if (chans.empty() && received == 0 && !resume_.Resuming(n.name)) {
+    const size_t ids = n.initiated != kNoLink ? cm_.CountOn(n.initiated) : 0;
+    if (chans.empty() && received == 0 && ids == 0 && !resume_.Resuming(n.name)) {
       resume_.Forget(n.name);
       continue;
     }
     if (now >= n.deadline_ns) {
-      spdlog::warn("router {} did not come back within {} ms: {} channels fail", n.name,
-                   config_.resume_grace_ns / 1'000'000, chans.size() + received);
+      spdlog::warn("router {} did not come back within {} ms: {} channels and {} rdma_cm ids fail",
+                   n.name, config_.resume_grace_ns / 1'000'000, chans.size() + received, ids);
       if (n.initiated != kNoLink) forwarder_.OnLinkDown(n.initiated);
+      if (n.initiated != kNoLink) cm_.OnLinkDown(n.initiated);
       if (n.received != kNoLink) executor_.OnLinkDown(n.received);
       resume_.Forget(n.name);
       continue;
     }
-    if (chans.empty() || !resume_.DialDue(n.name, now)) continue;
-    const std::optional<cp::Endpoint> ep = directory_.Locate(forwarder_.AnyDestOn(n.initiated));
+    if ((chans.empty() && ids == 0) || !resume_.DialDue(n.name, now)) continue;
+    const uint32_t peer =
+        !chans.empty() ? forwarder_.AnyDestOn(n.initiated) : cm_.AnyPeerOn(n.initiated);
+    const std::optional<cp::Endpoint> ep = directory_.Locate(peer);
     if (!ep || ep->node != n.name) continue;  // not known yet (etcd): the next tick asks again
     const LinkId link = transport_->Dial(*ep);
     if (link == kNoLink) continue;
     forwarder_.Move(n.initiated, link);
+    cm_.Move(n.initiated, link);
     resume_.Unpark(n.name, true);
     resume_.Resuming(link, n.name);
     transport_->Send(link, wire::Type::kResume, 0, 0,

@@ -16,6 +16,7 @@
 #include "cm/cm_service.h"
 #include "cm/cm_table.h"
 #include "freeflow/tunables.h"
+#include "nodes/link_resume.h"
 
 namespace ff::router {
 namespace {
@@ -23,6 +24,7 @@ namespace {
 using Json = nlohmann::json;
 using H = HandoverState;
 constexpr size_t kMaxRecords = 1u << 20;
+constexpr size_t kMaxNodeName = 255;
 
 }  // namespace
 
@@ -58,7 +60,8 @@ Json CmTable::Export() const {
                    {"retries", {id.retry_count, id.rnr_retry_count}},
                    {"flow_control", id.flow_control},
                    {"srq", id.srq},
-                   {"deadline_ns", id.deadline_ns}});
+                   {"deadline_ns", id.deadline_ns},
+                   {"remote_node", id.remote_node}});
   }
   Json ports = Json::array();
   for (const auto& [key, handles] : ports_)
@@ -136,6 +139,8 @@ void CmTable::Import(const Json& j, const std::function<const PodIdentity*(PodId
     id.flow_control = static_cast<uint8_t>(H::U32(r, "flow_control", 1));
     id.srq = static_cast<uint8_t>(H::U32(r, "srq", 1));
     id.deadline_ns = H::U64(r, "deadline_ns");
+    // Version 4: the node of a peer on another node (CmService::Import parks the id there).
+    if (r.contains("remote_node")) id.remote_node = H::Text(r, "remote_node", kMaxNodeName);
   }
   // A child's listener is an id of the same process; once the program named the child, the
   // listener may have gone (its handle is never reused).
@@ -198,10 +203,38 @@ std::string CmService::WhyNotMovable(uint32_t version) const {
   if (version < 2) return "it holds rdma_cm ids (hand-over version 2 carries them)";
   std::string why;
   table_.ForEach([&](const CmId& id) {
-    if (why.empty() && (id.link != 0 || !id.remote_node.empty()))
-      why = "it holds rdma_cm ids connected to other nodes";
+    if (!why.empty() || (id.link == 0 && id.remote_node.empty())) return;
+    if (version < 4) why = "it holds rdma_cm ids connected to other nodes";
+    // An answer from the other node is awaited: it would come to the old router.
+    if (id.state == CmState::kConnecting || id.state == CmState::kRepSent ||
+        id.state == CmState::kDisconnecting)
+      why = "rdma_cm ids wait for another node's answer";
   });
   return why;
+}
+
+size_t CmService::Move(LinkId from, LinkId to) {
+  size_t n = 0;
+  table_.ForEach([&](CmId& id) {
+    if (id.link != from) return;
+    id.link = to;
+    ++n;
+  });
+  return n;
+}
+
+uint32_t CmService::AnyPeerOn(LinkId link) const {
+  uint32_t ip = 0;
+  table_.ForEach([&](const CmId& id) {
+    if (ip == 0 && id.link == link) ip = id.remote.ip;
+  });
+  return ip;
+}
+
+size_t CmService::CountOn(LinkId link) const {
+  size_t n = 0;
+  table_.ForEach([&](const CmId& id) { n += id.link == link ? 1 : 0; });
+  return n;
 }
 
 void CmService::Export(HandoverState& state) const {
@@ -222,11 +255,16 @@ void CmService::Export(HandoverState& state) const {
                      {"state_version", state_version_}};
 }
 
-void CmService::Import(HandoverState& state) {
+void CmService::Import(HandoverState& state, LinkResume& resume, uint64_t now) {
   const auto it = state.doc.find("cm");
   if (it == state.doc.end()) return;  // a router of hand-over version 1 holds none
   const Json& cm = *it;
   table_.Import(H::Object(cm, "table"), [this](PodId pod) { return p_.sessions.Identity(pod); });
+  // Ids connected to another node: on its parked link until this router links to it again
+  // (nodes/link_resume.h), failed as on a lost link if it cannot.
+  table_.ForEach([&](CmId& id) {
+    if (!id.remote_node.empty()) id.link = resume.Park(id.remote_node, true, now);
+  });
   for (const Json& c : H::Array(cm, "channels", kMaxRecords)) {
     const ChannelKey key{H::U32(c, "pod"), H::U32(c, "channel")};
     if (p_.sessions.Identity(key.first) == nullptr || channels_.count(key) != 0)

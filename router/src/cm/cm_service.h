@@ -42,6 +42,7 @@
 namespace ff::router {
 
 class HandoverState;
+class LinkResume;
 
 // Why an rdma_cm message from another router was dropped (metrics: the `reason` label).
 enum class CmRefusal : uint8_t {
@@ -88,7 +89,13 @@ class CmService {
   // sessions were taken (throws HandoverError).
   std::string WhyNotMovable(uint32_t version) const;
   void Export(HandoverState& state) const;
-  void Import(HandoverState& state);
+  // Ids connected to another node go to its parked link in `resume` (link_resume.h).
+  void Import(HandoverState& state, LinkResume& resume, uint64_t now);
+  // Across a router's replacement: moves the ids whose messages go out on link `from` to
+  // `to` (a parked link, or the link that resumes one); how many there are on one.
+  size_t Move(LinkId from, LinkId to);
+  size_t CountOn(LinkId link) const;
+  uint32_t AnyPeerOn(LinkId link) const;  // the peer address of one of them (0: none)
 
  private:
   struct Channel {

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Integration (issue 41): the router hand-over on a node of a cluster (two nodes, a static
 # control plane, TLS node links), as the DaemonSet's update does it there (docs/handover.md).
-# While an rdma_cm pair crosses to node 1 (ids connected across nodes: not carried yet) node
-# 0's router refuses, and a successor given --take-over-wait-s asks again, not ready; once
-# that pair ends it takes over, under ib_write_bw, ib_send_lat and ucx_perftest between pods
-# of the two nodes (direct connections: node 0 holds channels of both directions), a UD
+# With node 1's router relaying (--cross-node-path=relay), node 0's router refuses while a pair
+# is relayed between the nodes (relayed RC channels cannot move), and a successor given
+# --take-over-wait-s asks again, not ready, until the pair ends, then takes over. Node 1's
+# router is started again with direct connections, and node 0's router is replaced a second
+# time under ib_write_bw, ib_send_lat (verbs and rdma_cm) and ucx_perftest between pods of
+# the two nodes (direct connections: node 0 holds channels of both directions), a UD
 # ib_send_bw (relayed: its channels are given up and linked again) and an iperf3 in TCP mode
-# across them. The router of node 1 parks the channels of node 0's links when they go down
-# and resumes them with the successor; every program finishes without an error, the old
-# router exits 0, and new pairs across the nodes work both ways.
+# across them. The router of node 1 parks the channels and rdma_cm ids of node 0's links when
+# they go down and resumes them with the successor; every program finishes without an error,
+# the old routers exit 0, and new pairs across the nodes work both ways.
 set -uo pipefail
 source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 export FF_ROUTER_LOG=info
@@ -16,7 +18,7 @@ NEW_PID=""
 trap '[[ -n $NEW_PID ]] && kill "$NEW_PID" 2>/dev/null; multinode_down' EXIT
 multinode_up 2 3
 mn_router_up 0 || exit 1
-mn_router_up 1 || exit 1
+mn_router_up 1 --cross-node-path=relay || exit 1
 DIR0=$(mn_dir 0)
 S=$(mn_pod_ip 0 0)
 failures=0
@@ -24,11 +26,11 @@ result() {  # result NAME STATUS
   if [[ $2 -eq 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi
 }
 
-# successor LOG [ARGS...]: node 0's router again, with --take-over (and ARGS), as the
-# DaemonSet's new pod starts it, its ready file LOG.ready; 0 once it took over, 1 when it
-# exited first.
-successor() {
-  local log=$DIR0/$1 i
+# successor_start LOG [ARGS...]: node 0's router again, with --take-over (and ARGS), as the
+# DaemonSet's new pod starts it, its ready file LOG.ready; its pid in NEW_PID.
+# successor_wait LOG: 0 once it took over, 1 when it exited first or 15 s passed.
+successor_start() {
+  local log=$DIR0/$1
   shift
   local -a tls
   read -ra tls <<<"$(mn_tls_args node0)"
@@ -37,6 +39,9 @@ successor() {
     --log-level info "--control-plane=static:$FF_DIR/cluster.json" "${tls[@]}" --take-over \
     --ready-file "$log.ready" "$@" >>"$log" 2>&1 &
   NEW_PID=$!
+}
+successor_wait() {
+  local log=$DIR0/$1 i
   for ((i = 0; i < 300; i++)); do
     grep -q "took over" "$log" 2>/dev/null && return 0
     if ! kill -0 "$NEW_PID" 2>/dev/null; then
@@ -47,6 +52,16 @@ successor() {
     sleep 0.05
   done
   return 1
+}
+
+# retire_old: the old router (OLD) gets SIGTERM, as its DaemonSet pod is deleted next, and
+# must exit 0; the successor (NEW_PID) is node 0's router from then on.
+retire_old() {
+  kill -TERM "$OLD"
+  wait_pid "$OLD" 10
+  result "the old router exits 0 on SIGTERM" $?
+  FF_NODE_ROUTER[0]=$NEW_PID
+  NEW_PID=""
 }
 
 # tcp_bg NODE POD ARGS...: a program in TCP mode (libfsocket) in pod POD of node NODE.
@@ -70,17 +85,39 @@ bw_pair() {
   PAIR_C=$FF_LAST_PID
 }
 
-# 1. An rdma_cm pair across to node 1: refused, and a waiting successor (--take-over-wait-s)
-#    asks again, not ready. Meanwhile pairs across the nodes over direct connections, both
-#    ways, a UD pair, UCX and TCP mode run on.
-mn_pod_bg 0 2 ib_send_bw -R -D 4 -p 18703 >"$FF_DIR/cm-s.log" 2>&1
-cms=$FF_LAST_PID
-mn_pod_bg 0 2 ib_send_bw -c UD -D 14 -p 18705 >"$FF_DIR/ud-s.log" 2>&1
-uds=$FF_LAST_PID
+# 1. Node 1's router relays (--cross-node-path=relay): while a pair relayed between the nodes
+#    runs, node 0's router refuses, and a waiting successor (--take-over-wait-s) asks again,
+#    not ready; once the pair ended it takes over.
+bw_pair 1 0 4 18706 relayed
+rs=$PAIR_S rc=$PAIR_C
+sleep 1.5
+OLD=${FF_NODE_ROUTER[0]}
+successor_start router2.log --take-over-wait-s 30
+sleep 2.5  # asked, refused
+grep "asking again" "$DIR0/router2.log" | sed 's/.*ffrouter: //'
+[[ ! -e $DIR0/router2.log.ready ]] && grep -q "asking again every 2 s" "$DIR0/router2.log" &&
+  grep -q "it relays channels" "$DIR0/router2.log" &&
+  ! grep -q "took over" "$DIR0/router2.log" && kill -0 "$OLD"
+result "a waiting successor asks again and is not ready while a pair is relayed to node 1" $?
+wait_pid "$rc" 30 && wait_pid "$rs" 10 && ! grep -qiE "fail|error" "$FF_DIR"/relayed-{s,c}.log
+result "the relayed pair finished on the old router" $?
+successor_wait router2.log && [[ $(cat "$DIR0/router2.log.ready" 2>/dev/null) == "$NEW_PID" ]]
+result "once the pair ended the successor took over, and is ready" $?
+retire_old
+mn_router_down 1  # node 1's router again, with direct connections (its pods run nothing)
+mn_router_up 1 || exit 1
+
+# 2. Node 0's router is replaced again, under ib_write_bw, ib_send_lat, ucx_perftest and an
+#    rdma_cm ib_send_lat across the nodes (direct connections, initiated on both sides), a
+#    UD pair and an iperf3 in TCP mode across them.
 bw_pair 1 0 20 18700 cross
 xs=$PAIR_S xc=$PAIR_C
 mn_pod_bg 1 1 ib_send_lat -D 14 -p 18704 >"$FF_DIR/lat-s.log" 2>&1
 lats=$FF_LAST_PID
+mn_pod_bg 0 2 ib_send_lat -R -D 14 -p 18707 >"$FF_DIR/cm-s.log" 2>&1
+cms=$FF_LAST_PID
+mn_pod_bg 0 2 ib_send_bw -c UD -D 14 -p 18705 >"$FF_DIR/ud-s.log" 2>&1
+uds=$FF_LAST_PID
 UCX=(env "UCX_TLS=rc_v,self" UCX_NET_DEVICES=freeflow0:1)
 mn_pod_bg 0 1 "${UCX[@]}" timeout 90 ucx_perftest -p 13400 >"$FF_DIR/ucx-s.log" 2>&1
 ucxs=$FF_LAST_PID
@@ -94,61 +131,48 @@ tcp_bg 1 0 timeout 30 iperf3 -c "$S" -p 7401 -t 12 -J >"$FF_DIR/iperf-c.json" 2>
 ipc=$FF_LAST_PID
 mn_pod_bg 0 1 ib_send_lat -D 13 -p 18704 "$(mn_pod_ip 1 1)" >"$FF_DIR/lat-c.log" 2>&1
 latc=$FF_LAST_PID
-mn_pod_bg 1 2 ib_send_bw -R -D 4 -p 18703 "$(mn_pod_ip 0 2)" >"$FF_DIR/cm-c.log" 2>&1
+mn_pod_bg 1 1 ib_send_lat -R -D 13 -p 18707 "$(mn_pod_ip 0 2)" >"$FF_DIR/cm-c.log" 2>&1
 cmc=$FF_LAST_PID
 mn_pod_bg 1 2 ib_send_bw -c UD -D 13 -p 18705 "$(mn_pod_ip 0 2)" >"$FF_DIR/ud-c.log" 2>&1
 udc=$FF_LAST_PID
-sleep 1.5
+sleep 2
 OLD=${FF_NODE_ROUTER[0]}
-successor router2.log --take-over-wait-s 30 &
-sleep 2.5  # asked, refused
-grep "asking again" "$DIR0/router2.log" | sed 's/.*ffrouter: //'
-[[ ! -e $DIR0/router2.log.ready ]] && grep -q "asking again every 2 s" "$DIR0/router2.log" &&
-  grep -q "rdma_cm ids connected to other nodes" "$DIR0/router2.log" &&
-  ! grep -q "took over" "$DIR0/router2.log" && kill -0 "$OLD"
-result "a waiting successor asks again and is not ready while an rdma_cm pair crosses to node 1" $?
-wait_pid "$cmc" 30 && wait_pid "$cms" 10 && ! grep -qiE "fail|error" "$FF_DIR"/cm-{s,c}.log
-result "the rdma_cm pair finished on the old router" $?
-
-# 2. Once it ended, the successor takes over under the rest.
-for ((i = 0; i < 100; i++)); do grep -q "took over" "$DIR0/router2.log" && break; sleep 0.1; done
-NEW_PID=$(cat "$DIR0/router2.log.ready" 2>/dev/null)
-grep -h "handed over to a successor" "$DIR0/router.log" | sed 's/.*info ffrouter: //'
+successor_start router3.log --take-over-wait-s 30
+successor_wait router3.log
+grep -h "handed over to a successor" "$DIR0/router2.log" | sed 's/.*info ffrouter: //'
 running=0
-for p in $xc $latc $ucxc $ipc $udc; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
-[[ -n $NEW_PID && $running -eq 5 ]] && grep -q "took over" "$DIR0/router2.log"
-result "then it took over, under ib_write_bw, ib_send_lat, UD ib_send_bw, ucx_perftest and iperf3 in TCP mode across the nodes, and is ready" $?
-kill -TERM "$OLD"
-wait_pid "$OLD" 10
-result "the old router exits 0 on SIGTERM" $?
-FF_NODE_ROUTER[0]=$NEW_PID
-NEW_PID=""
+for p in $xc $latc $cmc $ucxc $ipc $udc; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
+[[ -n $NEW_PID && $running -eq 6 && $(cat "$DIR0/router3.log.ready" 2>/dev/null) == "$NEW_PID" ]]
+result "a successor took over under ib_write_bw, ib_send_lat (verbs and rdma_cm), UD ib_send_bw, ucx_perftest and iperf3 in TCP mode across the nodes, and is ready" $?
+retire_old
 for ((i = 0; i < 60; i++)); do
-  [[ $(grep -c "resumed [0-9]* channels" "$(mn_dir 1)/router.log" "$DIR0/router2.log" |
+  [[ $(grep -c "resumed [0-9]* channels" "$(mn_dir 1)/router.log" "$DIR0/router3.log" |
     awk -F: '{ n += ($2 > 0) } END { print n }') -eq 2 ]] && break
   sleep 0.1
 done
-grep -h "channels wait for it\|resumed [0-9]* channels" "$(mn_dir 1)/router.log" "$DIR0/router2.log" |
+grep -h "channels wait for it\|resumed [0-9]* channels" "$(mn_dir 1)/router.log" "$DIR0/router3.log" |
   sed 's/.*info ffrouter: //'
 grep -q "resumed [1-9][0-9]* channels from its pods (0 of them gone)" "$(mn_dir 1)/router.log" &&
-  grep -q "resumed [1-9][0-9]* channels from its pods (0 of them gone)" "$DIR0/router2.log"
+  grep -q "resumed [1-9][0-9]* channels from its pods (0 of them gone)" "$DIR0/router3.log"
 result "node 1's router and the successor resumed each other's channels, none gone" $?
 ok=0
-for p in $xc $xs $latc $lats $udc $uds $ucxc $ucxs $ipc $ips; do wait_pid "$p" 90 || ok=1; done
-for f in cross-s.log cross-c.log lat-s.log lat-c.log ud-s.log ud-c.log ucx-s.log ucx-c.log \
-  iperf-s.err iperf-c.err; do
+for p in $xc $xs $latc $lats $cmc $cms $udc $uds $ucxc $ucxs $ipc $ips; do
+  wait_pid "$p" 90 || ok=1
+done
+for f in cross-s.log cross-c.log lat-s.log lat-c.log cm-s.log cm-c.log ud-s.log ud-c.log \
+  ucx-s.log ucx-c.log iperf-s.err iperf-c.err; do
   if grep -qiE "fail|error" "$FF_DIR/$f"; then
     ok=1
     echo "$f:"
     log_tail "$FF_DIR/$f"
   fi
 done
-tail -n 2 "$FF_DIR/cross-c.log" "$FF_DIR/lat-c.log" "$FF_DIR/ud-c.log" | grep -v "^-*$"
+tail -n 2 "$FF_DIR/cross-c.log" "$FF_DIR/lat-c.log" "$FF_DIR/cm-c.log" "$FF_DIR/ud-c.log" | grep -v "^-*$"
 grep -E '^ +100000 ' "$FF_DIR/ucx-c.log"
 bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bytes"])' "$FF_DIR/iperf-c.json" 2>/dev/null)
 echo "iperf3 in TCP mode across the nodes and the hand-over: ${bytes:-no} bytes"
 [[ $ok -eq 0 && ${bytes:-0} -gt 0 ]] && grep -qE '^ +100000 ' "$FF_DIR/ucx-c.log"
-result "ib_write_bw, ib_send_lat, UD ib_send_bw, ucx_perftest and iperf3 in TCP mode across the nodes ran across the hand-over without an error" $?
+result "ib_write_bw, ib_send_lat (verbs and rdma_cm), UD ib_send_bw, ucx_perftest and iperf3 in TCP mode across the nodes ran across the hand-over without an error" $?
 
 # 3. The successor links to node 1: pairs across the nodes, both ways.
 mn_pair 0 0 1 0 ib_send_bw -n 1000 >/dev/null
