@@ -2,15 +2,16 @@
 // bookkeeping of parked channels, on the router that stays and on the successor alike.
 //
 // A router about to hand over says so on each of its links (wire::kHandingOver). When such
-// a link goes down within kResumeGraceNs, its direct channels are not failed but parked:
-// moved to a parked link of the peer node, one per direction (the channels this router
-// initiated, on links it dialled; those the node initiated, on links it dialled here). A
-// parked link is a LinkId no transport gives out (IsParked): what the forwarder or the
-// executor would send on it goes nowhere, as on a link that is gone. The successor imports
-// the old router's channels parked the same way.
+// a link goes down within kResumeGraceNs, its direct channels (and, on links this router
+// dialled, its rdma_cm ids) are not failed but parked: moved to a parked link of the peer
+// node, one per direction (the channels this router initiated, on links it dialled; those
+// the node initiated, on links it dialled here). A parked link is a LinkId no transport
+// gives out (from kFirstParked on): what the forwarder, the executor or the CM would send
+// on it goes nowhere, as on a link that is gone. The successor imports the old router's
+// channels and ids parked the same way.
 //
-// The router that holds parked initiated channels dials the node again (every
-// kResumeDialNs) and sends kResume on that link, listing them; they move to it then. The
+// The router that holds parked initiated channels or ids dials the node again (DialDue)
+// and sends kResume on that link, listing the channels; they move to it then. The
 // router that holds parked channels the node initiated waits for that kResume on a link the
 // node dialled: it moves the listed ones to it, drops the rest (their initiator is gone)
 // and answers kResumed with the listed ones it holds no channel for, which the initiator
@@ -36,7 +37,6 @@ class LinkResume {
   // shorten it).
   explicit LinkResume(uint64_t grace_ns) : grace_ns_(grace_ns) {}
   static constexpr LinkId kFirstParked = 0x8000'0000;
-  static bool IsParked(LinkId link) { return link >= kFirstParked; }
 
   // The peer of `link`, router `node`, said it is being replaced (kHandingOver), at `now`;
   // `dialled`: this router dialled the link (its channels are ones this router initiated).
