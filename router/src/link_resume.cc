@@ -114,6 +114,7 @@ void Router::TickResume(uint64_t now) {
     resume_.Resuming(link, n.name);
     transport_->Send(link, wire::Type::kResume, 0, 0,
                      {{chans.data(), chans.size() * sizeof(uint32_t)}});
+    cm_.ResendTo(n.name);  // after kResume, on the same link
   }
 }
 

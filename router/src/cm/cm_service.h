@@ -61,6 +61,8 @@ class CmService {
     NodeTransport* transport;  // nullptr: this node only
     Quotas& quotas;
     Ipv4Prefix overlay;
+    // Nodes whose router is being replaced (nodes/link_resume.h); nullptr: none are.
+    const LinkResume* resume = nullptr;
   };
   explicit CmService(Parts parts) : p_(parts) {}
   ~CmService();
@@ -95,6 +97,11 @@ class CmService {
   // `to` (a parked link, or the link that resumes one); how many there are on one.
   size_t Move(LinkId from, LinkId to);
   size_t CountOn(LinkId link) const;
+  // This router reaches `node` again after its router was replaced: the messages held for
+  // it go (Send), and the ids waiting for an answer from it send theirs again (it may have
+  // been lost with the old link). A receiver takes a message twice as once (OnReq; a REP or
+  // a DREQ that came already changes nothing).
+  void ResendTo(const std::string& node);
   uint32_t AnyPeerOn(LinkId link) const;  // the peer address of one of them (0: none)
 
  private:
@@ -201,6 +208,14 @@ class CmService {
   uint64_t event_spin_ns_ = 0;  // set_event_spin
   CmTable table_;
   std::map<ChannelKey, Channel> channels_;
+  // The last message each id sent to another node (ResendTo), by handle; `held`: it waits
+  // for the node's replaced router (Send), not sent yet.
+  struct Sent {
+    wire::CmKind kind;
+    wire::CmMessage m;
+    bool held;
+  };
+  std::map<uint32_t, Sent> sent_;
   LogLimiter log_;
   CmRefusals refusals_{{"not_its_pod", "not_here"}};
   uint32_t state_version_ = 0;  // proto::CmIdState::version of the last snapshot

@@ -11,6 +11,7 @@
 #include "freeflow/fd.h"
 #include "freeflow/target_ops.h"
 #include "freeflow/tunables.h"
+#include "nodes/link_resume.h"
 
 namespace ff::router {
 namespace {
@@ -72,6 +73,17 @@ int CmService::Send(CmId* id, wire::CmKind kind, const wire::CmMessage& m) {
       id->link = kNoLink;
       id->remote_node.clear();
     }
+    return 0;
+  }
+  if (id != nullptr) sent_[id->handle] = {kind, m, false};
+  // The node's router is being replaced and not reached yet: the message waits on the
+  // node's parked link and goes when this router reaches the successor (ResendTo).
+  if (const LinkId parked =
+          p_.resume != nullptr && id != nullptr ? p_.resume->Parked(ep->node, true) : kNoLink;
+      parked != kNoLink) {
+    sent_[id->handle].held = true;
+    id->link = parked;
+    id->remote_node = ep->node;
     return 0;
   }
   const LinkId link = p_.transport != nullptr ? p_.transport->Dial(*ep) : kNoLink;
@@ -200,7 +212,25 @@ int CmService::Disconnect(Ctx& c) {
   }
 }
 
+void CmService::ResendTo(const std::string& node) {
+  std::vector<uint32_t> waiting;
+  table_.ForEach([&](const CmId& id) {
+    const auto it = sent_.find(id.handle);
+    if (id.remote_node == node && it != sent_.end() && id.state != CmState::kDone &&
+        (it->second.held || id.state == CmState::kConnecting || id.state == CmState::kRepSent ||
+         id.state == CmState::kDisconnecting))
+      waiting.push_back(id.handle);
+  });
+  for (uint32_t h : waiting) {
+    const Sent again = sent_.at(h);
+    Send(table_.Find(h), again.kind, again.m);
+  }
+  if (!waiting.empty())
+    spdlog::info("sent {} rdma_cm messages again to router {} (replaced)", waiting.size(), node);
+}
+
 void CmService::DestroyId(uint32_t handle) {
+  sent_.erase(handle);
   CmId* id = table_.Find(handle);
   if (id == nullptr) return;
   id->deadline_ns = 0;
@@ -319,6 +349,15 @@ void CmService::Receive(wire::CmKind kind, const wire::CmMessage& m, const std::
 void CmService::OnReq(wire::CmKind kind, const wire::CmMessage& m, const std::string& from) {
   const bool sidr = kind == wire::CmKind::kSidrReq;
   const wire::CmKind no = sidr ? wire::CmKind::kSidrRep : wire::CmKind::kRej;
+  // A request sent again (ResendTo, across a router's replacement) whose first copy came:
+  // its child is still being set up, and the answer goes (or went) from it.
+  bool again = false;
+  table_.ForEach([&](const CmId& id) {
+    again = again || (id.remote_comm == m.src_comm && id.remote.ip == m.src_ip &&
+                      id.local.ip == m.dst_ip && id.remote_node == from &&
+                      (id.state == CmState::kRequested || id.state == CmState::kRepSent));
+  });
+  if (again) return;
   CmId* l = table_.Listener(m.dst_ip, m.ps, m.dst_port);
   if (l == nullptr || Ud(*l) != sidr)
     return Reply(no, m, sidr ? kSidrUnsupported : kRejInvalidServiceId);

@@ -10,7 +10,9 @@
 # ib_send_bw (relayed: its channels are given up and linked again) and an iperf3 in TCP mode
 # across them. The router of node 1 parks the channels and rdma_cm ids of node 0's links when
 # they go down and resumes them with the successor; every program finishes without an error,
-# the old routers exit 0, and new pairs across the nodes work both ways.
+# the old routers exit 0. A third replacement under an ib_send_lat alone across the nodes
+# prints the longest wait that program saw beside the router's pause, and new pairs across
+# the nodes work both ways.
 set -uo pipefail
 source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 export FF_ROUTER_LOG=info
@@ -74,13 +76,24 @@ tcp_bg() {
   FF_PIDS+=("$FF_LAST_PID")
 }
 
+# listening NODE POD PORT: waits (bounded) until a program of pod POD of node NODE listens on
+# TCP port PORT (perftest's exchange of QP numbers).
+listening() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    ip netns exec "$(mn_pod_ns "$1" "$2")" ss -ltn 2>/dev/null | grep -q ":$3 " && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
 # bw_pair NODE POD SECONDS PORT NAME: ib_write_bw -D SECONDS, its server in pod 0 of node 0
 # and its client in pod POD of node NODE, in the background (logs NAME-s, NAME-c); their
 # pids in PAIR_S and PAIR_C.
 bw_pair() {
   mn_pod_bg 0 0 ib_write_bw -D "$3" -p "$4" >"$FF_DIR/$5-s.log" 2>&1
   PAIR_S=$FF_LAST_PID
-  sleep 0.3
+  listening 0 0 "$4"
   mn_pod_bg "$1" "$2" ib_write_bw -D "$3" -p "$4" "$S" >"$FF_DIR/$5-c.log" 2>&1
   PAIR_C=$FF_LAST_PID
 }
@@ -129,8 +142,10 @@ mn_pod_bg 1 2 "${UCX[@]}" timeout 90 ucx_perftest "$(mn_pod_ip 0 1)" -p 13400 -t
 ucxc=$FF_LAST_PID
 tcp_bg 1 0 timeout 30 iperf3 -c "$S" -p 7401 -t 12 -J >"$FF_DIR/iperf-c.json" 2>"$FF_DIR/iperf-c.err"
 ipc=$FF_LAST_PID
+listening 1 1 18704
 mn_pod_bg 0 1 ib_send_lat -D 13 -p 18704 "$(mn_pod_ip 1 1)" >"$FF_DIR/lat-c.log" 2>&1
 latc=$FF_LAST_PID
+wait_line "$DIR0/router2.log" "rdma_cm listens on $(mn_pod_ip 0 2):18707" 10 "$cms"
 mn_pod_bg 1 1 ib_send_lat -R -D 13 -p 18707 "$(mn_pod_ip 0 2)" >"$FF_DIR/cm-c.log" 2>&1
 cmc=$FF_LAST_PID
 mn_pod_bg 1 2 ib_send_bw -c UD -D 13 -p 18705 "$(mn_pod_ip 0 2)" >"$FF_DIR/ud-c.log" 2>&1
@@ -174,7 +189,34 @@ echo "iperf3 in TCP mode across the nodes and the hand-over: ${bytes:-no} bytes"
 [[ $ok -eq 0 && ${bytes:-0} -gt 0 ]] && grep -qE '^ +100000 ' "$FF_DIR/ucx-c.log"
 result "ib_write_bw, ib_send_lat (verbs and rdma_cm), UD ib_send_bw, ucx_perftest and iperf3 in TCP mode across the nodes ran across the hand-over without an error" $?
 
-# 3. The successor links to node 1: pairs across the nodes, both ways.
+# 3. The pause a program across the nodes sees: node 0's router is replaced a third time
+#    while an ib_send_lat -n runs between node 0 and node 1 (nothing else runs); its longest
+#    one-way time (t_max) holds the pause, printed beside the old router's own.
+mn_pod_bg 1 0 ib_send_lat -n 600000 -p 18708 >"$FF_DIR/pause-s.log" 2>&1
+pauses=$FF_LAST_PID
+listening 1 0 18708
+mn_pod_bg 0 0 ib_send_lat -n 600000 -p 18708 "$(mn_pod_ip 1 0)" >"$FF_DIR/pause-c.log" 2>&1
+pausec=$FF_LAST_PID
+sleep 2
+OLD=${FF_NODE_ROUTER[0]}
+successor_start router4.log --take-over-wait-s 30
+successor_wait router4.log
+st=$?
+kill -0 "$pausec" 2>/dev/null
+running=$?
+router_pause=$(grep -ho "paused [0-9]* ms" "$DIR0/router3.log" | tail -n 1)
+[[ $st -eq 0 && $running -eq 0 ]]
+result "a successor took over while ib_send_lat ran across the nodes" $?
+retire_old
+wait_pid "$pausec" 60 && wait_pid "$pauses" 10 && ! grep -qiE "fail|error" "$FF_DIR"/pause-{s,c}.log
+st=$?
+line=$(grep -E '^ +2 +600000 ' "$FF_DIR/pause-c.log")
+read -r _ _ t_min t_max t_typical _ <<<"$line"
+echo "ib_send_lat 2 B across the nodes, node 0's router replaced meanwhile: t_typical ${t_typical:-?} us, t_min ${t_min:-?} us, t_max ${t_max:-?} us (the old router ${router_pause:-paused ? ms})"
+[[ $st -eq 0 && -n $line ]]
+result "ib_send_lat across the nodes ran across the hand-over without an error, its longest wait printed" $?
+
+# 4. The successor links to node 1: pairs across the nodes, both ways.
 mn_pair 0 0 1 0 ib_send_bw -n 1000 >/dev/null
 result "a pair with its server on node 0's successor works across the nodes" $?
 mn_pair 1 1 0 1 ib_send_bw -n 1000 >/dev/null

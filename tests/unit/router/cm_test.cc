@@ -730,6 +730,128 @@ TEST_F(CmCrossNodeTest, ARouterCannotSpeakForAnotherNodesPods) {
   client.Expect(RDMA_CM_EVENT_DISCONNECTED);
 }
 
+// A router of node-p the test plays, its pod 10.7.0.1 the active side of an rdma_cm
+// connection to a pod of node-a, on its own loop; destroying it breaks its links, and a
+// successor attaches at the same endpoint.
+class CmPeerRouter final : public NodeTransport::Handler {
+ public:
+  static constexpr uint32_t kPod = 0x0a070001;  // 10.7.0.1
+  static constexpr uint32_t kComm = 0x9001;
+
+  explicit CmPeerRouter(LoopbackNetwork& net) {
+    EXPECT_EQ(loop_.Init(), 0);
+    transport_ = net.Attach({"node-p", Ip("192.168.0.7"), 7471});
+    std::string error;
+    EXPECT_TRUE(transport_->Start(loop_, *this, &error)) << error;
+  }
+  Verdict OnMessage(LinkId link, const NodeMessage& m) override {
+    if (m.type == wire::Type::kCm) {
+      answered_on_ = link;  // node-a's router answers on the link it dialled
+      wire::CmMessage c{};
+      std::memcpy(&c, m.body, sizeof(c));
+      cm_.push_back({static_cast<wire::CmKind>(m.flags), c});
+    }
+    if (m.type == wire::Type::kResume) {
+      resume_link_ = link;
+      transport_->Send(link, wire::Type::kResumed, 0, 0, {});  // it held no channel
+    }
+    return Verdict::kConsumed;
+  }
+  void OnDrained(LinkId) override {}
+  void OnLinkDown(LinkId, const std::string&) override {}
+
+  // Sends CM message `kind` from its pod to `to` at node-a's router, on the link it dialled.
+  void SendCm(const TestRouter& to, wire::CmKind kind, const wire::CmMessage& m) {
+    const LinkId link = transport_->Dial(to.endpoint());
+    transport_->Send(link, wire::Type::kCm, 0, static_cast<uint16_t>(kind), {{&m, sizeof(m)}});
+    loop_.RunOnce(10);
+  }
+  // Says on both links with `to`'s router that it is being replaced.
+  void Announce(const TestRouter& to) {
+    transport_->Send(transport_->Dial(to.endpoint()), wire::Type::kHandingOver, 0, 0, {});
+    transport_->Send(answered_on_, wire::Type::kHandingOver, 0, 0, {});
+    loop_.RunOnce(10);
+  }
+  // The first CM message of `kind` heard (within 3 s), or nullopt.
+  std::optional<wire::CmMessage> Heard(wire::CmKind kind) {
+    std::optional<wire::CmMessage> found;
+    WaitFor([&] {
+      loop_.RunOnce(5);
+      for (const auto& [k, m] : cm_)
+        if (k == kind) found = m;
+      return found.has_value();
+    });
+    return found;
+  }
+  LinkId resume_link() const { return resume_link_; }
+  void Idle(int ms) {
+    for (int i = 0; i < ms / 10; ++i) loop_.RunOnce(10);
+  }
+
+ private:
+  EventLoop loop_;
+  std::unique_ptr<NodeTransport> transport_;
+  std::vector<std::pair<wire::CmKind, wire::CmMessage>> cm_;
+  LinkId resume_link_ = kNoLink;
+  LinkId answered_on_ = kNoLink;
+};
+
+// An rdma_cm connection between a pod of node-a and one of node-p, whose router is
+// replaced: node-a's router parks the id when the announced link drops (the pod hears
+// nothing), holds the DREQ its pod's disconnect makes meanwhile, and sends it to the
+// successor once it reaches it; the successor's DREP ends the disconnect as usual. A copy
+// of the REQ that came before makes no second request.
+TEST(CmResumeTest, ADisconnectWhileAPeerRouterIsReplacedReachesItsSuccessor) {
+  LoopbackNetwork net;
+  FakeCluster cluster;
+  TestRouter::Options o{"node-a", Ip("192.168.0.1"), &net, &cluster};
+  TestRouter a{o};
+  cluster.Set(CmPeerRouter::kPod, {"node-p", Ip("192.168.0.7"), 7471});
+  CmPod server{a, Ip("10.1.0.1")};
+  ASSERT_EQ(server.Hello(), 0);
+  ASSERT_EQ(server.Open(kCh), 0);
+  const uint32_t l = server.CreateId(RDMA_PS_TCP, 0x5e);
+  ASSERT_EQ(server.Bind(l, 0, 7000), 0);
+  ASSERT_EQ(server.Listen(l), 0);
+  auto old = std::make_unique<CmPeerRouter>(net);
+  wire::CmMessage req{};
+  req.src_ip = CmPeerRouter::kPod;
+  req.dst_ip = server.ip();
+  req.src_comm = CmPeerRouter::kComm;
+  req.src_port = 40000;
+  req.dst_port = 7000;
+  req.ps = RDMA_PS_TCP;
+  req.qp_type = IBV_QPT_RC;
+  req.qpn = 0x33;
+  old->SendCm(a, wire::CmKind::kReq, req);
+  const uint32_t child = server.Expect(RDMA_CM_EVENT_CONNECT_REQUEST).r.id;
+  old->SendCm(a, wire::CmKind::kReq, req);  // sent again, as across a replacement
+  ASSERT_EQ(server.Accept(child, 0xacc, 0x22, ""), 0);
+  const std::optional<wire::CmMessage> rep = old->Heard(wire::CmKind::kRep);
+  ASSERT_TRUE(rep.has_value());
+  wire::CmMessage rtu = req;
+  rtu.dst_comm = rep->src_comm;
+  old->SendCm(a, wire::CmKind::kRtu, rtu);
+  server.Expect(RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_FALSE(server.Next(100).has_value()) << "one request, not two";
+
+  old->Announce(a);
+  old->Idle(50);
+  old.reset();  // its links break
+  EXPECT_FALSE(server.Next(200).has_value()) << "a parked id ends nothing";
+  ASSERT_EQ(server.Disconnect(child), 0);  // its DREQ waits for the successor
+  CmPeerRouter successor(net);
+  const std::optional<wire::CmMessage> dreq = successor.Heard(wire::CmKind::kDreq);
+  ASSERT_TRUE(dreq.has_value()) << "the held DREQ reached the successor";
+  EXPECT_NE(successor.resume_link(), kNoLink) << "after node-a resumed";
+  EXPECT_EQ(dreq->dst_comm, CmPeerRouter::kComm);
+  wire::CmMessage drep = req;
+  drep.dst_comm = dreq->src_comm;
+  successor.SendCm(a, wire::CmKind::kDrep, drep);
+  server.Expect(RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(server.Destroy(child), 0);
+}
+
 // A polling window the CmSpinTest cases set is 10 ms of runnable time; with none, the
 // router is runnable only for the few wake-ups of the exchange, a few hundred microseconds
 // alone, and a few milliseconds when make test's load keeps it waiting for a CPU (4.8 ms
