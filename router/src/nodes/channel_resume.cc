@@ -129,16 +129,18 @@ size_t Executor::Move(LinkId from, LinkId to) {
   std::vector<Key> keys;
   for (const auto& [key, s] : senders_)
     if (key.first == from && s->direct && !s->closing) keys.push_back(key);
-  for (const Key& key : keys) {
-    auto node = senders_.extract(key);
-    const Key moved{to, key.second};
-    node.key() = moved;
-    node.mapped()->link = to;
-    by_id_[node.mapped()->id] = moved;
-    senders_.insert(std::move(node));
-    if (waiting_.erase(key) != 0) waiting_.insert(moved);
-  }
+  for (const Key& key : keys) Rekey(key, to);
   return keys.size();
+}
+
+void Executor::Rekey(const Key& key, LinkId to) {
+  auto node = senders_.extract(key);
+  const Key moved{to, key.second};
+  node.key() = moved;
+  node.mapped()->link = to;
+  by_id_[node.mapped()->id] = moved;
+  senders_.insert(std::move(node));
+  if (waiting_.erase(key) != 0) waiting_.insert(moved);
 }
 
 size_t Executor::ChansOn(LinkId link) const {
@@ -160,11 +162,7 @@ void Executor::Resume(LinkId parked, LinkId link, const std::vector<uint32_t>& c
       missing->push_back(chan);
       continue;
     }
-    auto node = senders_.extract(Key{parked, chan});
-    node.key() = {link, chan};
-    node.mapped()->link = link;
-    by_id_[node.mapped()->id] = node.key();
-    senders_.insert(std::move(node));
+    Rekey({parked, chan}, link);
   }
 }
 

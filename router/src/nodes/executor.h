@@ -204,6 +204,8 @@ class Executor {
   // `bytes` of the sender's records are done with: credits them back in batches.
   void Credit(Sender& s, uint64_t bytes);
   void Drop(Key key, TellPeer tell, DropCause cause);
+  // Moves the sender at `key` to link `to`, same channel (channel_resume.cc).
+  void Rekey(const Key& key, LinkId to);
   Sender* Find(LinkId link, uint32_t chan);
 
   CrossNodeParts parts_;
