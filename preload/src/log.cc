@@ -30,9 +30,9 @@ void VLog(LogIdentity& who, LogLevel level, const char* fmt, va_list ap) {
   const bool debug = level == LogLevel::kDebug;
   if (debug && !DebugEnabled(who)) return;
   const int saved = errno;
-  char line[512];
-  int n = std::snprintf(line, sizeof(line), "%s %s[%d]: ", who.prefix, debug ? "debug" : "error",
-                        ::getpid());
+  char line[1024];  // a report (FFV_REPORT_WAITS) runs to about 530
+  const char* name = debug ? "debug" : level == LogLevel::kInfo ? "info" : "error";
+  int n = std::snprintf(line, sizeof(line), "%s %s[%d]: ", who.prefix, name, ::getpid());
   if (n > 0 && n < static_cast<int>(sizeof(line))) {
     const int m = std::vsnprintf(line + n, sizeof(line) - n, fmt, ap);
     if (m > 0) n = std::min<int>(n + m, sizeof(line) - 2);

@@ -4,9 +4,12 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <regex>
 #include <string>
 
+#include "datapath/send_waits.h"
 #include "pod.h"
 
 namespace fftest {
@@ -330,6 +333,59 @@ TEST_F(SameNodeLink, WriteWithImmediateLeavesARecordAfterTheData) {
   EXPECT_EQ(h.msg_len, 16u);
   EXPECT_EQ(h.imm, htonl(0xabcd));
   EXPECT_TRUE(payload.empty());
+}
+
+// FFV_REPORT_WAITS: a SEND that waits for the peer's receive is the longest wait reported,
+// with its QP, the number of WQEs retired and when it began.
+TEST_F(SameNodeLink, TheReportOfWaitsNamesTheSendThatWaitedForAReceive) {
+  using Clock = std::chrono::system_clock;
+  ff::verbs::ResetSendWaitsForTest(true);
+  ibv_qp* qp = Up();  // rnr_retry 7: forever
+  Buffer buf(pod.pd, 8);
+  const double before = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 8), 1), 0);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(40);
+  while (std::chrono::steady_clock::now() < until) EXPECT_TRUE(PollFew(pod.cq, 10).empty());
+  peer->PostCredits(2);
+  ASSERT_EQ(PollN(pod.cq, 1).size(), 1u);
+  ASSERT_EQ(PostSend(qp, IBV_WR_SEND, buf.Sge(0, 8), 2), 0);  // its credit is there already
+  ASSERT_EQ(PollN(pod.cq, 1).size(), 1u);
+  const double after = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  const std::string report = ff::verbs::SendWaitsReport();
+  ff::verbs::ResetSendWaitsForTest(false);
+
+  std::smatch m;
+  const std::regex head(
+      "the longest a send queue waited with work outstanding: ([0-9.]+) ms \\(QP (0x[0-9a-f]+); "
+      "2 work requests retired\\); the longest, each from when it began \\(Unix time\\): "
+      "([0-9.]+) ms from ([0-9.]+) \\(QP 0x[0-9a-f]+\\), [0-9.]+ ms from [0-9.]+ \\(QP "
+      "0x[0-9a-f]+\\)$");  // both WQEs kept
+  ASSERT_TRUE(std::regex_search(report, m, head)) << report;
+  EXPECT_GE(std::stod(m[1]), 40.0);
+  EXPECT_LT(std::stod(m[1]), 5000.0);
+  EXPECT_EQ(std::stoul(m[2].str(), nullptr, 16), qp->qp_num);
+  EXPECT_EQ(m[3].str(), m[1].str());
+  EXPECT_GE(std::stod(m[4]), before - 0.001);  // printed in ms, truncated
+  EXPECT_LE(std::stod(m[4]), after);
+}
+
+TEST(SendWaits, OnlyTheLongestAreKeptLongestFirst) {
+  ff::verbs::ResetSendWaitsForTest(true);
+  EXPECT_EQ(ff::verbs::SendWaitsReport(),
+            "FFV_REPORT_WAITS: no send queue of this process retired a work request");
+  for (uint64_t ms = 1; ms <= 20; ++ms) ff::verbs::NoteSendWait(0x100 + ms, ms * 1'000'000);
+  const std::string report = ff::verbs::SendWaitsReport();
+  ff::verbs::ResetSendWaitsForTest(false);
+  EXPECT_NE(report.find(": 20.00 ms (QP 0x114; 20 work requests retired)"), std::string::npos)
+      << report;
+  std::vector<std::string> kept;
+  const std::regex one("([0-9.]+) ms from [0-9]+\\.[0-9]{3} \\(QP (0x[0-9a-f]+)\\)");
+  for (auto it = std::sregex_iterator(report.begin(), report.end(), one);
+       it != std::sregex_iterator(); ++it)
+    kept.push_back((*it)[1].str() + "@" + (*it)[2].str());
+  EXPECT_EQ(kept,
+            (std::vector<std::string>{"20.00@0x114", "19.00@0x113", "18.00@0x112", "17.00@0x111",
+                                      "16.00@0x110", "15.00@0x10f", "14.00@0x10e", "13.00@0x10d"}));
 }
 
 TEST(SameNodeLoopback, SendAndWriteBetweenTwoQpsOfOneContextArrive) {

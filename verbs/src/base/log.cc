@@ -18,6 +18,13 @@ void LogError(const char* fmt, ...) {
   va_end(ap);
 }
 
+void LogInfo(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  ff::preload::VLog(g_log, ff::preload::LogLevel::kInfo, fmt, ap);
+  va_end(ap);
+}
+
 void LogDebug(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

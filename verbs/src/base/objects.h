@@ -329,6 +329,7 @@ struct SendWqe {
   bool done;            // outcome known (status), waiting to be retired in order
   bool answered;        // the outcome came in a response (whose writer fired the CQ event)
   uint32_t status;
+  uint64_t posted_ns;  // with FFV_REPORT_WAITS only (send_waits.h); 0 otherwise
 };
 
 // What happens to an inbound message while its fragments arrive.
@@ -438,6 +439,8 @@ struct SendQueue {
   // held back until this time, as a real requester reports it only once its retries ran out
   // (RetryExhaustedAt). 0: none held. Nothing after that WQE is executed meanwhile.
   uint64_t peer_error_due_ns = 0;
+  // When the last WQE retired, with FFV_REPORT_WAITS (send_waits.h).
+  uint64_t last_retired_ns = 0;
 
   // Room for `capacity` (a power of two) WQEs of up to `wqe_sges` SGEs each.
   void Size(uint32_t capacity, uint32_t wqe_sges) {

@@ -8,6 +8,7 @@
 #include "datapath/completion.h"
 #include "datapath/link.h"
 #include "datapath/recv_path.h"
+#include "datapath/send_waits.h"
 #include "datapath/sge.h"
 #include "session/peer_events.h"
 #include "session/session.h"
@@ -144,6 +145,7 @@ void Enqueue(Qp* qp, const ibv_send_wr* wr, uint64_t length) {
   w.done = false;
   w.answered = false;
   w.status = IBV_WC_SUCCESS;
+  w.posted_ns = __builtin_expect(SendWaitsOn(), 0) ? ff::MonotonicNs() : 0;
   if (!IsWindowOp(wr->opcode)) TakeData(qp, w, index, wr);
   TakeAddressing(qp, w, wr);
   // The bytes an ATOMIC_WRITE stores are taken now, as the operand of any atomic is.
@@ -396,6 +398,12 @@ bool Retire(Qp* qp) {
     }
     if (st != IBV_WC_SUCCESS || w.signaled) CompleteSend(qp, w, st);
     ++sq.head;
+    if (__builtin_expect(w.posted_ns != 0, 0)) {
+      // It waited at the head from its post, or from its predecessor's retirement.
+      const uint64_t now = ff::MonotonicNs();
+      NoteSendWait(qp->qpx.qp_base.qp_num, now - std::max(w.posted_ns, sq.last_retired_ns));
+      sq.last_retired_ns = now;
+    }
     if (st != IBV_WC_SUCCESS && qp->kind->error_fails_qp) {
       // A transport error moves the QP to the error state and flushes the rest.
       MoveToError(qp, IBV_WC_WR_FLUSH_ERR);
