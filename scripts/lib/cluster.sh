@@ -498,6 +498,31 @@ cm_wait_listen() {
 # of a listener (reason 8): perftest's own race, for which the pair is run again
 # (again_if_perftest_raced in tests/integration/rdmacm/rdmacm.sh, perftest_run in measure.sh).
 perftest_lost_race() { grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' "$@" 2>/dev/null; }
+# perftest_cm_pair LOG ADDR:PORT CLIENT_LOG START_SERVER START_CLIENT: a perftest -R pair
+# that the caller's functions START_SERVER and START_CLIENT start (each in the background,
+# its pid in FF_LAST_PID; the client's output in CLIENT_LOG), the client once the router's
+# LOG shows the server listening on ADDR:PORT. perftest -R meets twice, and its client can
+# lose perftest's race to the server's second listen (perftest_lost_race); the pair then
+# starts again, 5 times at most. Any other failure is the caller's to find. Pids: CM_S, CM_C.
+perftest_cm_pair() {
+  local log=$1 at=$2 attempt before i
+  for ((attempt = 1; attempt <= 5; attempt++)); do
+    before=$(grep -c "rdma_cm listens on $at" "$log")
+    "$4"
+    CM_S=$FF_LAST_PID
+    for ((i = 0; i < 100; i++)); do
+      (($(grep -c "rdma_cm listens on $at" "$log") > before)) && break
+      sleep 0.05
+    done
+    "$5"
+    CM_C=$FF_LAST_PID
+    sleep 1.5
+    kill -0 "$CM_C" 2>/dev/null || ! perftest_lost_race "$3" && return 0
+    echo "perftest -R: the client lost perftest's race (run $attempt); the pair again"
+    kill "$CM_S" 2>/dev/null
+    wait "$CM_S" "$CM_C" 2>/dev/null
+  done
+}
 # pod_router_kill I [SIGNAL]: stops the router serving pod I (TERM by default).
 pod_router_kill() {
   if [[ $FF_PLACEMENT == cross ]]; then mn_router_down "$1" "${2:-TERM}"; else router_down "${2:-TERM}"; fi
@@ -514,6 +539,47 @@ pod_router_start() {
   else
     router_up "$@"
   fi
+}
+
+# handover_window LOG: "FROM TO" in Unix seconds, the window in which programs may have
+# waited for the hand-over the old router's LOG reports last ("handed over to a successor:
+# ..., paused N ms", logged when it finished): from the start of its pause (and 0.1 s before,
+# for the clocks' resolution) to 1 s after it, while the successor links to the other nodes.
+handover_window() {
+  local line at ms
+  line=$(grep -h "handed over to a successor" "$1" | tail -n 1)
+  at=$(date -d "${line%% *}" +%s.%N 2>/dev/null) || return 1
+  ms=$(grep -oE "paused [0-9]+ ms" <<<"$line" | grep -oE "[0-9]+")
+  awk -v at="$at" -v ms="${ms:-0}" 'BEGIN { printf "%.3f %.3f\n", at - ms / 1000 - 0.1, at + 1 }'
+}
+
+# pauses_of LABEL [NAME=]waits:LOG | [NAME=]iperf3:JSON:STARTED ...: one line, "  LABEL: " and
+# the pause each program saw across the hand-over window FF_HANDOVER_WINDOW (handover_window),
+# which scripts/lib/pauses.py reads from what it wrote: a verbs program's FFV_REPORT_WAITS
+# report, an iperf3 client's intervals (STARTED: when it started, in Unix seconds). Each after
+# "NAME: " when given, "; " between them. The figure or why there is none; never fails.
+pauses_of() {
+  local line="  $1:" sep="" spec name file started
+  local -a window
+  read -ra window <<<"${FF_HANDOVER_WINDOW:-}"
+  shift
+  for spec in "$@"; do
+    name=""
+    if [[ ${spec%%:*} == *=* ]]; then
+      name="${spec%%=*}: "
+      spec=${spec#*=}
+    fi
+    file=${spec#*:}
+    if [[ ${spec%%:*} == iperf3 ]]; then
+      started=${file##*:}
+      file=${file%:*}
+      line+="$sep $name$(python3 "$FF_SRC/scripts/lib/pauses.py" iperf3 "$file" "$started" "${window[@]}")"
+    else
+      line+="$sep $name$(python3 "$FF_SRC/scripts/lib/pauses.py" waits "$file" "${window[@]}")"
+    fi
+    sep=";"
+  done
+  echo "$line"
 }
 
 # perftest_clock_failed LOG...: true when perftest could not measure the CPU clock (it samples

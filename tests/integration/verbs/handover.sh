@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Integration (issue 41): a router started with --take-over beside the router of a node takes
 # its pods over while they run traffic (docs/handover.md): verbs, rdma_cm, UCX and TCP mode.
-# The programs that ran across the hand-over must finish without an error, new programs
-# must work with the successor, which holds nothing once they exit. Each router's
+# The programs that ran across the hand-over must finish without an error, and the pause
+# each saw is printed beside the router's own (pauses_of; a ping-pong's longest iteration in
+# a hand-over of its own); new programs must work with the successor, which holds nothing
+# once they exit. Each router's
 # --ready-file exists while it, and no other, serves. The hand-over socket refuses a process
 # that is not a router of this node (unprivileged, without CAP_SYS_ADMIN, in a pod), and a
 # router of hand-over versions that cannot carry what the old one holds; a hostile pod
@@ -12,6 +14,8 @@ set -uo pipefail
 source "$(dirname "$0")/../../../scripts/lib/cluster.sh"
 export FF_ROUTER_LOG=info
 NEW_PID=""
+# Programs that report at their exit the longest their send queues waited (send_waits.h).
+W=(env FFV_REPORT_WAITS=1)
 stop_successor() { [[ -z $NEW_PID ]] || { kill "$NEW_PID" 2>/dev/null; wait "$NEW_PID" 2>/dev/null; NEW_PID=""; }; }
 trap 'stop_successor; cluster_down' EXIT
 cluster_up 3
@@ -27,8 +31,8 @@ result() {  # result NAME STATUS
 }
 
 # successor N [ARGS...]: router N on the node's folder with --take-over (and ARGS), its pid
-# in NEW_PID, logging to routerN.log, its ready file ready-N; 0 once it says it took over, 1
-# when it exited first or did not say so in 15 s.
+# in NEW_PID, logging to routerN.log, its ready file ready-N; 0 once it says it took over and
+# its ready file names it, 1 when it exited first or did not get there in 15 s.
 successor() {
   local n=$1 i
   shift
@@ -37,7 +41,9 @@ successor() {
     --metrics-address "$METRICS" "$@" >>"$FF_DIR/router$n.log" 2>&1 &
   NEW_PID=$!
   for ((i = 0; i < 300; i++)); do
-    grep -q "took over" "$FF_DIR/router$n.log" && return 0
+    # It logs "took over" before it serves and writes its ready file.
+    grep -q "took over" "$FF_DIR/router$n.log" &&
+      [[ $(cat "$FF_DIR/ready-$n" 2>/dev/null) == "$NEW_PID" ]] && return 0
     if ! kill -0 "$NEW_PID" 2>/dev/null; then
       NEW_PID=""
       return 1
@@ -182,32 +188,20 @@ OLD_PID=$FF_ROUTER_PID
 pod_bg 0 rping -s -a "$S" -p 7300 -C 10 -V >"$FF_DIR/rping-s.log" 2>&1
 rpings=$FF_LAST_PID
 # The perftest pair's client only once its server listens (perftest's client gives up at a
-# connect rejected before). perftest -R meets twice, and its client can still lose
-# perftest's own race to the server's second listen (RDMA_CM_EVENT_REJECTED, error 8; see
-# again_if_perftest_raced in tests/integration/rdmacm/rdmacm.sh): the pair starts again, 5
-# times at most. Any other way of failing fails the test.
-listens() { grep -c "rdma_cm listens on $S:18602" "$FF_DIR/router.log"; }
-for ((attempt = 1; attempt <= 5; attempt++)); do
-  before=$(listens)
-  pod_bg 0 ib_read_lat -R -D 8 -p 18602 >"$FF_DIR/cm-s.log" 2>&1
-  cms=$FF_LAST_PID
-  for ((i = 0; i < 100 && $(listens) == before; i++)); do sleep 0.05; done
-  pod_bg 1 ib_read_lat -R -D 8 -p 18602 "$S" >"$FF_DIR/cm-c.log" 2>&1
-  cmc=$FF_LAST_PID
-  sleep 1.5
-  kill -0 "$cmc" 2>/dev/null || ! perftest_lost_race "$FF_DIR/cm-c.log" && break
-  echo "ib_read_lat -R: the client lost perftest's race (run $attempt); the pair again"
-  kill "$cms" 2>/dev/null
-  wait "$cms" "$cmc" 2>/dev/null
-done
+# connect rejected before), and again when it loses perftest's own race (perftest_cm_pair).
+# Any other way of failing fails the test.
+cm_server() { pod_bg 0 "${W[@]}" ib_read_lat -R -D 8 -p 18602 >"$FF_DIR/cm-s.log" 2>&1; }
+cm_client() { pod_bg 1 "${W[@]}" ib_read_lat -R -D 8 -p 18602 "$S" >"$FF_DIR/cm-c.log" 2>&1; }
+perftest_cm_pair "$FF_DIR/router.log" "$S:18602" "$FF_DIR/cm-c.log" cm_server cm_client
+cms=$CM_S cmc=$CM_C
 pod_bg 0 ib_write_bw -D 20 -p 18600 >"$FF_DIR/bw-s.log" 2>&1
 bws=$FF_LAST_PID
-pod_bg 0 ib_send_lat -D 6 -p 18601 >"$FF_DIR/lat-s.log" 2>&1
+pod_bg 0 "${W[@]}" ib_send_lat -D 6 -p 18601 >"$FF_DIR/lat-s.log" 2>&1
 lats=$FF_LAST_PID
 sleep 0.3
-pod_bg 1 ib_write_bw -D 20 -p 18600 "$S" >"$FF_DIR/bw-c.log" 2>&1
+pod_bg 1 "${W[@]}" ib_write_bw -D 20 -p 18600 "$S" >"$FF_DIR/bw-c.log" 2>&1
 bwc=$FF_LAST_PID
-pod_bg 1 ib_send_lat -D 6 -p 18601 "$S" >"$FF_DIR/lat-c.log" 2>&1
+pod_bg 1 "${W[@]}" ib_send_lat -D 6 -p 18601 "$S" >"$FF_DIR/lat-c.log" 2>&1
 latc=$FF_LAST_PID
 pod_bg 2 "$FF_CONTROL_PAUSE" 6 >"$FF_DIR/pause.log" 2>&1
 pause=$FF_LAST_PID
@@ -240,8 +234,13 @@ ok=0
 pod_run 1 timeout 20 rping -c -a "$S" -p 7300 -C 10 -V >"$FF_DIR/rping-c.log" 2>&1
 rc=$?
 for p in $bws $lats $bwc $latc $pause $cms $cmc $rpings; do wait_pid "$p" 30 || ok=1; done
-for f in bw-c lat-c cm-c; do tail -n 2 "$FF_DIR/$f.log" | head -n 1; done
+for f in bw-c lat-c cm-c; do grep -E '^ +[0-9]+ +[0-9]+ ' "$FF_DIR/$f.log"; done
 cat "$FF_DIR/pause.log"
+echo "the pause each program saw (the old router $(grep -oh "paused [0-9]* ms" "$FF_DIR/router.log" | tail -n 1); goal: under 100 ms):"
+FF_HANDOVER_WINDOW=$(handover_window "$FF_DIR/router.log")
+pauses_of "ib_write_bw -D 20 (client)" "waits:$FF_DIR/bw-c.log"
+pauses_of "ib_send_lat" "client=waits:$FF_DIR/lat-c.log" "server=waits:$FF_DIR/lat-s.log"
+pauses_of "ib_read_lat over rdma_cm" "client=waits:$FF_DIR/cm-c.log" "server=waits:$FF_DIR/cm-s.log"
 [[ $ok -eq 0 && $rc -eq 0 ]] && ! grep -qiE "fail|error|unable" "$FF_DIR"/{bw,lat,cm,rping}-{s,c}.log &&
   grep -q ", 0 failed, longest" "$FF_DIR/pause.log"
 result "every program that ran across the hand-over finished without an error" $?
@@ -259,7 +258,7 @@ result "the successor holds nothing once every program exited" $?
 # 5. UCX and TCP mode across a hand-over: ucx_perftest tag_lat over rc_verbs, an iperf3 in
 #    TCP mode (its connection's record, segment and bells move), and a TCP-mode listener
 #    whose client connects only after it.
-UCX=(env UCX_TLS=rc_v UCX_NET_DEVICES=freeflow0:1)
+UCX=(env FFV_REPORT_WAITS=1 UCX_TLS=rc_v UCX_NET_DEVICES=freeflow0:1)
 pod_bg 0 "${UCX[@]}" timeout 60 ucx_perftest -p 13400 >"$FF_DIR/ucx-s.log" 2>&1
 ucxs=$FF_LAST_PID
 wait_listen 0 "$ucxs" 13400
@@ -268,7 +267,8 @@ ucxc=$FF_LAST_PID
 tcp 0 iperf3 -s -1 -B "$S" -p 7401 -J >"$FF_DIR/iperf-s.json" 2>"$FF_DIR/iperf-s.err"
 ips=$TCP_PID
 wait_listen 0 "$ips" 7401
-tcp 1 timeout 30 iperf3 -c "$S" -p 7401 -t 6 -J >"$FF_DIR/iperf-c.json" 2>"$FF_DIR/iperf-c.err"
+iperf_at=$(date +%s.%N)
+tcp 1 timeout 30 iperf3 -c "$S" -p 7401 -t 6 -i 0.1 -J >"$FF_DIR/iperf-c.json" 2>"$FF_DIR/iperf-c.err"
 ipc=$TCP_PID
 tcp 0 iperf3 -s -1 -B "$S" -p 7402 -J >"$FF_DIR/iperf2-s.json" 2>"$FF_DIR/iperf2-s.err"
 ips2=$TCP_PID
@@ -297,6 +297,10 @@ grep -E '^ +6000000 ' "$FF_DIR/ucx-c.log"
 bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bytes"])' "$FF_DIR/iperf-c.json" 2>/dev/null)
 bytes2=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bytes"])' "$FF_DIR/iperf2-c.json" 2>/dev/null)
 echo "iperf3 in TCP mode across the hand-over: ${bytes:-no} bytes; its listener's client after it: ${bytes2:-no} bytes"
+echo "the pause each program saw (the old router $(grep -oh "paused [0-9]* ms" "$FF_DIR/router2.log" | tail -n 1); goal: under 100 ms):"
+FF_HANDOVER_WINDOW=$(handover_window "$FF_DIR/router2.log")
+pauses_of "ucx_perftest tag_lat over rc_v" "client=waits:$FF_DIR/ucx-c.log" "server=waits:$FF_DIR/ucx-s.log"
+pauses_of "iperf3 in TCP mode (client)" "iperf3:$FF_DIR/iperf-c.json:$iperf_at"
 [[ $ok -eq 0 && ${bytes:-0} -gt 0 && ${bytes2:-0} -gt 0 ]] && grep -qE '^ +6000000 ' "$FF_DIR/ucx-c.log" &&
   ! grep -qi error "$FF_DIR"/iperf*-[sc].err
 result "ucx_perftest and both iperf3 pairs in TCP mode finished without an error" $?
@@ -348,6 +352,36 @@ wait_pid "$victim_pid" 10
 v=$?
 tail -n 1 "$RV/victim.log"
 result "the victim kept every byte of its secrets and its device across the hand-over (exit $v)" $v
+
+# 7. The pause a ping-pong sees: the router is replaced a fifth time while an ib_send_lat -n
+#    runs between two pods, nothing else running. Its longest iteration (t_max) holds the
+#    pause (a same-node SEND completes at once, so its send queues hardly wait: the
+#    receiving side does), printed beside the old router's and the send queues' waits.
+pod_bg 0 "${W[@]}" ib_send_lat -n 8000000 -p 18620 >"$FF_DIR/pp-s.log" 2>&1
+pps=$FF_LAST_PID
+wait_listen 0 "$pps" 18620
+pod_bg 1 "${W[@]}" ib_send_lat -n 8000000 -p 18620 "$S" >"$FF_DIR/pp-c.log" 2>&1
+ppc=$FF_LAST_PID
+sleep 1
+OLD_PID=$FF_ROUTER_PID
+successor 5
+st=$?
+kill -0 "$ppc" 2>/dev/null && kill -0 "$pps" 2>/dev/null
+running=$?
+kill -TERM "$OLD_PID"
+wait_pid "$OLD_PID" 10 && [[ $st -eq 0 && $running -eq 0 ]]
+result "a fifth router took over while ib_send_lat ran, and the old one exits 0" $?
+FF_ROUTER_PID=$NEW_PID
+NEW_PID=""
+wait_pid "$ppc" 60 && wait_pid "$pps" 10 && ! grep -qiE "fail|error" "$FF_DIR"/pp-{s,c}.log
+st=$?
+line=$(grep -E '^ +2 +8000000 ' "$FF_DIR/pp-c.log")
+read -r _ _ t_min t_max t_typical _ <<<"$line"
+echo "ib_send_lat 2 B between two pods, the router replaced meanwhile: t_typical ${t_typical:-?} us, t_min ${t_min:-?} us, t_max ${t_max:-?} us (the old router $(grep -oh "paused [0-9]* ms" "$FF_DIR/router4.log" | tail -n 1))"
+FF_HANDOVER_WINDOW=$(handover_window "$FF_DIR/router4.log")
+pauses_of "that ib_send_lat" "client=waits:$FF_DIR/pp-c.log" "server=waits:$FF_DIR/pp-s.log"
+[[ $st -eq 0 && -n $line ]]
+result "ib_send_lat ran across the hand-over without an error, its longest iteration printed" $?
 
 echo "$((failures == 0 ? 1 : 0)) suites ok"
 [[ $failures -eq 0 ]]
