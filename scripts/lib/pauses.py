@@ -7,7 +7,8 @@ FROM..TO in Unix seconds (hand-over_window in scripts/lib/cluster.sh).
       A verbs program run with FFV_REPORT_WAITS=1 (perftest, UCX, any other): the library
       printed at its exit the longest its send queues waited with work outstanding, and when
       each of the longest began (send_waits.h). With the window, the longest of those that
-      overlaps it; when none does, the wait was shorter than the shortest one kept.
+      overlaps it, and their sum when several do (a stall in which a WQE retires now and then
+      shows as several waits); when none does, the waits were shorter than the shortest kept.
   iperf3 JSON STARTED FROM TO
       An iperf3 client started at STARTED and run with -J and short intervals (-i 0.1): its
       slowest interval across the window against the median pace of the 2 s around it, and
@@ -47,7 +48,11 @@ def waits(path, window=None):
     over = [ms for ms, began in kept if began <= hi and began + ms / 1000 >= lo]
     longest = f"the run's longest {kept[0][0]:.2f} ms, {m.group(1)} work requests"
     if over:
-        return f"longest send-queue wait across it {max(over):.2f} ms ({longest})"
+        # One stall can show as several waits, when a WQE retires now and then meanwhile.
+        more = ""
+        if len(over) > 1:
+            more = f", {len(over)} of its 8 longest waits across it, {sum(over):.0f} ms in all"
+        return f"longest send-queue wait across it {max(over):.2f} ms{more} ({longest})"
     if int(m.group(1)) <= len(kept):  # every wait was kept
         return f"no send-queue work across it ({longest})"
     if kept[-1][0] < 0.01:
