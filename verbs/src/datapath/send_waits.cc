@@ -14,6 +14,12 @@
 #include "base/log.h"
 
 namespace ff::verbs {
+
+std::atomic<bool> send_waits_detail::on{[] {
+  const char* v = std::getenv("FFV_REPORT_WAITS");
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}()};
+
 namespace {
 
 struct Wait {
@@ -28,13 +34,8 @@ std::atomic<uint64_t> g_floor_ns{0};  // the shortest wait kept, once kSendWaits
 constinit std::mutex g_mu;
 constinit std::array<Wait, kSendWaitsKept> g_longest{};  // longest first
 
-std::atomic<bool> g_on{[] {
-  const char* v = std::getenv("FFV_REPORT_WAITS");
-  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
-}()};
-
 [[gnu::destructor]] void ReportSendWaits() {
-  if (!g_on.load(std::memory_order_relaxed)) return;
+  if (!SendWaitsOn()) return;
   // What the program printed comes first, so that the report is a line of its own in a log
   // that holds both.
   std::fflush(stdout);
@@ -42,8 +43,6 @@ std::atomic<bool> g_on{[] {
 }
 
 }  // namespace
-
-bool SendWaitsOn() { return g_on.load(std::memory_order_relaxed); }
 
 std::string SendWaitsReport() {
   const uint64_t n = g_retired.load(std::memory_order_relaxed);
@@ -75,7 +74,7 @@ void ResetSendWaitsForTest(bool on) {
   g_longest = {};
   g_floor_ns.store(0, std::memory_order_relaxed);
   g_retired.store(0, std::memory_order_relaxed);
-  g_on.store(on, std::memory_order_relaxed);
+  send_waits_detail::on.store(on, std::memory_order_relaxed);
 }
 
 void NoteSendWait(uint32_t qpn, uint64_t waited_ns) {

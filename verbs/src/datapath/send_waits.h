@@ -10,6 +10,7 @@
 // costs one predictable branch.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -17,8 +18,11 @@ namespace ff::verbs {
 
 inline constexpr int kSendWaitsKept = 8;
 
-// True when FFV_REPORT_WAITS is set to something other than "0" (read once).
-bool SendWaitsOn();
+namespace send_waits_detail {
+extern std::atomic<bool> on;
+}
+// True when FFV_REPORT_WAITS is set to something other than "0" (read once, at load).
+inline bool SendWaitsOn() { return send_waits_detail::on.load(std::memory_order_relaxed); }
 // One WQE of QP `qpn` retired after waiting `waited_ns` at the head of its queue.
 void NoteSendWait(uint32_t qpn, uint64_t waited_ns);
 // The report's text (without the log prefix), as the process's exit prints it.
