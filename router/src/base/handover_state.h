@@ -81,6 +81,9 @@ class HandoverState {
   static std::string Bytes(const Json& j, const char* key, size_t max);
   // A string field of at most `max` bytes.
   static std::string Text(const Json& j, const char* key, size_t max);
+  // The longest node name a record holds (a channel's or an rdma_cm id's peer node): room
+  // for a Kubernetes node name, at most 253.
+  static constexpr size_t kMaxNodeName = 255;
 
   // Sends the state on `sock` (blocking, after kAccept): 0 or an errno.
   int Send(int sock) const;

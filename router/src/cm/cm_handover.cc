@@ -24,7 +24,6 @@ namespace {
 using Json = nlohmann::json;
 using H = HandoverState;
 constexpr size_t kMaxRecords = 1u << 20;
-constexpr size_t kMaxNodeName = 255;
 
 }  // namespace
 
@@ -140,7 +139,7 @@ void CmTable::Import(const Json& j, const std::function<const PodIdentity*(PodId
     id.srq = static_cast<uint8_t>(H::U32(r, "srq", 1));
     id.deadline_ns = H::U64(r, "deadline_ns");
     // Version 4: the node of a peer on another node (CmService::Import parks the id there).
-    if (r.contains("remote_node")) id.remote_node = H::Text(r, "remote_node", kMaxNodeName);
+    if (r.contains("remote_node")) id.remote_node = H::Text(r, "remote_node", H::kMaxNodeName);
   }
   // A child's listener is an id of the same process; once the program named the child, the
   // listener may have gone (its handle is never reused).

@@ -22,7 +22,6 @@ namespace {
 using Json = nlohmann::json;
 using H = HandoverState;
 constexpr size_t kMaxChannels = 1u << 20;
-constexpr size_t kMaxNodeName = 255;
 
 // The node a channel's link reaches, for the successor to park it under: "" when the link
 // is not ready (refused before: WhyNotMovable).
@@ -112,7 +111,7 @@ void Forwarder::Import(const Json& j, LinkResume& resume, uint64_t now) {
     p->dest_qpn = static_cast<uint32_t>(H::At(dest, 1, UINT32_MAX));
     p->conn = H::U64(r, "conn");
     p->dead = H::Bool(r, "dead");
-    const std::string node = H::Text(r, "node", kMaxNodeName);
+    const std::string node = H::Text(r, "node", H::kMaxNodeName);
     const Qp* q = parts_.tables.FindQp(p->qpn);
     if (p->chan == 0 || p->chan >= next_chan_ || proxies_.count(p->chan) != 0 ||
         parts_.sessions.Identity(p->pod) == nullptr || q == nullptr || q->owner != p->pod ||
@@ -214,7 +213,7 @@ void Executor::Import(const Json& j, LinkResume& resume, uint64_t now) {
     s->target_qpn = H::U32(r, "target_qpn");
     s->owner = H::U32(r, "owner");
     s->conn = H::U64(r, "conn");
-    const std::string node = H::Text(r, "node", kMaxNodeName);
+    const std::string node = H::Text(r, "node", H::kMaxNodeName);
     const Qp* q = parts_.tables.FindQp(s->target_qpn);
     bool produces = false;
     if (q != nullptr)
