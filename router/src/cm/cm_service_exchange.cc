@@ -18,6 +18,12 @@ namespace {
 
 bool Ud(const CmId& id) { return IsDatagram(id.qp_type); }
 
+// `id` is the one a message of the peer is for that names no id of ours (a REQ): the peer's
+// id and both addresses match.
+bool AnswersTo(const CmId& id, const wire::CmMessage& m) {
+  return id.remote_comm == m.src_comm && id.remote.ip == m.src_ip && id.local.ip == m.dst_ip;
+}
+
 // Copies the program's private data into a message; false when it is longer than `max`.
 bool TakeData(wire::CmMessage* m, const uint8_t* data, uint8_t len, uint8_t max) {
   if (len > max) return false;
@@ -75,13 +81,12 @@ int CmService::Send(CmId* id, wire::CmKind kind, const wire::CmMessage& m) {
     }
     return 0;
   }
-  if (id != nullptr) sent_[id->handle] = {kind, m, false};
   // The node's router is being replaced and not reached yet: the message waits on the
   // node's parked link and goes when this router reaches the successor (ResendTo).
-  if (const LinkId parked =
-          p_.resume != nullptr && id != nullptr ? p_.resume->Parked(ep->node, true) : kNoLink;
-      parked != kNoLink) {
-    sent_[id->handle].held = true;
+  const LinkId parked =
+      p_.resume != nullptr && id != nullptr ? p_.resume->Parked(ep->node, true) : kNoLink;
+  if (id != nullptr) sent_[id->handle] = {kind, m, parked != kNoLink};
+  if (parked != kNoLink) {
     id->link = parked;
     id->remote_node = ep->node;
     return 0;
@@ -309,8 +314,7 @@ CmId* CmService::Peer(const wire::CmMessage& m, const std::string& from) {
       found = nullptr;
   } else {
     table_.ForEach([&](CmId& id) {
-      if (id.remote_comm == m.src_comm && id.remote.ip == m.src_ip && id.local.ip == m.dst_ip)
-        found = &id;
+      if (AnswersTo(id, m)) found = &id;
     });
   }
   if (found == nullptr || found->local.ip != m.dst_ip || found->remote.ip != m.src_ip ||
@@ -349,14 +353,15 @@ void CmService::Receive(wire::CmKind kind, const wire::CmMessage& m, const std::
 void CmService::OnReq(wire::CmKind kind, const wire::CmMessage& m, const std::string& from) {
   const bool sidr = kind == wire::CmKind::kSidrReq;
   const wire::CmKind no = sidr ? wire::CmKind::kSidrRep : wire::CmKind::kRej;
-  // A request sent again (ResendTo, across a router's replacement) whose first copy came:
-  // its child is still being set up, and the answer goes (or went) from it.
+  // A request another node's router sent again (ResendTo, across a router's replacement)
+  // whose first copy came: its child is still being set up, and the answer goes (or went)
+  // from it. Only another node's request comes twice, so one of this node's costs no search.
   bool again = false;
-  table_.ForEach([&](const CmId& id) {
-    again = again || (id.remote_comm == m.src_comm && id.remote.ip == m.src_ip &&
-                      id.local.ip == m.dst_ip && id.remote_node == from &&
-                      (id.state == CmState::kRequested || id.state == CmState::kRepSent));
-  });
+  if (!from.empty())
+    table_.ForEach([&](const CmId& id) {
+      again = again || (AnswersTo(id, m) && id.remote_node == from &&
+                        (id.state == CmState::kRequested || id.state == CmState::kRepSent));
+    });
   if (again) return;
   CmId* l = table_.Listener(m.dst_ip, m.ps, m.dst_port);
   if (l == nullptr || Ud(*l) != sidr)
