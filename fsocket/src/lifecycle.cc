@@ -309,7 +309,7 @@ FFS_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
   if (!s) return rc;
   const int e = errno;
   if (rc == 0) {
-    s->state.store(StreamState::kOpen);
+    StreamOpened(*s, fd);
   } else if (e != EINPROGRESS && e != EINTR) {
     Detach(fd);
     ReleaseRecord(fd, dst);

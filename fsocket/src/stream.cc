@@ -472,12 +472,26 @@ void DrainLocked(Sock& s, int fd) {
   }
 }
 
+void StreamOpened(Sock& s, int fd) {
+  StreamState connecting = StreamState::kConnecting;
+  if (!s.state.compare_exchange_strong(connecting, StreamState::kOpen)) return;
+  // Our handshake's last ACK may have been dropped by a listener whose accept queue was full
+  // (a server with a small backlog, under a burst of connects: socat's is 5). Kernel TCP
+  // recovers with the client's first data, which carries the ACK and is retransmitted until
+  // the server has room; a stream's data goes through the segment, and its kernel connection
+  // would stay silent, the connection never accepted, the client waiting for ever. So the
+  // kernel connection carries one bell, which the peer's library takes as it takes any
+  // (StreamDrain) and its TCP retransmits until the connection is accepted, or answers with a
+  // reset once the server gave it up (a refused connection, as kernel TCP's would be).
+  if (const int e = Bell(fd, ff::kBellData); e == EPIPE || e == ECONNRESET) s.dead.store(true);
+}
+
 bool StreamConnected(Sock& s, int fd) {
   if (s.state.load() == StreamState::kOpen) return true;
   sockaddr_storage a;
   socklen_t len = sizeof(a);
   if (real::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return false;
-  s.state.store(StreamState::kOpen);
+  StreamOpened(s, fd);
   return true;
 }
 

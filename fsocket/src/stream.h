@@ -41,6 +41,10 @@ void NoteFlags(Sock& s, int fd);
 // established (then the stream is open); false while it is not, or when it failed (then
 // the kernel reports the failure on the descriptor).
 bool StreamConnected(Sock& s, int fd);
+// A dialed stream's kernel connection is established: the stream opens (once, whichever
+// thread sees it first), and one bell goes on the kernel connection so that the server's
+// kernel completes its side of the handshake even when it dropped our last ACK.
+void StreamOpened(Sock& s, int fd);
 // Bytes waiting to be read / sent (FIONREAD, SIOCOUTQ).
 uint64_t StreamUnread(Sock& s);
 uint64_t StreamUnsent(Sock& s);

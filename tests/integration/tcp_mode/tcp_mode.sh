@@ -4,7 +4,7 @@
 # with libfsocket.so preloaded on both sides, or on one side only (mixed_*). One case a run,
 # so that a failure names it:
 #   tcp_mode.sh [--library PATH|none] same|cross iperf3|iperf3_p4|iperf3_R|sockperf_pp|
-#               sockperf_tp|nginx_curl|redis|scp|short|socat_fork|ab|grpc|mixed_client|
+#               sockperf_tp|nginx_curl|redis|scp|short|socat_fork|backlog|ab|grpc|mixed_client|
 #               mixed_server|
 #               router_restart (same only)
 # --library none runs every program plain: kernel TCP throughout, which checks the harness
@@ -418,6 +418,33 @@ case_socat_fork() {
   stopped "socat" "$spid"
 }
 
+# A burst of connects to a server whose accept queue is full (late_accept.py: a backlog of
+# 1, nothing accepted for 1.5 s): the kernel drops the last ACK of most handshakes, and the
+# clients believe themselves connected. Kernel TCP completes them with the clients' first
+# data, retransmitted until the server has room; an accelerated connection's data goes
+# through its segment, so its kernel connection must carry something too (stream.cc,
+# StreamOpened), or the server never accepts it and the client waits for ever. Every
+# connection must get its echoes once the server accepts.
+case_backlog() {
+  local port=7410 c line n=8
+  tm_bg 0 lib python3 "$FF_SRC/tests/integration/tcp_mode/late_accept.py" "$S" $port $n 1.5 \
+    >"$D/late.log" 2>&1
+  local spid=$FF_LAST_PID
+  wait_line "$D/late.log" listening 10 || true
+  preloaded "the late-accepting server" "$spid" lib
+  tm_run 1 lib timeout 60 "$FF_BUILD/bench/rr_load" "$S" $port $n 64 5 >"$D/rr.log" 2>&1
+  c=$?
+  line=$(grep '^rr_load:' "$D/rr.log")
+  [[ $c -eq 0 && -n $line ]]
+  check "$n clients of a server whose accept queue overflowed, every byte checked (exit $c): ${line:-none}" $? ||
+    tail_logs "$D"/{late,rr}.log
+  wait_pid "$spid" 10 >/dev/null
+  c=$?
+  grep -q "^echoed $n connections" "$D/late.log"
+  check "the server accepted and echoed all $n connections (exit $c): $(tail -n 1 "$D/late.log")" $?
+  records_gone "the late server's connections" "$spid"
+}
+
 # ab_run NAME N ARGS...: ab in pod 1 makes N requests for ab.bin (1 KiB) with 4 clients and
 # ARGS: every request complete, none failed (ab compares each response's length with the
 # first's) or other than 2xx; with -k each on a kept-alive connection. nginx then logged N
@@ -503,6 +530,7 @@ case_ab() {
 
 case $case in
   socat_fork) case_socat_fork ;;
+  backlog) case_backlog ;;
   ab) case_ab ;;
   grpc) case_grpc ;;
   iperf3) iperf "iperf3, 1 stream" lib lib -t 2 ;;
