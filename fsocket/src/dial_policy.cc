@@ -19,7 +19,12 @@ struct Destination {
   uint32_t short_run = 0;  // short connections in a row
   uint32_t skip_left = 0;  // connects still to give the kernel
   uint32_t next_skip = kShortSkipFirst;
+  uint32_t looking = 0;  // looks under way (0 or 1): the connects meanwhile are kernel TCP
   uint64_t last_short_ns = 0;
+
+  // The kernel has had a turn here (a run was granted) and it is over: the next connect
+  // looks whether connections are still short.
+  bool LookDue() const { return skip_left == 0 && next_skip > kShortSkipFirst; }
 };
 
 constexpr uint32_t kSlots = 256;
@@ -41,36 +46,55 @@ Destination& SlotOf(Table& t, uint64_t key) { return t.slots[(key * 0x9E3779B97F
 
 }  // namespace
 
-bool DialKernel(uint32_t ip_net, uint16_t port_net) {
+Dial DialKind(uint32_t ip_net, uint16_t port_net) {
   const uint64_t key = KeyOf(ip_net, ntohs(port_net));
   Table& t = TheTable();
   std::lock_guard lock(t.mu);
   Destination& d = SlotOf(t, key);
-  if (d.key != key || d.skip_left == 0) return false;
+  if (d.key != key || (d.skip_left == 0 && !d.LookDue())) return Dial::kAccelerate;
   if (MonotonicNs() - d.last_short_ns > kShortForgetNs) {
-    d = Destination{};  // the pattern stopped a while ago: judge afresh
-    return false;
+    // The pattern stopped a while ago (or a look has been open that long): judge afresh.
+    d = Destination{};
+    return Dial::kAccelerate;
   }
-  --d.skip_left;
-  return true;
+  if (d.skip_left > 0) {
+    --d.skip_left;
+    return Dial::kKernel;
+  }
+  if (d.looking > 0) return Dial::kKernel;  // one look at a time
+  d.looking = 1;
+  return Dial::kLook;
 }
 
-void NoteDialed(Sock& s) {
+void LookNotMade(uint32_t ip_net, uint16_t port_net) {
+  const uint64_t key = KeyOf(ip_net, ntohs(port_net));
+  Table& t = TheTable();
+  std::lock_guard lock(t.mu);
+  Destination& d = SlotOf(t, key);
+  if (d.key == key && d.looking > 0) --d.looking;
+}
+
+void NoteDialed(Sock& s, bool look) {
   s.dialed = true;
+  s.look = look;
   s.opened_ns = MonotonicNs();
 }
 
 void NoteDialedEnd(const Sock& s) {
-  if (!s.dialed || s.tx == nullptr || s.rx == nullptr) return;
+  if (!s.dialed) return;
   const uint64_t now = MonotonicNs();
+  const bool rings = s.tx != nullptr && s.rx != nullptr;
   // Ring positions count every byte since the start; a peer's numbers only sway this guess.
-  const uint64_t moved =
-      s.tx->tail.load(std::memory_order_relaxed) + s.rx->tail.load(std::memory_order_relaxed);
+  const uint64_t moved = rings ? s.tx->tail.load(std::memory_order_relaxed) +
+                                     s.rx->tail.load(std::memory_order_relaxed)
+                               : 0;
   const bool is_short = now - s.opened_ns < kShortStreamNs && moved < kShortStreamBytes;
   const uint64_t key = KeyOf(s.peer_ip_net, s.peer_port);
   Table& t = TheTable();
   std::lock_guard lock(t.mu);
   Destination& d = SlotOf(t, key);
+  if (s.look && d.key == key && d.looking > 0) --d.looking;  // the next may look
+  if (!rings) return;
   if (d.key != key) {
     if (!is_short) return;
     d = Destination{};

@@ -294,10 +294,12 @@ FFS_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
   Ref s;
   if (AsV4(st, &dst) && InOverlay(ntohl(dst.sin_addr.s_addr))) {
     SavedErrno keep;
-    if (MayAccelerate(dst) && !DialKernel(dst.sin_addr.s_addr, dst.sin_port))
-      s = PrepareConnect(fd, dst);
+    const Dial dial =
+        MayAccelerate(dst) ? DialKind(dst.sin_addr.s_addr, dst.sin_port) : Dial::kKernel;
+    if (dial != Dial::kKernel) s = PrepareConnect(fd, dst);
+    if (!s && dial == Dial::kLook) LookNotMade(dst.sin_addr.s_addr, dst.sin_port);
     if (s) {
-      NoteDialed(*s);
+      NoteDialed(*s, dial == Dial::kLook);
       s->state.store(StreamState::kConnecting);
       NoteFlags(*s, fd);
       Install(fd, s.get());
@@ -313,6 +315,7 @@ FFS_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
   } else if (e != EINPROGRESS && e != EINTR) {
     Detach(fd);
     ReleaseRecord(fd, dst);
+    if (s->look) LookNotMade(dst.sin_addr.s_addr, dst.sin_port);
   }
   errno = e;
   return rc;
