@@ -481,8 +481,9 @@ void StreamOpened(Sock& s, int fd) {
   // the server has room; a stream's data goes through the segment, and its kernel connection
   // would stay silent, the connection never accepted, the client waiting for ever. So the
   // kernel connection carries one bell, which the peer's library takes as it takes any
-  // (StreamDrain) and its TCP retransmits until the connection is accepted, or answers with a
-  // reset once the server gave it up (a refused connection, as kernel TCP's would be).
+  // (StreamDrain) and its TCP retransmits until the connection is accepted; a server that
+  // gave the connection up answers it with a reset, which ends the stream as it would end a
+  // kernel TCP client's connection.
   if (const int e = Bell(fd, ff::kBellData); e == EPIPE || e == ECONNRESET) s.dead.store(true);
 }
 
