@@ -19,12 +19,16 @@ struct Destination {
   uint32_t short_run = 0;  // short connections in a row
   uint32_t skip_left = 0;  // connects still to give the kernel
   uint32_t next_skip = kShortSkipFirst;
-  uint32_t looking = 0;  // looks under way (0 or 1): the connects meanwhile are kernel TCP
+  bool looking = false;  // a look is under way: the connects meanwhile are kernel TCP
   uint64_t last_short_ns = 0;
 
   // The kernel has had a turn here (a run was granted) and it is over: the next connect
   // looks whether connections are still short.
   bool LookDue() const { return skip_left == 0 && next_skip > kShortSkipFirst; }
+  // The look at `k` ended, or was never made: the next connect there may look.
+  void LookOver(uint64_t k) {
+    if (key == k) looking = false;
+  }
 };
 
 constexpr uint32_t kSlots = 256;
@@ -61,8 +65,8 @@ Dial DialKind(uint32_t ip_net, uint16_t port_net) {
     --d.skip_left;
     return Dial::kKernel;
   }
-  if (d.looking > 0) return Dial::kKernel;  // one look at a time
-  d.looking = 1;
+  if (d.looking) return Dial::kKernel;  // one look at a time
+  d.looking = true;
   return Dial::kLook;
 }
 
@@ -70,8 +74,7 @@ void LookNotMade(uint32_t ip_net, uint16_t port_net) {
   const uint64_t key = KeyOf(ip_net, ntohs(port_net));
   Table& t = TheTable();
   std::lock_guard lock(t.mu);
-  Destination& d = SlotOf(t, key);
-  if (d.key == key && d.looking > 0) --d.looking;
+  SlotOf(t, key).LookOver(key);
 }
 
 void NoteDialed(Sock& s, bool look) {
@@ -93,7 +96,7 @@ void NoteDialedEnd(const Sock& s) {
   Table& t = TheTable();
   std::lock_guard lock(t.mu);
   Destination& d = SlotOf(t, key);
-  if (s.look && d.key == key && d.looking > 0) --d.looking;  // the next may look
+  if (s.look) d.LookOver(key);
   if (!rings) return;
   if (d.key != key) {
     if (!is_short) return;
