@@ -153,11 +153,7 @@ grpc_rr() {
 # for COUNT SETs and COUNT GETs of 3-byte values over CLIENTS connections from pod 1 against
 # redis-server in pod 0, both HOW (nothing when the run failed: an error, a missing rate).
 redis_rr() {
-  local c="$FF_DIR/redis-$4"
-  mkdir -p "$c"
-  printf '%s\n' "bind $(ff_pod_ip 0)" "port $4" "protected-mode no" 'save ""' "appendonly no" \
-    "dir $c" "daemonize no" "logfile $c/redis.log" >"$c/redis.conf"
-  tm_bg 0 "$1" redis-server "$c/redis.conf"
+  tm_redis 0 "$1" "$FF_DIR/redis-$4" "$4"
   local spid=$FF_LAST_PID
   wait_listen 0 "$spid" "$4" || true
   tm_run 1 "$1" timeout 120 redis-benchmark -h "$(ff_pod_ip 0)" -p "$4" -c "$2" -n "$3" \

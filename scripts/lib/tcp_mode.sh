@@ -99,6 +99,15 @@ EOF
   tm_bg "$1" "$2" nginx -p "$c" -c "$c/nginx.conf" -e "$c/error.log"
 }
 
+# tm_redis I HOW DIR PORT: redis-server in pod I, HOW (tm_bg: its PID in FF_LAST_PID), on
+# <pod I>:PORT without persistence, its configuration and log (DIR/redis.log) in DIR.
+tm_redis() {
+  mkdir -p "$3"
+  printf '%s\n' "bind $(ff_pod_ip "$1")" "port $4" "protected-mode no" 'save ""' "appendonly no" \
+    "dir $3" "daemonize no" "logfile $3/redis.log" >"$3/redis.conf"
+  tm_bg "$1" "$2" redis-server "$3/redis.conf"
+}
+
 # tm_sweep: ends every process still in the two pods (all of them started here, directly or
 # by a server: sshd's per-connection processes make sessions of their own), SIGTERM then
 # SIGKILL after 2 s; prints what it found.

@@ -253,10 +253,7 @@ case_nginx_curl() {
 
 case_redis() {
   local port=6390 c=$D/redis
-  mkdir -p "$c"
-  printf '%s\n' "bind $S" "port $port" "protected-mode no" 'save ""' "appendonly no" "dir $c" \
-    "daemonize no" "logfile $c/redis.log" >"$c/redis.conf"
-  tm_bg 0 lib redis-server "$c/redis.conf"
+  tm_redis 0 lib "$c" $port
   local spid=$FF_LAST_PID
   wait_listen 0 "$spid" $port || { check "redis-server listens" 1; tail_logs "$c/redis.log"; return; }
   preloaded redis-server "$spid" lib
