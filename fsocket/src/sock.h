@@ -66,6 +66,9 @@ struct Sock {
   std::atomic<bool> wr_shut{false};   // shutdown(SHUT_WR) here
   std::atomic<int> error{0};          // an error to report once (ECONNRESET, a protocol error)
   std::atomic<bool> dead{false};      // reset: the connection is over in both directions
+  // When this process last found the kernel connection empty (MonotonicNs): a non-blocking
+  // read that finds the ring empty within kKernelQuietNs of it does not look again.
+  std::atomic<uint64_t> kernel_quiet_ns{0};
   std::atomic<int> waiters{0};        // threads of this process sleeping on the socket
   std::atomic<bool> nonblock{false};  // O_NONBLOCK as this process last set or saw it
   // SO_RCVTIMEO / SO_SNDTIMEO in ms (-1: none), or kTimeoutUnknown until a wait asks.

@@ -300,6 +300,14 @@ void NoteFlags(Sock& s, int fd) {
   if (fl >= 0) s.nonblock.store((fl & O_NONBLOCK) != 0);
 }
 
+namespace {
+
+bool KernelQuiet(const Sock& s) {
+  return ff::MonotonicNs() - s.kernel_quiet_ns.load(std::memory_order_relaxed) < ff::kKernelQuietNs;
+}
+
+}  // namespace
+
 ssize_t StreamRecv(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
   if (flags & MSG_OOB) return Failed(EINVAL);  // no urgent data ever arrives
   if (flags & MSG_ERRQUEUE) return Failed(EAGAIN);
@@ -324,8 +332,11 @@ ssize_t StreamRecv(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
       if (const int e = s.error.exchange(0)) return got > 0 ? static_cast<ssize_t>(got) : Failed(e);
       if (s.eof.load() || s.dead.load()) return static_cast<ssize_t>(got);
       // A call that returns now must know of a FIN or a reset the kernel holds; one that
-      // waits learns of them there (the kernel socket is part of every sleep).
-      if (nonblocking) {
+      // waits learns of them there (the kernel socket is part of every sleep, and a wait
+      // drains it when the kernel reports it). An event loop reads until EAGAIN and then
+      // waits: a look at a connection this process found empty just before (the read that
+      // took the data, the wait) is a system call that finds nothing.
+      if (nonblocking && !KernelQuiet(s)) {
         StreamDrain(s, fd);
         if (s.eof.load() || s.error.load() != 0 || Unread(s) != 0) continue;
       }
@@ -464,7 +475,9 @@ void DrainLocked(Sock& s, int fd) {
       return;
     }
     if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      s.kernel_quiet_ns.store(ff::MonotonicNs(), std::memory_order_relaxed);
+    } else {
       s.error.store(errno);
       s.dead.store(true);
     }

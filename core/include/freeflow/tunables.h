@@ -145,6 +145,11 @@ inline constexpr uint64_t kStreamPauseOnlyNs = 5'000;
 // While poll/epoll_wait spins on streams, it looks at the other (kernel) descriptors this
 // often.
 inline constexpr uint64_t kKernelLookNs = 10'000;
+// A non-blocking read that finds a stream's ring empty looks at its kernel connection (FIN,
+// reset) only when this process has not found that connection empty within this long: a
+// program that reads until EAGAIN then waits (every event loop) learns of a FIN in the wait,
+// which looks at the kernel socket; one that reads in a loop and never waits, this late.
+inline constexpr uint64_t kKernelQuietNs = 1'000'000;
 // A library that cannot reach its router (or is refused) keeps to kernel TCP and tries again
 // after this long.
 inline constexpr uint64_t kSockRouterRetryNs = 1'000'000'000;

@@ -195,5 +195,49 @@ TEST_F(WaitTest, EpollSeesThePeersCloseAfterItsLastBytes) {
   ::close(ep);
 }
 
+// An event loop reads until EAGAIN and then waits; the read that finds the ring empty just
+// after the library found the kernel connection empty does not look at it again
+// (kKernelQuietNs). A FIN that comes then is still the edge the next wait reports.
+TEST_F(WaitTest, AnEdgeTriggeredWaitSeesACloseThatCameAfterAnEmptyRead) {
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{EPOLLIN | EPOLLRDHUP | EPOLLET, {}};
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, server_, &ev), 0);
+  ASSERT_EQ(::write(client_, "ab", 2), 2);
+  epoll_event out[4];
+  ASSERT_EQ(::epoll_wait(ep, out, 4, 1000), 1);
+  char buf[4];
+  EXPECT_EQ(::recv(server_, buf, sizeof(buf), MSG_DONTWAIT), 2);
+  EXPECT_EQ(::recv(server_, buf, sizeof(buf), MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  ASSERT_EQ(::close(client_), 0);
+  client_ = -1;
+  const ssize_t early = ::recv(server_, buf, sizeof(buf), MSG_DONTWAIT);
+  EXPECT_TRUE(early == 0 || (early == -1 && errno == EAGAIN)) << early;
+  if (early == -1) {
+    ASSERT_EQ(::epoll_wait(ep, out, 4, 1000), 1) << "the FIN's edge was lost";
+    EXPECT_EQ(out[0].events & (EPOLLIN | EPOLLRDHUP), static_cast<uint32_t>(EPOLLIN | EPOLLRDHUP));
+    EXPECT_EQ(::recv(server_, buf, sizeof(buf), MSG_DONTWAIT), 0);
+  }
+  ::close(ep);
+}
+
+// A program that reads in a loop and never waits learns of the peer's close soon after.
+TEST_F(WaitTest, ANonBlockingReaderThatNeverWaitsSeesACloseSoon) {
+  char buf[4];
+  EXPECT_EQ(::recv(server_, buf, sizeof(buf), MSG_DONTWAIT), -1);  // the kernel: empty
+  ASSERT_EQ(::close(client_), 0);
+  client_ = -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  ssize_t rc = -1;
+  for (int i = 0; i < 20'000'000 && rc != 0; ++i) {
+    rc = ::recv(server_, buf, sizeof(buf), MSG_DONTWAIT);
+    if (rc != 0) {
+      ASSERT_EQ(errno, EAGAIN);
+    }
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(2)) break;
+  }
+  EXPECT_EQ(rc, 0) << "no end of file in 2 s of reads";
+}
+
 }  // namespace
 }  // namespace ff::fsocket::testing
