@@ -123,6 +123,7 @@ void FreeWatch(EpollShadow& sh, Watch* w) {
 void DropWatch(EpollShadow& sh, Watch* w, bool kernel) {
   if (kernel && w->stream) (void)real::epoll_ctl(sh.epfd(), EPOLL_CTL_DEL, w->fd, nullptr);
   sh.watches.erase(w->fd);
+  sh.tracked.store(sh.watches.size(), std::memory_order_release);
   FreeWatch(sh, w);
 }
 
@@ -204,11 +205,24 @@ void EpollStreamCreated(int fd, Sock* s) {
 
 bool EpollShadowsExist() { return g_shadows.load(std::memory_order_relaxed) != 0; }
 
+void EpollKernelSocket(int fd) {
+  if (!EpollShadowsExist()) return;
+  std::lock_guard all(ShadowsMu());
+  for (Sock* e : Shadows()) {
+    EpollShadow& sh = *e->shadow;
+    if (sh.tracked.load(std::memory_order_acquire) == 0) continue;
+    std::lock_guard lock(sh.mu);
+    if (auto it = sh.watches.find(fd); it != sh.watches.end() && !it->second->stream)
+      DropWatch(sh, it->second, false);
+  }
+}
+
 void EpollClosing(int lo, int hi) {
   if (!EpollShadowsExist()) return;
   std::lock_guard all(ShadowsMu());
   for (Sock* e : Shadows()) {
     EpollShadow& sh = *e->shadow;
+    if (sh.tracked.load(std::memory_order_acquire) == 0) continue;
     std::lock_guard lock(sh.mu);
     if (lo == hi) {
       if (auto it = sh.watches.find(lo); it != sh.watches.end()) DropWatch(sh, it->second, true);
@@ -258,21 +272,26 @@ int AddStream(EpollShadow& sh, int fd, Ref s, const epoll_event& ev, Watch* stal
   // The kernel took it: a watch the library still had for `fd` was of a closed descriptor.
   if (stale != nullptr) DropWatch(sh, stale, false);
   sh.watches[fd] = w;
+  sh.tracked.store(sh.watches.size(), std::memory_order_release);
   sh.Counted(w);
   if (w->stream->state.load() == StreamState::kOpen) AddBell(sh, *w);
   Kick(sh, *w);
   return 0;
 }
 
-// The program's own registration of `fd`, not a stream (yet): the kernel's alone.
+// The program's own registration of `fd`, not a stream: the kernel's alone. Followed (a
+// watch holding what the program asked) only while connect() may still make `fd` a stream,
+// which then takes the registration over (EpollStreamCreated).
 int CtlPlain(EpollShadow& sh, int op, int fd, epoll_event* ev, Watch* w) {
   const int rc = real::epoll_ctl(sh.epfd(), op, fd, ev);
   if (rc != 0) return rc;
   if (op == EPOLL_CTL_ADD) {
     if (w != nullptr) DropWatch(sh, w, false);  // stale, as in AddStream
+    if (!MayBecomeStream(fd)) return 0;
     w = NewWatch(sh);
     w->fd = fd;
     sh.watches[fd] = w;
+    sh.tracked.store(sh.watches.size(), std::memory_order_release);
   }
   if (w != nullptr) {
     w->events = ev->events;
@@ -282,6 +301,13 @@ int CtlPlain(EpollShadow& sh, int op, int fd, epoll_event* ev, Watch* w) {
 }
 
 int Ctl(EpollShadow& sh, int op, int fd, epoll_event* ev) {
+  // A descriptor that is no stream and will not become one, in a set that follows none
+  // (kernel TCP across nodes, files, pipes): the kernel's registration is all there is. The
+  // mark is read first: connect() clears it only after the stream is installed.
+  if (!MayBecomeStream(fd) && sh.tracked.load(std::memory_order_acquire) == 0) {
+    Ref s = Lookup(fd);
+    if (!s || s->kind != Kind::kStream) return real::epoll_ctl(sh.epfd(), op, fd, ev);
+  }
   std::lock_guard lock(sh.mu);
   auto it = sh.watches.find(fd);
   Watch* w = it != sh.watches.end() ? it->second : nullptr;

@@ -50,6 +50,7 @@ class EpollShadow {
   int epfd() const { return epfd_; }
   std::mutex mu;
   std::unordered_map<int, Watch*> watches;  // by descriptor
+  std::atomic<size_t> tracked{0};           // watches.size(), read without mu
   std::unordered_set<uintptr_t> cookies;    // the stream watches, as the kernel's data for them
   std::atomic<size_t> streams{0};           // how many
   std::atomic<bool> had_streams{false};     // ever any: kernel events may be the library's
@@ -78,6 +79,9 @@ class EpollShadow {
 // A stream was made on `fd` (connect, accept): registrations of `fd` made before become
 // stream registrations.
 void EpollStreamCreated(int fd, Sock* s);
+// connect() left `fd` to the kernel: a registration of it made while it might have become a
+// stream is the kernel's alone from now on (its watch is forgotten).
+void EpollKernelSocket(int fd);
 // The program is closing descriptors [lo, hi] (hi < 0: no end), still open: their watches
 // are forgotten (a stream's registrations taken out of the kernel's set).
 void EpollClosing(int lo, int hi);

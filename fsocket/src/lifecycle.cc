@@ -260,6 +260,13 @@ void Forget(int fd, Ref slot) {
   }
 }
 
+// connect() decided `fd` for good without a stream: kernel TCP, whatever its outcome.
+void Settle(int fd) {
+  if (!MayBecomeStream(fd)) return;
+  SetMayBecomeStream(fd, false);
+  EpollKernelSocket(fd);
+}
+
 // dup2/dup3 are about to make `fd2` a copy of `fd`: when `fd` is open (the call will
 // succeed), what `fd2` was is closed first, as close() would.
 void Replacing(int fd, int fd2) {
@@ -272,6 +279,7 @@ void Replacing(int fd, int fd2) {
 // After dup2/dup3 made `fd2` a copy of `fd`: `fd2` names what `fd` names (or nothing), and
 // what it named before is given up.
 void FollowDup(int fd, int fd2) {
+  SetMayBecomeStream(fd2, MayBecomeStream(fd));
   Ref s = Lookup(fd);
   Ref old = s ? Install(fd2, s.get()) : Detach(fd2);
   Forget(fd2, std::move(old));
@@ -284,18 +292,32 @@ using namespace ff::fsocket;
 
 extern "C" {
 
+FFS_EXPORT int socket(int domain, int type, int protocol) {
+  const int fd = real::socket(domain, type, protocol);
+  if (fd >= 0 && (domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
+      (protocol == 0 || protocol == IPPROTO_TCP))
+    SetMayBecomeStream(fd, true);
+  return fd;
+}
+
 FFS_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
+  // A socket an epoll set may hold without the library following it (this process did not
+  // see it made) stays kernel TCP: a stream's readiness would never reach that set.
+  const bool followed = MayBecomeStream(fd) || !EpollShadowsExist();
   if (!GetConfig().enabled || addr == nullptr || len < sizeof(sockaddr_in) ||
-      (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) || len > sizeof(sockaddr_storage))
+      (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) ||
+      len > sizeof(sockaddr_storage)) {
+    Settle(fd);
     return real::connect(fd, addr, len);
+  }
   sockaddr_storage st{};
   std::memcpy(&st, addr, len);
   sockaddr_in dst{};
   Ref s;
   if (AsV4(st, &dst) && InOverlay(ntohl(dst.sin_addr.s_addr))) {
     SavedErrno keep;
-    const Dial dial =
-        MayAccelerate(dst) ? DialKind(dst.sin_addr.s_addr, dst.sin_port) : Dial::kKernel;
+    const Dial dial = followed && MayAccelerate(dst) ? DialKind(dst.sin_addr.s_addr, dst.sin_port)
+                                                     : Dial::kKernel;
     if (dial != Dial::kKernel) s = PrepareConnect(fd, dst);
     if (!s && dial == Dial::kLook) LookNotMade(dst.sin_addr.s_addr, dst.sin_port);
     if (s) {
@@ -305,8 +327,10 @@ FFS_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
       Install(fd, s.get());
       TagStream(fd, *s);
       EpollStreamCreated(fd, s.get());
+      SetMayBecomeStream(fd, false);  // after the stream is there (epoll.cc, Ctl)
     }
   }
+  if (!s) Settle(fd);
   const int rc = real::connect(fd, addr, len);
   if (!s) return rc;
   const int e = errno;
@@ -325,6 +349,7 @@ FFS_EXPORT int listen(int fd, int backlog) {
   const int rc = real::listen(fd, backlog);
   if (rc != 0 || !GetConfig().enabled) return rc;
   SavedErrno keep;
+  SetMayBecomeStream(fd, false);
   if (Lookup(fd)) return rc;  // listening again: a new backlog only
   uint16_t port = 0;
   if (!ListenerPort(fd, &port)) return rc;
@@ -352,6 +377,7 @@ FFS_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
 FFS_EXPORT int accept(int fd, sockaddr* addr, socklen_t* len) { return accept4(fd, addr, len, 0); }
 
 FFS_EXPORT int close(int fd) {
+  SetMayBecomeStream(fd, false);  // before the number can be another socket's
   DisownBell(fd);
   EpollClosing(fd, fd);
   Ref slot = Detach(fd);
@@ -363,6 +389,7 @@ FFS_EXPORT int close(int fd) {
 FFS_EXPORT int dup(int fd) {
   const int n = real::dup(fd);
   if (n >= 0) {
+    SetMayBecomeStream(n, MayBecomeStream(fd));
     if (Ref s = Lookup(fd)) Install(n, s.get());
   }
   return n;
@@ -390,6 +417,7 @@ FFS_EXPORT int fcntl(int fd, int cmd, ...) {
   static auto next = reinterpret_cast<int (*)(int, int, ...)>(real::Next("fcntl"));
   const int rc = next(fd, cmd, arg);
   if (rc >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
+    SetMayBecomeStream(rc, MayBecomeStream(fd));
     if (Ref s = Lookup(fd)) Install(rc, s.get());
   }
   if (rc == 0 && cmd == F_SETFL) {
@@ -419,6 +447,7 @@ FFS_EXPORT int close_range(unsigned lo, unsigned hi, int flags) {
   if (!(flags & CLOSE_RANGE_CLOEXEC)) {
     const int bottom = static_cast<int>(std::min(lo, 0x7fffffffu));
     const int top = hi > 0x7fffffffu ? -1 : static_cast<int>(hi);
+    SettleRange(bottom, top);
     DisownBellsIn(bottom, top);
     EpollClosing(bottom, top);
     for (int fd : SlotsIn(bottom, top)) Forget(fd, Detach(fd));
@@ -431,6 +460,7 @@ FFS_EXPORT int close_range(unsigned lo, unsigned hi, int flags) {
 }
 
 FFS_EXPORT void closefrom(int lo) {
+  SettleRange(lo, -1);
   DisownBellsIn(lo, -1);
   EpollClosing(lo, -1);
   for (int fd : SlotsIn(lo, -1)) Forget(fd, Detach(fd));
@@ -492,7 +522,11 @@ void AdoptInherited() {
       }
       continue;
     }
-    if (IsTaggedStream(fd)) AdoptStream(fd);
+    if (IsTaggedStream(fd)) {
+      AdoptStream(fd);
+    } else if (Unconnected(fd)) {
+      SetMayBecomeStream(fd, true);  // as if made here: connect() may make it a stream
+    }
   }
 }
 

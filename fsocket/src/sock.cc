@@ -20,6 +20,7 @@ constexpr int kMaxChunks = 256;  // descriptors below 2^20 (the kernel's default
 
 struct Chunk {
   std::atomic<Sock*> slots[kChunkSlots];
+  std::atomic<bool> dialable[kChunkSlots];  // MayBecomeStream
 };
 std::atomic<Chunk*> g_chunks[kMaxChunks];
 std::atomic<int> g_live[4];  // Socks per Kind
@@ -161,6 +162,34 @@ Ref Detach(int fd) {
   std::atomic<Sock*>* slot = SlotOf(fd, false);
   if (slot == nullptr) return Ref();
   return Ref(slot->exchange(nullptr, std::memory_order_acq_rel));
+}
+
+void SetMayBecomeStream(int fd, bool may) {
+  std::atomic<Sock*>* slot = SlotOf(fd, may);
+  if (slot == nullptr) return;
+  Chunk* chunk = g_chunks[fd >> kChunkBits].load(std::memory_order_acquire);
+  chunk->dialable[fd & (kChunkSlots - 1)].store(may, std::memory_order_release);
+}
+
+bool MayBecomeStream(int fd) {
+  if (fd < 0 || (fd >> kChunkBits) >= kMaxChunks) return false;
+  Chunk* chunk = g_chunks[fd >> kChunkBits].load(std::memory_order_acquire);
+  return chunk != nullptr &&
+         chunk->dialable[fd & (kChunkSlots - 1)].load(std::memory_order_acquire);
+}
+
+void SettleRange(int lo, int hi) {
+  if (lo < 0) lo = 0;
+  const int top = kMaxChunks * kChunkSlots - 1;
+  if (hi > top || hi < 0) hi = top;
+  for (int c = lo >> kChunkBits; c <= (hi >> kChunkBits); ++c) {
+    Chunk* chunk = g_chunks[c].load(std::memory_order_acquire);
+    if (chunk == nullptr) continue;
+    for (int i = 0; i < kChunkSlots; ++i) {
+      const int fd = (c << kChunkBits) | i;
+      if (fd >= lo && fd <= hi) chunk->dialable[i].store(false, std::memory_order_release);
+    }
+  }
 }
 
 bool AnyOfKind(Kind k) { return g_live[static_cast<int>(k)].load(std::memory_order_relaxed) > 0; }

@@ -128,6 +128,16 @@ Ref Lookup(int fd);
 Ref Install(int fd, Sock* s);
 // Forgets `fd` (it was closed) and returns what it referred to.
 Ref Detach(int fd);
+// Whether connect() may still make `fd` a stream: a TCP socket this process made with
+// socket(2) (or inherited unconnected) that has not been through connect() yet. Only then
+// do epoll sets follow the program's registrations of it (epoll.h); a socket this process
+// did not see made is not made a stream while any epoll set is shadowed, since a set may
+// hold it without the library knowing what the program asked. Cleared by connect() and
+// before the number is closed or replaced. Lock-free: one load when asked.
+void SetMayBecomeStream(int fd, bool may);
+bool MayBecomeStream(int fd);
+// SetMayBecomeStream(fd, false) for every fd in [lo, hi] (hi < 0: no end).
+void SettleRange(int lo, int hi);
 // True when any descriptor names a Sock of kind `k` (quick check for the poll family).
 bool AnyOfKind(Kind k);
 // The descriptors in [lo, hi] that name a Sock (for close_range and closefrom).
