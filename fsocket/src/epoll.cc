@@ -205,34 +205,41 @@ void EpollStreamCreated(int fd, Sock* s) {
 
 bool EpollShadowsExist() { return g_shadows.load(std::memory_order_relaxed) != 0; }
 
-void EpollKernelSocket(int fd) {
+namespace {
+
+// fn(shadow) under its lock, for every shadowed set that follows a descriptor.
+template <typename Fn>
+void ForEachFollowing(Fn fn) {
   if (!EpollShadowsExist()) return;
   std::lock_guard all(ShadowsMu());
   for (Sock* e : Shadows()) {
     EpollShadow& sh = *e->shadow;
     if (sh.tracked.load(std::memory_order_acquire) == 0) continue;
     std::lock_guard lock(sh.mu);
-    if (auto it = sh.watches.find(fd); it != sh.watches.end() && !it->second->stream)
-      DropWatch(sh, it->second, false);
+    fn(sh);
   }
 }
 
+}  // namespace
+
+void EpollKernelSocket(int fd) {
+  ForEachFollowing([fd](EpollShadow& sh) {
+    if (auto it = sh.watches.find(fd); it != sh.watches.end() && !it->second->stream)
+      DropWatch(sh, it->second, false);
+  });
+}
+
 void EpollClosing(int lo, int hi) {
-  if (!EpollShadowsExist()) return;
-  std::lock_guard all(ShadowsMu());
-  for (Sock* e : Shadows()) {
-    EpollShadow& sh = *e->shadow;
-    if (sh.tracked.load(std::memory_order_acquire) == 0) continue;
-    std::lock_guard lock(sh.mu);
+  ForEachFollowing([lo, hi](EpollShadow& sh) {
     if (lo == hi) {
       if (auto it = sh.watches.find(lo); it != sh.watches.end()) DropWatch(sh, it->second, true);
-      continue;
+      return;
     }
     std::vector<Watch*> in;
     for (const auto& [fd, w] : sh.watches)
       if (fd >= lo && (hi < 0 || fd <= hi)) in.push_back(w);
     for (Watch* w : in) DropWatch(sh, w, true);
-  }
+  });
 }
 
 void EpollShadowGone(Sock* e) {

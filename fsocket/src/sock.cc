@@ -50,6 +50,22 @@ std::atomic<Sock*>* SlotOf(int fd, bool create) {
   return &chunk->slots[fd & (kChunkSlots - 1)];
 }
 
+// fn(chunk, index, fd) for every descriptor in [lo, hi] (hi < 0: no end) whose chunk exists.
+template <typename Fn>
+void ForEachIn(int lo, int hi, Fn fn) {
+  if (lo < 0) lo = 0;
+  const int top = kMaxChunks * kChunkSlots - 1;
+  if (hi > top || hi < 0) hi = top;
+  for (int c = lo >> kChunkBits; c <= (hi >> kChunkBits); ++c) {
+    Chunk* chunk = g_chunks[c].load(std::memory_order_acquire);
+    if (chunk == nullptr) continue;
+    for (int i = 0; i < kChunkSlots; ++i) {
+      const int fd = (c << kChunkBits) | i;
+      if (fd >= lo && fd <= hi) fn(*chunk, i, fd);
+    }
+  }
+}
+
 // The last reference went: give back what the Sock held and return it to the pool.
 void Recycle(Sock* s) {
   const Kind k = s->kind;
@@ -179,35 +195,18 @@ bool MayBecomeStream(int fd) {
 }
 
 void SettleRange(int lo, int hi) {
-  if (lo < 0) lo = 0;
-  const int top = kMaxChunks * kChunkSlots - 1;
-  if (hi > top || hi < 0) hi = top;
-  for (int c = lo >> kChunkBits; c <= (hi >> kChunkBits); ++c) {
-    Chunk* chunk = g_chunks[c].load(std::memory_order_acquire);
-    if (chunk == nullptr) continue;
-    for (int i = 0; i < kChunkSlots; ++i) {
-      const int fd = (c << kChunkBits) | i;
-      if (fd >= lo && fd <= hi) chunk->dialable[i].store(false, std::memory_order_release);
-    }
-  }
+  ForEachIn(lo, hi, [](Chunk& chunk, int i, int) {
+    chunk.dialable[i].store(false, std::memory_order_release);
+  });
 }
 
 bool AnyOfKind(Kind k) { return g_live[static_cast<int>(k)].load(std::memory_order_relaxed) > 0; }
 
 std::vector<int> SlotsIn(int lo, int hi) {
   std::vector<int> out;
-  if (lo < 0) lo = 0;
-  const int top = kMaxChunks * kChunkSlots - 1;
-  if (hi > top || hi < 0) hi = top;
-  for (int c = lo >> kChunkBits; c <= (hi >> kChunkBits); ++c) {
-    Chunk* chunk = g_chunks[c].load(std::memory_order_acquire);
-    if (chunk == nullptr) continue;
-    for (int i = 0; i < kChunkSlots; ++i) {
-      const int fd = (c << kChunkBits) | i;
-      if (fd >= lo && fd <= hi && chunk->slots[i].load(std::memory_order_acquire) != nullptr)
-        out.push_back(fd);
-    }
-  }
+  ForEachIn(lo, hi, [&out](Chunk& chunk, int i, int fd) {
+    if (chunk.slots[i].load(std::memory_order_acquire) != nullptr) out.push_back(fd);
+  });
   return out;
 }
 
