@@ -251,6 +251,63 @@ case_nginx_curl() {
   stopped nginx "$NGINX_PID"
 }
 
+# nginx_proxy: nginx in pod 1 as a reverse proxy (HTTP/1.1, kept-alive upstream connections)
+# to nginx in pod 0, curl in pod 1 through it on loopback. nginx puts an upstream socket in
+# its epoll set before it connects (ngx_event_connect_peer): the set must follow that socket
+# until connect() makes it a stream, which takes the registration over (docs/tcp-mode.md,
+# "Which registrations a set follows"), or the proxy never hears of the upstream's bytes.
+case_nginx_proxy() {
+  random_file "$BIG/www/mid.bin" $((64 << 20)) || { check "a 64 MiB file made" 1; return; }
+  nginx_up lib || return
+  local c=$D/proxy w0 wire i ok=0
+  mkdir -p "$c"
+  cat >"$c/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 2;
+user root;
+pid $c/nginx.pid;
+error_log $c/error.log;
+events { worker_connections 64; }
+http {
+  access_log off;
+  client_body_temp_path $c/body;
+  proxy_temp_path $c/proxy;
+  fastcgi_temp_path $c/fastcgi;
+  uwsgi_temp_path $c/uwsgi;
+  scgi_temp_path $c/scgi;
+  upstream pod0 { server $S:8080; keepalive 4; }
+  server {
+    listen 127.0.0.1:8081;
+    location / {
+      proxy_pass http://pod0;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+EOF
+  tm_bg 1 lib nginx -p "$c" -c "$c/nginx.conf" -e "$c/error.log"
+  local ppid=$FF_LAST_PID
+  wait_listen 1 "$ppid" 8081 || { check "the proxy listens" 1; tail_logs "$c/error.log"; return; }
+  preloaded "the proxy" "$ppid" lib
+  w0=$(tm_wire 1)
+  for i in 1 2; do
+    tm_run 1 lib timeout 60 curl -sS -o "$BIG/got-proxy" "http://127.0.0.1:8081/mid.bin" \
+      2>"$D/curl-proxy.err" || ok=1
+    [[ $(sha256 "$BIG/got-proxy" 2>/dev/null) == "${HASH[$BIG/www/mid.bin]}" ]] || ok=1
+    rm -f "$BIG/got-proxy"
+  done
+  wire=$(($(tm_wire_settled 1) - w0))
+  check "two 64 MiB downloads through the proxy, both intact by SHA-256" $ok ||
+    tail_logs "$D/curl-proxy.err" "$c/error.log" "$D/nginx/error.log"
+  carried "nginx proxying to nginx" lib lib "$wire" $((2 * (64 << 20))) 1
+  stopped "the proxy" "$ppid"
+  records_gone "the proxy's upstream connections" "$NGINX_PID"
+  stopped nginx "$NGINX_PID"
+}
+
 case_redis() {
   local port=6390 c=$D/redis
   tm_redis 0 lib "$c" $port
@@ -536,6 +593,7 @@ case $case in
   sockperf_pp) case_sockperf_pp ;;
   sockperf_tp) case_sockperf_tp ;;
   nginx_curl) case_nginx_curl ;;
+  nginx_proxy) case_nginx_proxy ;;
   redis) case_redis ;;
   scp) case_scp ;;
   short) case_short ;;
