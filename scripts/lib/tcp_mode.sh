@@ -64,11 +64,10 @@ tm_stop() {
   return 0
 }
 
-# tm_nginx I HOW DIR ROOT PORT: nginx in pod I, HOW (tm_bg: its PID in FF_LAST_PID), a
-# master and 2 workers with their configuration, logs and temporary folders in DIR,
-# serving ROOT at http://<pod I>:PORT/ with sendfile and keep-alive; the access log
-# (DIR/access.log) names each request's connection and its number on it.
-tm_nginx() {
+# tm_nginx_with I HOW DIR HTTP: nginx in pod I, HOW (tm_bg: its PID in FF_LAST_PID), a master
+# and 2 workers with their configuration, logs and temporary folders in DIR, and HTTP (lines
+# of nginx configuration: servers, upstreams, logs) in its http block.
+tm_nginx_with() {
   local c=$3
   mkdir -p "$c"
   cat >"$c/nginx.conf" <<EOF
@@ -80,23 +79,30 @@ pid $c/nginx.pid;
 error_log $c/error.log;
 events { worker_connections 64; }
 http {
-  log_format conn '\$connection \$connection_requests \$request_uri \$status \$body_bytes_sent';
-  access_log $c/access.log conn;
   client_body_temp_path $c/body;
   proxy_temp_path $c/proxy;
   fastcgi_temp_path $c/fastcgi;
   uwsgi_temp_path $c/uwsgi;
   scgi_temp_path $c/scgi;
+$4
+}
+EOF
+  tm_bg "$1" "$2" nginx -p "$c" -c "$c/nginx.conf" -e "$c/error.log"
+}
+
+# tm_nginx I HOW DIR ROOT PORT: tm_nginx_with serving ROOT at http://<pod I>:PORT/ with
+# sendfile and keep-alive; the access log (DIR/access.log) names each request's connection
+# and its number on it.
+tm_nginx() {
+  tm_nginx_with "$1" "$2" "$3" "  log_format conn '\$connection \$connection_requests \$request_uri \$status \$body_bytes_sent';
+  access_log $3/access.log conn;
   default_type application/octet-stream;
   sendfile on;
   keepalive_timeout 30s;
   server {
     listen $(ff_pod_ip "$1"):$5;
     root $4;
-  }
-}
-EOF
-  tm_bg "$1" "$2" nginx -p "$c" -c "$c/nginx.conf" -e "$c/error.log"
+  }"
 }
 
 # tm_redis I HOW DIR PORT: redis-server in pod I, HOW (tm_bg: its PID in FF_LAST_PID), on

@@ -260,35 +260,17 @@ case_nginx_proxy() {
   random_file "$BIG/www/mid.bin" $((64 << 20)) || { check "a 64 MiB file made" 1; return; }
   nginx_up lib || return
   local c=$D/proxy w0 wire i ok=0
-  mkdir -p "$c"
-  cat >"$c/nginx.conf" <<EOF
-daemon off;
-master_process on;
-worker_processes 2;
-user root;
-pid $c/nginx.pid;
-error_log $c/error.log;
-events { worker_connections 64; }
-http {
-  access_log off;
-  client_body_temp_path $c/body;
-  proxy_temp_path $c/proxy;
-  fastcgi_temp_path $c/fastcgi;
-  uwsgi_temp_path $c/uwsgi;
-  scgi_temp_path $c/scgi;
+  tm_nginx_with 1 lib "$c" "  access_log off;
   upstream pod0 { server $S:8080; keepalive 4; }
   server {
     listen 127.0.0.1:8081;
     location / {
       proxy_pass http://pod0;
       proxy_http_version 1.1;
-      proxy_set_header Connection "";
+      proxy_set_header Connection \"\";
       proxy_buffering off;
     }
-  }
-}
-EOF
-  tm_bg 1 lib nginx -p "$c" -c "$c/nginx.conf" -e "$c/error.log"
+  }"
   local ppid=$FF_LAST_PID
   wait_listen 1 "$ppid" 8081 || { check "the proxy listens" 1; tail_logs "$c/error.log"; return; }
   preloaded "the proxy" "$ppid" lib
