@@ -34,12 +34,12 @@ std::vector<Sock*>& Pool() {
   return *pool;
 }
 
-std::atomic<Sock*>* SlotOf(int fd, bool create) {
+// The chunk holding `fd`'s entries (made when `create`), or null.
+Chunk* ChunkOf(int fd, bool create) {
   if (fd < 0 || (fd >> kChunkBits) >= kMaxChunks) return nullptr;
   std::atomic<Chunk*>& c = g_chunks[fd >> kChunkBits];
   Chunk* chunk = c.load(std::memory_order_acquire);
-  if (chunk == nullptr) {
-    if (!create) return nullptr;
+  if (chunk == nullptr && create) {
     Chunk* fresh = new Chunk{};
     if (!c.compare_exchange_strong(chunk, fresh, std::memory_order_acq_rel)) {
       delete fresh;
@@ -47,7 +47,12 @@ std::atomic<Sock*>* SlotOf(int fd, bool create) {
       chunk = fresh;
     }
   }
-  return &chunk->slots[fd & (kChunkSlots - 1)];
+  return chunk;
+}
+
+std::atomic<Sock*>* SlotOf(int fd, bool create) {
+  Chunk* chunk = ChunkOf(fd, create);
+  return chunk == nullptr ? nullptr : &chunk->slots[fd & (kChunkSlots - 1)];
 }
 
 // fn(chunk, index, fd) for every descriptor in [lo, hi] (hi < 0: no end) whose chunk exists.
@@ -181,15 +186,12 @@ Ref Detach(int fd) {
 }
 
 void SetMayBecomeStream(int fd, bool may) {
-  std::atomic<Sock*>* slot = SlotOf(fd, may);
-  if (slot == nullptr) return;
-  Chunk* chunk = g_chunks[fd >> kChunkBits].load(std::memory_order_acquire);
-  chunk->dialable[fd & (kChunkSlots - 1)].store(may, std::memory_order_release);
+  if (Chunk* chunk = ChunkOf(fd, may))
+    chunk->dialable[fd & (kChunkSlots - 1)].store(may, std::memory_order_release);
 }
 
 bool MayBecomeStream(int fd) {
-  if (fd < 0 || (fd >> kChunkBits) >= kMaxChunks) return false;
-  Chunk* chunk = g_chunks[fd >> kChunkBits].load(std::memory_order_acquire);
+  const Chunk* chunk = ChunkOf(fd, false);
   return chunk != nullptr &&
          chunk->dialable[fd & (kChunkSlots - 1)].load(std::memory_order_acquire);
 }
