@@ -4,7 +4,9 @@
 # rings, more links than a pod's quota) ROUNDS times on one cluster, with the routers' extra
 # arguments ROUTER_ARGS (for example --direct-datagrams). It prints each round's outcome and
 # time. A round still running after STALL_S seconds is sampled once, into KEEP/ROUND/:
-# both routers' stats lines, every rank's Unix sockets that hold queued data (read in its
+# every rank's threads with the CPU each used over a second, state, wait channel, system
+# call and kernel stack (kernel.txt, read from /proc: nobody is stopped), both routers'
+# stats lines, every rank's Unix sockets that hold queued data (read in its
 # pod's network namespace) and the direct connections' TCP queues; with STACKS=1 also the
 # stacks of the ranks whose event socket (the library's SEQPACKET socket to its router) holds
 # events it has not taken. Every round's mpi.log goes there too (a slow round that passed
@@ -31,9 +33,41 @@ trap multinode_down EXIT
 # ranks: the PIDs of the MPI ranks now.
 ranks() { ps -eo pid=,comm= | awk '$2 == "ucx_mpi_check" {print $1}'; }
 
+# cpu_of PID: "TID utime+stime" (clock ticks) for each thread of PID.
+cpu_of() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    awk -v t="${t##*/}" '{sub(/^.*\) /, ""); print t, $12 + $13}' "$t/stat" 2>/dev/null
+  done
+}
+
+# kernel_state DIR: for every rank, each thread's CPU time over one second (a thread that
+# used none while its rank stalls is not polling), its state, wait channel, system call and
+# kernel stack, read from /proc without stopping anyone.
+kernel_state() {
+  local p t before after
+  declare -A before
+  for p in $(ranks); do
+    while read -r t c; do before[$t]=$c; done < <(cpu_of "$p")
+  done
+  sleep 1
+  for p in $(ranks); do
+    echo "=== rank $p"
+    while read -r t after; do
+      echo "--- thread $t $(cat /proc/"$p"/task/"$t"/comm 2>/dev/null):" \
+        "cpu ticks in 1 s $((after - ${before[$t]:-0}))," \
+        "state $(awk '{sub(/^.*\) /, ""); print $1}' /proc/"$p"/task/"$t"/stat 2>/dev/null)," \
+        "wchan $(cat /proc/"$p"/task/"$t"/wchan 2>/dev/null)," \
+        "syscall $(cut -d' ' -f1 /proc/"$p"/task/"$t"/syscall 2>/dev/null)"
+      cat /proc/"$p"/task/"$t"/stack 2>/dev/null
+    done < <(cpu_of "$p")
+  done
+}
+
 # sample DIR: what a stalled round looks like (see the header).
 sample() {
   local dir=$1 n p queued
+  kernel_state >"$dir/kernel.txt"
   for n in 0 1; do
     echo "router $n: $(router_stats_line "${FF_NODE_ROUTER[$n]}" "$(mn_dir "$n")/router.log")"
   done >"$dir/routers.txt"
