@@ -30,8 +30,15 @@ KEEP=${KEEP:-/tmp/ud-churn}
 read -ra router_args <<<"${ROUTER_ARGS:-}"
 trap multinode_down EXIT
 
-# ranks: the PIDs of the MPI ranks now.
-ranks() { ps -eo pid=,comm= | awk '$2 == "ucx_mpi_check" {print $1}'; }
+# ranks: the PIDs of the MPI ranks now (by their program: a rank stuck in the kernel may not
+# show its name to ps).
+ranks() {
+  local p
+  for p in /proc/[0-9]*; do
+    [[ $(readlink "$p/exe" 2>/dev/null) == */ucx_mpi_check ]] && echo "${p#/proc/}"
+  done
+  return 0
+}
 
 # cpu_of PID: "TID utime+stime" (clock ticks) for each thread of PID.
 cpu_of() {
@@ -67,6 +74,7 @@ kernel_state() {
 # sample DIR: what a stalled round looks like (see the header).
 sample() {
   local dir=$1 n p queued
+  timeout 5 ps -eo pid,stat,wchan:32,comm,args | grep '[u]cx_mpi_check' >"$dir/ps.txt"
   kernel_state >"$dir/kernel.txt"
   for n in 0 1; do
     echo "router $n: $(router_stats_line "${FF_NODE_ROUTER[$n]}" "$(mn_dir "$n")/router.log")"
