@@ -5,12 +5,12 @@
 # arguments ROUTER_ARGS (for example --direct-datagrams). It prints each round's outcome and
 # time. A round still running after STALL_S seconds is sampled once, into KEEP/ROUND/:
 # every rank's threads with the CPU each used over a second, state, wait channel, system
-# call and kernel stack (kernel.txt, read from /proc: nobody is stopped), both routers'
-# stats lines, every rank's Unix sockets that hold queued data (read in its
-# pod's network namespace) and the direct connections' TCP queues; with STACKS=1 also the
-# stacks of the ranks whose event socket (the library's SEQPACKET socket to its router) holds
-# events it has not taken. Every round's mpi.log goes there too (a slow round that passed
-# says as much as one that failed).
+# call and kernel stack (kernel.txt, read from /proc: nobody is stopped), ps's view of the
+# ranks (ps.txt), both routers' last periodic stats lines (up to a stats period old), every
+# rank's Unix sockets that hold queued data (read in its pod's network namespace) and the
+# direct connections' TCP queues; with STACKS=1 also the stacks of the ranks whose event
+# socket (the library's SEQPACKET socket to its router) holds events it has not taken. Every
+# round's mpi.log goes there too (a slow round that passed says as much as one that failed).
 #
 #   FF_BUILD=build FF_UCX_MPI=build/tests/integration/ucx/ucx_mpi_check \
 #     ROUNDS=12 ROUTER_ARGS=--direct-datagrams bash tests/integration/ucx/ud_churn.sh
@@ -48,12 +48,12 @@ cpu_of() {
   done
 }
 
-# kernel_state DIR: for every rank, each thread's CPU time over one second (a thread that
-# used none while its rank stalls is not polling), its state, wait channel, system call and
+# kernel_state: for every rank, each thread's CPU time over one second (a thread that used
+# none while its rank stalls is not polling), its state, wait channel, system call and
 # kernel stack, read from /proc without stopping anyone.
 kernel_state() {
-  local p t before after
-  declare -A before
+  local p t c after
+  local -A before
   for p in $(ranks); do
     while read -r t c; do before[$t]=$c; done < <(cpu_of "$p")
   done
