@@ -40,11 +40,11 @@ ranks() {
   return 0
 }
 
-# cpu_of PID: "TID utime+stime" (clock ticks) for each thread of PID.
+# cpu_of PID: "TID utime+stime STATE" (clock ticks, one letter) for each thread of PID.
 cpu_of() {
   local t
   for t in /proc/"$1"/task/*; do
-    awk -v t="${t##*/}" '{sub(/^.*\) /, ""); print t, $12 + $13}' "$t/stat" 2>/dev/null
+    awk -v t="${t##*/}" '{sub(/^.*\) /, ""); print t, $12 + $13, $1}' "$t/stat" 2>/dev/null
   done
 }
 
@@ -52,18 +52,17 @@ cpu_of() {
 # none while its rank stalls is not polling), its state, wait channel, system call and
 # kernel stack, read from /proc without stopping anyone.
 kernel_state() {
-  local p t c after
+  local p t c after state
   local -A before
   for p in $(ranks); do
-    while read -r t c; do before[$t]=$c; done < <(cpu_of "$p")
+    while read -r t c _; do before[$t]=$c; done < <(cpu_of "$p")
   done
   sleep 1
   for p in $(ranks); do
     echo "=== rank $p"
-    while read -r t after; do
+    while read -r t after state; do
       echo "--- thread $t $(cat /proc/"$p"/task/"$t"/comm 2>/dev/null):" \
-        "cpu ticks in 1 s $((after - ${before[$t]:-0}))," \
-        "state $(awk '{sub(/^.*\) /, ""); print $1}' /proc/"$p"/task/"$t"/stat 2>/dev/null)," \
+        "cpu ticks in 1 s $((after - ${before[$t]:-0})), state $state," \
         "wchan $(cat /proc/"$p"/task/"$t"/wchan 2>/dev/null)," \
         "syscall $(cut -d' ' -f1 /proc/"$p"/task/"$t"/syscall 2>/dev/null)"
       cat /proc/"$p"/task/"$t"/stack 2>/dev/null
