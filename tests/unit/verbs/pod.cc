@@ -152,6 +152,7 @@ ibv_qp* Pod::CreateQp(const QpOptions& o) {
   ibv_qp_init_attr init{};
   init.send_cq = o.send_cq != nullptr ? o.send_cq : cq;
   init.recv_cq = o.recv_cq != nullptr ? o.recv_cq : cq;
+  init.srq = o.srq;
   init.qp_type = o.type;
   init.sq_sig_all = o.sq_sig_all ? 1 : 0;
   init.cap.max_send_wr = 64;

@@ -79,6 +79,7 @@ struct QpOptions {
   bool sq_sig_all = true;
   ibv_cq* send_cq = nullptr;  // default: the pod's CQ
   ibv_cq* recv_cq = nullptr;
+  ibv_srq* srq = nullptr;  // receives from this SRQ
 };
 
 class Pod {

@@ -538,6 +538,9 @@ struct Context {
   std::vector<Mr*> mrs_by_slot;           // local lkey lookup
   std::unordered_map<uint32_t, Mw*> mws;  // memory windows by MR-table slot
   const Mr* last_mr = nullptr;  // the registration the last SGE check found (one-entry cache)
+  // The receive queue a message last took a WQE of, whose next buffer the next empty poll
+  // brings into the cache (WarmNextRecv); cleared when its QP or SRQ goes. Under `lock`.
+  const RecvQueue* warm_rq = nullptr;
   // Async events (any thread may push; the application reads them).
   std::mutex async_mu;
   std::deque<AsyncEvent> async_events;

@@ -262,6 +262,7 @@ int DestroySrq(Srq* srq) {
   const int rc = Retract(srq, &ff::proto::DestroySrq::id, [srq](Context* ctx) {
     if (UsedByQp(ctx, srq)) return EBUSY;
     Erase(ctx->srqs, srq);
+    if (ctx->warm_rq == &srq->rq) ctx->warm_rq = nullptr;
     return 0;
   });
   if (rc != 0) return rc;

@@ -416,6 +416,7 @@ int DestroyQp(Qp* qp) {
     drop(ctx->qps);
     drop(ctx->pending);
     drop(qp->rcq->recv_qps);
+    if (ctx->warm_rq == &qp->inbound.rq) ctx->warm_rq = nullptr;
     if (qp->srq != nullptr) drop(qp->srq->qps);
     // Under the lock: a direct connection's answers find the QP through its link's channel
     // only while they hold this lock (datapath/link_direct.cc).

@@ -257,6 +257,7 @@ __attribute__((always_inline)) inline int PollBody(Context* ctx, Cq* cq, int n, 
     return 0;
   });
   int k = PopWcs(cq, n, wc, 0);
+  if (k == 0) WarmNextRecv(ctx);
   if (__builtin_expect(k == 0, 0) && may_sleep && rc == 0) {
     if (MaySleepOnRouter(ctx, cq)) {
       Guarded([&] { return (k = SleepOnRouter(ctx, cq, n, wc)), 0; });

@@ -32,6 +32,7 @@ bool PopRecv(Qp* qp, InboundState* in) {
   std::memcpy(in->sges, &rq->sges[static_cast<size_t>(idx) * rq->max_sge],
               sizeof(ibv_sge) * in->wqe.num_sge);
   ++rq->head;
+  qp->ctx->warm_rq = rq;
   if (qp->srq != nullptr && qp->srq->limit != 0 && rq->count() < qp->srq->limit) {
     qp->srq->limit = 0;  // the limit event is one-shot until re-armed by modify_srq
     PushAsyncEvent(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, &qp->srq->srq);
@@ -258,6 +259,18 @@ void InitRecvQueue(RecvQueue* rq, uint32_t max_wr, uint32_t max_sge, ff::RecvCre
   rq->sges.assign(static_cast<size_t>(cap) * rq->max_sge, ibv_sge{});
   rq->credits = credits;
   rq->posted = credits->posted.load(std::memory_order_relaxed);
+}
+
+void WarmNextRecv(Context* ctx) {
+  const RecvQueue* rq = ctx->warm_rq;
+  if (rq == nullptr) return;
+  ctx->warm_rq = nullptr;
+  if (rq->head == rq->tail) return;
+  // A prefetch never faults: the SGE slot of a receive without SGEs (an old address, or
+  // none) costs nothing.
+  const size_t idx = static_cast<size_t>(rq->head & rq->mask);
+  const uint64_t addr = rq->sges[idx * rq->max_sge].addr;
+  __builtin_prefetch(reinterpret_cast<const void*>(static_cast<uintptr_t>(addr)), 1, 3);
 }
 
 bool Drain(Qp* qp) {
