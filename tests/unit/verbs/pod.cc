@@ -240,14 +240,31 @@ int PostUdSend(ibv_qp* qp, ibv_ah* ah, const ibv_sge& sge, uint64_t wr_id, uint3
   });
 }
 
-int PostRecv(ibv_qp* qp, const ibv_sge& sge, uint64_t wr_id) {
+namespace {
+
+// One receive of one SGE, posted by post(wr, bad).
+template <typename Post>
+int PostOneRecv(const ibv_sge& sge, uint64_t wr_id, Post&& post) {
   ibv_sge s = sge;
   ibv_recv_wr wr{};
   wr.wr_id = wr_id;
   wr.sg_list = &s;
   wr.num_sge = 1;
   ibv_recv_wr* bad = nullptr;
-  return ibv_post_recv(qp, &wr, &bad);
+  return post(&wr, &bad);
+}
+
+}  // namespace
+
+int PostRecv(ibv_qp* qp, const ibv_sge& sge, uint64_t wr_id) {
+  return PostOneRecv(
+      sge, wr_id, [&](ibv_recv_wr* wr, ibv_recv_wr** bad) { return ibv_post_recv(qp, wr, bad); });
+}
+
+int PostSrqRecv(ibv_srq* srq, const ibv_sge& sge, uint64_t wr_id) {
+  return PostOneRecv(sge, wr_id, [&](ibv_recv_wr* wr, ibv_recv_wr** bad) {
+    return ibv_post_srq_recv(srq, wr, bad);
+  });
 }
 
 std::vector<ibv_wc> PollN(ibv_cq* cq, size_t n) {

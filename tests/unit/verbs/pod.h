@@ -122,6 +122,7 @@ int PostAtomic(ibv_qp* qp, ibv_wr_opcode op, const ibv_sge& sge, uint64_t wr_id,
 int PostUdSend(ibv_qp* qp, ibv_ah* ah, const ibv_sge& sge, uint64_t wr_id, uint32_t remote_qpn,
                uint32_t qkey);
 int PostRecv(ibv_qp* qp, const ibv_sge& sge, uint64_t wr_id);
+int PostSrqRecv(ibv_srq* srq, const ibv_sge& sge, uint64_t wr_id);
 
 // Polls until `n` completions arrived or kWaitLimit passed; returns what arrived.
 std::vector<ibv_wc> PollN(ibv_cq* cq, size_t n);
