@@ -2,12 +2,17 @@
 // by each of the two implementations FrameCipher chooses between, over bodies from a small
 // message's to the largest fragment's: where the small-frame implementation's lower set-up
 // pays and where the other's throughput does (FrameCipher::kSmallBody). bench/direct.sh
-// prints the medians beside each other.
+// prints the medians beside each other. BM_MessageWithAnswer: what one small message and the
+// answer that travels with it cost through a DirectStream pair, written, received and
+// opened, sealed as two frames (a peer that takes no batches) and as one batch.
 #include <benchmark/benchmark.h>
+#include <sys/socket.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "freeflow/direct_stream.h"
 #include "freeflow/frame_seal.h"
 #include "freeflow/protocol/direct_wire.h"
 
@@ -70,6 +75,50 @@ void BM_Open(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
 }
+
+// range(0): 1 when the sender heard that its peer takes batches. The bodies are those of
+// an 8-byte SEND's record (RecordHeader, ProxyRequest, data: 80 bytes) and of the response
+// to the message before it (RecordHeader, ProxyResponse: 48), as UCX's tag_lat sends them.
+void BM_MessageWithAnswer(benchmark::State& state) {
+  uint8_t secret[ff::kDirectSecretBytes];
+  int sv[2];
+  if (!ff::NewDirectSecret(secret) || ::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+    return state.SkipWithError("set-up");
+  ff::DirectStream a{ff::UniqueFd(sv[0])}, b{ff::UniqueFd(sv[1])};
+  ff::DirectStream::Setup s;
+  s.secret = &secret;
+  s.role = ff::DirectRole::kDialler;
+  if (!a.Init(s)) return state.SkipWithError("init");
+  s.role = ff::DirectRole::kAcceptor;
+  if (!b.Init(s)) return state.SkipWithError("init");
+  auto take = [](ff::DirectStream& to, int frames) {
+    for (int got = 0, i = 0; got < frames && i < 1000; ++i) {
+      const int n = to.Receive([](const ff::direct::Head&, char*) { return true; });
+      if (n < 0) return false;
+      got += n;
+    }
+    return true;
+  };
+  if (state.range(0) != 0) {  // b says, in a frame of its own, that it takes batches
+    const ff::direct::Credit credit{0};
+    const iovec v{const_cast<ff::direct::Credit*>(&credit), sizeof(credit)};
+    b.PutFrame(ff::direct::Type::kCredit, 0, 0, &v, 1);
+    if (!b.Flush() || !take(a, 1) || !a.peer_takes_batches()) return state.SkipWithError("hello");
+  }
+  char record[80] = {}, answer[48] = {};
+  const iovec r{record, sizeof(record)}, q{answer, sizeof(answer)};
+  for (auto _ : state) {
+    a.PutFrame(ff::direct::Type::kResp, 1, 0, &q, 1, ff::DirectStream::Priority::kAnswer);
+    a.PutFrame(ff::direct::Type::kRecord, 1, 0, &r, 1);
+    if (!a.Flush() || !take(b, 2)) return state.SkipWithError("stream");
+  }
+}
+BENCHMARK(BM_MessageWithAnswer)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("batches")
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
 
 void Sizes(benchmark::internal::Benchmark* b) {
   for (int64_t n : {96, 512, 768, 1024, 2048, 32768})

@@ -1,6 +1,7 @@
 // Fuzz target: what arrives on a direct connection (core direct_stream.h), the frames a peer
 // process sends and bytes anything else injects into the stream. The input is a script:
-//   0  the peer seals a frame (any type, channel and body of up to kMaxBody + 64 bytes)
+//   0  the peer puts a frame (any type, channel and body of up to kMaxBody + 64 bytes), and
+//      writes what it put or not (small frames put between two writes go as one batch)
 //   1  raw bytes of the input are written into the connection, unsealed
 //   2  the receiver takes what arrived, sometimes leaving a frame for later
 // The receiver must never read outside a frame, must hand out exactly the peer's frames in
@@ -46,7 +47,17 @@ bool Setup(Rig* r) {
   s.role = ff::DirectRole::kDialler;
   if (!r->peer->Init(s)) return false;
   s.role = ff::DirectRole::kAcceptor;
-  return r->self->Init(s);
+  if (!r->self->Init(s)) return false;
+  // The receiver says that it takes batches, as every end does in its frames: the peer
+  // batches small frames from then on.
+  const uint64_t credit = 0;
+  iovec v{const_cast<uint64_t*>(&credit), sizeof(credit)};
+  if (r->self->PutFrame(ff::direct::Type::kCredit, 0, 0, &v, 1) != ff::DirectStream::Put::kOk ||
+      !r->self->Flush())
+    return false;
+  for (int i = 0; i < 100 && !r->peer->peer_takes_batches(); ++i)
+    r->peer->Receive([](const ff::direct::Head&, char*) { return true; });
+  return r->peer->peer_takes_batches();
 }
 
 // Takes what arrived; `keep_after` frames are consumed, the next is left for later.
@@ -73,7 +84,7 @@ void Seal(Rig* r, FuzzedDataProvider& in) {
   iovec v{s.body.data(), s.body.size()};
   const auto put = r->peer->PutFrame(static_cast<ff::direct::Type>(s.type), s.chan, 0, &v, 1);
   if (put == ff::DirectStream::Put::kOk && !r->injected) r->expected.push_back(s);
-  r->peer->Flush();
+  if (in.ConsumeBool()) r->peer->Flush();
 }
 
 void Inject(Rig* r, FuzzedDataProvider& in) {

@@ -13,8 +13,7 @@ namespace {
 constexpr size_t kReadChunk = 256 * 1024;  // what one receive may take
 
 bool KnownType(direct::Type t) {
-  return t == direct::Type::kHello || t == direct::Type::kRecord || t == direct::Type::kResp ||
-         t == direct::Type::kCredit;
+  return t == direct::Type::kHello || direct::BatchJoins(t) || t == direct::Type::kBatch;
 }
 
 constexpr size_t kHelloTagAt = sizeof(direct::Head) + sizeof(direct::Hello);
@@ -78,21 +77,13 @@ void DirectStream::Die(const char* why, bool violation) {
   dead_.store(true, std::memory_order_release);
 }
 
-DirectStream::Put DirectStream::PutFrame(direct::Type type, uint32_t chan, uint16_t flags,
-                                         const iovec* body, int n, Priority priority) {
-  if (dead_) return Put::kDead;
-  size_t len = 0;
-  for (int i = 0; i < n; ++i) len += body[i].iov_len;
-  if (len > direct::kMaxBody) {
-    Die("a frame over the largest body was put");
-    return Put::kDead;
-  }
-  const size_t bytes = sizeof(direct::Head) + len + kSealTagBytes;
+bool DirectStream::Reserve(size_t bytes, Priority priority) {
   const size_t limit = send_limit_ + (priority == Priority::kAnswer ? kAnswerReserve : 0);
-  if (unsent() > 0 && unsent() + bytes > limit) return Put::kFull;
-  if (out_len_ + bytes > out_cap_) {  // the unsent bytes move to the front
+  if (unsent() > 0 && unsent() + bytes > limit) return false;
+  if (out_len_ + bytes > out_cap_ && out_sent_ > 0) {  // the unsent bytes move to the front
     std::memmove(out_.get(), out_.get() + out_sent_, unsent());
     out_len_ -= out_sent_;
+    if (batch_at_ != kNoBatch) batch_at_ -= out_sent_;  // opened after the last write
     out_sent_ = 0;
   }
   if (out_len_ + bytes > out_cap_) {  // answers beyond the send limit: a larger buffer
@@ -102,8 +93,77 @@ DirectStream::Put DirectStream::PutFrame(direct::Type type, uint32_t chan, uint1
     out_ = std::move(grown);
     out_cap_ = cap;
   }
+  return true;
+}
+
+bool DirectStream::CloseBatch() {
+  if (batch_at_ == kNoBatch) return true;
+  char* p = out_.get() + batch_at_;
+  size_t len = out_len_ - batch_at_ - sizeof(direct::Head);
+  direct::Head h;
+  if (batch_frames_ == 1) {  // alone, the frame goes as it is: no batch head around it
+    std::memmove(p, p + sizeof(h), len);
+    std::memcpy(&h, p, sizeof(h));
+    len = h.len;
+  } else {
+    h = {static_cast<uint32_t>(len), direct::Type::kBatch, direct::kTakesBatches, 0, 0};
+    std::memcpy(p, &h, sizeof(h));
+  }
+  batch_at_ = kNoBatch;
+  batch_frames_ = 0;
+  const iovec v{p + sizeof(h), len};
+  uint8_t tag[kSealTagBytes];
+  if (!tx_.Seal(p, sizeof(h), &v, 1, p + sizeof(h), tag)) {
+    Die("the cipher failed to seal a frame");
+    return false;
+  }
+  std::memcpy(p + sizeof(h) + len, tag, sizeof(tag));
+  out_len_ = static_cast<size_t>(p - out_.get()) + sizeof(h) + len + sizeof(tag);
+  return true;
+}
+
+DirectStream::Put DirectStream::PutFrame(direct::Type type, uint32_t chan, uint16_t flags,
+                                         const iovec* body, int n, Priority priority) {
+  if (dead_) return Put::kDead;
+  size_t len = 0;
+  for (int i = 0; i < n; ++i) len += body[i].iov_len;
+  if (len > direct::kMaxBody || type == direct::Type::kBatch) {
+    Die(len > direct::kMaxBody ? "a frame over the largest body was put"
+                               : "a batch was put as a frame");
+    return Put::kDead;
+  }
+  const direct::Head h{static_cast<uint32_t>(len), type,
+                       static_cast<uint16_t>(flags | direct::kTakesBatches), chan, 0};
+  if (direct::BatchJoins(type) && len <= kBatchFrameMax && peer_takes_batches()) {
+    // Into the open batch, or a new one (its head and tag counted now).
+    const size_t bytes = sizeof(h) + len;
+    const bool joins =
+        batch_at_ != kNoBatch && out_len_ + bytes - batch_at_ - sizeof(h) <= kBatchBodyMax;
+    // Room for this frame and its batch's tag, and for a new batch its head and the tag of
+    // the one it closes.
+    const size_t closes = batch_at_ != kNoBatch ? kSealTagBytes : 0;
+    const size_t need = bytes + kSealTagBytes + (joins ? 0 : sizeof(h) + closes);
+    if (!Reserve(need, priority)) return Put::kFull;
+    if (!joins) {
+      if (!CloseBatch()) return Put::kDead;
+      batch_at_ = out_len_;
+      out_len_ += sizeof(h);
+    }
+    char* p = out_.get() + out_len_;
+    std::memcpy(p, &h, sizeof(h));
+    p += sizeof(h);
+    for (int i = 0; i < n; ++i) {
+      if (body[i].iov_len > 0) std::memcpy(p, body[i].iov_base, body[i].iov_len);
+      p += body[i].iov_len;
+    }
+    out_len_ += bytes;
+    ++batch_frames_;
+    return Put::kOk;
+  }
+  const size_t bytes = sizeof(h) + len + kSealTagBytes;
+  if (!Reserve(bytes + (batch_at_ != kNoBatch ? kSealTagBytes : 0), priority)) return Put::kFull;
+  if (!CloseBatch()) return Put::kDead;  // what was put before goes first
   char* p = out_.get() + out_len_;
-  const direct::Head h{static_cast<uint32_t>(len), type, flags, chan, 0};
   std::memcpy(p, &h, sizeof(h));
   uint8_t tag[kSealTagBytes];
   if (!tx_.Seal(p, sizeof(h), body, n, p + sizeof(h), tag)) {
@@ -116,6 +176,7 @@ DirectStream::Put DirectStream::PutFrame(direct::Type type, uint32_t chan, uint1
 }
 
 bool DirectStream::Flush() {
+  if (!dead_ && !CloseBatch()) return false;
   while (!dead_ && out_sent_ < out_len_) {
     const ssize_t w = ::send(fd_.get(), out_.get() + out_sent_, out_len_ - out_sent_,
                              MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -158,7 +219,29 @@ bool DirectStream::ReadSome() {
   }
 }
 
+void DirectStream::Advance(const direct::Head& h) {
+  const size_t bytes = sizeof(h) + h.len;
+  in_off_ += bytes;
+  if (batch_left_ > 0) {  // a frame of a batch: no tag of its own
+    batch_left_ -= bytes;
+    if (batch_left_ == 0) in_off_ += kSealTagBytes;
+    return;
+  }
+  in_off_ += kSealTagBytes;
+  opened_ = false;
+}
+
 char* DirectStream::NextFrame(direct::Head* head) {
+  if (batch_left_ > 0) {  // the next frame of an opened batch, whole and authenticated
+    char* p = in_.get() + in_off_;
+    if (batch_left_ >= sizeof(*head)) std::memcpy(head, p, sizeof(*head));
+    if (batch_left_ < sizeof(*head) || !direct::BatchJoins(head->type) ||
+        head->len > batch_left_ - sizeof(*head)) {
+      Die("the peer sent a batch the wire does not allow", true);
+      return nullptr;
+    }
+    return p + sizeof(*head);
+  }
   const size_t avail = in_have_ - in_off_;
   if (avail < sizeof(direct::Head)) return nullptr;
   char* p = in_.get() + in_off_;
@@ -184,6 +267,18 @@ char* DirectStream::NextFrame(direct::Head* head) {
       return nullptr;
     }
     opened_ = true;
+    if ((head->flags & direct::kTakesBatches) != 0 && !peer_takes_batches())
+      peer_batches_.store(true, std::memory_order_relaxed);
+  }
+  if (head->type == direct::Type::kBatch) {  // its frames are handed out one by one
+    if (head->len == 0) {
+      Die("the peer sent a batch the wire does not allow", true);
+      return nullptr;
+    }
+    in_off_ += sizeof(*head);
+    batch_left_ = head->len;
+    opened_ = false;
+    return NextFrame(head);
   }
   return body;
 }

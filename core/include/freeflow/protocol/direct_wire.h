@@ -1,9 +1,11 @@
 // The direct wire: what two pod processes on different nodes send each other on the TCP
 // connection their routers set up for them (docs/direct-path.md). Every frame is a
 // DirectHead in clear, a body, and the kSealTagBytes tag of frame_seal.h over both; the
-// receiver opens a frame before it looks at its body. Bodies of records and responses are
-// those of the node wire (RecordHeader + ProxyRequest/ProxyResponse + data, codec.h), so the
-// decoders are the same. docs/protocol.md states the contract.
+// receiver opens a frame before it looks at its body. A batch is small frames sealed as one:
+// its body is their heads and bodies, one after another, without tags of their own. Bodies
+// of records and responses are those of the node wire (RecordHeader + ProxyRequest/
+// ProxyResponse + data, codec.h), so the decoders are the same. docs/protocol.md states the
+// contract.
 #pragma once
 
 #include <cstddef>
@@ -21,7 +23,19 @@ enum class Type : uint16_t {
   kRecord = 2,  // a request record for channel `chan`
   kResp = 3,    // a response record for channel `chan`
   kCredit = 4,  // the target executed more of `chan`'s records: Credit
+  kBatch = 5,   // frames sealed as one (BatchJoins); `chan` is 0
 };
+
+// Head::flags: the sending end takes batches. An end sends batches only once a frame of its
+// peer said so: an end of an earlier release, which neither says it nor takes them, gets
+// every frame alone. Every other bit of flags is 0.
+inline constexpr uint16_t kTakesBatches = 1;
+
+// The frames a batch may hold: Head and body each, no tag, within the batch's body. Any
+// other type inside a batch, or a head that runs past its end, ends the connection.
+constexpr bool BatchJoins(Type t) {
+  return t == Type::kRecord || t == Type::kResp || t == Type::kCredit;
+}
 
 struct Head {
   uint32_t len;  // body bytes (the tag follows them)
