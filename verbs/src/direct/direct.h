@@ -75,7 +75,8 @@ struct DirectOut {
   // When the current post pass put its first record, the peer owed answers already (a
   // burst is under way): the pass's frames may wait for the next (kDirectOps publish).
   bool owed_at_start = false;
-  // UD: when this link last put a record (its burst test, kDirectDatagramBurstNs).
+  // UD: when this link last put a record, or when the write after it ended (its burst test,
+  // kDirectDatagramBurstNs). 0 for RC and UC.
   uint64_t last_put_ns = 0;
   ~DirectOut();
 };
