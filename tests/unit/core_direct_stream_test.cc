@@ -54,6 +54,14 @@ class DirectStreamTest : public ::testing::Test {
     ASSERT_EQ(heard, 1);
     ASSERT_TRUE(a_->peer_takes_batches());
   }
+  // Puts `frag` and writes it, b not reading, until a's buffer is full (or the stream died):
+  // how many went in, at most `most`.
+  int PutUntilFull(const std::string& frag, int most) {
+    int put = 0;
+    for (; put < most; ++put)
+      if (Put(*a_, frag) != DirectStream::Put::kOk || !a_->Flush()) break;
+    return put;
+  }
   // Everything b can take now.
   std::vector<Got> Drain() {
     std::vector<Got> got;
@@ -227,14 +235,9 @@ TEST_F(DirectStreamTest, AnswersPastAFullSocketKeepTheirBatchesWhenTheBufferMove
     return true;
   };
   // Records up to the send limit, b not reading: the socket is full and the buffer too.
-  int records = 0;
-  for (; records < 1000; ++records) {
-    const DirectStream::Put r = Put(*a_, frag);
-    if (r == DirectStream::Put::kFull) break;
-    ASSERT_EQ(r, DirectStream::Put::kOk);
-    ASSERT_TRUE(a_->Flush());
-  }
+  const int records = PutUntilFull(frag, 1000);
   ASSERT_LT(records, 1000);
+  ASSERT_FALSE(a_->dead());
   // b takes some, a writes some more: the buffer's front has gone, its back not.
   ASSERT_GT(b_->Receive(take), 0);
   ASSERT_TRUE(a_->Flush());
@@ -392,14 +395,7 @@ TEST_F(DirectStreamTest, ThePeerClosingEndsTheConnection) {
 TEST_F(DirectStreamTest, APeerThatNeverReadsFillsTheSendLimitAndNoMore) {
   a_->set_send_limit(256 * 1024);
   const std::string frag(32 * 1024, 'z');
-  int put = 0;
-  for (; put < 10000; ++put) {
-    const DirectStream::Put r = Put(*a_, frag);
-    if (r == DirectStream::Put::kFull) break;
-    ASSERT_EQ(r, DirectStream::Put::kOk);
-    ASSERT_TRUE(a_->Flush());
-  }
-  EXPECT_LT(put, 10000);
+  EXPECT_LT(PutUntilFull(frag, 10000), 10000);
   EXPECT_GT(a_->unsent(), 0u);
   EXPECT_LE(a_->unsent(), 256u * 1024);
   EXPECT_FALSE(a_->dead());
