@@ -213,8 +213,7 @@ void PublishDirect(PeerLink* link) {
   // UD's burst test measures the program's gap between posts: the write just made (through
   // both TCP stacks, longer than kDirectDatagramBurstNs on a slow host) does not count. Timed
   // from the post, a stream of datagrams that was once written one at a time stayed so: each
-  // write made the next post late (ib_send_bw -c UD 4 KiB 1.4 Gbit/s, against 5-6 when the
-  // posts were held and written together).
+  // write made the next post late (bench/RESULTS.md, "UD's burst test").
   if (d.last_put_ns != 0) d.last_put_ns = ff::MonotonicNs();
 }
 
