@@ -96,30 +96,32 @@ bool DirectStream::Reserve(size_t bytes, Priority priority) {
   return true;
 }
 
-bool DirectStream::CloseBatch() {
-  if (batch_at_ == kNoBatch) return true;
-  char* p = out_.get() + batch_at_;
-  size_t len = out_len_ - batch_at_ - sizeof(direct::Head);
-  direct::Head h;
-  if (batch_frames_ == 1) {  // alone, the frame goes as it is: no batch head around it
-    std::memmove(p, p + sizeof(h), len);
-    std::memcpy(&h, p, sizeof(h));
-    len = h.len;
-  } else {
-    h = {static_cast<uint32_t>(len), direct::Type::kBatch, direct::kTakesBatches, 0, 0};
-    std::memcpy(p, &h, sizeof(h));
-  }
-  batch_at_ = kNoBatch;
-  batch_frames_ = 0;
-  const iovec v{p + sizeof(h), len};
+bool DirectStream::SealAt(char* p, const direct::Head& h, const iovec* body, int n) {
+  std::memcpy(p, &h, sizeof(h));
   uint8_t tag[kSealTagBytes];
-  if (!tx_.Seal(p, sizeof(h), &v, 1, p + sizeof(h), tag)) {
+  if (!tx_.Seal(p, sizeof(h), body, n, p + sizeof(h), tag)) {
     Die("the cipher failed to seal a frame");
     return false;
   }
-  std::memcpy(p + sizeof(h) + len, tag, sizeof(tag));
-  out_len_ = static_cast<size_t>(p - out_.get()) + sizeof(h) + len + sizeof(tag);
+  std::memcpy(p + sizeof(h) + h.len, tag, sizeof(tag));
+  out_len_ = static_cast<size_t>(p - out_.get()) + sizeof(h) + h.len + sizeof(tag);
   return true;
+}
+
+bool DirectStream::CloseBatch() {
+  if (batch_at_ == kNoBatch) return true;
+  char* p = out_.get() + batch_at_;
+  batch_at_ = kNoBatch;
+  const size_t len = static_cast<size_t>(out_.get() + out_len_ - p) - sizeof(direct::Head);
+  direct::Head h;
+  std::memcpy(&h, p + sizeof(h), sizeof(h));  // its first frame
+  if (sizeof(h) + h.len == len) {  // alone, the frame goes as it is: no batch head around it
+    std::memmove(p, p + sizeof(h), len);
+  } else {
+    h = {static_cast<uint32_t>(len), direct::Type::kBatch, direct::kTakesBatches, 0, 0};
+  }
+  const iovec v{p + sizeof(h), h.len};
+  return SealAt(p, h, &v, 1);
 }
 
 DirectStream::Put DirectStream::PutFrame(direct::Type type, uint32_t chan, uint16_t flags,
@@ -157,22 +159,12 @@ DirectStream::Put DirectStream::PutFrame(direct::Type type, uint32_t chan, uint1
       p += body[i].iov_len;
     }
     out_len_ += bytes;
-    ++batch_frames_;
     return Put::kOk;
   }
   const size_t bytes = sizeof(h) + len + kSealTagBytes;
   if (!Reserve(bytes + (batch_at_ != kNoBatch ? kSealTagBytes : 0), priority)) return Put::kFull;
   if (!CloseBatch()) return Put::kDead;  // what was put before goes first
-  char* p = out_.get() + out_len_;
-  std::memcpy(p, &h, sizeof(h));
-  uint8_t tag[kSealTagBytes];
-  if (!tx_.Seal(p, sizeof(h), body, n, p + sizeof(h), tag)) {
-    Die("the cipher failed to seal a frame");
-    return Put::kDead;
-  }
-  std::memcpy(p + sizeof(h) + len, tag, sizeof(tag));
-  out_len_ += bytes;
-  return Put::kOk;
+  return SealAt(out_.get() + out_len_, h, body, n) ? Put::kOk : Put::kDead;
 }
 
 bool DirectStream::Flush() {

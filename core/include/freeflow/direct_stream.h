@@ -107,6 +107,10 @@ class DirectStream {
   // Room for `bytes` more at out_len_ (the unsent bytes move to the front, or the buffer
   // grows); false when the caller must wait (kFull). `priority` as PutFrame's.
   bool Reserve(size_t bytes, Priority priority);
+  // Writes head `h` at `p` in out_, seals the `n` pieces of `body` (h.len bytes; in place
+  // when they are already at p + sizeof(h)) behind it and the tag after them; out_len_ then
+  // ends after the tag. false when the cipher failed (the stream died).
+  bool SealAt(char* p, const direct::Head& h, const iovec* body, int n);
   // Seals the open batch where it stands (a batch of one frame as that frame alone). false
   // when the cipher failed (the stream died).
   bool CloseBatch();
@@ -126,7 +130,6 @@ class DirectStream {
   size_t send_limit_ = 1u << 20;
   static constexpr size_t kNoBatch = SIZE_MAX;
   size_t batch_at_ = kNoBatch;  // where the open batch's head goes in out_, its frames after
-  uint32_t batch_frames_ = 0;
   std::unique_ptr<char[]> in_;
   size_t in_cap_ = 0;
   size_t in_off_ = 0, in_have_ = 0;  // unread bytes are in_[in_off_, in_have_)
