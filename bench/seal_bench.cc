@@ -1,10 +1,11 @@
 // The cost of sealing and opening one frame of a direct connection (core/src/frame_seal.cc),
-// by each of the two implementations FrameCipher chooses between, over bodies from a small
-// message's to the largest fragment's: where the small-frame implementation's lower set-up
-// pays and where the other's throughput does (FrameCipher::kSmallBody). bench/direct.sh
-// prints the medians beside each other. BM_MessageWithAnswer: what one small message and the
-// answer that travels with it cost through a DirectStream pair, written, received and
-// opened, sealed as two frames (a peer that takes no batches) and as one batch.
+// by each of the three implementations FrameCipher chooses between, over bodies from a small
+// message's to the largest fragment's: the vector code where the CPU has it, else the
+// portable pair, where nettle's lower set-up pays and where OpenSSL's throughput does
+// (FrameCipher::kSmallBody). bench/direct.sh prints the medians beside each other.
+// BM_MessageWithAnswer: what one small message and the answer that travels with it cost
+// through a DirectStream pair, written, received and opened, sealed as two frames (a peer
+// that takes no batches) and as one batch.
 #include <benchmark/benchmark.h>
 #include <sys/socket.h>
 
@@ -18,8 +19,15 @@
 
 namespace {
 
-// range(0): body bytes; range(1): 1 for the small-frame implementation, 0 for the other.
-void Limit(ff::FrameCipher& c, int64_t small) { c.set_small_body_limit(small != 0 ? SIZE_MAX : 0); }
+// range(0): body bytes; range(1): the implementation, 0 nettle, 1 OpenSSL, 2 the vector code
+// (false when this CPU has none).
+bool Use(ff::FrameCipher& c, int64_t impl) {
+  if (!c.set_engine(impl == 2 ? ff::FrameCipher::Engine::kVector
+                              : ff::FrameCipher::Engine::kPortable))
+    return false;
+  c.set_small_body_limit(impl == 0 ? SIZE_MAX : 0);
+  return true;
+}
 
 void BM_Seal(benchmark::State& state) {
   uint8_t secret[ff::kDirectSecretBytes];
@@ -27,7 +35,7 @@ void BM_Seal(benchmark::State& state) {
   ff::FrameCipher tx;
   tx.Init(secret, ff::DirectRole::kDialler, ff::FrameCipher::Direction::kSend,
           ff::SealMode::kEncrypt);
-  Limit(tx, state.range(1));
+  if (!Use(tx, state.range(1))) return state.SkipWithError("no vector code on this CPU");
   const auto n = static_cast<size_t>(state.range(0));
   std::vector<char> body(n, 'b'), out(n);
   const ff::direct::Head head{static_cast<uint32_t>(n), ff::direct::Type::kRecord, 0, 1, 0};
@@ -48,7 +56,7 @@ void BM_Open(benchmark::State& state) {
           ff::SealMode::kEncrypt);
   rx.Init(secret, ff::DirectRole::kAcceptor, ff::FrameCipher::Direction::kReceive,
           ff::SealMode::kEncrypt);
-  Limit(rx, state.range(1));
+  if (!Use(rx, state.range(1))) return state.SkipWithError("no vector code on this CPU");
   const auto n = static_cast<size_t>(state.range(0));
   const ff::direct::Head head{static_cast<uint32_t>(n), ff::direct::Type::kRecord, 0, 1, 0};
   // Frames open once each, in order: a batch is sealed ahead, outside the timing.
@@ -121,9 +129,9 @@ BENCHMARK(BM_MessageWithAnswer)
     ->ReportAggregatesOnly(true);
 
 void Sizes(benchmark::internal::Benchmark* b) {
-  for (int64_t n : {96, 512, 768, 1024, 2048, 32768})
-    for (int64_t small : {1, 0}) b->Args({n, small});
-  b->ArgNames({"body", "small"})->Repetitions(5)->ReportAggregatesOnly(true);
+  for (int64_t n : {96, 512, 768, 1024, 2048, 32768, 65536})
+    for (int64_t impl : {0, 1, 2}) b->Args({n, impl});
+  b->ArgNames({"body", "impl"})->Repetitions(5)->ReportAggregatesOnly(true);
 }
 BENCHMARK(BM_Seal)->Apply(Sizes);
 BENCHMARK(BM_Open)->Apply(Sizes);

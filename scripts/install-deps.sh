@@ -54,6 +54,11 @@ PACKAGES=(
 if ! command -v kubectl >/dev/null 2>&1; then
   PACKAGES+=(kubernetes-client)
 fi
+# AES-128-GCM of direct connections by intel-ipsec-mb's AVX2 and AVX-512 code (Debian ships it
+# for amd64 only; elsewhere the seal is OpenSSL's and nettle's alone, core/src/frame_seal.cc)
+if [[ $(dpkg --print-architecture) == amd64 ]]; then
+  PACKAGES+=(libipsec-mb-dev)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,9 +1,13 @@
-// AES-128-GCM, by two implementations of the one standard keyed alike: OpenSSL's EVP
-// interface for bodies over FrameCipher::kSmallBody bytes (its stitched AES and GHASH run
-// about twice as fast as nettle's over a large body), nettle's for smaller ones (a frame's
-// set-up through EVP, the nonce and the tag going by OpenSSL's parameter lookup, costs about
-// three times nettle's whole seal of a 96-byte body: bench/seal_bench). Either opens what the
-// other sealed. The key schedules are set once per direction; each frame only sets its nonce.
+// AES-128-GCM, by three implementations of the one standard keyed alike. Where the CPU has
+// them (x86-64 with AVX2, or AVX-512 with VAES and VPCLMULQDQ), intel-ipsec-mb's vector code
+// seals every frame: on this project's AVX-512 machine about 15 GB/s over a 64 KiB body
+// against OpenSSL's 3.3, and a 96-byte body in under half nettle's time (bench/seal_bench).
+// Elsewhere the portable pair: OpenSSL's EVP interface for bodies over
+// FrameCipher::kSmallBody bytes (its stitched AES and GHASH run about twice as fast as
+// nettle's over a large body), nettle's for smaller ones (a frame's set-up through EVP, the
+// nonce and the tag going by OpenSSL's parameter lookup, costs about three times nettle's
+// whole seal of a 96-byte body). Each opens what the others sealed. The key schedules are set
+// once per direction; each frame only sets its nonce.
 #include "freeflow/frame_seal.h"
 
 #include <nettle/gcm.h>
@@ -17,8 +21,33 @@
 #include <cstdio>
 #include <utility>
 
+#ifdef FF_HAVE_IPSEC_MB
+#include <intel-ipsec-mb.h>
+#endif
+
 namespace ff {
 namespace {
+
+#ifdef FF_HAVE_IPSEC_MB
+// The vector code's function table, set up once per process: nullptr when the CPU has
+// neither AVX-512 nor AVX2 (ipsec-mb's SSE and AVX code seals no faster than the portable
+// pair). Only read afterwards: its AES-GCM functions keep their state in the key and context
+// the caller passes, so every thread may use it at once.
+IMB_MGR* VectorCode() {
+  static IMB_MGR* const mgr = []() -> IMB_MGR* {
+    IMB_MGR* m = alloc_mb_mgr(0);
+    if (m == nullptr) return nullptr;
+    init_mb_mgr_auto(m, nullptr);
+    if (imb_get_errno(m) != 0 ||
+        (m->used_arch != IMB_ARCH_AVX512 && m->used_arch != IMB_ARCH_AVX2)) {
+      free_mb_mgr(m);
+      return nullptr;
+    }
+    return m;
+  }();
+  return mgr;
+}
+#endif
 
 constexpr size_t kKeyBytes = 16;
 constexpr size_t kIvBytes = 12;
@@ -54,12 +83,32 @@ bool Derive(const uint8_t (&secret)[kDirectSecretBytes], DirectRole sender, Seal
 struct FrameCipher::State {
   EVP_CIPHER_CTX* ctx = nullptr;
   gcm_aes128_ctx small;  // the same key, for bodies of at most small_limit_ bytes
+#ifdef FF_HAVE_IPSEC_MB
+  alignas(64) gcm_key_data vector;  // the same key, expanded for the vector code (kVector)
+#endif
   uint8_t iv[kIvBytes] = {};
   ~State() {
     EVP_CIPHER_CTX_free(ctx);
     OPENSSL_cleanse(&small, sizeof(small));
+#ifdef FF_HAVE_IPSEC_MB
+    OPENSSL_cleanse(&vector, sizeof(vector));
+#endif
   }
 };
+
+bool FrameCipher::VectorAvailable() {
+#ifdef FF_HAVE_IPSEC_MB
+  return VectorCode() != nullptr;
+#else
+  return false;
+#endif
+}
+
+bool FrameCipher::set_engine(Engine e) {
+  if (e == Engine::kVector && !VectorAvailable()) return false;
+  engine_ = e;
+  return true;
+}
 
 FrameCipher::FrameCipher() = default;
 FrameCipher::~FrameCipher() = default;
@@ -82,6 +131,13 @@ bool FrameCipher::Init(const uint8_t (&secret)[kDirectSecretBytes], DirectRole s
             EVP_CIPHER_CTX_ctrl(st->ctx, EVP_CTRL_GCM_SET_IVLEN, kIvBytes, nullptr) == 1 &&
             EVP_CipherInit_ex(st->ctx, nullptr, nullptr, material, nullptr, encrypt) == 1;
   gcm_aes128_set_key(&st->small, material);
+  engine_ = Engine::kPortable;
+#ifdef FF_HAVE_IPSEC_MB
+  if (IMB_MGR* v = VectorCode()) {
+    IMB_AES128_GCM_PRE(v, material, &st->vector);
+    engine_ = Engine::kVector;
+  }
+#endif
   memcpy(st->iv, material + kKeyBytes, kIvBytes);
   OPENSSL_cleanse(material, sizeof(material));
   if (!ok) return false;
@@ -151,9 +207,79 @@ bool FrameCipher::SmallOpen(const void* head, size_t head_len, char* body, size_
   return CRYPTO_memcmp(want, tag, kSealTagBytes) == 0;
 }
 
+// One frame through the vector code: the head authenticated; the body pieces authenticated
+// and copied to `out` (kAuthenticate), or encrypted into it.
+void FrameCipher::VectorSeal(const void* head, size_t head_len, const iovec* body, int n, char* out,
+                             uint8_t (&tag)[kSealTagBytes]) {
+#ifdef FF_HAVE_IPSEC_MB
+  IMB_MGR* v = VectorCode();
+  const gcm_key_data* key = &state_->vector;
+  gcm_context_data g;
+  uint8_t nonce[kIvBytes];
+  Nonce(nonce);
+  if (mode_ == SealMode::kAuthenticate) {
+    IMB_AES128_GMAC_INIT(v, key, &g, nonce, kIvBytes);
+    IMB_AES128_GMAC_UPDATE(v, key, &g, static_cast<const uint8_t*>(head), head_len);
+    for (int i = 0; i < n; ++i) {
+      if (body[i].iov_len == 0) continue;
+      const auto* in = static_cast<const uint8_t*>(body[i].iov_base);
+      IMB_AES128_GMAC_UPDATE(v, key, &g, in, body[i].iov_len);
+      if (out != body[i].iov_base) memcpy(out, in, body[i].iov_len);
+      out += body[i].iov_len;
+    }
+    IMB_AES128_GMAC_FINALIZE(v, key, &g, tag, kSealTagBytes);
+    return;
+  }
+  IMB_AES128_GCM_INIT_VAR_IV(v, key, &g, nonce, kIvBytes, static_cast<const uint8_t*>(head),
+                             head_len);
+  for (int i = 0; i < n; ++i) {
+    if (body[i].iov_len == 0) continue;
+    IMB_AES128_GCM_ENC_UPDATE(v, key, &g, reinterpret_cast<uint8_t*>(out),
+                              static_cast<const uint8_t*>(body[i].iov_base), body[i].iov_len);
+    out += body[i].iov_len;
+  }
+  IMB_AES128_GCM_ENC_FINALIZE(v, key, &g, tag, kSealTagBytes);
+#else
+  (void)head, (void)head_len, (void)body, (void)n, (void)out, (void)tag;
+#endif
+}
+
+bool FrameCipher::VectorOpen(const void* head, size_t head_len, char* body, size_t body_len,
+                             const uint8_t (&tag)[kSealTagBytes]) {
+#ifdef FF_HAVE_IPSEC_MB
+  IMB_MGR* v = VectorCode();
+  const gcm_key_data* key = &state_->vector;
+  gcm_context_data g;
+  uint8_t nonce[kIvBytes];
+  Nonce(nonce);
+  auto* b = reinterpret_cast<uint8_t*>(body);
+  uint8_t want[kSealTagBytes];
+  if (mode_ == SealMode::kAuthenticate) {
+    IMB_AES128_GMAC_INIT(v, key, &g, nonce, kIvBytes);
+    IMB_AES128_GMAC_UPDATE(v, key, &g, static_cast<const uint8_t*>(head), head_len);
+    if (body_len != 0) IMB_AES128_GMAC_UPDATE(v, key, &g, b, body_len);
+    IMB_AES128_GMAC_FINALIZE(v, key, &g, want, kSealTagBytes);
+  } else {
+    IMB_AES128_GCM_INIT_VAR_IV(v, key, &g, nonce, kIvBytes, static_cast<const uint8_t*>(head),
+                               head_len);
+    if (body_len != 0) IMB_AES128_GCM_DEC_UPDATE(v, key, &g, b, b, body_len);
+    IMB_AES128_GCM_DEC_FINALIZE(v, key, &g, want, kSealTagBytes);
+  }
+  return CRYPTO_memcmp(want, tag, kSealTagBytes) == 0;
+#else
+  (void)head, (void)head_len, (void)body, (void)body_len, (void)tag;
+  return false;
+#endif
+}
+
 bool FrameCipher::Seal(const void* head, size_t head_len, const iovec* body, int n, char* out,
                        uint8_t (&tag)[kSealTagBytes]) {
   if (!state_) return false;
+  if (engine_ == Engine::kVector) {
+    VectorSeal(head, head_len, body, n, out, tag);
+    ++seq_;
+    return true;
+  }
   size_t body_len = 0;
   for (int i = 0; i < n; ++i) body_len += body[i].iov_len;
   if (Small(head_len, body_len)) {
@@ -188,6 +314,11 @@ bool FrameCipher::Seal(const void* head, size_t head_len, const iovec* body, int
 bool FrameCipher::Open(const void* head, size_t head_len, char* body, size_t body_len,
                        const uint8_t (&tag)[kSealTagBytes]) {
   if (!state_) return false;
+  if (engine_ == Engine::kVector) {
+    if (!VectorOpen(head, head_len, body, body_len, tag)) return false;
+    ++seq_;
+    return true;
+  }
   if (Small(head_len, body_len)) {
     if (!SmallOpen(head, head_len, body, body_len, tag)) return false;
     ++seq_;
