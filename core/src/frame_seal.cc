@@ -207,68 +207,48 @@ bool FrameCipher::SmallOpen(const void* head, size_t head_len, char* body, size_
   return CRYPTO_memcmp(want, tag, kSealTagBytes) == 0;
 }
 
-// One frame through the vector code: the head authenticated; the body pieces authenticated
-// and copied to `out` (kAuthenticate), or encrypted into it.
-void FrameCipher::VectorSeal(const void* head, size_t head_len, const iovec* body, int n, char* out,
-                             uint8_t (&tag)[kSealTagBytes]) {
+// One frame through the vector code: `head` authenticated; the `n` pieces of `body`
+// authenticated and copied to `out` (kAuthenticate), or encrypted (`seal`) or decrypted into
+// it (`out` may be the single piece: in place); the tag to `tag`.
+void FrameCipher::VectorFrame(const void* head, size_t head_len, const iovec* body, int n,
+                              char* out, bool seal, uint8_t (&tag)[kSealTagBytes]) {
 #ifdef FF_HAVE_IPSEC_MB
   IMB_MGR* v = VectorCode();
   const gcm_key_data* key = &state_->vector;
   gcm_context_data g;
   uint8_t nonce[kIvBytes];
   Nonce(nonce);
-  if (mode_ == SealMode::kAuthenticate) {
+  const auto* h = static_cast<const uint8_t*>(head);
+  const bool mac_only = mode_ == SealMode::kAuthenticate;
+  if (mac_only) {
     IMB_AES128_GMAC_INIT(v, key, &g, nonce, kIvBytes);
-    IMB_AES128_GMAC_UPDATE(v, key, &g, static_cast<const uint8_t*>(head), head_len);
-    for (int i = 0; i < n; ++i) {
-      if (body[i].iov_len == 0) continue;
-      const auto* in = static_cast<const uint8_t*>(body[i].iov_base);
-      IMB_AES128_GMAC_UPDATE(v, key, &g, in, body[i].iov_len);
-      if (out != body[i].iov_base) memcpy(out, in, body[i].iov_len);
-      out += body[i].iov_len;
-    }
-    IMB_AES128_GMAC_FINALIZE(v, key, &g, tag, kSealTagBytes);
-    return;
-  }
-  IMB_AES128_GCM_INIT_VAR_IV(v, key, &g, nonce, kIvBytes, static_cast<const uint8_t*>(head),
-                             head_len);
-  for (int i = 0; i < n; ++i) {
-    if (body[i].iov_len == 0) continue;
-    IMB_AES128_GCM_ENC_UPDATE(v, key, &g, reinterpret_cast<uint8_t*>(out),
-                              static_cast<const uint8_t*>(body[i].iov_base), body[i].iov_len);
-    out += body[i].iov_len;
-  }
-  IMB_AES128_GCM_ENC_FINALIZE(v, key, &g, tag, kSealTagBytes);
-#else
-  (void)head, (void)head_len, (void)body, (void)n, (void)out, (void)tag;
-#endif
-}
-
-bool FrameCipher::VectorOpen(const void* head, size_t head_len, char* body, size_t body_len,
-                             const uint8_t (&tag)[kSealTagBytes]) {
-#ifdef FF_HAVE_IPSEC_MB
-  IMB_MGR* v = VectorCode();
-  const gcm_key_data* key = &state_->vector;
-  gcm_context_data g;
-  uint8_t nonce[kIvBytes];
-  Nonce(nonce);
-  auto* b = reinterpret_cast<uint8_t*>(body);
-  uint8_t want[kSealTagBytes];
-  if (mode_ == SealMode::kAuthenticate) {
-    IMB_AES128_GMAC_INIT(v, key, &g, nonce, kIvBytes);
-    IMB_AES128_GMAC_UPDATE(v, key, &g, static_cast<const uint8_t*>(head), head_len);
-    if (body_len != 0) IMB_AES128_GMAC_UPDATE(v, key, &g, b, body_len);
-    IMB_AES128_GMAC_FINALIZE(v, key, &g, want, kSealTagBytes);
+    IMB_AES128_GMAC_UPDATE(v, key, &g, h, head_len);
   } else {
-    IMB_AES128_GCM_INIT_VAR_IV(v, key, &g, nonce, kIvBytes, static_cast<const uint8_t*>(head),
-                               head_len);
-    if (body_len != 0) IMB_AES128_GCM_DEC_UPDATE(v, key, &g, b, b, body_len);
-    IMB_AES128_GCM_DEC_FINALIZE(v, key, &g, want, kSealTagBytes);
+    IMB_AES128_GCM_INIT_VAR_IV(v, key, &g, nonce, kIvBytes, h, head_len);
   }
-  return CRYPTO_memcmp(want, tag, kSealTagBytes) == 0;
+  for (int i = 0; i < n; ++i) {
+    const size_t len = body[i].iov_len;
+    if (len == 0) continue;  // an empty piece may have no address
+    const auto* in = static_cast<const uint8_t*>(body[i].iov_base);
+    auto* to = reinterpret_cast<uint8_t*>(out);
+    if (mac_only) {
+      IMB_AES128_GMAC_UPDATE(v, key, &g, in, len);
+      if (to != in) memcpy(to, in, len);
+    } else if (seal) {
+      IMB_AES128_GCM_ENC_UPDATE(v, key, &g, to, in, len);
+    } else {
+      IMB_AES128_GCM_DEC_UPDATE(v, key, &g, to, in, len);
+    }
+    out += len;
+  }
+  if (mac_only)
+    IMB_AES128_GMAC_FINALIZE(v, key, &g, tag, kSealTagBytes);
+  else if (seal)
+    IMB_AES128_GCM_ENC_FINALIZE(v, key, &g, tag, kSealTagBytes);
+  else
+    IMB_AES128_GCM_DEC_FINALIZE(v, key, &g, tag, kSealTagBytes);
 #else
-  (void)head, (void)head_len, (void)body, (void)body_len, (void)tag;
-  return false;
+  (void)head, (void)head_len, (void)body, (void)n, (void)out, (void)seal, (void)tag;
 #endif
 }
 
@@ -276,7 +256,7 @@ bool FrameCipher::Seal(const void* head, size_t head_len, const iovec* body, int
                        uint8_t (&tag)[kSealTagBytes]) {
   if (!state_) return false;
   if (engine_ == Engine::kVector) {
-    VectorSeal(head, head_len, body, n, out, tag);
+    VectorFrame(head, head_len, body, n, out, true, tag);
     ++seq_;
     return true;
   }
@@ -315,7 +295,10 @@ bool FrameCipher::Open(const void* head, size_t head_len, char* body, size_t bod
                        const uint8_t (&tag)[kSealTagBytes]) {
   if (!state_) return false;
   if (engine_ == Engine::kVector) {
-    if (!VectorOpen(head, head_len, body, body_len, tag)) return false;
+    const iovec v{body, body_len};
+    uint8_t want[kSealTagBytes];
+    VectorFrame(head, head_len, &v, 1, body, false, want);
+    if (CRYPTO_memcmp(want, tag, kSealTagBytes) != 0) return false;
     ++seq_;
     return true;
   }

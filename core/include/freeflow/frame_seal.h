@@ -93,10 +93,8 @@ class FrameCipher {
                  uint8_t (&tag)[kSealTagBytes]);
   bool SmallOpen(const void* head, size_t head_len, char* body, size_t body_len,
                  const uint8_t (&tag)[kSealTagBytes]);
-  void VectorSeal(const void* head, size_t head_len, const iovec* body, int n, char* out,
-                  uint8_t (&tag)[kSealTagBytes]);
-  bool VectorOpen(const void* head, size_t head_len, char* body, size_t body_len,
-                  const uint8_t (&tag)[kSealTagBytes]);
+  void VectorFrame(const void* head, size_t head_len, const iovec* body, int n, char* out,
+                   bool seal, uint8_t (&tag)[kSealTagBytes]);
   std::unique_ptr<State> state_;
   uint64_t seq_ = 0;
   SealMode mode_ = SealMode::kEncrypt;
