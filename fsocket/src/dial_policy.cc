@@ -80,7 +80,6 @@ void LookNotMade(uint32_t ip_net, uint16_t port_net) {
 void NoteDialed(Sock& s, bool look) {
   s.dialed = true;
   s.look = look;
-  s.opened_ns = MonotonicNs();
 }
 
 void NoteDialedEnd(const Sock& s) {
@@ -91,7 +90,10 @@ void NoteDialedEnd(const Sock& s) {
   const uint64_t moved = rings ? s.tx->tail.load(std::memory_order_relaxed) +
                                      s.rx->tail.load(std::memory_order_relaxed)
                                : 0;
-  const bool is_short = now - s.opened_ns < kShortStreamNs && moved < kShortStreamBytes;
+  // Judged by what it carried, not by how long it lived: a connection whose server takes
+  // its time (a forked database backend's start) is no more worth a segment for that.
+  const bool is_short = s.exchanges.load(std::memory_order_relaxed) < kShortStreamExchanges &&
+                        moved < kShortStreamBytes;
   const uint64_t key = KeyOf(s.peer_ip_net, s.peer_port);
   Table& t = TheTable();
   std::lock_guard lock(t.mu);

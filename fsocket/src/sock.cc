@@ -143,7 +143,8 @@ Ref NewSock(Kind kind) {
   s->local_port = 0;
   s->peer_port = 0;
   s->dialed = false;
-  s->opened_ns = 0;
+  s->look = false;
+  s->exchanges.store(0);
   s->port = 0;
   s->registered_by = 0;
   s->registered_in = 0;

@@ -79,11 +79,12 @@ struct Sock {
   // close): the other end's address (network order) and port, this end's port.
   uint32_t peer_ip_net = 0;
   uint16_t local_port = 0, peer_port = 0;
-  // This process dialed it (connect), at opened_ns (dial_policy.h); as the look after the
-  // kernel's turn at its destination when `look`.
+  // This process dialed it (connect; dial_policy.h); as the look after the kernel's turn
+  // at its destination when `look`.
   bool dialed = false;
   bool look = false;
-  uint64_t opened_ns = 0;
+  // The calls of this process that moved bytes on it, both ways (StreamRecv, StreamSend).
+  std::atomic<uint64_t> exchanges{0};
 
   // kListener
   uint16_t port = 0;

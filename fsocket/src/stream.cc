@@ -306,9 +306,7 @@ bool KernelQuiet(const Sock& s) {
   return ff::MonotonicNs() - s.kernel_quiet_ns.load(std::memory_order_relaxed) < ff::kKernelQuietNs;
 }
 
-}  // namespace
-
-ssize_t StreamRecv(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
+ssize_t Receive(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
   if (flags & MSG_OOB) return Failed(EINVAL);  // no urgent data ever arrives
   if (flags & MSG_ERRQUEUE) return Failed(EAGAIN);
   if (s.state.load() != StreamState::kOpen) {
@@ -348,16 +346,12 @@ ssize_t StreamRecv(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
   }
 }
 
-namespace {
-
 ssize_t SendFailed(int e, int flags) {
   if (e == EPIPE && !(flags & MSG_NOSIGNAL)) ::raise(SIGPIPE);
   return Failed(e);
 }
 
-}  // namespace
-
-ssize_t StreamSend(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
+ssize_t Send(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
   if (flags & MSG_OOB) return Failed(EOPNOTSUPP);  // urgent data: see docs/tcp-mode.md
   if (s.state.load() != StreamState::kOpen) {
     const int rc = AwaitConnected(s, fd, flags);
@@ -401,6 +395,21 @@ ssize_t StreamSend(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
       return sent > 0 ? static_cast<ssize_t>(sent) : Failed(rc);
   }
   return static_cast<ssize_t>(sent);
+}
+
+}  // namespace
+
+// Every call that moved bytes counts as an exchange (dial_policy.h judges by them).
+ssize_t StreamRecv(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
+  const ssize_t n = Receive(s, fd, iov, iovcnt, flags);
+  if (n > 0) s.exchanges.fetch_add(1, std::memory_order_relaxed);
+  return n;
+}
+
+ssize_t StreamSend(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
+  const ssize_t n = Send(s, fd, iov, iovcnt, flags);
+  if (n > 0) s.exchanges.fetch_add(1, std::memory_order_relaxed);
+  return n;
 }
 
 short StreamReadiness(Sock& s) {

@@ -25,8 +25,8 @@ struct Destination {
 };
 
 // A stream to `to` that this process dialed (as `look` says), with rings that moved `moved`
-// bytes, ended at once: short unless `moved` says otherwise.
-void DialAndEnd(const Destination& to, bool look, uint64_t moved = 0) {
+// bytes in `exchanges` calls, then ended: short unless those say otherwise.
+void DialAndEnd(const Destination& to, bool look, uint64_t moved = 0, uint64_t exchanges = 2) {
   StreamRingHeader tx{}, rx{};
   tx.tail.store(moved);
   Sock s;
@@ -35,6 +35,7 @@ void DialAndEnd(const Destination& to, bool look, uint64_t moved = 0) {
   s.peer_ip_net = to.ip_net;
   s.peer_port = to.port;
   NoteDialed(s, look);
+  s.exchanges.store(exchanges);
   NoteDialedEnd(s);
 }
 
@@ -80,6 +81,23 @@ TEST(DialPolicy, ALongLookStartsAfresh) {
   ASSERT_EQ(to.Next(), Dial::kLook);
   DialAndEnd(to, true, kShortStreamBytes);  // it moved a lot: the pattern changed
   for (uint32_t i = 0; i < kShortStreamRun + 2; ++i) EXPECT_EQ(to.Next(), Dial::kAccelerate) << i;
+}
+
+// A connection judged by what it carried: a chatty one with few bytes (a pool's connection of
+// small requests) is worth its segment; one of a request or two is short, however long it
+// lived (a forked database backend starting takes milliseconds), as nothing here measures
+// time.
+TEST(DialPolicy, ManyExchangesAreLongAndFewAreShort) {
+  const Destination to{htonl(0x0af00005), 7005};
+  for (uint32_t i = 0; i < kShortStreamRun + 2; ++i) {
+    ASSERT_EQ(to.Next(), Dial::kAccelerate) << i;
+    DialAndEnd(to, false, 64 * kShortStreamExchanges, kShortStreamExchanges);
+  }
+  for (uint32_t i = 0; i < kShortStreamRun; ++i) {
+    ASSERT_EQ(to.Next(), Dial::kAccelerate) << i;
+    DialAndEnd(to, false, 64 * (kShortStreamExchanges - 1), kShortStreamExchanges - 1);
+  }
+  EXPECT_EQ(to.Next(), Dial::kKernel) << "three of fewer than kShortStreamExchanges: short";
 }
 
 }  // namespace
