@@ -32,7 +32,7 @@ void LookNotMade(uint32_t ip_net, uint16_t port_net);
 // Marks stream `s` as a connection this process dialed, now; `look` as DialKind said.
 void NoteDialed(Sock& s, bool look);
 // The last descriptor of stream `s` in this process is being closed: when this process
-// dialed it, how long it lived and how much it moved judge its destination.
+// dialed it, the calls that moved bytes on it and the bytes they moved judge its destination.
 void NoteDialedEnd(const Sock& s);
 
 // fork support: the table's lock across fork().
