@@ -29,7 +29,7 @@ enum class Dial {
 Dial DialKind(uint32_t ip_net, uint16_t port_net);
 // The look DialKind granted for that destination was not made (the stream was not set up).
 void LookNotMade(uint32_t ip_net, uint16_t port_net);
-// Marks stream `s` as a connection this process dialed, now; `look` as DialKind said.
+// Marks stream `s` as a connection this process dialed; `look` as DialKind said.
 void NoteDialed(Sock& s, bool look);
 // The last descriptor of stream `s` in this process is being closed: when this process
 // dialed it, the calls that moved bytes on it and the bytes they moved judge its destination.

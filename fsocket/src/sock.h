@@ -83,7 +83,8 @@ struct Sock {
   // at its destination when `look`.
   bool dialed = false;
   bool look = false;
-  // The calls of this process that moved bytes on it, both ways (StreamRecv, StreamSend).
+  // The calls of this process that moved bytes on it, both ways (StreamRecv, StreamSend),
+  // counted while it is `dialed` and up to kShortStreamExchanges.
   std::atomic<uint64_t> exchanges{0};
 
   // kListener

@@ -397,19 +397,23 @@ ssize_t Send(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
   return static_cast<ssize_t>(sent);
 }
 
-}  // namespace
-
-// Every call that moved bytes counts as an exchange (dial_policy.h judges by them).
-ssize_t StreamRecv(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
-  const ssize_t n = Receive(s, fd, iov, iovcnt, flags);
-  if (n > 0) s.exchanges.fetch_add(1, std::memory_order_relaxed);
+// A call that moved `n` bytes on a stream this process dialed counts as an exchange
+// (dial_policy.h judges by them), up to the count that makes it long: streams this process
+// accepted, and long ones, pay no locked add on their data path.
+ssize_t CountExchange(Sock& s, ssize_t n) {
+  if (n > 0 && s.dialed && s.exchanges.load(std::memory_order_relaxed) < ff::kShortStreamExchanges)
+    s.exchanges.fetch_add(1, std::memory_order_relaxed);
   return n;
 }
 
+}  // namespace
+
+ssize_t StreamRecv(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
+  return CountExchange(s, Receive(s, fd, iov, iovcnt, flags));
+}
+
 ssize_t StreamSend(Sock& s, int fd, const iovec* iov, int iovcnt, int flags) {
-  const ssize_t n = Send(s, fd, iov, iovcnt, flags);
-  if (n > 0) s.exchanges.fetch_add(1, std::memory_order_relaxed);
-  return n;
+  return CountExchange(s, Send(s, fd, iov, iovcnt, flags));
 }
 
 short StreamReadiness(Sock& s) {
